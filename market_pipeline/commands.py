@@ -1,0 +1,81 @@
+"""Core subcommands: `sql` (finance's read-only entry point), `migrate`, `config`."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import decimal
+import json
+import sys
+from pathlib import Path
+
+from market_pipeline.config import ConfigError, load_config
+from market_pipeline.warehouse import Warehouse, WarehouseError, open_warehouse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    sql = sub.add_parser("sql", help="run a read-only SQL query against the warehouse")
+    sql.add_argument("query", help="the SQL text")
+    sql.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    sql.add_argument("--json", action="store_true", help="print a JSON list of row objects")
+    sql.add_argument("--max-rows", type=int, default=100, help="rows shown in the table view")
+    sql.set_defaults(handler=run_sql)
+
+    migrate = sub.add_parser("migrate", help="create or upgrade the warehouse schema")
+    migrate.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    migrate.set_defaults(handler=run_migrate)
+
+    config = sub.add_parser("config", help="validate and print the effective configuration")
+    config.add_argument("--file", help="TOML file (default: shipped defaults or MARKET_PIPELINE_CONFIG)")
+    config.set_defaults(handler=run_config)
+
+
+def resolve_warehouse_path(explicit: str | None) -> Path:
+    if explicit:
+        return Path(explicit)
+    return load_config().warehouse_path
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return str(value)
+
+
+def run_sql(args: argparse.Namespace) -> int:
+    try:
+        frame = Warehouse(resolve_warehouse_path(args.warehouse)).query(args.query)
+    except (WarehouseError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(frame.to_dicts(), default=_json_default))
+        return 0
+    import polars as pl
+
+    with pl.Config(tbl_rows=args.max_rows, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
+        print(frame)
+    return 0
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    path = resolve_warehouse_path(args.warehouse)
+    warehouse = open_warehouse(path, migrate=False)
+    applied = warehouse.migrate()
+    print(json.dumps({"warehouse": str(path), "applied": applied,
+                      "schema_version": warehouse.schema_version()}))
+    return 0
+
+
+def run_config(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.file)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(config.model_dump_json(indent=2))
+    return 0

@@ -1,0 +1,310 @@
+"""Typed configuration of the control loop: one TOML file plus env overrides.
+
+Resolution order: the shipped `defaults/market.toml`, or the file named by
+MARKET_PIPELINE_CONFIG; then every `MP__SECTION__KEY=value` env var overrides one scalar
+(`__` separates nesting levels). Validation happens at load; any problem raises one
+`ConfigError` naming the key path and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DEFAULT_CONFIG_PATH = Path(__file__).parent / "defaults" / "market.toml"
+CONFIG_ENV = "MARKET_PIPELINE_CONFIG"
+HOME_ENV = "MARKET_PIPELINE_HOME"
+OVERRIDE_PREFIX = "MP__"
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key and the problem."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WarehouseConfig(_Strict):
+    path: str = "var/warehouse.duckdb"
+
+
+class AdapterConfig(_Strict):
+    backend: Literal["simulated", "local-process", "nvml", "dcgm"] = "simulated"
+    state_path: str = "var/fleet_state.json"
+    seed: int = 7
+    fleet_source: str = "config"
+    workload_source: str = "builtin"
+    dcgm_endpoint: str = ""
+    operation_timeout_seconds: float = Field(10.0, gt=0)
+
+
+class LoopConfig(_Strict):
+    tick_minutes: int = Field(5, ge=1, le=60)
+    sample_interval_seconds: int = Field(60, ge=1, le=3600)
+    shadow_mode: bool = False
+    demo_days: float = Field(1.0, gt=0, le=31)
+
+
+class MarketConfig(_Strict):
+    drainable_discount_min: float = Field(0.2, ge=0, lt=1)
+    drainable_discount_max: float = Field(0.6, ge=0, lt=1)
+    max_price_step: float = Field(0.25, gt=0, le=10)
+    response_smoothing_beta: float = Field(0.5, gt=0, le=1)
+    solver_max_iterations: int = Field(200, ge=1)
+    solver_tolerance: float = Field(1e-6, gt=0)
+
+    @model_validator(mode="after")
+    def _band_ordered(self) -> "MarketConfig":
+        if self.drainable_discount_min > self.drainable_discount_max:
+            raise ValueError("drainable_discount_min must not exceed drainable_discount_max")
+        return self
+
+
+class BacklogGuardrailConfig(_Strict):
+    residual_floor_share: float = Field(0.15, ge=0, le=1)
+    drift_margin: float = Field(0.05, ge=0, lt=1)
+    price_elasticity: float = Field(0.8, ge=0)
+
+
+class TaskDrainGuardrailConfig(_Strict):
+    warn_seconds: float = Field(30.0, ge=0)
+    checkpoint_timeout_seconds: float = Field(60.0, ge=0)
+    terminate_timeout_seconds: float = Field(30.0, ge=0)
+    max_total_seconds: float = Field(600.0, gt=0)
+    tenant_max_drains_per_day: int = Field(4, ge=0)
+    pool_disruption_budget_pct: float = Field(10.0, ge=0, le=100)
+    landing_cooldown_minutes: float = Field(15.0, ge=0)
+    under_use_util_pct: float = Field(20.0, ge=0, le=100)
+    under_use_minutes: float = Field(5.0, ge=0)
+    pressure_util_pct: float = Field(92.0, ge=0, le=100)
+
+
+class GuardrailsConfig(_Strict):
+    backlog: BacklogGuardrailConfig = BacklogGuardrailConfig()
+    task_drain: TaskDrainGuardrailConfig = TaskDrainGuardrailConfig()
+
+
+class ScalingConfigSection(_Strict):
+    headroom: float = Field(0.10, ge=0, le=2)
+    hysteresis_minutes: float = Field(30.0, ge=0)
+    scale_up_cooldown_minutes: float = Field(10.0, ge=0)
+    failed_scale_down_cooldown_minutes: float = Field(30.0, ge=0)
+    max_drain_attempts: int = Field(3, ge=1)
+    drain_cost_per_gpu: float = Field(0.05, ge=0)
+    replacement_cost_per_node: float = Field(2.0, ge=0)
+
+
+class TelemetryConfig(_Strict):
+    quarantine_block_rate: float = Field(0.05, ge=0, le=1)
+    quarantine_warn_rate: float = Field(0.005, ge=0, le=1)
+    clock_skew_seconds: float = Field(120.0, ge=0)
+    freshness_minutes: float = Field(30.0, gt=0)
+    temp_min_c: float = 0.0
+    temp_max_c: float = 110.0
+
+
+class CommitmentTier(_Strict):
+    min_gpu_hours: float = Field(ge=0)
+    discount: float = Field(ge=0, lt=1)
+
+
+class BillingConfig(_Strict):
+    grace_seconds: int = Field(10, ge=0, le=3600)
+    currency: str = "USD"
+    time_coefficients: dict[Literal["peak", "offpeak", "weekend"], float] = {
+        "peak": 1.15,
+        "offpeak": 0.90,
+        "weekend": 0.85,
+    }
+    peak_hours: list[int] = Field(default_factory=lambda: list(range(9, 21)))
+    commitment_tiers: list[CommitmentTier] = Field(
+        default_factory=lambda: [CommitmentTier(min_gpu_hours=0.0, discount=0.0)]
+    )
+    sla_credit_rate: float = Field(0.10, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _hours_valid(self) -> "BillingConfig":
+        bad = [h for h in self.peak_hours if not 0 <= h <= 23]
+        if bad:
+            raise ValueError(f"peak_hours must be in 0..23, got {bad}")
+        if any(v <= 0 for v in self.time_coefficients.values()):
+            raise ValueError("time_coefficients must be positive")
+        return self
+
+
+class GpuModel(_Strict):
+    name: str = Field(min_length=1)
+    memory_mib: int = Field(gt=0)
+    cost_per_gpu_hour: float = Field(gt=0)
+    mig_profiles: list[str] = Field(default_factory=list)
+    nvlink: bool = False
+
+
+class Zone(_Strict):
+    name: str = Field(min_length=1)
+    location_coefficient: float = Field(gt=0)
+
+
+class Pool(_Strict):
+    gpu_model: str
+    zone: str
+    nodes: int = Field(ge=0)
+    gpus_per_node: int = Field(ge=1, le=16)
+    warm_nodes: int = Field(0, ge=0)
+    max_nodes: int = Field(ge=0)
+    price_min: float = Field(gt=0)
+    price_max: float = Field(gt=0)
+    base_price: float = Field(gt=0)
+
+    @property
+    def pool_id(self) -> str:
+        return f"{self.gpu_model}@{self.zone}"
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "Pool":
+        if not self.price_min <= self.base_price <= self.price_max:
+            raise ValueError("need price_min <= base_price <= price_max")
+        if self.max_nodes < self.nodes:
+            raise ValueError("max_nodes must be >= nodes")
+        return self
+
+
+class Claim(_Strict):
+    weight: float = Field(gt=0)
+    saturation: float = Field(gt=0)
+
+
+class Tenant(_Strict):
+    id: str = Field(min_length=1)
+    kind: Literal["elastic", "rigid"]
+    drain_tolerant: bool
+    budget_per_hour: float = Field(gt=0)
+    delay_sensitivity: float = Field(0.0, ge=0)
+    claims: dict[str, Claim]
+
+
+class MarketPipelineConfig(_Strict):
+    warehouse: WarehouseConfig = WarehouseConfig()
+    adapter: AdapterConfig = AdapterConfig()
+    loop: LoopConfig = LoopConfig()
+    market: MarketConfig = MarketConfig()
+    guardrails: GuardrailsConfig = GuardrailsConfig()
+    scaling: ScalingConfigSection = ScalingConfigSection()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    billing: BillingConfig = BillingConfig()
+    gpu_models: list[GpuModel] = Field(min_length=1)
+    zones: list[Zone] = Field(min_length=1)
+    pools: list[Pool] = Field(min_length=1)
+    tenants: list[Tenant] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> "MarketPipelineConfig":
+        models = {m.name for m in self.gpu_models}
+        zones = {z.name for z in self.zones}
+        for i, pool in enumerate(self.pools):
+            if pool.gpu_model not in models:
+                raise ValueError(f"pools.{i}.gpu_model: unknown GPU model {pool.gpu_model!r}")
+            if pool.zone not in zones:
+                raise ValueError(f"pools.{i}.zone: unknown zone {pool.zone!r}")
+        ids = [p.pool_id for p in self.pools]
+        if len(ids) != len(set(ids)):
+            raise ValueError("pools: duplicate (gpu_model, zone) pair")
+        for i, tenant in enumerate(self.tenants):
+            for model in tenant.claims:
+                if model not in models:
+                    raise ValueError(f"tenants.{i}.claims.{model}: unknown GPU model")
+        tenant_ids = [t.id for t in self.tenants]
+        if len(tenant_ids) != len(set(tenant_ids)):
+            raise ValueError("tenants: duplicate tenant id")
+        return self
+
+    @cached_property
+    def gpu_model_by_name(self) -> dict[str, GpuModel]:
+        return {m.name: m for m in self.gpu_models}
+
+    @cached_property
+    def zone_by_name(self) -> dict[str, Zone]:
+        return {z.name: z for z in self.zones}
+
+    @cached_property
+    def pool_by_id(self) -> dict[str, Pool]:
+        return {p.pool_id: p for p in self.pools}
+
+    def resolve_path(self, relative: str) -> Path:
+        """A configured path, made absolute against MARKET_PIPELINE_HOME (or the cwd)."""
+        path = Path(relative).expanduser()
+        if path.is_absolute():
+            return path
+        return Path(os.environ.get(HOME_ENV, os.getcwd())) / path
+
+    @property
+    def warehouse_path(self) -> Path:
+        return self.resolve_path(self.warehouse.path)
+
+
+def _format_validation_error(source: str, error: ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "<root>"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        problems.append(f"{key}: {message}")
+    return f"invalid configuration in {source}: " + "; ".join(problems)
+
+
+def _parse_scalar(raw: str) -> Any:
+    """Env values are TOML/JSON scalars where they parse, strings otherwise."""
+    lowered = raw.strip().lower()
+    if lowered in {"true", "false"}:
+        return lowered == "true"
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def apply_env_overrides(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Apply every MP__A__B=value override to a copy of the raw config mapping."""
+    merged = json.loads(json.dumps(data))
+    for name, raw in sorted(environ.items()):
+        if not name.startswith(OVERRIDE_PREFIX):
+            continue
+        path = [part.lower() for part in name[len(OVERRIDE_PREFIX) :].split("__") if part]
+        if not path:
+            raise ConfigError(f"env override {name}: names no key")
+        node = merged
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"env override {name}: {part!r} is not a section")
+            node = child
+        node[path[-1]] = _parse_scalar(raw)
+    return merged
+
+
+def load_config(
+    path: str | Path | None = None, environ: Mapping[str, str] | None = None
+) -> MarketPipelineConfig:
+    """Load, override and validate the configuration; raise ConfigError on any problem."""
+    environ = os.environ if environ is None else environ
+    source = Path(path or environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+    try:
+        raw = tomllib.loads(source.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {source}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {source} is not valid TOML: {exc}") from exc
+    merged = apply_env_overrides(raw, environ)
+    try:
+        return MarketPipelineConfig.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(str(source), exc)) from None

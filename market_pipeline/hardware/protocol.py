@@ -1,0 +1,240 @@
+"""The node hardware adapter protocol: the only door to nodes, GPUs and processes.
+
+Every operation is bounded by a timeout and returns a typed `Outcome`; an expected
+failure (node gone, process gone, timeout, no driver) is an outcome, never an exception
+past the adapter.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import enum
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Protocol, TypeVar, runtime_checkable
+
+import polars as pl
+
+# Canonical telemetry sample schema (README "Telemetry schema"). ts is UTC.
+SAMPLE_SCHEMA: dict[str, pl.DataType] = {
+    "ts": pl.Datetime("us", "UTC"),
+    "node_id": pl.Utf8,
+    "gpu_uuid": pl.Utf8,
+    "gpu_index": pl.Int32,
+    "sm_util_pct": pl.Float64,
+    "mem_used_mib": pl.Float64,
+    "mem_total_mib": pl.Float64,
+    "power_w": pl.Float64,
+    "temp_c": pl.Float64,
+    "mig_profile": pl.Utf8,
+    "task_id": pl.Utf8,
+    "tenant_id": pl.Utf8,
+    "xid_errors": pl.Int32,
+}
+REQUIRED_SAMPLE_COLUMNS: tuple[str, ...] = (
+    "ts",
+    "node_id",
+    "gpu_uuid",
+    "gpu_index",
+    "sm_util_pct",
+    "mem_used_mib",
+    "mem_total_mib",
+    "power_w",
+    "temp_c",
+)
+OPTIONAL_SAMPLE_COLUMNS: tuple[str, ...] = ("mig_profile", "task_id", "tenant_id", "xid_errors")
+
+
+def empty_samples() -> pl.DataFrame:
+    return pl.DataFrame(schema=SAMPLE_SCHEMA)
+
+
+# Task lifecycle events, the metering source: usage intervals open at `start` and close at
+# `end` (normal exit), `drained` (after a drain) or `failed`; `drain_signal` marks the warning
+# that starts a drain's billing grace period. `platform_fault` flags failures the platform caused.
+TASK_EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "ts": pl.Datetime("us", "UTC"),
+    "task_id": pl.Utf8,
+    "event": pl.Utf8,  # start | end | drain_signal | drained | failed
+    "reason": pl.Utf8,
+    "platform_fault": pl.Boolean,
+}
+
+
+def empty_task_events() -> pl.DataFrame:
+    return pl.DataFrame(schema=TASK_EVENT_SCHEMA)
+
+
+class OutcomeStatus(str, enum.Enum):
+    OK = "ok"
+    GONE = "gone"  # node or process no longer exists
+    TIMEOUT = "timeout"
+    FAILED = "failed"  # the operation ran and failed
+    UNSUPPORTED = "unsupported"  # this backend cannot do it
+    NO_DEVICE = "no_device"  # no driver / no GPU found
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: OutcomeStatus
+    detail: str = ""
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is OutcomeStatus.OK
+
+    @classmethod
+    def success(cls, detail: str = "", seconds: float = 0.0) -> "Outcome":
+        return cls(OutcomeStatus.OK, detail, seconds)
+
+
+class NodeState(str, enum.Enum):
+    ON = "on"
+    WARM = "warm"  # powered but outside the pool: joins in about a minute
+    OFF = "off"  # cold: joins after provisioning
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: str
+    pool_id: str
+    gpu_model: str
+    zone: str
+    gpus: int
+    state: NodeState
+    cordoned: bool = False
+    nvlink: bool = False
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    gpu_uuid: str
+    node_id: str
+    gpu_index: int
+    gpu_model: str
+    memory_total_mib: int
+    mig_profile: str | None = None
+    nvlink_peers: tuple[str, ...] = ()
+
+
+class TaskKind(str, enum.Enum):
+    TRAINING = "training"
+    INFERENCE = "inference"
+
+
+class ResourceClass(str, enum.Enum):
+    GUARANTEED = "guaranteed"
+    DRAINABLE = "drainable"
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    task_id: str
+    tenant_id: str
+    pool_id: str
+    node_id: str
+    gpu_uuids: tuple[str, ...]
+    gpu_milli: int  # per GPU: 1000 = a whole GPU; < 1000 a fractional share or MIG slice
+    kind: TaskKind
+    qos: str  # LS | BE | Burstable | Guaranteed (openb vocabulary)
+    priority: int  # lower drains first
+    resource_class: ResourceClass
+    started_at: datetime
+    mem_mib: int = 0
+    mig_profile: str | None = None
+    do_not_drain: bool = False
+    checkpointable: bool = True
+    pid: int | None = None
+
+    @property
+    def gpus(self) -> float:
+        return len(self.gpu_uuids) * self.gpu_milli / 1000.0
+
+
+@runtime_checkable
+class NodeAdapter(Protocol):
+    """What the control loop may do to the fleet; backends: simulated, local-process, nvml, dcgm."""
+
+    backend: str
+
+    def list_nodes(self) -> list[NodeInfo]: ...
+
+    def list_gpus(self) -> list[GpuInfo]: ...
+
+    def read_samples(self, start: datetime, end: datetime) -> pl.DataFrame:
+        """Samples with ts in [start, end), in the canonical schema."""
+        ...
+
+    def list_tasks(self) -> list[TaskInfo]:
+        """Tasks running now (for the simulated backend: at the fleet's simulated clock)."""
+        ...
+
+    def read_task_events(self, start: datetime, end: datetime) -> pl.DataFrame:
+        """Task lifecycle events with ts in [start, end), TASK_EVENT_SCHEMA."""
+        ...
+
+    def task_catalog(self, task_ids: Sequence[str]) -> list[TaskInfo]:
+        """Attributes of tasks by id, running or ended (for metering ended tasks)."""
+        ...
+
+    def warn_task(self, task_id: str, deadline_seconds: float) -> Outcome: ...
+
+    def checkpoint_task(self, task_id: str, timeout_seconds: float) -> Outcome: ...
+
+    def terminate_task(self, task_id: str, timeout_seconds: float) -> Outcome:
+        """SIGTERM (or equivalent) and wait up to the timeout for the task to exit."""
+        ...
+
+    def kill_task(self, task_id: str) -> Outcome: ...
+
+    def verify_released(self, gpu_uuids: Sequence[str]) -> Outcome: ...
+
+    def cordon(self, node_id: str) -> Outcome: ...
+
+    def uncordon(self, node_id: str) -> Outcome: ...
+
+    def power_on(self, node_id: str) -> Outcome: ...
+
+    def power_off(self, node_id: str) -> Outcome: ...
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class TimedCall:
+    """Runs one adapter call on a worker thread with a deadline."""
+
+    timeout_seconds: float
+    _pool: concurrent.futures.ThreadPoolExecutor = field(
+        default_factory=lambda: concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    )
+
+    def outcome(self, fn: Callable[[], Outcome]) -> Outcome:
+        started = time.monotonic()
+        future = self._pool.submit(fn)
+        try:
+            result = future.result(timeout=self.timeout_seconds)
+        except concurrent.futures.TimeoutError:
+            # The stuck call keeps its thread; a fresh pool keeps later calls unblocked.
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+            return Outcome(OutcomeStatus.TIMEOUT, f"no answer within {self.timeout_seconds}s",
+                           time.monotonic() - started)
+        except Exception as exc:  # an adapter bug or a vanished peer is an outcome, too
+            return Outcome(OutcomeStatus.FAILED, f"{type(exc).__name__}: {exc}",
+                           time.monotonic() - started)
+        if result.seconds:
+            return result
+        return Outcome(result.status, result.detail, time.monotonic() - started)
+
+
+def adapter_now(adapter: object) -> datetime:
+    """The adapter's clock: the simulated fleet's clock, or UTC wall-clock time for real hosts."""
+    clock = getattr(adapter, "now", None)
+    if callable(clock):
+        return clock()
+    return datetime.now(timezone.utc)
