@@ -8,7 +8,7 @@ DAYS ?= 1
 export MARKET_PIPELINE_HOME ?= $(CURDIR)
 export DAGSTER_HOME ?= $(CURDIR)/var/dagster_home
 
-.PHONY: demo test ui install clean
+.PHONY: demo test ui install clean postgres-home
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,9 +18,15 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-$(DAGSTER_HOME)/dagster.yaml:
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
-	printf 'concurrency:\n  pools:\n    default_limit: 1\ntelemetry:\n  enabled: false\n' > $@
+	cp dagster.yaml $@
+
+# Dagster storage in PostgreSQL: DAGSTER_PG_URL=postgresql://... make postgres-home, then
+# DAGSTER_HOME=$(CURDIR)/var/dagster_home_pg for dagster commands.
+postgres-home:
+	mkdir -p var/dagster_home_pg
+	cp market_pipeline/defaults/dagster.postgres.yaml var/dagster_home_pg/dagster.yaml
 
 demo: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
 	$(PY) -m assets.control_loop --days $(DAYS)

@@ -12,6 +12,7 @@ import json
 import os
 import tomllib
 from collections.abc import Mapping
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +45,17 @@ class AdapterConfig(_Strict):
     workload_source: str = "builtin"
     dcgm_endpoint: str = ""
     operation_timeout_seconds: float = Field(10.0, gt=0)
+    # The simulated fleet: arrival profile ("diurnal" or a Helios per-minute CSV), placement
+    # policy, and the UTC start of its clock (default: midnight a week ago, at first creation).
+    arrival_source: str = "diurnal"
+    placement_policy: Literal["round_robin", "best_fit", "fragment_aware"] = "best_fit"
+    sim_epoch: datetime | None = None
+
+    @model_validator(mode="after")
+    def _epoch_is_utc(self) -> "AdapterConfig":
+        if self.sim_epoch is not None and self.sim_epoch.tzinfo is None:
+            raise ValueError("sim_epoch must carry a UTC offset, e.g. 2026-11-01T00:00:00Z")
+        return self
 
 
 class LoopConfig(_Strict):
@@ -74,6 +86,22 @@ class BacklogGuardrailConfig(_Strict):
     price_elasticity: float = Field(0.8, ge=0)
 
 
+class DisruptionBudgetConfig(_Strict):
+    """A scheduled or per-reason disruption budget (Karpenter style): `nodes` is a count or 'N%'."""
+
+    nodes: str
+    reasons: list[str] = Field(default_factory=list)
+    schedule: str | None = None
+    duration_minutes: float | None = None
+
+    @model_validator(mode="after")
+    def _parses(self) -> "DisruptionBudgetConfig":
+        from market_pipeline.guardrails.task_drain_limits import DisruptionBudget
+
+        DisruptionBudget.parse(self.model_dump(exclude_none=True))
+        return self
+
+
 class TaskDrainGuardrailConfig(_Strict):
     warn_seconds: float = Field(30.0, ge=0)
     checkpoint_timeout_seconds: float = Field(60.0, ge=0)
@@ -85,6 +113,7 @@ class TaskDrainGuardrailConfig(_Strict):
     under_use_util_pct: float = Field(20.0, ge=0, le=100)
     under_use_minutes: float = Field(5.0, ge=0)
     pressure_util_pct: float = Field(92.0, ge=0, le=100)
+    budgets: list[DisruptionBudgetConfig] = Field(default_factory=list)
 
 
 class GuardrailsConfig(_Strict):

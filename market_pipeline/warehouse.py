@@ -71,12 +71,124 @@ MIGRATIONS: tuple[Migration, ...] = (
             drain_id VARCHAR NOT NULL, seq INTEGER NOT NULL, state VARCHAR NOT NULL,
             recorded_at TIMESTAMPTZ NOT NULL, task_id VARCHAR, node_id VARCHAR, tenant_id VARCHAR,
             detail JSON, PRIMARY KEY (drain_id, seq))""",
-        """CREATE TABLE tick_log (
-            tick_id VARCHAR PRIMARY KEY, started_at TIMESTAMPTZ NOT NULL,
-            simulated_until TIMESTAMPTZ NOT NULL, samples INTEGER NOT NULL,
-            tasks INTEGER NOT NULL, mean_sm_util_pct DOUBLE)""",
+    )),
+    Migration(2, "pool demand snapshots and demand history", (
+        """CREATE TABLE pool_demand_snapshots (
+            ts TIMESTAMPTZ NOT NULL, pool_id VARCHAR NOT NULL, running_gpus DOUBLE NOT NULL,
+            pending_gpus DOUBLE NOT NULL, gpus_on INTEGER NOT NULL, PRIMARY KEY (ts, pool_id))""",
+        """CREATE TABLE demand_history (
+            pool_id VARCHAR NOT NULL, ts TIMESTAMPTZ NOT NULL, running_gpus DOUBLE NOT NULL,
+            pending_gpus DOUBLE NOT NULL, demand DOUBLE NOT NULL, price DOUBLE,
+            PRIMARY KEY (pool_id, ts))""",
+    )),
+    Migration(400, "demand forecasts and solve reports", (
+        """CREATE TABLE demand_forecasts (
+            pool_id VARCHAR NOT NULL, origin_ts TIMESTAMPTZ NOT NULL, target_ts TIMESTAMPTZ NOT NULL,
+            horizon_min INTEGER NOT NULL, q10 DOUBLE NOT NULL, q50 DOUBLE NOT NULL,
+            q90 DOUBLE NOT NULL, model VARCHAR NOT NULL, model_version VARCHAR NOT NULL,
+            validation_mae DOUBLE, fallback_reason VARCHAR,
+            PRIMARY KEY (pool_id, origin_ts, target_ts))""",
+        """CREATE TABLE solve_reports (
+            solve_id VARCHAR PRIMARY KEY, solved_at TIMESTAMPTZ NOT NULL, status VARCHAR NOT NULL,
+            converged BOOLEAN NOT NULL, profit DOUBLE, kkt_residual DOUBLE, iterations INTEGER,
+            seconds DOUBLE, fallback_reason VARCHAR, shadow BOOLEAN NOT NULL, report JSON NOT NULL)""",
+    )),
+    Migration(100, "telemetry: clean samples, quarantine, ingest ledger, raw view", (
+        # Clean samples, typed per SAMPLE_SCHEMA. No primary key: uniqueness of
+        # (node_id, gpu_uuid, ts) is enforced by validation and re-checked by the asset checks
+        # (an index would halve ingest throughput at fleet scale).
+        """CREATE TABLE telemetry_clean (
+            ts TIMESTAMPTZ NOT NULL, node_id VARCHAR NOT NULL, gpu_uuid VARCHAR NOT NULL,
+            gpu_index INTEGER NOT NULL, sm_util_pct DOUBLE NOT NULL, mem_used_mib DOUBLE NOT NULL,
+            mem_total_mib DOUBLE NOT NULL, power_w DOUBLE NOT NULL, temp_c DOUBLE NOT NULL,
+            mig_profile VARCHAR, task_id VARCHAR, tenant_id VARCHAR, xid_errors INTEGER,
+            partition_key VARCHAR NOT NULL, ingest_id VARCHAR NOT NULL)""",
+        # Rejected rows exactly as read (text), their 1-based position in the input and why.
+        """CREATE TABLE telemetry_quarantine (
+            source_row BIGINT NOT NULL, ts VARCHAR, node_id VARCHAR, gpu_uuid VARCHAR,
+            gpu_index VARCHAR, sm_util_pct VARCHAR, mem_used_mib VARCHAR, mem_total_mib VARCHAR,
+            power_w VARCHAR, temp_c VARCHAR, mig_profile VARCHAR, task_id VARCHAR,
+            tenant_id VARCHAR, xid_errors VARCHAR, reasons VARCHAR[] NOT NULL,
+            partition_key VARCHAR NOT NULL, ingest_id VARCHAR NOT NULL)""",
+        # One row per (partition, source): what the last ingest of that source read into the
+        # partition. rows_in is counted before validation, so raw = clean + quarantined is a
+        # real check against the two tables, not a tautology.
+        """CREATE TABLE telemetry_ingests (
+            partition_key VARCHAR NOT NULL, source VARCHAR NOT NULL, ingest_id VARCHAR NOT NULL,
+            rows_in BIGINT NOT NULL, clean BIGINT NOT NULL, quarantined BIGINT NOT NULL,
+            by_reason JSON NOT NULL, ingested_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (partition_key, source))""",
+        # Every landed row with its fate; clean rows are shown in their parsed form.
+        """CREATE VIEW telemetry_raw AS
+            SELECT c.partition_key, c.ingest_id, i.source, 'clean' AS status,
+                CAST(c.ts AS VARCHAR) AS ts, c.node_id, c.gpu_uuid,
+                CAST(c.gpu_index AS VARCHAR) AS gpu_index,
+                CAST(c.sm_util_pct AS VARCHAR) AS sm_util_pct,
+                CAST(c.mem_used_mib AS VARCHAR) AS mem_used_mib,
+                CAST(c.mem_total_mib AS VARCHAR) AS mem_total_mib,
+                CAST(c.power_w AS VARCHAR) AS power_w, CAST(c.temp_c AS VARCHAR) AS temp_c,
+                c.mig_profile, c.task_id, c.tenant_id, CAST(c.xid_errors AS VARCHAR) AS xid_errors,
+                CAST([] AS VARCHAR[]) AS reasons
+            FROM telemetry_clean c JOIN telemetry_ingests i
+                ON i.partition_key = c.partition_key AND i.ingest_id = c.ingest_id
+            UNION ALL
+            SELECT q.partition_key, q.ingest_id, i.source, 'quarantined', q.ts, q.node_id,
+                q.gpu_uuid, q.gpu_index, q.sm_util_pct, q.mem_used_mib, q.mem_total_mib,
+                q.power_w, q.temp_c, q.mig_profile, q.task_id, q.tenant_id, q.xid_errors,
+                q.reasons
+            FROM telemetry_quarantine q JOIN telemetry_ingests i
+                ON i.partition_key = q.partition_key AND i.ingest_id = q.ingest_id""",
+    )),
+    Migration(200, "task drain billing events", (
+        # One row per finished task drain (terminal audit state), written with that row:
+        # the metering reads the drain signal time, the grace and who caused a failure here.
+        """CREATE TABLE drain_billing_events (
+            drain_id VARCHAR PRIMARY KEY, decision_id VARCHAR, task_id VARCHAR NOT NULL,
+            tenant_id VARCHAR NOT NULL, pool_id VARCHAR, node_id VARCHAR,
+            drain_signal_at TIMESTAMPTZ, grace_seconds DOUBLE NOT NULL,
+            task_ended_at TIMESTAMPTZ, outcome VARCHAR NOT NULL,
+            platform_fault BOOLEAN NOT NULL, reason VARCHAR, recorded_at TIMESTAMPTZ NOT NULL)""",
+    )),
+    Migration(300, "billing rate card, accounts and ledger", (
+        # Rate card: refreshed from the typed config by the `billing_rate_card` asset.
+        """CREATE TABLE billing_rate_card_time (
+            day_of_week INTEGER NOT NULL, hour_of_day INTEGER NOT NULL, band VARCHAR NOT NULL,
+            coefficient DECIMAL(9, 6) NOT NULL, PRIMARY KEY (day_of_week, hour_of_day))""",
+        """CREATE TABLE billing_rate_card_zones (
+            zone VARCHAR PRIMARY KEY, location_coefficient DECIMAL(9, 6) NOT NULL)""",
+        """CREATE TABLE billing_rate_card_pools (
+            pool_id VARCHAR PRIMARY KEY, gpu_model VARCHAR NOT NULL, zone VARCHAR NOT NULL,
+            base_price_per_gpu_hour DECIMAL(18, 6) NOT NULL, price_min DECIMAL(18, 6) NOT NULL,
+            price_max DECIMAL(18, 6) NOT NULL, gpu_memory_mib INTEGER NOT NULL)""",
+        """CREATE TABLE billing_commitment_tiers (
+            min_gpu_hours DECIMAL(18, 6) PRIMARY KEY, discount DECIMAL(9, 6) NOT NULL)""",
+        """CREATE TABLE billing_terms (
+            currency VARCHAR NOT NULL, grace_seconds INTEGER NOT NULL,
+            sla_credit_rate DECIMAL(9, 6) NOT NULL, sla_credit_window_seconds INTEGER NOT NULL,
+            drainable_default_discount DECIMAL(9, 6) NOT NULL, refreshed_at TIMESTAMPTZ NOT NULL)""",
+        # Accounts: only tenants with a row are budget-guarded (prepaid balance and/or caps).
+        """CREATE TABLE billing_accounts (
+            tenant_id VARCHAR PRIMARY KEY, prepaid BOOLEAN NOT NULL,
+            credit_limit DECIMAL(20, 9) NOT NULL DEFAULT 0, hard_cap_daily DECIMAL(20, 9),
+            hard_cap_monthly DECIMAL(20, 9), updated_at TIMESTAMPTZ NOT NULL)""",
+        # Ledger: amount > 0 adds to the balance (top-up, SLA credit), < 0 debits (usage).
+        """CREATE TABLE billing_ledger (
+            entry_id VARCHAR PRIMARY KEY, tenant_id VARCHAR NOT NULL, kind VARCHAR NOT NULL,
+            amount DECIMAL(20, 9) NOT NULL, period_start TIMESTAMPTZ,
+            recorded_at TIMESTAMPTZ NOT NULL, reference VARCHAR)""",
     )),
 )
+
+
+@dataclass(frozen=True)
+class TableRewrite:
+    """One table's share of `Warehouse.rewrite_tables`: delete rows matching `where_sql`
+    (with `params`), then append `frame` (None: delete only)."""
+
+    table: str
+    where_sql: str
+    params: tuple[object, ...] = ()
+    frame: pl.DataFrame | pa.Table | None = None
 
 
 class WarehouseError(RuntimeError):
@@ -109,6 +221,8 @@ class Warehouse:
                     raise WarehouseError(f"cannot open warehouse {self.path}: {exc}") from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
+        # Timestamps leave the warehouse as UTC (not the host's zone or "Etc/UTC").
+        con.execute("SET TimeZone = 'UTC'")
         try:
             yield con
         finally:
@@ -187,6 +301,32 @@ class Warehouse:
                 con.execute("COMMIT")
             except Exception:
                 con.execute("ROLLBACK")
+                raise
+        return written
+
+    def rewrite_tables(self, rewrites: Sequence["TableRewrite"],
+                       con: duckdb.DuckDBPyConnection | None = None) -> dict[str, int]:
+        """Several tables' delete-then-append in one transaction (idempotent partition rewrite).
+
+        All deletes run first, in the given order (a later delete may still read a table an
+        earlier one rewrites, e.g. a ledger), then all appends. Returns rows written per table.
+        """
+        written: dict[str, int] = {}
+        with self._maybe_connect(con) as c:
+            c.execute("BEGIN")
+            try:
+                for step in rewrites:
+                    try:
+                        c.execute(f"DELETE FROM {step.table} WHERE {step.where_sql}",
+                                  list(step.params))
+                    except duckdb.Error as exc:
+                        raise WarehouseError(f"delete from {step.table} failed: {exc}") from exc
+                for step in rewrites:
+                    count = 0 if step.frame is None else self.append(step.table, step.frame, con=c)
+                    written[step.table] = written.get(step.table, 0) + count
+                c.execute("COMMIT")
+            except Exception:
+                c.execute("ROLLBACK")
                 raise
         return written
 

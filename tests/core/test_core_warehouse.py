@@ -45,13 +45,14 @@ def test_append_and_replace_where_are_typed_and_idempotent(tmp_path):
     warehouse = open_warehouse(tmp_path / "w.duckdb")
     at = datetime(2026, 11, 1, tzinfo=timezone.utc)
     frame = pl.DataFrame({
-        "tick_id": ["a", "b"], "started_at": [at, at], "simulated_until": [at, at],
-        "samples": [10, 20], "tasks": [1, 2], "mean_sm_util_pct": [50.0, 60.0]})
-    assert warehouse.append("tick_log", frame) == 2
+        "ts": [at, at], "pool_id": ["a", "b"], "running_gpus": [1.0, 2.0],
+        "pending_gpus": [0.0, 0.5], "gpus_on": [8, 16]})
+    assert warehouse.append("pool_demand_snapshots", frame) == 2
     for _ in range(2):
-        warehouse.replace_where("tick_log", "tick_id = ?", ["a"], frame.filter(pl.col("tick_id") == "a"))
-    got = warehouse.query("SELECT tick_id, samples FROM tick_log ORDER BY tick_id")
-    assert got.rows() == [("a", 10), ("b", 20)]
+        warehouse.replace_where("pool_demand_snapshots", "pool_id = ?", ["a"],
+                                frame.filter(pl.col("pool_id") == "a"))
+    got = warehouse.query("SELECT pool_id, gpus_on FROM pool_demand_snapshots ORDER BY pool_id")
+    assert got.rows() == [("a", 8), ("b", 16)]
 
 
 def test_reader_waits_for_writer_lock_instead_of_failing(tmp_path):
