@@ -1,0 +1,134 @@
+"""Holdout backtest on a Helios virtual-cluster trace (the issue's fixed protocol).
+
+Protocol: 5-minute means of running_gpu_num + pending_gpu_num (bucket = minute floored to a
+multiple of 5); the first 60% of points fit, validate and calibrate the forecaster; every
+origin in the remaining 40% with a target inside the series is forecast `horizon` ahead with
+that forecaster (no refit, no recalibration: nothing from the holdout feeds the model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from market_pipeline.forecast.features import Series
+from market_pipeline.forecast.selection import fit_group
+from market_pipeline.forecast.settings import (
+    DEFAULT_SETTINGS,
+    LOWER_QUANTILE,
+    UPPER_QUANTILE,
+    ForecastInputError,
+    ForecastSettings,
+)
+
+HELIOS_COLUMNS = ("time", "running_gpu_num", "pending_gpu_num")
+
+
+def load_helios_series(path: str | Path, step_minutes: int = 5) -> np.ndarray:
+    """Demand (running + pending GPUs) as `step_minutes` means, oldest first, gap-free."""
+    import polars as pl
+
+    path = Path(path)
+    if not path.is_file():
+        raise ForecastInputError(f"series file not found: {path}")
+    missing = [column for column in HELIOS_COLUMNS if column not in _header(path)]
+    if missing:
+        raise ForecastInputError(f"{path}: missing column(s) {', '.join(missing)}")
+    frame = pl.read_csv(path, columns=list(HELIOS_COLUMNS), try_parse_dates=True)
+    if not isinstance(frame.schema["time"], pl.Datetime):
+        frame = frame.with_columns(pl.col("time").cast(pl.String).str.to_datetime(strict=False))
+    nulls = frame.null_count().row(0, named=True)
+    bad = {name: count for name, count in nulls.items() if count}
+    if bad:
+        raise ForecastInputError(f"{path}: null or unparseable values in {bad}")
+    buckets = (frame.group_by(pl.col("time").dt.truncate(f"{step_minutes}m").alias("bucket"))
+               .agg((pl.col("running_gpu_num") + pl.col("pending_gpu_num")).mean().alias("demand"))
+               .sort("bucket"))
+    steps = buckets["bucket"].diff().drop_nulls().dt.total_minutes().to_numpy()
+    if steps.size and (steps != step_minutes).any():
+        raise ForecastInputError(f"{path}: {int(np.sum(steps != step_minutes))} irregular "
+                                 f"gaps between {step_minutes}-minute buckets")
+    return buckets["demand"].to_numpy().astype(float)
+
+
+def _header(path: Path) -> list[str]:
+    with path.open() as handle:
+        return [name.strip() for name in handle.readline().split(",")]
+
+
+@dataclass
+class BacktestResult:
+    mae: float  # median forecast, at the horizon step
+    persistence_mae: float
+    seasonal_naive_mae: float | None
+    coverage_80: float  # share of targets inside [q10, q90]
+    pinball_loss: float  # mean of the q10, q50 and q90 pinball losses
+    chosen_model: str
+    origins: int
+    horizon_steps: int
+    step_minutes: int
+    points: int
+    fit_points: int
+    mae_mean_over_steps: float
+    persistence_mae_mean_over_steps: float
+    coverage_80_mean_over_steps: float
+    interval_width_mean: float
+    validation_mae_by_model: dict[str, float] = field(default_factory=dict)
+    selection_note: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def pinball(target: np.ndarray, quantile_forecast: np.ndarray, level: float) -> float:
+    gap = target - quantile_forecast
+    return float(np.mean(np.maximum(level * gap, (level - 1.0) * gap)))
+
+
+def backtest_series(values: np.ndarray, *, horizon_steps: int = 12, step_minutes: int = 5,
+                    train_fraction: float = 0.6,
+                    settings: ForecastSettings | None = None) -> BacktestResult:
+    settings = settings or DEFAULT_SETTINGS
+    period, _ = settings.steps(step_minutes)
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 1 or not np.isfinite(values).all():
+        raise ForecastInputError("backtest series must be one-dimensional and gap-free")
+    fit_points = int(values.size * train_fraction)
+    origins = np.arange(fit_points, values.size - horizon_steps)
+    if origins.size == 0 or fit_points < settings.min_history_points:
+        raise ForecastInputError(f"series of {values.size} points is too short to backtest "
+                                 f"a {horizon_steps}-step horizon")
+    horizons = np.arange(1, horizon_steps + 1)
+    group = fit_group(Series(values[:fit_points], period), horizons, settings)
+    low, mid, high = group.predict(Series(values, period), origins)
+    targets = values[origins[:, None] + horizons[None, :]]
+    last = horizon_steps - 1
+    target = targets[:, last]
+    inside = (targets >= low) & (targets <= high)
+    seasonal_ok = origins + horizon_steps - period >= 0
+    seasonal = values[np.maximum(origins + horizon_steps - period, 0)]
+    return BacktestResult(
+        mae=float(np.mean(np.abs(target - mid[:, last]))),
+        persistence_mae=float(np.mean(np.abs(target - values[origins]))),
+        seasonal_naive_mae=(float(np.mean(np.abs(target - seasonal)))
+                            if seasonal_ok.all() else None),
+        coverage_80=float(np.mean(inside[:, last])),
+        pinball_loss=float(np.mean([pinball(target, low[:, last], LOWER_QUANTILE),
+                                    pinball(target, mid[:, last], 0.5),
+                                    pinball(target, high[:, last], UPPER_QUANTILE)])),
+        chosen_model=group.model_name,
+        origins=int(origins.size),
+        horizon_steps=horizon_steps,
+        step_minutes=step_minutes,
+        points=int(values.size),
+        fit_points=fit_points,
+        mae_mean_over_steps=float(np.mean(np.abs(targets - mid))),
+        persistence_mae_mean_over_steps=float(np.mean(np.abs(targets - values[origins][:, None]))),
+        coverage_80_mean_over_steps=float(np.mean(inside)),
+        interval_width_mean=float(np.mean(high[:, last] - low[:, last])),
+        validation_mae_by_model={name: float(score.mae_by_horizon[-1])
+                                 for name, score in group.scores.items()},
+        selection_note=group.note,
+    )

@@ -1,0 +1,158 @@
+"""CLI of demand forecasting: `forecast backtest`, `forecast pools`, `bench forecast`.
+
+`market-pipeline forecast backtest --series vc6YE.csv --horizon 60m --json` runs the fixed
+holdout protocol on a Helios trace and prints one JSON object with mae, persistence_mae,
+seasonal_naive_mae, coverage_80, pinball_loss, chosen_model and origins (plus extras).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+STEP_MINUTES = 5
+_DURATION = re.compile(r"^\s*(\d+)\s*(m|min|h)?\s*$", re.IGNORECASE)
+
+
+def parse_horizon_steps(text: str, step_minutes: int = STEP_MINUTES) -> int:
+    """'60m', '1h', '90' (minutes) -> steps of `step_minutes`; must be a whole number of steps."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"horizon {text!r}: expected minutes like 60m or 1h")
+    minutes = int(match.group(1)) * (60 if (match.group(2) or "m").lower() == "h" else 1)
+    if minutes <= 0 or minutes % step_minutes:
+        raise argparse.ArgumentTypeError(
+            f"horizon {text!r}: must be a positive multiple of {step_minutes} minutes")
+    return minutes // step_minutes
+
+
+def _learned(text: str) -> tuple[str, ...]:
+    from market_pipeline.forecast.settings import KNOWN_LEARNED_MODELS
+
+    names = tuple(name for name in (part.strip() for part in text.split(",")) if name)
+    unknown = [name for name in names if name not in KNOWN_LEARNED_MODELS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown learned model(s) {unknown}; "
+                                         f"known: {', '.join(KNOWN_LEARNED_MODELS)}")
+    return names
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    forecast = sub.add_parser("forecast", help="demand forecasting per pool")
+    forecast_sub = forecast.add_subparsers(dest="forecast_command", required=True)
+
+    backtest = forecast_sub.add_parser(
+        "backtest", help="holdout backtest on a Helios trace (first 60%% fit, rest forecast)")
+    backtest.add_argument("--series", required=True, help="Helios virtual-cluster CSV")
+    backtest.add_argument("--horizon", type=parse_horizon_steps, default=12,
+                          help="forecast horizon, e.g. 60m or 1h (default 60m)")
+    backtest.add_argument("--train-fraction", type=float, default=0.6,
+                          help="leading share of points for fitting and model choice")
+    backtest.add_argument("--learned", type=_learned, default=("ridge",),
+                          help="learned candidates, comma separated: ridge,gbm (default ridge)")
+    backtest.add_argument("--json", action="store_true", help="print one JSON object")
+    backtest.set_defaults(handler=run_backtest)
+
+    pools = forecast_sub.add_parser("pools", help="forecast every pool of a demand table")
+    pools.add_argument("--demand", required=True,
+                       help="CSV or Parquet with pool_id, ts, demand [, price]")
+    pools.add_argument("--horizon", type=parse_horizon_steps, default=12,
+                       help="fine horizon, e.g. 60m (default 60m)")
+    pools.add_argument("--out", help="write the long forecast table here (.csv or .parquet)")
+    pools.add_argument("--json", action="store_true", help="print one JSON summary object")
+    pools.set_defaults(handler=run_pools)
+
+
+def register_bench(bench_sub: argparse._SubParsersAction) -> None:
+    bench = bench_sub.add_parser("forecast", help="fit + forecast time for many synthetic pools")
+    bench.add_argument("--pools", type=int, default=500, help="number of pools (default 500)")
+    bench.add_argument("--days", type=float, default=3.0, help="history per pool in days")
+    bench.add_argument("--seed", type=int, default=0, help="seed of the synthetic demand")
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.set_defaults(handler=run_bench)
+
+
+def run_backtest(args: argparse.Namespace) -> int:
+    from market_pipeline.forecast.backtest import backtest_series, load_helios_series
+    from market_pipeline.forecast.settings import ForecastInputError, ForecastSettings
+
+    try:
+        values = load_helios_series(args.series)
+        result = backtest_series(values, horizon_steps=args.horizon,
+                                 train_fraction=args.train_fraction,
+                                 settings=ForecastSettings(learned_models=args.learned))
+    except (ForecastInputError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    payload = {"series": str(args.series), **result.to_json()}
+    if args.json:
+        print(json.dumps(payload))
+        return EXIT_OK
+    for key in ("mae", "persistence_mae", "seasonal_naive_mae", "coverage_80", "pinball_loss",
+                "chosen_model", "origins"):
+        print(f"{key:>20}: {payload[key]}")
+    return EXIT_OK
+
+
+def _read_table(path: Path):  # -> pl.DataFrame
+    import polars as pl
+
+    if not path.is_file():
+        raise FileNotFoundError(f"demand table not found: {path}")
+    if path.suffix.lower() == ".parquet":
+        return pl.read_parquet(path)
+    return pl.read_csv(path, try_parse_dates=True)
+
+
+def run_pools(args: argparse.Namespace) -> int:
+    from market_pipeline.forecast.pools import forecast_pool_results, results_frame
+    from market_pipeline.forecast.settings import ForecastInputError
+
+    try:
+        table = _read_table(Path(args.demand))
+        results = forecast_pool_results(table, horizon_steps=args.horizon)
+    except (ForecastInputError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    frame = results_frame(results, table.schema["ts"])
+    if args.out:
+        out = Path(args.out)
+        frame.write_parquet(out) if out.suffix.lower() == ".parquet" else frame.write_csv(out)
+    summary = {
+        "pools": len(results),
+        "rows": frame.height,
+        "origin_ts": results[0].origin_ts.isoformat() if results else None,
+        "models": dict(Counter(r.forecast.model for r in results)),
+        "fallbacks": {r.pool_id: r.forecast.fallback_reason for r in results
+                      if r.forecast.fallback_reason},
+        "out": args.out,
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        for result in results:
+            forecast = result.forecast
+            print(f"{result.pool_id}: {forecast.model} q50@{forecast.horizon_minutes[-1]}m="
+                  f"{forecast.q50[-1]:.1f} [{forecast.q10[-1]:.1f}, {forecast.q90[-1]:.1f}]"
+                  + (f"  fallback: {forecast.fallback_reason}" if forecast.fallback_reason else ""))
+    return EXIT_OK
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from market_pipeline.forecast.bench import run_forecast_bench
+
+    if args.pools < 1 or args.days <= 0:
+        print("error: --pools must be >= 1 and --days > 0", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    report = run_forecast_bench(args.pools, days=args.days, seed=args.seed)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for key, value in report.items():
+            print(f"{key:>24}: {value}")
+    return EXIT_OK

@@ -1,0 +1,69 @@
+"""Split-conformal prediction intervals, normalised by recent volatility.
+
+Residuals are divided by a scale known at the origin (mean |1-step change| over the last
+`window` steps plus a floor), so intervals widen in busy periods and narrow in quiet ones;
+the quantiles of the normalised residuals come only from the calibration origins.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from market_pipeline.forecast.features import Series
+
+
+@dataclass(frozen=True)
+class Calibration:
+    horizons: np.ndarray
+    lower: np.ndarray  # per-horizon quantile of normalised residual at the lower level
+    upper: np.ndarray
+    window: int
+    floor: float
+    residual_count: int
+
+    def scale(self, series: Series, origins: np.ndarray) -> np.ndarray:
+        return series.trailing_abs_step(origins, self.window) + self.floor
+
+    def bounds(self, point: np.ndarray, series: Series,
+               origins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Interval around point forecasts (origins x horizons), never excluding the point."""
+        scale = self.scale(series, origins)[:, None]
+        low = np.minimum(point + self.lower[None, :] * scale, point)
+        high = np.maximum(point + self.upper[None, :] * scale, point)
+        return low, high
+
+    def extrapolated(self, horizons: np.ndarray) -> Calibration:
+        """Bounds for horizons without enough residuals: the widest calibrated horizon's
+        quantiles grown like a random walk (sqrt of the horizon ratio); never narrower."""
+        base = int(np.argmax(self.horizons))
+        base_horizon = float(self.horizons[base])
+        growth = np.sqrt(np.maximum(horizons / base_horizon, 1.0))
+        return Calibration(horizons, self.lower[base] * growth, self.upper[base] * growth,
+                           self.window, self.floor, self.residual_count)
+
+
+def conformal_quantiles(normalised: np.ndarray, lower_level: float,
+                        upper_level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Finite-sample split-conformal order statistics per column (horizon).
+
+    With n residuals the lower bound is the floor(lower * (n + 1))-th smallest and the upper
+    the ceil(upper * (n + 1))-th smallest (clamped to the sample), as in split conformal.
+    """
+    count = normalised.shape[0]
+    ordered = np.sort(normalised, axis=0)
+    low_rank = min(max(math.floor(lower_level * (count + 1)), 1), count) - 1
+    high_rank = min(max(math.ceil(upper_level * (count + 1)), 1), count) - 1
+    return ordered[low_rank], ordered[high_rank]
+
+
+def calibrate(residuals: np.ndarray, series: Series, origins: np.ndarray, horizons: np.ndarray,
+              *, window: int, floor: float, lower_level: float, upper_level: float) -> Calibration:
+    """Calibration from residuals (origins x horizons) observed at the given origins."""
+    if floor <= 0.0:
+        raise ValueError("the scale floor must be positive (constant series fall back earlier)")
+    scale = series.trailing_abs_step(origins, window) + floor
+    lower, upper = conformal_quantiles(residuals / scale[:, None], lower_level, upper_level)
+    return Calibration(horizons, lower, upper, window, floor, int(residuals.shape[0]))
