@@ -1,0 +1,329 @@
+"""The digital twin of a GPU fleet: nodes, GPUs with free capacity, running tasks, a pending
+queue, and simulated time.
+
+Time is integer unix seconds. `advance(until)` processes events (arrivals, task ends, node
+joins, GPU XID faults) in (time, kind, key) order and emits telemetry at every sample tick
+epoch + k * interval; events at a tick's time are applied before the tick is sampled. Every
+random draw comes from a per-hour stream keyed by the seed, and the event order does not
+depend on push order, so advancing in one call or in many gives identical output, and the
+same seed and the same calls give identical samples. Interventions (see operations.py)
+apply at the twin's clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from market_pipeline.fleet.catalog import FleetCatalog
+from market_pipeline.fleet.gpu_models import mig_profile_for_slices
+from market_pipeline.fleet.telemetry import GpuLoad, GpuShare, NoiseBlocks, samples_frame, synthesize_batch
+from market_pipeline.fleet.workload import BLOCK_SECONDS, STREAM_XID, Job, WorkloadModel
+from market_pipeline.hardware.protocol import NodeState
+from market_pipeline.placement.capacity import MILLI, Placement
+from market_pipeline.placement.policies import PlacementPolicy
+
+def _may_fit(job: Job, room: tuple[str, int, int, int, int]) -> bool:
+    model, cpu, mem, largest, whole = room
+    if job.gpu_model != model or job.cpu_milli > cpu or job.mem_mib > mem:
+        return False
+    if job.num_gpu > 1 or job.gpu_milli >= MILLI:
+        return whole >= job.num_gpu
+    return largest >= job.gpu_milli
+
+
+_KIND_ORDER = {"end": 0, "xid": 1, "join": 2, "arrival": 3}
+_NEVER = 1 << 62
+
+
+@dataclass(frozen=True)
+class TwinParams:
+    sample_interval_s: int = 60
+    warm_join_s: int = 60  # a WARM node joins the pool this long after power_on
+    provision_s: int = 600  # an OFF node is provisioned and joins after this long
+    xid_rate_per_gpu_hour: float = 1e-4  # ~10x Llama-3's GPU fault rate, so demos see some
+    pending_retry_budget: int = 64  # placement attempts per capacity-freeing event
+    pending_scan_limit: int = 512  # queue entries screened per capacity-freeing event
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.sample_interval_s <= BLOCK_SECONDS:
+            raise ValueError(f"sample_interval_s must be in 1..{BLOCK_SECONDS}")
+        if self.warm_join_s < 0 or self.provision_s < 0 or self.xid_rate_per_gpu_hour < 0:
+            raise ValueError("join delays and the XID rate must be >= 0")
+
+
+@dataclass
+class RunningTask:
+    job: Job
+    placement: Placement
+    positions: list[int]  # catalog GPU positions
+    started_ts: int
+    end_ts: int  # natural end, or the exit after a SIGTERM
+    drain_signal_ts: int | None = None
+    sigterm_ts: int | None = None
+    checkpoint_ts: int | None = None
+    mig_profile: str | None = None  # the MIG instance's profile when it runs on one
+
+
+class FleetTwin:
+    def __init__(self, catalog: FleetCatalog, workload: WorkloadModel, policy: PlacementPolicy,
+                 params: TwinParams, seed: int, epoch_ts: int) -> None:
+        self.catalog, self.workload, self.policy = catalog, workload, policy
+        self.params, self.seed, self.epoch_ts = params, seed, epoch_ts
+        self.cap = catalog.to_capacity()
+        self.node_state = [n.initial_state for n in catalog.nodes]
+        self.cordoned = np.zeros(len(catalog.nodes), dtype=bool)
+        self.joining: dict[int, int] = {}  # node row -> ts it joins the pool
+        self.clock = epoch_ts
+        self.running: dict[str, RunningTask] = {}
+        self.pending: list[Job] = []
+        self.heap: list[tuple[int, int, str, str, Any]] = []
+        self.blocks_generated = 0
+        self.next_tick = 0
+        self.load = GpuLoad(catalog)
+        ticks_per_block = -(-BLOCK_SECONDS // params.sample_interval_s)
+        self.noise = NoiseBlocks(seed, catalog.n_gpus, ticks_per_block)
+        self.xid_pending = np.zeros(catalog.n_gpus, dtype=np.int32)
+        self.stats: Counter[str] = Counter()
+        self.new_samples: list[dict[str, np.ndarray]] = []
+        self.new_events: list[tuple[int, str, str, str, bool]] = []
+        self.new_ended: list[dict[str, Any]] = []
+        self._on_positions: np.ndarray | None = None
+
+    @classmethod
+    def create(cls, catalog: FleetCatalog, workload: WorkloadModel, policy: PlacementPolicy,
+               params: TwinParams, seed: int, epoch_ts: int) -> "FleetTwin":
+        """A fresh twin at its epoch with the workload's already-running jobs placed."""
+        twin = cls(catalog, workload, policy, params, seed, epoch_ts)
+        initial = workload.initial_population(epoch_ts)
+        # an operator packs what is already running big jobs first
+        for job in sorted(initial, key=lambda j: (-j.num_gpu * j.gpu_milli, j.arrival_ts, j.task_id)):
+            placement = twin.policy.choose(twin.cap, job.request())
+            if placement is None:  # more already-running work than fits: it never existed here
+                twin.stats["initial_unplaced"] += 1
+                continue
+            twin._start(job, placement, job.arrival_ts)
+        return twin
+
+    # -- time ---------------------------------------------------------------------------------
+    def tick_ts(self, k: int) -> int:
+        return self.epoch_ts + k * self.params.sample_interval_s
+
+    def advance(self, until_ts: int, emit_samples: bool = True) -> None:
+        """Run the fleet up to (not including) `until_ts`; the clock ends at `until_ts`."""
+        if until_ts <= self.clock:
+            return
+        self._generate_blocks(until_ts)
+        while True:
+            next_event = self.heap[0][0] if self.heap else _NEVER
+            next_tick = self.tick_ts(self.next_tick)
+            if min(next_event, next_tick) >= until_ts:
+                break
+            if next_event <= next_tick:
+                self._process_events_at(next_event)
+            else:
+                stop = min(next_event, until_ts)
+                count = -(-(stop - next_tick) // self.params.sample_interval_s)
+                ticks = np.arange(self.next_tick, self.next_tick + count)
+                if emit_samples:
+                    self.emit_ticks(ticks)
+                self.next_tick += count
+        self.clock = until_ts
+
+    def _generate_blocks(self, until_ts: int) -> None:
+        while self.epoch_ts + self.blocks_generated * BLOCK_SECONDS < until_ts:
+            block = self.blocks_generated
+            for job in self.workload.block_arrivals(block, self.epoch_ts):
+                self.push(job.arrival_ts, "arrival", job.task_id, job)
+            self._push_xids(block)
+            self.blocks_generated += 1
+
+    def _push_xids(self, block: int) -> None:
+        rng = np.random.default_rng([self.seed, STREAM_XID, block])
+        expected = self.params.xid_rate_per_gpu_hour * self.catalog.n_gpus * BLOCK_SECONDS / 3600
+        count = int(rng.poisson(expected))
+        positions = rng.integers(0, max(self.catalog.n_gpus, 1), size=count)
+        offsets = rng.integers(0, BLOCK_SECONDS, size=count)
+        for i, (pos, off) in enumerate(zip(positions, offsets)):
+            ts = self.epoch_ts + block * BLOCK_SECONDS + int(off)
+            self.push(ts, "xid", f"{int(pos):08d}-{block}-{i}", int(pos))
+
+    def push(self, ts: int, kind: str, key: str, payload: Any) -> None:
+        heapq.heappush(self.heap, (ts, _KIND_ORDER[kind], key, kind, payload))
+
+    def _process_events_at(self, ts: int) -> None:
+        self.clock = max(self.clock, ts)
+        while self.heap and self.heap[0][0] == ts:
+            _, _, _, kind, payload = heapq.heappop(self.heap)
+            if kind == "arrival":
+                self.stats["arrived"] += 1
+                self.pending.append(payload)
+                self._try_place(payload, ts)
+            elif kind == "end":
+                task = self.running.get(payload)
+                if task is not None and task.end_ts == ts:  # else stale: the task ended earlier
+                    event, reason = self._natural_end(task)
+                    self.finish(payload, ts, event, reason)
+                    self.schedule_pending(ts, [task.placement.node])
+            elif kind == "join":
+                if self.joining.get(payload) == ts:
+                    del self.joining[payload]
+                    self.set_node_state(payload, NodeState.ON)
+                    self.schedule_pending(ts, [payload])
+            elif kind == "xid":
+                self._xid(payload, ts)
+
+    @staticmethod
+    def _natural_end(task: RunningTask) -> tuple[str, str]:
+        if task.sigterm_ts is not None:
+            return "drained", "exited after SIGTERM"
+        if task.drain_signal_ts is not None:
+            return "drained", "completed after drain signal"
+        return "end", "completed"
+
+    def _xid(self, position: int, ts: int) -> None:
+        row = int(self.catalog.gpu_node_row[position])
+        if self.node_state[row] is not NodeState.ON:
+            return
+        self.xid_pending[position] += 1
+        self.stats["xid"] += 1
+        uuid = self.catalog.gpu_uuids[position]
+        for task_id in sorted(self.load.holders[position]):
+            self.finish(task_id, ts, "failed", f"XID 79 (GPU fell off the bus) on {uuid}", platform_fault=True)
+        self.schedule_pending(ts, [row])
+
+    # -- placement ----------------------------------------------------------------------------
+    def _try_place(self, job: Job, ts: int) -> bool:
+        placement = self.policy.choose(self.cap, job.request())
+        if placement is None:
+            return False
+        self.pending.remove(job)
+        self._start(job, placement, ts)
+        return True
+
+    def schedule_pending(self, ts: int, rows: Sequence[int] = ()) -> None:
+        """Capacity was freed on node `rows`: abandon jobs that waited too long, then place
+        what fits, in FIFO order (later jobs may backfill). Every pending job failed at its
+        last try and capacity elsewhere only shrank since, so only jobs that could fit on the
+        freed nodes are tried: a cheap screen, then at most `pending_retry_budget` calls."""
+        timeout = self.workload.params.pending_timeout_s
+        expired = [j for j in self.pending if ts - j.arrival_ts > timeout]
+        for job in expired:
+            self.pending.remove(job)
+            self.stats["abandoned"] += 1
+        rows = [r for r in rows if self.cap.schedulable[r]]
+        if not self.pending or not rows:
+            return
+        attempts = 0
+        room = {r: self._room(r) for r in rows}
+        for job in self.pending[: self.params.pending_scan_limit]:
+            if attempts >= self.params.pending_retry_budget:
+                break
+            if not any(_may_fit(job, r) for r in room.values()):
+                continue
+            attempts += 1
+            if self._try_place(job, ts):
+                room = {r: self._room(r) for r in rows}
+
+    def _room(self, row: int) -> tuple[str, int, int, int, int]:
+        """(model, free CPU, free memory, largest free GPU milli, whole free GPUs) of a node."""
+        free = self.cap.gpu_free[row][self.cap.present[row]]
+        return (self.catalog.nodes[row].gpu_model, int(self.cap.cpu_free[row]), int(self.cap.mem_free[row]),
+                int(free.max()) if len(free) else 0, int((free >= MILLI).sum()))
+
+    def _start(self, job: Job, placement: Placement, ts: int) -> None:
+        node = self.catalog.nodes[placement.node]
+        base = int(self.catalog.gpu_offsets[placement.node])
+        spec = self.catalog.models[node.gpu_model]
+        mig = mig_profile_for_slices(spec, placement.mig_slices) if placement.mig_instance else None
+        task = RunningTask(job, placement, [base + s for s in placement.gpus], ts, ts + job.lifetime_s,
+                           mig_profile=mig)
+        self.attach(task)
+        self.push(task.end_ts, "end", job.task_id, job.task_id)
+        self.new_events.append((ts, job.task_id, "start", f"placed on {node.node_id} by {self.policy.name}", False))
+        self.stats["started"] += 1
+
+    def attach(self, task: RunningTask) -> None:
+        """Reserve a running task's capacity and account its load (start, or state reload)."""
+        job = task.job
+        self.cap.allocate(job.request(), task.placement)
+        self.running[job.task_id] = task
+        share = GpuShare(job.task_id, job.tenant_id, task.placement.milli / MILLI, job.util_level,
+                         job.kind == "inference", job.gpu_mem_share * self.reserved_mem_mib(task),
+                         task.mig_profile)
+        self.load.add(task.positions, share)
+
+    def reserved_mem_mib(self, task: RunningTask) -> float:
+        """GPU memory a task holds on each of its GPUs."""
+        spec = self.catalog.models[task.job.gpu_model]
+        if task.mig_profile:
+            gb = task.mig_profile.split(".")[-1].removesuffix("gb")
+            if gb.isdigit():
+                return float(int(gb) * 1024)
+        return spec.memory_mib * task.placement.milli / MILLI
+
+    def finish(self, task_id: str, ts: int, event: str, reason: str, platform_fault: bool = False) -> None:
+        task = self.running.pop(task_id)
+        self.cap.release(task.job.request(), task.placement)
+        self.load.remove(task.positions, task_id)
+        self.new_events.append((ts, task_id, event, reason, platform_fault))
+        self.new_ended.append({"task_id": task_id, "ended_ts": ts, "end_reason": reason, "event": event,
+                               **self.task_record(task)})
+        self.stats[event] += 1
+
+    def task_record(self, task: RunningTask) -> dict[str, Any]:
+        """The attributes TaskInfo is built from (also stored for ended tasks)."""
+        job, node = task.job, self.catalog.nodes[task.placement.node]
+        return {
+            "tenant_id": job.tenant_id, "pool_id": node.pool_id, "node_id": node.node_id,
+            "gpu_uuids": [self.catalog.gpu_uuids[g] for g in task.positions],
+            "gpu_milli": task.placement.milli, "kind": job.kind, "qos": job.qos,
+            "priority": job.priority, "resource_class": job.resource_class,
+            "started_ts": task.started_ts, "mem_mib": int(self.reserved_mem_mib(task)),
+            "mig_profile": task.mig_profile, "do_not_drain": job.do_not_drain,
+            "checkpointable": job.checkpointable,
+        }
+
+    # -- nodes ----------------------------------------------------------------------------------
+    def set_node_state(self, row: int, state: NodeState) -> None:
+        self.node_state[row] = state
+        self.cap.schedulable[row] = state is NodeState.ON and not self.cordoned[row]
+        self._on_positions = None
+
+    def set_cordoned(self, row: int, cordoned: bool) -> None:
+        self.cordoned[row] = cordoned
+        self.cap.schedulable[row] = self.node_state[row] is NodeState.ON and not cordoned
+
+    def schedule_join(self, row: int, ts: int) -> None:
+        self.joining[row] = ts
+        self.push(ts, "join", f"{row:08d}", row)
+
+    # -- telemetry ------------------------------------------------------------------------------
+    def on_positions(self) -> np.ndarray:
+        if self._on_positions is None:
+            on_rows = np.array([s is NodeState.ON for s in self.node_state], dtype=bool)
+            self._on_positions = np.flatnonzero(on_rows[self.catalog.gpu_node_row])
+        return self._on_positions
+
+    def emit_ticks(self, ticks: np.ndarray) -> None:
+        tick_ts = self.epoch_ts + ticks * self.params.sample_interval_s
+        factor = np.clip(self.workload.profile.factor(tick_ts - self.epoch_ts), 0.3, 1.7)
+        positions = self.on_positions()
+        if len(positions) == 0:
+            return
+        self.new_samples.append(synthesize_batch(self.load, tick_ts, positions, self.noise.take(ticks),
+                                                 factor, self.xid_pending))
+        self.xid_pending[:] = 0
+
+    def take_outputs(self) -> tuple[pl.DataFrame | None, list[tuple[int, str, str, str, bool]], list[dict[str, Any]]]:
+        """Samples, task events and ended-task records produced since the last call."""
+        samples = samples_frame(self.load, self.new_samples) if self.new_samples else None
+        events, ended = self.new_events, self.new_ended
+        self.new_samples, self.new_events, self.new_ended = [], [], []
+        return samples, events, ended
