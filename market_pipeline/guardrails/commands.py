@@ -1,0 +1,175 @@
+"""CLI of the task-drain guardrail: `drain` (one task now) and `drain-plan` (one tick).
+
+`market-pipeline drain --backend local-process --pid PID --warn-seconds W
+ --timeout-seconds T --json` drains a process: warning, checkpoint signal (only to a process
+that handles it), SIGTERM, SIGKILL after T; prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+EXIT_OK, EXIT_DRAIN_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    drain = sub.add_parser("drain", help="drain one task now (task drainability guardrail)")
+    target = drain.add_mutually_exclusive_group(required=True)
+    target.add_argument("--pid", type=int, help="any process on this machine (local-process)")
+    target.add_argument("--decision-id", help="execute an approved drain decision")
+    drain.add_argument("--backend", choices=("simulated", "local-process", "nvml", "dcgm"),
+                       help="adapter backend (default: the configured one)")
+    drain.add_argument("--config", help="TOML config (default: shipped or MARKET_PIPELINE_CONFIG)")
+    drain.add_argument("--warn-seconds", type=float, help="notice before SIGTERM")
+    drain.add_argument("--timeout-seconds", type=float, help="SIGTERM -> SIGKILL grace")
+    drain.add_argument("--checkpoint-timeout-seconds", type=float,
+                       help="wait for a checkpoint acknowledgement (default with --pid: W)")
+    drain.add_argument("--tenant-id", default="external", help="tenant of an adopted pid")
+    drain.add_argument("--audit", choices=("warehouse", "memory"), default="warehouse",
+                       help="where the drain's transitions are recorded")
+    drain.add_argument("--json", action="store_true", help="print one JSON object")
+    drain.set_defaults(handler=run_drain)
+
+    plan = sub.add_parser("drain-plan", help="plan this tick's task drains (decisions)")
+    plan.add_argument("--config", help="TOML config")
+    plan.add_argument("--dry-run", action="store_true", help="do not write the decisions")
+    plan.add_argument("--scale-down-node", action="append", default=[], help="node to empty")
+    plan.add_argument("--json", action="store_true", help="print one JSON object")
+    plan.set_defaults(handler=run_drain_plan)
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from market_pipeline.config import load_config
+
+    config = load_config(getattr(args, "config", None))
+    backend = getattr(args, "backend", None)
+    if backend and backend != config.adapter.backend:
+        config = config.model_copy(
+            update={"adapter": config.adapter.model_copy(update={"backend": backend})})
+    return config
+
+
+def _timing(args: argparse.Namespace, config: Any) -> Any:
+    from market_pipeline.guardrails.task_drain_steps import DrainTiming
+
+    base = DrainTiming.from_config(config)
+    if args.pid is None:
+        return base
+    warn = base.warn_seconds if args.warn_seconds is None else args.warn_seconds
+    grace = base.terminate_timeout_seconds if args.timeout_seconds is None else args.timeout_seconds
+    checkpoint = warn if args.checkpoint_timeout_seconds is None else args.checkpoint_timeout_seconds
+    # The checkpoint runs inside the notice, so W + T bounds the whole drain.
+    return DrainTiming(warn_seconds=warn, checkpoint_timeout_seconds=checkpoint,
+                       terminate_timeout_seconds=grace,
+                       max_total_seconds=max(max(warn, checkpoint) + grace, 0.001),
+                       kill_timeout_seconds=base.kill_timeout_seconds,
+                       verify_timeout_seconds=base.verify_timeout_seconds,
+                       verify_attempts=3, verify_retry_seconds=0.1,
+                       call_margin_seconds=base.call_margin_seconds, poll_seconds=0.05)
+
+
+@contextlib.contextmanager
+def _store(args: argparse.Namespace, config: Any) -> Iterator[Any]:
+    """The audit store; the warehouse one holds its connection for this short drain."""
+    from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
+    from market_pipeline.guardrails.task_drain_store import WarehouseAuditStore
+    from market_pipeline.warehouse import open_warehouse
+
+    if args.audit == "memory":
+        yield InMemoryAuditStore()
+        return
+    warehouse = open_warehouse(config.warehouse_path, migrate=True)
+    with warehouse.connect() as con:
+        yield WarehouseAuditStore(warehouse, connection=con)
+
+
+def _drain_id(store: Any, task_id: str) -> str:
+    """Resume an open CLI drain of this task, else start the next numbered one."""
+    from market_pipeline.guardrails.task_drain_protocol import TERMINAL_STATES
+
+    attempt = 1
+    while True:
+        drain_id = f"cli-{task_id}" + (f"-{attempt}" if attempt > 1 else "")
+        history = store.load_states(drain_id)
+        if not history or history[-1].state not in TERMINAL_STATES:
+            return drain_id
+        attempt += 1
+
+
+def _drain_pid(args: argparse.Namespace, config: Any) -> dict[str, Any]:
+    from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
+    from market_pipeline.hardware.local_process import LocalProcessAdapter
+
+    if config.adapter.backend != "local-process":
+        raise ValueError(f"--pid needs --backend local-process, not {config.adapter.backend!r}")
+    timing = _timing(args, config)
+    adapter = LocalProcessAdapter.from_config(config)
+    task = adapter.adopt_pid(args.pid, tenant_id=args.tenant_id)
+    with _store(args, config) as store:
+        executor = DrainExecutor(adapter, store, timing,
+                                 grace_seconds=float(config.billing.grace_seconds))
+        report = executor.run(DrainRequest(drain_id=_drain_id(store, task.task_id), task=task,
+                                           reasons=("manual: drain --pid",)))
+    return {**report.to_json(), "pid": args.pid}
+
+
+def _drain_decision(args: argparse.Namespace, config: Any) -> dict[str, Any]:
+    from market_pipeline.guardrails.task_drain_service import execute_decision
+    from market_pipeline.hardware import make_adapter
+    from market_pipeline.warehouse import open_warehouse
+
+    warehouse = open_warehouse(config.warehouse_path, migrate=True)
+    report = execute_decision(warehouse, make_adapter(config), config, args.decision_id)
+    return report.to_json()
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    from market_pipeline.warehouse import WarehouseError
+
+    try:
+        config = _config(args)
+        result = _drain_pid(args, config) if args.pid is not None else _drain_decision(args, config)
+    except (ValueError, WarehouseError) as exc:  # ConfigError, DrainRefused, bad pid, ... all name the problem
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{result['outcome']} in {result['seconds']:.2f}s: {' -> '.join(result['states'])}"
+              f" ({result['reason']})")
+    return EXIT_OK if result["outcome"] in ("terminated", "killed", "gone") else EXIT_DRAIN_FAILED
+
+
+def run_drain_plan(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from market_pipeline.guardrails.task_drain_limits import DrainLimits
+    from market_pipeline.guardrails.task_drain_plan import SelectionPolicy, plan_drains
+    from market_pipeline.guardrails.task_drain_service import gather_planning_inputs
+    from market_pipeline.guardrails.task_drain_store import write_decisions
+    from market_pipeline.hardware import make_adapter
+    from market_pipeline.warehouse import WarehouseError, open_warehouse
+
+    try:
+        config = _config(args)
+        warehouse = open_warehouse(config.warehouse_path, migrate=True)
+        inputs, source = gather_planning_inputs(
+            warehouse, make_adapter(config), config, wall_now=datetime.now(timezone.utc),
+            scale_down_nodes=args.scale_down_node)
+        decisions = plan_drains(inputs, SelectionPolicy.from_config(config),
+                                DrainLimits.from_config(config))
+        written = 0 if args.dry_run else write_decisions(warehouse, decisions)
+    except (ValueError, WarehouseError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    rows = [{"decision_id": d.decision_id, "task_id": d.task.task_id, "trigger": d.reason.value,
+             "allowed": d.allowed, "shadow": d.shadow, "reasons": list(d.reasons)}
+            for d in decisions]
+    payload = {"decisions": rows, "written": written, "samples_from": source}
+    print(json.dumps(payload) if args.json else json.dumps(payload, indent=1))
+    return EXIT_OK

@@ -1,0 +1,323 @@
+"""Steps one drain through the node adapter, persisting every transition before moving on.
+
+`DrainExecutor.run` is idempotent per drain id: called again for a drain that already
+finished it returns the stored report without touching the task; called for a drain that a
+crashed run left half-way it resumes from the audit log (see task_drain_protocol).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from market_pipeline.guardrails.task_drain_calls import (
+    Clock,
+    InlineStepCaller,
+    StepCaller,
+    StepResult,
+    SystemClock,
+    ThreadedStepCaller,
+)
+from market_pipeline.guardrails.task_drain_protocol import (
+    STATUS_INTERRUPTED,
+    STATUS_SKIPPED,
+    DrainAuditStore,
+    DrainState,
+    DrainTransition,
+    Phase,
+    check_transition,
+    task_from_dict,
+    task_to_dict,
+)
+from market_pipeline.guardrails.task_drain_steps import (
+    DrainReport,
+    DrainTiming,
+    Step,
+    next_step,
+    remaining_seconds,
+    summarize,
+)
+from market_pipeline.hardware.protocol import NodeAdapter, Outcome, OutcomeStatus, TaskInfo
+
+__all__ = ["Clock", "DrainExecutor", "DrainRequest", "InlineStepCaller", "StepCaller",
+           "StepResult", "SystemClock", "ThreadedStepCaller"]
+
+
+@dataclass(frozen=True)
+class DrainRequest:
+    drain_id: str
+    task: TaskInfo
+    reasons: tuple[str, ...] = ()
+    decision_id: str | None = None
+    abort_reason: str | None = None  # set by the caller to record a drain refused up front
+
+
+def _task_fault(step: Step, result: StepResult) -> bool:
+    """Whether a step's result is the platform's fault (recorded for SLA credits)."""
+    if result.platform_fault:
+        return True
+    if result.status in (OutcomeStatus.OK.value, OutcomeStatus.GONE.value,
+                         OutcomeStatus.UNSUPPORTED.value, STATUS_SKIPPED, STATUS_INTERRUPTED):
+        return False
+    # A checkpoint or SIGTERM answered too late is the task's doing; anything else is ours.
+    if step in (Step.CHECKPOINT, Step.TERMINATE) and result.status == OutcomeStatus.TIMEOUT.value:
+        return False
+    return True
+
+
+class DrainExecutor:
+    def __init__(self, adapter: NodeAdapter, store: DrainAuditStore, timing: DrainTiming, *,
+                 grace_seconds: float = 0.0, clock: Clock | None = None,
+                 caller: StepCaller | None = None) -> None:
+        self.adapter = adapter
+        self.store = store
+        self.timing = timing
+        self.grace_seconds = grace_seconds
+        self.clock = clock or SystemClock()
+        self.caller = caller or ThreadedStepCaller()
+
+    # -- entry point ----------------------------------------------------------------------
+    def run(self, request: DrainRequest) -> DrainReport:
+        history = self.store.load_states(request.drain_id)
+        if not history:
+            history = self._start(request)
+        while True:
+            move = next_step(history, self.clock.now(), self._timing_of(history))
+            if move.step is Step.DONE:
+                return summarize(history)
+            history = self._perform(move.step, move.why, history)
+
+    # -- persistence ----------------------------------------------------------------------
+    def _append(self, history: list[DrainTransition], state: DrainState, phase: Phase,
+                detail: dict[str, Any]) -> list[DrainTransition]:
+        first = history[0] if history else None
+        row = DrainTransition(
+            drain_id=first.drain_id if first else detail["drain_id"], seq=len(history),
+            state=state, phase=phase, recorded_at=self.clock.now(),
+            task_id=first.task_id if first else detail["task"]["task_id"],
+            node_id=first.node_id if first else detail["task"]["node_id"],
+            tenant_id=first.tenant_id if first else detail["task"]["tenant_id"],
+            detail={k: v for k, v in detail.items() if k != "drain_id"},
+        )
+        check_transition(history, row)
+        self.store.append(row)
+        return [*history, row]
+
+    def _start(self, request: DrainRequest) -> list[DrainTransition]:
+        detail = {
+            "drain_id": request.drain_id, "phase": Phase.ONLY.value,
+            "task": task_to_dict(request.task), "reasons": list(request.reasons),
+            "decision_id": request.decision_id, "timing": self.timing.to_dict(),
+            "grace_seconds": self.grace_seconds,
+        }
+        history = self._append([], DrainState.REQUESTED, Phase.ONLY, detail)
+        if request.abort_reason:
+            history = self._terminal(history, DrainState.ABORTED, request.abort_reason, False)
+        return history
+
+    @staticmethod
+    def _timing_of(history: list[DrainTransition]) -> DrainTiming:
+        return DrainTiming.from_dict(history[0].detail["timing"])
+
+    @staticmethod
+    def _task_of(history: list[DrainTransition]) -> TaskInfo:
+        return task_from_dict(history[0].detail["task"])
+
+    # -- steps ------------------------------------------------------------------------------
+    def _perform(self, step: Step, why: str,
+                 history: list[DrainTransition]) -> list[DrainTransition]:
+        if step is Step.CLOSE_INTERRUPTED:
+            return self._close_interrupted(history)
+        if step is Step.WARN:
+            return self._warn(history)
+        if step is Step.CHECKPOINT:
+            return self._checkpoint(history)
+        if step is Step.TERMINATE:
+            return self._signal_step(history, Step.TERMINATE, DrainState.TERMINATING, why)
+        if step is Step.KILL:
+            return self._signal_step(history, Step.KILL, DrainState.KILLED, why)
+        if step is Step.VERIFY:
+            return self._verify(history)
+        if step is Step.REPORT:
+            return self._report(history)
+        if step is Step.FAIL:
+            # The only failing step rule is a kill the adapter could not carry out.
+            return self._terminal(history, DrainState.FAILED, why, True)
+        raise AssertionError(f"unhandled step {step}")
+
+    def _precheck(self, history: list[DrainTransition]) -> str | None:
+        """Why this drain must not start now, or None (re-read right before the warning)."""
+        task = self._task_of(history)
+        others = [d for d in self.store.open_drain_ids(task.task_id) if d != history[0].drain_id]
+        if others:
+            return f"duplicate: task {task.task_id} is already being drained by {others[0]}"
+        if task.do_not_drain:
+            return f"do_not_drain: task {task.task_id} is protected"
+        found: list[TaskInfo] = []
+        result = self.caller.call(lambda: self._find_task(task.task_id, found),
+                                  self.timing.call_margin_seconds)
+        if result.status != OutcomeStatus.OK.value:
+            return f"precheck_failed: cannot list tasks ({result.status}: {result.detail})"
+        if found:
+            current = found[0]
+            if current.do_not_drain:
+                return f"do_not_drain: task {task.task_id} became protected"
+            if current.started_at != task.started_at:
+                return (f"task_changed: {task.task_id} restarted at "
+                        f"{current.started_at.isoformat()} after the drain was decided")
+        return None
+
+    def _find_task(self, task_id: str, sink: list[TaskInfo]) -> Outcome:
+        sink.extend(t for t in self.adapter.list_tasks() if t.task_id == task_id)
+        return Outcome.success()
+
+    def _task_running(self, task_id: str) -> bool | None:
+        """True/False from the adapter; None when the adapter cannot tell right now."""
+        found: list[TaskInfo] = []
+        result = self.caller.call(lambda: self._find_task(task_id, found),
+                                  self.timing.call_margin_seconds)
+        if result.status != OutcomeStatus.OK.value:
+            return None
+        return bool(found)
+
+    def _wait_for_exit(self, task_id: str, until: datetime) -> bool:
+        """Poll until the task is gone (True) or `until` passes (False)."""
+        while True:
+            if self._task_running(task_id) is False:
+                return True
+            left = (until - self.clock.now()).total_seconds()
+            if left <= 0:
+                return False
+            self.clock.sleep(min(self.timing.poll_seconds, left))
+
+    def _warn(self, history: list[DrainTransition]) -> list[DrainTransition]:
+        refusal = self._precheck(history)
+        if refusal:
+            return self._terminal(history, DrainState.ABORTED, refusal, False)
+        task, timing = self._task_of(history), self._timing_of(history)
+        notice = timing.checkpoint_timeout_seconds if task.checkpointable else timing.warn_seconds
+        notice = max(0.0, min(notice, remaining_seconds(history, self.clock.now(), timing)))
+        history = self._append(history, DrainState.WARNED, Phase.BEGIN,
+                               {"phase": "begin", "notice_seconds": notice})
+        result = self.caller.call(lambda: self.adapter.warn_task(task.task_id, notice),
+                                  timing.call_margin_seconds)
+        return self._end(history, DrainState.WARNED, Step.WARN, result, {})
+
+    def _checkpoint(self, history: list[DrainTransition]) -> list[DrainTransition]:
+        task, timing = self._task_of(history), self._timing_of(history)
+        budget = max(0.0, remaining_seconds(history, self.clock.now(), timing))
+        history = self._append(history, DrainState.CHECKPOINTING, Phase.BEGIN,
+                               {"phase": "begin", "checkpointable": task.checkpointable})
+        result = None
+        if task.checkpointable:
+            wait = min(timing.checkpoint_timeout_seconds, budget)
+            result = self.caller.call(lambda: self.adapter.checkpoint_task(task.task_id, wait),
+                                      wait + timing.call_margin_seconds)
+            if result.status != OutcomeStatus.UNSUPPORTED.value:
+                return self._end(history, DrainState.CHECKPOINTING, Step.CHECKPOINT, result, {})
+        # No checkpoint hook: the task gets the rest of its notice to wrap up by itself.
+        warned_at = next(r.recorded_at for r in history if r.state is DrainState.WARNED)
+        until = min(warned_at + timedelta(seconds=timing.warn_seconds),
+                    self.clock.now() + timedelta(seconds=budget))
+        started = self.clock.now()
+        exited = self._wait_for_exit(task.task_id, until)
+        waited = (self.clock.now() - started).total_seconds()
+        note = result.detail if result else "task declares no checkpoint support"
+        status = OutcomeStatus.GONE.value if exited else STATUS_SKIPPED
+        outcome = StepResult(status, f"{note}; waited {waited:.2f}s of notice", waited, False)
+        return self._end(history, DrainState.CHECKPOINTING, Step.CHECKPOINT, outcome, {})
+
+    def _signal_step(self, history: list[DrainTransition], step: Step, state: DrainState,
+                     why: str) -> list[DrainTransition]:
+        task, timing = self._task_of(history), self._timing_of(history)
+        history = self._append(history, state, Phase.BEGIN, {"phase": "begin", "why": why})
+        if step is Step.TERMINATE:
+            wait = max(0.0, min(timing.terminate_timeout_seconds,
+                                remaining_seconds(history, self.clock.now(), timing)))
+            result = self.caller.call(lambda: self.adapter.terminate_task(task.task_id, wait),
+                                      wait + timing.call_margin_seconds)
+        else:
+            result = self.caller.call(lambda: self.adapter.kill_task(task.task_id),
+                                      timing.kill_timeout_seconds + timing.call_margin_seconds)
+        return self._end(history, state, step, result, {})
+
+    def _end(self, history: list[DrainTransition], state: DrainState, step: Step,
+             result: StepResult, extra: dict[str, Any]) -> list[DrainTransition]:
+        detail = {"phase": "end", **result.as_detail(), **extra}
+        detail["platform_fault"] = _task_fault(step, result)
+        return self._append(history, state, Phase.END, detail)
+
+    def _close_interrupted(self, history: list[DrainTransition]) -> list[DrainTransition]:
+        """Close a step a crashed run left open, without repeating its action."""
+        open_row = history[-1]
+        task, timing = self._task_of(history), self._timing_of(history)
+        detail: dict[str, Any] = {"phase": "end", "status": STATUS_INTERRUPTED,
+                                  "detail": "run stopped inside this step; not repeated",
+                                  "platform_fault": False}
+        if open_row.state in (DrainState.TERMINATING, DrainState.KILLED):
+            # Give a SIGTERM that may have gone out its full grace before judging it.
+            grace = timing.terminate_timeout_seconds if open_row.state is DrainState.TERMINATING \
+                else timing.kill_timeout_seconds
+            until = min(open_row.recorded_at + timedelta(seconds=grace),
+                        self.clock.now() + timedelta(
+                            seconds=max(0.0, remaining_seconds(history, self.clock.now(), timing))))
+            detail["alive_after"] = not self._wait_for_exit(task.task_id, until)
+        return self._append(history, open_row.state, Phase.END, detail)
+
+    def _verify(self, history: list[DrainTransition]) -> list[DrainTransition]:
+        task, timing = self._task_of(history), self._timing_of(history)
+        last: StepResult | None = None
+        for attempt in range(timing.verify_attempts):
+            if attempt:
+                self.clock.sleep(timing.verify_retry_seconds)
+            last = self._verify_once(task, timing)
+            if last.status == OutcomeStatus.OK.value:
+                return self._append(history, DrainState.RELEASED, Phase.ONLY,
+                                    {"phase": "only", **last.as_detail(), "attempts": attempt + 1})
+            if last.status == OutcomeStatus.GONE.value:
+                return self._terminal(history, DrainState.FAILED,
+                                      f"node_vanished: cannot verify release ({last.detail})", True)
+        assert last is not None
+        return self._terminal(history, DrainState.FAILED,
+                              f"not_released: {last.status}: {last.detail}", True)
+
+    def _verify_once(self, task: TaskInfo, timing: DrainTiming) -> StepResult:
+        running = self._task_running(task.task_id)
+        if running is None:
+            return StepResult(OutcomeStatus.FAILED.value, "cannot list tasks", 0.0, True)
+        if running:
+            return StepResult(OutcomeStatus.FAILED.value,
+                              f"task {task.task_id} is still running", 0.0, True)
+        if task.gpu_milli < 1000 or not task.gpu_uuids:
+            # A shared GPU keeps its other tenants: the task's share is what must be free.
+            return StepResult(OutcomeStatus.OK.value,
+                              "task no longer holds its share of the GPU", 0.0, False)
+        return self.caller.call(lambda: self.adapter.verify_released(task.gpu_uuids),
+                                timing.verify_timeout_seconds + timing.call_margin_seconds)
+
+    def _report(self, history: list[DrainTransition]) -> list[DrainTransition]:
+        summary = summarize(history)
+        return self._terminal(history, DrainState.REPORTED, f"drained: {summary.outcome}", False)
+
+    def _terminal(self, history: list[DrainTransition], state: DrainState, reason: str,
+                  platform_fault: bool) -> list[DrainTransition]:
+        summary = summarize(history)
+        outcome = {DrainState.FAILED: "failed", DrainState.ABORTED: "aborted"}.get(
+            state, summary.outcome)
+        fault = platform_fault or summary.platform_fault
+        task = self._task_of(history)
+        now = self.clock.now()
+        billing = {
+            "drain_id": summary.drain_id, "decision_id": summary.decision_id,
+            "task_id": task.task_id, "tenant_id": task.tenant_id, "pool_id": task.pool_id,
+            "node_id": task.node_id,
+            "drain_signal_at": summary.drain_signal_at.isoformat() if summary.drain_signal_at else None,
+            "grace_seconds": float(history[0].detail.get("grace_seconds", 0.0)),
+            "task_ended_at": summary.task_ended_at.isoformat() if summary.task_ended_at else None,
+            "outcome": outcome, "platform_fault": fault, "reason": reason,
+            "recorded_at": now.isoformat(),
+        }
+        detail = {"phase": "only", "reason": reason, "outcome": outcome,
+                  "platform_fault": fault, "billing": billing}
+        return self._append(history, state, Phase.ONLY, detail)

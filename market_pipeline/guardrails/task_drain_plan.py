@@ -1,0 +1,230 @@
+"""Which tasks to drain this tick: triggers, ordering and limits -> drain decisions.
+
+Triggers, most urgent first: pool pressure (allocation above the threshold: free GPUs until
+it is back under, lowest priority and most drainable first), scale-down (the scaler asked
+for a node to be emptied), under-use (a task below the utilisation threshold for the whole
+window). Each triggered task gets one decision, approved or blocked with its reasons; an
+approval counts against the caps and budgets of the decisions after it in the same batch.
+The same function runs live and in the simulator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+
+from market_pipeline.guardrails.task_drain_limits import (
+    DrainLedger,
+    DrainLimits,
+    DrainReason,
+    LedgerEntry,
+)
+from market_pipeline.guardrails.task_drain_protocol import task_to_dict
+from market_pipeline.guardrails.task_drain_score import (
+    DrainabilityScore,
+    DrainHistory,
+    UtilisationStats,
+    candidate_order,
+    drainability_score,
+    history_for,
+    is_under_used,
+    task_utilisation,
+)
+from market_pipeline.hardware.protocol import NodeInfo, NodeState, TaskInfo
+
+
+@dataclass(frozen=True)
+class SelectionPolicy:
+    under_use_util_pct: float
+    under_use_minutes: float
+    pressure_util_pct: float
+    min_score: float = 0.4
+    sample_interval_seconds: float = 60.0
+    tick_minutes: float = 5.0
+
+    @classmethod
+    def from_config(cls, config: Any, min_score: float = 0.4) -> "SelectionPolicy":
+        section = config.guardrails.task_drain
+        return cls(section.under_use_util_pct, section.under_use_minutes,
+                   section.pressure_util_pct, min_score,
+                   float(config.loop.sample_interval_seconds), float(config.loop.tick_minutes))
+
+
+@dataclass(frozen=True)
+class PlanningInputs:
+    fleet_now: datetime  # the fleet's clock (a simulated fleet runs ahead of the wall)
+    tasks: Sequence[TaskInfo]
+    nodes: Sequence[NodeInfo]
+    samples: pl.DataFrame
+    ledger: DrainLedger
+    shadow: bool
+    ledger_now: datetime | None = None  # the operator's clock; defaults to fleet_now
+    history_by_task: Mapping[str, DrainHistory] = field(default_factory=dict)
+    history_by_tenant: Mapping[str, DrainHistory] = field(default_factory=dict)
+    scale_down_nodes: Sequence[str] = ()
+    manual_task_ids: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class DrainDecision:
+    decision_id: str
+    task: TaskInfo
+    reason: DrainReason
+    allowed: bool
+    shadow: bool
+    reasons: tuple[str, ...]  # "code: explanation"; the trigger first, blockers after
+    score: DrainabilityScore
+    utilisation: UtilisationStats | None
+    decided_at: datetime
+    fleet_now: datetime
+
+    def inputs_json(self) -> dict[str, Any]:
+        util = self.utilisation
+        return {
+            "task": task_to_dict(self.task), "tenant_id": self.task.tenant_id,
+            "node_id": self.task.node_id, "trigger": self.reason.value,
+            "score": self.score.score, "score_components": self.score.components(),
+            "util_mean_pct": None if util is None else round(util.mean_pct, 3),
+            "util_max_pct": None if util is None else round(util.max_pct, 3),
+            "fleet_now": self.fleet_now.isoformat(),
+        }
+
+    def ledger_entry(self) -> LedgerEntry:
+        return LedgerEntry(self.decision_id, self.task.task_id, self.task.tenant_id,
+                           self.task.pool_id, self.task.node_id, self.decided_at)
+
+
+def decision_id_for(task: TaskInfo, reason: DrainReason, decided_at: datetime,
+                    tick_minutes: float) -> str:
+    """Stable within a tick: re-running the planner in the same tick yields the same id."""
+    tick = max(int(tick_minutes * 60), 1)
+    slot = int(decided_at.timestamp()) // tick * tick
+    key = f"{task.task_id}|{task.started_at.isoformat()}|{reason.value}|{slot}"
+    return "drain-" + hashlib.blake2s(key.encode(), digest_size=8).hexdigest()
+
+
+def pool_capacity(nodes: Sequence[NodeInfo]) -> dict[str, tuple[int, float]]:
+    """pool -> (nodes on, GPUs on)."""
+    out: dict[str, tuple[int, float]] = {}
+    for node in nodes:
+        if node.state is NodeState.ON:
+            count, gpus = out.get(node.pool_id, (0, 0.0))
+            out[node.pool_id] = (count + 1, gpus + node.gpus)
+    return out
+
+
+class _Batch:
+    """One planning pass: remembers choices so later checks see earlier approvals."""
+
+    def __init__(self, inputs: PlanningInputs, policy: SelectionPolicy, limits: DrainLimits,
+                 scores: Mapping[str, DrainabilityScore],
+                 util: Mapping[str, UtilisationStats]) -> None:
+        self.inputs, self.policy, self.limits = inputs, policy, limits
+        self.scores, self.util = scores, util
+        self.ledger = DrainLedger(list(inputs.ledger.entries))
+        self.ledger_now = inputs.ledger_now or inputs.fleet_now
+        self.capacity = pool_capacity(inputs.nodes)
+        self.decisions: list[DrainDecision] = []
+        self.chosen: set[str] = set()
+
+    def consider(self, task: TaskInfo, reason: DrainReason, trigger: str) -> bool:
+        self.chosen.add(task.task_id)
+        pool_nodes = self.capacity.get(task.pool_id, (0, 0.0))[0]
+        blockers = self.limits.blockers(task, reason, fleet_now=self.inputs.fleet_now,
+                                        ledger_now=self.ledger_now, ledger=self.ledger,
+                                        pool_nodes=pool_nodes)
+        score = self.scores[task.task_id]
+        if reason is not DrainReason.MANUAL and score.score < self.policy.min_score:
+            blockers.append(f"low_score: drainability {score.score:.2f} "
+                            f"< {self.policy.min_score:.2f}")
+        decision = DrainDecision(
+            decision_id=decision_id_for(task, reason, self.ledger_now, self.policy.tick_minutes),
+            task=task, reason=reason, allowed=not blockers, shadow=self.inputs.shadow,
+            reasons=(f"{reason.value}: {trigger}", f"score: {score.score:.2f}", *blockers),
+            score=score, utilisation=self.util.get(task.task_id),
+            decided_at=self.ledger_now, fleet_now=self.inputs.fleet_now)
+        self.decisions.append(decision)
+        if decision.allowed:
+            self.ledger.add(decision.ledger_entry())
+        return decision.allowed
+
+
+def plan_drains(inputs: PlanningInputs, policy: SelectionPolicy,
+                limits: DrainLimits) -> list[DrainDecision]:
+    ledger_now = inputs.ledger_now or inputs.fleet_now
+    busy = inputs.ledger.open_task_ids(ledger_now, limits.decision_ttl_seconds)
+    tasks = [t for t in inputs.tasks if t.task_id not in busy]
+    window = max(policy.under_use_minutes, policy.sample_interval_seconds / 60.0)
+    util = task_utilisation(inputs.samples, tasks, inputs.fleet_now, window)
+    scores = {t.task_id: drainability_score(t, util.get(t.task_id),
+                                            history_for(t, inputs.history_by_task,
+                                                        inputs.history_by_tenant))
+              for t in tasks}
+    batch = _Batch(inputs, policy, limits, scores, util)
+    ordered = candidate_order(tasks, scores)
+    _pressure(batch, ordered)
+    for task_id in inputs.manual_task_ids:
+        for task in (t for t in ordered if t.task_id == task_id and t.task_id not in batch.chosen):
+            batch.consider(task, DrainReason.MANUAL, "operator request")
+    for node_id in inputs.scale_down_nodes:
+        for task in (t for t in ordered if t.node_id == node_id and t.task_id not in batch.chosen):
+            batch.consider(task, DrainReason.SCALE_DOWN, f"scaler empties node {node_id}")
+    for task in ordered:
+        stats = util.get(task.task_id)
+        if task.task_id not in batch.chosen and is_under_used(
+                stats, policy.under_use_util_pct, policy.under_use_minutes,
+                policy.sample_interval_seconds):
+            assert stats is not None
+            batch.consider(task, DrainReason.UNDER_USED,
+                           f"peak util {stats.max_pct:.1f}% of request < "
+                           f"{policy.under_use_util_pct:g}% for {policy.under_use_minutes:g} min")
+    return batch.decisions
+
+
+def _pressure(batch: _Batch, ordered: Sequence[TaskInfo]) -> None:
+    allocated: dict[str, float] = {}
+    for task in batch.inputs.tasks:  # every running task holds capacity, drained or not
+        allocated[task.pool_id] = allocated.get(task.pool_id, 0.0) + task.gpus
+    threshold = batch.policy.pressure_util_pct / 100.0
+    for pool_id in sorted(allocated):
+        capacity = batch.capacity.get(pool_id, (0, 0.0))[1]
+        if capacity <= 0 or allocated[pool_id] / capacity <= threshold:
+            continue
+        need = allocated[pool_id] - threshold * capacity
+        freed = 0.0
+        trigger = (f"pool {pool_id} allocation {allocated[pool_id] / capacity:.0%} "
+                   f"> {batch.policy.pressure_util_pct:g}%")
+        for task in (t for t in ordered if t.pool_id == pool_id):
+            if freed >= need:
+                break
+            if batch.consider(task, DrainReason.PRESSURE, trigger):
+                freed += task.gpus
+
+
+def node_is_drained(node_id: str, running: Sequence[TaskInfo]) -> tuple[bool, list[str]]:
+    """Whether a node may be released or powered off: no task runs on it any more."""
+    left = sorted(t.task_id for t in running if t.node_id == node_id)
+    return not left, left
+
+
+def decisions_frame(decisions: Sequence[DrainDecision]) -> pl.DataFrame:
+    """Rows for the warehouse `decisions` table (kind = 'drain')."""
+    return pl.DataFrame(
+        [{"decision_id": d.decision_id, "kind": "drain", "pool_id": d.task.pool_id,
+          "target": d.task.task_id, "action": "drain_task", "allowed": d.allowed,
+          "shadow": d.shadow, "reasons": list(d.reasons), "inputs": json.dumps(d.inputs_json()),
+          "decided_at": d.decided_at, "executed_at": None, "outcome": None}
+         for d in decisions],
+        schema={"decision_id": pl.Utf8, "kind": pl.Utf8, "pool_id": pl.Utf8, "target": pl.Utf8,
+                "action": pl.Utf8, "allowed": pl.Boolean, "shadow": pl.Boolean,
+                "reasons": pl.List(pl.Utf8), "inputs": pl.Utf8,
+                "decided_at": pl.Datetime("us", "UTC"), "executed_at": pl.Datetime("us", "UTC"),
+                "outcome": pl.Utf8},
+    )
+

@@ -1,0 +1,156 @@
+"""Task drains against the warehouse and a live adapter: plan a tick, execute a decision.
+
+The Dagster asset, the drain job and the CLI call these; the policy underneath
+(`plan_drains`, `DrainExecutor`) is the same one the simulator calls.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import polars as pl
+
+from market_pipeline.guardrails.task_drain_executor import (
+    Clock,
+    DrainExecutor,
+    DrainRequest,
+    StepCaller,
+    SystemClock,
+)
+from market_pipeline.guardrails.task_drain_limits import DrainLimits
+from market_pipeline.guardrails.task_drain_plan import (
+    DrainDecision,
+    PlanningInputs,
+    SelectionPolicy,
+    plan_drains,
+)
+from market_pipeline.guardrails.task_drain_steps import DrainReport, DrainTiming
+from market_pipeline.guardrails.task_drain_store import (
+    WarehouseAuditStore,
+    ledger_window_start,
+    load_decision,
+    load_history,
+    load_ledger,
+    mark_decision_executed,
+    table_exists,
+    write_decisions,
+)
+from market_pipeline.hardware.protocol import NodeAdapter, adapter_now
+from market_pipeline.warehouse import Warehouse
+
+TELEMETRY_TABLE = "telemetry_clean"
+
+
+class DrainRefused(ValueError):
+    """A decision that must not be executed (blocked or shadow); names it and why."""
+
+
+def recent_samples(warehouse: Warehouse, adapter: NodeAdapter, fleet_now: datetime,
+                   minutes: float) -> tuple[pl.DataFrame, str]:
+    """Samples of the last `minutes`: the clean telemetry table when it covers the window,
+    else straight from the adapter (telemetry not ingested yet, or stale)."""
+    start = fleet_now - timedelta(minutes=minutes)
+    if table_exists(warehouse, TELEMETRY_TABLE):
+        frame = warehouse.query(
+            f"SELECT ts, node_id, gpu_uuid, sm_util_pct, task_id, tenant_id FROM {TELEMETRY_TABLE}"
+            " WHERE ts >= ? AND ts <= ?", [start, fleet_now])
+        if not frame.is_empty():
+            return frame, TELEMETRY_TABLE
+    return adapter.read_samples(start, fleet_now + timedelta(microseconds=1)), "adapter"
+
+
+def gather_planning_inputs(warehouse: Warehouse, adapter: NodeAdapter, config: Any, *,
+                           wall_now: datetime, scale_down_nodes: Sequence[str] = (),
+                           manual_task_ids: Sequence[str] = ()) -> tuple[PlanningInputs, str]:
+    """Everything plan_drains needs, and where the samples came from."""
+    policy = SelectionPolicy.from_config(config)
+    limits = DrainLimits.from_config(config)
+    fleet_now = adapter_now(adapter)  # a simulated fleet's clock runs ahead of the wall
+    window = max(policy.under_use_minutes, policy.sample_interval_seconds / 60.0) \
+        + policy.sample_interval_seconds / 60.0
+    samples, source = recent_samples(warehouse, adapter, fleet_now, window)
+    shadow = bool(config.loop.shadow_mode)
+    ledger = load_ledger(warehouse, shadow,
+                         ledger_window_start(wall_now, limits.decision_ttl_seconds))
+    by_task, by_tenant = load_history(warehouse)
+    inputs = PlanningInputs(
+        fleet_now=fleet_now, tasks=adapter.list_tasks(), nodes=adapter.list_nodes(),
+        samples=samples, ledger=ledger, shadow=shadow, ledger_now=wall_now,
+        history_by_task=by_task, history_by_tenant=by_tenant,
+        scale_down_nodes=tuple(scale_down_nodes), manual_task_ids=tuple(manual_task_ids))
+    return inputs, source
+
+
+def plan_and_record(warehouse: Warehouse, adapter: NodeAdapter, config: Any, *,
+                    wall_now: datetime, scale_down_nodes: Sequence[str] = (),
+                    manual_task_ids: Sequence[str] = ()) -> tuple[list[DrainDecision], int, str]:
+    """Plan this tick's drains and write them to `decisions`; (decisions, new rows, source)."""
+    inputs, source = gather_planning_inputs(warehouse, adapter, config, wall_now=wall_now,
+                                            scale_down_nodes=scale_down_nodes,
+                                            manual_task_ids=manual_task_ids)
+    decisions = plan_drains(inputs, SelectionPolicy.from_config(config),
+                            DrainLimits.from_config(config))
+    return decisions, write_decisions(warehouse, decisions), source
+
+
+def execute_decision(warehouse: Warehouse, adapter: NodeAdapter, config: Any, decision_id: str,
+                     *, clock: Clock | None = None, caller: StepCaller | None = None) -> DrainReport:
+    """Carry out one approved drain decision (resuming it if a run stopped half-way)."""
+    clock = clock or SystemClock()
+    decision = load_decision(warehouse, decision_id)
+    if not decision.allowed:
+        raise DrainRefused(f"decision {decision_id} is blocked: {list(decision.reasons)}")
+    if decision.shadow:
+        raise DrainRefused(f"decision {decision_id} was made in shadow mode; it only records")
+    store = WarehouseAuditStore(warehouse)
+    abort = None
+    if not store.load_states(decision_id):
+        ttl = DrainLimits.from_config(config).decision_ttl_seconds
+        age = (clock.now() - decision.decided_at).total_seconds()
+        if age > ttl:
+            abort = f"expired: decided {age:.0f}s ago, past the {ttl:.0f}s time-to-live"
+    executor = DrainExecutor(adapter, store, DrainTiming.from_config(config),
+                             grace_seconds=float(config.billing.grace_seconds), clock=clock,
+                             caller=caller)
+    report = executor.run(DrainRequest(drain_id=decision_id, task=decision.task,
+                                       reasons=decision.reasons, decision_id=decision_id,
+                                       abort_reason=abort))
+    if report.terminal:
+        mark_decision_executed(warehouse, report, clock.now())
+    return report
+
+
+# -- operator views ------------------------------------------------------------------------
+
+
+def decisions_markdown(decisions: Sequence[DrainDecision], limit: int = 50) -> str:
+    lines = ["| decision | task | tenant | trigger | allowed | score | reasons |",
+             "|---|---|---|---|---|---|---|"]
+    for d in decisions[:limit]:
+        reasons = "; ".join(d.reasons[2:]) or d.reasons[0]
+        lines.append(f"| {d.decision_id} | {d.task.task_id} | {d.task.tenant_id} | "
+                     f"{d.reason.value} | {'yes' if d.allowed else 'no'} | "
+                     f"{d.score.score:.2f} | {reasons.replace('|', '/')} |")
+    if len(decisions) > limit:
+        lines.append(f"| ... {len(decisions) - limit} more | | | | | | |")
+    return "\n".join(lines)
+
+
+def outcome_summary(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Counts by outcome and drain durations (seconds) of finished drains."""
+    rows = list(rows)
+    by_outcome: dict[str, int] = {}
+    for row in rows:
+        by_outcome[row["outcome"]] = by_outcome.get(row["outcome"], 0) + 1
+    seconds = sorted(float(r["seconds"]) for r in rows if r["seconds"] is not None)
+    summary: dict[str, Any] = {"drains": len(rows), "by_outcome": by_outcome,
+                               "platform_faults": sum(1 for r in rows if r["platform_fault"])}
+    if seconds:
+        summary["seconds_p50"] = round(statistics.median(seconds), 3)
+        summary["seconds_p95"] = round(seconds[min(len(seconds) - 1,
+                                                   int(0.95 * len(seconds)))], 3)
+        summary["seconds_max"] = round(seconds[-1], 3)
+    return summary

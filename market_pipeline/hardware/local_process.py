@@ -1,0 +1,404 @@
+"""`local-process` backend: tasks are real OS processes on this machine.
+
+Drains send real signals (SIGUSR1 warning, SIGUSR2 checkpoint request, SIGTERM, SIGKILL)
+and checkpoints are real files. Tasks are started from the shipped worker program
+(`market_pipeline.workers.toy_trainer`) or adopted by pid: a process that knows nothing of
+the worker protocol only ever gets SIGTERM and SIGKILL (a warning or checkpoint signal is
+sent only if the process has a handler for it, since their default action is to die).
+GPUs are this machine's NVIDIA GPUs when NVML finds any, otherwise `gpus_per_node`
+virtual slots of the first configured pool.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from market_pipeline.hardware import local_process_os as osp
+from market_pipeline.hardware.local_process_gpus import nvml_compute_pids, nvml_gpus
+from market_pipeline.hardware.local_process_registry import TaskRegistry, new_record, prune_ended
+from market_pipeline.hardware.local_process_samples import read_task_samples, task_events_frame
+from market_pipeline.hardware.protocol import (
+    GpuInfo, NodeInfo, NodeState, Outcome, OutcomeStatus, ResourceClass, TaskInfo, TaskKind,
+)
+
+WORKER_MODULE = "market_pipeline.workers.toy_trainer"
+RETENTION = timedelta(days=7)  # ended tasks stay readable for metering this long
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How a launched toy worker behaves (the fault behaviours are for tests)."""
+
+    util_pct: float = 60.0
+    step_seconds: float = 0.05
+    metrics_seconds: float = 1.0
+    checkpoint_seconds: float = 0.0
+    ignore_sigterm: bool = False
+    crash_on: str = "none"  # none | checkpoint | warning
+
+    def argv(self) -> list[str]:
+        args = ["--util-pct", str(self.util_pct), "--step-seconds", str(self.step_seconds),
+                "--metrics-seconds", str(self.metrics_seconds),
+                "--checkpoint-seconds", str(self.checkpoint_seconds), "--crash-on", self.crash_on]
+        return args + (["--ignore-sigterm"] if self.ignore_sigterm else [])
+
+
+def _iso(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).isoformat()
+
+
+class LocalProcessAdapter:
+    backend = "local-process"
+
+    def __init__(self, registry_path: Path, workdir: Path, *, node_id: str, pool_id: str,
+                 gpu_model: str, zone: str, gpu_slots: int, default_memory_mib: int = 24576,
+                 operation_timeout_seconds: float = 10.0, poll_seconds: float = 0.02,
+                 use_nvml: bool = True) -> None:
+        self.registry = TaskRegistry(registry_path, lock_timeout_seconds=operation_timeout_seconds)
+        self.workdir = workdir
+        self.node_id, self.pool_id, self.gpu_model, self.zone = node_id, pool_id, gpu_model, zone
+        self.operation_timeout_seconds = operation_timeout_seconds
+        self.poll_seconds = poll_seconds
+        real = nvml_gpus() if use_nvml else []
+        self._gpus = real or [(f"{node_id}-gpu-{i}", default_memory_mib) for i in range(gpu_slots)]
+        self._children: dict[int, subprocess.Popen] = {}  # processes this object started
+
+    @classmethod
+    def from_config(cls, config: Any) -> "LocalProcessAdapter":
+        """Node, pool and GPU slots from the first configured pool; state next to state_path."""
+        pool = config.pools[0]
+        state = config.resolve_path(config.adapter.state_path)
+        memory = config.gpu_model_by_name[pool.gpu_model].memory_mib
+        return cls(state.with_name(state.stem + ".local_process.json"),
+                   state.parent / "local_tasks", node_id=f"local-{socket.gethostname()}",
+                   pool_id=pool.pool_id, gpu_model=pool.gpu_model, zone=pool.zone,
+                   gpu_slots=pool.gpus_per_node, default_memory_mib=memory,
+                   operation_timeout_seconds=config.adapter.operation_timeout_seconds)
+
+    # -- starting and adopting tasks ------------------------------------------------------
+    def launch_task(self, *, task_id: str | None = None, tenant_id: str = "local",
+                    kind: TaskKind = TaskKind.TRAINING, priority: int = 0, gpus: int = 1,
+                    gpu_milli: int = 1000, qos: str = "BE",
+                    resource_class: ResourceClass = ResourceClass.DRAINABLE,
+                    do_not_drain: bool = False, mem_mib: int = 1024,
+                    options: WorkerOptions = WorkerOptions()) -> TaskInfo:
+        """Start the toy worker as a task holding `gpus` GPU slots (`gpu_milli` of each)."""
+        task_id = task_id or f"local-{uuid.uuid4().hex[:10]}"
+        task_dir = self.workdir / task_id
+        task_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint, metrics = task_dir / "checkpoint.json", task_dir / "metrics.jsonl"
+        with self.registry.edit() as reg:
+            if task_id in reg["tasks"] and reg["tasks"][task_id]["ended_at"] is None:
+                raise ValueError(f"task_id {task_id!r} is already running")
+            self._refresh(reg)
+            prune_ended(reg, datetime.now(timezone.utc) - RETENTION)
+            gpu_uuids = self._free_gpus(reg, gpus, gpu_milli)
+            argv = [sys.executable, "-m", WORKER_MODULE, "--checkpoint", str(checkpoint),
+                    "--metrics", str(metrics), *options.argv()]
+            with open(task_dir / "worker.log", "ab") as log:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                        start_new_session=True)
+            self._children[proc.pid] = proc
+            record = new_record(task_id, tenant_id, proc.pid, osp.proc_start_ticks(proc.pid),
+                                gpu_uuids, gpu_milli, kind.value, qos, priority,
+                                resource_class.value, do_not_drain, True, mem_mib,
+                                _iso(datetime.now(timezone.utc)))
+            record.update(worker=True, checkpoint_path=str(checkpoint), metrics_path=str(metrics))
+            reg["tasks"][task_id] = record
+            self._event(reg, task_id, "start", "launched")
+        self._await_handlers(proc.pid)
+        return self._task_info(record)
+
+    def adopt_pid(self, pid: int, *, task_id: str | None = None, tenant_id: str = "external",
+                  kind: TaskKind = TaskKind.TRAINING, priority: int = 0) -> TaskInfo:
+        """Register an arbitrary process as a task; a dead pid is registered as ended."""
+        if pid <= 0:
+            raise ValueError(f"pid must be a positive integer, got {pid}")
+        ticks = osp.proc_start_ticks(pid)
+        alive = osp.process_alive(pid, ticks)
+        task_id = task_id or f"pid-{pid}-{ticks if ticks is not None else 'gone'}"
+        cmdline = osp.proc_cmdline(pid)
+        checkpoint = None
+        if WORKER_MODULE in cmdline and "--checkpoint" in cmdline[:-1]:
+            checkpoint = cmdline[cmdline.index("--checkpoint") + 1]
+        holders = nvml_compute_pids() or {}
+        gpu_uuids = tuple(u for u, pids in holders.items() if pid in pids)
+        started = osp.proc_started_at(pid) or datetime.now(timezone.utc)
+        with self.registry.edit() as reg:
+            existing = reg["tasks"].get(task_id)
+            if existing is None:
+                record = new_record(task_id, tenant_id, pid, ticks, gpu_uuids, 1000, kind.value,
+                                    "BE", priority, ResourceClass.DRAINABLE.value, False,
+                                    checkpoint is not None, 0, _iso(started))
+                record.update(worker=checkpoint is not None, checkpoint_path=checkpoint)
+                reg["tasks"][task_id] = record
+                self._event(reg, task_id, "start", "adopted by pid", ts=started)
+                if not alive:
+                    self._mark_ended(reg, record, "gone before adoption", None)
+            existing = reg["tasks"][task_id]
+        return self._task_info(existing)
+
+    # -- inventory ----------------------------------------------------------------------------
+    def list_nodes(self) -> list[NodeInfo]:
+        cordoned = self.node_id in self.registry.read()["cordoned"]
+        return [NodeInfo(self.node_id, self.pool_id, self.gpu_model, self.zone, len(self._gpus),
+                         NodeState.ON, cordoned=cordoned)]
+
+    def list_gpus(self) -> list[GpuInfo]:
+        return [GpuInfo(gpu_uuid, self.node_id, index, self.gpu_model, memory)
+                for index, (gpu_uuid, memory) in enumerate(self._gpus)]
+
+    def list_tasks(self) -> list[TaskInfo]:
+        with self.registry.edit() as reg:
+            self._refresh(reg)
+            live = [r for r in reg["tasks"].values() if r["ended_at"] is None]
+        return [self._task_info(r) for r in sorted(live, key=lambda r: r["task_id"])]
+
+    def task_catalog(self, task_ids: Sequence[str]) -> list[TaskInfo]:
+        tasks = self.registry.read()["tasks"]
+        return [self._task_info(tasks[t]) for t in task_ids if t in tasks]
+
+    def read_samples(self, start: datetime, end: datetime) -> pl.DataFrame:
+        memory = dict(self._gpus)
+        index = {gpu_uuid: i for i, (gpu_uuid, _) in enumerate(self._gpus)}
+        return read_task_samples(self.registry.read()["tasks"].values(), start, end,
+                                 self.node_id, memory, index)
+
+    def read_task_events(self, start: datetime, end: datetime) -> pl.DataFrame:
+        return task_events_frame(self.registry.read()["events"], start, end)
+
+    # -- drain operations ---------------------------------------------------------------------
+    def warn_task(self, task_id: str, deadline_seconds: float) -> Outcome:
+        started = time.monotonic()
+        with self.registry.edit() as reg:
+            record = self._live(reg, task_id)
+            if record is None:
+                return Outcome(OutcomeStatus.GONE, f"task {task_id} is not running")
+            record["drain_signal_at"] = _iso(datetime.now(timezone.utc))
+            self._event(reg, task_id, "drain_signal", f"drain in {deadline_seconds:.0f}s")
+        if not self._handles(record, signal.SIGUSR1):
+            return Outcome(OutcomeStatus.UNSUPPORTED,
+                           "process has no SIGUSR1 handler: notice recorded, not signalled",
+                           time.monotonic() - started)
+        return self._send(record, signal.SIGUSR1, "SIGUSR1 warning sent", started)
+
+    def checkpoint_task(self, task_id: str, timeout_seconds: float) -> Outcome:
+        started = time.monotonic()
+        record = self._live(self.registry.read(), task_id, refresh=True)
+        if record is None:
+            return Outcome(OutcomeStatus.GONE, f"task {task_id} is not running")
+        path = record.get("checkpoint_path")
+        if not path or not self._handles(record, signal.SIGUSR2):
+            return Outcome(OutcomeStatus.UNSUPPORTED, "process has no checkpoint hook")
+        checkpoint = Path(path)
+        token = uuid.uuid4().hex
+        checkpoint.with_name(checkpoint.name + ".request").write_text(token)
+        sent = self._send(record, signal.SIGUSR2, "", started)
+        if not sent.ok:
+            return sent
+        done = checkpoint.with_name(checkpoint.name + ".done")
+        deadline = started + timeout_seconds
+        while True:
+            if self._ack_token(done) == token:
+                return Outcome.success(f"checkpoint written to {checkpoint}",
+                                       time.monotonic() - started)
+            if not self._alive(record):
+                return Outcome(OutcomeStatus.GONE, f"exited during checkpoint{self._code(record)}",
+                               time.monotonic() - started)
+            if time.monotonic() >= deadline:
+                return Outcome(OutcomeStatus.TIMEOUT, f"no checkpoint within {timeout_seconds}s",
+                               time.monotonic() - started)
+            time.sleep(self.poll_seconds)
+
+    def terminate_task(self, task_id: str, timeout_seconds: float) -> Outcome:
+        return self._signal_and_wait(task_id, signal.SIGTERM, timeout_seconds)
+
+    def kill_task(self, task_id: str) -> Outcome:
+        outcome = self._signal_and_wait(task_id, signal.SIGKILL, self.operation_timeout_seconds)
+        if outcome.status is OutcomeStatus.TIMEOUT:
+            return Outcome(OutcomeStatus.FAILED, "still alive after SIGKILL", outcome.seconds)
+        return outcome
+
+    def verify_released(self, gpu_uuids: Sequence[str]) -> Outcome:
+        known = {gpu_uuid for gpu_uuid, _ in self._gpus}
+        unknown = [g for g in gpu_uuids if g not in known]
+        if unknown:
+            return Outcome(OutcomeStatus.FAILED, f"unknown GPU(s) on {self.node_id}: {unknown}")
+        with self.registry.edit() as reg:
+            self._refresh(reg)
+            tasks = list(reg["tasks"].values())
+        for gpu_uuid in gpu_uuids:
+            holders = [r["task_id"] for r in tasks
+                       if r["ended_at"] is None and gpu_uuid in r["gpu_uuids"]]
+            if holders:
+                return Outcome(OutcomeStatus.FAILED, f"{gpu_uuid} still held by {holders}")
+        compute = nvml_compute_pids()
+        if compute is not None:
+            ended = {r["pid"] for r in tasks if r["ended_at"] is not None}
+            stuck = {g: sorted(compute.get(g, set()) & ended) for g in gpu_uuids}
+            stuck = {g: pids for g, pids in stuck.items() if pids}
+            if stuck:
+                return Outcome(OutcomeStatus.FAILED, f"driver still lists ended pids: {stuck}")
+        return Outcome.success(f"{len(gpu_uuids)} GPU(s) free")
+
+    def cordon(self, node_id: str) -> Outcome:
+        return self._set_cordon(node_id, True)
+
+    def uncordon(self, node_id: str) -> Outcome:
+        return self._set_cordon(node_id, False)
+
+    def power_on(self, node_id: str) -> Outcome:
+        if node_id != self.node_id:
+            return Outcome(OutcomeStatus.GONE, f"unknown node {node_id}")
+        return Outcome.success("this machine is on")
+
+    def power_off(self, node_id: str) -> Outcome:
+        if node_id != self.node_id:
+            return Outcome(OutcomeStatus.GONE, f"unknown node {node_id}")
+        return Outcome(OutcomeStatus.UNSUPPORTED, "local-process does not power off its host")
+
+    # -- internals -------------------------------------------------------------------------
+    def _task_info(self, r: dict[str, Any]) -> TaskInfo:
+        return TaskInfo(task_id=r["task_id"], tenant_id=r["tenant_id"], pool_id=self.pool_id,
+                        node_id=self.node_id, gpu_uuids=tuple(r["gpu_uuids"]),
+                        gpu_milli=r["gpu_milli"], kind=TaskKind(r["kind"]), qos=r["qos"],
+                        priority=r["priority"], resource_class=ResourceClass(r["resource_class"]),
+                        started_at=datetime.fromisoformat(r["started_at"]), mem_mib=r["mem_mib"],
+                        do_not_drain=r["do_not_drain"], checkpointable=r["checkpointable"],
+                        pid=r["pid"])
+
+    def _free_gpus(self, reg: dict[str, Any], count: int, gpu_milli: int) -> list[str]:
+        if count < 1 or not 0 < gpu_milli <= 1000:
+            raise ValueError(f"need gpus >= 1 and 0 < gpu_milli <= 1000, got {count}, {gpu_milli}")
+        used = {g: 0 for g, _ in self._gpus}
+        for r in reg["tasks"].values():
+            if r["ended_at"] is None:
+                for g in r["gpu_uuids"]:
+                    used[g] = used.get(g, 0) + r["gpu_milli"]
+        free = [g for g, _ in self._gpus if used[g] + gpu_milli <= 1000]
+        if len(free) < count:
+            raise ValueError(f"no room for {count} GPU(s) x {gpu_milli} milli on {self.node_id}")
+        return free[:count]
+
+    def _await_handlers(self, pid: int, timeout: float = 10.0) -> None:
+        """Wait until a fresh worker has installed its signal handlers (or died)."""
+        deadline = time.monotonic() + timeout
+        wanted = {signal.SIGUSR1, signal.SIGUSR2}
+        while time.monotonic() < deadline and osp.process_alive(pid):
+            if wanted <= osp.caught_signals(pid):
+                return
+            time.sleep(0.01)
+
+    def _alive(self, record: dict[str, Any]) -> bool:
+        child = self._children.get(record["pid"])
+        if child is not None:
+            if child.poll() is not None:  # also reaps our own zombie
+                record["exit_code"] = child.returncode
+                return False
+            return True
+        return osp.process_alive(record["pid"], record.get("start_ticks"))
+
+    def _code(self, record: dict[str, Any]) -> str:
+        return f" (exit code {record['exit_code']})" if record.get("exit_code") is not None else ""
+
+    def _handles(self, record: dict[str, Any], sig: signal.Signals) -> bool:
+        """Whether the process catches `sig` now (a worker still starting up does not yet)."""
+        if osp.has_proc():
+            return sig in osp.caught_signals(record["pid"])
+        return bool(record.get("worker"))
+
+    def _live(self, reg: dict[str, Any], task_id: str,
+              refresh: bool = False) -> dict[str, Any] | None:
+        record = reg["tasks"].get(task_id)
+        if record is None or record["ended_at"] is not None:
+            return None
+        if not self._alive(record):
+            if refresh:
+                with self.registry.edit() as fresh:
+                    self._refresh(fresh)
+            else:
+                self._mark_ended(reg, record, "exited", record.get("exit_code"))
+            return None
+        return record
+
+    def _refresh(self, reg: dict[str, Any]) -> None:
+        for record in reg["tasks"].values():
+            if record["ended_at"] is None and not self._alive(record):
+                self._mark_ended(reg, record, "exited", record.get("exit_code"))
+
+    def _mark_ended(self, reg: dict[str, Any], record: dict[str, Any], why: str,
+                    code: int | None) -> None:
+        record["ended_at"] = _iso(datetime.now(timezone.utc))
+        record["exit_code"] = code
+        if record.get("drain_signal_at"):
+            record["end_reason"], event = "drained", "drained"
+        elif code not in (None, 0):
+            record["end_reason"], event = "failed", "failed"
+        else:
+            record["end_reason"], event = "end", "end"
+        self._event(reg, record["task_id"], event, f"{why}{self._code(record)}")
+
+    @staticmethod
+    def _event(reg: dict[str, Any], task_id: str, event: str, reason: str,
+               ts: datetime | None = None) -> None:
+        reg["events"].append({"ts": _iso(ts or datetime.now(timezone.utc)), "task_id": task_id,
+                              "event": event, "reason": reason, "platform_fault": False})
+
+    def _send(self, record: dict[str, Any], sig: signal.Signals, detail: str,
+              started: float) -> Outcome:
+        problem = osp.send_signal(record["pid"], sig)
+        if problem == "no such process":
+            return Outcome(OutcomeStatus.GONE, problem, time.monotonic() - started)
+        if problem:
+            return Outcome(OutcomeStatus.FAILED, problem, time.monotonic() - started)
+        return Outcome.success(detail, time.monotonic() - started)
+
+    def _signal_and_wait(self, task_id: str, sig: signal.Signals, timeout: float) -> Outcome:
+        started = time.monotonic()
+        record = self._live(self.registry.read(), task_id, refresh=True)
+        if record is None:
+            return Outcome(OutcomeStatus.GONE, f"task {task_id} is not running")
+        sent = self._send(record, sig, "", started)
+        if not sent.ok:
+            return sent
+        deadline = started + timeout
+        while self._alive(record):
+            if time.monotonic() >= deadline:
+                return Outcome(OutcomeStatus.TIMEOUT, f"alive {timeout}s after {sig.name}",
+                               time.monotonic() - started)
+            time.sleep(self.poll_seconds)
+        with self.registry.edit() as reg:
+            stored = reg["tasks"][task_id]
+            if stored["ended_at"] is None:
+                self._mark_ended(reg, stored, f"exited after {sig.name}", record.get("exit_code"))
+        return Outcome.success(f"exited after {sig.name}{self._code(record)}",
+                               time.monotonic() - started)
+
+    def _set_cordon(self, node_id: str, cordoned: bool) -> Outcome:
+        if node_id != self.node_id:
+            return Outcome(OutcomeStatus.GONE, f"unknown node {node_id}")
+        with self.registry.edit() as reg:
+            nodes = set(reg["cordoned"])
+            nodes = nodes | {node_id} if cordoned else nodes - {node_id}
+            reg["cordoned"] = sorted(nodes)
+        return Outcome.success("cordoned" if cordoned else "uncordoned")
+
+    @staticmethod
+    def _ack_token(done: Path) -> str | None:
+        try:
+            return json.loads(done.read_text()).get("token")
+        except (OSError, ValueError):
+            return None

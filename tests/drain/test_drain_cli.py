@@ -1,0 +1,133 @@
+"""`market-pipeline drain --backend local-process --pid PID ... --json`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from market_pipeline.guardrails import commands
+from market_pipeline.warehouse import Warehouse
+
+CLI = Path(sys.executable).parent / "market-pipeline"
+W, T = 1.0, 1.0
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARKET_PIPELINE_HOME", str(tmp_path))
+    return tmp_path
+
+
+def main(argv: list[str]) -> int:
+    """This concern's subcommands alone (the full CLI imports every concern, e.g. torch)."""
+    parser = argparse.ArgumentParser(prog="market-pipeline")
+    commands.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+def run_cli(home: Path, *args: str) -> tuple[dict, float, int]:
+    env = {**os.environ, "MARKET_PIPELINE_HOME": str(home)}
+    started = time.monotonic()
+    done = subprocess.run([str(CLI), "drain", *args], capture_output=True, text=True, env=env,
+                          cwd=home, timeout=120)
+    wall = time.monotonic() - started
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, (done.stdout, done.stderr)
+    return json.loads(lines[0]), wall, done.returncode
+
+
+def test_drain_cli_drains_an_arbitrary_pid_and_audits_it(home):
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        result, wall, code = run_cli(home, "--backend", "local-process", "--pid", str(proc.pid),
+                                     "--warn-seconds", str(W), "--timeout-seconds", str(T),
+                                     "--json")
+        assert code == 0
+        assert result["outcome"] == "terminated" and result["pid"] == proc.pid
+        assert result["states"] == ["requested", "warned", "checkpointing", "terminating",
+                                    "released", "reported"]
+        assert W <= result["seconds"] <= W + T + 0.5  # waited the notice, no more
+        assert proc.wait(timeout=5) == -signal.SIGTERM
+        # Interpreter start-up (imports of every command module) is the constant on top of
+        # W + T; generous here because the test machine's 2 cores are shared.
+        assert wall < W + T + 45
+        audit = Warehouse(home / "var" / "warehouse.duckdb").query(
+            "SELECT state FROM drain_audit ORDER BY seq")["state"].to_list()
+        assert audit[0] == "requested" and audit[-1] == "reported"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_drain_cli_kills_a_process_that_ignores_sigterm(home, capsys):
+    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        rc = main(["drain", "--backend", "local-process", "--pid", str(proc.pid),
+                   "--warn-seconds", "0.3", "--timeout-seconds", "0.5", "--audit", "memory",
+                   "--json"])
+        result = json.loads(capsys.readouterr().out)
+        assert rc == 0 and result["outcome"] == "killed"
+        assert "killed" in result["states"]
+        assert proc.wait(timeout=5) == -signal.SIGKILL
+        assert 0.3 + 0.5 <= result["seconds"] < 0.3 + 0.5 + 1.5
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_drain_cli_reports_a_pid_that_is_already_gone(home, capsys):
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    rc = main(["drain", "--backend", "local-process", "--pid", str(proc.pid),
+               "--warn-seconds", "0.2", "--timeout-seconds", "0.2", "--audit", "memory", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert rc == 0 and result["outcome"] == "gone"
+    assert result["states"] == ["requested", "warned", "released", "reported"]
+
+
+def test_drain_cli_rejects_a_pid_on_another_backend(home, capsys):
+    rc = main(["drain", "--backend", "simulated", "--pid", "1", "--audit", "memory", "--json"])
+    captured = capsys.readouterr()
+    assert rc == 2 and captured.out == ""
+    assert "--pid needs --backend local-process" in captured.err
+
+
+def test_drain_cli_plans_then_executes_a_decision(home, monkeypatch, capsys):
+    hardware = pytest.importorskip("market_pipeline.hardware")
+    if not hasattr(hardware, "make_adapter"):
+        pytest.skip("the backend factory (hardware/__init__.py) is not wired yet")
+    from market_pipeline.config import load_config
+    from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
+
+    for key, value in {"ADAPTER__BACKEND": "local-process", "LOOP__SAMPLE_INTERVAL_SECONDS": "1",
+                       "GUARDRAILS__TASK_DRAIN__UNDER_USE_MINUTES": "0.02",
+                       "GUARDRAILS__TASK_DRAIN__LANDING_COOLDOWN_MINUTES": "0",
+                       "GUARDRAILS__TASK_DRAIN__CHECKPOINT_TIMEOUT_SECONDS": "1",
+                       "GUARDRAILS__TASK_DRAIN__TERMINATE_TIMEOUT_SECONDS": "1"}.items():
+        monkeypatch.setenv(f"MP__{key}", value)
+    adapter = LocalProcessAdapter.from_config(load_config())
+    task = adapter.launch_task(task_id="idle", options=WorkerOptions(util_pct=2,
+                                                                     metrics_seconds=0.2))
+    try:
+        time.sleep(1.0)
+        assert main(["drain-plan", "--json"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        [decision] = [d for d in plan["decisions"] if d["allowed"]]
+        assert decision["task_id"] == "idle" and plan["written"] == 1
+        assert main(["drain", "--decision-id", decision["decision_id"], "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert result["outcome"] == "terminated" and result["decision_id"] == decision["decision_id"]
+    finally:
+        adapter.kill_task(task.task_id)
