@@ -1,0 +1,51 @@
+"""Fleet inventory: what the node hardware adapter reports, as warehouse tables."""
+
+import dagster as dg
+
+from assets.resources import FleetAdapterResource, WarehouseResource
+from market_pipeline.hardware.protocol import adapter_now
+from market_pipeline.demand import pool_snapshot
+from market_pipeline.inventory import gpus_frame, nodes_frame, tasks_frame
+
+
+@dg.asset(group_name="fleet", pool="warehouse", kinds={"duckdb"})
+def fleet_inventory(
+    context: dg.AssetExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
+    """Nodes, GPUs and running tasks as the adapter sees them now (fleet_nodes, fleet_gpus, tasks)."""
+    adapter = fleet.get()
+    observed_at = adapter_now(adapter)
+    nodes = adapter.list_nodes()
+    gpus = adapter.list_gpus()
+    tasks = adapter.list_tasks()
+    # Only backends with a queue (the simulated fleet) can say what waits for capacity.
+    pending_summary = getattr(adapter, "pending_summary", None)
+    pending = {model: row["gpus"] for model, row in (pending_summary() if pending_summary else {}).items()}
+    snapshot = pool_snapshot(fleet.config(), nodes, tasks, pending, observed_at)
+    store = warehouse.get()
+    store.replace_where("pool_demand_snapshots", "ts = ?", [observed_at], snapshot)
+    store.replace_where("fleet_nodes", "true", [], nodes_frame(nodes, observed_at))
+    store.replace_where("fleet_gpus", "true", [], gpus_frame(gpus, observed_at))
+    store.upsert("tasks", tasks_frame(tasks, observed_at))
+    store.execute(
+        "UPDATE tasks SET ended_at = last_seen_at, end_reason = 'not_seen' "
+        "WHERE ended_at IS NULL AND last_seen_at < ?",
+        [observed_at],
+    )
+    by_state: dict[str, int] = {}
+    for node in nodes:
+        by_state[node.state.value] = by_state.get(node.state.value, 0) + 1
+    table = "| state | nodes |\n|---|---|\n" + "\n".join(
+        f"| {state} | {count} |" for state, count in sorted(by_state.items()))
+    context.log.info("fleet: %d nodes, %d GPUs, %d tasks", len(nodes), len(gpus), len(tasks))
+    return dg.MaterializeResult(metadata={
+        "observed_at": dg.MetadataValue.text(observed_at.isoformat()),
+        "nodes": len(nodes),
+        "gpus": len(gpus),
+        "running_tasks": len(tasks),
+        "nodes_by_state": dg.MetadataValue.md(table),
+        "pools": dg.MetadataValue.md(snapshot.to_pandas().to_markdown(index=False)),
+    })
+
+
+fleet_assets = [fleet_inventory]

@@ -1,0 +1,35 @@
+"""The composition root: every asset, check, job, schedule, sensor and resource of the
+control loop, loaded by workspace.yaml. The only module of the package that imports Dagster."""
+
+import os
+
+import dagster as dg
+
+from assets.control_loop import control_loop_job, control_loop_schedule, telemetry_job, telemetry_schedule
+from assets.drain import drain_assets, drain_job
+from assets.fleet import fleet_assets
+from assets.market import market_assets
+from assets.resources import FleetAdapterResource, WarehouseResource
+from assets.simulation import simulation_assets
+from assets.telemetry import telemetry_assets, telemetry_checks
+from market_pipeline.config import CONFIG_ENV, load_config
+from sensors.drain import drain_sensor
+
+
+def _resources() -> dict[str, object]:
+    config_path = os.environ.get(CONFIG_ENV, "")
+    config = load_config(config_path or None)
+    return {
+        "warehouse": WarehouseResource(path=str(config.warehouse_path)),
+        "fleet": FleetAdapterResource(config_path=config_path),
+    }
+
+
+defs = dg.Definitions(
+    assets=[*fleet_assets, *telemetry_assets, *market_assets, *drain_assets, *simulation_assets],
+    asset_checks=[*telemetry_checks],
+    jobs=[telemetry_job, control_loop_job, drain_job],
+    schedules=[telemetry_schedule, control_loop_schedule],
+    sensors=[drain_sensor],
+    resources=_resources(),
+)

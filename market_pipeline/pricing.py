@@ -1,0 +1,162 @@
+"""From the configured market (pools, tenants' claims) and the fleet to a solvable
+`MarketProblem`, and from a `SolveReport` back to price-book rows.
+
+Every pool sells two resources, `<pool>/guaranteed` and `<pool>/drainable`. Both are sold
+against the pool's powered GPUs for the next hour: drainable capacity is the same physical
+capacity, which guaranteed demand may reclaim by draining (the task-drain guardrail), so
+its price sits in the configured discount band below the guaranteed price.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import polars as pl
+
+from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.market import (
+    DRAINABLE,
+    GUARANTEED,
+    MarketProblem,
+    ResourceSet,
+    SolveReport,
+    SolverSettings,
+    TenantPopulation,
+)
+
+# A forecast may move a pool's demand by at most this factor per tick: one noisy tick must
+# not swing prices through the whole band (the max price step bounds the rest).
+MAX_DEMAND_SHIFT = 4.0
+
+
+def resource_name(pool_id: str, resource_class: str) -> str:
+    return f"{pool_id}/{resource_class}"
+
+
+@dataclass(frozen=True)
+class PricingInputs:
+    problem: MarketProblem
+    pool_of_resource: dict[str, str]
+    class_of_resource: dict[str, str]
+
+
+def build_market_problem(
+    config: MarketPipelineConfig,
+    gpus_on_by_pool: Mapping[str, float],
+    demand_shift_by_pool: Mapping[str, float] | None = None,
+) -> PricingInputs:
+    """The market for the next interval: capacity = powered GPUs x 1 h per pool."""
+    if not config.tenants:
+        raise ValueError("tenants: the configuration registers no tenant claims to price against")
+    names: list[str] = []
+    pools: list[str] = []
+    classes: list[str] = []
+    capacity, unit_cost, price_min, price_max, disc_min, disc_max = [], [], [], [], [], []
+    for pool in config.pools:
+        model = config.gpu_model_by_name[pool.gpu_model]
+        for cls in (GUARANTEED, DRAINABLE):
+            names.append(resource_name(pool.pool_id, cls))
+            pools.append(pool.pool_id)
+            classes.append(cls)
+            capacity.append(float(gpus_on_by_pool.get(pool.pool_id, 0.0)))
+            unit_cost.append(model.cost_per_gpu_hour)
+            low = pool.price_min * (1.0 - config.market.drainable_discount_max) if cls == DRAINABLE else pool.price_min
+            price_min.append(low)
+            price_max.append(pool.price_max)
+            disc_min.append(config.market.drainable_discount_min if cls == DRAINABLE else 0.0)
+            disc_max.append(config.market.drainable_discount_max if cls == DRAINABLE else 0.0)
+    resources = ResourceSet(
+        names=tuple(names), capacity=np.array(capacity), unit_cost=np.array(unit_cost),
+        price_min=np.array(price_min), price_max=np.array(price_max),
+        resource_class=tuple(classes), pool=tuple(pools),
+        discount_min=np.array(disc_min), discount_max=np.array(disc_max),
+    )
+    tenants = _population(config, pools, classes)
+    problem = MarketProblem(resources, tenants)
+    if demand_shift_by_pool:
+        shift = np.array([
+            float(np.clip(demand_shift_by_pool.get(p, 1.0), 1.0 / MAX_DEMAND_SHIFT, MAX_DEMAND_SHIFT))
+            for p in pools
+        ])
+        problem = problem.with_demand_scale(shift)
+    return PricingInputs(problem, dict(zip(names, pools)), dict(zip(names, classes)))
+
+
+def _population(config: MarketPipelineConfig, pools: list[str], classes: list[str]) -> TenantPopulation:
+    n, m = len(config.tenants), len(pools)
+    weight = np.zeros((n, m))
+    saturation = np.ones((n, m))
+    delay_cost = np.zeros((n, m))
+    for j, tenant in enumerate(config.tenants):
+        for r, (pool_id, cls) in enumerate(zip(pools, classes)):
+            claim = tenant.claims.get(config.pool_by_id[pool_id].gpu_model)
+            if claim is None:
+                continue
+            weight[j, r] = claim.weight
+            saturation[j, r] = claim.saturation
+            if cls == DRAINABLE:
+                # Drain risk is worth this much per GPU-hour to the tenant.
+                delay_cost[j, r] = tenant.delay_sensitivity
+    return TenantPopulation.build(
+        ids=[t.id for t in config.tenants],
+        families=["log"] * n,
+        weight=weight,
+        saturation=saturation,
+        budget=np.array([t.budget_per_hour for t in config.tenants]),
+        drainable_mask=np.array([c == DRAINABLE for c in classes]),
+        delay_cost=delay_cost,
+        drain_tolerant=np.array([t.drain_tolerant for t in config.tenants]),
+    )
+
+
+def solver_settings(config: MarketPipelineConfig) -> SolverSettings:
+    return SolverSettings(
+        tolerance=config.market.solver_tolerance,
+        max_iterations=config.market.solver_max_iterations,
+        response_smoothing=config.market.response_smoothing_beta,
+    )
+
+
+def last_prices_vector(problem: MarketProblem, last: Mapping[str, float]) -> np.ndarray | None:
+    """Last certified prices in resource order, or None when any resource has none yet."""
+    if not all(name in last for name in problem.resource_names):
+        return None
+    return np.array([float(last[name]) for name in problem.resource_names])
+
+
+def price_book_rows(config: MarketPipelineConfig, prices: Mapping[str, float],
+                    effective_from: datetime, solve_id: str, source: str) -> pl.DataFrame:
+    """Price-book rows from prices keyed by resource name (`<pool_id>/<class>`)."""
+    rows = []
+    for name, price in prices.items():
+        pool_id, resource_class = name.rsplit("/", 1)
+        pool = config.pool_by_id[pool_id]
+        rows.append(_row(pool, resource_class, float(price), effective_from, solve_id, source))
+    return _frame(rows)
+
+
+def base_price_rows(config: MarketPipelineConfig, effective_from: datetime) -> pl.DataFrame:
+    """The configured base prices: the price book before the first solve (drainable at the
+    middle of its discount band)."""
+    mid_discount = (config.market.drainable_discount_min + config.market.drainable_discount_max) / 2
+    rows = []
+    for pool in config.pools:
+        rows.append(_row(pool, GUARANTEED, pool.base_price, effective_from, "config-base-price", "config"))
+        rows.append(_row(pool, DRAINABLE, pool.base_price * (1 - mid_discount), effective_from,
+                         "config-base-price", "config"))
+    return _frame(rows)
+
+
+def _row(pool, resource_class: str, price: float, effective_from: datetime, solve_id: str,
+         source: str) -> dict:
+    return {"effective_from": effective_from, "pool_id": pool.pool_id, "gpu_model": pool.gpu_model,
+            "zone": pool.zone, "resource_class": resource_class,
+            "price_per_gpu_hour": round(price, 6), "solve_id": solve_id, "source": source}
+
+
+def _frame(rows: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema_overrides={"effective_from": pl.Datetime("us", "UTC"),
+                                                "price_per_gpu_hour": pl.Decimal(18, 6)})
