@@ -17,7 +17,7 @@ from assets.telemetry import TELEMETRY_PARTITIONS
 # One hour of telemetry and metering per partition.
 telemetry_job = dg.define_asset_job(
     "telemetry_job",
-    selection=dg.AssetSelection.groups("telemetry", "metering"),
+    selection=dg.AssetSelection.assets("telemetry_samples", "usage_intervals"),
     partitions_def=TELEMETRY_PARTITIONS,
     description="Ingest and check one hour of per-GPU samples; meter that hour's usage.",
 )
@@ -61,7 +61,10 @@ def run_control_loop(days: float, instance: dg.DagsterInstance) -> dict:
         print(f"  simulated {key} UTC", file=sys.stderr)
         hour += timedelta(hours=1)
     billing = defs.resolve_job_def("billing_job")
-    _check(billing.execute_in_process(instance=instance), "billing rollup")
+    last_hour = (end - timedelta(hours=1)).strftime("%Y-%m-%d-%H:%M")
+    _check(billing.execute_in_process(instance=instance, tags={
+        "dagster/asset_partition_range_start": start.strftime("%Y-%m-%d-%H:%M"),
+        "dagster/asset_partition_range_end": last_hour}), "billing rollup")
     return summarise(defs.resources["warehouse"].reader(), fleet.config(), start, end)
 
 

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 import dagster as dg
 
 from assets.resources import FleetAdapterResource, WarehouseResource
+from assets.scaling import scaling_plan
 from market_pipeline.guardrails.task_drain_service import (
     decisions_markdown,
     execute_decision,
@@ -20,7 +21,7 @@ from market_pipeline.guardrails.task_drain_store import recent_drain_outcomes
 DRAIN_OP_NAME = "execute_drain"
 
 
-@dg.asset(group_name="drain", pool="warehouse", kinds={"duckdb"})
+@dg.asset(group_name="drain", pool="warehouse", deps=[scaling_plan], kinds={"duckdb"})
 def drain_requests(
     context: dg.AssetExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
@@ -28,7 +29,11 @@ def drain_requests(
     config = fleet.config()
     store = warehouse.get()
     now = datetime.now(timezone.utc)
-    decisions, written, source = plan_and_record(store, fleet.get(), config, wall_now=now)
+    adapter = fleet.get()
+    # Nodes the scaler cordoned for removal get their tasks drained (reason scale_down).
+    cordoned = [n.node_id for n in adapter.list_nodes() if n.cordoned]
+    decisions, written, source = plan_and_record(store, adapter, config, wall_now=now,
+                                                 scale_down_nodes=cordoned)
     approved = [d for d in decisions if d.allowed]
     by_trigger: dict[str, int] = {}
     for d in decisions:

@@ -14,6 +14,15 @@ from collections.abc import Sequence
 # Modules exposing `register(sub)` and optionally `register_bench(bench_sub)`.
 COMMAND_MODULES: tuple[str, ...] = (
     "market_pipeline.commands",
+    "market_pipeline.guardrails.commands",
+    "market_pipeline.forecast.commands",
+    "market_pipeline.market.commands",
+    "market_pipeline.telemetry.commands",
+    "market_pipeline.scaling.commands",
+    "market_pipeline.fleet.commands",
+    "market_pipeline.placement.commands",
+    "market_pipeline.simulate.commands",
+    "market_pipeline.billing.commands",
 )
 
 

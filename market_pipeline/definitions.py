@@ -6,10 +6,12 @@ import os
 import dagster as dg
 
 from assets.control_loop import control_loop_job, control_loop_schedule, telemetry_job, telemetry_schedule
+from assets.billing import billing_assets, billing_job, billing_resources, billing_schedules
 from assets.drain import drain_assets, drain_job
 from assets.fleet import fleet_assets
 from assets.market import market_assets
 from assets.resources import FleetAdapterResource, WarehouseResource
+from assets.scaling import scaling_actions_job, scaling_assets, scaling_sensor
 from assets.simulation import simulation_assets
 from assets.telemetry import telemetry_assets, telemetry_checks
 from market_pipeline.config import CONFIG_ENV, load_config
@@ -22,14 +24,16 @@ def _resources() -> dict[str, object]:
     return {
         "warehouse": WarehouseResource(path=str(config.warehouse_path)),
         "fleet": FleetAdapterResource(config_path=config_path),
+        **billing_resources,
     }
 
 
 defs = dg.Definitions(
-    assets=[*fleet_assets, *telemetry_assets, *market_assets, *drain_assets, *simulation_assets],
+    assets=[*fleet_assets, *telemetry_assets, *market_assets, *scaling_assets, *drain_assets, *billing_assets,
+            *simulation_assets],
     asset_checks=[*telemetry_checks],
-    jobs=[telemetry_job, control_loop_job, drain_job],
-    schedules=[telemetry_schedule, control_loop_schedule],
-    sensors=[drain_sensor],
+    jobs=[telemetry_job, control_loop_job, drain_job, scaling_actions_job, billing_job],
+    schedules=[telemetry_schedule, control_loop_schedule, *billing_schedules],
+    sensors=[drain_sensor, scaling_sensor],
     resources=_resources(),
 )

@@ -41,7 +41,7 @@ def summarise(store: Warehouse, config: MarketPipelineConfig, start: datetime, e
             "GROUP BY ALL ORDER BY ALL", window).to_dicts(),
         "drains": store.query("SELECT outcome, count(*) AS n FROM drain_billing_events GROUP BY ALL "
                               "ORDER BY ALL").to_dicts(),
-        "billed_cost": str(one("SELECT coalesce(sum(billed_cost), 0) FROM fct_invoice_lines WHERE grain = 'day'")),
+        "billed_cost": str(one("SELECT coalesce(sum(billed_cost), 0) FROM fct_invoice_lines WHERE period_grain = 'day'")),
         "shadow_mode": config.loop.shadow_mode,
         "warehouse": str(store.path),
     }

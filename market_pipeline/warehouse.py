@@ -93,6 +93,10 @@ MIGRATIONS: tuple[Migration, ...] = (
             converged BOOLEAN NOT NULL, profit DOUBLE, kkt_residual DOUBLE, iterations INTEGER,
             seconds DOUBLE, fallback_reason VARCHAR, shadow BOOLEAN NOT NULL, report JSON NOT NULL)""",
     )),
+    Migration(500, "scaler memory between ticks", (
+        """CREATE TABLE scaler_memory (
+            pool_id VARCHAR PRIMARY KEY, memory JSON NOT NULL, updated_at TIMESTAMPTZ NOT NULL)""",
+    )),
     Migration(100, "telemetry: clean samples, quarantine, ingest ledger, raw view", (
         # Clean samples, typed per SAMPLE_SCHEMA. No primary key: uniqueness of
         # (node_id, gpu_uuid, ts) is enforced by validation and re-checked by the asset checks
@@ -102,19 +106,21 @@ MIGRATIONS: tuple[Migration, ...] = (
             gpu_index INTEGER NOT NULL, sm_util_pct DOUBLE NOT NULL, mem_used_mib DOUBLE NOT NULL,
             mem_total_mib DOUBLE NOT NULL, power_w DOUBLE NOT NULL, temp_c DOUBLE NOT NULL,
             mig_profile VARCHAR, task_id VARCHAR, tenant_id VARCHAR, xid_errors INTEGER,
-            partition_key VARCHAR NOT NULL, ingest_id VARCHAR NOT NULL)""",
+            partition_key VARCHAR NOT NULL, ingest_id BIGINT NOT NULL)""",
         # Rejected rows exactly as read (text), their 1-based position in the input and why.
         """CREATE TABLE telemetry_quarantine (
             source_row BIGINT NOT NULL, ts VARCHAR, node_id VARCHAR, gpu_uuid VARCHAR,
             gpu_index VARCHAR, sm_util_pct VARCHAR, mem_used_mib VARCHAR, mem_total_mib VARCHAR,
             power_w VARCHAR, temp_c VARCHAR, mig_profile VARCHAR, task_id VARCHAR,
             tenant_id VARCHAR, xid_errors VARCHAR, reasons VARCHAR[] NOT NULL,
-            partition_key VARCHAR NOT NULL, ingest_id VARCHAR NOT NULL)""",
+            partition_key VARCHAR NOT NULL, ingest_id BIGINT NOT NULL)""",
+        # Ingest ids: an integer per ingest (a per-row UUID string cost ~10% of ingest time).
+        "CREATE SEQUENCE telemetry_ingest_seq START 1",
         # One row per (partition, source): what the last ingest of that source read into the
         # partition. rows_in is counted before validation, so raw = clean + quarantined is a
         # real check against the two tables, not a tautology.
         """CREATE TABLE telemetry_ingests (
-            partition_key VARCHAR NOT NULL, source VARCHAR NOT NULL, ingest_id VARCHAR NOT NULL,
+            partition_key VARCHAR NOT NULL, source VARCHAR NOT NULL, ingest_id BIGINT NOT NULL,
             rows_in BIGINT NOT NULL, clean BIGINT NOT NULL, quarantined BIGINT NOT NULL,
             by_reason JSON NOT NULL, ingested_at TIMESTAMPTZ NOT NULL,
             PRIMARY KEY (partition_key, source))""",

@@ -85,13 +85,14 @@ def kill(twin: FleetTwin, task_id: str) -> Outcome:
     return Outcome.success("SIGKILL delivered")
 
 
-def verify_released(twin: FleetTwin, gpu_uuids: Sequence[str]) -> Outcome:
+def verify_released(twin: FleetTwin, gpu_uuids: Sequence[str], task_id: str | None = None) -> Outcome:
     unknown = [u for u in gpu_uuids if u not in twin.catalog.gpu_position]
     if unknown:
         return Outcome(OutcomeStatus.GONE, f"unknown GPUs {unknown[:3]}")
     held = {}
     for uuid in gpu_uuids:
-        holders = sorted(twin.load.holders[twin.catalog.gpu_position[uuid]])
+        holders = sorted(h for h in twin.load.holders[twin.catalog.gpu_position[uuid]]
+                         if task_id is None or h == task_id)
         if holders:
             held[uuid] = holders
     if held:

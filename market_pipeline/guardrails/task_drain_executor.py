@@ -293,7 +293,7 @@ class DrainExecutor:
             # A shared GPU keeps its other tenants: the task's share is what must be free.
             return StepResult(OutcomeStatus.OK.value,
                               "task no longer holds its share of the GPU", 0.0, False)
-        return self.caller.call(lambda: self.adapter.verify_released(task.gpu_uuids),
+        return self.caller.call(lambda: self.adapter.verify_released(task.gpu_uuids, task.task_id),
                                 timing.verify_timeout_seconds + timing.call_margin_seconds)
 
     def _report(self, history: list[DrainTransition]) -> list[DrainTransition]:

@@ -232,7 +232,7 @@ class LocalProcessAdapter:
             return Outcome(OutcomeStatus.FAILED, "still alive after SIGKILL", outcome.seconds)
         return outcome
 
-    def verify_released(self, gpu_uuids: Sequence[str]) -> Outcome:
+    def verify_released(self, gpu_uuids: Sequence[str], task_id: str | None = None) -> Outcome:
         known = {gpu_uuid for gpu_uuid, _ in self._gpus}
         unknown = [g for g in gpu_uuids if g not in known]
         if unknown:
@@ -242,7 +242,8 @@ class LocalProcessAdapter:
             tasks = list(reg["tasks"].values())
         for gpu_uuid in gpu_uuids:
             holders = [r["task_id"] for r in tasks
-                       if r["ended_at"] is None and gpu_uuid in r["gpu_uuids"]]
+                       if r["ended_at"] is None and gpu_uuid in r["gpu_uuids"]
+                       and (task_id is None or r["task_id"] == task_id)]
             if holders:
                 return Outcome(OutcomeStatus.FAILED, f"{gpu_uuid} still held by {holders}")
         compute = nvml_compute_pids()

@@ -265,8 +265,8 @@ class SimulatedAdapter:
     def kill_task(self, task_id: str) -> Outcome:
         return self._operation(lambda t: ops.kill(t, task_id))
 
-    def verify_released(self, gpu_uuids: Sequence[str]) -> Outcome:
-        return self._operation(lambda t: ops.verify_released(t, gpu_uuids))
+    def verify_released(self, gpu_uuids: Sequence[str], task_id: str | None = None) -> Outcome:
+        return self._operation(lambda t: ops.verify_released(t, gpu_uuids, task_id))
 
     def cordon(self, node_id: str) -> Outcome:
         return self._operation(lambda t: ops.set_cordon(t, node_id, True))

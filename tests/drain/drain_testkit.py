@@ -248,12 +248,12 @@ class FakeFleetAdapter:
         self._maybe_crash_after()
         return Outcome.success("killed")
 
-    def verify_released(self, gpu_uuids: Sequence[str]) -> Outcome:
+    def verify_released(self, gpu_uuids: Sequence[str], task_id: str | None = None) -> Outcome:
         fault = self._maybe_fault(CALL_MARGIN)
         if fault:
             return fault
         for task in self.tasks.values():
-            if set(gpu_uuids) & set(task.info.gpu_uuids):
+            if set(gpu_uuids) & set(task.info.gpu_uuids) and task_id in (None, task.info.task_id):
                 if task.info.node_id in self.vanished:
                     return Outcome(OutcomeStatus.GONE, "node vanished")
                 if task.alive or task.gpu_free_at > self.clock.now():

@@ -1,0 +1,214 @@
+"""Billing assets: the rate card, metered usage intervals (hourly), the dbt billing marts
+(hourly windows, dbt tests as asset checks), the ledger and the budget guards; the
+billing job and its hourly and daily schedules.
+
+Every writing step takes the `warehouse` pool. Partitions are telemetry's hourly ones.
+Backfills run as one run per range (BackfillPolicy.single_run): metering loops over the
+hours, dbt rebuilds the whole range's window at once.
+"""
+
+
+import datetime as dt
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import polars as pl
+from dagster_dbt import (
+    DagsterDbtTranslator,
+    DagsterDbtTranslatorSettings,
+    DbtCliResource,
+    DbtProject,
+    dbt_assets,
+)
+
+from assets.resources import FleetAdapterResource, WarehouseResource
+from assets.telemetry import TELEMETRY_PARTITIONS
+from market_pipeline.billing.balances import post_invoice_window
+from market_pipeline.billing.dbt_project import (
+    DBT_PROJECT_DIR,
+    WAREHOUSE_ENV,
+    environment_overrides,
+    ensure_manifest,
+    window_vars,
+)
+from market_pipeline.billing.guards import run_budget_guards
+from market_pipeline.billing.metering import HourWindow, gpu_seconds, metered_seconds
+from market_pipeline.billing.metering_source import meter_partition
+from market_pipeline.billing.rate_card import refresh_rate_card
+from market_pipeline.config import ConfigError, load_config
+from market_pipeline.hardware.protocol import adapter_now
+
+HOURLY_PARTITIONS = TELEMETRY_PARTITIONS
+GROUP = "billing"
+SINGLE_RUN = dg.BackfillPolicy.single_run()
+GUARD_FRESHNESS = dt.timedelta(hours=2)  # guards act on the present, not on backfilled hours
+
+DBT_PROJECT = DbtProject(project_dir=DBT_PROJECT_DIR, profiles_dir=DBT_PROJECT_DIR)
+# dbt parse when the manifest is missing or older than the project (for the configured
+# warehouse, so the runs' dbt subprocesses can reuse the partial parse)
+def _configured_warehouse() -> Path | None:
+    try:
+        return load_config().warehouse_path
+    except ConfigError:  # reported where the config is used; parsing does not need it
+        return None
+
+
+ensure_manifest(DBT_PROJECT_DIR, _configured_warehouse())
+
+
+def _markdown(frame: pl.DataFrame, limit: int = 20) -> str:
+    if frame.is_empty():
+        return "_no rows_"
+    head = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
+    body = "".join("| " + " | ".join(str(v) for v in row) + " |\n" for row in frame.head(limit).iter_rows())
+    return head + body
+
+
+@dg.asset(group_name=GROUP, pool="warehouse",
+          description="Billing rate card (time bands, zone coefficients, base prices, commitment "
+                      "tiers, grace and SLA terms) refreshed from the typed config.")
+def billing_rate_card(warehouse: WarehouseResource, fleet: FleetAdapterResource) -> dg.MaterializeResult:
+    card = refresh_rate_card(warehouse.get(), fleet.config())
+    terms = card.terms.row(0, named=True)
+    return dg.MaterializeResult(metadata={
+        "grace_seconds": terms["grace_seconds"], "sla_credit_rate": float(terms["sla_credit_rate"]),
+        "zones": dg.MetadataValue.md(_markdown(card.zones)),
+        "commitment_tiers": dg.MetadataValue.md(_markdown(card.tiers)),
+    })
+
+
+@dg.asset(partitions_def=HOURLY_PARTITIONS, backfill_policy=SINGLE_RUN, group_name=GROUP, pool="warehouse",
+          description="Per-second usage intervals per task, GPU and hour from the adapter's task "
+                      "lifecycle events (fractional/MIG shares as their fraction, memory per GPU).")
+def usage_intervals(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
+                    fleet: FleetAdapterResource) -> dg.MaterializeResult:
+    store = warehouse.get()
+    adapter = fleet.get()
+    config = fleet.config()
+    frames = []
+    for key in context.partition_keys:
+        metered = meter_partition(adapter, store, config, HourWindow.from_partition_key(key))
+        frames.append(metered.intervals)
+    intervals = pl.concat(frames) if frames else pl.DataFrame()
+    by_tenant = (intervals.group_by("tenant_id").agg(pl.len().alias("intervals"),
+                                                     pl.col("task_id").n_unique().alias("tasks"))
+                 .sort("tenant_id") if intervals.height else pl.DataFrame())
+    return dg.MaterializeResult(metadata={
+        "partitions": len(context.partition_keys),
+        "intervals": intervals.height,
+        "metered_seconds": metered_seconds(intervals),
+        "gpu_seconds": float(gpu_seconds(intervals)) if intervals.height else 0.0,
+        "drained_or_failed": int(intervals.filter(pl.col("end_reason").is_in(["drained", "failed"])).height)
+        if intervals.height else 0,
+        "by_tenant": dg.MetadataValue.md(_markdown(by_tenant)),
+    })
+
+
+class BillingDbtTranslator(DagsterDbtTranslator):
+    def get_group_name(self, dbt_resource_props: dict[str, Any]) -> str | None:
+        return GROUP
+
+
+BILLING_DBT_TRANSLATOR = BillingDbtTranslator(settings=DagsterDbtTranslatorSettings(
+    enable_asset_checks=True, enable_duplicate_source_asset_keys=True))
+
+
+@dbt_assets(manifest=DBT_PROJECT.manifest_path, project=DBT_PROJECT, partitions_def=HOURLY_PARTITIONS,
+            backfill_policy=SINGLE_RUN, pool="warehouse", dagster_dbt_translator=BILLING_DBT_TRANSLATOR,
+            name="billing_dbt_models")
+def billing_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource,
+                       warehouse: WarehouseResource) -> Iterator[Any]:
+    """dbt build of the billing marts for the run's hours (incremental window replace)."""
+    window = context.partition_time_window
+    dbt_vars = window_vars(window.start, window.end)
+    with environment_overrides({WAREHOUSE_ENV: str(Path(warehouse.path).resolve())}):
+        invocation = dbt.cli(["build", "--vars", json.dumps(dbt_vars)], context=context)
+    yield from invocation.stream()
+
+
+@dg.asset(partitions_def=HOURLY_PARTITIONS, backfill_policy=SINGLE_RUN, group_name=GROUP, pool="warehouse",
+          deps=[dg.AssetKey("fct_invoice_lines")],
+          description="Balances: hourly invoice lines posted to the tenant ledger (usage debits, "
+                      "SLA credits), replacing the window's postings (exactly once).")
+def billing_ledger(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    window = context.partition_time_window
+    store = warehouse.get()
+    written = post_invoice_window(store, window.start, window.end)
+    balances = store.query("SELECT tenant_id, sum(amount) AS balance FROM billing_ledger GROUP BY 1 ORDER BY 1")
+    return dg.MaterializeResult(metadata={"entries": written,
+                                          "balances": dg.MetadataValue.md(_markdown(balances))})
+
+
+@dg.asset(partitions_def=HOURLY_PARTITIONS, backfill_policy=SINGLE_RUN, group_name=GROUP, pool="warehouse",
+          deps=[billing_ledger],
+          description="Budget guards: guarded tenants whose balance cannot cover the next interval or "
+                      "whose spend passes a hard cap get new tasks refused and running tasks drained "
+                      "after the grace period (`budget_guard` decisions for the task-drain guardrail).")
+def budget_guard(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
+                 fleet: FleetAdapterResource) -> dg.MaterializeResult:
+    adapter = fleet.get()
+    now = adapter_now(adapter)
+    window = context.partition_time_window
+    if window.end < now - GUARD_FRESHNESS:
+        return dg.MaterializeResult(metadata={"skipped": f"historical window ending {window.end.isoformat()}"})
+    run = run_budget_guards(warehouse.get(), fleet.config(), adapter.list_tasks(), now)
+    table = pl.DataFrame([{"tenant": v.tenant_id, "admit": v.admit_new_tasks, "balance": str(v.balance),
+                           "next_interval": str(v.next_interval_cost), "reasons": "; ".join(v.reasons)}
+                          for v in run.verdicts]) if run.verdicts else pl.DataFrame()
+    return dg.MaterializeResult(metadata={
+        "guarded_tenants": len(run.verdicts),
+        "blocked_tenants": sum(1 for v in run.verdicts if not v.admit_new_tasks),
+        "drain_decisions": int(run.decisions.filter(pl.col("action") == "drain").height),
+        "verdicts": dg.MetadataValue.md(_markdown(table)),
+    })
+
+
+billing_assets = [billing_rate_card, usage_intervals, billing_dbt_models, billing_ledger, budget_guard]
+billing_checks: list = []  # the dbt tests arrive as asset checks of billing_dbt_models
+# the dbt next to this interpreter (a venv's bin/ need not be on PATH)
+DBT_EXECUTABLE = str(Path(sys.executable).parent / "dbt") if (Path(sys.executable).parent / "dbt").exists() \
+    else "dbt"
+billing_resources = {"dbt": DbtCliResource(project_dir=DBT_PROJECT, dbt_executable=DBT_EXECUTABLE)}
+
+billing_job = dg.define_asset_job(
+    "billing_job",
+    selection=dg.AssetSelection.assets(*billing_assets),
+    partitions_def=HOURLY_PARTITIONS,
+    description="Meter, rate (dbt build with tests), post balances and evaluate budget guards.",
+)
+
+billing_hourly_schedule = dg.build_schedule_from_partitioned_job(
+    billing_job, name="billing_hourly_schedule", minute_of_hour=15,
+    description="Bill the hour that just closed.")
+
+
+@dg.schedule(job=billing_job, cron_schedule="40 0 * * *", name="billing_daily_schedule",
+             execution_timezone="UTC", description="Close yesterday: re-bill its 24 hours in one run.")
+def billing_daily_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    return daily_rerun_request(context.scheduled_execution_time)
+
+
+def billing_range_tags(start: dt.datetime, end: dt.datetime) -> dict[str, str]:
+    """Tags for one billing_job run over the hourly partitions in [start, end), e.g.
+    `billing_job.execute_in_process(instance=..., tags=billing_range_tags(start, end))`."""
+    first = HourWindow.containing(start).start
+    last = HourWindow.containing(end - dt.timedelta(microseconds=1)).start
+    if last < first:
+        raise ValueError(f"billing range [{start.isoformat()}, {end.isoformat()}) holds no hour")
+    fmt = "%Y-%m-%d-%H:%M"
+    return {"dagster/asset_partition_range_start": first.strftime(fmt),
+            "dagster/asset_partition_range_end": last.strftime(fmt)}
+
+
+def daily_rerun_request(when: dt.datetime) -> dg.RunRequest:
+    """A ranged run over the 24 hourly partitions of the UTC day before `when`."""
+    day = when.astimezone(dt.timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    first = day - dt.timedelta(days=1)
+    return dg.RunRequest(run_key=f"billing-day-{first:%Y-%m-%d}", tags=billing_range_tags(first, day))
+
+
+billing_schedules = [billing_hourly_schedule, billing_daily_schedule]

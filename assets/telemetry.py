@@ -1,0 +1,164 @@
+"""Telemetry: hourly samples from the node hardware adapter, validated into the warehouse,
+and the partition's data-quality checks."""
+
+# No `from __future__ import annotations`: Dagster inspects the context annotations at runtime.
+import warnings
+from datetime import timedelta
+
+import dagster as dg
+
+from assets.resources import FleetAdapterResource, WarehouseResource
+from market_pipeline.hardware.protocol import adapter_now
+from market_pipeline.telemetry.checks import (
+    accounting,
+    clean_partition,
+    clean_rules,
+    freshness,
+    quarantine_rate_verdict,
+    quarantine_stats,
+    reasons_markdown,
+)
+from market_pipeline.telemetry.heatmap import png_markdown, utilisation_heatmap_png
+from market_pipeline.telemetry.ingest import ingest_samples, known_gpu_uuids
+from market_pipeline.telemetry.partitions import partition_window
+from market_pipeline.telemetry.rules import ValidationPolicy
+
+# Partitioned asset checks are a Dagster preview feature; they are what lets each check judge
+# exactly the partition that was materialised, so the preview warning is expected here.
+warnings.filterwarnings("ignore", message="Specifying a partitions_def on an AssetCheckSpec",
+                        category=dg.PreviewWarning)
+
+TELEMETRY_PARTITIONS = dg.HourlyPartitionsDefinition(start_date="2024-01-01-00:00")
+ADAPTER_SOURCE = "adapter"  # the asset owns what the adapter delivered into a partition
+
+
+@dg.asset(partitions_def=TELEMETRY_PARTITIONS, pool="warehouse", group_name="telemetry",
+          kinds={"duckdb", "polars"})
+def telemetry_samples(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
+                      warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """One hour of per-GPU samples: clean rows to telemetry_clean, rejected rows with their
+    reasons to telemetry_quarantine, counts to telemetry_ingests. Re-running replaces it."""
+    window = partition_window(context.partition_key)
+    adapter = fleet.get()
+    frame = adapter.read_samples(window.start, window.end)
+    adapter_error = getattr(adapter, "last_error", None)
+    if frame.is_empty() and adapter_error:
+        raise dg.Failure(f"{adapter.backend} adapter could not read samples: {adapter_error}")
+    store = warehouse.get()
+    policy = ValidationPolicy.from_config(
+        fleet.config().telemetry, now=adapter_now(adapter), window=window,
+        known_gpu_uuids=known_gpu_uuids(store))
+    report = ingest_samples(store, frame, source=ADAPTER_SOURCE, policy=policy,
+                            where=f"{adapter.backend} adapter samples")
+    context.log.info("telemetry %s: %d in, %d clean, %d quarantined", window.key,
+                     report.rows_in, report.clean, report.quarantined)
+    metadata: dict[str, object] = {
+        "rows_in": report.rows_in,
+        "clean": report.clean,
+        "quarantined": report.quarantined,
+        "quarantine_rate": dg.MetadataValue.float(report.quarantine_rate),
+        "quarantine_reasons": dg.MetadataValue.md(reasons_markdown(report.by_reason)),
+        "ingest_id": report.ingest_id,
+        "backend": adapter.backend,
+        "ingest_seconds": dg.MetadataValue.float(round(report.seconds, 3)),
+    }
+    png = utilisation_heatmap_png(clean_partition(store, window.key),
+                                  title=f"SM utilisation (%) {window.key} UTC")
+    if png is not None:
+        metadata["utilisation_heatmap"] = dg.MetadataValue.md(png_markdown(png, "SM utilisation"))
+    return dg.MaterializeResult(metadata=metadata)
+
+
+def _stats_metadata(stats) -> dict[str, object]:
+    return {
+        "rows_in": stats.rows_in,
+        "clean": stats.clean,
+        "quarantined": stats.quarantined,
+        "quarantine_rate": dg.MetadataValue.float(stats.rate),
+        "quarantine_reasons": dg.MetadataValue.md(reasons_markdown(stats.by_reason)),
+    }
+
+
+@dg.asset_check(asset=telemetry_samples, partitions_def=TELEMETRY_PARTITIONS, blocking=True,
+                description="Fails the partition when its quarantine rate passes "
+                            "telemetry.quarantine_block_rate.")
+def telemetry_quarantine_rate_blocking(context: dg.AssetCheckExecutionContext,
+                                       fleet: FleetAdapterResource,
+                                       warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    threshold = fleet.config().telemetry.quarantine_block_rate
+    verdict = quarantine_rate_verdict(quarantine_stats(warehouse.reader(), context.partition_key),
+                                      threshold)
+    return dg.AssetCheckResult(
+        passed=verdict.passed, severity=dg.AssetCheckSeverity.ERROR,
+        description=verdict.description,
+        metadata={"threshold": dg.MetadataValue.float(threshold), **_stats_metadata(verdict.stats)})
+
+
+@dg.asset_check(asset=telemetry_samples, partitions_def=TELEMETRY_PARTITIONS,
+                description="Warns when the quarantine rate passes telemetry.quarantine_warn_rate.")
+def telemetry_quarantine_rate_warning(context: dg.AssetCheckExecutionContext,
+                                      fleet: FleetAdapterResource,
+                                      warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    threshold = fleet.config().telemetry.quarantine_warn_rate
+    verdict = quarantine_rate_verdict(quarantine_stats(warehouse.reader(), context.partition_key),
+                                      threshold)
+    return dg.AssetCheckResult(
+        passed=verdict.passed, severity=dg.AssetCheckSeverity.WARN,
+        description=verdict.description,
+        metadata={"threshold": dg.MetadataValue.float(threshold), **_stats_metadata(verdict.stats)})
+
+
+@dg.asset_check(asset=telemetry_samples, partitions_def=TELEMETRY_PARTITIONS, blocking=True,
+                description="raw = clean + quarantined: the ledger's rows in equal the rows "
+                            "stored in the clean and quarantine tables.")
+def telemetry_accounting(context: dg.AssetCheckExecutionContext,
+                         warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    result = accounting(warehouse.reader(), context.partition_key)
+    return dg.AssetCheckResult(
+        passed=result.passed, severity=dg.AssetCheckSeverity.ERROR,
+        description=(f"{result.rows_in} rows in; {result.clean_rows} clean + "
+                     f"{result.quarantined_rows} quarantined stored"),
+        metadata={"rows_in": result.rows_in, "clean": result.clean_rows,
+                  "quarantined": result.quarantined_rows})
+
+
+@dg.asset_check(asset=telemetry_samples, partitions_def=TELEMETRY_PARTITIONS, blocking=True,
+                description="great-expectations rules on the clean rows: ranges, non-null keys, "
+                            "unique (node, GPU, ts), no future timestamps, known GPUs.")
+def telemetry_clean_rules(context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource,
+                          warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    now = adapter_now(fleet.get())
+    report = clean_rules(warehouse.reader(), context.partition_key, fleet.config().telemetry, now)
+    failed = ", ".join(f"{r.expectation}({r.column})" for r in report.failed)
+    return dg.AssetCheckResult(
+        passed=report.passed, severity=dg.AssetCheckSeverity.ERROR,
+        description=f"{len(report.rules)} rules on {report.rows} clean rows"
+                    + (f"; failed: {failed}" if failed else ""),
+        metadata={"rules": dg.MetadataValue.md(report.markdown()), "rows": report.rows,
+                  "seconds": dg.MetadataValue.float(round(report.seconds, 3))})
+
+
+@dg.asset_check(asset=telemetry_samples, partitions_def=TELEMETRY_PARTITIONS,
+                description="The newest clean sample is at most telemetry.freshness_minutes old.")
+def telemetry_freshness(context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource,
+                        warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    config = fleet.config().telemetry
+    result = freshness(warehouse.reader(), adapter_now(fleet.get()),
+                       timedelta(minutes=config.freshness_minutes))
+    age = result.age
+    return dg.AssetCheckResult(
+        passed=result.passed, severity=dg.AssetCheckSeverity.WARN,
+        description=result.description,
+        metadata={"latest_partition": result.latest_partition or "",
+                  "age_minutes": dg.MetadataValue.float(
+                      round(age.total_seconds() / 60, 2) if age is not None else -1.0)})
+
+
+telemetry_assets = [telemetry_samples]
+telemetry_checks = [
+    telemetry_quarantine_rate_blocking,
+    telemetry_quarantine_rate_warning,
+    telemetry_accounting,
+    telemetry_clean_rules,
+    telemetry_freshness,
+]

@@ -1,0 +1,138 @@
+{{ config(materialized='incremental', incremental_strategy='window_replace',
+          window_column='period_start_utc', window_grain='hour_and_day') }}
+-- Invoice lines per tenant, pool, resource class and charge category (Usage, Credit), at
+-- two grains: hourly lines for the window's hours and daily lines for the whole days the
+-- window touches (recomputed from all rated hours of those days).
+with usage_lines as (
+    select
+        r.tenant_id,
+        r.pool_id,
+        p.gpu_model,
+        p.zone,
+        r.resource_class,
+        r.hour_utc,
+        'Usage' as charge_category,
+        r.billed_seconds,
+        {{ nano_to_money('r.gpu_hours_nano') }} as consumed_gpu_hours,
+        {{ nano_to_money('r.base_nano') }} as base_cost,
+        {{ nano_to_money('r.timed_nano - r.base_nano') }} as time_premium,
+        {{ nano_to_money('r.list_nano - r.timed_nano') }} as location_premium,
+        {{ nano_to_money('r.contracted_nano - r.list_nano') }} as drainability_discount,
+        {{ nano_to_money('r.billed_nano - r.contracted_nano') }} as commitment_discount,
+        {{ nano_to_money('r.list_nano') }} as list_cost,
+        cast(0 as decimal(38, 9)) as sla_credit,
+        {{ nano_to_money('r.billed_nano') }} as billed_cost
+    from (
+        -- integer sums (HUGEINT) of the exact nano-unit amounts, converted once per line
+        select
+            tenant_id, pool_id, resource_class, usage_hour as hour_utc,
+            sum(billed_seconds) as billed_seconds,
+            sum({{ rdiv('billed_gpu_seconds_e4 * 100000', '3600') }}) as gpu_hours_nano,
+            sum(base_nano) as base_nano,
+            sum(timed_nano) as timed_nano,
+            sum(list_nano) as list_nano,
+            sum(contracted_nano) as contracted_nano,
+            sum(billed_nano) as billed_nano
+        from {{ ref('int_rated_usage') }}
+        where {{ in_window('usage_hour', 'day') }}
+        group by tenant_id, pool_id, resource_class, usage_hour
+    ) as r
+    left join (
+        select pool_id, any_value(gpu_model) as gpu_model, any_value(zone) as zone
+        from (
+            select pool_id, gpu_model, zone from {{ source('warehouse', 'billing_rate_card_pools') }}
+            union all
+            select pool_id, gpu_model, zone from {{ ref('stg_price_book') }}
+        )
+        group by pool_id
+    ) as p using (pool_id)
+),
+
+credit_lines as (
+    select
+        tenant_id,
+        pool_id,
+        gpu_model,
+        zone,
+        resource_class,
+        charge_period_hour as hour_utc,
+        'Credit' as charge_category,
+        0 as billed_seconds,
+        cast(0 as decimal(38, 9)) as consumed_gpu_hours,
+        cast(0 as decimal(38, 9)) as base_cost,
+        cast(0 as decimal(38, 9)) as time_premium,
+        cast(0 as decimal(38, 9)) as location_premium,
+        cast(0 as decimal(38, 9)) as drainability_discount,
+        cast(0 as decimal(38, 9)) as commitment_discount,
+        cast(0 as decimal(38, 9)) as list_cost,
+        sum(billed_cost) as sla_credit,
+        sum(billed_cost) as billed_cost
+    from {{ ref('fct_sla_credits') }}
+    where {{ in_window('charge_period_hour', 'day') }}
+    group by tenant_id, pool_id, gpu_model, zone, resource_class, charge_period_hour
+),
+
+lines as (
+    select * from usage_lines
+    union all
+    select * from credit_lines
+),
+
+hourly as (
+    select 'hour' as period_grain, hour_utc as period_start_utc, hour_utc + interval 1 hour as period_end_utc, *
+        exclude (hour_utc)
+    from lines
+    where {{ in_window('hour_utc') }}
+),
+
+daily as (
+    select
+        'day' as period_grain,
+        date_trunc('day', hour_utc) as period_start_utc,
+        date_trunc('day', hour_utc) + interval 1 day as period_end_utc,
+        tenant_id, pool_id, gpu_model, zone, resource_class, charge_category,
+        sum(billed_seconds) as billed_seconds,
+        sum(consumed_gpu_hours) as consumed_gpu_hours,
+        sum(base_cost) as base_cost,
+        sum(time_premium) as time_premium,
+        sum(location_premium) as location_premium,
+        sum(drainability_discount) as drainability_discount,
+        sum(commitment_discount) as commitment_discount,
+        sum(list_cost) as list_cost,
+        sum(sla_credit) as sla_credit,
+        sum(billed_cost) as billed_cost
+    from lines
+    group by date_trunc('day', hour_utc), tenant_id, pool_id, gpu_model, zone, resource_class, charge_category
+),
+
+all_lines as (
+    select * from hourly
+    union all by name
+    select * from daily
+)
+
+select
+    tenant_id || '|' || period_grain || '|' || strftime(period_start_utc, '%Y-%m-%dT%H:%M:%S')
+        || '|' || pool_id || '|' || resource_class || '|' || charge_category as invoice_line_id,
+    tenant_id,
+    period_grain,
+    {{ utc_tz("period_start_utc") }} as period_start,
+    {{ utc_tz("period_end_utc") }} as period_end,
+    period_start_utc,
+    pool_id,
+    gpu_model,
+    zone,
+    resource_class,
+    charge_category,
+    cast(billed_seconds as bigint) as billed_seconds,
+    cast(consumed_gpu_hours as decimal(38, 9)) as consumed_gpu_hours,
+    cast(base_cost as decimal(38, 9)) as base_cost,
+    cast(time_premium as decimal(38, 9)) as time_premium,
+    cast(location_premium as decimal(38, 9)) as location_premium,
+    cast(drainability_discount as decimal(38, 9)) as drainability_discount,
+    cast(commitment_discount as decimal(38, 9)) as commitment_discount,
+    cast(list_cost as decimal(38, 9)) as list_cost,
+    cast(sla_credit as decimal(38, 9)) as sla_credit,
+    cast(billed_cost as decimal(38, 9)) as billed_cost,
+    (select currency from {{ ref('stg_billing_terms') }}) as currency
+from all_lines

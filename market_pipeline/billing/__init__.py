@@ -1,0 +1,1 @@
+"""Metering, rating (dbt), invoices, SLA credits, balances, quotes and cost reports."""

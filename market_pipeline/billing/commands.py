@@ -1,0 +1,204 @@
+"""Billing subcommands: quote, cost-report, billing-rollup, balance, tenant-sql; bench billing."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from market_pipeline.billing.errors import BillingError
+from market_pipeline.config import ConfigError, load_config
+from market_pipeline.warehouse import Warehouse, WarehouseError, open_warehouse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    quote = sub.add_parser("quote", help="expected cost of GPUs for hours, with a 90%% band")
+    quote.add_argument("--tenant", required=True)
+    quote.add_argument("--pool", required=True, help="pool id, e.g. A100-80GB@cn-hangzhou-a")
+    quote.add_argument("--gpus", type=float, required=True)
+    quote.add_argument("--hours", type=float, required=True)
+    quote.add_argument("--class", dest="resource_class", choices=("guaranteed", "drainable"),
+                       default="guaranteed")
+    quote.add_argument("--start", help="ISO start time (default: now, UTC)")
+    quote.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    quote.add_argument("--json", action="store_true")
+    quote.set_defaults(handler=run_quote)
+
+    report = sub.add_parser("cost-report", help="render a tenant's cost breakdown and price history")
+    report.add_argument("--tenant", required=True)
+    report.add_argument("--format", choices=("html", "png"), default="html")
+    report.add_argument("--out", help="output file (default: reports/cost-report-TENANT.FORMAT)")
+    report.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    report.add_argument("--json", action="store_true")
+    report.set_defaults(handler=run_cost_report)
+
+    rollup = sub.add_parser("billing-rollup", help="refresh the rate card and build the billing marts")
+    rollup.add_argument("--start", help="ISO hour, window start (default: all hours)")
+    rollup.add_argument("--end", help="ISO hour, window end (exclusive)")
+    rollup.add_argument("--no-tests", action="store_true", help="dbt run instead of dbt build")
+    rollup.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    rollup.set_defaults(handler=run_rollup)
+
+    balance = sub.add_parser("balance", help="show or manage a tenant's billing account and balance")
+    balance.add_argument("--tenant", required=True)
+    balance.add_argument("--top-up", help="add this amount to the balance (needs --reference)")
+    balance.add_argument("--reference", help="payment reference (makes a top-up idempotent)")
+    balance.add_argument("--prepaid", choices=("yes", "no"), help="set the account type")
+    balance.add_argument("--credit-limit")
+    balance.add_argument("--hard-cap-daily")
+    balance.add_argument("--hard-cap-monthly")
+    balance.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    balance.set_defaults(handler=run_balance)
+
+    tenant_sql = sub.add_parser("tenant-sql", help="run SQL that can only see one tenant's billing rows")
+    tenant_sql.add_argument("--tenant", required=True)
+    tenant_sql.add_argument("query")
+    tenant_sql.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    tenant_sql.set_defaults(handler=run_tenant_sql)
+
+
+def register_bench(bench_sub: argparse._SubParsersAction) -> None:
+    bench = bench_sub.add_parser("billing", help="dbt rollup vs one hand-written DuckDB query")
+    bench.add_argument("--usage-seconds", type=int, default=100_000_000)
+    bench.add_argument("--interval-seconds", type=int, default=None,
+                       help="mean usage interval length (default: see bench.DEFAULT_INTERVAL_SECONDS)")
+    bench.add_argument("--workdir", help="where the scratch warehouse goes (default: system temp)")
+    bench.add_argument("--json", action="store_true")
+    bench.set_defaults(handler=run_bench)
+
+
+def _warehouse(explicit: str | None) -> Path:
+    return Path(explicit) if explicit else load_config().warehouse_path
+
+
+def _time(text: str | None, name: str) -> dt.datetime | None:
+    if text is None:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise BillingError(f"--{name} {text!r} is not an ISO time") from exc
+    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+
+
+def _decimal(text: str | None, name: str) -> Decimal | None:
+    if text is None:
+        return None
+    try:
+        return Decimal(text)
+    except InvalidOperation as exc:
+        raise BillingError(f"--{name} {text!r} is not a number") from exc
+
+
+def _fail(exc: Exception) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    return 2
+
+
+def run_quote(args: argparse.Namespace) -> int:
+    from market_pipeline.billing.quotes import quote
+
+    try:
+        config = load_config()
+        path = _warehouse(args.warehouse)
+        warehouse = Warehouse(path) if path.exists() else None
+        result = quote(config, warehouse, args.tenant, args.pool, args.gpus, args.hours,
+                       args.resource_class, _time(args.start, "start"))
+    except (BillingError, ConfigError, WarehouseError) as exc:
+        return _fail(exc)
+    if args.json:
+        print(json.dumps(result.as_json()))
+    else:
+        print(f"{result.tenant_id} {result.gpus} x {result.pool_id} ({result.resource_class}) for"
+              f" {result.hours} h: {result.expected_cost} {result.currency}"
+              f" (90%: {result.low_90} .. {result.high_90}, {result.band_method})")
+    return 0
+
+
+def run_cost_report(args: argparse.Namespace) -> int:
+    from market_pipeline.billing.cost_report import write_report
+
+    out = Path(args.out) if args.out else Path("reports") / f"cost-report-{args.tenant}.{args.format}"
+    try:
+        path = write_report(Warehouse(_warehouse(args.warehouse)), args.tenant, out, args.format)
+    except (BillingError, ConfigError, WarehouseError) as exc:
+        return _fail(exc)
+    print(json.dumps({"tenant": args.tenant, "format": args.format, "path": str(path)}) if args.json
+          else f"wrote {path}")
+    return 0
+
+
+def run_rollup(args: argparse.Namespace) -> int:
+    from market_pipeline.billing.rollup import rollup_window
+
+    try:
+        config = load_config()
+        warehouse = open_warehouse(_warehouse(args.warehouse))
+        result = rollup_window(warehouse, config, _time(args.start, "start"), _time(args.end, "end"),
+                               run_tests=not args.no_tests)
+    except (BillingError, ConfigError, WarehouseError) as exc:
+        return _fail(exc)
+    print(json.dumps({"seconds": round(result.dbt.seconds, 3), "ledger_entries": result.ledger_entries}))
+    return 0
+
+
+def run_balance(args: argparse.Namespace) -> int:
+    from market_pipeline.billing.balances import Account, accounts, record_payment, set_account, tenant_spend
+
+    try:
+        warehouse = open_warehouse(_warehouse(args.warehouse))
+        changes = [args.prepaid, args.credit_limit, args.hard_cap_daily, args.hard_cap_monthly]
+        if any(value is not None for value in changes):
+            current = next((a for a in accounts(warehouse) if a.tenant_id == args.tenant),
+                           Account(args.tenant, prepaid=True))
+            set_account(warehouse, Account(
+                args.tenant,
+                prepaid=current.prepaid if args.prepaid is None else args.prepaid == "yes",
+                credit_limit=_decimal(args.credit_limit, "credit-limit") or current.credit_limit,
+                hard_cap_daily=_decimal(args.hard_cap_daily, "hard-cap-daily") or current.hard_cap_daily,
+                hard_cap_monthly=_decimal(args.hard_cap_monthly, "hard-cap-monthly") or current.hard_cap_monthly))
+        if args.top_up is not None:
+            record_payment(warehouse, args.tenant, _decimal(args.top_up, "top-up"), args.reference or "")
+        spend = tenant_spend(warehouse, dt.datetime.now(dt.timezone.utc)).get(args.tenant)
+        account = next((a for a in accounts(warehouse) if a.tenant_id == args.tenant), None)
+    except (BillingError, ConfigError, WarehouseError) as exc:
+        return _fail(exc)
+    print(json.dumps({
+        "tenant": args.tenant, "guarded": account is not None,
+        "prepaid": account.prepaid if account else None,
+        "balance": str(spend.balance) if spend else "0",
+        "spent_today": str(spend.spent_today) if spend else "0",
+        "spent_month": str(spend.spent_month) if spend else "0",
+        "credit_limit": str(account.credit_limit) if account else None,
+        "hard_cap_daily": str(account.hard_cap_daily) if account and account.hard_cap_daily is not None else None,
+        "hard_cap_monthly": str(account.hard_cap_monthly) if account and account.hard_cap_monthly is not None
+        else None,
+    }))
+    return 0
+
+
+def run_tenant_sql(args: argparse.Namespace) -> int:
+    from market_pipeline.billing.tenant_scope import tenant_query
+
+    try:
+        frame = tenant_query(Warehouse(_warehouse(args.warehouse)), args.tenant, args.query)
+    except (BillingError, ConfigError, WarehouseError) as exc:
+        return _fail(exc)
+    print(json.dumps(frame.to_dicts(), default=str))
+    return 0
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from market_pipeline.billing.bench import DEFAULT_INTERVAL_SECONDS, run_billing_bench
+
+    try:
+        result = run_billing_bench(load_config(), args.usage_seconds,
+                                   args.interval_seconds or DEFAULT_INTERVAL_SECONDS,
+                                   Path(args.workdir) if args.workdir else None)
+    except (BillingError, ConfigError, WarehouseError) as exc:
+        return _fail(exc)
+    print(json.dumps(result.as_json()))
+    return 0 if result.equal else 1

@@ -1,0 +1,39 @@
+"""The billing rollup without Dagster: rate card, dbt build of a window, ledger posting.
+
+Dagster runs the same steps as assets (`assets/billing.py`); the CLI and tests use this.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from market_pipeline.billing.balances import post_invoice_window
+from market_pipeline.billing.dbt_project import DbtRun, run_dbt, window_vars
+from market_pipeline.billing.rate_card import refresh_rate_card
+from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.warehouse import Warehouse
+
+BILLING_SELECTOR = ("+focus_export", "+agg_tenant_daily_cost", "+agg_revenue_by_pool")
+
+
+@dataclass(frozen=True)
+class RollupResult:
+    dbt: DbtRun
+    ledger_entries: int
+
+
+def rollup_window(warehouse: Warehouse, config: MarketPipelineConfig, start: dt.datetime | None,
+                  end: dt.datetime | None, run_tests: bool = True, post_ledger: bool = True
+                  ) -> RollupResult:
+    """Build (and test) the billing marts for [start, end); all hours when both are None."""
+    refresh_rate_card(warehouse, config)
+    dbt_vars = window_vars(start, end) if start is not None and end is not None else None
+    command = ["build" if run_tests else "run", "--select", *BILLING_SELECTOR]
+    result = run_dbt(command, warehouse.path, dbt_vars=dbt_vars)
+    entries = 0
+    if post_ledger:
+        lo = start or dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+        hi = end or dt.datetime(2200, 1, 1, tzinfo=dt.timezone.utc)
+        entries = post_invoice_window(warehouse, lo, hi)
+    return RollupResult(result, entries)

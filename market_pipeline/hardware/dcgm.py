@@ -1,0 +1,224 @@
+"""The `dcgm` backend: reads dcgm-exporter's /metrics exposition from URLs or files.
+
+Read-only by nature: it observes GPUs, MIG instances and the pods dcgm-exporter attributes
+to them, but cannot signal a task, cordon or power a node (those return UNSUPPORTED).
+`adapter.dcgm_endpoint` is one source or several separated by commas; each is an http(s)
+URL or a file path. An unreachable or malformed source is an outcome (`probe()`, and
+`last_error` after a read), never an exception past the adapter.
+
+Time: a scrape is a point-in-time reading. Samples carry the exposition's timestamps if it
+has them, else the scrape time (for a file, its modification time); `read_samples(start,
+end)` returns the current scrape's samples that fall in [start, end).
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from market_pipeline.hardware.dcgm_exposition import (
+    FB_USED,
+    NVLINK_BANDWIDTH,
+    ExpositionError,
+    Scrape,
+    parse_exposition,
+    scrape_samples,
+)
+from market_pipeline.hardware.nvml_devices import mig_gpu_milli
+from market_pipeline.hardware.protocol import (
+    GpuInfo,
+    NodeInfo,
+    NodeState,
+    Outcome,
+    OutcomeStatus,
+    ResourceClass,
+    TaskInfo,
+    TaskKind,
+    empty_samples,
+    empty_task_events,
+)
+
+DEFAULT_ZONE = "dcgm"
+
+
+class DcgmSourceError(ValueError):
+    """A dcgm-exporter source that cannot be read; the message names it."""
+
+
+class DcgmAdapter:
+    backend = "dcgm"
+
+    def __init__(self, sources: Sequence[str], timeout_seconds: float = 10.0,
+                 zone: str = DEFAULT_ZONE, clock: Callable[[], datetime] | None = None) -> None:
+        if not sources:
+            raise DcgmSourceError("dcgm backend needs adapter.dcgm_endpoint (a URL or file)")
+        self.sources = tuple(sources)
+        self.timeout_seconds = timeout_seconds
+        self.zone = zone
+        self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self.last_error: str | None = None
+
+    @classmethod
+    def from_config(cls, config: object) -> "DcgmAdapter":
+        adapter = getattr(config, "adapter")
+        sources = [s.strip() for s in str(adapter.dcgm_endpoint).split(",") if s.strip()]
+        return cls(sources, timeout_seconds=float(adapter.operation_timeout_seconds))
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    # -- reading -----------------------------------------------------------------------
+    def scrape(self) -> list[Scrape]:
+        """Every source once; raises DcgmSourceError / ExpositionError naming the source."""
+        return [self._scrape_one(source) for source in self.sources]
+
+    def _scrape_one(self, source: str) -> Scrape:
+        if source.startswith(("http://", "https://")):
+            try:
+                with urllib.request.urlopen(source, timeout=self.timeout_seconds) as response:
+                    text = response.read().decode("utf-8")
+            except (urllib.error.URLError, OSError, UnicodeDecodeError) as exc:
+                raise DcgmSourceError(f"cannot scrape {source}: {exc}") from exc
+            return parse_exposition(text, self.now(), source)
+        path = Path(source)
+        try:
+            text = path.read_text(encoding="utf-8")
+            scraped_at = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DcgmSourceError(f"cannot read dcgm exposition file {source}: {exc}") from exc
+        return parse_exposition(text, scraped_at, source)
+
+    def _scrapes(self) -> list[Scrape]:
+        try:
+            scrapes = self.scrape()
+        except (DcgmSourceError, ExpositionError) as exc:
+            self.last_error = str(exc)
+            return []
+        self.last_error = None
+        return scrapes
+
+    def probe(self) -> Outcome:
+        try:
+            scrapes = self.scrape()
+        except (DcgmSourceError, ExpositionError) as exc:
+            return Outcome(OutcomeStatus.FAILED, str(exc))
+        gpus = sum(len(s.parents) for s in scrapes)
+        if gpus == 0:
+            return Outcome(OutcomeStatus.NO_DEVICE, "dcgm-exporter reports no GPU")
+        return Outcome.success(f"{gpus} GPU(s) from {len(scrapes)} source(s)")
+
+    def list_nodes(self) -> list[NodeInfo]:
+        nodes: dict[str, list] = {}
+        for scrape in self._scrapes():
+            for gpu in scrape.parents:
+                nodes.setdefault(gpu.hostname, []).append(gpu)
+        return [
+            NodeInfo(node_id=host, pool_id=f"{gpus[0].model}@{self.zone}", gpu_model=gpus[0].model,
+                     zone=self.zone, gpus=len(gpus), state=NodeState.ON,
+                     nvlink=any(g.fields.get(NVLINK_BANDWIDTH, 0.0) > 0 for g in gpus))
+            for host, gpus in sorted(nodes.items())
+        ]
+
+    def list_gpus(self) -> list[GpuInfo]:
+        result = []
+        for scrape in self._scrapes():
+            for entity in scrape.entities:
+                total = entity.mem_total_mib()
+                result.append(GpuInfo(
+                    gpu_uuid=entity.uuid, node_id=entity.hostname, gpu_index=entity.gpu_index,
+                    gpu_model=entity.model, memory_total_mib=int(total or 0),
+                    mig_profile=entity.mig_profile))
+        return result
+
+    def read_samples(self, start: datetime, end: datetime) -> pl.DataFrame:
+        frames = [scrape_samples(scrape) for scrape in self._scrapes()]
+        if not frames:
+            return empty_samples()
+        samples = pl.concat(frames)
+        return samples.filter((pl.col("ts") >= start) & (pl.col("ts") < end))
+
+    def list_tasks(self) -> list[TaskInfo]:
+        """Pods dcgm-exporter attributes to GPUs. Kind, QoS and priority are not observable
+        here: tasks carry neutral defaults and `do_not_drain` (this backend cannot drain)."""
+        tasks: dict[str, dict] = {}
+        for scrape in self._scrapes():
+            for entity in scrape.entities:
+                for namespace, pod in sorted(entity.pods):
+                    task = tasks.setdefault(f"{namespace}/{pod}", {
+                        "tenant": namespace, "node": entity.hostname, "model": entity.model,
+                        "gpus": [], "milli": 1000, "mem": 0.0, "mig": entity.mig_profile,
+                        "seen": scrape.scraped_at})
+                    task["gpus"].append(entity.uuid)
+                    task["milli"] = min(task["milli"], mig_gpu_milli(entity.mig_profile))
+                    task["mem"] += entity.fields.get(FB_USED, 0.0)
+        return [
+            TaskInfo(task_id=task_id, tenant_id=t["tenant"], pool_id=f"{t['model']}@{self.zone}",
+                     node_id=t["node"], gpu_uuids=tuple(t["gpus"]), gpu_milli=t["milli"],
+                     kind=TaskKind.TRAINING, qos="unknown", priority=0,
+                     resource_class=ResourceClass.GUARANTEED, started_at=t["seen"],
+                     mem_mib=int(t["mem"]), mig_profile=t["mig"], do_not_drain=True,
+                     checkpointable=False)
+            for task_id, t in sorted(tasks.items())
+        ]
+
+    def read_task_events(self, start: datetime, end: datetime) -> pl.DataFrame:
+        return empty_task_events()  # a scrape shows state, not lifecycle events
+
+    def task_catalog(self, task_ids: Sequence[str]) -> list[TaskInfo]:
+        wanted = set(task_ids)
+        return [task for task in self.list_tasks() if task.task_id in wanted]
+
+    # -- acting: dcgm-exporter is an observer ---------------------------------------------
+    def _unsupported(self, what: str) -> Outcome:
+        return Outcome(OutcomeStatus.UNSUPPORTED, f"dcgm backend is read-only: cannot {what}")
+
+    def warn_task(self, task_id: str, deadline_seconds: float) -> Outcome:
+        return self._unsupported(f"warn task {task_id}")
+
+    def checkpoint_task(self, task_id: str, timeout_seconds: float) -> Outcome:
+        return self._unsupported(f"checkpoint task {task_id}")
+
+    def terminate_task(self, task_id: str, timeout_seconds: float) -> Outcome:
+        return self._unsupported(f"terminate task {task_id}")
+
+    def kill_task(self, task_id: str) -> Outcome:
+        return self._unsupported(f"kill task {task_id}")
+
+    def cordon(self, node_id: str) -> Outcome:
+        return self._unsupported(f"cordon {node_id}")
+
+    def uncordon(self, node_id: str) -> Outcome:
+        return self._unsupported(f"uncordon {node_id}")
+
+    def power_on(self, node_id: str) -> Outcome:
+        return self._unsupported(f"power on {node_id}")
+
+    def power_off(self, node_id: str) -> Outcome:
+        return self._unsupported(f"power off {node_id}")
+
+    def verify_released(self, gpu_uuids: Sequence[str], task_id: str | None = None) -> Outcome:
+        """OK when no pod is attributed to any of the GPUs (or their MIG instances) now."""
+        try:
+            scrapes = self.scrape()
+        except (DcgmSourceError, ExpositionError) as exc:
+            return Outcome(OutcomeStatus.FAILED, str(exc))
+        wanted = set(gpu_uuids)
+        seen: set[str] = set()
+        busy: list[str] = []
+        for scrape in scrapes:
+            for entity in scrape.entities:
+                if entity.uuid in wanted or entity.parent_uuid in wanted:
+                    seen.add(entity.uuid if entity.uuid in wanted else entity.parent_uuid)
+                    busy += [f"{entity.uuid} by {ns}/{pod}" for ns, pod in sorted(entity.pods)]
+        missing = sorted(wanted - seen)
+        if busy:
+            return Outcome(OutcomeStatus.FAILED, "still in use: " + "; ".join(busy))
+        if missing:
+            return Outcome(OutcomeStatus.GONE, "not reported by dcgm-exporter: " + ", ".join(missing))
+        return Outcome.success(f"{len(wanted)} GPU(s) released")
+

@@ -1,0 +1,141 @@
+"""CLI: `market-pipeline solve --instance FILE.json [--json]` and
+`market-pipeline bench solver --tenants N --resources M [--baseline] [--device cpu|cuda] --json`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from market_pipeline.market.errors import InstanceError
+from market_pipeline.market.generate import random_problem
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.report import SolverSettings
+from market_pipeline.market.solve import solve_equilibrium
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    solve = sub.add_parser("solve", help="Stackelberg equilibrium prices for a market instance (JSON file)")
+    solve.add_argument("--instance", required=True, help="instance JSON file (see market_pipeline.market.instance)")
+    solve.add_argument("--json", action="store_true", help="print one JSON object")
+    solve.add_argument("--device", default="cpu", help="torch device: cpu (default) or cuda")
+    solve.add_argument("--last-prices", help="JSON object {resource name: price}: warm start and fallback")
+    solve.add_argument("--max-step", type=float, help="max relative price move from --last-prices (0.25 = 25%%)")
+    solve.add_argument("--tolerance", type=float, default=SolverSettings.tolerance, help="KKT tolerance")
+    solve.set_defaults(handler=run_solve)
+
+
+def register_bench(bench_sub: argparse._SubParsersAction) -> None:
+    bench = bench_sub.add_parser("solver", help="equilibrium solver on a seeded random instance")
+    bench.add_argument("--tenants", type=int, required=True)
+    bench.add_argument("--resources", type=int, required=True)
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--baseline", action="store_true", help="also run the nested SciPy solver")
+    bench.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    bench.add_argument("--repeat", type=int, default=1,
+                       help="solves to time, of the engine and of the baseline (the fastest of each is reported)")
+    bench.add_argument("--threads", type=int, default=SolverSettings.threads,
+                       help="torch threads on CPU during the solve (default %(default)s)")
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.set_defaults(handler=run_bench)
+
+
+def _load_instance(path: str) -> MarketProblem:
+    file = Path(path)
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise InstanceError(f"--instance: file not found: {path}") from None
+    except json.JSONDecodeError as exc:
+        raise InstanceError(f"--instance: {path} is not valid JSON ({exc})") from None
+    return MarketProblem.from_instance_json(data)
+
+
+def _last_prices(problem: MarketProblem, text: str | None) -> np.ndarray | None:
+    if text is None:
+        return None
+    try:
+        keyed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InstanceError(f"--last-prices: not valid JSON ({exc})") from None
+    if not isinstance(keyed, dict) or set(keyed) != set(problem.resource_names):
+        raise InstanceError("--last-prices: expected an object with exactly the resources "
+                            f"{list(problem.resource_names)}")
+    return np.array([float(keyed[name]) for name in problem.resource_names])
+
+
+def run_solve(args: argparse.Namespace) -> int:
+    try:
+        problem = _load_instance(args.instance)
+        report = solve_equilibrium(problem, last_prices=_last_prices(problem, args.last_prices),
+                                   max_step=args.max_step, settings=SolverSettings(tolerance=args.tolerance),
+                                   device=args.device)
+    except InstanceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.to_dict()))
+        return 0
+    print(f"status {report.status}  profit {report.profit:.6g}  KKT {report.kkt_residual:.2e}  "
+          f"iterations {report.iterations}  {report.seconds:.3f}s")
+    for name, price, demand, cap in zip(report.resource_names, report.prices, report.demand, report.capacity):
+        print(f"  {name:32s} price {price:10.4f}  demand {demand:12.4f}  capacity {cap:12.4f}")
+    if report.fallback_reason:
+        print(f"fallback: {report.fallback_reason}")
+    return 0 if report.status != "fallback" else 1
+
+
+def _timed(run):
+    """(result, process CPU seconds): on a shared host CPU time is the load-independent measure."""
+    started = time.process_time()
+    result = run()
+    return result, time.process_time() - started
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    try:
+        if args.tenants < 1 or args.resources < 1 or args.repeat < 1:
+            raise InstanceError("--tenants, --resources and --repeat must be >= 1")
+        print(f"building instance {args.tenants} x {args.resources} (seed {args.seed})", file=sys.stderr)
+        problem = random_problem(args.tenants, args.resources, args.seed)
+        if args.threads is not None and args.threads < 1:
+            raise InstanceError("--threads must be >= 1")
+        settings = SolverSettings(threads=args.threads)
+        # warm-up on a small other instance: library initialisation only; nothing of the timed
+        # problem is cached (its first solve allocates its own buffers)
+        solve_equilibrium(random_problem(min(args.tenants, 1000), args.resources, args.seed + 1),
+                          device=args.device, settings=SolverSettings(threads=args.threads, max_iterations=2))
+        timed = [_timed(lambda: solve_equilibrium(problem, device=args.device, settings=settings))
+                 for _ in range(args.repeat)]
+    except InstanceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    report = min((r for r, _ in timed), key=lambda r: r.seconds)
+    reports = [r for r, _ in timed]
+    out = {"tenants": args.tenants, "resources": args.resources, "seconds": report.seconds,
+           "kkt_residual": report.kkt_residual, "profit": report.profit, "converged": report.converged,
+           "iterations": report.iterations, "follower_kkt": report.follower_kkt, "status": report.status,
+           "device": report.device, "seed": args.seed, "threads": args.threads, "repeat": args.repeat,
+           "seconds_all": [r.seconds for r in reports], "cpu_seconds": min(c for _, c in timed)}
+    if args.baseline:
+        from market_pipeline.market.baseline import solve_baseline
+
+        print("running the nested SciPy baseline", file=sys.stderr)
+        runs = [_timed(lambda: solve_baseline(problem)) for _ in range(args.repeat)]
+        base = min((b for b, _ in runs), key=lambda b: b.seconds)
+        base_cpu = min(c for _, c in runs)
+        out.update({"baseline_seconds": base.seconds, "baseline_profit": base.profit,
+                    "baseline_cpu_seconds": base_cpu, "baseline_success": base.success,
+                    "baseline_evaluations": base.evaluations,
+                    "speedup": base.seconds / report.seconds, "cpu_speedup": base_cpu / out["cpu_seconds"],
+                    "profit_gap": (report.profit - base.profit) / abs(base.profit) if base.profit else None})
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for key, value in out.items():
+            print(f"{key}: {value}")
+    return 0

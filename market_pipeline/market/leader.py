@@ -1,0 +1,336 @@
+"""The leader: profit-maximising prices given the followers' exact best responses.
+
+A trust-region Sl1QP (sequential quadratic programming) method on
+
+    max_p  sum_r (p_r - c_r) D_r(p)   s.t.  D(p) <= C, bounds, per-tick step, discount band
+
+with the exact gradient and Lagrangian Hessian from implicit differentiation (``sensitivity``),
+so it converges quadratically near the solution; binding capacity is handled exactly by the
+linearised rows D + J dp <= C (a Newton step on D_r(p) = C_r). Merit: profit minus
+rho * sum (D - C)+ (an exact penalty), with a second-order correction against the Maratos
+effect on curved capacity constraints.
+
+Safeguards (seed section 6.1): all tenants respond to the same price vector in every
+iteration (synchronous); the trust region shrinks on rejected steps (adaptive step), and per
+resource on oscillation (a step reversing the previous one without halving); while
+oscillating, steps are smoothed by beta (p += (1 - beta) dp, i.e. to first order
+d <- beta d + (1 - beta) BR(p + dp), with the followers kept at their exact best response).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from market_pipeline.market.constraints import PriceConstraints
+from market_pipeline.market.errors import SolverError
+from market_pipeline.market.followers import FollowerState, solve_followers
+from market_pipeline.market.leader_step import (
+    KKTParts,
+    LocalModel,
+    StepSolution,
+    kkt_parts,
+    model_gain,
+    solve_step,
+)
+from market_pipeline.market.population import DevicePopulation
+from market_pipeline.market.report import SolverSettings
+from market_pipeline.market.sensitivity import Derivatives, demand_derivatives
+
+ACCEPT_RATIO = 1e-4
+KINK_TRUST = 1e-5  # trust radius (share of the price range) below which kinks are looked for
+KINK_RADIUS = 1e-2  # how far (share of the price range) a piece's gradient is carried
+CHORD_RESIDUAL = 1e-3  # KKT residual below which the previous point's Hessian is reused
+
+
+@dataclass
+class LeaderContext:
+    pop: DevicePopulation
+    constraints: PriceConstraints
+    unit_cost: np.ndarray
+    capacity: np.ndarray
+    settings: SolverSettings
+    deadline: float | None = None
+    follower_iterations: int = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.pop.device
+
+
+@dataclass(frozen=True, eq=False)
+class Point:
+    prices: np.ndarray
+    state: FollowerState
+    demand: np.ndarray
+    profit: float  # smooth profit sum (p - c) D
+    excess: float  # sum over capped resources of (D - C)+
+    slot: int  # workspace slot holding the follower state's tensors
+
+    def merit(self, rho: float) -> float:
+        return self.profit - rho * self.excess
+
+
+@dataclass(frozen=True, eq=False)
+class LeaderResult:
+    point: Point
+    derivatives: Derivatives
+    step: StepSolution
+    kkt: KKTParts
+    iterations: int
+    converged: bool
+    capacity_infeasible: bool
+    stop_reason: str | None
+    curvature: np.ndarray  # the Lagrangian Hessian used at the final point
+    best_feasible: Point | None  # the most profitable capacity-feasible point visited
+    nonsmooth: bool = False  # certified by the kink (bundle) test rather than a single gradient
+
+
+def follower_tolerance(settings: SolverSettings, leader_residual: float) -> float:
+    """Inexact Newton: far from the solution the followers need not be exact for a good leader
+    step. Newton squares the leader's residual, so the next point needs followers accurate to
+    about that square: their tolerance tracks it, down to the configured one (which every
+    point that can pass the KKT test gets)."""
+    return max(settings.follower_tolerance, min(1e-5, 1e-4 * leader_residual ** 2))
+
+
+def evaluate(ctx: LeaderContext, prices: np.ndarray, scale_guess: torch.Tensor | None = None, *,
+             slot: int = 0, tol: float | None = None) -> Point:
+    settings = ctx.settings
+    p = torch.as_tensor(prices, dtype=torch.float64, device=ctx.device)
+    tol = settings.follower_tolerance if tol is None else tol
+    state = solve_followers(ctx.pop, p, scale_guess, tol=tol, max_iterations=settings.follower_max_iterations,
+                            slot=slot)
+    ctx.follower_iterations += state.iterations
+    if not state.budget_residual <= max(1e-8, 10.0 * tol):
+        raise SolverError(f"followers: budget multiplier root not found (residual {state.budget_residual:.2e})")
+    demand = ctx.pop.aggregate(state.demand).cpu().numpy()
+    if not np.all(np.isfinite(demand)):
+        raise SolverError("followers: non-finite demand")
+    capped = np.isfinite(ctx.capacity)
+    excess = float(np.maximum(demand[capped] - ctx.capacity[capped], 0.0).sum())
+    return Point(np.asarray(prices, dtype=np.float64), state, demand, float((prices - ctx.unit_cost) @ demand), excess,
+                 slot)
+
+
+def local_model(ctx: LeaderContext, point: Point, multiplier: np.ndarray,
+                curvature: np.ndarray | None = None) -> tuple[LocalModel, Derivatives]:
+    """Exact first derivatives at ``point``; the Lagrangian Hessian too unless ``curvature``
+    (a previous one) is passed in, which is enough to certify a point (the multipliers of the
+    step QP at a KKT point do not depend on it)."""
+    cost = torch.as_tensor(ctx.unit_cost, dtype=torch.float64, device=ctx.device)
+    mu = torch.as_tensor(multiplier, dtype=torch.float64, device=ctx.device)
+    der = demand_derivatives(ctx.pop, point.state, cost, mu, with_hessian=curvature is None)
+    hessian = curvature if curvature is not None else der.lagrangian_hessian.cpu().numpy()
+    model = LocalModel(point.prices, point.demand, ctx.capacity, ctx.unit_cost,
+                       der.profit_gradient.cpu().numpy(), der.jacobian.cpu().numpy(), hessian)
+    for name in ("gradient", "jacobian", "hessian"):
+        if not np.all(np.isfinite(getattr(model, name))):
+            raise SolverError(f"leader: non-finite {name} at prices {point.prices.tolist()}")
+    return model, der
+
+
+def _linearised_violation(model: LocalModel, delta: np.ndarray) -> float:
+    capped = np.isfinite(model.capacity)
+    over = model.demand[capped] + model.jacobian[capped] @ delta - model.capacity[capped]
+    return float(np.maximum(over, 0.0).sum())
+
+
+def _capacity_scale(model: LocalModel) -> float:
+    capped = np.isfinite(model.capacity)
+    return max(float(np.abs(model.capacity[capped]).max(initial=0.0)), 1e-300)
+
+
+def _solve_step_with_penalty(model: LocalModel, ctx: LeaderContext, radius: np.ndarray, rho: float,
+                             active_guess: np.ndarray | None, kink_gradients: np.ndarray | None) -> StepSolution:
+    """Raise the penalty while that reduces the linearised capacity violation of the step
+    (when the box alone makes capacity unreachable, no penalty helps and rho stays)."""
+    step = solve_step(model, ctx.constraints, radius, rho, active_guess=active_guess, kink_gradients=kink_gradients)
+    violation = _linearised_violation(model, step.delta)
+    scale = max(float(np.abs(model.demand).max()), 1e-300)
+    for _ in range(4):
+        if violation <= 1e-12 * scale:
+            break
+        candidate = solve_step(model, ctx.constraints, radius, rho * 10.0, active_guess=step.active_rows,
+                               kink_gradients=kink_gradients)
+        reduced = _linearised_violation(model, candidate.delta)
+        if reduced >= violation - 1e-9 * scale:
+            break
+        step, violation, rho = candidate, reduced, rho * 10.0
+    return step
+
+
+def _trial(ctx: LeaderContext, point: Point, der: Derivatives, delta: np.ndarray, tol: float) -> Point:
+    """Followers at p + delta, in the other workspace slot than ``point``'s."""
+    prices = np.clip(point.prices + delta, ctx.constraints.lower, ctx.constraints.upper)
+    move = torch.as_tensor(prices - point.prices, dtype=torch.float64, device=ctx.device)
+    guess = point.state.scale + der.multiplier_gradient @ move  # first-order multiplier predictor
+    return evaluate(ctx, prices, guess, slot=1 - point.slot, tol=tol)
+
+
+def _time_left(ctx: LeaderContext) -> bool:
+    return ctx.deadline is None or time.perf_counter() < ctx.deadline
+
+
+def run_leader(ctx: LeaderContext, start: np.ndarray, *, tolerance: float, max_iterations: int,
+               multiplier: np.ndarray | None = None, radius: float | None = None,
+               curvature: np.ndarray | None = None, cold: bool = False) -> LeaderResult:
+    """``curvature``: a Lagrangian Hessian estimate at ``start`` (e.g. from a subsample) used for
+    the first step instead of computing the exact one. ``cold``: ``start`` is a guess far from
+    the solution, so its followers are solved loosely (see ``follower_tolerance``)."""
+    constraints = ctx.constraints
+    span = np.maximum(constraints.upper - constraints.lower, 1e-12 * np.maximum(1.0, constraints.upper))
+    point = evaluate(ctx, start, tol=follower_tolerance(ctx.settings, 1.0) if cold else None)
+    mu = np.zeros_like(start) if multiplier is None else np.asarray(multiplier, dtype=np.float64)
+    rho = 10.0 * float(constraints.upper.max())
+    trust = ctx.settings.initial_radius if radius is None else radius
+    per_resource = np.ones_like(start)  # shrinks on oscillation
+    smoothing_left = 0
+    previous_delta: np.ndarray | None = None
+    iterations = 0
+    model, der = local_model(ctx, point, mu, curvature=curvature)
+    # "exact", "estimate" (given for the first step) or "stale" (reused from the previous point)
+    source = "exact" if curvature is None else "estimate"
+    active_guess = None
+    best = point if point.excess == 0.0 else None  # the best capacity-feasible point so far
+    bundle: list[np.ndarray] = []  # gradients from across a kink, transported to the point
+    while True:
+        step = _solve_step_with_penalty(model, ctx, trust * span * per_resource, rho, active_guess,
+                                        _kink_gradients(bundle, point, span))
+        active_guess = step.active_rows
+        rho = step.rho
+        kkt = kkt_parts(model, constraints, step)
+        total = max(kkt.total, point.state.budget_residual)
+        if total <= tolerance:
+            return LeaderResult(point, der, step, kkt, iterations, True, False, None, model.hessian, best,
+                                nonsmooth=step.pieces.shape[0] > 1)
+        if source == "stale" and total > CHORD_RESIDUAL:
+            model, der = local_model(ctx, point, mu)
+            source = "exact"
+            continue
+        # the elastic problem is solved (the residual excludes trust-region multipliers, so
+        # stationarity here means the trust region is not what holds the prices) but capacity
+        # cannot be met inside the price/step box
+        stalled_infeasible = (kkt.feasibility > tolerance
+                              and max(kkt.stationarity, kkt.complementarity) <= tolerance
+                              and _linearised_violation(model, step.delta) > tolerance * _capacity_scale(model))
+        stop = None
+        if stalled_infeasible:
+            return LeaderResult(point, der, step, kkt, iterations, False, True, None, model.hessian, best)
+        if iterations >= max_iterations:
+            stop = f"no convergence within {max_iterations} leader iterations (KKT {total:.2e})"
+        elif not _time_left(ctx):
+            stop = f"time budget exhausted after {iterations} leader iterations (KKT {total:.2e})"
+        elif trust < 1e-14:
+            stop = f"trust region collapsed after {iterations} leader iterations (KKT {total:.2e})"
+        if stop is not None:
+            return LeaderResult(point, der, step, kkt, iterations, False, False, stop, model.hessian, best)
+        iterations += 1
+        delta = step.delta * ((1.0 - ctx.settings.response_smoothing) if smoothing_left > 0 else 1.0)
+        predicted = model_gain(model, step, delta)
+        # kink search compares gradients across the kink: those need exact followers
+        trial_tol = (ctx.settings.follower_tolerance if trust <= 4 * KINK_TRUST
+                     else follower_tolerance(ctx.settings, total))
+        trial = _trial(ctx, point, der, delta, trial_tol)
+        actual = trial.merit(rho) - point.merit(rho)
+        noise = 1e-13 * (abs(point.merit(rho)) + 1.0)
+        accepted = actual >= ACCEPT_RATIO * predicted - noise
+        if not accepted and trial.excess > point.excess:
+            trial, delta, accepted = _second_order_correction(ctx, model, step, point, der, delta, trial, predicted,
+                                                              noise, trial_tol)
+        if not accepted:
+            if source != "exact":  # blame the curvature before the step length
+                model, der = local_model(ctx, point, mu)
+                source = "exact"
+                continue
+            reach = float(np.max(np.abs(delta) / span)) if np.any(delta) else trust
+            trust = 0.25 * min(trust, reach)
+            if trust <= KINK_TRUST:
+                if point.state.budget_residual > 10 * ctx.settings.follower_tolerance:
+                    point = evaluate(ctx, point.prices, point.state.scale, slot=point.slot)  # exact, in place
+                    model, der = local_model(ctx, point, mu)
+                    source, bundle = "exact", []
+                    continue
+                # (this overwrites the point's derivative buffers, so the multiplier predictor
+                # of later trials is approximate: it only warm-starts them)
+                bundle = _add_piece(bundle, _piece(ctx, trial), point.prices, model.gradient)
+            continue
+        ratio = actual / predicted if predicted > noise else 1.0
+        if ratio > 0.75 and np.any(np.abs(delta) >= 0.99 * trust * span * per_resource):
+            trust = min(2.0 * trust, 1.0)
+        per_resource, smoothing_left = _oscillation_guard(delta, previous_delta, per_resource, smoothing_left)
+        previous_delta = delta
+        point, mu = trial, step.capacity_multiplier
+        if point.excess == 0.0 and (best is None or point.profit > best.profit):
+            best = point
+        # Close to the solution Newton barely moves, so the last Hessian is nearly exact: reuse
+        # it (a chord step, contraction ~ the relative change of the Hessian) instead of paying
+        # for a new one; it is recomputed as soon as a step fails or the residual is not small.
+        reuse = total <= CHORD_RESIDUAL and smoothing_left == 0
+        model, der = local_model(ctx, point, mu, curvature=model.hessian if reuse else None)
+        source = "stale" if reuse else "exact"
+
+
+def _piece(ctx: LeaderContext, trial: Point) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(prices, profit gradient, profit Hessian) of the smooth piece a rejected trial lies on."""
+    model, _ = local_model(ctx, trial, np.zeros_like(trial.prices))
+    return trial.prices, model.gradient, model.hessian
+
+
+def _add_piece(bundle: list, piece: tuple, prices: np.ndarray, own_gradient: np.ndarray) -> list:
+    """Add a piece, replacing older samples of the same piece (gradients that agree at the
+    point far better than they differ from the point's own), and keep at most M + 1."""
+    new = _carried(piece, prices)
+    separation = float(np.abs(new - own_gradient).max())
+    keep = [b for b in bundle if np.abs(_carried(b, prices) - new).max() > 0.1 * separation]
+    return (keep + [piece])[-(prices.size + 1):]
+
+
+def _carried(piece: tuple, prices: np.ndarray) -> np.ndarray:
+    """A piece's profit gradient carried to ``prices`` to first order: g(p) = g(t) + H (p - t)."""
+    at, gradient, hessian = piece
+    return gradient + hessian @ (prices - at)
+
+
+def _kink_gradients(bundle: list, point: Point, span: np.ndarray) -> np.ndarray | None:
+    """The bundle's pieces still near ``point`` (within KINK_RADIUS of the price range),
+    their gradients carried to it; farther pieces no longer describe this kink."""
+    near = [b for b in bundle if np.max(np.abs(point.prices - b[0]) / span) <= KINK_RADIUS]
+    return np.array([_carried(b, point.prices) for b in near]) if near else None
+
+
+def _second_order_correction(ctx, model, step, point, der, delta, trial, predicted, noise, tol):
+    """Re-linearise capacity at the trial point (D(p+dp) + J (dp' - dp) <= C) and retry once."""
+    shifted = ctx.capacity - trial.demand + model.jacobian @ delta
+    span = ctx.constraints.upper - ctx.constraints.lower
+    radius = np.maximum(np.abs(delta) * 1.5, 1e-12 * np.maximum(span, 1.0))
+    try:
+        corrected = solve_step(model, ctx.constraints, np.maximum(radius, np.abs(step.delta)), step.rho, shifted,
+                               kink_gradients=step.pieces[1:] if step.pieces.shape[0] > 1 else None)
+    except SolverError:
+        return trial, delta, False
+    soc_trial = _trial(ctx, point, der, corrected.delta, tol)
+    actual = soc_trial.merit(step.rho) - point.merit(step.rho)
+    if actual >= ACCEPT_RATIO * predicted - noise:
+        return soc_trial, corrected.delta, True
+    return trial, delta, False
+
+
+def _oscillation_guard(delta, previous, per_resource, smoothing_left):
+    """Shrink the step of resources whose price reverses without settling; smooth meanwhile.
+
+    Oscillation: the step did not at least halve overall, and a resource that carries a
+    material share of both steps reverses direction (tiny components flipping sign, or any
+    flip while Newton steps shrink fast, are convergence, not oscillation)."""
+    if previous is None:
+        return per_resource, smoothing_left
+    size, previous_size = np.abs(delta).max(), np.abs(previous).max()
+    material = (np.abs(delta) >= 0.1 * size) & (np.abs(previous) >= 0.1 * previous_size)
+    reversing = material & (delta * previous < 0) & (np.abs(delta) > 0.5 * np.abs(previous))
+    if size > 0.5 * previous_size and reversing.any():
+        per_resource = np.where(reversing, 0.5 * per_resource, per_resource)
+        return per_resource, 2
+    return np.minimum(per_resource * 2.0, 1.0), max(smoothing_left - 1, 0)

@@ -1,0 +1,135 @@
+"""Solver settings and the report every solve returns."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from market_pipeline.market.errors import InstanceError
+
+STATUS_CONVERGED = "converged"
+STATUS_CAPACITY_INFEASIBLE = "capacity_infeasible"
+STATUS_FALLBACK = "fallback"
+
+
+@dataclass(frozen=True)
+class SolverSettings:
+    """Knobs of the equilibrium solver (defaults suit both live ticks and the bench)."""
+
+    tolerance: float = 1e-7  # KKT residual (leader and followers, relative) to call it converged
+    max_iterations: int = 200  # leader iterations over all phases
+    time_budget_s: float | None = None  # wall-clock budget; exceeding it triggers the fallback
+    follower_tolerance: float = 1e-9  # relative budget residual of each tenant's multiplier root
+    follower_max_iterations: int = 80
+    response_smoothing: float = 0.5  # beta: once prices oscillate, steps move (1 - beta) of the way
+    initial_radius: float = 0.25  # trust region, as a share of each resource's price range
+    # cold starts above this many tenants solve a subsample first (warm starts from last prices
+    # do not: those are closer to the optimum than the subsample's sampling error)
+    coarse_threshold: int = 32768
+    coarse_tenants: int = 8192
+    coarse_tolerance: float = 1e-4
+    seed: int = 0  # for the subsample
+    # torch intra-op threads on CPU during the solve (restored afterwards); None keeps torch's
+    # setting. One by default: the kernels are memory-bound, and on a shared host OpenMP
+    # threads spinning for a core they do not get make a solve several times slower. Raise it
+    # on a dedicated host. numpy's BLAS is always held to one thread: it only sees M x M.
+    threads: int | None = 1
+
+    def __post_init__(self) -> None:
+        checks = {
+            "tolerance": 0 < self.tolerance < 1,
+            "max_iterations": self.max_iterations >= 1,
+            "time_budget_s": self.time_budget_s is None or self.time_budget_s > 0,
+            "follower_tolerance": 0 < self.follower_tolerance < 1e-3,
+            "follower_max_iterations": self.follower_max_iterations >= 1,
+            "response_smoothing": 0 <= self.response_smoothing < 1,
+            "initial_radius": 0 < self.initial_radius <= 1,
+            "coarse_threshold": self.coarse_threshold >= 0,
+            "coarse_tenants": self.coarse_tenants >= 16,
+            "coarse_tolerance": 0 < self.coarse_tolerance < 1,
+            "threads": self.threads is None or self.threads >= 1,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise InstanceError(f"solver settings: invalid {name}={getattr(self, name)!r}")
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _keyed_or_none(names: tuple[str, ...], values: np.ndarray) -> dict[str, float | None]:
+    return {name: _finite_or_none(float(v)) for name, v in zip(names, values)}
+
+
+@dataclass(frozen=True, eq=False)
+class SolveReport:
+    """Outcome of one equilibrium solve; arrays are aligned with ``resource_names``.
+
+    ``status`` is "converged", "capacity_infeasible" (demand exceeds capacity even at
+    price_max on the listed resources: prices are the best achievable, ``converged`` is
+    False) or "fallback" (the solve failed; prices are the last certified ones, or the
+    safe in-bounds price_max when none were given, and ``fallback_reason`` says why)."""
+
+    resource_names: tuple[str, ...]
+    prices: np.ndarray
+    demand: np.ndarray
+    capacity: np.ndarray
+    capacity_price: np.ndarray  # shadow price (multiplier) of each capacity constraint
+    profit: float
+    kkt_residual: float
+    follower_kkt: float
+    leader_stationarity: float
+    leader_complementarity: float
+    capacity_violation: float  # max relative (D - C)+ over resources
+    iterations: int
+    follower_iterations: int
+    seconds: float
+    converged: bool
+    status: str
+    fallback_reason: str | None
+    budget_bound_tenants: int
+    tenants: int
+    device: str
+    # certified at a kink of the profit (a budget switching between binding and slack): the
+    # stationarity residual is then the nonsmooth (Clarke) one over the pieces meeting there
+    nonsmooth: bool = False
+
+    def keyed(self, values: np.ndarray) -> dict[str, float]:
+        return {name: float(v) for name, v in zip(self.resource_names, values)}
+
+    @property
+    def oversold(self) -> dict[str, float]:
+        """Resources whose demand exceeds capacity, with the excess in GPU-hours."""
+        excess = self.demand - self.capacity
+        return {n: float(e) for n, e, c in zip(self.resource_names, excess, self.capacity)
+                if e > 1e-9 * max(1.0, float(c))}
+
+    def to_dict(self) -> dict:
+        return {
+            "prices": self.keyed(self.prices),
+            "demand": _keyed_or_none(self.resource_names, self.demand),
+            "capacity": {n: _finite_or_none(c) for n, c in zip(self.resource_names, self.capacity)},
+            "capacity_price": self.keyed(self.capacity_price),
+            "utilisation": {n: (_finite_or_none(float(d / c)) if c > 0 and math.isfinite(c) else None)
+                            for n, d, c in zip(self.resource_names, self.demand, self.capacity)},
+            "oversold": self.oversold,
+            "profit": _finite_or_none(self.profit),
+            "kkt_residual": _finite_or_none(self.kkt_residual),
+            "follower_kkt": _finite_or_none(self.follower_kkt),
+            "leader_stationarity": _finite_or_none(self.leader_stationarity),
+            "leader_complementarity": _finite_or_none(self.leader_complementarity),
+            "capacity_violation": _finite_or_none(self.capacity_violation),
+            "iterations": int(self.iterations),
+            "follower_iterations": int(self.follower_iterations),
+            "seconds": float(self.seconds),
+            "converged": bool(self.converged),
+            "status": self.status,
+            "fallback_reason": self.fallback_reason,
+            "budget_bound_tenants": int(self.budget_bound_tenants),
+            "tenants": int(self.tenants),
+            "device": self.device,
+            "nonsmooth": bool(self.nonsmooth),
+        }

@@ -1,0 +1,221 @@
+"""``solve_equilibrium``: the Stackelberg pricing entry point, with its fallback."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from threadpoolctl import ThreadpoolController
+
+from market_pipeline.market.constraints import PriceConstraints
+from market_pipeline.market.errors import InstanceError, SolverError
+from market_pipeline.market.followers import follower_kkt_residual
+from market_pipeline.market.leader import LeaderContext, LeaderResult, evaluate, local_model, run_leader
+from market_pipeline.market.leader_step import KKTParts, kkt_parts, solve_step
+from market_pipeline.market.population import DevicePopulation
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.report import (
+    STATUS_CAPACITY_INFEASIBLE,
+    STATUS_CONVERGED,
+    STATUS_FALLBACK,
+    SolveReport,
+    SolverSettings,
+)
+from market_pipeline.market.utility import QUADRATIC
+from market_pipeline.market.workspace import Workspace, borrowed
+
+FINE_RADIUS_AFTER_COARSE = 0.05
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InstanceError(f"device: {device!r} requested but CUDA is not available (use 'cpu')")
+    return dev
+
+
+@functools.cache
+def _blas_controller() -> ThreadpoolController:
+    """Scanning the loaded libraries costs milliseconds, so it is done once per process."""
+    return ThreadpoolController()
+
+
+@contextlib.contextmanager
+def compute_threads(settings: SolverSettings) -> Iterator[None]:
+    """Thread settings for one solve (restored afterwards); see ``SolverSettings.threads``."""
+    wanted = settings.threads
+    previous = torch.get_num_threads()
+    with _blas_controller().limit(limits=1, user_api="blas"), torch.inference_mode():
+        if wanted is not None:
+            torch.set_num_threads(wanted)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(previous)
+
+
+def initial_prices(problem: MarketProblem, sample: int = 8192) -> np.ndarray:
+    """A cold start: per resource, the monopoly price sqrt(c * choke) of identical log tenants,
+    with the average choke price U'(0) of the tenants who want the resource (estimated on a
+    ``sample`` of tenants for large populations)."""
+    pop, res = problem.tenants, problem.resources
+    if pop.size > sample:
+        pop = pop.subsample(sample)
+    w, s = pop.weight, pop.saturation
+    mult = torch.ones(pop.size, dtype=w.dtype) if pop.multiplicity is None else pop.multiplicity
+    choke = w / s
+    for family, start, stop in pop.family_spans:
+        if family == QUADRATIC:
+            choke[start:stop] = w[start:stop]
+    wanted = (w > 0).to(w.dtype) * s * mult.unsqueeze(1)
+    mass = wanted.sum(dim=0)
+    mean_choke = torch.where(mass > 0, (wanted * choke).sum(dim=0) / mass.clamp_min(1e-300), 0.0).numpy()
+    guess = np.sqrt(np.maximum(res.unit_cost, 0.05 * mean_choke) * mean_choke)
+    return np.clip(np.where(mean_choke > 0, guess, res.price_min), res.price_min, res.price_max)
+
+
+def escape_plateau(pop: DevicePopulation, unit_cost: np.ndarray, constraints: PriceConstraints,
+                   start: np.ndarray) -> np.ndarray:
+    """Prices above every tenant's entry price sell nothing and have a zero profit gradient
+    (a flat plateau that would pass as stationary): start such resources at half their entry
+    price instead, as far as the bounds and the per-tick step allow."""
+    entry = pop.entry_price.amax(dim=0).cpu().numpy()  # the highest price anyone buys at (a = 1)
+    dead = (start >= entry) & (entry > 0)
+    if not dead.any():
+        return start
+    moved = np.where(dead, np.maximum(0.5 * entry, unit_cost), start)
+    return constraints.project(np.minimum(moved, start))
+
+
+def solve_equilibrium(
+    problem: MarketProblem,
+    *,
+    last_prices: np.ndarray | None = None,
+    max_step: float | np.ndarray | None = None,
+    settings: SolverSettings | None = None,
+    device: str = "cpu",
+) -> SolveReport:
+    """Equilibrium prices for ``problem``.
+
+    ``last_prices`` (resource order) warm-starts the solve and is the fallback; ``max_step``
+    bounds the move per tick relative to them (0.25 = 25%). Invalid arguments raise
+    ``InstanceError``; a failed solve never raises: it returns the fallback prices with
+    ``status="fallback"``, ``converged=False`` and ``fallback_reason`` set."""
+    started = time.perf_counter()
+    settings = settings or SolverSettings()
+    dev = resolve_device(device)
+    with compute_threads(settings), borrowed(problem.resources.size, dev) as workspace:
+        return _solve(problem, last_prices, max_step, settings, dev, workspace, started)
+
+
+def _solve(problem: MarketProblem, last_prices, max_step, settings: SolverSettings, dev: torch.device,
+           workspace: Workspace, started: float) -> SolveReport:
+    resources = problem.resources
+    constraints = PriceConstraints.build(resources, last_prices, max_step)
+    deadline = started + settings.time_budget_s if settings.time_budget_s is not None else None
+    ctx = LeaderContext(problem.tenants.on(dev).using(workspace), constraints, resources.unit_cost,
+                        resources.capacity, settings, deadline)
+    result: LeaderResult | None = None
+    coarse_iterations = 0
+    try:
+        start = constraints.project(initial_prices(problem) if last_prices is None else np.asarray(last_prices))
+        start = escape_plateau(ctx.pop, resources.unit_cost, constraints, start)
+        multiplier, curvature = None, None
+        if last_prices is None:
+            start, multiplier, curvature, coarse_iterations = _coarse_start(problem, ctx, start)
+        radius = FINE_RADIUS_AFTER_COARSE if coarse_iterations else None
+        result = run_leader(ctx, start, tolerance=settings.tolerance,
+                            max_iterations=max(settings.max_iterations - coarse_iterations, 1),
+                            multiplier=multiplier, radius=radius, curvature=curvature, cold=last_prices is None)
+        reason = result.stop_reason
+    except (SolverError, FloatingPointError, np.linalg.LinAlgError, RuntimeError) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+    if result is not None and (result.converged or result.capacity_infeasible):
+        follower_kkt = follower_kkt_residual(ctx.pop, result.point.state)
+        if follower_kkt <= settings.tolerance:
+            return _report(problem, ctx, result, follower_kkt, coarse_iterations, started)
+        reason = f"followers' KKT residual {follower_kkt:.2e} above tolerance"
+    return _fallback(problem, ctx, last_prices, reason or "solver failed", coarse_iterations, result, started)
+
+
+def _coarse_start(problem: MarketProblem, ctx: LeaderContext, start: np.ndarray):
+    """Solve on a random subsample (multiplicity-weighted) first: a cheap, accurate warm start
+    for prices, capacity multipliers and the Lagrangian Hessian of the first full step."""
+    settings = ctx.settings
+    if problem.tenants.size <= max(settings.coarse_threshold, settings.coarse_tenants):
+        return start, None, None, 0
+    sample = problem.tenants.subsample(settings.coarse_tenants, settings.seed)
+    coarse = LeaderContext(sample.on(ctx.device).using(ctx.pop.workspace), ctx.constraints, ctx.unit_cost,
+                           ctx.capacity, settings, ctx.deadline)
+    try:
+        result = run_leader(coarse, start, tolerance=settings.coarse_tolerance,
+                            max_iterations=settings.max_iterations // 2, cold=True)
+    except SolverError:
+        return start, None, None, 0
+    ctx.follower_iterations += coarse.follower_iterations
+    return result.point.prices, result.step.capacity_multiplier, result.curvature, result.iterations
+
+
+def _report(problem, ctx, result: LeaderResult, follower_kkt, coarse_iterations, started) -> SolveReport:
+    point = result.point
+    status = STATUS_CAPACITY_INFEASIBLE if result.capacity_infeasible else STATUS_CONVERGED
+    report = _make_report(problem, ctx, point.prices, point.demand, result.step.capacity_multiplier, result.kkt,
+                          follower_kkt, int(point.state.budget_bound.sum()), result.iterations + coarse_iterations,
+                          result.converged, status, None, started)
+    return dataclasses.replace(report, nonsmooth=result.nonsmooth)
+
+
+def _make_report(problem, ctx, prices, demand, multiplier, kkt: KKTParts, follower_kkt, bound, iterations,
+                 converged, status, reason, started) -> SolveReport:
+    res = problem.resources
+    served = np.minimum(demand, res.capacity)
+    profit = float((prices - res.unit_cost) @ served) if np.all(np.isfinite(served)) else float("nan")
+    return SolveReport(
+        resource_names=res.names, prices=np.asarray(prices, dtype=np.float64), demand=np.asarray(demand),
+        capacity=res.capacity.copy(), capacity_price=np.asarray(multiplier, dtype=np.float64), profit=profit,
+        kkt_residual=max(kkt.total, follower_kkt), follower_kkt=follower_kkt,
+        leader_stationarity=kkt.stationarity, leader_complementarity=kkt.complementarity,
+        capacity_violation=kkt.feasibility, iterations=iterations, follower_iterations=ctx.follower_iterations,
+        seconds=time.perf_counter() - started, converged=converged, status=status, fallback_reason=reason,
+        budget_bound_tenants=bound, tenants=problem.tenants.size, device=str(ctx.device),
+    )
+
+
+def _fallback(problem, ctx, last_prices, reason, coarse_iterations, result, started) -> SolveReport:
+    """Last certified prices with the reason, or without them a safe in-bounds price: the most
+    profitable capacity-feasible point the failed solve visited, else price_max (projected
+    into the bands); diagnostics are evaluated at the prices returned."""
+    constraints = ctx.constraints
+    if last_prices is not None:
+        prices = np.clip(np.asarray(last_prices, dtype=np.float64), problem.resources.price_min,
+                         problem.resources.price_max)
+    elif result is not None and result.best_feasible is not None:
+        prices = result.best_feasible.prices.copy()
+    else:
+        prices = constraints.upper.copy()
+        try:
+            prices = constraints.project(prices)
+        except SolverError:
+            pass
+    iterations = coarse_iterations + (result.iterations if result is not None else 0)
+    nan_kkt = KKTParts(float("inf"), float("inf"), float("inf"))
+    m = problem.resources.size
+    try:
+        point = evaluate(ctx, prices)
+        follower_kkt = follower_kkt_residual(ctx.pop, point.state)
+        demand, bound = point.demand, int(point.state.budget_bound.sum())
+        try:
+            model, _ = local_model(ctx, point, np.zeros(m))
+            step = solve_step(model, constraints, np.full(m, np.inf), 10.0 * float(constraints.upper.max()))
+            kkt, multiplier = kkt_parts(model, constraints, step), step.capacity_multiplier
+        except (SolverError, np.linalg.LinAlgError, RuntimeError):
+            kkt, multiplier = nan_kkt, np.zeros(m)
+    except (SolverError, RuntimeError):
+        demand, follower_kkt, bound, kkt, multiplier = np.full(m, np.nan), float("inf"), 0, nan_kkt, np.zeros(m)
+    return _make_report(problem, ctx, prices, demand, multiplier, kkt, follower_kkt, bound, iterations, False,
+                        STATUS_FALLBACK, reason, started)

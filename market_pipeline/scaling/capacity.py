@@ -1,0 +1,195 @@
+"""Capacity arithmetic shared by the planner, the price shield and the replay.
+
+Pricing handles transient imbalance, scaling handles trends (seed 000 §2.3): the planner
+sizes the pool so that the *equilibrium* price is certified, while `tick_price` shields the
+price of the current interval against the capacity that is serving right now.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+
+from market_pipeline.guardrails.backlog import (
+    BacklogState,
+    PriceCapacityAction,
+    ShieldedAction,
+    min_certified_capacity,
+    shield,
+)
+from market_pipeline.scaling.types import (
+    NodeState,
+    NodeView,
+    PoolState,
+    ScalerMemory,
+    ScalingConfig,
+    ScalingError,
+    as_utc,
+)
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """The pool's nodes grouped by what they contribute now."""
+
+    schedulable: tuple[NodeView, ...]  # active and healthy: counted as capacity
+    unhealthy: tuple[NodeView, ...]  # active but to be replaced: not counted
+    booting: tuple[NodeView, ...]
+    cordoned: tuple[NodeView, ...]
+    standby: tuple[NodeView, ...]
+    off: tuple[NodeView, ...]
+
+    @property
+    def powered(self) -> int:
+        return len(self.schedulable) + len(self.unhealthy) + len(self.booting) + len(self.cordoned)
+
+    @property
+    def in_service(self) -> int:
+        """Nodes the pool counts on: schedulable now or booting."""
+        return len(self.schedulable) + len(self.booting)
+
+
+def fleet_view(nodes: list[NodeView]) -> FleetView:
+    groups: dict[str, list[NodeView]] = {name: [] for name in FleetView.__dataclass_fields__}
+    for node in nodes:
+        if node.state is NodeState.ACTIVE:
+            groups["schedulable" if node.healthy else "unhealthy"].append(node)
+        else:
+            groups[node.state.value].append(node)
+    return FleetView(**{name: tuple(items) for name, items in groups.items()})
+
+
+def demand_basis(pool_state: PoolState, forecast_q90: float) -> float:
+    """Plan for the forecast's upper quantile, but never below what is observed now."""
+    return max(forecast_q90, pool_state.demand_gpus)
+
+
+def backlog_state(
+    pool_state: PoolState, forecast_q90: float, price: float, max_capacity_gpus: float
+) -> BacklogState:
+    return BacklogState(
+        pool=pool_state.pool,
+        demand_forecast_gpus=demand_basis(pool_state, forecast_q90),
+        reference_price=price,
+        backlog_gpus=pool_state.backlog_gpus,
+        max_capacity_gpus=max_capacity_gpus,
+        capacity_step_gpus=float(pool_state.node_gpus),
+    )
+
+
+@dataclass(frozen=True)
+class CapacityTarget:
+    need_nodes: int  # short-term: forecast upper quantile plus headroom, certified
+    keep_nodes: int  # recent demand envelope: do not scale down below it
+    wanted_gpus: float
+    shielded: ShieldedAction  # the certificate at the short-term need, equilibrium price
+
+    @property
+    def nodes(self) -> int:
+        return max(self.need_nodes, self.keep_nodes)
+
+
+def target_capacity(
+    pool_state: PoolState, forecast_q90: float, price: float, config: ScalingConfig,
+    envelope: DemandEnvelope | None = None,
+) -> CapacityTarget:
+    """Forecast upper quantile at the equilibrium price plus headroom, raised until certified.
+
+    The recent demand envelope holds capacity up: the pool keeps what certifies the peak of
+    the keep window at the equilibrium price, but no more than `keep_band_fraction` of the
+    need above it (a dead band proportional to the pool: a big pool rides out a dip without
+    churn, a small volatile one does not pay for its peaks); and never less than what keeps
+    the peak of the longer floor window drainable at `price_max` — with a residual demand
+    floor, a return of that peak must not meet a pool that no price can certify. The
+    envelope never forces a scale-up on its own; the short-term need decides that.
+    """
+    _check_forecast(forecast_q90)
+    envelope = envelope or DemandEnvelope(0.0, 0.0)
+    basis = demand_basis(pool_state, forecast_q90)
+    wanted = basis * (1.0 + config.headroom_fraction) + config.headroom_min_gpus
+    step = pool_state.node_gpus
+    wanted_nodes = _clamp_nodes(pool_state, math.ceil(wanted / step - 1e-9))
+    state = backlog_state(pool_state, forecast_q90, price, float(pool_state.max_nodes * step))
+    shielded = shield(PriceCapacityAction(price, float(wanted_nodes * step)), state, config.backlog)
+    need = max(wanted_nodes, _clamp_nodes(pool_state, math.ceil(shielded.capacity_gpus / step - 1e-9)))
+    keep = _certified_nodes(pool_state, envelope.keep_gpus * (1.0 + config.keep_headroom_fraction), price, price, config)
+    band = math.floor(need * config.keep_band_fraction + 1e-9)
+    floor = _certified_nodes(pool_state, envelope.floor_gpus, price, max(price, config.backlog.price_max), config)
+    keep_nodes = _clamp_nodes(pool_state, max(min(keep, need + band), floor))
+    return CapacityTarget(need_nodes=need, keep_nodes=keep_nodes, wanted_gpus=wanted, shielded=shielded)
+
+
+def _certified_nodes(
+    pool_state: PoolState, demand: float, reference_price: float, at_price: float, config: ScalingConfig
+) -> int:
+    """Nodes that certify `demand` (GPUs wanted at `reference_price`) at `at_price`, no backlog."""
+    if demand <= 0:
+        return 0
+    state = BacklogState(
+        pool=pool_state.pool, demand_forecast_gpus=demand, reference_price=reference_price,
+        capacity_step_gpus=float(pool_state.node_gpus),
+    )
+    return math.ceil(min_certified_capacity(state, at_price, config.backlog) / pool_state.node_gpus - 1e-9)
+
+
+def _clamp_nodes(pool_state: PoolState, nodes: int) -> int:
+    return min(pool_state.max_nodes, max(pool_state.min_nodes, nodes))
+
+
+@dataclass(frozen=True)
+class DemandEnvelope:
+    keep_gpus: float  # peak over the keep window: capacity held against churn
+    floor_gpus: float  # peak over the longer floor window: must stay drainable at price_max
+
+
+def record_demand_peak(memory: ScalerMemory, demand: float, t: float, config: ScalingConfig) -> DemandEnvelope:
+    """Fold this tick's demand into the hourly peaks; return the peaks over both windows."""
+    hour = int(t // 3600)
+    memory.demand_peaks[hour] = max(memory.demand_peaks.get(hour, 0.0), demand)
+    span = max(config.keep_window_hours, config.drainable_floor_window_hours)
+    for stale in [h for h in memory.demand_peaks if h < hour - math.ceil(span) + 1]:
+        del memory.demand_peaks[stale]
+
+    def peak(window_hours: float) -> float:
+        if window_hours <= 0:
+            return 0.0
+        oldest = hour - math.ceil(window_hours) + 1
+        return max((v for h, v in memory.demand_peaks.items() if h >= oldest), default=0.0)
+
+    return DemandEnvelope(peak(config.keep_window_hours), peak(config.drainable_floor_window_hours))
+
+
+def serving_capacity_gpus(nodes: list[NodeView], now: dt.datetime, config: ScalingConfig) -> float:
+    """GPUs that serve demand in the coming interval (cordoned nodes keep their own tasks)."""
+    horizon = as_utc(now) + dt.timedelta(minutes=config.ready_within_minutes)
+    total = 0.0
+    for node in nodes:
+        if node.state is NodeState.ACTIVE:
+            total += node.gpus
+        elif node.state is NodeState.CORDONED:
+            total += node.used_gpus
+        elif node.state is NodeState.BOOTING and node.ready_at is not None:
+            if as_utc(node.ready_at) <= horizon:
+                total += node.gpus
+    return total
+
+
+def tick_price(
+    pool_state: PoolState,
+    forecast_q90: float,
+    price: float,
+    nodes: list[NodeView],
+    config: ScalingConfig,
+    now: dt.datetime,
+) -> ShieldedAction:
+    """Shield the equilibrium price for this interval: capacity cannot grow within it."""
+    _check_forecast(forecast_q90)
+    serving = serving_capacity_gpus(nodes, now, config)
+    state = backlog_state(pool_state, forecast_q90, price, serving)
+    return shield(PriceCapacityAction(price, serving), state, config.backlog)
+
+
+def _check_forecast(forecast_q90: float) -> None:
+    if not (math.isfinite(forecast_q90) and forecast_q90 >= 0):
+        raise ScalingError(f"forecast_q90: must be finite and >= 0, got {forecast_q90!r}")

@@ -1,0 +1,221 @@
+"""Replay a per-minute demand trace through the scaling policy and through the baseline.
+
+Each minute: the controller sees the previous minute (demand, pending) and the causal
+forecast made then; the policy calls the same `plan_pool` and `tick_price` as the live
+loop and its allowed decisions are executed on the fluid fleet (`fleet_sim`); the baseline
+runs its own rules on an identical fleet without a warm pool, at the reference price.
+Demand in the trace is read as demand at the reference price; a raised price sheds the
+delay-sensitive part by the guardrail's own demand curve, the residual floor stays.
+Both runs are scored with the same certificate: a violation is a minute whose applied
+(price, serving capacity) had non-negative backlog drift. An action is a minute in which
+the pool grew (any number of nodes) or shrank (any number of nodes); node power changes
+are counted separately.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from market_pipeline.guardrails.backlog import Certificate, certify
+from market_pipeline.scaling.baseline import AutoscalerParams, ClusterAutoscalerBaseline
+from market_pipeline.scaling.capacity import backlog_state, serving_capacity_gpus, tick_price
+from market_pipeline.scaling.fleet_sim import Fleet, FleetParams
+from market_pipeline.scaling.forecast import CausalQuantileForecaster, causal_forecast_series
+from market_pipeline.scaling.policy import plan_pool
+from market_pipeline.scaling.types import (
+    PoolState,
+    ScalerMemory,
+    ScalingConfig,
+    ScalingDecision,
+)
+
+
+@dataclass(frozen=True)
+class DemandLoad:
+    demand: np.ndarray  # GPUs wanted per minute at the reference price
+    start: dt.datetime
+    initial_gpus: int
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    fleet: FleetParams = field(default_factory=FleetParams)
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
+    baseline: AutoscalerParams = field(default_factory=AutoscalerParams)
+    reference_price: float = 1.0
+    gpu_hour_cost: float = 1.0
+    forecast_horizon_minutes: int = 5
+    forecast_quantile: float = 0.9
+    forecast_statistic: str = "mean"
+    pool: str = "replay"
+
+
+@dataclass
+class ReplayMetrics:
+    minutes: int = 0
+    idle_gpu_minutes: float = 0.0
+    pending_gpu_minutes: float = 0.0
+    priced_out_gpu_minutes: float = 0.0
+    powered_gpu_minutes: float = 0.0
+    standby_gpu_minutes: float = 0.0
+    certificate_violations: int = 0
+    uncertified_minutes: int = 0
+    price_raised_minutes: int = 0
+    max_price_ratio: float = 1.0
+    scale_up_events: int = 0
+    scale_down_events: int = 0
+    removals: int = 0
+    blocked_drain_nodes: set[str] = field(default_factory=set)
+
+    def record(self, fleet: Fleet, demand: float, realized: float, served: float,
+               price_ratio: float, cert: Certificate) -> None:
+        self.minutes += 1
+        powered = fleet.powered_gpus()
+        self.powered_gpu_minutes += powered
+        self.standby_gpu_minutes += fleet.standby_gpus()
+        self.idle_gpu_minutes += max(0.0, powered - served)
+        self.pending_gpu_minutes += max(0.0, realized - served)
+        self.priced_out_gpu_minutes += demand - realized
+        self.certificate_violations += int(cert.drift >= 0)
+        self.uncertified_minutes += int(not cert.admissible)
+        self.price_raised_minutes += int(price_ratio > 1.0 + 1e-9)
+        self.max_price_ratio = max(self.max_price_ratio, price_ratio)
+
+    def summary(self, fleet: Fleet) -> dict[str, float | int]:
+        days = max(self.minutes, 1) / 1440.0
+        c = fleet.counters
+        return {
+            "idle_gpu_hours": round(self.idle_gpu_minutes / 60.0, 2),
+            "pending_gpu_minutes": round(self.pending_gpu_minutes, 2),
+            "actions_per_day": round((self.scale_up_events + self.scale_down_events) / days, 3),
+            "certificate_violations": self.certificate_violations,
+            "priced_out_gpu_minutes": round(self.priced_out_gpu_minutes, 2),
+            "uncertified_minutes": self.uncertified_minutes,
+            "price_raised_minutes": self.price_raised_minutes,
+            "max_price_ratio": round(self.max_price_ratio, 4),
+            "mean_powered_gpus": round(self.powered_gpu_minutes / max(self.minutes, 1), 2),
+            "standby_gpu_hours": round(self.standby_gpu_minutes / 60.0, 2),
+            "scale_up_events": self.scale_up_events,
+            "scale_down_events": self.scale_down_events,
+            "removals": self.removals,
+            "node_power_changes_per_day": round(c.node_power_changes / days, 3),
+            "drains_started": c.drains_started,
+            "drains_blocked": c.drains_blocked,
+            "migrated_gpus": round(c.migrated_gpus, 2),
+            "blocked_drain_nodes_reported": len(self.blocked_drain_nodes),
+            "minutes": self.minutes,
+        }
+
+
+def demand_factor(price_ratio: float, config: ScalingConfig) -> float:
+    """Share of reference-price demand that stays at `price_ratio` x the reference price."""
+    share = config.backlog.residual_share
+    return share + (1.0 - share) * price_ratio ** (-config.backlog.elasticity)
+
+
+def forecast_series(load: DemandLoad, settings: ReplaySettings) -> np.ndarray:
+    forecaster = CausalQuantileForecaster(
+        settings.forecast_horizon_minutes, settings.forecast_quantile, statistic=settings.forecast_statistic
+    )
+    return causal_forecast_series(load.demand, forecaster)
+
+
+def _pool_state(load: DemandLoad, settings: ReplaySettings, minute: int, pending_prev: float) -> PoolState:
+    observed = float(load.demand[max(minute - 1, 0)])
+    return PoolState(
+        pool=settings.pool, node_gpus=settings.fleet.node_gpus, max_nodes=settings.fleet.max_nodes,
+        demand_gpus=observed, backlog_gpus=pending_prev, gpu_hour_cost=settings.gpu_hour_cost,
+    )
+
+
+def _initial_nodes(load: DemandLoad, settings: ReplaySettings) -> int:
+    return min(settings.fleet.max_nodes, -(-load.initial_gpus // settings.fleet.node_gpus))
+
+
+def replay_policy(
+    load: DemandLoad, settings: ReplaySettings, forecasts: np.ndarray | None = None
+) -> dict[str, float | int]:
+    fc = forecast_series(load, settings) if forecasts is None else forecasts
+    fleet = Fleet(settings.fleet, _initial_nodes(load, settings))
+    memory = ScalerMemory(pool=settings.pool)
+    metrics = ReplayMetrics()
+    pending_prev = 0.0
+    pref = settings.reference_price
+    for minute in range(load.demand.size):
+        fleet.advance(minute)
+        now = load.start + dt.timedelta(minutes=minute)
+        state = _pool_state(load, settings, minute, pending_prev)
+        q90 = float(fc[minute - 1]) if minute > 0 else state.demand_gpus
+        views = fleet.node_views(load.start, minute)
+        decisions = plan_pool(
+            state, q90, pref, views, fleet.drain_status(minute), settings.scaling, now, memory=memory,
+        )
+        if _execute(fleet, decisions, minute, metrics):
+            views = fleet.node_views(load.start, minute)
+        shielded = tick_price(state, q90, pref, views, settings.scaling, now)
+        ratio = shielded.price / pref
+        demand = float(load.demand[minute])
+        realized = demand * demand_factor(ratio, settings.scaling)
+        served = fleet.place(realized, minute)
+        metrics.record(fleet, demand, realized, served, ratio, shielded.certificate)
+        pending_prev = realized - served
+    return metrics.summary(fleet)
+
+
+def _execute(fleet: Fleet, decisions: list[ScalingDecision], minute: int, metrics: ReplayMetrics) -> bool:
+    """Carry out the allowed decisions; return whether any node changed state."""
+    scaled_up = scaled_down = changed = False
+    for d in decisions:
+        if "blocked_drain" in d.reasons and d.node_id is not None:
+            metrics.blocked_drain_nodes.add(d.node_id)
+        if not d.allowed or d.action == "hold":
+            continue
+        changed = True
+        if d.action == "scale_up":
+            scaled_up |= fleet.power_on_cold(d.count, minute) > 0
+        elif d.action == "power_on" and d.node_id:
+            scaled_up |= fleet.power_on_warm(d.node_id, minute)
+        elif d.action in ("cordon", "replace") and d.node_id:
+            fleet.cordon(d.node_id, minute)
+        elif d.action == "uncordon" and d.node_id:
+            fleet.uncordon(d.node_id)
+        elif d.action == "scale_down" and d.node_id:
+            if fleet.power_off(d.node_id, to_standby=d.inputs.get("to") == "standby"):
+                metrics.removals += 1
+                scaled_down = True
+        elif d.action == "power_off" and d.node_id:
+            fleet.power_off(d.node_id, to_standby=False)
+    metrics.scale_up_events += int(scaled_up)
+    metrics.scale_down_events += int(scaled_down)
+    return changed
+
+
+def replay_baseline(
+    load: DemandLoad, settings: ReplaySettings, forecasts: np.ndarray | None = None
+) -> dict[str, float | int]:
+    fc = forecast_series(load, settings) if forecasts is None else forecasts
+    fleet = Fleet(replace(settings.fleet, warm_nodes=0), _initial_nodes(load, settings))
+    scaler = ClusterAutoscalerBaseline(settings.baseline)
+    metrics = ReplayMetrics()
+    served_prev = pending_prev = 0.0
+    pref = settings.reference_price
+    for minute in range(load.demand.size):
+        fleet.advance(minute)
+        state = _pool_state(load, settings, minute, pending_prev)
+        q90 = float(fc[minute - 1]) if minute > 0 else state.demand_gpus
+        outcome = scaler.step(fleet, minute, served_prev, pending_prev)
+        metrics.scale_up_events += outcome.scale_up_events
+        metrics.scale_down_events += int(outcome.removals > 0)
+        metrics.removals += outcome.removals
+        now = load.start + dt.timedelta(minutes=minute)
+        serving = serving_capacity_gpus(fleet.node_views(load.start, minute), now, settings.scaling)
+        cert = certify(backlog_state(state, q90, pref, serving), pref, serving, settings.scaling.backlog)
+        demand = float(load.demand[minute])
+        served = fleet.place(demand, minute)
+        metrics.record(fleet, demand, demand, served, 1.0, cert)
+        served_prev, pending_prev = served, demand - served
+    return metrics.summary(fleet)

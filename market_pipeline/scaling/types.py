@@ -1,0 +1,223 @@
+"""Typed inputs and outputs of the scaling policy, and the memory it keeps between ticks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+from market_pipeline.guardrails.backlog import BacklogParams
+
+
+class ScalingError(ValueError):
+    """An input to the scaling policy is invalid; the message names the field."""
+
+
+def _require(condition: bool, field_name: str, problem: str) -> None:
+    if not condition:
+        raise ScalingError(f"{field_name}: {problem}")
+
+
+class NodeState(StrEnum):
+    ACTIVE = "active"  # powered, schedulable
+    BOOTING = "booting"  # powered on, not yet schedulable
+    CORDONED = "cordoned"  # powered, no new tasks: being drained for removal
+    STANDBY = "standby"  # warm pool: powered down, resumes in about a minute
+    OFF = "off"  # cold: needs a full boot / provisioning
+
+
+POWERED_STATES = frozenset({NodeState.ACTIVE, NodeState.BOOTING, NodeState.CORDONED})
+
+Action = Literal[
+    "scale_up", "scale_down", "cordon", "uncordon", "power_on", "power_off", "hold", "replace"
+]
+# Decisions that change how many nodes are powered (what `actions_per_day` counts).
+CAPACITY_ACTIONS: frozenset[str] = frozenset({"scale_up", "power_on", "scale_down"})
+
+
+@dataclass(frozen=True)
+class NodeView:
+    node_id: str
+    state: NodeState
+    gpus: int
+    used_gpus: float = 0.0
+    task_gpus: tuple[float, ...] = ()
+    ready_at: dt.datetime | None = None
+    healthy: bool = True
+
+    def __post_init__(self) -> None:
+        if self.node_id and self.gpus > 0 and 0 <= self.used_gpus <= self.gpus + 1e-9:
+            return  # the common case, checked in one go: replays build many views
+        _require(bool(self.node_id), "node_id", "must be non-empty")
+        _require(self.gpus > 0, f"nodes[{self.node_id}].gpus", "must be > 0")
+        raise ScalingError(
+            f"nodes[{self.node_id}].used_gpus: must be in [0, gpus], got {self.used_gpus}"
+        )
+
+    @property
+    def free_gpus(self) -> float:
+        return self.gpus - self.used_gpus
+
+
+@dataclass(frozen=True)
+class DrainStatus:
+    """The task-drain guardrail's latest word on one node (its tasks, not the backlog)."""
+
+    node_id: str
+    all_tasks_drained_or_migrated: bool
+    blocked: bool = False
+    attempts: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PoolState:
+    pool: str
+    node_gpus: int
+    max_nodes: int
+    demand_gpus: float  # observed running + pending GPUs
+    backlog_gpus: float = 0.0  # observed pending GPUs
+    min_nodes: int = 0
+    gpu_hour_cost: float = 1.0  # cost of keeping one GPU powered for an hour
+
+    def __post_init__(self) -> None:
+        _require(self.node_gpus > 0, "node_gpus", "must be > 0")
+        _require(0 <= self.min_nodes <= self.max_nodes, "min_nodes", "must be in [0, max_nodes]")
+        for name in ("demand_gpus", "backlog_gpus", "gpu_hour_cost"):
+            value = getattr(self, name)
+            _require(math.isfinite(value) and value >= 0, name, f"must be finite and >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    backlog: BacklogParams = field(default_factory=BacklogParams)
+    headroom_fraction: float = 0.10
+    headroom_min_gpus: float = 0.0
+    keep_window_hours: float = 12.0
+    keep_band_fraction: float = 0.15
+    drainable_floor_window_hours: float = 48.0
+    keep_headroom_fraction: float = 0.0
+    scale_up_extra_nodes: int = 0
+    max_transient_price_ratio: float = 1.3
+    scale_up_persistence_minutes: float = 60.0
+    min_scale_down_nodes: int = 1
+    min_scale_down_fraction: float = 0.15
+    hysteresis_minutes: float = 30.0
+    scale_up_cooldown_minutes: float = 10.0
+    failed_scale_down_cooldown_minutes: float = 30.0
+    max_drain_attempts: int = 3
+    drain_timeout_minutes: float = 30.0
+    blocked_recheck_minutes: float = 360.0
+    drain_cost_per_gpu: float = 0.05
+    replacement_cost_per_node: float = 2.0
+    max_expected_off_hours: float = 4.0
+    disruption_budget_pct: float = 10.0
+    max_removals_per_hour: int = 6  # nodes with work drained per hour
+    warm_pool_nodes: int = 1
+    ready_within_minutes: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "headroom_fraction", "headroom_min_gpus", "hysteresis_minutes",
+            "keep_window_hours", "keep_band_fraction", "keep_headroom_fraction",
+            "drainable_floor_window_hours",
+            "scale_up_persistence_minutes", "min_scale_down_fraction",
+            "scale_up_cooldown_minutes", "failed_scale_down_cooldown_minutes",
+            "drain_cost_per_gpu", "replacement_cost_per_node", "ready_within_minutes",
+        ):
+            value = getattr(self, name)
+            _require(math.isfinite(value) and value >= 0, name, f"must be finite and >= 0, got {value!r}")
+        _require(self.max_drain_attempts >= 1, "max_drain_attempts", "must be >= 1")
+        _require(self.drain_timeout_minutes > 0, "drain_timeout_minutes", "must be > 0")
+        _require(self.blocked_recheck_minutes > 0, "blocked_recheck_minutes", "must be > 0")
+        _require(self.max_expected_off_hours > 0, "max_expected_off_hours", "must be > 0")
+        _require(0 <= self.disruption_budget_pct <= 100, "disruption_budget_pct", "must be in [0, 100]")
+        _require(self.max_removals_per_hour >= 0, "max_removals_per_hour", "must be >= 0")
+        _require(self.warm_pool_nodes >= 0, "warm_pool_nodes", "must be >= 0")
+        _require(self.max_transient_price_ratio >= 1, "max_transient_price_ratio", "must be >= 1")
+        _require(self.scale_up_extra_nodes >= 0, "scale_up_extra_nodes", "must be >= 0")
+        _require(self.min_scale_down_nodes >= 1, "min_scale_down_nodes", "must be >= 1")
+
+
+@dataclass
+class ScalingDecision:
+    decision_id: str
+    pool: str
+    action: Action
+    node_id: str | None
+    allowed: bool
+    reasons: list[str]
+    inputs: dict[str, Any]
+    certificate_margin: float | None
+    decided_at: str
+    count: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def decision_id(pool: str, now: dt.datetime, action: str, node_id: str | None, seq: int) -> str:
+    """Stable across reruns of the same tick: pool, time, action, node and position."""
+    key = f"{pool}|{now.isoformat()}|{action}|{node_id or '-'}|{seq}"
+    return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+def as_utc(now: dt.datetime) -> dt.datetime:
+    """Naive datetimes are read as UTC so the memory's epoch seconds never depend on the host."""
+    return now.replace(tzinfo=dt.UTC) if now.tzinfo is None else now
+
+
+@dataclass
+class ScalerMemory:
+    """What the policy must remember between ticks; the caller persists `to_dict()`.
+
+    Times are epoch seconds. `surplus_since[k]` is when the pool last started having at
+    least k unneeded nodes without interruption (per-rank hysteresis). `demand_peaks` maps
+    an hour (epoch seconds // 3600) to the highest demand observed in it: the envelope
+    below which the policy does not scale down. `busy_drains` holds when drains of nodes
+    with work started (the last day), for the hourly disruption budget.
+    """
+
+    pool: str
+    last_scale_up_at: float | None = None
+    need_since: float | None = None
+    last_failed_scale_down_at: float | None = None
+    surplus_since: dict[int, float] = field(default_factory=dict)
+    draining: dict[str, float] = field(default_factory=dict)
+    drain_failures: dict[str, int] = field(default_factory=dict)
+    blocked: dict[str, float] = field(default_factory=dict)
+    busy_drains: list[float] = field(default_factory=list)
+    demand_peaks: dict[int, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["surplus_since"] = {str(k): v for k, v in self.surplus_since.items()}
+        data["demand_peaks"] = {str(k): v for k, v in self.demand_peaks.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScalerMemory:
+        try:
+            return cls(
+                pool=str(data["pool"]),
+                last_scale_up_at=_opt_float(data.get("last_scale_up_at")),
+                need_since=_opt_float(data.get("need_since")),
+                last_failed_scale_down_at=_opt_float(data.get("last_failed_scale_down_at")),
+                surplus_since={int(k): float(v) for k, v in data.get("surplus_since", {}).items()},
+                draining={str(k): float(v) for k, v in data.get("draining", {}).items()},
+                drain_failures={str(k): int(v) for k, v in data.get("drain_failures", {}).items()},
+                blocked={str(k): float(v) for k, v in data.get("blocked", {}).items()},
+                busy_drains=[float(v) for v in data.get("busy_drains", [])],
+                demand_peaks={int(k): float(v) for k, v in data.get("demand_peaks", {}).items()},
+            )
+        except KeyError as exc:
+            raise ScalingError(f"scaler memory: missing key {exc.args[0]!r}") from None
+        except (TypeError, ValueError) as exc:
+            raise ScalingError(f"scaler memory: malformed value ({exc})") from None
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -1,0 +1,155 @@
+"""The live side of the scaling policy: build its inputs from the fleet and the warehouse,
+store its decisions, and carry an approved decision out through the adapter.
+
+The policy itself (`market_pipeline.scaling.policy.plan_pool`) is the one the scaling-eval
+replay runs; this module only adapts the live fleet to it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+
+import polars as pl
+
+from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.guardrails.task_drain_plan import node_is_drained
+from market_pipeline.hardware.protocol import NodeAdapter, NodeInfo, NodeState, Outcome, OutcomeStatus, TaskInfo
+from market_pipeline.scaling.policy import plan_pool
+from market_pipeline.scaling.settings import scaling_config_from_config
+from market_pipeline.scaling.types import DrainStatus, NodeView, PoolState, ScalerMemory, ScalingDecision
+from market_pipeline.scaling.types import NodeState as ScalingNodeState
+from market_pipeline.warehouse import Warehouse
+
+POWER_ACTIONS = {"power_on", "scale_up", "power_off", "scale_down", "cordon", "uncordon"}
+
+
+def node_view(node: NodeInfo, tasks: Sequence[TaskInfo]) -> NodeView:
+    if node.state is NodeState.ON:
+        state = ScalingNodeState.CORDONED if node.cordoned else ScalingNodeState.ACTIVE
+    else:
+        state = ScalingNodeState.STANDBY if node.state is NodeState.WARM else ScalingNodeState.OFF
+    task_gpus = tuple(t.gpus for t in tasks if t.node_id == node.node_id)
+    return NodeView(node_id=node.node_id, state=state, gpus=node.gpus,
+                    used_gpus=min(float(sum(task_gpus)), float(node.gpus)), task_gpus=task_gpus)
+
+
+def drain_statuses(nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo],
+                   drain_failures: dict[str, int]) -> dict[str, DrainStatus]:
+    """The task-drain guardrail's word per node: empty, or blocked by a protected task or by
+    drains that keep failing."""
+    out = {}
+    for node in nodes:
+        on_node = [t for t in tasks if t.node_id == node.node_id]
+        protected = [t.task_id for t in on_node if t.do_not_drain]
+        attempts = drain_failures.get(node.node_id, 0)
+        reason = f"do-not-drain tasks {protected}" if protected else (
+            f"{attempts} failed drains" if attempts else "")
+        out[node.node_id] = DrainStatus(
+            node_id=node.node_id, all_tasks_drained_or_migrated=node_is_drained(node.node_id, list(tasks))[0],
+            blocked=bool(protected), attempts=attempts, reason=reason)
+    return out
+
+
+def failed_drains_by_node(store: Warehouse) -> dict[str, int]:
+    frame = store.query(
+        "SELECT node_id, count(*) AS n FROM drain_billing_events "
+        "WHERE outcome IN ('failed', 'aborted') GROUP BY node_id")
+    return {row["node_id"]: int(row["n"]) for row in frame.iter_rows(named=True)}
+
+
+def load_memory(store: Warehouse, pool_id: str) -> ScalerMemory:
+    frame = store.query("SELECT memory FROM scaler_memory WHERE pool_id = ?", [pool_id])
+    return ScalerMemory(pool=pool_id) if frame.is_empty() else ScalerMemory.from_dict(json.loads(frame["memory"][0]))
+
+
+def memory_frame(memories: Sequence[ScalerMemory], at: datetime) -> pl.DataFrame:
+    return pl.DataFrame({"pool_id": [m.pool for m in memories],
+                         "memory": [json.dumps(m.to_dict()) for m in memories],
+                         "updated_at": [at] * len(memories)},
+                        schema_overrides={"updated_at": pl.Datetime("us", "UTC")})
+
+
+def plan_fleet(config: MarketPipelineConfig, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo],
+               demand_now: dict[str, tuple[float, float]], forecast_q90: dict[str, float],
+               prices: dict[str, float], memories: dict[str, ScalerMemory], drain_failures: dict[str, int],
+               now: datetime) -> list[ScalingDecision]:
+    """One tick of the scaling policy for every configured pool (memories updated in place)."""
+    statuses = drain_statuses(nodes, tasks, drain_failures)
+    decisions: list[ScalingDecision] = []
+    for pool in config.pools:
+        pool_nodes = [n for n in nodes if n.pool_id == pool.pool_id]
+        demand, pending = demand_now.get(pool.pool_id, (0.0, 0.0))
+        state = PoolState(pool=pool.pool_id, node_gpus=pool.gpus_per_node, max_nodes=pool.max_nodes,
+                          demand_gpus=demand, backlog_gpus=pending,
+                          gpu_hour_cost=config.gpu_model_by_name[pool.gpu_model].cost_per_gpu_hour)
+        decisions.extend(plan_pool(
+            state, forecast_q90.get(pool.pool_id, demand), prices.get(pool.pool_id, pool.base_price),
+            [node_view(n, tasks) for n in pool_nodes],
+            {n.node_id: statuses[n.node_id] for n in pool_nodes},
+            scaling_config_from_config(config, pool.pool_id), now, memory=memories[pool.pool_id]))
+    return decisions
+
+
+def decision_rows(decisions: Sequence[ScalingDecision], shadow: bool, decided_at: datetime) -> pl.DataFrame:
+    rows = [{
+        "decision_id": f"scale-{d.decision_id}", "kind": "scale", "pool_id": d.pool, "target": d.node_id,
+        "action": d.action, "allowed": d.allowed, "shadow": shadow,
+        "reasons": list(d.reasons) + (["shadow mode: recorded, not executed"] if shadow else []),
+        "inputs": json.dumps({**d.inputs, "count": d.count, "certificate_margin": d.certificate_margin},
+                             default=str),
+        "decided_at": decided_at,
+    } for d in decisions]
+    return pl.DataFrame(rows, schema_overrides={"decided_at": pl.Datetime("us", "UTC"),
+                                                "reasons": pl.List(pl.Utf8), "target": pl.Utf8})
+
+
+def pending_scaling_decisions(store: Warehouse) -> list[str]:
+    """Approved, live, not yet executed scaling actions (what the scaling sensor launches)."""
+    frame = store.query(
+        "SELECT decision_id FROM decisions WHERE kind = 'scale' AND allowed AND NOT shadow "
+        "AND executed_at IS NULL AND action IN ('power_on', 'scale_up', 'power_off', 'scale_down', "
+        "'cordon', 'uncordon') ORDER BY decided_at, decision_id")
+    return frame["decision_id"].to_list()
+
+
+def execute_scaling_decision(store: Warehouse, adapter: NodeAdapter, decision_id: str, now: datetime) -> Outcome:
+    """Carry out one approved scaling action; never power a node off while a task runs on it."""
+    frame = store.query("SELECT * FROM decisions WHERE decision_id = ? AND kind = 'scale'", [decision_id])
+    if frame.is_empty():
+        return Outcome(OutcomeStatus.FAILED, f"no scaling decision {decision_id!r}")
+    decision = frame.row(0, named=True)
+    if decision["executed_at"] is not None:
+        return Outcome(OutcomeStatus.OK, f"already executed: {decision['outcome']}")
+    outcome = _apply(adapter, decision)
+    store.execute("UPDATE decisions SET executed_at = ?, outcome = ? WHERE decision_id = ?",
+                  [now, f"{outcome.status.value}: {outcome.detail}", decision_id])
+    return outcome
+
+
+def _apply(adapter: NodeAdapter, decision: dict) -> Outcome:
+    action, node_id = decision["action"], decision["target"]
+    count = int(json.loads(decision["inputs"] or "{}").get("count", 1))
+    if action in ("power_on", "scale_up"):
+        targets = [node_id] if node_id else _nodes_to_power_on(adapter, decision["pool_id"], count)
+        if not targets:
+            return Outcome(OutcomeStatus.FAILED, "no standby or off node left in the pool")
+        outcomes = [adapter.power_on(t) for t in targets]
+        bad = [o for o in outcomes if not o.ok]
+        return bad[0] if bad else Outcome.success(f"powered on {targets}")
+    if node_id is None:
+        return Outcome(OutcomeStatus.FAILED, f"{action} names no node")
+    if action in ("power_off", "scale_down"):
+        drained, left = node_is_drained(node_id, adapter.list_tasks())
+        if not drained:
+            return Outcome(OutcomeStatus.FAILED, f"node {node_id} still runs tasks {left}; not powered off")
+        return adapter.power_off(node_id)
+    return adapter.cordon(node_id) if action == "cordon" else adapter.uncordon(node_id)
+
+
+def _nodes_to_power_on(adapter: NodeAdapter, pool_id: str, count: int) -> list[str]:
+    """Warm nodes first (they join in about a minute), then cold ones."""
+    nodes = [n for n in adapter.list_nodes() if n.pool_id == pool_id and n.state is not NodeState.ON]
+    nodes.sort(key=lambda n: (n.state is not NodeState.WARM, n.node_id))
+    return [n.node_id for n in nodes[:count]]

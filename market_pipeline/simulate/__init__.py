@@ -1,0 +1,41 @@
+"""Offline market simulator: pricing strategies and placement policies on real traces.
+
+    from market_pipeline.simulate import SimulationSettings, simulate_files
+    report = simulate_files(load_config(), SimulationSettings(days=7), pods="openb_pod_list_default.csv",
+                            nodes="openb_node_list_gpu_node.csv", loads=["helios-earth/vc6YE.csv"],
+                            placement=("round_robin", "best_fit", "fragment_aware"))
+
+A discrete-event loop over the simulated adapter's fleet and workload model (`fleet`),
+placing jobs with the live placement policies (`placement`), pricing with the live
+engine, forecaster and guardrails (`market`, `forecast`, `guardrails`). See `tenants` for
+the calibration every strategy shares and `settings` for the assumptions.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Public names and their modules; loaded on first use so that `market-pipeline --help`
+# (which imports every command module) does not pay for torch and the solver.
+_EXPORTS = {
+    "EconomicAssumptions": "settings",
+    "FleetNodes": "inputs",
+    "LoadProfile": "inputs",
+    "PodTable": "inputs",
+    "SimulationInputError": "errors",
+    "SimulationSettings": "settings",
+    "load_helios": "inputs",
+    "load_nodes": "inputs",
+    "load_pods": "inputs",
+    "simulate": "simulation",
+    "simulate_files": "simulation",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

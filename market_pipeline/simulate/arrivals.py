@@ -1,0 +1,115 @@
+"""Job arrivals: a Poisson stream per (tenant, pool) whose intensity follows the load index
+and the tenant's demand at the posted prices, sampled with common random numbers.
+
+By Little's law a tenant that wants d GPUs in a pool, with jobs of mean size x runtime
+E[gL] GPU-hours, submits d / E[gL] jobs an hour; each job is a pod of the tenant drawn
+(with replacement) with the chance calibration gave it in that pool. Every strategy sees the same
+candidate stream (drawn at the demand of the lowest reachable prices, from a generator
+seeded by (seed, tick)) and keeps a candidate with probability d(p) / d(p_floor): the
+thinning of a Poisson process, so each strategy's arrivals are exactly Poisson at its own
+demand, and differences between strategies come from prices, not from sampling noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from market_pipeline.simulate.inputs import PodTable
+from market_pipeline.simulate.tenants import TenantModel
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Candidate arrivals of one tick, sorted by time."""
+
+    time: np.ndarray  # seconds since the start
+    tenant: np.ndarray
+    pool: np.ndarray
+    pod: np.ndarray
+    u: np.ndarray  # uniform for the thinning
+
+    @property
+    def size(self) -> int:
+        return int(self.time.size)
+
+    def keep(self, mask: np.ndarray) -> "Candidates":
+        return Candidates(self.time[mask], self.tenant[mask], self.pool[mask], self.pod[mask], self.u[mask])
+
+
+def _rates_per_hour(model: TenantModel, demand: np.ndarray) -> np.ndarray:
+    safe = np.where(model.mean_gpu_hours > 0, model.mean_gpu_hours, np.inf)
+    return demand / safe
+
+
+def candidates(model: TenantModel, floor_demand: np.ndarray, t0: float, seconds: float, seed: int,
+               tick: int) -> Candidates:
+    """Arrivals over [t0, t0 + seconds) at the floor demand (T, R GPUs, load index applied)."""
+    rng = np.random.default_rng([seed, 7919, tick])
+    rates = _rates_per_hour(model, floor_demand) * seconds / 3600.0
+    counts = rng.poisson(rates)
+    total = int(counts.sum())
+    tenant, pool = np.nonzero(counts)
+    per_cell = counts[tenant, pool]
+    tenant = np.repeat(tenant, per_cell)
+    pool = np.repeat(pool, per_cell)
+    times = t0 + rng.random(total) * seconds
+    pick = rng.random(total)
+    pods = np.empty(total, dtype=np.int64)
+    start = 0
+    for j, r, n in zip(*np.nonzero(counts), per_cell):
+        rows, chance = model.pods_by_cell[j][r], model.cell_weights[j][r]
+        slot = np.searchsorted(np.cumsum(chance), pick[start:start + n], side="right")
+        pods[start:start + n] = rows[np.minimum(slot, rows.size - 1)]
+        start += n
+    u = rng.random(total)
+    order = np.argsort(times, kind="stable")
+    return Candidates(times[order], tenant[order], pool[order], pods[order], u[order])
+
+
+def thin(cands: Candidates, demand: np.ndarray, floor_demand: np.ndarray) -> tuple[Candidates, int]:
+    """Keep each candidate with probability demand / floor demand of its cell; also return
+    how many cells wanted more than the floor (the ratio is then capped at 1)."""
+    ratio = np.where(floor_demand > 0, demand / np.where(floor_demand > 0, floor_demand, 1.0), 0.0)
+    overflow = int((ratio > 1.0 + 1e-9).sum())
+    keep = cands.u < ratio[cands.tenant, cands.pool]
+    return cands.keep(keep), overflow
+
+
+@dataclass(frozen=True)
+class InitialJobs:
+    tenant: np.ndarray
+    pool: np.ndarray
+    pod: np.ndarray
+    remaining_s: np.ndarray
+
+
+def initial_population(model: TenantModel, pods: PodTable, demand: np.ndarray, seed: int) -> InitialJobs:
+    """Jobs already running at time 0 in the steady state of `demand` (T, R GPUs): per cell
+    Poisson(d / E[gL] * E[L]) jobs, each a pod drawn with probability proportional to its
+    chance times its runtime (length-biased, as a snapshot of a queue sees them) with a
+    uniform share of its runtime left."""
+    rng = np.random.default_rng([seed, 104729])
+    tenants, pools, chosen, remaining = [], [], [], []
+    rates = _rates_per_hour(model, demand)
+    for j in range(model.size):
+        for r, rows in enumerate(model.pods_by_cell[j]):
+            if rows.size == 0 or rates[j, r] <= 0:
+                continue
+            biased = model.cell_weights[j][r] * pods.runtime_s[rows]
+            expected = rates[j, r] * biased.sum() / 3600.0
+            n = int(rng.poisson(expected))
+            if n == 0:
+                continue
+            pick = rows[rng.choice(rows.size, size=n, p=biased / biased.sum())]
+            tenants.append(np.full(n, j))
+            pools.append(np.full(n, r))
+            chosen.append(pick)
+            remaining.append(np.maximum(rng.random(n) * pods.runtime_s[pick], 1.0))
+    if not chosen:
+        empty = np.zeros(0, dtype=np.int64)
+        return InitialJobs(empty, empty, empty, np.zeros(0))
+    order = rng.permutation(sum(len(c) for c in chosen))  # placement order: no class goes first
+    return InitialJobs(np.concatenate(tenants)[order], np.concatenate(pools)[order],
+                       np.concatenate(chosen)[order], np.concatenate(remaining)[order])

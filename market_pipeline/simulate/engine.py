@@ -1,0 +1,323 @@
+"""The discrete-event loop of one strategy run.
+
+Events: arrivals (generated per tick, sorted), job finishes and drain completions (a heap).
+At each tick start the strategy posts prices from a `MarketView`; the tenants' demand at
+those prices sets the tick's arrivals. A job is placed at once by the pool's placement
+policy or waits in its pool's queue (rigid jobs first, then elastic; within a class by
+request shape, oldest first); whenever capacity frees up the queue is retried. Billing
+integrates each class's running GPUs times the posted price; a drained job stops paying
+at its drain signal.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.placement.capacity import Placement, PodRequest
+from market_pipeline.placement.typical import TypicalPods
+from market_pipeline.simulate.arrivals import InitialJobs, candidates, thin
+from market_pipeline.simulate.cluster import PoolCluster
+from market_pipeline.simulate.drains import DrainController
+from market_pipeline.simulate.inputs import FleetNodes, PodTable, expected_sm_share
+from market_pipeline.simulate.jobs import DONE, DRAINING, QUEUED, RUNNING, Jobs
+from market_pipeline.simulate.metrics import Meter, StrategyResult, summarize
+from market_pipeline.simulate.pricing import ELASTIC, RIGID, MarketView, PricingStrategy
+from market_pipeline.simulate.settings import SimulationSettings
+from market_pipeline.simulate.tenants import Pool, TenantModel, best_response
+
+FINISH, DRAIN_DONE = 0, 1
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """Everything the strategy runs share (built once, identical for every strategy)."""
+
+    config: MarketPipelineConfig
+    settings: SimulationSettings
+    pods: PodTable
+    nodes: FleetNodes
+    pools: tuple[Pool, ...]
+    model: TenantModel
+    requests: tuple[PodRequest, ...]
+    typical: TypicalPods
+    load_index: np.ndarray  # (ticks,) true load index k
+    index_history: np.ndarray  # observed index before the window
+    floor_demand: np.ndarray  # (T, R) at the lowest reachable prices, k = 1
+    initial: InitialJobs
+    epoch: dt.datetime
+    sla_wait_s: float
+
+
+class StrategyRun:
+    def __init__(self, inputs: RunInputs, strategy: PricingStrategy) -> None:
+        self.inputs = inputs
+        self.strategy = strategy
+        s = inputs.settings
+        self.tick_s = s.tick_seconds
+        self.clusters = [PoolCluster(p, inputs.nodes, s.placement_policy, inputs.typical, list(inputs.requests))
+                         for p in inputs.pools]
+        self.capacity = np.array([c.capacity_gpus for c in self.clusters])
+        self.unit_cost = np.array([p.prices.unit_cost for p in inputs.pools])
+        self.jobs = Jobs()
+        self.meter = Meter(len(inputs.pools), s.ticks)
+        self.queues: list[tuple[dict, dict]] = [({}, {}) for _ in inputs.pools]
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.node_jobs: list[dict[int, set[int]]] = [{} for _ in inputs.pools]
+        self.drainer = (DrainController(inputs.config, inputs.epoch, inputs.model.ids, inputs.pods.qos,
+                                        s.tick_minutes) if strategy.drains else None)
+        self.awaited: dict[int, set[int]] = {}  # rigid job -> victims still draining for it
+        self.victim_of: dict[int, int] = {}
+        self.history = list(inputs.index_history)
+        self.pod_gpus = inputs.pods.gpus.tolist()
+        self.pod_runtime = inputs.pods.runtime_s.tolist()
+        self.pod_use = (inputs.pods.gpus * expected_sm_share(inputs.pods)).tolist()  # used GPUs per job
+        self.tick = 0
+        self._no_room: dict[tuple[int, int, int], int] = {}  # (pool, shape) -> tick a drain plan failed
+
+    # -- event loop ---------------------------------------------------------------------------
+    def run(self, progress: Callable[[int], None] | None = None) -> StrategyResult:
+        started = time.perf_counter()
+        inputs, s = self.inputs, self.inputs.settings
+        prices = self._initial_prices()
+        self._place_initial()
+        for tick in range(s.ticks):
+            self.tick = tick
+            t0 = tick * self.tick_s
+            self._until(t0)
+            self.meter.pending_by_class[tick] = self.meter.waiting().sum(axis=0)
+            decision = self.strategy.decide(self._view(tick, t0, prices))
+            prices = decision.prices
+            if self.drainer is not None:
+                self._retry_drains(t0)
+                self.drainer.prune(t0)
+            wanted = best_response(inputs.model, prices)
+            k = float(inputs.load_index[tick])
+            cands = candidates(inputs.model, inputs.floor_demand * k, t0, self.tick_s, s.seed, tick)
+            kept, overflow = thin(cands, wanted * k, inputs.floor_demand * k)
+            self.meter.thinning_overflow += overflow
+            for i in range(kept.size):
+                t = float(kept.time[i])
+                self._until(t)
+                self._arrive(int(kept.tenant[i]), int(kept.pool[i]), int(kept.pod[i]), t)
+            self._until(t0 + self.tick_s)
+            self.meter.close_tick(tick, t0 + self.tick_s, self.tick_s, prices, self.capacity, self.unit_cost)
+            self.meter.arrivals[tick] = kept.size
+            self.history.append(kept.size / max(self._expected_arrivals(wanted), 1e-9))
+            if progress is not None:
+                progress(tick)
+        return self._result(time.perf_counter() - started)
+
+    def _initial_prices(self) -> np.ndarray:
+        return np.repeat([p.prices.list_price for p in self.inputs.pools], 2).astype(np.float64)
+
+    def _expected_arrivals(self, wanted: np.ndarray) -> float:
+        gh = self.inputs.model.mean_gpu_hours
+        rates = np.where(gh > 0, wanted / np.where(gh > 0, gh, 1.0), 0.0)
+        return float(rates.sum()) * self.tick_s / 3600.0
+
+    def _view(self, tick: int, t0: float, prices: np.ndarray) -> MarketView:
+        return MarketView(tick, t0, self.capacity, self.meter.allocated(), self.meter.waiting(),
+                          np.asarray(self.history, dtype=np.float64), prices.copy())
+
+    def _push(self, t: float, kind: int, job: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, job, self.jobs.epoch[job]))
+
+    def _until(self, t: float) -> None:
+        heap, jobs = self.heap, self.jobs
+        while heap and heap[0][0] <= t:
+            when, _, kind, job, epoch = heapq.heappop(heap)
+            if epoch != jobs.epoch[job]:
+                continue
+            if kind == FINISH:
+                self._finish(job, when)
+            else:
+                self._drain_done(job, when)
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def _place_initial(self) -> None:
+        init = self.inputs.initial
+        for j, r, pod, left in zip(init.tenant.tolist(), init.pool.tolist(), init.pod.tolist(),
+                                   init.remaining_s.tolist()):
+            cls = ELASTIC if self.inputs.model.elastic[j] else RIGID
+            job = self.jobs.add(j, r, pod, cls, self.pod_gpus[pod], 0.0, left)
+            self._place_or_queue(job, 0.0, allow_drain=False)
+
+    def _arrive(self, tenant: int, pool: int, pod: int, t: float) -> None:
+        cls = ELASTIC if self.inputs.model.elastic[tenant] else RIGID
+        job = self.jobs.add(tenant, pool, pod, cls, self.pod_gpus[pod], t, self.pod_runtime[pod])
+        self._place_or_queue(job, t, allow_drain=True)
+
+    def _place_or_queue(self, job: int, t: float, allow_drain: bool) -> None:
+        jobs = self.jobs
+        placement = self.clusters[jobs.pool[job]].place(self.inputs.requests[jobs.pod[job]])
+        if placement is not None:
+            self._start(job, placement, t)
+            return
+        self._enqueue(job)
+        if allow_drain and jobs.cls[job] == RIGID and self.drainer is not None:
+            self._drain_for(job, t)
+
+    def _enqueue(self, job: int) -> None:
+        jobs = self.jobs
+        req = self.inputs.requests[jobs.pod[job]]
+        groups = self.queues[jobs.pool[job]][jobs.cls[job]]
+        groups.setdefault((req.num_gpu, req.gpu_milli), deque()).append(job)
+        jobs.state[job] = QUEUED
+        self.meter.pending(jobs.pool[job], jobs.cls[job], jobs.gpus[job])
+
+    def _start(self, job: int, placement: Placement, t: float) -> None:
+        jobs, meter = self.jobs, self.meter
+        r, cls, gpus = jobs.pool[job], jobs.cls[job], jobs.gpus[job]
+        jobs.placement[job] = placement
+        jobs.state[job] = RUNNING
+        jobs.run_start[job] = t
+        jobs.epoch[job] += 1
+        if jobs.first_start[job] != jobs.first_start[job]:  # NaN: first start
+            jobs.first_start[job] = t
+            wait = t - jobs.arrival[job]
+            meter.record_wait(wait, cls)
+            if cls == RIGID and wait > self.inputs.sla_wait_s:
+                meter.sla_violation(self.inputs.requests[jobs.pod[job]].num_gpu, self.inputs.pools[r].pool_id)
+        self._push(t + jobs.remaining[job], FINISH, job)
+        meter.change(r, t, cls, alloc=gpus, bill=gpus, used=self.pod_use[jobs.pod[job]])
+        if cls == ELASTIC and self.drainer is not None:
+            self.node_jobs[r].setdefault(placement.node, set()).add(job)
+
+    def _stop(self, job: int) -> None:
+        """Take a running job off its GPUs' books (not off the capacity)."""
+        jobs = self.jobs
+        placement = jobs.placement[job]
+        if jobs.cls[job] == ELASTIC and self.drainer is not None and placement is not None:
+            members = self.node_jobs[jobs.pool[job]].get(placement.node)
+            if members is not None:
+                members.discard(job)
+                if not members:
+                    del self.node_jobs[jobs.pool[job]][placement.node]
+
+    def _finish(self, job: int, t: float) -> None:
+        jobs = self.jobs
+        r, cls, gpus = jobs.pool[job], jobs.cls[job], jobs.gpus[job]
+        placement = jobs.placement[job]
+        assert placement is not None
+        self._stop(job)
+        self.clusters[r].release(self.inputs.requests[jobs.pod[job]], placement)
+        jobs.placement[job] = None
+        jobs.state[job] = DONE
+        self.meter.change(r, t, cls, alloc=-gpus, bill=-gpus, used=-self.pod_use[jobs.pod[job]])
+        self._scan(r, placement.node, t)
+
+    def _scan(self, r: int, row: int, t: float) -> None:
+        """Capacity freed on node `row`: the waiting jobs were placed nowhere before and only
+        this node gained room, so a job is offered to the policy only if it fits here. Rigid
+        jobs first; within a class request shapes oldest head first, FIFO per shape."""
+        cluster, jobs, meter, requests = self.clusters[r], self.jobs, self.meter, self.inputs.requests
+        for cls in (RIGID, ELASTIC):
+            groups = self.queues[r][cls]
+            if not groups:
+                continue
+            for key in sorted(groups, key=lambda k: jobs.arrival[groups[k][0]]):
+                queue = groups[key]
+                while queue:
+                    job = queue[0]
+                    req = requests[jobs.pod[job]]
+                    if not cluster.fits_node(req, row):
+                        break
+                    placement = cluster.place(req)
+                    if placement is None:
+                        break
+                    queue.popleft()
+                    meter.pending(r, cls, -jobs.gpus[job])
+                    self._start(job, placement, t)
+                if not queue:
+                    del groups[key]
+
+    # -- drains ---------------------------------------------------------------------------------
+    def _drain_for(self, job: int, t: float) -> None:
+        jobs, drainer = self.jobs, self.drainer
+        assert drainer is not None
+        if job in self.awaited:
+            return
+        r = jobs.pool[job]
+        req = self.inputs.requests[jobs.pod[job]]
+        key = (r, req.num_gpu, req.gpu_milli)
+        if self._no_room.get(key) == self.tick:  # nothing drainable for this shape until the next tick
+            return
+        plan = drainer.plan(jobs, self.clusters[r], self.node_jobs[r], req, t)
+        if plan is None:
+            self._no_room[key] = self.tick
+            return
+        self.awaited[job] = set(plan.victims)
+        for victim in plan.victims:
+            self.victim_of[victim] = job
+            drainer.record_start(jobs, self.clusters[r], victim, t)
+            self._stop(victim)
+            jobs.state[victim] = DRAINING
+            jobs.epoch[victim] += 1  # its finish event is void now
+            jobs.remaining[victim] = max(jobs.remaining[victim] - (t - jobs.run_start[victim]), 1.0)
+            jobs.drains[victim] += 1
+            self.meter.change(r, t, ELASTIC, bill=-jobs.gpus[victim])
+            self.meter.drains += 1
+            self.meter.work_lost_gpu_hours += jobs.gpus[victim] * drainer.seconds / 3600.0
+            self._push(t + drainer.seconds, DRAIN_DONE, victim)
+
+    def _drain_done(self, victim: int, t: float) -> None:
+        jobs, drainer = self.jobs, self.drainer
+        assert drainer is not None
+        r = jobs.pool[victim]
+        placement = jobs.placement[victim]
+        assert placement is not None
+        self.clusters[r].release(self.inputs.requests[jobs.pod[victim]], placement)
+        jobs.placement[victim] = None
+        self.meter.change(r, t, ELASTIC, alloc=-jobs.gpus[victim], used=-self.pod_use[jobs.pod[victim]])
+        drainer.record_done(jobs, victim)
+        waiting_for = self.victim_of.pop(victim, None)
+        if waiting_for is not None:
+            left = self.awaited.get(waiting_for)
+            if left is not None:
+                left.discard(victim)
+                if not left:
+                    del self.awaited[waiting_for]
+        self._scan(r, placement.node, t)  # the rigid job it made room for goes first
+        self._place_or_queue(victim, t, allow_drain=False)
+
+    def _retry_drains(self, t: float) -> None:
+        """Rigid jobs still waiting at a tick start try the drain guardrail again."""
+        for r, (rigid, _) in enumerate(self.queues):
+            for key in list(rigid):
+                for job in list(rigid.get(key, ()))[:4]:
+                    if self.jobs.state[job] == QUEUED and job not in self.awaited:
+                        self._drain_for(job, t)
+
+    # -- result ---------------------------------------------------------------------------------
+    def _result(self, seconds: float) -> StrategyResult:
+        s, jobs, meter = self.inputs.settings, self.jobs, self.meter
+        end = s.ticks * self.tick_s
+        waiting = [j for j in range(len(jobs)) if jobs.state[j] in (QUEUED, DRAINING)
+                   and jobs.first_start[j] != jobs.first_start[j]]
+        for job in waiting:  # censored waits: still waiting at the end
+            meter.record_wait(end - jobs.arrival[job], jobs.cls[job])
+            if jobs.cls[job] == RIGID and end - jobs.arrival[job] > self.inputs.sla_wait_s:
+                meter.sla_violation(self.inputs.requests[jobs.pod[job]].num_gpu,
+                                    self.inputs.pools[jobs.pool[job]].pool_id)
+        started = sum(1 for v in jobs.first_start if v == v)
+        extra = {"wall_seconds": round(seconds, 3),
+                 "policy_calls": int(sum(c.policy_calls for c in self.clusters))}
+        summary = getattr(self.strategy, "summary", None)
+        if callable(summary):
+            extra.update(summary())
+        if self.drainer is not None:
+            extra["drain_blocked"] = dict(self.drainer.blocked)
+        return summarize(self.strategy.name, meter, self.capacity, end, len(jobs), started, len(waiting), extra)
+
+
+__all__ = ["RUNNING", "RunInputs", "StrategyRun"]

@@ -1,0 +1,161 @@
+"""The simulation report: one JSON-ready dict (strategies, placement, targets, inputs,
+assumptions, series) and its markdown strategy table."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # the tables below are read by the Dagster asset, which need not load the engine
+    from market_pipeline.simulate.engine import RunInputs
+    from market_pipeline.simulate.metrics import StrategyResult
+
+REQUIRED_STRATEGY_KEYS = ("revenue", "profit", "gpu_utilization", "wait_p50_s", "wait_p99_s",
+                          "elastic_cost_per_gpu_hour", "rigid_cost_per_gpu_hour", "drains", "rigid_sla_violations")
+REQUIRED_PLACEMENT_KEYS = ("unallocated_gpus_at_saturation", "allocation_ratio", "rejected_pods")
+TABLE_COLUMNS = (("revenue", "revenue", "{:,.0f}"), ("profit", "profit", "{:,.0f}"),
+                 ("gpu_utilization", "GPU util", "{:.3f}"), ("wait_p50_s", "wait p50 s", "{:,.0f}"),
+                 ("wait_p99_s", "wait p99 s", "{:,.0f}"), ("elastic_cost_per_gpu_hour", "elastic $/GPUh", "{:.3f}"),
+                 ("rigid_cost_per_gpu_hour", "rigid $/GPUh", "{:.3f}"), ("drains", "drains", "{:d}"),
+                 ("work_lost_gpu_hours", "work lost GPUh", "{:.1f}"),
+                 ("rigid_sla_violations", "rigid SLA viol.", "{:d}"))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, (np.floating, float)):
+        return float(value) if math.isfinite(float(value)) else None
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    return value
+
+
+def _series(inputs: RunInputs, results: dict[str, StrategyResult]) -> dict[str, Any]:
+    capacity = np.array([p.gpus for p in inputs.pools], dtype=np.float64)
+    list_price = np.array([p.prices.list_price for p in inputs.pools])
+    weights = capacity / capacity.sum()
+    hours = (np.arange(inputs.settings.ticks) * inputs.settings.tick_minutes / 60.0).round(4)
+    out: dict[str, Any] = {"hours": hours, "load_index": inputs.load_index, "strategies": {}}
+    for name, result in results.items():
+        prices = result.series["prices"].reshape(len(hours), -1, 2)
+        relative = prices / list_price[None, :, None]
+        out["strategies"][name] = {
+            "price_guaranteed_rel": relative[:, :, 0] @ weights,
+            "price_drainable_rel": relative[:, :, 1] @ weights,
+            "utilization": result.series["utilization"] @ weights,
+            "allocated_rigid_gpus": result.series["allocated_by_class"][:, 0],
+            "allocated_elastic_gpus": result.series["allocated_by_class"][:, 1],
+            "pending_gpus": result.series["pending_by_class"].sum(axis=1),
+            "arrivals": result.series["arrivals"],
+        }
+    return out
+
+
+def target_checks(strategies: dict[str, dict[str, Any]], placement: dict[str, dict[str, Any]],
+                  wall_seconds: float | None) -> dict[str, dict[str, Any]]:
+    """The issue's targets, each with the measured value, the bound and pass/fail (None
+    when a needed strategy or policy was not run)."""
+    checks: dict[str, dict[str, Any]] = {}
+
+    def check(name: str, value: float | None, bound: float | None, ok: bool | None) -> None:
+        checks[name] = {"value": value, "bound": bound, "pass": ok}
+
+    stack, static, util = strategies.get("stackelberg"), strategies.get("static"), strategies.get("utilization")
+
+    def ratio(a: dict | None, b: dict | None, key: str) -> float | None:
+        if a is None or b is None or not a.get(key) or not b.get(key):
+            return None
+        return float(a[key]) / float(b[key])
+
+    rev = ratio(stack, static, "revenue")
+    check("revenue_vs_static", rev, 1.15, None if rev is None else rev >= 1.15)
+    rev_u = ratio(stack, util, "revenue")
+    check("revenue_vs_utilization", rev_u, 1.0, None if rev_u is None else rev_u >= 1.0)
+    use = None if stack is None else stack.get("gpu_utilization")
+    check("gpu_utilization", use, 0.80, None if use is None else use >= 0.80)
+    el = ratio(stack, static, "elastic_cost_per_gpu_hour")
+    check("elastic_cost_vs_static", el, 0.90, None if el is None else el <= 0.90)
+    ri = ratio(stack, static, "rigid_cost_per_gpu_hour")
+    check("rigid_cost_vs_static", ri, 1.05, None if ri is None else ri <= 1.05)
+    sla = None if stack is None else stack.get("rigid_sla_violations")
+    check("rigid_sla_violations", sla, 0, None if sla is None else sla == 0)
+    fa, bf = placement.get("fragment_aware"), placement.get("best_fit")
+    cut = None
+    if fa and bf and bf.get("unallocated_gpus_at_saturation"):
+        cut = 1.0 - fa["unallocated_gpus_at_saturation"] / bf["unallocated_gpus_at_saturation"]
+    check("fragment_aware_unallocated_cut_vs_best_fit", cut, 0.30, None if cut is None else cut >= 0.30)
+    check("wall_seconds", wall_seconds, 60.0, None if wall_seconds is None else wall_seconds <= 60.0)
+    return checks
+
+
+def build_report(inputs: RunInputs, results: dict[str, StrategyResult], placement: dict[str, dict[str, Any]],
+                 timing: dict[str, float], sources: dict[str, Any]) -> dict[str, Any]:
+    s = inputs.settings
+    strategies = {name: r.to_dict() for name, r in results.items()}
+    pools = [{"pool": p.pool_id, "gpus": p.gpus, "nodes": int(p.node_rows.size), **dataclasses.asdict(p.prices)}
+             for p in inputs.pools]
+    model = inputs.model
+    report = {
+        "strategies": strategies,
+        "placement": placement,
+        "targets": target_checks(strategies, placement, timing.get("total_seconds")),
+        "inputs": {
+            **sources,
+            "fleet_gpus": int(inputs.nodes.total_gpus), "fleet_nodes": int(inputs.nodes.size),
+            "pods_used": int(inputs.pods.size), "pods_excluded": dict(inputs.pods.excluded),
+            "load_level_gpus": model.level_gpus,
+            "target_utilization": model.level_gpus / max(inputs.nodes.total_gpus, 1),
+            "load_window_mean_index": float(np.mean(inputs.load_index)),
+            "offered_load_ratio": float(np.mean(inputs.load_index)) * model.level_gpus / max(inputs.nodes.total_gpus, 1),
+            "pools": pools,
+            "tenants": {"elastic": int(model.elastic.sum()), "rigid": int((~model.elastic).sum()),
+                        "elastic_load_share": float(model.base_demand[model.elastic].sum() / model.base_demand.sum())},
+            "initial_jobs": int(inputs.initial.tenant.size),
+            "rigid_sla_wait_s": inputs.sla_wait_s,
+        },
+        "settings": {k: v for k, v in dataclasses.asdict(s).items() if k != "economics"},
+        "assumptions": dataclasses.asdict(s.economics),
+        "timing": timing,
+        "series": _series(inputs, results),
+        "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    return _jsonable(report)
+
+
+def strategy_table_markdown(report: dict[str, Any]) -> str:
+    header = "| strategy | " + " | ".join(title for _, title, _ in TABLE_COLUMNS) + " |"
+    lines = [header, "|" + "---|" * (len(TABLE_COLUMNS) + 1)]
+    for name, metrics in report.get("strategies", {}).items():
+        cells = []
+        for key, _, fmt in TABLE_COLUMNS:
+            value = metrics.get(key)
+            cells.append("-" if value is None else fmt.format(value))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def placement_table_markdown(report: dict[str, Any]) -> str:
+    lines = ["| policy | unallocated GPUs at saturation | allocation ratio | rejected pods |", "|---|---|---|---|"]
+    for name, row in report.get("placement", {}).items():
+        lines.append(f"| {name} | {row.get('unallocated_gpus_at_saturation', 0):,.1f} | "
+                     f"{row.get('allocation_ratio', 0):.4f} | {row.get('rejected_pods', 0):,} |")
+    return "\n".join(lines)
+
+
+def targets_table_markdown(report: dict[str, Any]) -> str:
+    lines = ["| target | value | bound | pass |", "|---|---|---|---|"]
+    for name, row in report.get("targets", {}).items():
+        value = row.get("value")
+        shown = "-" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
+        verdict = {True: "yes", False: "NO", None: "-"}[row.get("pass")]
+        lines.append(f"| {name} | {shown} | {row.get('bound')} | {verdict} |")
+    return "\n".join(lines)

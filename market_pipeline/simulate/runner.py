@@ -1,0 +1,151 @@
+"""Build the shared inputs of a run and run every strategy on them (in parallel processes
+when more than one core is available: the strategies are independent by construction)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.simulate.arrivals import initial_population
+from market_pipeline.simulate.cluster import pod_requests, typical_pods
+from market_pipeline.simulate.engine import RunInputs, StrategyRun
+from market_pipeline.simulate.errors import SimulationInputError
+from market_pipeline.simulate.inputs import FleetNodes, LoadProfile, PodTable
+from market_pipeline.simulate.metrics import StrategyResult
+from market_pipeline.simulate.pricing import PricingStrategy, StaticPricing, UtilizationPricing
+from market_pipeline.simulate.settings import SimulationSettings, pool_prices
+from market_pipeline.simulate.stackelberg import StackelbergPricing
+from market_pipeline.simulate.tenants import best_response, build_pools, calibrate, resource_set
+
+HELIOS_EPOCH = dt.datetime(2020, 5, 1, tzinfo=dt.UTC)  # first minute of the Helios Earth files
+
+
+@dataclass(frozen=True)
+class LoadWindow:
+    index: np.ndarray  # (ticks,) load index k: the trace's demand over its mean
+    history: np.ndarray  # the index over the days before the window (NaN in gaps)
+    level_gpus: float  # demand at index 1: target utilisation x fleet GPUs
+    initial_index: float  # the index the jobs running at the start arrived under
+
+
+def load_window(load: LoadProfile, settings: SimulationSettings, fleet_gpus: int) -> LoadWindow:
+    """The simulated window of the load trace. Its shape over time comes from the trace,
+    its level from the target utilisation (as the simulated adapter's workload sizes its
+    arrivals). Jobs running at time 0 arrived over the past weeks (the long ones carry the
+    GPU-hours), so the initial population is sized by the history's mean index, not by the
+    instant at which the window happens to start."""
+    if load.step_minutes != settings.tick_minutes:
+        raise SimulationInputError(f"load {load.source}: step {load.step_minutes} min differs from the tick "
+                                   f"{settings.tick_minutes} min")
+    per_day = 1440 // settings.tick_minutes
+    start = int(round(settings.load_start_day * per_day))
+    index = load.window(start, settings.ticks)
+    history = load.factor()[:start]
+    seen = history[~np.isnan(history)]
+    initial = float(seen.mean()) if seen.size else float(index[0])
+    return LoadWindow(index, history, settings.load_target * fleet_gpus, initial)
+
+
+def build_inputs(config: MarketPipelineConfig, settings: SimulationSettings, pods: PodTable,
+                 nodes: FleetNodes, load: LoadProfile) -> RunInputs:
+    """The shared inputs: pools, calibrated tenants, arrival floor and the initial jobs."""
+    prices = pool_prices(nodes.model_names(), config, settings.economics)
+    pools = build_pools(nodes, prices)
+    window = load_window(load, settings, nodes.total_gpus)
+    model = calibrate(pods, nodes, pools, window.level_gpus, settings.economics)
+    requests = tuple(pod_requests(pods))
+    resources = resource_set(pools)
+    floor = best_response(model, resources.price_min)
+    initial = initial_population(model, pods, model.base_demand * window.initial_index, settings.seed)
+    sla = settings.rigid_sla_wait_s or config.guardrails.task_drain.max_total_seconds
+    epoch = HELIOS_EPOCH + dt.timedelta(days=settings.load_start_day)
+    return RunInputs(config, settings, pods, nodes, pools, model, requests, typical_pods(list(requests)),
+                     window.index, window.history, floor, initial, epoch, float(sla))
+
+
+def make_strategy(name: str, inputs: RunInputs) -> PricingStrategy:
+    if name == "static":
+        return StaticPricing(inputs.pools)
+    if name == "utilization":
+        return UtilizationPricing(inputs.pools, inputs.settings.economics)
+    if name == "stackelberg":
+        return StackelbergPricing(inputs.model, inputs.pools, inputs.config, inputs.settings)
+    raise SimulationInputError(f"unknown strategy {name!r}")
+
+
+# Inputs handed to forked workers without pickling them (set just before the fork).
+_SHARED: dict[str, Any] = {}
+
+
+def _run_one(name: str) -> StrategyResult:
+    torch.set_num_threads(1)  # tiny solves: extra threads only contend with the other strategies
+    inputs: RunInputs = _SHARED["inputs"]
+    counter = _SHARED.get("counter")
+
+    def tick(_: int) -> None:
+        if counter is not None:
+            with counter.get_lock():
+                counter.value += 1
+
+    return StrategyRun(inputs, make_strategy(name, inputs)).run(tick)
+
+
+def run_strategies(inputs: RunInputs, workers: int | None = None,
+                   progress: Callable[[int, int], None] | None = None,
+                   side_task: Callable[[], Any] | None = None) -> tuple[dict[str, StrategyResult], Any]:
+    """Every strategy of the settings on the same inputs, plus `side_task` (the placement
+    comparison) in the same worker pool; `progress(done_ticks, total)`. Returns the results
+    by strategy and the side task's result (None without one)."""
+    names = inputs.settings.strategies
+    total = len(names) * inputs.settings.ticks
+    tasks = len(names) + (side_task is not None)
+    workers = min(tasks, workers if workers is not None else (os.cpu_count() or 1))
+    if workers <= 1 or "fork" not in mp.get_all_start_methods():
+        return _run_serial(inputs, names, total, progress), (side_task() if side_task else None)
+    ctx = mp.get_context("fork")
+    counter = ctx.Value("i", 0)
+    _SHARED.update(inputs=inputs, counter=counter, side_task=side_task)
+    try:
+        with ctx.Pool(workers) as pool:
+            side = pool.apply_async(_run_side) if side_task is not None else None
+            pending = {name: pool.apply_async(_run_one, (name,)) for name in names}
+            while not all(p.ready() for p in pending.values()):
+                time.sleep(0.2)
+                if progress is not None:
+                    progress(counter.value, total)
+            results = {name: p.get() for name, p in pending.items()}
+            side_result = side.get() if side is not None else None
+    finally:
+        _SHARED.clear()
+    if progress is not None:
+        progress(total, total)
+    return results, side_result
+
+
+def _run_side() -> Any:
+    return _SHARED["side_task"]()
+
+
+def _run_serial(inputs: RunInputs, names: tuple[str, ...], total: int,
+                progress: Callable[[int, int], None] | None) -> dict[str, StrategyResult]:
+    results = {}
+    done = 0
+
+    def tick(_: int) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
+    for name in names:
+        results[name] = StrategyRun(inputs, make_strategy(name, inputs)).run(tick)
+    return results

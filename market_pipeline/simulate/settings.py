@@ -1,0 +1,168 @@
+"""Settings of a simulation run and the economic assumptions it rests on.
+
+Every number that shapes the result is here, with where it comes from. The same settings
+apply to every pricing strategy of a run; nothing is tuned per strategy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.fleet.gpu_models import known_spec
+from market_pipeline.fleet.workload import WorkloadParams
+from market_pipeline.simulate.errors import SimulationInputError
+
+STRATEGY_NAMES = ("static", "utilization", "stackelberg")
+PLACEMENT_NAMES = ("round_robin", "best_fit", "fragment_aware")
+# The configured A10 pool's base price per watt of board power prices models that have no
+# configured pool (openb's T4, P100, V100, G1-G3): list price = tdp_w * this.
+PRICE_PER_TDP_WATT = 0.7 / 150.0
+
+
+@dataclass(frozen=True)
+class EconomicAssumptions:
+    """How tenants respond to prices, and the platform's price rules.
+
+    Calibration (one procedure for every strategy, `tenants.calibrate`): at the list price
+    every tenant demands exactly its share of the trace's load; its local price elasticity
+    there is `elastic_elasticity` or `rigid_elasticity` (spread evenly by +-`elasticity_spread`
+    over the tenants of a class); its budget is (1 + `budget_headroom`) times its spend at the
+    list price. `elastic_elasticity` = 2 is the Lerner condition (p - c)/p = 1/e at the list
+    price with unit cost = half the list price (the configured pools' cost/base ratio): the
+    list price is assumed to be the best uniform price for the elastic segment, so a lower
+    drainable price has to earn its keep through volume.
+    """
+
+    elastic_qos: tuple[str, ...] = ("BE", "Burstable")
+    rigid_qos: tuple[str, ...] = ("LS", "Guaranteed")
+    tenants_per_class: int = 16
+    elastic_elasticity: float = 2.0
+    rigid_elasticity: float = 0.2
+    elasticity_spread: float = 0.25
+    budget_headroom: float = 0.25
+    unit_cost_share: float = 0.5  # unit cost / list price where the config has no cost
+    # Price bounds relative to the list price (median of the configured pools' ratios when None).
+    price_floor: float | None = None
+    price_ceiling: float | None = None
+    # Cap on the guaranteed class relative to the list price: a promise to rigid tenants.
+    # None: the billing peak time coefficient, the surcharge rigid tenants already accept.
+    guaranteed_cap: float | None = None
+    utilization_threshold: float = 0.85  # seed 000 §2.3: the premium starts at 85%
+    utilization_doubling: float = 0.15  # ... and doubles the price 15 points above it
+    packing_efficiency: float = 0.95  # share of a pool the engine may sell (fragmentation)
+
+    def __post_init__(self) -> None:
+        checks = {
+            "tenants_per_class": self.tenants_per_class >= 1,
+            "elastic_elasticity": 0 < self.elastic_elasticity <= 20,
+            "rigid_elasticity": 0 < self.rigid_elasticity <= 20,
+            "elasticity_spread": 0 <= self.elasticity_spread < 1,
+            "budget_headroom": self.budget_headroom > 0,
+            "unit_cost_share": 0 <= self.unit_cost_share < 1,
+            "price_floor": self.price_floor is None or 0 < self.price_floor <= 1,
+            "price_ceiling": self.price_ceiling is None or self.price_ceiling >= 1,
+            "guaranteed_cap": self.guaranteed_cap is None or self.guaranteed_cap >= 1,
+            "utilization_threshold": 0 < self.utilization_threshold < 1,
+            "utilization_doubling": self.utilization_doubling > 0,
+            "packing_efficiency": 0 < self.packing_efficiency <= 1,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise SimulationInputError(f"economic assumption {name}={getattr(self, name)!r} is out of range")
+        overlap = set(self.elastic_qos) & set(self.rigid_qos)
+        if overlap:
+            raise SimulationInputError(f"economic assumptions: QoS {sorted(overlap)} is both elastic and rigid")
+
+
+@dataclass(frozen=True)
+class SimulationSettings:
+    days: float = 7.0
+    tick_minutes: int = 60
+    seed: int = 0
+    strategies: tuple[str, ...] = STRATEGY_NAMES
+    placement_policy: str = "best_fit"  # the policy the strategy runs place jobs with
+    load_start_day: float = 14.0  # the days before it are the forecaster's history
+    # Mean demand / capacity at the list price; the load trace gives its shape over time.
+    # None: the simulated adapter's workload target (`fleet.workload.WorkloadParams`).
+    target_utilization: float | None = None
+    forecast_every_ticks: int = 6
+    rigid_sla_wait_s: float | None = None  # None: the longest a task drain may take (config)
+    economics: EconomicAssumptions = field(default_factory=EconomicAssumptions)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.days <= 31:
+            raise SimulationInputError(f"days={self.days}: must be in (0, 31]")
+        if self.tick_minutes < 1 or 1440 % self.tick_minutes:
+            raise SimulationInputError(f"tick_minutes={self.tick_minutes}: must divide a day")
+        unknown = [s for s in self.strategies if s not in STRATEGY_NAMES]
+        if unknown or not self.strategies:
+            raise SimulationInputError(f"strategies {unknown or '[]'}: choose from {list(STRATEGY_NAMES)}")
+        if self.placement_policy not in PLACEMENT_NAMES:
+            raise SimulationInputError(f"placement policy {self.placement_policy!r}: choose from {list(PLACEMENT_NAMES)}")
+        if self.load_start_day < 0 or self.forecast_every_ticks < 1:
+            raise SimulationInputError("load_start_day must be >= 0 and forecast_every_ticks >= 1")
+        if self.target_utilization is not None and not 0 < self.target_utilization <= 2:
+            raise SimulationInputError(f"target_utilization={self.target_utilization}: must be in (0, 2]")
+
+    @property
+    def load_target(self) -> float:
+        return self.target_utilization if self.target_utilization is not None else WorkloadParams().target_utilisation
+
+    @property
+    def ticks(self) -> int:
+        return int(math.ceil(self.days * 1440 / self.tick_minutes))
+
+    @property
+    def tick_seconds(self) -> float:
+        return self.tick_minutes * 60.0
+
+    def with_(self, **changes: Any) -> "SimulationSettings":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class PoolPrices:
+    """The list price and the price rules of one pool (GPU model)."""
+
+    model: str
+    list_price: float
+    unit_cost: float
+    price_min: float
+    price_max: float  # any class
+    guaranteed_max: float
+    discount_min: float
+    discount_max: float
+
+
+def _median(values: list[float], default: float) -> float:
+    if not values:
+        return default
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def pool_prices(models: tuple[str, ...], config: MarketPipelineConfig,
+                economics: EconomicAssumptions) -> tuple[PoolPrices, ...]:
+    """List price, unit cost and bounds per GPU model: a configured pool's own numbers where
+    the config has one, else the TDP rule and the configured pools' median ratios."""
+    floor = economics.price_floor or _median([p.price_min / p.base_price for p in config.pools], 0.4)
+    ceiling = economics.price_ceiling or _median([p.price_max / p.base_price for p in config.pools], 4.0)
+    cap = economics.guaranteed_cap or max(config.billing.time_coefficients.values())
+    market = config.market
+    out = []
+    for model in models:
+        pool = next((p for p in config.pools if p.gpu_model == model), None)
+        gpu = config.gpu_model_by_name.get(model)
+        if pool is not None:
+            price, low, high = pool.base_price, pool.price_min, pool.price_max
+        else:
+            price = PRICE_PER_TDP_WATT * known_spec(model).tdp_w
+            low, high = floor * price, ceiling * price
+        cost = gpu.cost_per_gpu_hour if gpu is not None else economics.unit_cost_share * price
+        out.append(PoolPrices(model, price, cost, low, high, min(high, cap * price),
+                              market.drainable_discount_min, market.drainable_discount_max))
+    return tuple(out)

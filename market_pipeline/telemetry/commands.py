@@ -1,0 +1,196 @@
+"""`market-pipeline telemetry ...` and `market-pipeline bench ingest|telemetry-checks`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from market_pipeline.config import ConfigError, load_config
+from market_pipeline.telemetry.partitions import PartitionKeyError, partition_window
+from market_pipeline.telemetry.schema import TelemetryInputError
+from market_pipeline.warehouse import WarehouseError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    telemetry = sub.add_parser("telemetry", help="telemetry ingest, checks and adapter probes")
+    tsub = telemetry.add_subparsers(dest="telemetry_command", required=True)
+
+    ingest = tsub.add_parser("ingest", help="validate a CSV/Parquet/dcgm file into the warehouse")
+    ingest.add_argument("--file", required=True, help="CSV or Parquet in the canonical sample "
+                        "schema, or a dcgm-exporter text exposition (.txt/.prom)")
+    ingest.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    ingest.add_argument("--source", help="source name (default: file:<absolute path>); "
+                        "re-ingesting a source replaces what it wrote to those partitions")
+    ingest.add_argument("--partition", help="hourly partition key (YYYY-MM-DD-HH:00): all rows "
+                        "belong to it, rows outside it are quarantined")
+    ingest.add_argument("--json", action="store_true", help="print one JSON object")
+    ingest.set_defaults(handler=run_ingest)
+
+    check = tsub.add_parser("check", help="run the data-quality checks of one partition")
+    check.add_argument("--partition", required=True, help="hourly partition key")
+    check.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    check.set_defaults(handler=run_check)
+
+    probe = tsub.add_parser("probe", help="what a hardware backend sees (nodes, GPUs, samples)")
+    probe.add_argument("--backend", choices=("nvml", "dcgm", "configured"), default="configured")
+    probe.add_argument("--endpoint", help="dcgm: URL or file (default: adapter.dcgm_endpoint)")
+    probe.add_argument("--json", action="store_true", help="print one JSON object")
+    probe.set_defaults(handler=run_probe)
+
+
+def register_bench(bench_sub: argparse._SubParsersAction) -> None:
+    ingest = bench_sub.add_parser("ingest", help="validated telemetry ingest vs bare DuckDB append")
+    ingest.add_argument("--rows", type=int, default=1_000_000)
+    ingest.add_argument("--bad-share", type=float, default=0.001,
+                        help="share of spoiled rows in the generated input")
+    ingest.add_argument("--dir", help="scratch directory (default: the system temp dir)")
+    ingest.add_argument("--repeats", type=int, default=2,
+                        help="alternating runs of each contender; the best of each counts")
+    ingest.add_argument("--json", action="store_true")
+    ingest.set_defaults(handler=run_bench_ingest)
+
+    checks = bench_sub.add_parser("telemetry-checks", help="partition checks on a fleet hour")
+    checks.add_argument("--nodes", type=int, default=1000)
+    checks.add_argument("--gpus-per-node", type=int, default=8)
+    checks.add_argument("--dir", help="scratch directory (default: the system temp dir)")
+    checks.add_argument("--json", action="store_true")
+    checks.set_defaults(handler=run_bench_checks)
+
+
+def _emit(payload: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(payload, default=str))
+    else:
+        for key, value in payload.items():
+            print(f"{key}: {json.dumps(value, default=str)}")
+
+
+def _fail(message: str, as_json: bool, code: int = 2) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": message}))
+    return code
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _warehouse_path(explicit: str | None, config) -> Path:
+    return Path(explicit) if explicit else config.warehouse_path
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    from market_pipeline.telemetry.ingest import ingest_samples, known_gpu_uuids
+    from market_pipeline.telemetry.rules import ValidationPolicy
+    from market_pipeline.telemetry.schema import read_sample_file
+    from market_pipeline.warehouse import open_warehouse
+
+    try:
+        config = load_config()
+        window = partition_window(args.partition) if args.partition else None
+        path = Path(args.file)
+        frame = read_sample_file(path)
+        warehouse = open_warehouse(_warehouse_path(args.warehouse, config))
+        policy = ValidationPolicy.from_config(
+            config.telemetry, now=datetime.now(timezone.utc), window=window,
+            known_gpu_uuids=known_gpu_uuids(warehouse))
+        mtime = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+        report = ingest_samples(warehouse, frame, source=args.source or f"file:{path.resolve()}",
+                                policy=policy, fallback_time=mtime, where=str(path))
+    except (TelemetryInputError, PartitionKeyError) as exc:
+        return _fail(str(exc), args.json)
+    except (ConfigError, WarehouseError, OSError) as exc:
+        return _fail(str(exc), args.json, code=1)
+    if report.ignored_columns:
+        _log(f"ignored columns not in the sample schema: {', '.join(report.ignored_columns)}")
+    _log(f"ingest {report.ingest_id}: partitions {', '.join(report.partitions) or '-'} "
+         f"in {report.seconds:.2f}s")
+    _emit(report.summary(), args.json)
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from market_pipeline.telemetry.checks import evaluate_partition
+    from market_pipeline.warehouse import Warehouse
+
+    try:
+        config = load_config()
+        partition_window(args.partition)
+        warehouse = Warehouse(_warehouse_path(args.warehouse, config))
+        result = evaluate_partition(warehouse, args.partition, config.telemetry,
+                                    datetime.now(timezone.utc))
+    except PartitionKeyError as exc:
+        return _fail(str(exc), args.json)
+    except (ConfigError, WarehouseError) as exc:
+        return _fail(str(exc), args.json, code=1)
+    _emit(result.summary(), args.json)
+    return 0 if result.passed else 3
+
+
+def run_probe(args: argparse.Namespace) -> int:
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        return _fail(str(exc), args.json, code=1)
+    backend = config.adapter.backend if args.backend == "configured" else args.backend
+    if backend == "nvml":
+        from market_pipeline.hardware.nvml import NvmlAdapter
+
+        adapter = NvmlAdapter.from_config(config)
+        try:
+            _emit(adapter.snapshot(), args.json)
+        finally:
+            adapter.close()
+        return 0
+    if backend == "dcgm":
+        from market_pipeline.hardware.dcgm import DcgmAdapter, DcgmSourceError
+
+        try:
+            adapter = (DcgmAdapter([s.strip() for s in args.endpoint.split(",")])
+                       if args.endpoint else DcgmAdapter.from_config(config))
+        except DcgmSourceError as exc:
+            return _fail(str(exc), args.json)
+        _emit(_dcgm_snapshot(adapter), args.json)
+        return 0
+    return _fail(f"probe supports the nvml and dcgm backends, not {backend!r}", args.json)
+
+
+def _dcgm_snapshot(adapter) -> dict[str, object]:
+    from market_pipeline.hardware.dcgm_exposition import scrape_samples
+    from market_pipeline.hardware.nvml_snapshot import json_ready
+
+    outcome = adapter.probe()
+    snapshot: dict[str, object] = {"backend": "dcgm", "sources": list(adapter.sources),
+                                   "status": outcome.status.value, "detail": outcome.detail}
+    if outcome.ok:
+        rows = [row for scrape in adapter.scrape() for row in scrape_samples(scrape).to_dicts()]
+        snapshot.update(nodes=json_ready(adapter.list_nodes()), gpus=json_ready(adapter.list_gpus()),
+                        tasks=json_ready(adapter.list_tasks()), samples=json_ready(rows))
+    return snapshot
+
+
+def run_bench_ingest(args: argparse.Namespace) -> int:
+    from market_pipeline.telemetry.bench import bench_ingest
+
+    if args.rows < 1:
+        return _fail("--rows must be at least 1", args.json)
+    _emit(bench_ingest(args.rows, bad_share=args.bad_share, workdir=args.dir,
+                       repeats=args.repeats, log=_log), args.json)
+    return 0
+
+
+def run_bench_checks(args: argparse.Namespace) -> int:
+    from market_pipeline.telemetry.bench import bench_checks
+
+    try:
+        telemetry = load_config().telemetry
+    except ConfigError as exc:
+        return _fail(str(exc), args.json, code=1)
+    _emit(bench_checks(args.nodes, args.gpus_per_node, workdir=args.dir, telemetry=telemetry,
+                       log=_log), args.json)
+    return 0

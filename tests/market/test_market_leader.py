@@ -1,0 +1,193 @@
+"""The leader: global optimality on small instances, constraints, live ticks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+
+from market_pipeline.market import MarketProblem, SolverSettings, random_problem, solve_equilibrium
+
+from market_test_helpers import grid_demand, grid_profit, resource, tenant
+
+
+def _small_problem(seed: int, m: int, capacities, band=None) -> MarketProblem:
+    rng = np.random.default_rng(seed)
+    tenants = []
+    for j in range(18):
+        family = ["log", "isoelastic", "quadratic"][j % 3]
+        extra = {"eta": float(rng.uniform(0.5, 1.8))} if family == "isoelastic" else {}
+        sat = rng.uniform(0.5, 2.0, m)
+        choke = rng.uniform(2.0, 6.0, m)
+        weight = choke if family == "quadratic" else choke * sat
+        tenants.append(tenant(f"t{j}", weight.tolist(), sat.tolist(), float(rng.uniform(2.0, 8.0)), family,
+                              delay_cost=float(rng.uniform(0, 0.2)), **extra))
+    resources = [resource(f"r{i}", capacities[i], 1.0 + 0.2 * i, 0.5, 8.0) for i in range(m)]
+    if band is not None:
+        resources[0].update({"class": "guaranteed", "pool": "p"})
+        resources[1].update({"class": "drainable", "pool": "p", "discount_band": band})
+    return MarketProblem.from_instance_json({"resources": resources, "tenants": tenants})
+
+
+def test_profit_matches_a_dense_grid_search_on_two_resources():
+    free = _small_problem(0, 2, [None, None])
+    demand_free = solve_equilibrium(free).demand
+    problem = _small_problem(0, 2, [0.7 * demand_free[0], None])  # the first capacity binds
+    report = solve_equilibrium(problem)
+    assert report.converged and report.kkt_residual <= 1e-6
+    axis = np.linspace(0.5, 8.0, 41)
+    grid = np.array(np.meshgrid(axis, axis)).reshape(2, -1).T
+    profits = grid_profit(problem, grid)
+    best = grid[np.argmax(profits)]
+    fine_axes = [np.linspace(max(0.5, b - 0.2), min(8.0, b + 0.2), 41) for b in best]
+    fine = np.array(np.meshgrid(*fine_axes)).reshape(2, -1).T
+    grid_best = max(profits.max(), grid_profit(problem, fine).max())
+    assert report.profit >= grid_best * (1 - 1e-3)
+    assert report.profit <= grid_best * (1 + 1e-3)  # the grid gets close, so the check has teeth
+    np.testing.assert_allclose(grid_demand(problem, report.prices[None])[0], report.demand, rtol=1e-6)
+
+
+def test_profit_matches_multistart_slsqp_with_a_discount_band():
+    free = _small_problem(1, 3, [None] * 3, band=[0.2, 0.5])
+    demand_free = solve_equilibrium(free).demand
+    problem = _small_problem(1, 3, [0.6 * demand_free[0], None, 0.8 * demand_free[2]], band=[0.2, 0.5])
+    report = solve_equilibrium(problem)
+    assert report.converged
+    g, d = report.prices[0], report.prices[1]
+    assert 0.5 * g - 1e-9 <= d <= 0.8 * g + 1e-9
+    res = problem.resources
+
+    def negative_profit(p):
+        return -float(((p - res.unit_cost) * grid_demand(problem, p[None])[0]).sum())
+
+    constraints = [{"type": "ineq", "fun": lambda p: np.nan_to_num(res.capacity, posinf=1e12)
+                    - grid_demand(problem, p[None])[0]},
+                   {"type": "ineq", "fun": lambda p: np.array([p[1] - 0.5 * p[0], 0.8 * p[0] - p[1]])}]
+    best = -np.inf
+    for start in np.random.default_rng(7).uniform(1.0, 6.0, (4, 3)):
+        start[1] = 0.65 * start[0]
+        out = minimize(negative_profit, start, method="SLSQP", bounds=[(0.5, 8.0)] * 3,
+                       constraints=constraints, options={"ftol": 1e-12, "maxiter": 300})
+        if out.success:
+            best = max(best, -out.fun)
+    assert np.isfinite(best)
+    assert report.profit >= best * (1 - 1e-3)
+
+
+def test_random_instance_respects_capacity_bounds_and_bands():
+    problem = random_problem(300, 8, seed=11)
+    report = solve_equilibrium(problem)
+    res = problem.resources
+    assert report.converged and report.kkt_residual <= 1e-6 and report.follower_kkt <= 1e-6
+    assert np.all(report.demand <= res.capacity * (1 + 1e-6))
+    assert np.any(report.demand >= res.capacity * (1 - 1e-6))  # some capacity binds
+    assert np.all(report.prices >= res.price_min) and np.all(report.prices <= res.price_max)
+    for pair in res.band_pairs:
+        pg, pd = report.prices[pair.guaranteed], report.prices[pair.drainable]
+        assert (1 - pair.discount_max) * pg - 1e-9 <= pd <= (1 - pair.discount_min) * pg + 1e-9
+    json.dumps(report.to_dict(), allow_nan=False)
+
+
+def test_live_tick_limits_the_price_step_and_warm_starts():
+    problem = random_problem(200, 6, seed=3)
+    first = solve_equilibrium(problem)
+    mild = solve_equilibrium(problem.with_demand_scale(1.05), last_prices=first.prices, max_step=0.2)
+    assert mild.converged
+    assert np.all(np.abs(mild.prices - first.prices) <= 0.2 * first.prices + 1e-12)
+    assert np.any(mild.prices > first.prices * (1 + 1e-4))  # more demand, higher prices
+    cold = solve_equilibrium(problem.with_demand_scale(1.05))
+    np.testing.assert_allclose(mild.prices, cold.prices, rtol=1e-6)  # the step did not bind
+    warm = solve_equilibrium(problem.with_demand_scale(1.05), last_prices=cold.prices)
+    assert warm.converged and warm.iterations <= 1
+
+
+def test_surge_beyond_the_step_raises_prices_by_the_full_step():
+    problem = random_problem(200, 6, seed=3)
+    first = solve_equilibrium(problem)
+    tick = solve_equilibrium(problem.with_demand_scale(1.3), last_prices=first.prices, max_step=0.05)
+    assert tick.status == "capacity_infeasible" and not tick.converged and tick.fallback_reason is None
+    assert np.all(np.abs(tick.prices - first.prices) <= 0.05 * first.prices + 1e-12)
+    oversold = [problem.resources.index(name) for name in tick.oversold]
+    assert oversold
+    np.testing.assert_allclose(tick.prices[oversold], 1.05 * first.prices[oversold], rtol=1e-9)
+
+
+def test_subsampled_warm_start_reaches_the_same_equilibrium():
+    problem = random_problem(600, 6, seed=5)
+    direct = solve_equilibrium(problem)
+    staged = solve_equilibrium(problem, settings=SolverSettings(coarse_threshold=100, coarse_tenants=64))
+    assert staged.converged
+    np.testing.assert_allclose(staged.prices, direct.prices, rtol=1e-6)
+
+
+def test_fallback_returns_the_last_prices_with_a_reason():
+    problem = random_problem(150, 6, seed=2)
+    last = 0.5 * (problem.resources.price_min + problem.resources.price_max)
+    report = solve_equilibrium(problem, last_prices=last, settings=SolverSettings(max_iterations=1))
+    assert report.status == "fallback" and not report.converged
+    assert "no convergence" in report.fallback_reason
+    np.testing.assert_array_equal(report.prices, last)
+    assert np.all(np.isfinite(report.demand))
+    json.dumps(report.to_dict(), allow_nan=False)
+
+
+def test_fallback_without_last_prices_is_a_safe_in_bounds_price(monkeypatch):
+    import market_pipeline.market.solve as solve_module
+    from market_pipeline.market.errors import SolverError
+
+    def broken(*args, **kwargs):
+        raise SolverError("injected failure")
+
+    monkeypatch.setattr(solve_module, "run_leader", broken)
+    problem = random_problem(100, 4, seed=1)
+    report = solve_equilibrium(problem)
+    assert report.status == "fallback" and "injected failure" in report.fallback_reason
+    res = problem.resources
+    assert np.all(np.isfinite(report.prices)) and np.all(report.prices > 0)
+    assert np.all(report.prices <= res.price_max) and np.all(report.prices >= res.price_min)
+    assert np.all(report.demand <= problem.with_demand_scale(1.0).resources.capacity * (1 + 1e-9))
+
+
+def test_capacity_infeasible_within_price_bounds_is_reported():
+    tenants = [tenant(f"t{j}", [10.0], [5.0]) for j in range(5)]
+    problem = MarketProblem.from_instance_json(
+        {"resources": [resource("gpu", 1.0, 0.5, 0.1, 0.8)], "tenants": tenants})
+    report = solve_equilibrium(problem)
+    assert report.status == "capacity_infeasible" and not report.converged
+    assert report.prices[0] == pytest.approx(0.8)
+    assert set(report.oversold) == {"gpu"}
+    assert report.fallback_reason is None
+
+
+def test_tight_discount_band_fixes_the_drainable_price():
+    problem = _small_problem(2, 3, [None] * 3, band=[0.3, 0.3])
+    report = solve_equilibrium(problem)
+    assert report.converged
+    assert report.prices[1] == pytest.approx(0.7 * report.prices[0], rel=1e-9)
+
+
+def test_cuda_request_without_cuda_is_a_clear_error():
+    import torch
+
+    from market_pipeline.market import InstanceError
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(InstanceError, match="device"):
+        solve_equilibrium(random_problem(10, 2, 0), device="cuda")
+
+
+def test_optimum_at_a_kink_is_reached_and_certified():
+    # with few tenants the profit bends where a budget switches between binding and slack; here
+    # the optimum sits on such a kink, where no single gradient vanishes
+    problem = random_problem(30, 2, seed=5)
+    report = solve_equilibrium(problem)
+    assert report.converged and report.nonsmooth and report.kkt_residual <= 1e-6
+    res = problem.resources
+    axes = [np.linspace(p - 0.03 * p, p + 0.03 * p, 41) for p in report.prices]
+    grid = np.array(np.meshgrid(*axes)).reshape(2, -1).T
+    grid = grid[np.all((grid >= res.price_min) & (grid <= res.price_max), axis=1)]
+    grid = grid[(grid[:, 1] >= 0.4 * grid[:, 0]) & (grid[:, 1] <= 0.8 * grid[:, 0])]  # the generator's band
+    assert report.profit >= grid_profit(problem, grid).max() * (1 - 1e-6)

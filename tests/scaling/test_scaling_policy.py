@@ -1,0 +1,215 @@
+"""plan_pool: scale-up order, the five scale-down gates, drains, cool-downs, blocked nodes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from market_pipeline.guardrails.backlog import BacklogParams
+from market_pipeline.scaling.policy import plan_pool
+from market_pipeline.scaling.types import (
+    DrainStatus,
+    NodeState,
+    NodeView,
+    PoolState,
+    ScalerMemory,
+    ScalingConfig,
+    ScalingError,
+)
+
+T0 = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
+CONFIG = ScalingConfig(
+    backlog=BacklogParams(residual_share=0.2, elasticity=1.0, price_min=0.5, price_max=3.0),
+    headroom_fraction=0.0, keep_window_hours=0.0, hysteresis_minutes=20.0,
+    scale_up_persistence_minutes=0.0, warm_pool_nodes=1, max_removals_per_hour=10,
+    disruption_budget_pct=50.0,
+)
+
+
+def nodes(active: int, used: float = 4.0, standby: int = 0, cordoned: tuple[str, ...] = ()) -> list[NodeView]:
+    out = [
+        NodeView(f"a{i}", NodeState.CORDONED if f"a{i}" in cordoned else NodeState.ACTIVE, 8, used)
+        for i in range(active)
+    ]
+    out += [NodeView(f"s{i}", NodeState.STANDBY, 8) for i in range(standby)]
+    return out
+
+
+def pool(demand: float, max_nodes: int = 20) -> PoolState:
+    return PoolState("pool", node_gpus=8, max_nodes=max_nodes, demand_gpus=demand, gpu_hour_cost=1.2)
+
+
+def plan(demand, node_list, memory, minute=0, drains=None, config=CONFIG, forecast=None, max_nodes=20):
+    return plan_pool(
+        pool(demand, max_nodes), demand if forecast is None else forecast, 1.0, node_list,
+        drains or {}, config, T0 + dt.timedelta(minutes=minute), memory=memory,
+    )
+
+
+def allowed(decisions, action):
+    return [d for d in decisions if d.action == action and d.allowed]
+
+
+def test_scale_up_takes_the_warm_pool_before_cold_nodes() -> None:
+    memory = ScalerMemory("pool")
+    decisions = plan(60.0, nodes(4, used=8.0, standby=2), memory)  # 60/0.95 -> 64 GPUs = 8 nodes
+    assert [d.node_id for d in allowed(decisions, "power_on")] == ["s0", "s1"]
+    cold = allowed(decisions, "scale_up")
+    assert len(cold) == 1 and cold[0].count == 2
+    assert memory.last_scale_up_at == T0.timestamp()
+
+
+def test_scale_up_stops_at_max_nodes_and_says_so() -> None:
+    decisions = plan(60.0, nodes(4, used=8.0), ScalerMemory("pool"), max_nodes=5)
+    assert allowed(decisions, "scale_up")[0].count == 1
+    refused = [d for d in decisions if d.action == "scale_up" and not d.allowed]
+    assert refused and "max_nodes" in refused[0].reasons[0]
+
+
+def test_transient_shortfall_is_priced_not_scaled_until_it_persists() -> None:
+    config = ScalingConfig(backlog=CONFIG.backlog, headroom_fraction=0.0, keep_window_hours=0.0,
+                           scale_up_persistence_minutes=10.0, max_transient_price_ratio=1.5)
+    memory = ScalerMemory("pool")
+    first = plan(33.0, nodes(4, used=8.0), memory, config=config)  # 32 GPUs: a small shortfall
+    assert not allowed(first, "scale_up") and not allowed(first, "power_on")
+    assert any("transient" in d.reasons[0] for d in first)
+    later = plan(33.0, nodes(4, used=8.0), memory, minute=10, config=config)
+    assert allowed(later, "scale_up")
+    big = plan(60.0, nodes(4, used=8.0), ScalerMemory("pool"), config=config)
+    assert allowed(big, "scale_up")  # pricing cannot absorb it: scale at once
+
+
+def test_scale_down_waits_for_hysteresis_then_cordons_the_least_loaded() -> None:
+    memory = ScalerMemory("pool")
+    node_list = nodes(6, used=3.0)[:-1] + [NodeView("a5", NodeState.ACTIVE, 8, 1.0)]
+    early = plan(12.0, node_list, memory, minute=0)
+    assert not allowed(early, "cordon") and any("hysteresis" in r for d in early for r in d.reasons)
+    later = plan(12.0, node_list, memory, minute=25)
+    cordoned = allowed(later, "cordon")
+    assert cordoned and cordoned[0].node_id == "a5"
+    assert cordoned[0].certificate_margin is not None and cordoned[0].certificate_margin > 0
+    assert memory.draining.keys() == {d.node_id for d in cordoned}
+
+
+def test_empty_node_is_powered_off_without_a_drain_and_refills_the_warm_pool() -> None:
+    memory = ScalerMemory("pool")
+    node_list = nodes(5, used=3.0) + [NodeView("e", NodeState.ACTIVE, 8, 0.0)]
+    plan(12.0, node_list, memory, minute=0)
+    decisions = plan(12.0, node_list, memory, minute=25)
+    removed = allowed(decisions, "scale_down")
+    assert removed and removed[0].node_id == "e" and removed[0].inputs["to"] == "standby"
+
+
+def test_drained_node_is_removed_only_after_the_task_drain_guardrail_says_so() -> None:
+    memory = ScalerMemory("pool")
+    plan(12.0, nodes(6, used=3.0), memory, minute=0)
+    first = allowed(plan(12.0, nodes(6, used=3.0), memory, minute=25), "cordon")
+    node_id = first[0].node_id
+    still = nodes(6, used=3.0, cordoned=(node_id,))
+    waiting = plan(12.0, still, memory, minute=26,
+                   drains={node_id: DrainStatus(node_id, all_tasks_drained_or_migrated=False)})
+    assert not allowed(waiting, "scale_down")
+    assert any(d.node_id == node_id and "drain_in_progress" in d.reasons[0] for d in waiting)
+    done = plan(12.0, still, memory, minute=30,
+                drains={node_id: DrainStatus(node_id, all_tasks_drained_or_migrated=True)})
+    assert [d.node_id for d in allowed(done, "scale_down")][:1] == [node_id]
+    assert node_id not in memory.draining
+
+
+def test_no_scale_down_when_the_certificate_fails_at_the_lower_capacity() -> None:
+    memory = ScalerMemory("pool")
+    # 36 GPUs forecast: 5 nodes (40) certify 36/0.95=37.9, 4 nodes (32) do not
+    plan(30.0, nodes(6, used=5.0), memory, forecast=36.0, minute=0)
+    decisions = plan(30.0, nodes(6, used=5.0), memory, forecast=36.0, minute=25)
+    assert len(allowed(decisions, "cordon")) == 1  # 6 -> 5 only
+
+
+def test_no_saving_blocks_a_removal() -> None:
+    costly = ScalingConfig(**{**CONFIG.__dict__, "replacement_cost_per_node": 1000.0})
+    memory = ScalerMemory("pool")
+    plan(12.0, nodes(6, used=3.0), memory, config=costly)
+    decisions = plan(12.0, nodes(6, used=3.0), memory, minute=25, config=costly)
+    assert not allowed(decisions, "cordon")
+    assert any("no_saving" in d.reasons[0] for d in decisions)
+
+
+def test_cooldown_after_scale_up_blocks_scale_down() -> None:
+    memory = ScalerMemory("pool", last_scale_up_at=T0.timestamp())
+    plan(12.0, nodes(6, used=3.0), memory, minute=-30)  # surplus seen long before
+    decisions = plan(12.0, nodes(6, used=3.0), memory, minute=5)
+    assert not allowed(decisions, "cordon")
+    assert any("scale_up_cooldown" in r for d in decisions for r in d.reasons)
+
+
+def test_blocked_drain_is_reported_after_max_attempts_and_not_retried() -> None:
+    config = ScalingConfig(**{**CONFIG.__dict__, "failed_scale_down_cooldown_minutes": 0.0,
+                              "max_drain_attempts": 2})
+    memory = ScalerMemory("pool")
+    minute = 0
+    plan(12.0, nodes(6, used=3.0), memory, config=config, minute=minute)
+    victim = None
+    for attempt in range(2):
+        minute += 25
+        cordon = allowed(plan(12.0, nodes(6, used=3.0), memory, config=config, minute=minute), "cordon")
+        victim = victim or cordon[0].node_id
+        assert cordon[0].node_id == victim
+        minute += 1
+        blocked = {victim: DrainStatus(victim, False, blocked=True, reason="task refuses eviction")}
+        out = plan(12.0, nodes(6, used=3.0, cordoned=(victim,)), memory, config=config,
+                   minute=minute, drains=blocked)
+        assert allowed(out, "uncordon")[0].node_id == victim
+    assert victim in memory.blocked
+    later = plan(12.0, nodes(6, used=3.0), memory, config=config, minute=minute + 60)
+    assert victim not in {d.node_id for d in allowed(later, "cordon")}
+    report = [d for d in later if d.node_id == victim and not d.allowed]
+    assert report and report[0].reasons[0] == "blocked_drain"
+
+
+def test_disruption_budget_caps_concurrent_drains() -> None:
+    config = ScalingConfig(**{**CONFIG.__dict__, "disruption_budget_pct": 20.0})
+    memory = ScalerMemory("pool")
+    plan(8.0, nodes(10, used=0.8), memory, config=config)
+    decisions = plan(8.0, nodes(10, used=0.8), memory, minute=25, config=config)
+    assert len(allowed(decisions, "cordon")) == 2  # 20% of 10 nodes
+
+
+def test_unhealthy_node_is_replaced_before_it_is_removed() -> None:
+    node_list = nodes(4, used=6.0) + [NodeView("sick", NodeState.ACTIVE, 8, 6.0, healthy=False)]
+    memory = ScalerMemory("pool")
+    first = plan(35.0, node_list + [NodeView("s0", NodeState.STANDBY, 8)], memory)  # needs 5 nodes
+    assert allowed(first, "power_on")  # the replacement comes up first
+    assert not allowed(first, "replace")
+    up = node_list + [NodeView("s0", NodeState.ACTIVE, 8, 0.0)]
+    second = plan(35.0, up, memory, minute=2)
+    assert allowed(second, "replace")[0].node_id == "sick"
+
+
+def test_decisions_are_json_able_and_ids_stable() -> None:
+    one = plan(60.0, nodes(4, used=8.0, standby=1), ScalerMemory("pool"))
+    two = plan(60.0, nodes(4, used=8.0, standby=1), ScalerMemory("pool"))
+    assert [d.decision_id for d in one] == [d.decision_id for d in two]
+    assert len({d.decision_id for d in one}) == len(one)
+    json.dumps([d.to_dict() for d in one])
+
+
+def test_memory_round_trips_through_json() -> None:
+    memory = ScalerMemory("pool")
+    plan(12.0, nodes(6, used=3.0), memory)
+    plan(12.0, nodes(6, used=3.0), memory, minute=25)
+    restored = ScalerMemory.from_dict(json.loads(json.dumps(memory.to_dict())))
+    assert restored == memory
+    with pytest.raises(ScalingError, match="missing key"):
+        ScalerMemory.from_dict({})
+
+
+def test_bad_inputs_are_named() -> None:
+    with pytest.raises(ScalingError, match="memory.pool"):
+        plan(10.0, nodes(2), ScalerMemory("other"))
+    with pytest.raises(ScalingError, match="duplicate"):
+        plan(10.0, nodes(2) + nodes(1), ScalerMemory("pool"))
+    with pytest.raises(ScalingError, match="forecast_q90"):
+        plan(10.0, nodes(2), ScalerMemory("pool"), forecast=float("nan"))
+    with pytest.raises(ScalingError, match="used_gpus"):
+        NodeView("x", NodeState.ACTIVE, 8, 9.0)

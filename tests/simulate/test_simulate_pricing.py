@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from market_pipeline.simulate.pricing import MarketView, StaticPricing, UtilizationPricing
+from market_pipeline.simulate.settings import EconomicAssumptions
+from market_pipeline.simulate.stackelberg import StackelbergPricing
+from simulate_testkit import inputs
+
+
+def _view(scenario, demand_share: float, pending_rigid: float = 0.0) -> MarketView:
+    capacity = np.array([p.gpus for p in scenario.pools], dtype=float)
+    allocated = np.stack([capacity * demand_share * 0.7, capacity * demand_share * 0.3], axis=1)
+    pending = np.zeros_like(allocated)
+    pending[:, 0] = pending_rigid
+    last = np.repeat([p.prices.list_price for p in scenario.pools], 2)
+    return MarketView(0, 0.0, capacity, allocated, pending, np.ones(48), last)
+
+
+def test_simulate_utilization_price_is_flat_then_exponential_then_capped():
+    scenario = inputs(economics=EconomicAssumptions(guaranteed_cap=3.0, tenants_per_class=2))
+    strategy = UtilizationPricing(scenario.pools, scenario.settings.economics)
+    p0 = np.repeat([p.prices.list_price for p in scenario.pools], 2)
+    np.testing.assert_allclose(strategy.decide(_view(scenario, 0.80)).prices, p0)
+    np.testing.assert_allclose(strategy.decide(_view(scenario, 1.00)).prices, 2.0 * p0)
+    at_92 = strategy.decide(_view(scenario, 0.92)).prices
+    np.testing.assert_allclose(at_92, p0 * math.exp(math.log(2) * 0.07 / 0.15))
+    capped = strategy.decide(_view(scenario, 1.5)).prices
+    np.testing.assert_allclose(capped, 3.0 * p0)
+
+
+def test_simulate_static_price_is_the_list_price():
+    scenario = inputs()
+    prices = StaticPricing(scenario.pools).decide(_view(scenario, 1.2)).prices
+    np.testing.assert_allclose(prices, np.repeat([p.prices.list_price for p in scenario.pools], 2))
+
+
+def test_simulate_stackelberg_tick_converges_and_respects_step_and_band():
+    scenario = inputs()
+    strategy = StackelbergPricing(scenario.model, scenario.pools, scenario.config, scenario.settings)
+    view = _view(scenario, 0.5)
+    decision = strategy.decide(view)
+    step = scenario.config.market.max_price_step
+    assert decision.info["status"] in ("converged", "capacity_infeasible")
+    assert np.all(decision.prices <= view.last_prices * (1 + step) + 1e-9)
+    assert np.all(decision.prices >= view.last_prices * (1 - step) - 1e-9)
+    g, d = decision.prices[0::2], decision.prices[1::2]
+    assert np.all(d < g)
+
+
+def test_simulate_backlog_shield_raises_the_price_of_a_backlogged_pool():
+    scenario = inputs(economics=EconomicAssumptions(guaranteed_cap=3.0, tenants_per_class=2))
+    strategy = StackelbergPricing(scenario.model, scenario.pools, scenario.config, scenario.settings)
+    calm = strategy.decide(_view(scenario, 0.5)).prices
+    strategy = StackelbergPricing(scenario.model, scenario.pools, scenario.config, scenario.settings)
+    capacity = np.array([p.gpus for p in scenario.pools], dtype=float)
+    crowded = strategy.decide(_view(scenario, 1.0, pending_rigid=capacity.max()))
+    assert crowded.info["shield"], "a pool with a large backlog must be shielded"
+    assert crowded.prices[0] > calm[0] or crowded.prices[2] > calm[2]
+    assert strategy.summary()["shielded_ticks"] >= 1
+
+
+@pytest.mark.parametrize("bad", [{"elastic_elasticity": 0.0}, {"budget_headroom": 0.0}, {"guaranteed_cap": 0.9}])
+def test_simulate_economics_validate(bad):
+    from market_pipeline.simulate.errors import SimulationInputError
+
+    with pytest.raises(SimulationInputError, match=next(iter(bad))):
+        EconomicAssumptions(**bad)
