@@ -48,3 +48,17 @@ cast(({{ x }}) * 1000000 as bigint)
        // (2 * cast(cast({{ denominator }} as decimal(38, 10)) * 10000000000::hugeint as hugeint))
   as decimal(38, 0)) * 0.000001::decimal(18, 6) end)
 {%- endmacro %}
+
+{#- Unit prices per GPU-hour in nano-units from a rated row (alias `r`): list x time x
+    location, the class price likewise (contracted), then less the commitment discount. -#}
+{% macro list_unit_nano(r) -%}
+{{ scale_nano(scale_nano(r ~ '.list_price_e6 * 1000', r ~ '.time_coefficient_e6'), r ~ '.location_coefficient_e6') }}
+{%- endmacro %}
+
+{% macro contracted_unit_nano(r) -%}
+{{ scale_nano(scale_nano(r ~ '.class_price_e6 * 1000', r ~ '.time_coefficient_e6'), r ~ '.location_coefficient_e6') }}
+{%- endmacro %}
+
+{% macro effective_unit_nano(r) -%}
+{{ scale_nano(contracted_unit_nano(r), '1000000 - ' ~ r ~ '.commitment_discount_e6') }}
+{%- endmacro %}

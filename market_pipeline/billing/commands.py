@@ -48,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     balance.add_argument("--reference", help="payment reference (makes a top-up idempotent)")
     balance.add_argument("--prepaid", choices=("yes", "no"), help="set the account type")
     balance.add_argument("--credit-limit")
-    balance.add_argument("--hard-cap-daily")
-    balance.add_argument("--hard-cap-monthly")
+    balance.add_argument("--hard-cap-daily", help="daily spend cap, or 'none' to remove it")
+    balance.add_argument("--hard-cap-monthly", help="monthly spend cap, or 'none' to remove it")
     balance.add_argument("--warehouse", help="warehouse file (default: the configured one)")
     balance.set_defaults(handler=run_balance)
 
@@ -91,6 +91,21 @@ def _decimal(text: str | None, name: str) -> Decimal | None:
         return Decimal(text)
     except InvalidOperation as exc:
         raise BillingError(f"--{name} {text!r} is not a number") from exc
+
+
+def _keep(new: Decimal | None, current: Decimal) -> Decimal:
+    return current if new is None else new
+
+
+def _cap(text: str | None, name: str, current: Decimal | None) -> Decimal | None:
+    """A cap from the command line: unchanged when absent, removed by "none"."""
+    if text is None:
+        return current
+    return None if text.lower() == "none" else _decimal(text, name)
+
+
+def _plain(value: Decimal | None) -> str | None:
+    return None if value is None else format(value, "f")
 
 
 def _fail(exc: Exception) -> int:
@@ -157,9 +172,9 @@ def run_balance(args: argparse.Namespace) -> int:
             set_account(warehouse, Account(
                 args.tenant,
                 prepaid=current.prepaid if args.prepaid is None else args.prepaid == "yes",
-                credit_limit=_decimal(args.credit_limit, "credit-limit") or current.credit_limit,
-                hard_cap_daily=_decimal(args.hard_cap_daily, "hard-cap-daily") or current.hard_cap_daily,
-                hard_cap_monthly=_decimal(args.hard_cap_monthly, "hard-cap-monthly") or current.hard_cap_monthly))
+                credit_limit=_keep(_decimal(args.credit_limit, "credit-limit"), current.credit_limit),
+                hard_cap_daily=_cap(args.hard_cap_daily, "hard-cap-daily", current.hard_cap_daily),
+                hard_cap_monthly=_cap(args.hard_cap_monthly, "hard-cap-monthly", current.hard_cap_monthly)))
         if args.top_up is not None:
             record_payment(warehouse, args.tenant, _decimal(args.top_up, "top-up"), args.reference or "")
         spend = tenant_spend(warehouse, dt.datetime.now(dt.timezone.utc)).get(args.tenant)
@@ -169,13 +184,12 @@ def run_balance(args: argparse.Namespace) -> int:
     print(json.dumps({
         "tenant": args.tenant, "guarded": account is not None,
         "prepaid": account.prepaid if account else None,
-        "balance": str(spend.balance) if spend else "0",
-        "spent_today": str(spend.spent_today) if spend else "0",
-        "spent_month": str(spend.spent_month) if spend else "0",
-        "credit_limit": str(account.credit_limit) if account else None,
-        "hard_cap_daily": str(account.hard_cap_daily) if account and account.hard_cap_daily is not None else None,
-        "hard_cap_monthly": str(account.hard_cap_monthly) if account and account.hard_cap_monthly is not None
-        else None,
+        "balance": _plain(spend.balance) if spend else "0",
+        "spent_today": _plain(spend.spent_today) if spend else "0",
+        "spent_month": _plain(spend.spent_month) if spend else "0",
+        "credit_limit": _plain(account.credit_limit) if account else None,
+        "hard_cap_daily": _plain(account.hard_cap_daily) if account else None,
+        "hard_cap_monthly": _plain(account.hard_cap_monthly) if account else None,
     }))
     return 0
 

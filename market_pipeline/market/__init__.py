@@ -1,38 +1,61 @@
 """Stackelberg equilibrium pricing: the platform (leader) prices GPU resources, tenants
 (followers) buy their budget-constrained best response.
 
+Model (DESIGN section 4): resources r = (gpu_model, zone, class), class guaranteed or
+drainable, a drainable price inside a discount band of its pool's guaranteed price. Tenant j
+maximises U_j(d) - (p + delay_j) . d subject to p . d <= B_j, d >= 0, with U_j a sum of concave
+per-resource terms from the log, isoelastic or quadratic family (``utility``); tenants that are
+not drain tolerant (rigid ones never are) have no utility for the drainable class; substitution
+across GPU models comes from each tenant's weights over several models and the shared budget.
+The leader maximises sum_r (p_r - c_r) min(D_r, C_r) with D <= C, price bounds, a per-tick step
+and the bands (``leader``), using exact implicit derivatives of the followers' KKT conditions
+(``sensitivity``).
+
 Public API::
 
     problem = MarketProblem.from_instance_json(data)        # or random_problem(N, M, seed)
     problem = problem.with_demand_scale({"H100/us-east/guaranteed": 1.2})   # forecast shift
     report = solve_equilibrium(problem, last_prices=p_last, max_step=0.25,
                                settings=SolverSettings(tolerance=1e-6), device="cpu")
-    report.to_dict()  # prices/demand keyed by resource name, profit, KKT residuals, ...
+    report.to_dict()  # prices/demand keyed by resource name, profit, KKT residuals, status ...
+
+Instance format: ``market_pipeline.market.instance``. A solve never raises on numerical
+trouble: ``report.status`` is "converged", "capacity_infeasible" (demand above capacity even at
+the highest allowed prices; those prices are returned) or "fallback" (last prices, or without
+them the best capacity-feasible point visited, else price_max; ``fallback_reason`` says why).
+CPU by default (one torch thread, see ``SolverSettings.threads``); ``device="cuda"`` runs the
+same code on a GPU.
 """
 
-from market_pipeline.market.errors import InstanceError, SolverError
-from market_pipeline.market.followers import FollowerState, follower_kkt_residual, solve_followers
-from market_pipeline.market.generate import random_problem
-from market_pipeline.market.population import TenantPopulation
-from market_pipeline.market.problem import MarketProblem
-from market_pipeline.market.report import SolveReport, SolverSettings
-from market_pipeline.market.resources import DRAINABLE, GUARANTEED, ResourceSet
-from market_pipeline.market.solve import initial_prices, solve_equilibrium
+import importlib
 
-__all__ = [
-    "DRAINABLE",
-    "GUARANTEED",
-    "FollowerState",
-    "InstanceError",
-    "MarketProblem",
-    "ResourceSet",
-    "SolveReport",
-    "SolverError",
-    "SolverSettings",
-    "TenantPopulation",
-    "follower_kkt_residual",
-    "initial_prices",
-    "random_problem",
-    "solve_equilibrium",
-    "solve_followers",
-]
+# Exported name -> submodule, loaded on first use: the CLI reads the light modules (errors,
+# report) to build its parser without paying for torch.
+_EXPORTS = {
+    "InstanceError": "errors",
+    "SolverError": "errors",
+    "FollowerState": "followers",
+    "follower_kkt_residual": "followers",
+    "solve_followers": "followers",
+    "random_problem": "generate",
+    "TenantPopulation": "population",
+    "MarketProblem": "problem",
+    "SolveReport": "report",
+    "SolverSettings": "report",
+    "DRAINABLE": "resources",
+    "GUARANTEED": "resources",
+    "ResourceSet": "resources",
+    "initial_prices": "solve",
+    "solve_equilibrium": "solve",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

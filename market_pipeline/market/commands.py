@@ -9,13 +9,15 @@ import sys
 import time
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from market_pipeline.market.errors import InstanceError
-from market_pipeline.market.generate import random_problem
-from market_pipeline.market.problem import MarketProblem
 from market_pipeline.market.report import SolverSettings
-from market_pipeline.market.solve import solve_equilibrium
+
+if TYPE_CHECKING:
+    from market_pipeline.market.problem import MarketProblem
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,7 +46,9 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     bench.set_defaults(handler=run_bench)
 
 
-def _load_instance(path: str) -> MarketProblem:
+def _load_instance(path: str) -> "MarketProblem":
+    from market_pipeline.market.problem import MarketProblem
+
     file = Path(path)
     try:
         data = json.loads(file.read_text())
@@ -69,6 +73,8 @@ def _last_prices(problem: MarketProblem, text: str | None) -> np.ndarray | None:
 
 
 def run_solve(args: argparse.Namespace) -> int:
+    from market_pipeline.market.solve import solve_equilibrium
+
     try:
         problem = _load_instance(args.instance)
         report = solve_equilibrium(problem, last_prices=_last_prices(problem, args.last_prices),
@@ -97,6 +103,9 @@ def _timed(run):
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from market_pipeline.market.generate import random_problem
+    from market_pipeline.market.solve import solve_equilibrium
+
     try:
         if args.tenants < 1 or args.resources < 1 or args.repeat < 1:
             raise InstanceError("--tenants, --resources and --repeat must be >= 1")

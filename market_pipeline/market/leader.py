@@ -10,6 +10,16 @@ linearised rows D + J dp <= C (a Newton step on D_r(p) = C_r). Merit: profit min
 rho * sum (D - C)+ (an exact penalty), with a second-order correction against the Maratos
 effect on curved capacity constraints.
 
+Cost control: trial points far from the solution get followers solved only as exactly as
+the next Newton step needs (an inexact-Newton forcing term); near the solution the previous
+Hessian is reused (chord steps); every point that passes the KKT test is evaluated exactly.
+
+Kinks: demand bends where a tenant's budget switches between binding and slack, so with few
+tenants the optimum can sit on a kink where no single gradient vanishes. When the trust region
+has shrunk without progress, gradients of the pieces met by rejected trials are kept (with
+their Hessians, carried to the current point) and the step QP maximises the concave max-min
+model over the pieces; its multipliers make the KKT residual the nonsmooth (Clarke) one.
+
 Safeguards (seed section 6.1): all tenants respond to the same price vector in every
 iteration (synchronous); the trust region shrinks on rejected steps (adaptive step), and per
 resource on oscillation (a step reversing the previous one without halving); while
@@ -196,7 +206,7 @@ def run_leader(ctx: LeaderContext, start: np.ndarray, *, tolerance: float, max_i
     source = "exact" if curvature is None else "estimate"
     active_guess = None
     best = point if point.excess == 0.0 else None  # the best capacity-feasible point so far
-    bundle: list[np.ndarray] = []  # gradients from across a kink, transported to the point
+    bundle: list[tuple] = []  # (prices, gradient, Hessian) of smooth pieces met across a kink
     while True:
         step = _solve_step_with_penalty(model, ctx, trust * span * per_resource, rho, active_guess,
                                         _kink_gradients(bundle, point, span))

@@ -38,11 +38,17 @@ class FleetView:
     booting: tuple[NodeView, ...]
     cordoned: tuple[NodeView, ...]
     standby: tuple[NodeView, ...]
+    warming: tuple[NodeView, ...]
     off: tuple[NodeView, ...]
 
     @property
     def powered(self) -> int:
+        """Nodes that serve or are about to (the warm pool's own boots are not among them)."""
         return len(self.schedulable) + len(self.unhealthy) + len(self.booting) + len(self.cordoned)
+
+    @property
+    def warm_stock(self) -> int:
+        return len(self.standby) + len(self.warming)
 
     @property
     def in_service(self) -> int:
@@ -82,6 +88,7 @@ def backlog_state(
 class CapacityTarget:
     need_nodes: int  # short-term: forecast upper quantile plus headroom, certified
     keep_nodes: int  # recent demand envelope: do not scale down below it
+    floor_nodes: int  # nodes (active or warm) that keep a typical recent peak drainable
     wanted_gpus: float
     shielded: ShieldedAction  # the certificate at the short-term need, equilibrium price
 
@@ -92,7 +99,7 @@ class CapacityTarget:
 
 def target_capacity(
     pool_state: PoolState, forecast_q90: float, price: float, config: ScalingConfig,
-    envelope: DemandEnvelope | None = None,
+    envelope: DemandEnvelope | None = None, warm_nodes: int = 0,
 ) -> CapacityTarget:
     """Forecast upper quantile at the equilibrium price plus headroom, raised until certified.
 
@@ -100,9 +107,10 @@ def target_capacity(
     the keep window at the equilibrium price, but no more than `keep_band_fraction` of the
     need above it (a dead band proportional to the pool: a big pool rides out a dip without
     churn, a small volatile one does not pay for its peaks); and never less than what keeps
-    the peak of the longer floor window drainable at `price_max` — with a residual demand
-    floor, a return of that peak must not meet a pool that no price can certify. The
-    envelope never forces a scale-up on its own; the short-term need decides that.
+    a typical hourly peak of the longer floor window drainable at `price_max` — with a
+    residual demand floor, a return of that peak must not meet a pool that no price can
+    certify. Warm standby nodes count toward that floor for the part of the interval they
+    would serve after resuming. The envelope never forces a scale-up on its own.
     """
     _check_forecast(forecast_q90)
     envelope = envelope or DemandEnvelope(0.0, 0.0)
@@ -116,8 +124,16 @@ def target_capacity(
     keep = _certified_nodes(pool_state, envelope.keep_gpus * (1.0 + config.keep_headroom_fraction), price, price, config)
     band = math.floor(need * config.keep_band_fraction + 1e-9)
     floor = _certified_nodes(pool_state, envelope.floor_gpus, price, max(price, config.backlog.price_max), config)
-    keep_nodes = _clamp_nodes(pool_state, max(min(keep, need + band), floor))
-    return CapacityTarget(need_nodes=need, keep_nodes=keep_nodes, wanted_gpus=wanted, shielded=shielded)
+    active_floor = math.ceil(floor - warm_nodes * warm_share(config) - 1e-9)
+    keep_nodes = _clamp_nodes(pool_state, max(min(keep, need + band), active_floor))
+    return CapacityTarget(
+        need_nodes=need, keep_nodes=keep_nodes, floor_nodes=floor, wanted_gpus=wanted, shielded=shielded
+    )
+
+
+def warm_share(config: ScalingConfig) -> float:
+    """Share of an interval a standby node serves when resumed at its start."""
+    return max(0.0, 1.0 - config.warm_resume_minutes / config.interval_minutes)
 
 
 def _certified_nodes(
@@ -140,7 +156,7 @@ def _clamp_nodes(pool_state: PoolState, nodes: int) -> int:
 @dataclass(frozen=True)
 class DemandEnvelope:
     keep_gpus: float  # peak over the keep window: capacity held against churn
-    floor_gpus: float  # peak over the longer floor window: must stay drainable at price_max
+    floor_gpus: float  # typical hourly peak over the longer window: must stay drainable at price_max
 
 
 def record_demand_peak(memory: ScalerMemory, demand: float, t: float, config: ScalingConfig) -> DemandEnvelope:
@@ -151,18 +167,26 @@ def record_demand_peak(memory: ScalerMemory, demand: float, t: float, config: Sc
     for stale in [h for h in memory.demand_peaks if h < hour - math.ceil(span) + 1]:
         del memory.demand_peaks[stale]
 
-    def peak(window_hours: float) -> float:
-        if window_hours <= 0:
-            return 0.0
+    def peaks(window_hours: float) -> list[float]:
         oldest = hour - math.ceil(window_hours) + 1
-        return max((v for h, v in memory.demand_peaks.items() if h >= oldest), default=0.0)
+        return sorted(v for h, v in memory.demand_peaks.items() if h >= oldest) if window_hours > 0 else []
 
-    return DemandEnvelope(peak(config.keep_window_hours), peak(config.drainable_floor_window_hours))
+    keep = peaks(config.keep_window_hours)
+    floor = peaks(config.drainable_floor_window_hours)
+    # a typical hourly peak (not the rarest spike): what demand returns to after a lull
+    typical = floor[min(len(floor) - 1, int(config.drainable_floor_quantile * len(floor)))] if floor else 0.0
+    return DemandEnvelope(keep[-1] if keep else 0.0, typical)
 
 
 def serving_capacity_gpus(nodes: list[NodeView], now: dt.datetime, config: ScalingConfig) -> float:
-    """GPUs that serve demand in the coming interval (cordoned nodes keep their own tasks)."""
-    horizon = as_utc(now) + dt.timedelta(minutes=config.ready_within_minutes)
+    """Mean GPUs serving over the coming interval (`interval_minutes`, the control tick).
+
+    Active nodes serve all of it, a cordoned node only its own tasks, a booting node the
+    part of the interval after it is ready (a warm node resumed now serves most of a
+    5-minute tick; a cold one, none).
+    """
+    start = as_utc(now)
+    interval = config.interval_minutes
     total = 0.0
     for node in nodes:
         if node.state is NodeState.ACTIVE:
@@ -170,8 +194,8 @@ def serving_capacity_gpus(nodes: list[NodeView], now: dt.datetime, config: Scali
         elif node.state is NodeState.CORDONED:
             total += node.used_gpus
         elif node.state is NodeState.BOOTING and node.ready_at is not None:
-            if as_utc(node.ready_at) <= horizon:
-                total += node.gpus
+            ready_in = (as_utc(node.ready_at) - start).total_seconds() / 60.0
+            total += node.gpus * min(1.0, max(0.0, (interval - max(ready_in, 0.0)) / interval))
     return total
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from market_pipeline.scaling.types import NodeState, NodeView
+from market_pipeline.scaling.warm_pool import power_off_target
 
 if TYPE_CHECKING:
     from market_pipeline.scaling.policy import Tick
@@ -68,14 +69,6 @@ def progress_drains(tick: Tick, by_id: dict[str, NodeView]) -> None:
     for node in drained:
         _finish_drained(tick, node)
         del memory.draining[node.node_id]
-
-
-def power_off_target(tick: Tick) -> str:
-    """Removed nodes refill the warm pool first, then power fully off."""
-    going_standby = sum(1 for d in tick.decisions if d.allowed and d.inputs.get("to") == "standby")
-    if len(tick.fleet.standby) + going_standby < tick.config.warm_pool_nodes:
-        return "standby"
-    return "off"
 
 
 def _finish_drained(tick: Tick, node: NodeView) -> None:

@@ -14,7 +14,7 @@ import datetime as dt
 import random
 from dataclasses import dataclass
 
-from market_pipeline.scaling.types import DrainStatus, NodeState, NodeView
+from market_pipeline.scaling.types import POWERED_STATES, DrainStatus, NodeState, NodeView
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,12 @@ class Fleet:
     # ---- time -------------------------------------------------------------------------
     def advance(self, minute: int) -> None:
         for node in self.nodes:
-            if node.state is NodeState.BOOTING and node.ready_at is not None and node.ready_at <= minute:
+            if node.ready_at is None or node.ready_at > minute:
+                continue
+            if node.state is NodeState.BOOTING:
                 node.state, node.ready_at = NodeState.ACTIVE, None
+            elif node.state is NodeState.WARMING:
+                node.state, node.ready_at = NodeState.STANDBY, None
 
     # ---- actions ----------------------------------------------------------------------
     def power_on_warm(self, node_id: str, minute: int) -> bool:
@@ -82,13 +86,16 @@ class Fleet:
         self._boot(node, minute + self.params.warm_delay_minutes)
         return True
 
-    def power_on_cold(self, count: int, minute: int) -> int:
+    def power_on_cold(self, count: int, minute: int, to_standby: bool = False) -> int:
+        """Boot up to `count` cold nodes into service (or, `to_standby`, into the warm pool)."""
         started = 0
         for node in self.nodes:
             if started >= count:
                 break
             if node.state is NodeState.OFF:
                 self._boot(node, minute + self.params.cold_delay_minutes)
+                if to_standby:
+                    node.state = NodeState.WARMING
                 started += 1
         return started
 
@@ -163,7 +170,7 @@ class Fleet:
         return views
 
     def powered_gpus(self) -> int:
-        return sum(n.gpus for n in self.nodes if n.state in (NodeState.ACTIVE, NodeState.BOOTING, NodeState.CORDONED))
+        return sum(n.gpus for n in self.nodes if n.state in POWERED_STATES)
 
     def standby_gpus(self) -> int:
         return sum(n.gpus for n in self.nodes if n.state is NodeState.STANDBY)

@@ -28,6 +28,7 @@ from market_pipeline.scaling.capacity import (
     target_capacity,
 )
 from market_pipeline.scaling.drain_gates import has_room_for, progress_drains
+from market_pipeline.scaling.warm_pool import stock_warm_pool, trim_warm_pool
 from market_pipeline.scaling.types import (
     Action,
     DrainStatus,
@@ -114,7 +115,7 @@ def plan_pool(
     now = as_utc(now)
     fleet = fleet_view(nodes)
     envelope = record_demand_peak(memory, pool_state.demand_gpus, now.timestamp(), config)
-    target = target_capacity(pool_state, forecast_q90, price, config, envelope)
+    target = target_capacity(pool_state, forecast_q90, price, config, envelope, len(fleet.standby))
     tick = Tick(
         pool_state=pool_state, forecast_q90=forecast_q90, price=price, config=config, now=now,
         t=now.timestamp(), memory=memory, fleet=fleet, target=target, drain_status=drain_status,
@@ -134,7 +135,8 @@ def plan_pool(
             memory.surplus_since.clear()
     _replace_unhealthy(tick)
     _report_blocked(tick)
-    _trim_warm_pool(tick)
+    stock_warm_pool(tick)
+    trim_warm_pool(tick)
     if not tick.decisions:
         tick.add("hold", None, True, [f"in service {tick.in_service} nodes = target {target.nodes}"])
     return tick.decisions
@@ -150,7 +152,8 @@ def _base_inputs(
         "need_nodes": target.need_nodes, "keep_nodes": target.keep_nodes,
         "wanted_gpus": round(target.wanted_gpus, 3), "schedulable": len(fleet.schedulable),
         "booting": len(fleet.booting), "cordoned": len(fleet.cordoned),
-        "standby": len(fleet.standby), "max_nodes": pool_state.max_nodes,
+        "standby": len(fleet.standby), "warming": len(fleet.warming),
+        "floor_nodes": target.floor_nodes, "max_nodes": pool_state.max_nodes,
         "target_certified": cert.admissible, "target_shield": list(target.shielded.why),
     }
 
@@ -200,7 +203,7 @@ def _scale_up(tick: Tick, needed: int) -> None:
     for node in warm:
         tick.add("power_on", node.node_id, True, [f"scale up from the warm pool toward {tick.target.nodes} nodes"])
     needed -= len(warm)
-    room = tick.pool_state.max_nodes - tick.fleet.powered - len(warm)
+    room = tick.pool_state.max_nodes - tick.fleet.powered - tick.fleet.warm_stock
     cold = min(needed, max(0, room))
     if cold > 0:
         tick.add("scale_up", None, True, [f"warm pool empty: provision {cold} cold node(s)"], count=cold)
@@ -353,10 +356,3 @@ def _report_blocked(tick: Tick) -> None:
             f"drain failed {tick.memory.drain_failures.get(node_id, 0)} time(s); skipped since "
             f"{(tick.t - since) / 60:.0f} min, recheck after {tick.config.blocked_recheck_minutes:g} min",
         ])
-
-
-def _trim_warm_pool(tick: Tick) -> None:
-    powering_on = {d.node_id for d in tick.decisions if d.action == "power_on"}
-    spare = [n for n in sorted(tick.fleet.standby, key=lambda n: n.node_id) if n.node_id not in powering_on]
-    for node in spare[: max(0, len(spare) - tick.config.warm_pool_nodes)]:
-        tick.add("power_off", node.node_id, True, ["warm pool above its size: power fully off"])

@@ -1,13 +1,15 @@
 """Replay a per-minute demand trace through the scaling policy and through the baseline.
 
-Each minute: the controller sees the previous minute (demand, pending) and the causal
-forecast made then; the policy calls the same `plan_pool` and `tick_price` as the live
-loop and its allowed decisions are executed on the fluid fleet (`fleet_sim`); the baseline
-runs its own rules on an identical fleet without a warm pool, at the reference price.
+Every control tick (`tick_minutes`, the live loop's tick) the policy sees the previous
+minute (demand, pending) and the causal forecast made then, and calls the same `plan_pool`
+and `tick_price` as the live loop; its allowed decisions are executed on the fluid fleet
+(`fleet_sim`), and the shielded price holds until the next tick. The baseline runs its own
+rules every minute (cluster-autoscaler scans every 10 s) on an identical fleet without a
+warm pool, at the reference price. Demand, pending and idle are counted per minute.
 Demand in the trace is read as demand at the reference price; a raised price sheds the
 delay-sensitive part by the guardrail's own demand curve, the residual floor stays.
-Both runs are scored with the same certificate: a violation is a minute whose applied
-(price, serving capacity) had non-negative backlog drift. An action is a minute in which
+Both runs are scored with the same certificate at the same ticks: a violation is a tick
+whose applied (price, capacity serving over the tick) had non-negative backlog drift. An action is a minute in which
 the pool grew (any number of nodes) or shrank (any number of nodes); node power changes
 are counted separately.
 """
@@ -48,6 +50,7 @@ class ReplaySettings:
     baseline: AutoscalerParams = field(default_factory=AutoscalerParams)
     reference_price: float = 1.0
     gpu_hour_cost: float = 1.0
+    tick_minutes: int = 5  # the policy's control tick (the baseline acts every minute)
     forecast_horizon_minutes: int = 5
     forecast_quantile: float = 0.9
     forecast_statistic: str = "mean"
@@ -62,8 +65,9 @@ class ReplayMetrics:
     priced_out_gpu_minutes: float = 0.0
     powered_gpu_minutes: float = 0.0
     standby_gpu_minutes: float = 0.0
+    ticks: int = 0
     certificate_violations: int = 0
-    uncertified_minutes: int = 0
+    uncertified_ticks: int = 0
     price_raised_minutes: int = 0
     max_price_ratio: float = 1.0
     scale_up_events: int = 0
@@ -71,8 +75,9 @@ class ReplayMetrics:
     removals: int = 0
     blocked_drain_nodes: set[str] = field(default_factory=set)
 
-    def record(self, fleet: Fleet, demand: float, realized: float, served: float,
-               price_ratio: float, cert: Certificate) -> None:
+    def record_minute(
+        self, fleet: Fleet, demand: float, realized: float, served: float, price_ratio: float
+    ) -> None:
         self.minutes += 1
         powered = fleet.powered_gpus()
         self.powered_gpu_minutes += powered
@@ -80,10 +85,13 @@ class ReplayMetrics:
         self.idle_gpu_minutes += max(0.0, powered - served)
         self.pending_gpu_minutes += max(0.0, realized - served)
         self.priced_out_gpu_minutes += demand - realized
-        self.certificate_violations += int(cert.drift >= 0)
-        self.uncertified_minutes += int(not cert.admissible)
         self.price_raised_minutes += int(price_ratio > 1.0 + 1e-9)
         self.max_price_ratio = max(self.max_price_ratio, price_ratio)
+
+    def record_tick(self, cert: Certificate) -> None:
+        self.ticks += 1
+        self.certificate_violations += int(cert.drift >= 0)
+        self.uncertified_ticks += int(not cert.admissible)
 
     def summary(self, fleet: Fleet) -> dict[str, float | int]:
         days = max(self.minutes, 1) / 1440.0
@@ -94,7 +102,8 @@ class ReplayMetrics:
             "actions_per_day": round((self.scale_up_events + self.scale_down_events) / days, 3),
             "certificate_violations": self.certificate_violations,
             "priced_out_gpu_minutes": round(self.priced_out_gpu_minutes, 2),
-            "uncertified_minutes": self.uncertified_minutes,
+            "uncertified_ticks": self.uncertified_ticks,
+            "ticks": self.ticks,
             "price_raised_minutes": self.price_raised_minutes,
             "max_price_ratio": round(self.max_price_ratio, 4),
             "mean_powered_gpus": round(self.powered_gpu_minutes / max(self.minutes, 1), 2),
@@ -140,28 +149,31 @@ def replay_policy(
     load: DemandLoad, settings: ReplaySettings, forecasts: np.ndarray | None = None
 ) -> dict[str, float | int]:
     fc = forecast_series(load, settings) if forecasts is None else forecasts
+    config = replace(settings.scaling, interval_minutes=float(settings.tick_minutes))
     fleet = Fleet(settings.fleet, _initial_nodes(load, settings))
     memory = ScalerMemory(pool=settings.pool)
     metrics = ReplayMetrics()
-    pending_prev = 0.0
+    pending_prev, ratio = 0.0, 1.0
     pref = settings.reference_price
     for minute in range(load.demand.size):
         fleet.advance(minute)
-        now = load.start + dt.timedelta(minutes=minute)
-        state = _pool_state(load, settings, minute, pending_prev)
-        q90 = float(fc[minute - 1]) if minute > 0 else state.demand_gpus
-        views = fleet.node_views(load.start, minute)
-        decisions = plan_pool(
-            state, q90, pref, views, fleet.drain_status(minute), settings.scaling, now, memory=memory,
-        )
-        if _execute(fleet, decisions, minute, metrics):
+        if minute % settings.tick_minutes == 0:
+            now = load.start + dt.timedelta(minutes=minute)
+            state = _pool_state(load, settings, minute, pending_prev)
+            q90 = float(fc[minute - 1]) if minute > 0 else state.demand_gpus
             views = fleet.node_views(load.start, minute)
-        shielded = tick_price(state, q90, pref, views, settings.scaling, now)
-        ratio = shielded.price / pref
+            decisions = plan_pool(
+                state, q90, pref, views, fleet.drain_status(minute), config, now, memory=memory,
+            )
+            if _execute(fleet, decisions, minute, metrics):
+                views = fleet.node_views(load.start, minute)
+            shielded = tick_price(state, q90, pref, views, config, now)
+            ratio = shielded.price / pref
+            metrics.record_tick(shielded.certificate)
         demand = float(load.demand[minute])
-        realized = demand * demand_factor(ratio, settings.scaling)
+        realized = demand * demand_factor(ratio, config)
         served = fleet.place(realized, minute)
-        metrics.record(fleet, demand, realized, served, ratio, shielded.certificate)
+        metrics.record_minute(fleet, demand, realized, served, ratio)
         pending_prev = realized - served
     return metrics.summary(fleet)
 
@@ -179,6 +191,8 @@ def _execute(fleet: Fleet, decisions: list[ScalingDecision], minute: int, metric
             scaled_up |= fleet.power_on_cold(d.count, minute) > 0
         elif d.action == "power_on" and d.node_id:
             scaled_up |= fleet.power_on_warm(d.node_id, minute)
+        elif d.action == "power_on":
+            fleet.power_on_cold(d.count, minute, to_standby=d.inputs.get("to") == "standby")
         elif d.action in ("cordon", "replace") and d.node_id:
             fleet.cordon(d.node_id, minute)
         elif d.action == "uncordon" and d.node_id:
@@ -198,6 +212,7 @@ def replay_baseline(
     load: DemandLoad, settings: ReplaySettings, forecasts: np.ndarray | None = None
 ) -> dict[str, float | int]:
     fc = forecast_series(load, settings) if forecasts is None else forecasts
+    config = replace(settings.scaling, interval_minutes=float(settings.tick_minutes))
     fleet = Fleet(replace(settings.fleet, warm_nodes=0), _initial_nodes(load, settings))
     scaler = ClusterAutoscalerBaseline(settings.baseline)
     metrics = ReplayMetrics()
@@ -205,17 +220,19 @@ def replay_baseline(
     pref = settings.reference_price
     for minute in range(load.demand.size):
         fleet.advance(minute)
-        state = _pool_state(load, settings, minute, pending_prev)
-        q90 = float(fc[minute - 1]) if minute > 0 else state.demand_gpus
         outcome = scaler.step(fleet, minute, served_prev, pending_prev)
         metrics.scale_up_events += outcome.scale_up_events
         metrics.scale_down_events += int(outcome.removals > 0)
         metrics.removals += outcome.removals
-        now = load.start + dt.timedelta(minutes=minute)
-        serving = serving_capacity_gpus(fleet.node_views(load.start, minute), now, settings.scaling)
-        cert = certify(backlog_state(state, q90, pref, serving), pref, serving, settings.scaling.backlog)
+        if minute % settings.tick_minutes == 0:
+            # scored by the same certificate at the policy's ticks, at the reference price
+            now = load.start + dt.timedelta(minutes=minute)
+            state = _pool_state(load, settings, minute, pending_prev)
+            q90 = float(fc[minute - 1]) if minute > 0 else state.demand_gpus
+            serving = serving_capacity_gpus(fleet.node_views(load.start, minute), now, config)
+            metrics.record_tick(certify(backlog_state(state, q90, pref, serving), pref, serving, config.backlog))
         demand = float(load.demand[minute])
         served = fleet.place(demand, minute)
-        metrics.record(fleet, demand, demand, served, 1.0, cert)
+        metrics.record_minute(fleet, demand, demand, served, 1.0)
         served_prev, pending_prev = served, demand - served
     return metrics.summary(fleet)

@@ -26,10 +26,11 @@ class NodeState(StrEnum):
     BOOTING = "booting"  # powered on, not yet schedulable
     CORDONED = "cordoned"  # powered, no new tasks: being drained for removal
     STANDBY = "standby"  # warm pool: powered down, resumes in about a minute
+    WARMING = "warming"  # booting on its way into the warm pool
     OFF = "off"  # cold: needs a full boot / provisioning
 
 
-POWERED_STATES = frozenset({NodeState.ACTIVE, NodeState.BOOTING, NodeState.CORDONED})
+POWERED_STATES = frozenset({NodeState.ACTIVE, NodeState.BOOTING, NodeState.CORDONED, NodeState.WARMING})
 
 Action = Literal[
     "scale_up", "scale_down", "cordon", "uncordon", "power_on", "power_off", "hold", "replace"
@@ -99,6 +100,7 @@ class ScalingConfig:
     keep_window_hours: float = 12.0
     keep_band_fraction: float = 0.15
     drainable_floor_window_hours: float = 48.0
+    drainable_floor_quantile: float = 0.75
     keep_headroom_fraction: float = 0.0
     scale_up_extra_nodes: int = 0
     max_transient_price_ratio: float = 1.3
@@ -117,7 +119,8 @@ class ScalingConfig:
     disruption_budget_pct: float = 10.0
     max_removals_per_hour: int = 6  # nodes with work drained per hour
     warm_pool_nodes: int = 1
-    ready_within_minutes: float = 0.0
+    interval_minutes: float = 5.0  # the control tick the certificate covers
+    warm_resume_minutes: float = 1.0  # a standby node serves the rest of the interval
 
     def __post_init__(self) -> None:
         for name in (
@@ -126,17 +129,19 @@ class ScalingConfig:
             "drainable_floor_window_hours",
             "scale_up_persistence_minutes", "min_scale_down_fraction",
             "scale_up_cooldown_minutes", "failed_scale_down_cooldown_minutes",
-            "drain_cost_per_gpu", "replacement_cost_per_node", "ready_within_minutes",
+            "drain_cost_per_gpu", "replacement_cost_per_node", "warm_resume_minutes",
         ):
             value = getattr(self, name)
             _require(math.isfinite(value) and value >= 0, name, f"must be finite and >= 0, got {value!r}")
         _require(self.max_drain_attempts >= 1, "max_drain_attempts", "must be >= 1")
+        _require(self.interval_minutes > 0, "interval_minutes", "must be > 0")
         _require(self.drain_timeout_minutes > 0, "drain_timeout_minutes", "must be > 0")
         _require(self.blocked_recheck_minutes > 0, "blocked_recheck_minutes", "must be > 0")
         _require(self.max_expected_off_hours > 0, "max_expected_off_hours", "must be > 0")
         _require(0 <= self.disruption_budget_pct <= 100, "disruption_budget_pct", "must be in [0, 100]")
         _require(self.max_removals_per_hour >= 0, "max_removals_per_hour", "must be >= 0")
         _require(self.warm_pool_nodes >= 0, "warm_pool_nodes", "must be >= 0")
+        _require(0 <= self.drainable_floor_quantile <= 1, "drainable_floor_quantile", "must be in [0, 1]")
         _require(self.max_transient_price_ratio >= 1, "max_transient_price_ratio", "must be >= 1")
         _require(self.scale_up_extra_nodes >= 0, "scale_up_extra_nodes", "must be >= 0")
         _require(self.min_scale_down_nodes >= 1, "min_scale_down_nodes", "must be >= 1")

@@ -8,7 +8,8 @@
 -- the drainable class price. Each step rounds half-up to a nano-unit, and the components
 -- are differences of successive steps, so they add up to the billed amount exactly.
 -- fct_rated_usage (a view) shows these rows in DECIMAL with their descriptive columns (the
--- price segment's source and solve, the time band) joined back.
+-- price segment's source and solve, the time band) joined back, and the unit prices
+-- (macros list_unit_nano, contracted_unit_nano, effective_unit_nano).
 with usage as materialized (
     select
         interval_id, tenant_id, pool_id, zone, resource_class, gpu_fraction_e4, usage_hour,
@@ -90,17 +91,14 @@ chain as (
     select
         q.*,
         {{ hourly_amount_nano('q.gs4', 'q.list_price_e6') }} as c0,
-        {{ hourly_amount_nano('q.gs4', 'q.class_price_e6') }} as d0,
-        {{ scale_nano(scale_nano('q.list_price_e6 * 1000', 'q.t6'), 'q.l6') }} as list_unit_nano,
-        {{ scale_nano(scale_nano('q.class_price_e6 * 1000', 'q.t6'), 'q.l6') }} as contracted_unit_nano
+        {{ hourly_amount_nano('q.gs4', 'q.class_price_e6') }} as d0
     from quantities as q
 ),
 
 chain1 as (
     select *,
         {{ scale_nano('c0', 't6') }} as c1,
-        {{ scale_nano(scale_nano('d0', 't6'), 'l6') }} as c3,
-        {{ scale_nano('contracted_unit_nano', '1000000 - d6') }} as effective_unit_nano
+        {{ scale_nano(scale_nano('d0', 't6'), 'l6') }} as c3
     from chain
 ),
 
@@ -120,18 +118,13 @@ select
     resource_class,
     gpu_fraction_e4,
     rated_start_utc,
-    rated_end_utc,
     billed_seconds,
-    gs4 as billed_gpu_seconds_e4,
     list_price_e6,
     class_price_e6,
     t6 as time_coefficient_e6,
     l6 as location_coefficient_e6,
     d6 as commitment_discount_e6,
     mtd_gpu_seconds_e4,
-    list_unit_nano,
-    contracted_unit_nano,
-    effective_unit_nano,
     c0 as base_nano,
     c1 as timed_nano,
     c2 as list_nano,

@@ -27,7 +27,7 @@ with usage_lines as (
         select
             tenant_id, pool_id, resource_class, usage_hour as hour_utc,
             sum(billed_seconds) as billed_seconds,
-            sum({{ rdiv('billed_gpu_seconds_e4 * 100000', '3600') }}) as gpu_hours_nano,
+            sum({{ rdiv('billed_seconds * gpu_fraction_e4 * 100000', '3600') }}) as gpu_hours_nano,
             sum(base_nano) as base_nano,
             sum(timed_nano) as timed_nano,
             sum(list_nano) as list_nano,

@@ -38,10 +38,10 @@ affected as (
         s.task_id,
         s.fault_at_utc,
         r.gpu_fraction_e4,
-        r.effective_unit_nano,
+        {{ effective_unit_nano('r') }} as effective_unit_nano,
         greatest(0, date_diff('second',
             greatest(r.rated_start_utc, s.credit_from_utc),
-            least(r.rated_end_utc, s.fault_at_utc))) as overlap_seconds
+            least(r.rated_start_utc + to_seconds(r.billed_seconds), s.fault_at_utc))) as overlap_seconds
     from scoped as s
     join {{ ref('stg_usage_intervals') }} as i
         on i.task_id = s.task_id
@@ -50,7 +50,7 @@ affected as (
     join {{ ref('int_rated_usage') }} as r
         on r.interval_id = i.interval_id
         and r.usage_hour = i.usage_hour
-        and r.rated_end_utc > s.credit_from_utc
+        and r.rated_start_utc + to_seconds(r.billed_seconds) > s.credit_from_utc
         and r.rated_start_utc < s.fault_at_utc
 ),
 

@@ -1,0 +1,62 @@
+"""The warm pool: standby nodes that resume within an interval (seed 000 §2.3: scale up by
+waking nodes from the idle pool, scale down by powering nodes into the energy-saving pool).
+
+Its size is what the backlog guardrail asks for: at least `warm_pool_nodes`, and enough
+that the nodes in service plus the warm pool keep a typical recent demand peak drainable
+at `price_max` (`CapacityTarget.floor_nodes`). Keeping that reserve warm rather than
+powered is what lets the pool shrink through a lull without becoming undrainable when the
+demand returns; standby GPU-hours are reported next to idle ones.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from market_pipeline.scaling.capacity import warm_share
+
+if TYPE_CHECKING:
+    from market_pipeline.scaling.policy import Tick
+
+
+def warm_target(tick: Tick) -> int:
+    """Standby nodes to keep, bounded by the fleet's physical nodes not in service."""
+    share = warm_share(tick.config)
+    shortfall = tick.target.floor_nodes - tick.in_service
+    wanted = math.ceil(shortfall / share - 1e-9) if share > 0 and shortfall > 0 else 0
+    spare = tick.pool_state.max_nodes - tick.fleet.powered
+    return max(0, min(spare, max(tick.config.warm_pool_nodes, wanted)))
+
+
+def power_off_target(tick: Tick) -> str:
+    """A removed node refills the warm pool first, then powers fully off."""
+    going = sum(1 for d in tick.decisions if d.allowed and d.inputs.get("to") == "standby")
+    return "standby" if tick.fleet.warm_stock + going < warm_target(tick) else "off"
+
+
+def stock_warm_pool(tick: Tick) -> None:
+    """Boot cold nodes into standby while the warm pool is below its target."""
+    resumed = sum(1 for d in tick.decisions if d.allowed and d.action == "power_on" and d.node_id)
+    cold_started = sum(d.count for d in tick.decisions if d.allowed and d.action == "scale_up")
+    stock = tick.fleet.warm_stock - resumed
+    target = warm_target(tick)
+    physical_free = (
+        tick.pool_state.max_nodes - tick.fleet.powered - tick.fleet.warm_stock - cold_started
+    )
+    count = min(target - stock, physical_free)
+    if count > 0:
+        tick.add("power_on", None, True, [
+            f"prewarm: warm pool {stock} < {target} node(s) (keeps a typical recent peak "
+            f"drainable at price_max with {tick.in_service} in service)",
+        ], count=count, to="standby")
+
+
+def trim_warm_pool(tick: Tick) -> None:
+    """Power standby nodes fully off once the pool holds two or more beyond its target."""
+    resuming = {d.node_id for d in tick.decisions if d.action == "power_on" and d.node_id}
+    spare = [n for n in sorted(tick.fleet.standby, key=lambda n: n.node_id) if n.node_id not in resuming]
+    excess = len(spare) + len(tick.fleet.warming) - warm_target(tick)
+    if excess < 2:
+        return
+    for node in spare[:excess]:
+        tick.add("power_off", node.node_id, True, ["warm pool above its target: power fully off"])
