@@ -124,6 +124,8 @@ def target_capacity(
     keep = _certified_nodes(pool_state, envelope.keep_gpus * (1.0 + config.keep_headroom_fraction), price, price, config)
     band = math.floor(need * config.keep_band_fraction + 1e-9)
     floor = _certified_nodes(pool_state, envelope.floor_gpus, price, max(price, config.backlog.price_max), config)
+    # the warm pool carries the floor; nodes stay in service for it only where the fleet
+    # cannot hold enough standby nodes (`warm_nodes`: the most the fleet could keep warm)
     active_floor = math.ceil(floor - warm_nodes * warm_share(config) - 1e-9)
     keep_nodes = _clamp_nodes(pool_state, max(min(keep, need + band), active_floor))
     return CapacityTarget(

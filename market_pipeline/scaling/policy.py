@@ -115,7 +115,8 @@ def plan_pool(
     now = as_utc(now)
     fleet = fleet_view(nodes)
     envelope = record_demand_peak(memory, pool_state.demand_gpus, now.timestamp(), config)
-    target = target_capacity(pool_state, forecast_q90, price, config, envelope, len(fleet.standby))
+    warm_capacity = len(fleet.standby) + max(0, pool_state.max_nodes - fleet.powered - fleet.warm_stock)
+    target = target_capacity(pool_state, forecast_q90, price, config, envelope, warm_capacity)
     tick = Tick(
         pool_state=pool_state, forecast_q90=forecast_q90, price=price, config=config, now=now,
         t=now.timestamp(), memory=memory, fleet=fleet, target=target, drain_status=drain_status,
