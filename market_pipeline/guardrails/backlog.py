@@ -163,7 +163,8 @@ def residual_floor(state: BacklogState, params: BacklogParams) -> float:
 
 
 def arrivals_at_price(state: BacklogState, price: float, params: BacklogParams) -> float:
-    _require(math.isfinite(price) and price > 0, "price", f"must be finite and > 0, got {price!r}")
+    # an unbounded price (price_max = inf) is allowed: it prices out all elastic demand
+    _require(price > 0, "price", f"must be > 0, got {price!r}")
     floor = residual_floor(state, params)
     elastic = max(0.0, state.demand_forecast_gpus - floor)
     return floor + elastic * (price / state.reference_price) ** (-params.elasticity)

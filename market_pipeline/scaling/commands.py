@@ -58,6 +58,7 @@ def _add_replay_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--baseline-utilisation", choices=("pool", "node"), default="pool")
     parser.add_argument("--minutes", type=int, help="replay only the first N minutes")
+    parser.add_argument("--tick-minutes", type=int, help="policy tick (default: the config's loop.tick_minutes)")
 
 
 def build_settings(args: argparse.Namespace, initial_gpus: int) -> ReplaySettings:
@@ -75,10 +76,14 @@ def build_settings(args: argparse.Namespace, initial_gpus: int) -> ReplaySetting
         warm_nodes=warm, cold_delay_minutes=args.cold_delay, warm_delay_minutes=args.warm_delay,
         drain_minutes=args.drain_minutes, pin_probability=args.pin_probability, seed=args.seed,
     )
+    tick = config.loop.tick_minutes if args.tick_minutes is None else args.tick_minutes
+    if tick <= 0:
+        raise ScalingError("--tick-minutes must be > 0")
     return ReplaySettings(
-        fleet=fleet, scaling=scaling, baseline=AutoscalerParams(utilisation=args.baseline_utilisation),
+        fleet=fleet, scaling=replace(scaling, interval_minutes=float(tick)),
+        baseline=AutoscalerParams(utilisation=args.baseline_utilisation),
         reference_price=1.0, gpu_hour_cost=config.gpu_model_by_name[pool.gpu_model].cost_per_gpu_hour,
-        pool=pool_id,
+        pool=pool_id, tick_minutes=tick, forecast_horizon_minutes=tick,
     )
 
 
@@ -143,7 +148,12 @@ def run_scaling_bench(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     report["all_targets_met"] = all(all(r["targets"].values()) for r in report.values())
-    report["settings"] = {"fleet": asdict(settings.fleet), "baseline": asdict(settings.baseline)}
+    report["settings"] = {
+        "fleet": asdict(settings.fleet), "baseline": asdict(settings.baseline),
+        "tick_minutes": settings.tick_minutes,
+        "scaling": {k: v for k, v in asdict(settings.scaling).items() if k != "backlog"},
+        "backlog": asdict(settings.scaling.backlog),
+    }
     print(json.dumps(report))
     return 0
 

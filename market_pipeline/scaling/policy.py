@@ -116,11 +116,12 @@ def plan_pool(
     fleet = fleet_view(nodes)
     envelope = record_demand_peak(memory, pool_state.demand_gpus, now.timestamp(), config)
     warm_capacity = len(fleet.standby) + max(0, pool_state.max_nodes - fleet.powered - fleet.warm_stock)
-    target = target_capacity(pool_state, forecast_q90, price, config, envelope, warm_capacity)
+    damped = memory.damped_until is not None and now.timestamp() < memory.damped_until
+    target = target_capacity(pool_state, forecast_q90, price, config, envelope, warm_capacity, damped)
     tick = Tick(
         pool_state=pool_state, forecast_q90=forecast_q90, price=price, config=config, now=now,
         t=now.timestamp(), memory=memory, fleet=fleet, target=target, drain_status=drain_status,
-        base_inputs=_base_inputs(pool_state, forecast_q90, price, fleet, target),
+        base_inputs={**_base_inputs(pool_state, forecast_q90, price, fleet, target), "damped": damped},
     )
     _forget_gone_nodes(memory, nodes, tick.t)
     progress_drains(tick, {node.node_id: node for node in nodes})
@@ -181,8 +182,10 @@ def _scale_up_due(tick: Tick) -> bool:
     shielded = shield(PriceCapacityAction(tick.price, gpus), state, config.backlog)
     ratio = shielded.price / tick.price
     waited = (tick.t - memory.need_since) / 60.0
-    if not shielded.feasible or ratio > config.max_transient_price_ratio:
-        return True
+    if not shielded.feasible:
+        return True  # no price within bounds drains it: capacity at once
+    if ratio > config.max_transient_price_ratio and waited >= config.urgent_persistence_minutes:
+        return True  # too dear for pricing alone, and not a one-tick blip
     if waited >= config.scale_up_persistence_minutes:
         return True
     tick.add("hold", None, True, [
@@ -219,6 +222,10 @@ def _scale_up(tick: Tick, needed: int) -> None:
     if leaving[:1] or warm or cold:
         memory.last_scale_up_at = tick.t
         memory.need_since = None
+        down = memory.last_scale_down_at
+        if down is not None and tick.t - down < tick.config.flap_window_minutes * 60:
+            # capacity just removed is needed again: hold a spare node for a keep window
+            memory.damped_until = tick.t + tick.config.keep_window_hours * _HOUR
 
 
 def _scale_down(tick: Tick, surplus: int) -> None:

@@ -145,40 +145,67 @@ def _initial_nodes(load: DemandLoad, settings: ReplaySettings) -> int:
     return min(settings.fleet.max_nodes, -(-load.initial_gpus // settings.fleet.node_gpus))
 
 
+class PolicyRun:
+    """The policy driving a simulated fleet: `tick()` at control ticks, `serve()` each minute."""
+
+    def __init__(self, settings: ReplaySettings, initial_nodes: int, start: dt.datetime) -> None:
+        self.settings = settings
+        self.config = replace(settings.scaling, interval_minutes=float(settings.tick_minutes))
+        self.fleet = Fleet(settings.fleet, initial_nodes)
+        self.memory = ScalerMemory(pool=settings.pool)
+        self.metrics = ReplayMetrics()
+        self.start = start
+        self.price_ratio = 1.0
+        self.pending = 0.0
+        self.last_decisions: list[ScalingDecision] = []
+        self.last_state: PoolState | None = None
+
+    def tick(self, minute: int, observed_demand: float, forecast_q90: float) -> Certificate:
+        """Plan, execute the allowed decisions, shield the price; return the applied certificate."""
+        s = self.settings
+        now = self.start + dt.timedelta(minutes=minute)
+        state = PoolState(
+            pool=s.pool, node_gpus=s.fleet.node_gpus, max_nodes=s.fleet.max_nodes,
+            demand_gpus=observed_demand, backlog_gpus=self.pending, gpu_hour_cost=s.gpu_hour_cost,
+        )
+        self.last_state = state
+        views = self.fleet.node_views(self.start, minute)
+        pref = s.reference_price
+        self.last_decisions = plan_pool(
+            state, forecast_q90, pref, views, self.fleet.drain_status(minute), self.config, now,
+            memory=self.memory,
+        )
+        if execute_decisions(self.fleet, self.last_decisions, minute, self.metrics):
+            views = self.fleet.node_views(self.start, minute)
+        shielded = tick_price(state, forecast_q90, pref, views, self.config, now)
+        self.price_ratio = shielded.price / pref
+        self.metrics.record_tick(shielded.certificate)
+        return shielded.certificate
+
+    def serve(self, minute: int, demand: float) -> float:
+        """One minute of reference-price `demand` at the current price; return GPUs served."""
+        realized = demand * demand_factor(self.price_ratio, self.config)
+        served = self.fleet.place(realized, minute)
+        self.metrics.record_minute(self.fleet, demand, realized, served, self.price_ratio)
+        self.pending = realized - served
+        return served
+
+
 def replay_policy(
     load: DemandLoad, settings: ReplaySettings, forecasts: np.ndarray | None = None
 ) -> dict[str, float | int]:
     fc = forecast_series(load, settings) if forecasts is None else forecasts
-    config = replace(settings.scaling, interval_minutes=float(settings.tick_minutes))
-    fleet = Fleet(settings.fleet, _initial_nodes(load, settings))
-    memory = ScalerMemory(pool=settings.pool)
-    metrics = ReplayMetrics()
-    pending_prev, ratio = 0.0, 1.0
-    pref = settings.reference_price
+    run = PolicyRun(settings, _initial_nodes(load, settings), load.start)
     for minute in range(load.demand.size):
-        fleet.advance(minute)
+        run.fleet.advance(minute)
         if minute % settings.tick_minutes == 0:
-            now = load.start + dt.timedelta(minutes=minute)
-            state = _pool_state(load, settings, minute, pending_prev)
-            q90 = float(fc[minute - 1]) if minute > 0 else state.demand_gpus
-            views = fleet.node_views(load.start, minute)
-            decisions = plan_pool(
-                state, q90, pref, views, fleet.drain_status(minute), config, now, memory=memory,
-            )
-            if _execute(fleet, decisions, minute, metrics):
-                views = fleet.node_views(load.start, minute)
-            shielded = tick_price(state, q90, pref, views, config, now)
-            ratio = shielded.price / pref
-            metrics.record_tick(shielded.certificate)
-        demand = float(load.demand[minute])
-        realized = demand * demand_factor(ratio, config)
-        served = fleet.place(realized, minute)
-        metrics.record_minute(fleet, demand, realized, served, ratio)
-        pending_prev = realized - served
-    return metrics.summary(fleet)
+            observed = float(load.demand[max(minute - 1, 0)])
+            run.tick(minute, observed, float(fc[minute - 1]) if minute > 0 else observed)
+        run.serve(minute, float(load.demand[minute]))
+    return run.metrics.summary(run.fleet)
 
 
-def _execute(fleet: Fleet, decisions: list[ScalingDecision], minute: int, metrics: ReplayMetrics) -> bool:
+def execute_decisions(fleet: Fleet, decisions: list[ScalingDecision], minute: int, metrics: ReplayMetrics) -> bool:
     """Carry out the allowed decisions; return whether any node changed state."""
     scaled_up = scaled_down = changed = False
     for d in decisions:

@@ -52,11 +52,15 @@ def stock_warm_pool(tick: Tick) -> None:
 
 
 def trim_warm_pool(tick: Tick) -> None:
-    """Power standby nodes fully off once the pool holds two or more beyond its target."""
+    """Power standby nodes fully off only beyond what an empty pool would want warm.
+
+    Trimming to the moving target would churn: the target falls when nodes enter service
+    and rises when they leave, so the pool keeps its high-water mark up to that bound.
+    """
+    share = warm_share(tick.config)
+    ceiling = max(tick.config.warm_pool_nodes, math.ceil(tick.target.floor_nodes / share - 1e-9) if share > 0 else 0)
     resuming = {d.node_id for d in tick.decisions if d.action == "power_on" and d.node_id}
     spare = [n for n in sorted(tick.fleet.standby, key=lambda n: n.node_id) if n.node_id not in resuming]
-    excess = len(spare) + len(tick.fleet.warming) - warm_target(tick)
-    if excess < 2:
-        return
-    for node in spare[:excess]:
-        tick.add("power_off", node.node_id, True, ["warm pool above its target: power fully off"])
+    excess = len(spare) + len(tick.fleet.warming) - ceiling
+    for node in spare[: max(0, excess)]:
+        tick.add("power_off", node.node_id, True, [f"warm pool above {ceiling} node(s): power fully off"])

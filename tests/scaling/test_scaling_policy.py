@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -22,10 +23,15 @@ from market_pipeline.scaling.types import (
 T0 = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
 CONFIG = ScalingConfig(
     backlog=BacklogParams(residual_share=0.2, elasticity=1.0, price_min=0.5, price_max=3.0),
-    headroom_fraction=0.0, keep_window_hours=0.0, hysteresis_minutes=20.0,
-    scale_up_persistence_minutes=0.0, warm_pool_nodes=1, max_removals_per_hour=10,
-    disruption_budget_pct=50.0,
+    headroom_fraction=0.0, keep_window_hours=0.0, drainable_floor_window_hours=0.0,
+    hysteresis_minutes=20.0, scale_up_cooldown_minutes=10.0, scale_up_persistence_minutes=0.0,
+    min_scale_down_fraction=0.0, warm_pool_nodes=0, max_removals_per_hour=10,
+    disruption_budget_pct=50.0, interval_minutes=5.0,
 )
+
+
+def cfg(**changes) -> ScalingConfig:
+    return dataclasses.replace(CONFIG, **changes)
 
 
 def nodes(active: int, used: float = 4.0, standby: int = 0, cordoned: tuple[str, ...] = ()) -> list[NodeView]:
@@ -33,18 +39,14 @@ def nodes(active: int, used: float = 4.0, standby: int = 0, cordoned: tuple[str,
         NodeView(f"a{i}", NodeState.CORDONED if f"a{i}" in cordoned else NodeState.ACTIVE, 8, used)
         for i in range(active)
     ]
-    out += [NodeView(f"s{i}", NodeState.STANDBY, 8) for i in range(standby)]
-    return out
-
-
-def pool(demand: float, max_nodes: int = 20) -> PoolState:
-    return PoolState("pool", node_gpus=8, max_nodes=max_nodes, demand_gpus=demand, gpu_hour_cost=1.2)
+    return out + [NodeView(f"s{i}", NodeState.STANDBY, 8) for i in range(standby)]
 
 
 def plan(demand, node_list, memory, minute=0, drains=None, config=CONFIG, forecast=None, max_nodes=20):
+    state = PoolState("pool", node_gpus=8, max_nodes=max_nodes, demand_gpus=demand, gpu_hour_cost=1.2)
     return plan_pool(
-        pool(demand, max_nodes), demand if forecast is None else forecast, 1.0, node_list,
-        drains or {}, config, T0 + dt.timedelta(minutes=minute), memory=memory,
+        state, demand if forecast is None else forecast, 1.0, node_list, drains or {}, config,
+        T0 + dt.timedelta(minutes=minute), memory=memory,
     )
 
 
@@ -69,8 +71,7 @@ def test_scale_up_stops_at_max_nodes_and_says_so() -> None:
 
 
 def test_transient_shortfall_is_priced_not_scaled_until_it_persists() -> None:
-    config = ScalingConfig(backlog=CONFIG.backlog, headroom_fraction=0.0, keep_window_hours=0.0,
-                           scale_up_persistence_minutes=10.0, max_transient_price_ratio=1.5)
+    config = cfg(scale_up_persistence_minutes=10.0, max_transient_price_ratio=1.5)
     memory = ScalerMemory("pool")
     first = plan(33.0, nodes(4, used=8.0), memory, config=config)  # 32 GPUs: a small shortfall
     assert not allowed(first, "scale_up") and not allowed(first, "power_on")
@@ -83,39 +84,44 @@ def test_transient_shortfall_is_priced_not_scaled_until_it_persists() -> None:
 
 def test_scale_down_waits_for_hysteresis_then_cordons_the_least_loaded() -> None:
     memory = ScalerMemory("pool")
-    node_list = nodes(6, used=3.0)[:-1] + [NodeView("a5", NodeState.ACTIVE, 8, 1.0)]
+    node_list = nodes(5, used=3.0) + [NodeView("light", NodeState.ACTIVE, 8, 1.0)]
     early = plan(12.0, node_list, memory, minute=0)
     assert not allowed(early, "cordon") and any("hysteresis" in r for d in early for r in d.reasons)
     later = plan(12.0, node_list, memory, minute=25)
     cordoned = allowed(later, "cordon")
-    assert cordoned and cordoned[0].node_id == "a5"
+    assert cordoned and cordoned[0].node_id == "light"
     assert cordoned[0].certificate_margin is not None and cordoned[0].certificate_margin > 0
     assert memory.draining.keys() == {d.node_id for d in cordoned}
 
 
-def test_empty_node_is_powered_off_without_a_drain_and_refills_the_warm_pool() -> None:
-    memory = ScalerMemory("pool")
-    node_list = nodes(5, used=3.0) + [NodeView("e", NodeState.ACTIVE, 8, 0.0)]
-    plan(12.0, node_list, memory, minute=0)
-    decisions = plan(12.0, node_list, memory, minute=25)
-    removed = allowed(decisions, "scale_down")
-    assert removed and removed[0].node_id == "e" and removed[0].inputs["to"] == "standby"
-
-
-def test_drained_node_is_removed_only_after_the_task_drain_guardrail_says_so() -> None:
+def test_a_batch_is_powered_off_together_once_every_drain_is_done() -> None:
     memory = ScalerMemory("pool")
     plan(12.0, nodes(6, used=3.0), memory, minute=0)
-    first = allowed(plan(12.0, nodes(6, used=3.0), memory, minute=25), "cordon")
-    node_id = first[0].node_id
-    still = nodes(6, used=3.0, cordoned=(node_id,))
-    waiting = plan(12.0, still, memory, minute=26,
-                   drains={node_id: DrainStatus(node_id, all_tasks_drained_or_migrated=False)})
+    picked = [d.node_id for d in allowed(plan(12.0, nodes(6, used=3.0), memory, minute=25), "cordon")]
+    assert len(picked) >= 2
+    still = nodes(6, used=3.0, cordoned=tuple(picked))
+    half = {picked[0]: DrainStatus(picked[0], True)} | {n: DrainStatus(n, False) for n in picked[1:]}
+    waiting = plan(12.0, still, memory, minute=26, drains=half)
     assert not allowed(waiting, "scale_down")
-    assert any(d.node_id == node_id and "drain_in_progress" in d.reasons[0] for d in waiting)
-    done = plan(12.0, still, memory, minute=30,
-                drains={node_id: DrainStatus(node_id, all_tasks_drained_or_migrated=True)})
-    assert [d.node_id for d in allowed(done, "scale_down")][:1] == [node_id]
-    assert node_id not in memory.draining
+    assert any(d.node_id == picked[0] and "waiting" in d.reasons[0] for d in waiting)
+    done = plan(12.0, still, memory, minute=30, drains={n: DrainStatus(n, True) for n in picked})
+    assert sorted(d.node_id for d in allowed(done, "scale_down")) == sorted(picked)
+    assert not set(picked) & set(memory.draining)
+
+
+def test_empty_node_needs_no_drain_status_and_refills_the_warm_pool() -> None:
+    memory = ScalerMemory("pool")
+    config = cfg(warm_pool_nodes=1)
+    node_list = nodes(5, used=3.0) + [NodeView("e", NodeState.ACTIVE, 8, 0.0), NodeView("s0", NodeState.STANDBY, 8)]
+    plan(12.0, node_list, memory, config=config)
+    cordoned = allowed(plan(12.0, node_list, memory, minute=25, config=config), "cordon")
+    assert "e" in {d.node_id for d in cordoned}
+    emptied = [n if n.node_id not in memory.draining else dataclasses.replace(n, state=NodeState.CORDONED)
+               for n in node_list]
+    removed = allowed(plan(12.0, emptied, memory, minute=26, config=config, drains={
+        n: DrainStatus(n, True) for n in memory.draining if n != "e"}), "scale_down")
+    targets = {d.node_id: d.inputs["to"] for d in removed}
+    assert "e" in targets and "off" in targets.values()  # the warm pool already has its node
 
 
 def test_no_scale_down_when_the_certificate_fails_at_the_lower_capacity() -> None:
@@ -127,7 +133,7 @@ def test_no_scale_down_when_the_certificate_fails_at_the_lower_capacity() -> Non
 
 
 def test_no_saving_blocks_a_removal() -> None:
-    costly = ScalingConfig(**{**CONFIG.__dict__, "replacement_cost_per_node": 1000.0})
+    costly = cfg(replacement_cost_per_node=1000.0)
     memory = ScalerMemory("pool")
     plan(12.0, nodes(6, used=3.0), memory, config=costly)
     decisions = plan(12.0, nodes(6, used=3.0), memory, minute=25, config=costly)
@@ -141,20 +147,20 @@ def test_cooldown_after_scale_up_blocks_scale_down() -> None:
     decisions = plan(12.0, nodes(6, used=3.0), memory, minute=5)
     assert not allowed(decisions, "cordon")
     assert any("scale_up_cooldown" in r for d in decisions for r in d.reasons)
+    assert allowed(plan(12.0, nodes(6, used=3.0), memory, minute=11), "cordon")
 
 
 def test_blocked_drain_is_reported_after_max_attempts_and_not_retried() -> None:
-    config = ScalingConfig(**{**CONFIG.__dict__, "failed_scale_down_cooldown_minutes": 0.0,
-                              "max_drain_attempts": 2})
+    config = cfg(failed_scale_down_cooldown_minutes=0.0, max_drain_attempts=2, disruption_budget_pct=1.0)
     memory = ScalerMemory("pool")
     minute = 0
     plan(12.0, nodes(6, used=3.0), memory, config=config, minute=minute)
     victim = None
-    for attempt in range(2):
+    for _ in range(2):
         minute += 25
         cordon = allowed(plan(12.0, nodes(6, used=3.0), memory, config=config, minute=minute), "cordon")
         victim = victim or cordon[0].node_id
-        assert cordon[0].node_id == victim
+        assert [d.node_id for d in cordon] == [victim]
         minute += 1
         blocked = {victim: DrainStatus(victim, False, blocked=True, reason="task refuses eviction")}
         out = plan(12.0, nodes(6, used=3.0, cordoned=(victim,)), memory, config=config,
@@ -167,12 +173,27 @@ def test_blocked_drain_is_reported_after_max_attempts_and_not_retried() -> None:
     assert report and report[0].reasons[0] == "blocked_drain"
 
 
-def test_disruption_budget_caps_concurrent_drains() -> None:
-    config = ScalingConfig(**{**CONFIG.__dict__, "disruption_budget_pct": 20.0})
+def test_failed_drain_starts_a_cooldown() -> None:
+    memory = ScalerMemory("pool")
+    plan(12.0, nodes(6, used=3.0), memory)
+    picked = [d.node_id for d in allowed(plan(12.0, nodes(6, used=3.0), memory, minute=25), "cordon")]
+    plan(12.0, nodes(6, used=3.0, cordoned=tuple(picked)), memory, minute=26,
+         drains={n: DrainStatus(n, False, blocked=True) for n in picked})
+    again = plan(12.0, nodes(6, used=3.0), memory, minute=40)
+    assert not allowed(again, "cordon")
+    assert any("failed_scale_down_cooldown" in r for d in again for r in d.reasons)
+
+
+def test_disruption_budget_caps_busy_drains_but_not_empty_nodes() -> None:
+    config = cfg(disruption_budget_pct=20.0)
     memory = ScalerMemory("pool")
     plan(8.0, nodes(10, used=0.8), memory, config=config)
     decisions = plan(8.0, nodes(10, used=0.8), memory, minute=25, config=config)
     assert len(allowed(decisions, "cordon")) == 2  # 20% of 10 nodes
+    empty = ScalerMemory("pool")
+    plan(0.0, nodes(10, used=0.0), empty, config=config)
+    # all but one: no capacity at all cannot keep the required margin
+    assert len(allowed(plan(0.0, nodes(10, used=0.0), empty, minute=25, config=config), "cordon")) == 9
 
 
 def test_unhealthy_node_is_replaced_before_it_is_removed() -> None:
@@ -186,6 +207,26 @@ def test_unhealthy_node_is_replaced_before_it_is_removed() -> None:
     assert allowed(second, "replace")[0].node_id == "sick"
 
 
+def test_recent_peak_holds_capacity_within_the_band() -> None:
+    config = cfg(keep_window_hours=2.0, keep_band_fraction=0.25)
+    memory = ScalerMemory("pool")
+    plan(70.0, nodes(10, used=7.0), memory, config=config)  # a peak: 74 GPUs -> 10 nodes
+    plan(40.0, nodes(10, used=4.0), memory, minute=1, config=config)
+    decisions = plan(40.0, nodes(10, used=4.0), memory, minute=30, config=config)
+    # need: 40/0.95 -> 6 nodes; the peak would keep 10 but the band allows 6 + 1
+    assert decisions[0].inputs["keep_nodes"] == 7
+    assert len(allowed(decisions, "cordon")) == 3
+
+
+def test_warm_pool_is_stocked_to_keep_a_recent_peak_drainable() -> None:
+    config = cfg(drainable_floor_window_hours=24.0, warm_pool_nodes=1)
+    memory = ScalerMemory("pool")
+    plan(160.0, nodes(20, used=8.0), memory, config=config)  # a peak seen
+    decisions = plan(8.0, nodes(2, used=4.0), memory, minute=60, config=config)
+    prewarm = [d for d in allowed(decisions, "power_on") if d.inputs.get("to") == "standby"]
+    assert prewarm and prewarm[0].count > 1 and "prewarm" in prewarm[0].reasons[0]
+
+
 def test_decisions_are_json_able_and_ids_stable() -> None:
     one = plan(60.0, nodes(4, used=8.0, standby=1), ScalerMemory("pool"))
     two = plan(60.0, nodes(4, used=8.0, standby=1), ScalerMemory("pool"))
@@ -196,10 +237,10 @@ def test_decisions_are_json_able_and_ids_stable() -> None:
 
 def test_memory_round_trips_through_json() -> None:
     memory = ScalerMemory("pool")
-    plan(12.0, nodes(6, used=3.0), memory)
-    plan(12.0, nodes(6, used=3.0), memory, minute=25)
+    plan(12.0, nodes(6, used=3.0), memory, config=cfg(keep_window_hours=3.0, keep_band_fraction=0.0))
+    plan(12.0, nodes(6, used=3.0), memory, minute=25, config=cfg(keep_window_hours=3.0, keep_band_fraction=0.0))
     restored = ScalerMemory.from_dict(json.loads(json.dumps(memory.to_dict())))
-    assert restored == memory
+    assert restored == memory and memory.draining and memory.demand_peaks
     with pytest.raises(ScalingError, match="missing key"):
         ScalerMemory.from_dict({})
 
@@ -213,3 +254,5 @@ def test_bad_inputs_are_named() -> None:
         plan(10.0, nodes(2), ScalerMemory("pool"), forecast=float("nan"))
     with pytest.raises(ScalingError, match="used_gpus"):
         NodeView("x", NodeState.ACTIVE, 8, 9.0)
+    with pytest.raises(ScalingError, match="hysteresis_minutes"):
+        cfg(hysteresis_minutes=-1.0)
