@@ -18,7 +18,8 @@ from market_pipeline.telemetry.checks import (
     quarantine_stats,
     reasons_markdown,
 )
-from market_pipeline.telemetry.heatmap import png_markdown, utilisation_heatmap_png
+from market_pipeline.plots import png_markdown
+from market_pipeline.telemetry.heatmap import utilisation_heatmap_png
 from market_pipeline.telemetry.ingest import ingest_samples, known_gpu_uuids
 from market_pipeline.telemetry.partitions import partition_window
 from market_pipeline.telemetry.rules import ValidationPolicy

@@ -7,7 +7,6 @@ Columns are time buckets of at least one minute, at most `max_columns` of them.
 
 from __future__ import annotations
 
-import base64
 import io
 import math
 
@@ -87,7 +86,3 @@ def utilisation_heatmap_png(clean: pl.DataFrame, title: str = "SM utilisation (%
         plt.close(figure)
     return buffer.getvalue()
 
-
-def png_markdown(png: bytes, alt: str = "heatmap") -> str:
-    """Markdown that embeds the PNG as a data URI (rendered by the Dagster UI)."""
-    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"
