@@ -25,3 +25,10 @@ def _no_config_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("MP__") or name == "MARKET_PIPELINE_CONFIG":
             monkeypatch.delenv(name, raising=False)
+
+
+# Property tests draw the same examples on every run: CI must not turn red by chance.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("repeatable", derandomize=True, deadline=None)
+_hypothesis_settings.load_profile("repeatable")

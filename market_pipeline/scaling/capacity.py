@@ -99,15 +99,14 @@ class CapacityTarget:
 
 def target_capacity(
     pool_state: PoolState, forecast_q90: float, price: float, config: ScalingConfig,
-    envelope: DemandEnvelope | None = None, warm_nodes: int = 0, damped: bool = False,
+    envelope: DemandEnvelope | None = None, warm_nodes: int = 0,
 ) -> CapacityTarget:
     """Forecast upper quantile at the equilibrium price plus headroom, raised until certified.
 
     The recent demand envelope holds capacity up: the pool keeps what certifies the peak of
     the keep window at the equilibrium price, but no more than `keep_band_fraction` of the
     need above it (a dead band proportional to the pool: a big pool rides out a dip without
-    churn, a small volatile one does not pay for its peaks — unless it flapped recently
-    (`damped`), then the band is at least one node); and never less than what keeps
+    churn, a small volatile one does not pay for its peaks); and never less than what keeps
     a typical hourly peak of the longer floor window drainable at `price_max` — with a
     residual demand floor, a return of that peak must not meet a pool that no price can
     certify. Warm standby nodes count toward that floor for the part of the interval they
@@ -123,7 +122,7 @@ def target_capacity(
     shielded = shield(PriceCapacityAction(price, float(wanted_nodes * step)), state, config.backlog)
     need = max(wanted_nodes, _clamp_nodes(pool_state, math.ceil(shielded.capacity_gpus / step - 1e-9)))
     keep = _certified_nodes(pool_state, envelope.keep_gpus * (1.0 + config.keep_headroom_fraction), price, price, config)
-    band = max(int(damped), math.floor(need * config.keep_band_fraction + 1e-9))
+    band = math.floor(need * config.keep_band_fraction + 1e-9)
     floor = _certified_nodes(pool_state, envelope.floor_gpus, price, max(price, config.backlog.price_max), config)
     # the warm pool carries the floor; nodes stay in service for it only where the fleet
     # cannot hold enough standby nodes (`warm_nodes`: the most the fleet could keep warm)

@@ -81,7 +81,6 @@ def _finish_drained(tick: Tick, node: NodeView) -> None:
         tick.add("scale_down", node.node_id, True,
                  ["all tasks drained or migrated", f"certified without it (margin {margin:.2f} GPUs)"],
                  margin, to=power_off_target(tick))
-        tick.memory.last_scale_down_at = tick.t
     else:
         tick.uncordoned += 1
         tick.add("uncordon", node.node_id, True,

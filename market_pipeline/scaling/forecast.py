@@ -2,10 +2,12 @@
 
 The live loop passes the forecast module's upper quantile to `plan_pool`; replays and tests
 that have no forecast use this one. It sees only the past: at each minute it predicts the
-highest demand over the next `horizon_minutes` as the current level plus the `quantile` of
-the rises observed over equally long windows in the last `history_minutes`, plus the
-positive part of the recent trend (off by default: in step-like GPU demand a single
-job start reads as a trend and inflates the forecast for the whole trend window). The rise quantile is refreshed every `refresh_minutes`.
+demand over the next `horizon_minutes` — its mean (`statistic="mean"`, the arrival rate a
+drift certificate needs; the default) or its peak (`"max"`) — as the current level plus
+the `quantile` of the rises of that statistic seen over the last `history_minutes`, plus
+the positive part of the recent trend (off by default: in step-like GPU demand a single
+job start reads as a trend and inflates the forecast for the whole trend window). The
+rise quantile is refreshed every `refresh_minutes`.
 """
 
 from __future__ import annotations

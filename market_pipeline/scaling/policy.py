@@ -1,13 +1,23 @@
 """The per-pool scaling policy: one call per control-loop tick, live or in a replay.
 
-Scale up at once (uncordon leaving nodes, then the warm pool, then cold nodes); scale down
-only a node that (a) leaves the equilibrium price certified at the lower capacity, (b) has
-every task drained or migrated by the task-drain guardrail (empty nodes need no drain),
-(c) has been unneeded for the hysteresis period, (d) saves more than its drain and
-replacement cost, (e) fits the disruption budget. Tasks only move to room that is already
-up (replace before remove); an unhealthy node is replaced first, then drained. Cool-downs
-follow a scale-up and a failed scale-down; a node whose drain keeps failing is reported as
-`blocked_drain` and skipped, not retried every tick.
+Target: the *need* is the least node count whose capacity certifies the forecast's upper
+quantile (at least the observed demand) at the equilibrium price, plus headroom; the pool
+*keeps* up to a band above it while a recent peak (keep window) would need it, and never
+lets nodes in service plus the warm pool fall below what keeps the week's peak drainable
+at `price_max` (`capacity.target_capacity`, `warm_pool`).
+
+Scale up (uncordon leaving nodes, then the warm pool, then cold nodes) when the need
+exceeds the nodes in service — at once if no price within bounds certifies the shortfall,
+after one tick if pricing it would cost more than `max_transient_price_ratio`, otherwise
+only if it lasts `scale_up_persistence_minutes`: pricing handles transient imbalance,
+scaling handles trends (seed 000 §2.3). Scale down only a node that (a) leaves the
+equilibrium price certified at the lower capacity, (b) has every task drained or migrated
+by the task-drain guardrail (an empty node needs no drain), (c) has been unneeded for the
+hysteresis period, (d) saves more than its drain and replacement cost, (e) fits the
+disruption budget; a batch of such nodes is cordoned together and powered off together.
+Tasks only move to room that is already up (replace before remove); an unhealthy node is
+replaced first, then drained. Cool-downs follow a scale-up and a failed scale-down; a node
+whose drain keeps failing is reported as `blocked_drain` and skipped, not retried.
 """
 
 from __future__ import annotations
@@ -116,12 +126,11 @@ def plan_pool(
     fleet = fleet_view(nodes)
     envelope = record_demand_peak(memory, pool_state.demand_gpus, now.timestamp(), config)
     warm_capacity = len(fleet.standby) + max(0, pool_state.max_nodes - fleet.powered - fleet.warm_stock)
-    damped = memory.damped_until is not None and now.timestamp() < memory.damped_until
-    target = target_capacity(pool_state, forecast_q90, price, config, envelope, warm_capacity, damped)
+    target = target_capacity(pool_state, forecast_q90, price, config, envelope, warm_capacity)
     tick = Tick(
         pool_state=pool_state, forecast_q90=forecast_q90, price=price, config=config, now=now,
         t=now.timestamp(), memory=memory, fleet=fleet, target=target, drain_status=drain_status,
-        base_inputs={**_base_inputs(pool_state, forecast_q90, price, fleet, target), "damped": damped},
+        base_inputs=_base_inputs(pool_state, forecast_q90, price, fleet, target),
     )
     _forget_gone_nodes(memory, nodes, tick.t)
     progress_drains(tick, {node.node_id: node for node in nodes})
@@ -222,10 +231,6 @@ def _scale_up(tick: Tick, needed: int) -> None:
     if leaving[:1] or warm or cold:
         memory.last_scale_up_at = tick.t
         memory.need_since = None
-        down = memory.last_scale_down_at
-        if down is not None and tick.t - down < tick.config.flap_window_minutes * 60:
-            # capacity just removed is needed again: hold a spare node for a keep window
-            memory.damped_until = tick.t + tick.config.keep_window_hours * _HOUR
 
 
 def _scale_down(tick: Tick, surplus: int) -> None:

@@ -9,9 +9,10 @@ warm pool, at the reference price. Demand, pending and idle are counted per minu
 Demand in the trace is read as demand at the reference price; a raised price sheds the
 delay-sensitive part by the guardrail's own demand curve, the residual floor stays.
 Both runs are scored with the same certificate at the same ticks: a violation is a tick
-whose applied (price, capacity serving over the tick) had non-negative backlog drift. An action is a minute in which
-the pool grew (any number of nodes) or shrank (any number of nodes); node power changes
-are counted separately.
+whose applied (price, capacity serving over the tick) had non-negative backlog drift. An
+action is a minute in which the pool grew, or shrank, by any number of nodes (the
+baseline removes non-empty nodes one at a time, so each of its removals is one); node
+power changes, priced-out demand and standby GPU-hours are reported next to them.
 """
 
 from __future__ import annotations

@@ -94,40 +94,45 @@ class PoolState:
 
 @dataclass(frozen=True)
 class ScalingConfig:
+    """Policy settings; times in minutes unless named otherwise, costs in the price unit.
+
+    The defaults are the values measured on the Helios replays (see `scaling-eval`);
+    `settings.scaling_config_from_config` overlays the project configuration.
+    """
+
     backlog: BacklogParams = field(default_factory=BacklogParams)
-    headroom_fraction: float = 0.0  # on top of q90 + the certificate margin; see the report
+    headroom_fraction: float = 0.0  # above the forecast quantile and the certificate margin
     headroom_min_gpus: float = 0.0
-    keep_window_hours: float = 12.0
-    keep_band_fraction: float = 0.15
-    flap_window_minutes: float = 0.0  # a scale-up this soon after a scale-down is a flap (0: off)
-    drainable_floor_window_hours: float = 168.0
-    drainable_floor_quantile: float = 1.0
+    keep_window_hours: float = 12.0  # recent peak that holds capacity against churn...
+    keep_band_fraction: float = 0.15  # ...up to this share of the need above it
     keep_headroom_fraction: float = 0.0
+    drainable_floor_window_hours: float = 168.0  # peak that must stay drainable at price_max
+    drainable_floor_quantile: float = 1.0  # of the hourly peaks in that window (1: the max)
     scale_up_extra_nodes: int = 0
-    max_transient_price_ratio: float = 1.5
-    scale_up_persistence_minutes: float = 60.0
-    urgent_persistence_minutes: float = 0.0  # a shortfall too dear to price must last this long
+    max_transient_price_ratio: float = 1.5  # a dearer shortfall is scaled, not priced
+    scale_up_persistence_minutes: float = 60.0  # a cheaper one must last this long
+    urgent_persistence_minutes: float = 3.0  # a dear one this long (one tick: not a blip)
     min_scale_down_nodes: int = 1
-    min_scale_down_fraction: float = 0.12
-    hysteresis_minutes: float = 15.0
-    scale_up_cooldown_minutes: float = 5.0
+    min_scale_down_fraction: float = 0.12  # smallest scale-down batch, share of the pool
+    hysteresis_minutes: float = 15.0  # a node must be unneeded this long
+    scale_up_cooldown_minutes: float = 5.0  # no scale-down this soon after a scale-up
     failed_scale_down_cooldown_minutes: float = 30.0
-    max_drain_attempts: int = 3
+    max_drain_attempts: int = 3  # then the node is reported as blocked_drain
     drain_timeout_minutes: float = 30.0
-    blocked_recheck_minutes: float = 360.0
+    blocked_recheck_minutes: float = 360.0  # one more attempt per period, never a loop
     drain_cost_per_gpu: float = 0.05
     replacement_cost_per_node: float = 2.0
-    max_expected_off_hours: float = 4.0
-    disruption_budget_pct: float = 10.0
+    max_expected_off_hours: float = 4.0  # cap on the saving a removal is credited with
+    disruption_budget_pct: float = 10.0  # busy nodes drained at once, share of the pool
     max_removals_per_hour: int = 6  # nodes with work drained per hour
-    warm_pool_nodes: int = 1
+    warm_pool_nodes: int = 1  # the warm pool's minimum size
     interval_minutes: float = 3.0  # the control tick the certificate covers
     warm_resume_minutes: float = 1.0  # a standby node serves the rest of the interval
 
     def __post_init__(self) -> None:
         for name in (
             "headroom_fraction", "headroom_min_gpus", "hysteresis_minutes",
-            "keep_window_hours", "keep_band_fraction", "keep_headroom_fraction", "flap_window_minutes",
+            "keep_window_hours", "keep_band_fraction", "keep_headroom_fraction",
             "drainable_floor_window_hours",
             "scale_up_persistence_minutes", "min_scale_down_fraction", "urgent_persistence_minutes",
             "scale_up_cooldown_minutes", "failed_scale_down_cooldown_minutes",
@@ -184,8 +189,7 @@ class ScalerMemory:
     Times are epoch seconds. `surplus_since[k]` is when the pool last started having at
     least k unneeded nodes without interruption (per-rank hysteresis). `demand_peaks` maps
     an hour (epoch seconds // 3600) to the highest demand observed in it: the envelope
-    below which the policy does not scale down. After a flap (a scale-up soon after a
-    scale-down) the band keeps at least one spare node until `damped_until`. `busy_drains` holds when drains of nodes
+    below which the policy does not scale down. `busy_drains` holds when drains of nodes
     with work started (the last day), for the hourly disruption budget.
     """
 
@@ -193,8 +197,6 @@ class ScalerMemory:
     last_scale_up_at: float | None = None
     need_since: float | None = None
     last_failed_scale_down_at: float | None = None
-    last_scale_down_at: float | None = None
-    damped_until: float | None = None
     surplus_since: dict[int, float] = field(default_factory=dict)
     draining: dict[str, float] = field(default_factory=dict)
     drain_failures: dict[str, int] = field(default_factory=dict)
@@ -216,8 +218,6 @@ class ScalerMemory:
                 last_scale_up_at=_opt_float(data.get("last_scale_up_at")),
                 need_since=_opt_float(data.get("need_since")),
                 last_failed_scale_down_at=_opt_float(data.get("last_failed_scale_down_at")),
-                last_scale_down_at=_opt_float(data.get("last_scale_down_at")),
-                damped_until=_opt_float(data.get("damped_until")),
                 surplus_since={int(k): float(v) for k, v in data.get("surplus_since", {}).items()},
                 draining={str(k): float(v) for k, v in data.get("draining", {}).items()},
                 drain_failures={str(k): int(v) for k, v in data.get("drain_failures", {}).items()},

@@ -25,6 +25,7 @@ CONFIG = ScalingConfig(
     backlog=BacklogParams(residual_share=0.2, elasticity=1.0, price_min=0.5, price_max=3.0),
     headroom_fraction=0.0, keep_window_hours=0.0, drainable_floor_window_hours=0.0,
     hysteresis_minutes=20.0, scale_up_cooldown_minutes=10.0, scale_up_persistence_minutes=0.0,
+    urgent_persistence_minutes=0.0,
     min_scale_down_fraction=0.0, warm_pool_nodes=0, max_removals_per_hour=10,
     disruption_budget_pct=50.0, interval_minutes=5.0,
 )
@@ -80,6 +81,15 @@ def test_transient_shortfall_is_priced_not_scaled_until_it_persists() -> None:
     assert allowed(later, "scale_up")
     big = plan(60.0, nodes(4, used=8.0), ScalerMemory("pool"), config=config)
     assert allowed(big, "scale_up")  # pricing cannot absorb it: scale at once
+
+
+def test_a_dear_shortfall_waits_one_tick_unless_no_price_drains_it() -> None:
+    config = cfg(scale_up_persistence_minutes=60.0, max_transient_price_ratio=1.5, urgent_persistence_minutes=3.0)
+    memory = ScalerMemory("pool")
+    assert not allowed(plan(50.0, nodes(4, used=8.0), memory, config=config), "scale_up")  # a blip?
+    assert allowed(plan(50.0, nodes(4, used=8.0), memory, minute=3, config=config), "scale_up")
+    undrainable = plan(200.0, nodes(4, used=8.0), ScalerMemory("pool"), config=config)
+    assert allowed(undrainable, "scale_up")  # even price_max cannot certify: no waiting
 
 
 def test_scale_down_waits_for_hysteresis_then_cordons_the_least_loaded() -> None:
