@@ -22,7 +22,8 @@ from market_pipeline.scaling.types import DrainStatus, NodeView, PoolState, Scal
 from market_pipeline.scaling.types import NodeState as ScalingNodeState
 from market_pipeline.warehouse import Warehouse
 
-POWER_ACTIONS = {"power_on", "scale_up", "power_off", "scale_down", "cordon", "uncordon"}
+# The actions scaling_actions_job carries out through the adapter (the rest only record).
+NODE_ACTIONS = ("power_on", "scale_up", "power_off", "scale_down", "cordon", "uncordon")
 
 
 def node_view(node: NodeInfo, tasks: Sequence[TaskInfo]) -> NodeView:
@@ -109,8 +110,8 @@ def pending_scaling_decisions(store: Warehouse) -> list[str]:
     """Approved, live, not yet executed scaling actions (what the scaling sensor launches)."""
     frame = store.query(
         "SELECT decision_id FROM decisions WHERE kind = 'scale' AND allowed AND NOT shadow "
-        "AND executed_at IS NULL AND action IN ('power_on', 'scale_up', 'power_off', 'scale_down', "
-        "'cordon', 'uncordon') ORDER BY decided_at, decision_id")
+        "AND executed_at IS NULL AND list_contains(?, action) ORDER BY decided_at, decision_id",
+        [list(NODE_ACTIONS)])
     return frame["decision_id"].to_list()
 
 
