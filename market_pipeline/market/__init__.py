@@ -45,7 +45,7 @@ _EXPORTS = {
     "DRAINABLE": "resources",
     "GUARANTEED": "resources",
     "ResourceSet": "resources",
-    "initial_prices": "solve",
+    "initial_prices": "cold_start",
     "solve_equilibrium": "solve",
 }
 

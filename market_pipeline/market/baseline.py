@@ -17,7 +17,7 @@ from scipy.optimize import brentq, minimize
 
 from market_pipeline.market.constraints import PriceConstraints
 from market_pipeline.market.problem import MarketProblem
-from market_pipeline.market.solve import initial_prices
+from market_pipeline.market.cold_start import identical_tenant_prices, initial_prices
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,11 @@ class _Tenants:
         return sum(self.mult[j] * self.best_response(j, prices) for j in range(len(self.families)))
 
 
-def solve_baseline(problem: MarketProblem, *, max_iterations: int = 200) -> BaselineResult:
+def solve_baseline(problem: MarketProblem, *, max_iterations: int = 200, start: str = "identical") -> BaselineResult:
+    """``start``: "identical" (the identical-tenant monopoly formula) or "grid" (the engine's
+    cold start)."""
+    if start not in ("identical", "grid"):
+        raise ValueError(f"baseline start {start!r}: expected 'identical' or 'grid'")
     started = time.perf_counter()
     res = problem.resources
     tenants = _Tenants(problem)
@@ -88,8 +92,9 @@ def solve_baseline(problem: MarketProblem, *, max_iterations: int = 200) -> Base
     if constraints.band_matrix.size:
         cons.append({"type": "ineq", "fun": lambda p: -(constraints.band_matrix @ p),
                      "jac": lambda p: -constraints.band_matrix})
-    start = constraints.project(initial_prices(problem))
-    outcome = minimize(lambda p: -float((p - res.unit_cost) @ demand(p)), start, method="SLSQP",
+    guess = identical_tenant_prices(problem) if start == "identical" else initial_prices(problem)
+    start_prices = constraints.project(guess)
+    outcome = minimize(lambda p: -float((p - res.unit_cost) @ demand(p)), start_prices, method="SLSQP",
                        bounds=list(zip(res.price_min, res.price_max)), constraints=cons,
                        options={"maxiter": max_iterations, "ftol": 1e-10})
     prices = np.clip(outcome.x, res.price_min, res.price_max)

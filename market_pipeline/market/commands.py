@@ -38,7 +38,7 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--baseline", action="store_true", help="also run the nested SciPy solver")
     bench.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    bench.add_argument("--repeat", type=int, default=1,
+    bench.add_argument("--repeat", type=int, default=3,
                        help="solves to time, of the engine and of the baseline (the fastest of each is reported)")
     bench.add_argument("--threads", type=int, default=SolverSettings.threads,
                        help="torch threads on CPU during the solve (default %(default)s)")

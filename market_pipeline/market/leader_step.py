@@ -88,6 +88,10 @@ class _Layout:
     band_rows: np.ndarray  # band rows touching a free price
     template: np.ndarray  # G with the Jacobian block left zero
     first_guess: np.ndarray  # active rows to start from: the elastic slacks at zero
+    all_free: bool  # no price is fixed (the usual case): plain slices instead of fancy indexing
+
+    def free_block(self, matrix: np.ndarray) -> np.ndarray:
+        return matrix if self.all_free else matrix[np.ix_(self.free, self.free)]
 
 
 def _layout(constraints: PriceConstraints, capacity: np.ndarray) -> _Layout:
@@ -110,7 +114,7 @@ def _layout(constraints: PriceConstraints, capacity: np.ndarray) -> _Layout:
     ])
     first_guess = np.zeros(template.shape[0], dtype=bool)
     first_guess[2 * nf:2 * nf + nc] = True
-    layout = _Layout(free, capped, band_rows, template, first_guess)
+    layout = _Layout(free, capped, band_rows, template, first_guess, free.size == capacity.size)
     constraints.cache[key] = layout
     return layout
 
@@ -140,9 +144,9 @@ def solve_step(model: LocalModel, constraints: PriceConstraints, radius: np.ndar
         capacity_rhs = model.capacity - model.demand
     n = nf + nc + int(kink)
     Q = np.zeros((n, n))
-    Q[:nf, :nf] = curvature[np.ix_(free, free)]
+    Q[:nf, :nf] = layout.free_block(curvature)
     G = layout.template.copy()
-    G[2 * nf + nc:2 * nf + 2 * nc, :nf] = model.jacobian[np.ix_(capped, free)]
+    G[2 * nf + nc:2 * nf + 2 * nc, :nf] = model.jacobian[capped][:, free]
     h = np.concatenate([step_up, step_down, np.zeros(nc), capacity_rhs[capped],
                         -(constraints.band_matrix[band_rows] @ p)])
     guess = layout.first_guess if active_guess is None else active_guess
@@ -174,8 +178,11 @@ def solve_step(model: LocalModel, constraints: PriceConstraints, radius: np.ndar
     trust_mult[free] = np.where(true_up, 0.0, z_up) + np.where(true_down, 0.0, z_down)
     capacity_multiplier = np.zeros(m)
     capacity_multiplier[capped] = z_cap
-    full_curvature = np.zeros((m, m))
-    full_curvature[np.ix_(free, free)] = Q[:nf, :nf]
+    if layout.all_free:
+        full_curvature = Q[:nf, :nf].copy()
+    else:
+        full_curvature = np.zeros((m, m))
+        full_curvature[np.ix_(free, free)] = Q[:nf, :nf]
     return StepSolution(delta, capacity_multiplier, full_curvature, rho, upper_mult, lower_mult, trust_mult, z_band,
                         active_rows, pieces, weights @ pieces / max(float(weights.sum()), 1e-300))
 

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from threadpoolctl import ThreadpoolController
 
+from market_pipeline.market.cold_start import initial_prices
 from market_pipeline.market.constraints import PriceConstraints
 from market_pipeline.market.errors import InstanceError, SolverError
 from market_pipeline.market.followers import follower_kkt_residual
@@ -26,7 +27,6 @@ from market_pipeline.market.report import (
     SolveReport,
     SolverSettings,
 )
-from market_pipeline.market.utility import QUADRATIC
 from market_pipeline.market.workspace import Workspace, borrowed
 
 FINE_RADIUS_AFTER_COARSE = 0.05
@@ -57,26 +57,6 @@ def compute_threads(settings: SolverSettings) -> Iterator[None]:
             yield
         finally:
             torch.set_num_threads(previous)
-
-
-def initial_prices(problem: MarketProblem, sample: int = 8192) -> np.ndarray:
-    """A cold start: per resource, the monopoly price sqrt(c * choke) of identical log tenants,
-    with the average choke price U'(0) of the tenants who want the resource (estimated on a
-    ``sample`` of tenants for large populations)."""
-    pop, res = problem.tenants, problem.resources
-    if pop.size > sample:
-        pop = pop.subsample(sample)
-    w, s = pop.weight, pop.saturation
-    mult = torch.ones(pop.size, dtype=w.dtype) if pop.multiplicity is None else pop.multiplicity
-    choke = w / s
-    for family, start, stop in pop.family_spans:
-        if family == QUADRATIC:
-            choke[start:stop] = w[start:stop]
-    wanted = (w > 0).to(w.dtype) * s * mult.unsqueeze(1)
-    mass = wanted.sum(dim=0)
-    mean_choke = torch.where(mass > 0, (wanted * choke).sum(dim=0) / mass.clamp_min(1e-300), 0.0).numpy()
-    guess = np.sqrt(np.maximum(res.unit_cost, 0.05 * mean_choke) * mean_choke)
-    return np.clip(np.where(mean_choke > 0, guess, res.price_min), res.price_min, res.price_max)
 
 
 def escape_plateau(pop: DevicePopulation, unit_cost: np.ndarray, constraints: PriceConstraints,
