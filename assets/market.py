@@ -16,7 +16,7 @@ from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.market import solve_equilibrium
 from market_pipeline.market_state import (
     capacity_by_pool,
-    demand_shift_by_pool,
+    expected_demand_by_pool,
     last_certified_prices,
     latest_solve,
     shadow_price_decisions,
@@ -103,7 +103,7 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
     now = tick_origin(adapter_now(fleet.get()), STEP_MINUTES)
     store = warehouse.get()
     capacity = capacity_by_pool(store)
-    inputs = build_market_problem(config, capacity, demand_shift_by_pool(store, now))
+    inputs = build_market_problem(config, capacity, expected_demand_by_pool(store, now))
     last = last_certified_prices(store)
     report = solve_equilibrium(
         inputs.problem,
@@ -119,6 +119,8 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
         "price": [round(v, 4) for v in body["prices"].values()],
         "demand_gpus": [round(v, 3) if v is not None else None for v in body["demand"].values()],
         "capacity_gpus": [float(inputs.problem.resources.capacity[i]) for i in range(len(body["prices"]))],
+        "demand_scale": [round(inputs.demand_scale_by_pool[inputs.pool_of_resource[name]], 3)
+                         for name in body["prices"]],
     })
     context.log.info("solve %s: %s, profit %.2f", record["solve_id"][0], body.get("status"), body["profit"] or 0)
     return dg.MaterializeResult(metadata={

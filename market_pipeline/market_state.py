@@ -27,8 +27,9 @@ def capacity_by_pool(store: Warehouse) -> dict[str, float]:
     return {row["pool_id"]: float(row["gpus"]) for row in frame.iter_rows(named=True)}
 
 
-def demand_shift_by_pool(store: Warehouse, origin: datetime) -> dict[str, float]:
-    """Forecast median an hour ahead over the demand observed now, per pool (1 = no shift)."""
+def expected_demand_by_pool(store: Warehouse, origin: datetime) -> dict[str, float]:
+    """GPUs each pool is expected to need over the next hour: the latest forecast's median an
+    hour ahead, else (no forecast yet) the latest observed demand."""
     frame = store.query(
         """
         WITH f AS (SELECT pool_id, q50 FROM demand_forecasts
@@ -36,14 +37,11 @@ def demand_shift_by_pool(store: Warehouse, origin: datetime) -> dict[str, float]
                      AND horizon_min = ?),
              d AS (SELECT pool_id, arg_max(demand, ts) AS demand_now FROM demand_history
                    WHERE ts < ? GROUP BY pool_id)
-        SELECT f.pool_id, f.q50, d.demand_now FROM f JOIN d USING (pool_id)
+        SELECT pool_id, coalesce(f.q50, d.demand_now) AS expected
+        FROM f FULL OUTER JOIN d USING (pool_id)
         """, [origin, FORECAST_HORIZON_MIN, origin])
-    shift = {}
-    for row in frame.iter_rows(named=True):
-        # No demand now: the solver's own population is the only basis, leave it unshifted.
-        if row["demand_now"] and row["demand_now"] > 0:
-            shift[row["pool_id"]] = max(float(row["q50"]), 0.0) / float(row["demand_now"])
-    return shift
+    return {row["pool_id"]: max(float(row["expected"]), 0.0) for row in frame.iter_rows(named=True)
+            if row["expected"] is not None}
 
 
 def last_certified_prices(store: Warehouse) -> dict[str, float]:

@@ -5,6 +5,13 @@ Every pool sells two resources, `<pool>/guaranteed` and `<pool>/drainable`. Both
 against the pool's powered GPUs for the next hour: drainable capacity is the same physical
 capacity, which guaranteed demand may reclaim by draining (the task-drain guardrail), so
 its price sits in the configured discount band below the guaranteed price.
+
+Calibration: the configured tenants' claims say how demand is shared and how it responds to
+price, not how much load there is. Each tick the population of a pool is scaled so that, at
+the pool's reference prices (its configured base price, drainable at the middle of the
+band), it would buy the GPUs the forecast expects for the next hour. The reference is fixed:
+anchoring at the prices in force instead would read price-insensitive load as ever-rising
+appetite and ratchet prices to the cap.
 """
 
 from __future__ import annotations
@@ -25,11 +32,13 @@ from market_pipeline.market import (
     SolveReport,
     SolverSettings,
     TenantPopulation,
+    demand_at,
 )
 
-# A forecast may move a pool's demand by at most this factor per tick: one noisy tick must
-# not swing prices through the whole band (the max price step bounds the rest).
-MAX_DEMAND_SHIFT = 4.0
+# The calibration may stretch or shrink a pool's configured appetite by at most this factor:
+# beyond it the claims no longer describe the load and need reconfiguring (the per-tick max
+# price step bounds how fast prices follow either way).
+MAX_DEMAND_SCALE = 20.0
 
 
 def resource_name(pool_id: str, resource_class: str) -> str:
@@ -41,14 +50,17 @@ class PricingInputs:
     problem: MarketProblem
     pool_of_resource: dict[str, str]
     class_of_resource: dict[str, str]
+    demand_scale_by_pool: dict[str, float]  # the calibration applied (1 = the claims as configured)
 
 
 def build_market_problem(
     config: MarketPipelineConfig,
     gpus_on_by_pool: Mapping[str, float],
-    demand_shift_by_pool: Mapping[str, float] | None = None,
+    expected_demand_by_pool: Mapping[str, float] | None = None,
 ) -> PricingInputs:
-    """The market for the next interval: capacity = powered GPUs x 1 h per pool."""
+    """The market for the next interval: capacity = powered GPUs x 1 h per pool, tenants
+    calibrated to ``expected_demand_by_pool`` (GPUs wanted next hour; pools left out keep
+    the configured claims)."""
     if not config.tenants:
         raise ValueError("tenants: the configuration registers no tenant claims to price against")
     names: list[str] = []
@@ -76,13 +88,36 @@ def build_market_problem(
     )
     tenants = _population(config, pools, classes)
     problem = MarketProblem(resources, tenants)
-    if demand_shift_by_pool:
-        shift = np.array([
-            float(np.clip(demand_shift_by_pool.get(p, 1.0), 1.0 / MAX_DEMAND_SHIFT, MAX_DEMAND_SHIFT))
-            for p in pools
-        ])
-        problem = problem.with_demand_scale(shift)
-    return PricingInputs(problem, dict(zip(names, pools)), dict(zip(names, classes)))
+    scale_by_pool = calibration_scale(config, problem, pools, expected_demand_by_pool or {})
+    if any(k != 1.0 for k in scale_by_pool.values()):
+        problem = problem.with_demand_scale(np.array([scale_by_pool[p] for p in pools]))
+    return PricingInputs(problem, dict(zip(names, pools)), dict(zip(names, classes)), scale_by_pool)
+
+
+def reference_prices(config: MarketPipelineConfig, pools: list[str], classes: list[str]) -> np.ndarray:
+    """Per resource, the configured base price (drainable: at the middle of the band)."""
+    mid_discount = (config.market.drainable_discount_min + config.market.drainable_discount_max) / 2
+    return np.array([config.pool_by_id[p].base_price * ((1 - mid_discount) if c == DRAINABLE else 1.0)
+                     for p, c in zip(pools, classes)])
+
+
+def calibration_scale(config: MarketPipelineConfig, problem: MarketProblem, pools: list[str],
+                      expected_demand_by_pool: Mapping[str, float]) -> dict[str, float]:
+    """Per pool, expected GPUs / what the configured tenants buy there at the reference
+    prices, within [1/MAX_DEMAND_SCALE, MAX_DEMAND_SCALE]; 1 where there is no expectation
+    or no tenant claims the pool's GPU model."""
+    scale = {p: 1.0 for p in pools}
+    wanted = {p: float(v) for p, v in expected_demand_by_pool.items() if p in scale and np.isfinite(v)}
+    if not wanted:
+        return scale
+    classes = list(problem.resources.resource_class)
+    modelled = demand_at(problem, reference_prices(config, pools, classes))
+    for pool_id, expected in wanted.items():
+        at_reference = float(sum(d for p, d in zip(pools, modelled) if p == pool_id))
+        if at_reference > 0:
+            scale[pool_id] = float(np.clip(max(expected, 0.0) / at_reference, 1.0 / MAX_DEMAND_SCALE,
+                                           MAX_DEMAND_SCALE))
+    return scale
 
 
 def _population(config: MarketPipelineConfig, pools: list[str], classes: list[str]) -> TenantPopulation:

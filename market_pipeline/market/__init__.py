@@ -47,6 +47,7 @@ _EXPORTS = {
     "ResourceSet": "resources",
     "initial_prices": "cold_start",
     "solve_equilibrium": "solve",
+    "demand_at": "solve",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -15,7 +15,7 @@ from threadpoolctl import ThreadpoolController
 from market_pipeline.market.cold_start import initial_prices
 from market_pipeline.market.constraints import PriceConstraints
 from market_pipeline.market.errors import InstanceError, SolverError
-from market_pipeline.market.followers import follower_kkt_residual
+from market_pipeline.market.followers import follower_kkt_residual, solve_followers
 from market_pipeline.market.leader import LeaderContext, LeaderResult, evaluate, local_model, run_leader
 from market_pipeline.market.leader_step import KKTParts, kkt_parts, solve_step
 from market_pipeline.market.population import DevicePopulation
@@ -57,6 +57,19 @@ def compute_threads(settings: SolverSettings) -> Iterator[None]:
             yield
         finally:
             torch.set_num_threads(previous)
+
+
+def demand_at(problem: MarketProblem, prices: np.ndarray) -> np.ndarray:
+    """Aggregate best-response demand per resource at ``prices`` (resource order): what the
+    tenants would buy if the platform posted them, e.g. to calibrate the population to the
+    load observed at known prices."""
+    prices = np.asarray(prices, dtype=np.float64)
+    if prices.shape != (problem.resources.size,) or not np.all(np.isfinite(prices)) or np.any(prices <= 0):
+        raise InstanceError(f"demand_at: need {problem.resources.size} finite positive prices, got {prices!r}")
+    with compute_threads(SolverSettings()), borrowed(problem.resources.size, torch.device("cpu")) as workspace:
+        pop = problem.tenants.on("cpu").using(workspace)
+        state = solve_followers(pop, torch.as_tensor(prices))
+        return pop.aggregate(state.demand).numpy().copy()
 
 
 def escape_plateau(pop: DevicePopulation, unit_cost: np.ndarray, constraints: PriceConstraints,
