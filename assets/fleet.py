@@ -5,7 +5,7 @@ import dagster as dg
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.demand import pool_snapshot
-from market_pipeline.inventory import gpus_frame, nodes_frame, tasks_frame
+from market_pipeline.inventory import gpus_frame, nodes_frame, tasks_frame, unpriced_nodes
 
 
 @dg.asset(group_name="fleet", pool="warehouse", kinds={"duckdb"})
@@ -38,6 +38,9 @@ def fleet_inventory(
     table = "| state | nodes |\n|---|---|\n" + "\n".join(
         f"| {state} | {count} |" for state, count in sorted(by_state.items()))
     context.log.info("fleet: %d nodes, %d GPUs, %d tasks", len(nodes), len(gpus), len(tasks))
+    unpriced = unpriced_nodes(nodes, set(fleet.config().pool_by_id))
+    if unpriced:
+        context.log.warning("GPUs in pools no configured pool prices: %s", unpriced)
     return dg.MaterializeResult(metadata={
         "observed_at": dg.MetadataValue.text(observed_at.isoformat()),
         "nodes": len(nodes),
@@ -45,6 +48,8 @@ def fleet_inventory(
         "running_tasks": len(tasks),
         "nodes_by_state": dg.MetadataValue.md(table),
         "pools": dg.MetadataValue.md(snapshot.to_pandas().to_markdown(index=False)),
+        "unpriced_gpus": sum(unpriced.values()),
+        "unpriced_pools": dg.MetadataValue.json(unpriced),
     })
 
 

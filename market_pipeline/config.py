@@ -45,6 +45,8 @@ class AdapterConfig(_Strict):
     workload_source: str = "builtin"
     dcgm_endpoint: str = ""
     operation_timeout_seconds: float = Field(10.0, gt=0)
+    # the zone of the host a real backend (nvml, dcgm) runs on: its pools are "<model>@<zone>"
+    zone: str = "local"
     # The simulated fleet: arrival profile ("diurnal" or a Helios per-minute CSV), placement
     # policy, and the UTC start of its clock (default: midnight a week ago, at first creation).
     arrival_source: str = "diurnal"
@@ -175,6 +177,9 @@ class GpuModel(_Strict):
     cost_per_gpu_hour: float = Field(gt=0)
     mig_profiles: list[str] = Field(default_factory=list)
     nvlink: bool = False
+    # product names the driver reports for this model (NVML / dcgm-exporter modelName), for
+    # names the token rule in hardware.naming does not resolve
+    device_names: list[str] = Field(default_factory=list)
 
 
 class Zone(_Strict):

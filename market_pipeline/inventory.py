@@ -10,6 +10,16 @@ import polars as pl
 from market_pipeline.hardware.protocol import GpuInfo, NodeInfo, TaskInfo
 
 
+def unpriced_nodes(nodes: Sequence[NodeInfo], configured_pools: set[str]) -> dict[str, int]:
+    """GPUs per pool id the adapter reports that no configured pool prices (a GPU model or
+    zone the config does not know: add the model's ``device_names`` or the pool)."""
+    out: dict[str, int] = {}
+    for node in nodes:
+        if node.pool_id not in configured_pools:
+            out[node.pool_id] = out.get(node.pool_id, 0) + node.gpus
+    return out
+
+
 def nodes_frame(nodes: Sequence[NodeInfo], observed_at: datetime) -> pl.DataFrame:
     return pl.DataFrame(
         {

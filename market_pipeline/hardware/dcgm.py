@@ -29,6 +29,7 @@ from market_pipeline.hardware.dcgm_exposition import (
     parse_exposition,
     scrape_samples,
 )
+from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, pool_id
 from market_pipeline.hardware.nvml_devices import mig_gpu_milli
 from market_pipeline.hardware.protocol import (
     GpuInfo,
@@ -54,7 +55,9 @@ class DcgmAdapter:
     backend = "dcgm"
 
     def __init__(self, sources: Sequence[str], timeout_seconds: float = 10.0,
-                 zone: str = DEFAULT_ZONE, clock: Callable[[], datetime] | None = None) -> None:
+                 zone: str = DEFAULT_ZONE, clock: Callable[[], datetime] | None = None,
+                 model_namer: Callable[[str], str] = identity_namer) -> None:
+        self._model_name = model_namer
         if not sources:
             raise DcgmSourceError("dcgm backend needs adapter.dcgm_endpoint (a URL or file)")
         self.sources = tuple(sources)
@@ -67,7 +70,8 @@ class DcgmAdapter:
     def from_config(cls, config: object) -> "DcgmAdapter":
         adapter = getattr(config, "adapter")
         sources = [s.strip() for s in str(adapter.dcgm_endpoint).split(",") if s.strip()]
-        return cls(sources, timeout_seconds=float(adapter.operation_timeout_seconds))
+        return cls(sources, timeout_seconds=float(adapter.operation_timeout_seconds), zone=adapter.zone,
+                   model_namer=DeviceModelNamer.from_config(config))
 
     def now(self) -> datetime:
         return self._clock()
@@ -118,7 +122,8 @@ class DcgmAdapter:
             for gpu in scrape.parents:
                 nodes.setdefault(gpu.hostname, []).append(gpu)
         return [
-            NodeInfo(node_id=host, pool_id=f"{gpus[0].model}@{self.zone}", gpu_model=gpus[0].model,
+            NodeInfo(node_id=host, pool_id=pool_id(self._model_name(gpus[0].model), self.zone),
+                     gpu_model=self._model_name(gpus[0].model),
                      zone=self.zone, gpus=len(gpus), state=NodeState.ON,
                      nvlink=any(g.fields.get(NVLINK_BANDWIDTH, 0.0) > 0 for g in gpus))
             for host, gpus in sorted(nodes.items())
@@ -131,7 +136,7 @@ class DcgmAdapter:
                 total = entity.mem_total_mib()
                 result.append(GpuInfo(
                     gpu_uuid=entity.uuid, node_id=entity.hostname, gpu_index=entity.gpu_index,
-                    gpu_model=entity.model, memory_total_mib=int(total or 0),
+                    gpu_model=self._model_name(entity.model), memory_total_mib=int(total or 0),
                     mig_profile=entity.mig_profile))
         return result
 
@@ -150,14 +155,14 @@ class DcgmAdapter:
             for entity in scrape.entities:
                 for namespace, pod in sorted(entity.pods):
                     task = tasks.setdefault(f"{namespace}/{pod}", {
-                        "tenant": namespace, "node": entity.hostname, "model": entity.model,
+                        "tenant": namespace, "node": entity.hostname, "model": self._model_name(entity.model),
                         "gpus": [], "milli": 1000, "mem": 0.0, "mig": entity.mig_profile,
                         "seen": scrape.scraped_at})
                     task["gpus"].append(entity.uuid)
                     task["milli"] = min(task["milli"], mig_gpu_milli(entity.mig_profile))
                     task["mem"] += entity.fields.get(FB_USED, 0.0)
         return [
-            TaskInfo(task_id=task_id, tenant_id=t["tenant"], pool_id=f"{t['model']}@{self.zone}",
+            TaskInfo(task_id=task_id, tenant_id=t["tenant"], pool_id=pool_id(t["model"], self.zone),
                      node_id=t["node"], gpu_uuids=tuple(t["gpus"]), gpu_milli=t["milli"],
                      kind=TaskKind.TRAINING, qos="unknown", priority=0,
                      resource_class=ResourceClass.GUARANTEED, started_at=t["seen"],

@@ -27,6 +27,7 @@ from typing import Any
 
 import polars as pl
 
+from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, pool_id
 from market_pipeline.hardware.nvml_devices import DeviceReading, NvmlReader, mig_gpu_milli
 from market_pipeline.hardware.nvml_processes import ProcessIdentity, identify_process
 from market_pipeline.hardware.protocol import (
@@ -52,8 +53,10 @@ class NvmlAdapter:
     def __init__(self, nvml: Any | None = None, node_id: str | None = None, zone: str = "local",
                  timeout_seconds: float = 10.0, proc_root: str = "/proc",
                  clock: Callable[[], datetime] | None = None,
-                 gpm_interval_seconds: float = 0.1) -> None:
+                 gpm_interval_seconds: float = 0.1,
+                 model_namer: Callable[[str], str] = identity_namer) -> None:
         self._nvml = nvml
+        self._model_name = model_namer
         self.node_id = node_id or socket.gethostname()
         self.zone = zone
         self.timeout_seconds = timeout_seconds
@@ -70,7 +73,8 @@ class NvmlAdapter:
     @classmethod
     def from_config(cls, config: object) -> "NvmlAdapter":
         adapter = getattr(config, "adapter")
-        return cls(timeout_seconds=float(adapter.operation_timeout_seconds))
+        return cls(zone=adapter.zone, timeout_seconds=float(adapter.operation_timeout_seconds),
+                   model_namer=DeviceModelNamer.from_config(config))
 
     def now(self) -> datetime:
         return self._clock()
@@ -193,16 +197,16 @@ class NvmlAdapter:
         gpus = [d for d in self._devices() if d.parent_uuid is None]
         if not gpus:
             return []
-        model = gpus[0].name
-        return [NodeInfo(node_id=self.node_id, pool_id=f"{model}@{self.zone}", gpu_model=model,
+        model = self._model_name(gpus[0].name)
+        return [NodeInfo(node_id=self.node_id, pool_id=pool_id(model, self.zone), gpu_model=model,
                          zone=self.zone, gpus=len(gpus), state=NodeState.ON,
                          nvlink=any(g.nvlink_peers for g in gpus))]
 
     def list_gpus(self) -> list[GpuInfo]:
         devices = self._devices()
-        names = {d.uuid: d.name for d in devices if d.parent_uuid is None}
+        names = {d.uuid: self._model_name(d.name) for d in devices if d.parent_uuid is None}
         return [GpuInfo(gpu_uuid=d.uuid, node_id=self.node_id, gpu_index=d.index,
-                        gpu_model=names.get(d.parent_uuid or d.uuid, d.name),
+                        gpu_model=names.get(d.parent_uuid or d.uuid, self._model_name(d.name)),
                         memory_total_mib=int(d.memory_total_mib or 0), mig_profile=d.mig_profile,
                         nvlink_peers=d.nvlink_peers)
                 for d in devices if not d.mig_enabled]
@@ -246,20 +250,20 @@ class NvmlAdapter:
         devices = self._devices()
         identities = self._identities(devices)
         by_task: dict[str, dict] = {}
-        models = {d.uuid: d.name for d in devices if d.parent_uuid is None}
+        models = {d.uuid: self._model_name(d.name) for d in devices if d.parent_uuid is None}
         for device in devices:
             for process in device.processes:
                 identity = identities[process.pid]
                 task = by_task.setdefault(identity.task_id, {
                     "identity": identity, "pid": process.pid, "gpus": [], "mem": 0.0,
                     "mig": device.mig_profile,
-                    "model": models.get(device.parent_uuid or device.uuid, device.name)})
+                    "model": models.get(device.parent_uuid or device.uuid, self._model_name(device.name))})
                 if device.uuid not in task["gpus"]:
                     task["gpus"].append(device.uuid)
                 task["mem"] += process.used_mib or 0.0
         return [
             TaskInfo(task_id=task_id, tenant_id=t["identity"].tenant_id,
-                     pool_id=f"{t['model']}@{self.zone}", node_id=self.node_id,
+                     pool_id=pool_id(t["model"], self.zone), node_id=self.node_id,
                      gpu_uuids=tuple(t["gpus"]), gpu_milli=mig_gpu_milli(t["mig"]),
                      kind=TaskKind.TRAINING, qos="unknown", priority=0,
                      resource_class=ResourceClass.GUARANTEED,
