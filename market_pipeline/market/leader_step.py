@@ -160,7 +160,14 @@ def solve_step(model: LocalModel, constraints: PriceConstraints, radius: np.ndar
         guess = np.concatenate([base_guess, np.ones(pieces.shape[0], dtype=bool)])
     else:
         q = np.concatenate([-model.gradient[free], np.full(nc, rho)])
-    result = solve_qp(Q, q, G, h, active_guess=guess if guess.shape[0] == h.shape[0] else None)
+    # Price steps in units of their box: a trust region shrunk to ~1e-6 of the price (kink
+    # search) next to a price at its bound (gap ~1e-14) leaves the interior point method's
+    # slacks at rounding level otherwise, and its dual residual never converges.
+    column = np.ones(n)
+    width = np.maximum(step_up, step_down)
+    column[:nf] = np.maximum(width, 1e-12 * max(1.0, float(width.max(initial=0.0))))
+    result = solve_qp(column[:, None] * Q * column[None, :], q * column, G * column[None, :], h,
+                      active_guess=guess if guess.shape[0] == h.shape[0] else None)
     z = result.z
     weights = z[h.shape[0] - pieces.shape[0]:] if kink else np.ones(1)
     active_rows = z > 1e-9 * max(1.0, float(z.max(initial=0.0)))
@@ -169,7 +176,7 @@ def solve_step(model: LocalModel, constraints: PriceConstraints, radius: np.ndar
     z_band = np.zeros(constraints.band_matrix.shape[0])
     z_band[band_rows] = z[2 * nf + 2 * nc:2 * nf + 2 * nc + int(band_rows.sum())]
     delta = np.zeros(m)
-    delta[free] = result.x[:nf]
+    delta[free] = result.x[:nf] * column[:nf]
     true_up = upper_gap <= radius[free]
     true_down = lower_gap <= radius[free]
     upper_mult, lower_mult, trust_mult = np.zeros(m), np.zeros(m), np.zeros(m)
