@@ -68,13 +68,25 @@ def candidates(model: TenantModel, floor_demand: np.ndarray, t0: float, seconds:
     return Candidates(times[order], tenant[order], pool[order], pods[order], u[order])
 
 
+def buy_ratio(demand: np.ndarray, floor_demand: np.ndarray) -> np.ndarray:
+    """(T, R) demand / floor demand per cell: a candidate with uniform u buys iff u < ratio
+    (its reservation price is met), so the ratio is the share of the floor stream bought."""
+    return np.where(floor_demand > 0, demand / np.where(floor_demand > 0, floor_demand, 1.0), 0.0)
+
+
 def thin(cands: Candidates, demand: np.ndarray, floor_demand: np.ndarray) -> tuple[Candidates, int]:
     """Keep each candidate with probability demand / floor demand of its cell; also return
     how many cells wanted more than the floor (the ratio is then capped at 1)."""
-    ratio = np.where(floor_demand > 0, demand / np.where(floor_demand > 0, floor_demand, 1.0), 0.0)
+    kept, _, overflow = split(cands, buy_ratio(demand, floor_demand))
+    return kept, overflow
+
+
+def split(cands: Candidates, ratio: np.ndarray) -> tuple[Candidates, Candidates, int]:
+    """The candidates that buy at `ratio` (see `buy_ratio`), those that do not, and how many
+    cells wanted more than the floor."""
     overflow = int((ratio > 1.0 + 1e-9).sum())
     keep = cands.u < ratio[cands.tenant, cands.pool]
-    return cands.keep(keep), overflow
+    return cands.keep(keep), cands.keep(~keep), overflow
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,16 @@
 """One pool's placement state: the shared capacity model and placement policy of the live
 pipeline (`market_pipeline.placement`), plus per-node room counters that skip policy calls
 which cannot succeed (a policy call scores every node of the pool; the counters are one
-vector test)."""
+vector test).
+
+Best-fit on pools without MIG GPUs (every openb pool) takes an incremental path,
+`IncrementalBestFit`: the live `BestFit` rule (same score expression, evaluated only on the
+feasible nodes; same slot choice) over per-node counters kept in step with every allocation
+and release, instead of re-deriving them from the (nodes x slots) arrays on every call. It
+picks exactly the placement `BestFit.choose` picks (tests/simulate/test_sim2_cluster.py
+replays random arrivals and releases through both); the simulator spends most of its time
+placing jobs, and this path is ~5x cheaper.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +33,50 @@ def typical_pods(requests: list[PodRequest]) -> TypicalPods:
     return TypicalPods.from_requests(requests)
 
 
+class IncrementalBestFit:
+    """`placement.policies.BestFit` for a capacity without MIG nodes, from counters kept by
+    the owner (`PoolCluster`): fully free GPUs, largest free share and free milli per node."""
+
+    name = "best_fit"
+
+    def __init__(self, cap: ClusterCapacity) -> None:
+        if cap.any_mig:
+            raise ValueError("IncrementalBestFit covers capacities without MIG nodes only")
+        # BestFit's normalisation: the largest node's CPU and GPU slots (fixed for a fleet)
+        self.cpu_scale = max(int(cap.cpu_total.max()), 1) if cap.n_nodes else 1
+        self.gpu_scale = max(int(cap.present.sum(axis=1).max()) * MILLI, 1) if cap.n_nodes else 1
+        self.domains = [row.tolist() for row in cap.domain]
+
+    def choose_among(self, cap: ClusterCapacity, req: PodRequest, rows: np.ndarray,
+                     free_sum: np.ndarray) -> Placement:
+        """The placement BestFit picks, given its feasible nodes `rows` (ascending)."""
+        gpu_left = free_sum[rows] - req.num_gpu * req.gpu_milli
+        score = 0.5 * (cap.cpu_free[rows] - req.cpu_milli) / self.cpu_scale + 0.5 * gpu_left / self.gpu_scale
+        node = int(rows[int(np.argmin(score))])
+        if req.num_gpu == 0:
+            return Placement(node, (), 0)
+        free = cap.gpu_free[node].tolist()
+        present = cap.present[node].tolist()
+        if req.fractional:  # the fullest GPU that fits, lowest slot on a tie
+            slot = min((f, s) for s, f in enumerate(free) if present[s] and f >= req.gpu_milli)[1]
+            return Placement(node, (slot,), req.gpu_milli)
+        return Placement(node, self._whole_slots(node, req.num_gpu, free, present), MILLI)
+
+    def _whole_slots(self, node: int, k: int, free: list[int], present: list[bool]) -> tuple[int, ...]:
+        """`policies.whole_gpu_slots`: inside the tightest NVLink domain with room for k, else
+        the domains with the most free GPUs first (lower id on a tie)."""
+        domain = self.domains[node]
+        by_domain: dict[int, list[int]] = {}
+        for s, f in enumerate(free):
+            if present[s] and f >= MILLI:
+                by_domain.setdefault(domain[s], []).append(s)
+        roomy = [(len(slots), d) for d, slots in by_domain.items() if len(slots) >= k]
+        if roomy:
+            return tuple(by_domain[min(roomy)[1]][:k])
+        ranked = [s for d in sorted(by_domain, key=lambda d: (-len(by_domain[d]), d)) for s in by_domain[d]]
+        return tuple(ranked[:k])
+
+
 class PoolCluster:
     """Free capacity, placement policy and bounds of one pool."""
 
@@ -40,28 +93,35 @@ class PoolCluster:
             [nodes.node_ids[i] for i in rows], models, nodes.gpus[rows].tolist(), nodes.cpu_milli[rows].tolist(),
             nodes.mem_mib[rows].tolist(), mig_sizes_by_model=mig, nvlink_domain_by_model=domain)
         self.policy = make_policy(policy, typical)
+        self.fast = IncrementalBestFit(self.cap) if policy == "best_fit" and not self.cap.any_mig else None
         self.capacity_gpus = float(self.cap.total_gpus())
-        # Per node: fully free GPUs and the largest free share of one GPU, kept in step with
-        # every allocation and release (one row at a time), so feasibility is a cheap test.
+        # Per node: fully free GPUs, the largest free share of one GPU and the free milli,
+        # kept in step with every allocation and release (one row at a time), so feasibility
+        # is a cheap test.
         self.node_full = (self.cap.gpu_free == MILLI).sum(axis=1)
         self.node_best = self.cap.gpu_free.max(axis=1)
+        self.node_free = self.cap.gpu_free.sum(axis=1).astype(np.int64)
         self.policy_calls = 0
 
     def _update(self, row: int) -> None:
         free = self.cap.gpu_free[row].tolist()  # a handful of slots: Python beats numpy calls here
         self.node_full[row] = free.count(MILLI)
         self.node_best[row] = max(free)
+        self.node_free[row] = sum(free)
 
-    def might_fit(self, req: PodRequest) -> bool:
-        """Whether some node has the GPUs, CPU and memory (exact off MIG; on MIG nodes the
-        slice geometry can still refuse, and the policy has the last word)."""
+    def _room(self, req: PodRequest) -> np.ndarray:
         cap = self.cap
         room = (cap.cpu_free >= req.cpu_milli) & (cap.mem_free >= req.mem_mib) & cap.schedulable
         if req.fractional:
             room &= self.node_best >= req.gpu_milli
         elif req.num_gpu:
             room &= self.node_full >= req.num_gpu
-        return bool(room.any())
+        return room
+
+    def might_fit(self, req: PodRequest) -> bool:
+        """Whether some node has the GPUs, CPU and memory (exact off MIG; on MIG nodes the
+        slice geometry can still refuse, and the policy has the last word)."""
+        return bool(self._room(req).any())
 
     def fits_node(self, req: PodRequest, row: int) -> bool:
         """The same test on one node (after a release there, only it can have new room)."""
@@ -73,10 +133,18 @@ class PoolCluster:
         return bool(self.node_full[row] >= req.num_gpu)
 
     def place(self, req: PodRequest) -> Placement | None:
-        if not self.might_fit(req):
-            return None
-        self.policy_calls += 1
-        placement = self.policy.choose(self.cap, req)
+        room = self._room(req)
+        if self.fast is not None:  # off MIG the room test is BestFit's feasibility, exactly
+            rows = np.flatnonzero(room)
+            if rows.size == 0:
+                return None
+            self.policy_calls += 1
+            placement = self.fast.choose_among(self.cap, req, rows, self.node_free)
+        else:
+            if not room.any():
+                return None
+            self.policy_calls += 1
+            placement = self.policy.choose(self.cap, req)
         if placement is not None:
             self.cap.allocate(req, placement)
             self._update(placement.node)

@@ -45,12 +45,17 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--elastic-elasticity", type=float, help="elastic tenants' price elasticity (default 2)")
     parser.add_argument("--rigid-elasticity", type=float, help="rigid tenants' price elasticity (default 0.2)")
     parser.add_argument("--guaranteed-cap", type=float,
-                        help="max guaranteed price / list price (default: billing peak coefficient)")
+                        help="max guaranteed price / list price, the promise to rigid tenants (default 1.05)")
     parser.add_argument("--tenants-per-class", type=int, help="tenants per class (default 16)")
     parser.add_argument("--budget-headroom", type=float,
                         help="tenant budget / spend at the list price - 1 (default 0.25)")
     parser.add_argument("--unit-cost-share", type=float,
                         help="unit cost / list price for models the config does not price (default 0.5)")
+    parser.add_argument("--elastic-patience-hours", type=float,
+                        help="hours priced-out elastic work waits for a price it accepts (default 24; 0: lost)")
+    parser.add_argument("--avoidable-cost-share", type=float,
+                        help="share of the unit cost a sold GPU-hour adds, what the leader prices against "
+                             "(default 1; the rest is charged on the powered fleet)")
     parser.add_argument("--workers", type=int, help="processes for the strategies (default: CPUs)")
     parser.add_argument("--config", help="TOML config (default: shipped or MARKET_PIPELINE_CONFIG)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -83,7 +88,8 @@ def _settings(args: argparse.Namespace) -> Any:
     changes = {key: getattr(args, attr) for key, attr in (
         ("elastic_elasticity", "elastic_elasticity"), ("rigid_elasticity", "rigid_elasticity"),
         ("guaranteed_cap", "guaranteed_cap"), ("tenants_per_class", "tenants_per_class"),
-        ("budget_headroom", "budget_headroom"), ("unit_cost_share", "unit_cost_share"))
+        ("budget_headroom", "budget_headroom"), ("unit_cost_share", "unit_cost_share"),
+        ("elastic_patience_hours", "elastic_patience_hours"), ("avoidable_cost_share", "avoidable_cost_share"))
         if getattr(args, attr) is not None}
     return SimulationSettings(days=args.days, tick_minutes=args.tick_minutes, seed=args.seed,
                               strategies=tuple(args.strategies), placement_policy=args.policy,

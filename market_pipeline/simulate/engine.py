@@ -2,7 +2,8 @@
 
 Events: arrivals (generated per tick, sorted), job finishes and drain completions (a heap).
 At each tick start the strategy posts prices from a `MarketView`; the tenants' demand at
-those prices sets the tick's arrivals. A job is placed at once by the pool's placement
+those prices sets the tick's arrivals, and deferred elastic work whose price is met now is
+submitted (`deferral`: turned-away elastic work waits for a price it accepts). A job is placed at once by the pool's placement
 policy or waits in its pool's queue (rigid jobs first, then elastic; within a class by
 request shape, oldest first); whenever capacity frees up the queue is retried. Billing
 integrates each class's running GPUs times the posted price; a drained job stops paying
@@ -23,8 +24,9 @@ import numpy as np
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.placement.capacity import Placement, PodRequest
 from market_pipeline.placement.typical import TypicalPods
-from market_pipeline.simulate.arrivals import InitialJobs, candidates, thin
+from market_pipeline.simulate.arrivals import InitialJobs, buy_ratio, candidates, split
 from market_pipeline.simulate.cluster import PoolCluster
+from market_pipeline.simulate.deferral import DeferredDemand
 from market_pipeline.simulate.drains import DrainController
 from market_pipeline.simulate.inputs import FleetNodes, PodTable, expected_sm_share
 from market_pipeline.simulate.jobs import DONE, DRAINING, QUEUED, RUNNING, Jobs
@@ -66,6 +68,7 @@ class StrategyRun:
                          for p in inputs.pools]
         self.capacity = np.array([c.capacity_gpus for c in self.clusters])
         self.unit_cost = np.array([p.prices.unit_cost for p in inputs.pools])
+        self.serve_cost = np.array([p.prices.serve_cost for p in inputs.pools])
         self.jobs = Jobs()
         self.meter = Meter(len(inputs.pools), s.ticks)
         self.queues: list[tuple[dict, dict]] = [({}, {}) for _ in inputs.pools]
@@ -80,6 +83,7 @@ class StrategyRun:
         self.pod_gpus = inputs.pods.gpus.tolist()
         self.pod_runtime = inputs.pods.runtime_s.tolist()
         self.pod_use = (inputs.pods.gpus * expected_sm_share(inputs.pods)).tolist()  # used GPUs per job
+        self.deferred = DeferredDemand(inputs.model.elastic, 3600.0 * s.economics.elastic_patience_hours)
         self.tick = 0
         self._no_room: dict[tuple[int, int, int], int] = {}  # (pool, shape) -> tick a drain plan failed
 
@@ -101,16 +105,22 @@ class StrategyRun:
                 self.drainer.prune(t0)
             wanted = best_response(inputs.model, prices)
             k = float(inputs.load_index[tick])
+            ratio = buy_ratio(wanted, inputs.floor_demand)  # the load index k cancels out
+            late = self.deferred.release(ratio, t0)
+            for i in range(late.size):  # deferred elastic work that buys at this tick's price
+                self._arrive(int(late.tenant[i]), int(late.pool[i]), int(late.pod[i]), t0)
             cands = candidates(inputs.model, inputs.floor_demand * k, t0, self.tick_s, s.seed, tick)
-            kept, overflow = thin(cands, wanted * k, inputs.floor_demand * k)
+            kept, turned_away, overflow = split(cands, ratio)
+            self.deferred.add(turned_away)
             self.meter.thinning_overflow += overflow
             for i in range(kept.size):
                 t = float(kept.time[i])
                 self._until(t)
                 self._arrive(int(kept.tenant[i]), int(kept.pool[i]), int(kept.pod[i]), t)
             self._until(t0 + self.tick_s)
-            self.meter.close_tick(tick, t0 + self.tick_s, self.tick_s, prices, self.capacity, self.unit_cost)
-            self.meter.arrivals[tick] = kept.size
+            self.meter.close_tick(tick, t0 + self.tick_s, self.tick_s, prices, self.capacity, self.unit_cost,
+                                 self.serve_cost)
+            self.meter.arrivals[tick] = kept.size + late.size
             self.history.append(kept.size / max(self._expected_arrivals(wanted), 1e-9))
             if progress is not None:
                 progress(tick)
@@ -317,6 +327,7 @@ class StrategyRun:
             extra.update(summary())
         if self.drainer is not None:
             extra["drain_blocked"] = dict(self.drainer.blocked)
+        extra.update(self.deferred.summary())
         return summarize(self.strategy.name, meter, self.capacity, end, len(jobs), started, len(waiting), extra)
 
 

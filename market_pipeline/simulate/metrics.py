@@ -64,7 +64,8 @@ class Meter:
         self.used_now[r] += used
 
     def pending(self, r: int, cls: int, gpus: float) -> None:
-        self.pending_now[r][cls] += gpus
+        left = self.pending_now[r][cls] + gpus
+        self.pending_now[r][cls] = left if left > 1e-9 else 0.0  # fractional GPUs leave float drift
 
     def allocated(self) -> np.ndarray:
         return np.array(self.alloc_now)
@@ -73,7 +74,9 @@ class Meter:
         return np.array(self.pending_now)
 
     def close_tick(self, tick: int, t: float, seconds: float, prices: np.ndarray, capacity: np.ndarray,
-                   unit_cost: np.ndarray) -> None:
+                   unit_cost: np.ndarray, serve_cost: np.ndarray) -> None:
+        """Close the tick: revenue at its prices; cost = the powered capacity's fixed part
+        (unit - serve cost per GPU-hour, sold or idle) + serve cost per allocated GPU-hour."""
         for r in range(self.pools):
             self._advance(r, t)
         alloc, bill = np.array(self.alloc_area), np.array(self.bill_area)
@@ -81,7 +84,8 @@ class Meter:
         self.revenue_by_class += (bill * prices.reshape(-1, 2)).sum(axis=0) / 3600.0
         self.billed_gpu_hours += bill.sum(axis=0) / 3600.0
         self.allocated_gpu_hours += alloc.sum(axis=0) / 3600.0
-        self.cost += float((alloc.sum(axis=1) * unit_cost).sum()) / 3600.0
+        self.cost += float((alloc.sum(axis=1) * serve_cost).sum()) / 3600.0
+        self.cost += float((capacity * (unit_cost - serve_cost)).sum()) * seconds / 3600.0
         self.utilization[tick] = alloc.sum(axis=1) / seconds / np.maximum(capacity, 1e-9)
         self.allocated_by_class[tick] = alloc.sum(axis=0) / seconds
         self.used_gpu_hours += sum(self.used_area) / 3600.0

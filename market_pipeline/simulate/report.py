@@ -97,6 +97,38 @@ def target_checks(strategies: dict[str, dict[str, Any]], placement: dict[str, di
     return checks
 
 
+def model_notes(economics: Any) -> list[str]:
+    """The modelled mechanisms and the assumptions that bound the result, in words, with this
+    run's values (the JSON `model_notes` and the HTML page show them)."""
+    e = economics
+    cap = "the billing peak coefficient" if e.guaranteed_cap is None else f"{e.guaranteed_cap:g} x list"
+    return [
+        "Calibration (every strategy alike): at the list price each tenant demands its share of "
+        f"the trace's load; price elasticity there {e.elastic_elasticity:g} (elastic: BE, Burstable) / "
+        f"{e.rigid_elasticity:g} (rigid: LS, Guaranteed); budget {1 + e.budget_headroom:g} x spend at "
+        "the list price.",
+        f"Budgets bound revenue: no tenant spends more than {1 + e.budget_headroom:g} x its list-price "
+        "spend per hour at the same load, so any strategy's revenue is at most about that multiple "
+        "of static's (plus deferred elastic work bought later).",
+        f"Guaranteed (rigid) price capped at {cap}: the solver's price_max for the guaranteed class, "
+        "the backlog shield and the utilisation premium all respect it; the drainable class sells "
+        "at least the configured minimum discount below it.",
+        f"Time shifting: priced-out elastic work waits up to {e.elastic_patience_hours:g} h for a tick "
+        "whose price it accepts (same reservation price), else it is lost; priced-out rigid work is "
+        "lost. Under a constant price nothing deferred is bought later.",
+        "Queueing: every strategy queues what it admitted but cannot place (rigid first); nobody "
+        "abandons a queue. Utilisation = allocated GPU-seconds / GPU-seconds of the (fixed, always "
+        "powered) fleet, the same for every strategy.",
+        f"Cost: the leader prices against {e.avoidable_cost_share:g} x the unit cost per sold GPU-hour; "
+        f"profit also charges {1 - e.avoidable_cost_share:g} x the unit cost on every powered GPU-hour."
+        + (" With the full cost per sold GPU-hour and the elastic elasticity at the Lerner value, the "
+           "list price is the elastic segment's best price: the leader discounts the drainable class "
+           "only as far as the band forces it, and fills idle capacity only if it is priced as sunk."
+           if e.avoidable_cost_share >= 1.0 and abs(e.elastic_elasticity * (1 - e.unit_cost_share) - 1) < 1e-9
+           else ""),
+    ]
+
+
 def build_report(inputs: RunInputs, results: dict[str, StrategyResult], placement: dict[str, dict[str, Any]],
                  timing: dict[str, float], sources: dict[str, Any]) -> dict[str, Any]:
     s = inputs.settings
@@ -124,6 +156,7 @@ def build_report(inputs: RunInputs, results: dict[str, StrategyResult], placemen
         },
         "settings": {k: v for k, v in dataclasses.asdict(s).items() if k != "economics"},
         "assumptions": dataclasses.asdict(s.economics),
+        "model_notes": model_notes(s.economics),
         "timing": timing,
         "series": _series(inputs, results),
         "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -135,6 +135,6 @@ td,th{{border:1px solid #ccc;padding:3px 7px;text-align:right}}th{{background:#e
 <h2>Placement at saturation</h2>{_md_table(placement_table_markdown(report)) if report.get("placement") else "<p>not run</p>"}
 <h2>Plots</h2>{"".join(plots)}
 <h2>Inputs</h2><pre>{html.escape(json.dumps(facts, indent=1))}</pre>
-<h2>Assumptions</h2><pre>{html.escape(json.dumps(report.get("assumptions"), indent=1))}</pre>
+<h2>Assumptions</h2><ul>{"".join(f"<li>{html.escape(n)}</li>" for n in report.get("model_notes", []))}</ul><pre>{html.escape(json.dumps(report.get("assumptions"), indent=1))}</pre>
 <h2>Settings and timing</h2><pre>{html.escape(json.dumps({"settings": report.get("settings"), "timing": report.get("timing")}, indent=1))}</pre>
 </body></html>"""

@@ -34,6 +34,13 @@ class EconomicAssumptions:
     price with unit cost = half the list price (the configured pools' cost/base ratio): the
     list price is assumed to be the best uniform price for the elastic segment, so a lower
     drainable price has to earn its keep through volume.
+
+    What these bound (measured on openb + Helios, 7 days; see the report's `model_notes`):
+    a tenant never spends more than (1 + `budget_headroom`) x its list-price spend, so no
+    strategy's revenue exceeds about that multiple of static's; with the rigid price capped
+    at `guaranteed_cap` and the leader pricing against the full unit cost, the drainable
+    price sits at the band's edge (the Lerner price is the list price) and, with no pool
+    congested, does not vary over the day, so deferred elastic work finds no cheaper tick.
     """
 
     elastic_qos: tuple[str, ...] = ("BE", "Burstable")
@@ -44,12 +51,29 @@ class EconomicAssumptions:
     elasticity_spread: float = 0.25
     budget_headroom: float = 0.25
     unit_cost_share: float = 0.5  # unit cost / list price where the config has no cost
+    # Share of the unit cost (TCO per powered GPU-hour) that selling a GPU-hour adds; the
+    # leader prices against it, profit charges the rest on the powered capacity, sold or
+    # idle. 1.0 (default): every cost is per sold GPU-hour, as the live pipeline's solver
+    # sees the configured cost (the scaler can power idle nodes down). The simulated fleet,
+    # though, is fixed and always powered, so strictly only the energy of a busy over an
+    # idle GPU is avoidable: (TDP - idle) x PUE x energy price, e.g. A100 (400 - 55) W x
+    # 1.3 x 0.10 $/kWh = 0.045 $/h, ~4% of the config's 1.20 $/h (`--avoidable-cost-share
+    # 0.04`). Not the default because the engine's QP stops converging on such instances
+    # (near-flat profit once budgets bind: measured 167 of 168 solves fall back).
+    avoidable_cost_share: float = 1.0
     # Price bounds relative to the list price (median of the configured pools' ratios when None).
     price_floor: float | None = None
     price_ceiling: float | None = None
-    # Cap on the guaranteed class relative to the list price: a promise to rigid tenants.
-    # None: the billing peak time coefficient, the surcharge rigid tenants already accept.
-    guaranteed_cap: float | None = None
+    # Cap on the guaranteed class relative to the list price: the platform's promise to rigid
+    # tenants (seed 000 §5.2: rigid tenants pay about 5% more for the assurance). It bounds
+    # the solver's price_max for the guaranteed class, the backlog shield's price and the
+    # utilisation-based premium alike. None: the billing peak time coefficient instead.
+    guaranteed_cap: float | None = 1.05
+    # Elastic work (drain tolerant, delay insensitive: batch training, sweeps) that does not
+    # buy at a tick's price is deferred, not lost: it waits in its tenant's backlog and is
+    # submitted at the first later tick whose price it accepts, for up to this many hours
+    # (one daily cycle: off-peak comes round within it). 0: priced-out work is lost.
+    elastic_patience_hours: float = 24.0
     utilization_threshold: float = 0.85  # seed 000 §2.3: the premium starts at 85%
     utilization_doubling: float = 0.15  # ... and doubles the price 15 points above it
     packing_efficiency: float = 0.95  # share of a pool the engine may sell (fragmentation)
@@ -62,9 +86,11 @@ class EconomicAssumptions:
             "elasticity_spread": 0 <= self.elasticity_spread < 1,
             "budget_headroom": self.budget_headroom > 0,
             "unit_cost_share": 0 <= self.unit_cost_share < 1,
+            "avoidable_cost_share": 0 <= self.avoidable_cost_share <= 1,
             "price_floor": self.price_floor is None or 0 < self.price_floor <= 1,
             "price_ceiling": self.price_ceiling is None or self.price_ceiling >= 1,
             "guaranteed_cap": self.guaranteed_cap is None or self.guaranteed_cap >= 1,
+            "elastic_patience_hours": 0 <= self.elastic_patience_hours <= 24 * 31,
             "utilization_threshold": 0 < self.utilization_threshold < 1,
             "utilization_doubling": self.utilization_doubling > 0,
             "packing_efficiency": 0 < self.packing_efficiency <= 1,
@@ -129,7 +155,8 @@ class PoolPrices:
 
     model: str
     list_price: float
-    unit_cost: float
+    unit_cost: float  # TCO per powered GPU-hour
+    serve_cost: float  # the part of it a sold GPU-hour adds (what the leader prices against)
     price_min: float
     price_max: float  # any class
     guaranteed_max: float
@@ -163,6 +190,7 @@ def pool_prices(models: tuple[str, ...], config: MarketPipelineConfig,
             price = PRICE_PER_TDP_WATT * known_spec(model).tdp_w
             low, high = floor * price, ceiling * price
         cost = gpu.cost_per_gpu_hour if gpu is not None else economics.unit_cost_share * price
-        out.append(PoolPrices(model, price, cost, low, high, min(high, cap * price),
+        out.append(PoolPrices(model, price, cost, economics.avoidable_cost_share * cost, low, high,
+                              min(high, cap * price),
                               market.drainable_discount_min, market.drainable_discount_max))
     return tuple(out)

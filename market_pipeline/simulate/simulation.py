@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,6 +33,7 @@ def simulate(config: MarketPipelineConfig, settings: SimulationSettings, pods: P
     default the fleet and pod tables themselves); return the report."""
     torch.set_num_threads(1)  # the solves are tiny; threads only contend with the event loop
     started = time.perf_counter()
+    cpu_started = _cpu_seconds()
     inputs = build_inputs(config, settings, pods, nodes, load)
     built = time.perf_counter()
     if placement and experiment is None:
@@ -45,10 +47,17 @@ def simulate(config: MarketPipelineConfig, settings: SimulationSettings, pods: P
               "run_seconds": round(done - built, 3),  # strategies and placement replay, in parallel
               "total_seconds": round(done - started, 3),
               "placement_seconds": round(placement_seconds, 3),
+              # this process and its finished workers: the machine's other load does not count
+              "cpu_seconds": round(_cpu_seconds() - cpu_started, 3),
               "per_strategy_seconds": {n: r.extra.get("wall_seconds") for n, r in results.items()},
               "workers": workers, "cpus": os.cpu_count()}
     sources = {"pods": pods.source, "nodes": nodes.source, "load": load.source, **(sources or {})}
     return build_report(inputs, results, compared, timing, sources)
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _timed(task: Callable[[], Any]) -> tuple[Any, float]:

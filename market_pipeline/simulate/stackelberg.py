@@ -107,7 +107,7 @@ class StackelbergPricing:
             g, d = 2 * r, 2 * r + 1
             forecast = max((demand[g] + demand[d]) * spread, float(view.demand[r]))
             state = BacklogState(pool=pool.pool_id, demand_forecast_gpus=forecast, reference_price=prices[g],
-                                 backlog_gpus=float(view.pending[r].sum()),
+                                 backlog_gpus=max(float(view.pending[r].sum()), 0.0),  # float drift: -1e-15
                                  max_capacity_gpus=float(view.capacity[r]),
                                  capacity_step_gpus=float(pool.max_node_gpus))
             result = shield(PriceCapacityAction(prices[g], float(view.capacity[r])), state, self.params[r])

@@ -110,7 +110,7 @@ def resource_set(pools: tuple[Pool, ...], capacity: np.ndarray | None = None) ->
             names.append(name)
             classes.append(cls)
             pool_ids.append(pool.pool_id)
-            cost.append(pp.unit_cost)
+            cost.append(pp.serve_cost)
             drain_floor = (1.0 - pp.discount_max) * pp.price_min
             low.append(pp.price_min if cls == GUARANTEED else drain_floor)
             high.append(pp.guaranteed_max if cls == GUARANTEED else (1.0 - pp.discount_min) * pp.guaranteed_max)
