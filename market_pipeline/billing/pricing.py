@@ -89,9 +89,12 @@ def month_to_date_gpu_hours(warehouse: Warehouse | None, tenant_id: str, at: dt.
         return Decimal(0)
     month = at.astimezone(dt.timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     try:
+        # the hourly invoice lines hold the same sums as the rated rows (per-row rounded
+        # GPU-hours), already aggregated: no need to rate the month's usage again
         frame = warehouse.query(
-            "SELECT coalesce(sum(consumed_gpu_hours), 0) AS h FROM fct_rated_usage"
-            " WHERE tenant_id = ? AND charge_period_start >= ? AND charge_period_start < ?",
+            "SELECT coalesce(sum(consumed_gpu_hours), 0) AS h FROM fct_invoice_lines"
+            " WHERE tenant_id = ? AND period_grain = 'hour' AND charge_category = 'Usage'"
+            " AND period_start >= ? AND period_start < ?",
             [tenant_id, month, at])
     except WarehouseError:
         return Decimal(0)

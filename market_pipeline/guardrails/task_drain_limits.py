@@ -29,6 +29,7 @@ class DrainReason(str, enum.Enum):
     SCALE_DOWN = "scale_down"  # the scaler wants the node empty
     UNDER_USED = "under_used"  # the task sits on GPUs it does not use
     MANUAL = "manual"  # an operator asked
+    BUDGET = "budget"  # the tenant's balance or hard cap ran out (billing budget guard)
 
 
 class DrainLimitsError(ValueError):

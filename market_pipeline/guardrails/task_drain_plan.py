@@ -1,9 +1,10 @@
 """Which tasks to drain this tick: triggers, ordering and limits -> drain decisions.
 
 Triggers, most urgent first: pool pressure (allocation above the threshold: free GPUs until
-it is back under, lowest priority and most drainable first), scale-down (the scaler asked
-for a node to be emptied), under-use (a task below the utilisation threshold for the whole
-window). Each triggered task gets one decision, approved or blocked with its reasons; an
+it is back under, lowest priority and most drainable first), operator requests, budget
+(the tenant's billing budget guard blocked it and the grace period is over: all its running
+tasks), scale-down (the scaler asked for a node to be emptied), under-use (a task below the
+utilisation threshold for the whole window). Each triggered task gets one decision, approved or blocked with its reasons; an
 approval counts against the caps and budgets of the decisions after it in the same batch.
 The same function runs live and in the simulator.
 """
@@ -39,6 +40,9 @@ from market_pipeline.guardrails.task_drain_score import (
 from market_pipeline.hardware.protocol import NodeInfo, NodeState, TaskInfo
 
 
+SCORE_EXEMPT = frozenset({DrainReason.MANUAL, DrainReason.BUDGET})
+
+
 @dataclass(frozen=True)
 class SelectionPolicy:
     under_use_util_pct: float
@@ -69,6 +73,8 @@ class PlanningInputs:
     history_by_tenant: Mapping[str, DrainHistory] = field(default_factory=dict)
     scale_down_nodes: Sequence[str] = ()
     manual_task_ids: Sequence[str] = ()
+    # tenant -> why: tenants a budget guard blocked, grace period over (task_drain_budget)
+    budget_blocked_tenants: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,8 @@ class _Batch:
                                         ledger_now=self.ledger_now, ledger=self.ledger,
                                         pool_nodes=pool_nodes)
         score = self.scores[task.task_id]
-        if reason is not DrainReason.MANUAL and score.score < self.policy.min_score:
+        # an operator's or a budget drain is not about how cheap the task is to drain
+        if reason not in SCORE_EXEMPT and score.score < self.policy.min_score:
             blockers.append(f"low_score: drainability {score.score:.2f} "
                             f"< {self.policy.min_score:.2f}")
         decision = DrainDecision(
@@ -172,6 +179,10 @@ def plan_drains(inputs: PlanningInputs, policy: SelectionPolicy,
     for task_id in inputs.manual_task_ids:
         for task in (t for t in ordered if t.task_id == task_id and t.task_id not in batch.chosen):
             batch.consider(task, DrainReason.MANUAL, "operator request")
+    for task in ordered:
+        why = inputs.budget_blocked_tenants.get(task.tenant_id)
+        if why is not None and task.task_id not in batch.chosen:
+            batch.consider(task, DrainReason.BUDGET, why)
     for node_id in inputs.scale_down_nodes:
         for task in (t for t in ordered if t.node_id == node_id and t.task_id not in batch.chosen):
             batch.consider(task, DrainReason.SCALE_DOWN, f"scaler empties node {node_id}")

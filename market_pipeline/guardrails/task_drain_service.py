@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from market_pipeline.guardrails.task_drain_budget import budget_triggers, load_budget_blocks
 from market_pipeline.guardrails.task_drain_executor import (
     Clock,
     DrainExecutor,
@@ -76,11 +77,14 @@ def gather_planning_inputs(warehouse: Warehouse, adapter: NodeAdapter, config: A
     ledger = load_ledger(warehouse, shadow,
                          ledger_window_start(wall_now, limits.decision_ttl_seconds))
     by_task, by_tenant = load_history(warehouse)
+    # budget guards decide on the fleet's clock, so their grace period is checked on it too
+    budget = budget_triggers(load_budget_blocks(warehouse, fleet_now, shadow))
     inputs = PlanningInputs(
         fleet_now=fleet_now, tasks=adapter.list_tasks(), nodes=adapter.list_nodes(),
         samples=samples, ledger=ledger, shadow=shadow, ledger_now=wall_now,
         history_by_task=by_task, history_by_tenant=by_tenant,
-        scale_down_nodes=tuple(scale_down_nodes), manual_task_ids=tuple(manual_task_ids))
+        scale_down_nodes=tuple(scale_down_nodes), manual_task_ids=tuple(manual_task_ids),
+        budget_blocked_tenants=budget)
     return inputs, source
 
 

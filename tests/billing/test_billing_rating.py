@@ -102,7 +102,8 @@ def test_billing_crash_mid_rollup_then_rerun_leaves_no_duplicate_or_gap(warehous
     before = invoice_snapshot(warehouse_copy)
     with duckdb.connect(str(warehouse_copy.path)) as con:  # wipe the marts' rows: a half-done state
         con.execute("DELETE FROM fct_invoice_lines WHERE period_grain = 'hour'")
-        con.execute("DELETE FROM int_rated_usage WHERE usage_hour = TIMESTAMP '2026-03-02 10:00:00'")
+        con.execute("DELETE FROM int_rated_segments WHERE usage_hour = TIMESTAMP '2026-03-02 10:00:00'")
+        con.execute("DELETE FROM int_commitment_tiers WHERE usage_hour = TIMESTAMP '2026-03-02 10:00:00'")
     child = multiprocessing.get_context("fork").Process(target=_rollup_then_hang, args=(str(warehouse_copy.path),))
     child.start()
     time.sleep(float(os.environ.get("BILLING_CRASH_AFTER_S", "2.0")))

@@ -1,7 +1,9 @@
-{{ config(materialized='ephemeral') }}
--- Commitment tier per tenant and hour: the tier reached by the tenant's billed GPU-hours
--- earlier in the same calendar month (UTC), before this hour. A tier applies from the hour
--- after it is reached, so an hour's rate never depends on its own usage.
+{{ config(materialized='incremental', incremental_strategy='window_replace',
+          window_column='usage_hour', window_grain='hour') }}
+-- Commitment tier per tenant and rated hour, stored when the hour is rated: the tier
+-- reached by the tenant's billed GPU-hours earlier in the same calendar month (UTC), before
+-- this hour. A tier applies from the hour after it is reached, so an hour's rate never
+-- depends on its own usage. Earlier hours of the month only feed the running total.
 with hourly as (
     select
         tenant_id,
@@ -34,7 +36,9 @@ select
     c.usage_hour,
     c.mtd_gpu_seconds_e4,
     coalesce(t.min_gpu_hours, 0) as commitment_tier_min_gpu_hours,
-    coalesce(t.discount, 0) as commitment_discount_rate
+    coalesce(t.discount, 0) as commitment_discount_rate,
+    {{ e6('coalesce(t.discount, 0)') }} as commitment_discount_e6
 from cumulative as c
 asof left join tiers as t
     on c.mtd_gpu_seconds_e4 >= t.min_gpu_seconds_e4
+where {{ in_window('c.usage_hour') }}

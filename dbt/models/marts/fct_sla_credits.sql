@@ -33,6 +33,14 @@ scoped as (
     from faults as f
 ),
 
+-- the faulted tasks' usage, rated like int_rated_usage but only for these few tasks (filtered
+-- on the raw table, before the per-row conversions of stg_usage_intervals/int_usage_billed)
+fault_rated as (
+    {%- set fault_tasks = "(select * from " ~ source('warehouse', 'usage_intervals')
+                          ~ " where task_id in (select task_id from faults))" %}
+    {{ rated_rows("(" ~ billed_usage("(" ~ usage_interval_columns(fault_tasks) ~ ")") ~ ")") }}
+),
+
 affected as (
     select
         s.task_id,
@@ -43,13 +51,10 @@ affected as (
             greatest(r.rated_start_utc, s.credit_from_utc),
             least(r.rated_start_utc + to_seconds(r.billed_seconds), s.fault_at_utc))) as overlap_seconds
     from scoped as s
-    join {{ ref('stg_usage_intervals') }} as i
-        on i.task_id = s.task_id
-        and i.usage_hour >= date_trunc('hour', s.credit_from_utc)
-        and i.usage_hour <= s.charge_period_hour
-    join {{ ref('int_rated_usage') }} as r
-        on r.interval_id = i.interval_id
-        and r.usage_hour = i.usage_hour
+    join fault_rated as r
+        on r.task_id = s.task_id
+        and r.usage_hour >= date_trunc('hour', s.credit_from_utc)
+        and r.usage_hour <= s.charge_period_hour
         and r.rated_start_utc + to_seconds(r.billed_seconds) > s.credit_from_utc
         and r.rated_start_utc < s.fault_at_utc
 ),

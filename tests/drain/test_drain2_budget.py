@@ -1,0 +1,126 @@
+"""Budget guard -> task-drain guardrail, end to end at the domain level.
+
+A guarded tenant's balance goes to zero through the ledger; the billing budget guard then
+refuses its new tasks and writes `budget_guard` decisions; once the grace period is over,
+the drain planner turns them into drain requests (reason `budget`) for that tenant's running
+tasks only, within the guardrail's limits.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from decimal import Decimal
+
+import polars as pl
+import pytest
+from drain_testkit import T0, FakeClock, FakeFleetAdapter, make_task, node
+
+from market_pipeline.billing.balances import (
+    Account,
+    post_invoice_window,
+    record_payment,
+    set_account,
+    tenant_admission,
+)
+from market_pipeline.billing.guards import run_budget_guards
+from market_pipeline.config import load_config
+from market_pipeline.guardrails.task_drain_budget import BUDGET_DECISION_TTL, load_budget_blocks
+from market_pipeline.guardrails.task_drain_limits import DrainReason
+from market_pipeline.guardrails.task_drain_service import plan_and_record
+from market_pipeline.guardrails.task_drain_store import pending_drain_decisions
+from market_pipeline.hardware.protocol import ResourceClass
+from market_pipeline.warehouse import open_warehouse
+
+A100 = "A100-80GB@cn-hangzhou-a"
+H800 = "H800@cn-beijing-b"
+BROKE, RICH, UNGUARDED = "acme-research", "cobalt-labs", "blue-inference"
+
+
+def _invoice_lines(warehouse, rows: list[tuple[str, float]]) -> None:
+    """Hourly usage invoice lines as the dbt rollup leaves them (the columns the ledger reads)."""
+    hour = T0 - timedelta(hours=1)
+    frame = pl.DataFrame(
+        [{"tenant_id": t, "period_grain": "hour", "period_start": hour,
+          "period_start_utc": hour.replace(tzinfo=None), "charge_category": "Usage",
+          "billed_cost": Decimal(str(cost))} for t, cost in rows],
+        schema={"tenant_id": pl.Utf8, "period_grain": pl.Utf8, "period_start": pl.Datetime("us", "UTC"),
+                "period_start_utc": pl.Datetime("us"), "charge_category": pl.Utf8,
+                "billed_cost": pl.Decimal(38, 9)})
+    with warehouse.connect() as con:
+        con.register("_lines", frame.to_arrow())
+        con.execute("CREATE TABLE fct_invoice_lines AS SELECT * FROM _lines")
+        con.unregister("_lines")
+    post_invoice_window(warehouse, hour, T0, now=T0)
+
+
+@pytest.fixture
+def scenario(tmp_path):
+    config = load_config()
+    warehouse = open_warehouse(tmp_path / "warehouse.duckdb")
+    set_account(warehouse, Account(BROKE, prepaid=True), now=T0)
+    set_account(warehouse, Account(RICH, prepaid=True), now=T0)
+    record_payment(warehouse, BROKE, Decimal("5.00"), "wire-1", now=T0 - timedelta(days=1))
+    record_payment(warehouse, RICH, Decimal("1000.00"), "wire-2", now=T0 - timedelta(days=1))
+    _invoice_lines(warehouse, [(BROKE, 5.0), (RICH, 3.0), (UNGUARDED, 7.0)])  # BROKE: 5 - 5 = 0
+    started = T0 - timedelta(hours=2)  # past the landing cool-down
+    tasks = [
+        make_task("broke-1", tenant=BROKE, pool=A100, node="n1", started_at=started),
+        make_task("broke-2", tenant=BROKE, pool=A100, node="n2", started_at=started,
+                  resource_class=ResourceClass.GUARANTEED),
+        make_task("broke-3", tenant=BROKE, pool=H800, node="n3", started_at=started, priority=9),
+        make_task("rich-1", tenant=RICH, pool=A100, node="n1", started_at=started),
+        make_task("free-1", tenant=UNGUARDED, pool=H800, node="n4", started_at=started),
+    ]
+    nodes = [node("n1", A100), node("n2", A100), node("n3", H800), node("n4", H800)]
+    clock = FakeClock(T0)
+    adapter = FakeFleetAdapter(clock, [(t, "cooperative") for t in tasks], nodes)
+    return config, warehouse, adapter, clock, tasks
+
+
+def _budget(decisions):
+    return {d.task.task_id: d for d in decisions if d.reason is DrainReason.BUDGET}
+
+
+def test_drain2_zero_balance_drains_only_that_tenant_after_grace(scenario):
+    config, warehouse, adapter, clock, tasks = scenario
+    guard = run_budget_guards(warehouse, config, tasks, T0)
+    verdicts = {v.tenant_id: v for v in guard.verdicts}
+    assert verdicts[BROKE].balance == 0 and verdicts[BROKE].drain_running
+    assert not verdicts[RICH].drain_running and UNGUARDED not in verdicts
+    assert tenant_admission(warehouse, BROKE, T0)[0] is False  # new tasks refused
+    assert tenant_admission(warehouse, RICH, T0) == (True, [])
+
+    # inside the grace period: nothing is drained for budget yet
+    early, _, _ = plan_and_record(warehouse, adapter, config, wall_now=T0)
+    assert _budget(early) == {}
+
+    clock.t = T0 + timedelta(seconds=config.billing.grace_seconds + 1)
+    later = clock.now()
+    decisions, written, _ = plan_and_record(warehouse, adapter, config, wall_now=later)
+    budget = _budget(decisions)
+    assert set(budget) == {"broke-1", "broke-2", "broke-3"}  # its running tasks, no one else's
+    assert all(d.task.tenant_id == BROKE for d in budget.values()) and written >= 3
+    # the guardrail's limits still apply: A100 has 2 nodes on, 10% budget -> one node at a time
+    assert budget["broke-1"].allowed and budget["broke-3"].allowed
+    assert not budget["broke-2"].allowed
+    assert any(r.startswith("pool_budget:") for r in budget["broke-2"].reasons)
+    assert budget["broke-1"].reasons[0].startswith("budget: tenant acme-research out of budget")
+    pending = {d.task.task_id for d in pending_drain_decisions(warehouse)}
+    assert pending == {"broke-1", "broke-3"}  # what the drain sensor launches
+    stored = warehouse.query("SELECT inputs FROM decisions WHERE kind = 'drain' AND target = 'broke-1'")
+    assert json.loads(stored.item())["trigger"] == "budget"
+
+
+def test_drain2_budget_blocks_respect_grace_ttl_and_shadow(scenario):
+    config, warehouse, adapter, clock, tasks = scenario
+    run_budget_guards(warehouse, config, tasks, T0)
+    grace = timedelta(seconds=config.billing.grace_seconds)
+    assert load_budget_blocks(warehouse, T0 + grace - timedelta(seconds=1), shadow=False) == {}
+    block = load_budget_blocks(warehouse, T0 + grace, shadow=False)[BROKE]
+    assert block.drain_after == T0 + grace and set(load_budget_blocks(warehouse, T0 + grace, False)) == {BROKE}
+    # a guard decision stands for one guard cadence; a tenant not blocked again is let go
+    assert load_budget_blocks(warehouse, T0 + BUDGET_DECISION_TTL + timedelta(seconds=1), False) == {}
+    warehouse.execute("UPDATE decisions SET shadow = true WHERE kind = 'budget_guard'")
+    assert load_budget_blocks(warehouse, T0 + grace, shadow=False) == {}  # live planning ignores shadow
+    assert set(load_budget_blocks(warehouse, T0 + grace, shadow=True)) == {BROKE}
