@@ -35,7 +35,7 @@ from market_pipeline.billing.dbt_project import (
     ensure_manifest,
     window_vars,
 )
-from market_pipeline.billing.guards import run_budget_guards
+from market_pipeline.billing.guards import refused_tenants, run_budget_guards
 from market_pipeline.billing.metering import HourWindow, gpu_seconds, metered_seconds
 from market_pipeline.billing.metering_source import meter_partition
 from market_pipeline.billing.rate_card import refresh_rate_card
@@ -155,7 +155,15 @@ def budget_guard(context: dg.AssetExecutionContext, warehouse: WarehouseResource
     window = context.partition_time_window
     if window.end < now - GUARD_FRESHNESS:
         return dg.MaterializeResult(metadata={"skipped": f"historical window ending {window.end.isoformat()}"})
-    run = run_budget_guards(warehouse.get(), fleet.config(), adapter.list_tasks(), now)
+    config = fleet.config()
+    run = run_budget_guards(warehouse.get(), config, adapter.list_tasks(), now)
+    refused = refused_tenants(run)
+    admission = "not applied (shadow mode)" if config.loop.shadow_mode else "adapter cannot refuse tasks"
+    # Only a fleet with an admission door (the simulated twin) takes the list; on others the
+    # refusal stands in `decisions` for the scheduler in front of the fleet to read.
+    set_refused = getattr(adapter, "set_refused_tenants", None)
+    if set_refused is not None and not config.loop.shadow_mode:
+        admission = set_refused(refused).detail
     table = pl.DataFrame([{"tenant": v.tenant_id, "admit": v.admit_new_tasks, "balance": str(v.balance),
                            "next_interval": str(v.next_interval_cost), "reasons": "; ".join(v.reasons)}
                           for v in run.verdicts]) if run.verdicts else pl.DataFrame()
@@ -163,6 +171,7 @@ def budget_guard(context: dg.AssetExecutionContext, warehouse: WarehouseResource
         "guarded_tenants": len(run.verdicts),
         "blocked_tenants": sum(1 for v in run.verdicts if not v.admit_new_tasks),
         "drain_decisions": int(run.decisions.filter(pl.col("action") == "drain").height),
+        "admission": dg.MetadataValue.text(admission),
         "verdicts": dg.MetadataValue.md(_markdown(table)),
     })
 

@@ -65,3 +65,9 @@ def run_budget_guards(warehouse: Warehouse, config: MarketPipelineConfig, runnin
     if write and decisions.height:
         warehouse.upsert("decisions", decisions)
     return GuardRun(verdicts, decisions, burn)
+
+
+def refused_tenants(run: GuardRun) -> dict[str, str]:
+    """Tenant -> why, for every guarded tenant whose new tasks are refused now (the admission
+    list a fleet that can refuse work is given)."""
+    return {v.tenant_id: "; ".join(v.reasons) or "budget guard" for v in run.verdicts if not v.admit_new_tasks}

@@ -81,6 +81,7 @@ def twin_to_state(twin: FleetTwin, workload_source: str, generation: int) -> dic
         "heap": heap,
         "xid_pending": {str(int(g)): int(twin.xid_pending[g]) for g in np.flatnonzero(twin.xid_pending)},
         "stats": dict(twin.stats),
+        "refused_tenants": dict(twin.refused_tenants),
     }
 
 
@@ -117,6 +118,7 @@ def twin_from_state(state: dict[str, Any], catalog: FleetCatalog, workload: Work
         for pos, count in state["xid_pending"].items():
             twin.xid_pending[int(pos)] = int(count)
         twin.stats = Counter(state["stats"])
+        twin.refused_tenants = {str(k): str(v) for k, v in state.get("refused_tenants", {}).items()}
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         if isinstance(exc, TwinStateError):
             raise

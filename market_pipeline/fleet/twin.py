@@ -95,6 +95,9 @@ class FleetTwin:
         self.new_events: list[tuple[int, str, str, str, bool]] = []
         self.new_ended: list[dict[str, Any]] = []
         self._on_positions: np.ndarray | None = None
+        # tenant -> why its new tasks are refused (a billing budget guard); arrivals of those
+        # tenants are turned away at the door and counted, never queued
+        self.refused_tenants: dict[str, str] = {}
 
     @classmethod
     def create(cls, catalog: FleetCatalog, workload: WorkloadModel, policy: PlacementPolicy,
@@ -163,6 +166,9 @@ class FleetTwin:
             _, _, _, kind, payload = heapq.heappop(self.heap)
             if kind == "arrival":
                 self.stats["arrived"] += 1
+                if payload.tenant_id in self.refused_tenants:
+                    self.stats["refused"] += 1
+                    continue
                 self.pending.append(payload)
                 self._try_place(payload, ts)
             elif kind == "end":

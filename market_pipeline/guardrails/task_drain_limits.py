@@ -168,8 +168,10 @@ class DrainLimits:
         if age_min < self.landing_cooldown_minutes:
             found.append(f"landing_cooldown: landed {age_min:.1f} min ago "
                          f"< {self.landing_cooldown_minutes:g} min")
+        # The cap shields a tenant from disruption the platform causes; a tenant whose own
+        # balance ran out is stopped whatever it had drained today (pool budgets still apply).
         used = ledger.tenant_drains_since(task.tenant_id, ledger_now - TENANT_CAP_WINDOW)
-        if used + 1 > self.tenant_max_drains_per_day:
+        if reason is not DrainReason.BUDGET and used + 1 > self.tenant_max_drains_per_day:
             found.append(f"tenant_cap: {task.tenant_id} had {used} drain(s) in 24 h, "
                          f"cap {self.tenant_max_drains_per_day}")
         allowance = self.pool_allowance(reason, pool_nodes, ledger_now)

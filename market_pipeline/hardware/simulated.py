@@ -14,7 +14,7 @@ import contextlib
 import fcntl
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -279,6 +279,18 @@ class SimulatedAdapter:
 
     def power_off(self, node_id: str) -> Outcome:
         return self._operation(lambda t: ops.power_off(t, node_id))
+
+    # -- admission ------------------------------------------------------------------------------
+    def set_refused_tenants(self, refused: Mapping[str, str]) -> Outcome:
+        """Replace the set of tenants whose new tasks are refused (tenant -> why); their
+        running tasks are left to the drain guardrail."""
+        wanted = {str(k): str(v) for k, v in refused.items()}
+
+        def apply(twin: FleetTwin) -> Outcome:
+            twin.refused_tenants = wanted
+            return Outcome.success(f"{len(wanted)} tenant(s) refused new tasks")
+
+        return self._operation(apply)
 
 
 def _task_info(task_id: str, record: dict[str, Any]) -> TaskInfo:

@@ -187,3 +187,22 @@ def test_drain_node_gate_and_limits_from_config():
     assert lim.decision_ttl_seconds >= config.guardrails.task_drain.max_total_seconds
     policy = SelectionPolicy.from_config(config)
     assert policy.pressure_util_pct == 92.0 and policy.under_use_minutes == 5.0
+
+
+def test_drain_budget_drains_ignore_the_tenant_cap_but_not_pool_budgets():
+    # the tenant already had its day's drains; a budget block still stops its tasks
+    ledger = DrainLedger([
+        LedgerEntry("d1", "x", "t1", "p1", "n9", T0 - timedelta(hours=2), "terminated"),
+        LedgerEntry("d2", "y", "t1", "p1", "n9", T0 - timedelta(hours=1), "terminated"),
+    ])
+    nodes = [node(f"n{i}") for i in range(1, 5)]
+    tasks = [make_task("a", node="n1"), make_task("b", node="n2")]
+    blocked = {"t1": "balance 0.00 cannot cover the next interval"}
+    decisions = plan_drains(inputs(tasks, nodes=nodes, ledger=ledger, budget_blocked_tenants=blocked),
+                            POLICY, limits(cap=2, budget_pct=25.0))
+    by_task = {d.task.task_id: d for d in decisions}
+    assert {d.reason for d in decisions} == {DrainReason.BUDGET}
+    assert not any(r.startswith("tenant_cap") for d in decisions for r in d.reasons)
+    # 25% of 4 nodes: one node at a time, so one drain now and the other waits
+    assert sorted(d.allowed for d in by_task.values()) == [False, True]
+    assert any(r.startswith("pool_budget") for d in decisions if not d.allowed for r in d.reasons)

@@ -171,3 +171,21 @@ def test_fleet_builtin_workload_needs_no_shared_data(tmp_path: Path) -> None:
     assert adapter.setup.workload.shapes.source == "builtin"
     assert adapter.setup.catalog.source == "config"
     assert len(adapter.list_tasks()) > 0 and adapter.read_samples(EPOCH, EPOCH + HOUR).height > 0
+
+
+def test_fleet_refused_tenant_gets_no_new_tasks_and_it_persists(tmp_path: Path) -> None:
+    adapter = _adapter(tmp_path)
+    adapter.advance(EPOCH + HOUR)
+    before = {t.task_id for t in adapter.list_tasks()}
+    tenants = sorted({t.tenant_id for t in adapter.list_tasks()})
+    refused = tenants[0]
+    assert adapter.set_refused_tenants({refused: "balance 0.00 cannot cover the next interval"}).ok
+    # a fresh adapter on the same state file sees the refusal (it is part of the twin's state)
+    reopened = _adapter(tmp_path)
+    reopened.advance(EPOCH + 4 * HOUR)
+    started = [t for t in reopened.list_tasks() if t.task_id not in before]
+    assert started and all(t.tenant_id != refused for t in started)
+    assert reopened.stats()["refused"] > 0
+    assert reopened.set_refused_tenants({}).ok
+    reopened.advance(EPOCH + 8 * HOUR)
+    assert any(t.tenant_id == refused and t.task_id not in before for t in reopened.list_tasks())
