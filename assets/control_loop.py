@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 import dagster as dg
 
 from assets.telemetry import TELEMETRY_PARTITIONS
+from market_pipeline.config import LoopConfig, load_config
 
 # One hour of telemetry and metering per partition.
 telemetry_job = dg.define_asset_job(
@@ -31,9 +32,18 @@ control_loop_job = dg.define_asset_job(
     selection=dg.AssetSelection.groups("fleet", "market", "scaling", "drain"),
     description="One control-loop tick over the whole fleet.",
 )
-control_loop_schedule = dg.ScheduleDefinition(
-    name="control_loop_tick", job=control_loop_job, cron_schedule="*/5 * * * *",
-    description="Reprice, plan scaling and request drains every 5 minutes.")
+
+
+def control_loop_schedule_for(loop: LoopConfig) -> dg.ScheduleDefinition:
+    return dg.ScheduleDefinition(
+        name="control_loop_tick", job=control_loop_job, cron_schedule=loop.tick_cron,
+        description=f"Reprice, plan scaling and request drains every {loop.tick_minutes} minutes "
+                    "(loop.tick_minutes).")
+
+
+# The tick follows loop.tick_minutes (the scaling policy and the backlog certificate are
+# sized for that interval); the config rejects a tick that does not divide the hour.
+control_loop_schedule = control_loop_schedule_for(load_config().loop)
 
 
 def run_control_loop(days: float, instance: dg.DagsterInstance) -> dict:

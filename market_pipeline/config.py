@@ -66,6 +66,22 @@ class LoopConfig(_Strict):
     shadow_mode: bool = False
     demo_days: float = Field(1.0, gt=0, le=31)
 
+    @model_validator(mode="after")
+    def _tick_divides_the_hour(self) -> "LoopConfig":
+        # the control_loop_tick schedule is a cron "*/N * * * *": an N that does not divide
+        # 60 would fire unevenly (e.g. */7 at :56 and again at :00), not every N minutes
+        if 60 % self.tick_minutes:
+            raise ValueError(
+                f"tick_minutes={self.tick_minutes} must divide 60 (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, "
+                "30 or 60) so the control_loop_tick cron fires every tick_minutes"
+            )
+        return self
+
+    @property
+    def tick_cron(self) -> str:
+        """The `control_loop_tick` schedule: every `tick_minutes`, aligned to the hour."""
+        return "0 * * * *" if self.tick_minutes == 60 else f"*/{self.tick_minutes} * * * *"
+
 
 class MarketConfig(_Strict):
     drainable_discount_min: float = Field(0.2, ge=0, lt=1)
@@ -131,6 +147,9 @@ class ScalingConfigSection(_Strict):
     max_drain_attempts: int = Field(3, ge=1)
     drain_cost_per_gpu: float = Field(0.05, ge=0)
     replacement_cost_per_node: float = Field(2.0, ge=0)
+    # a shortfall that a price within max_transient_price_ratio absorbs is priced, not
+    # scaled, until it has lasted this long (pricing for transients, scaling for trends)
+    scale_up_persistence_minutes: float = Field(60.0, ge=0)
 
 
 class TelemetryConfig(_Strict):

@@ -12,6 +12,7 @@ from typing import Any
 from market_pipeline.config import ConfigError, load_config
 from market_pipeline.scaling.baseline import AutoscalerParams
 from market_pipeline.scaling.fleet_sim import FleetParams
+from market_pipeline.scaling import tuning
 from market_pipeline.scaling.load import LoadFileError, load_helios_demand
 from market_pipeline.scaling.replay import (
     DemandLoad,
@@ -36,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     _add_replay_options(parser)
     parser.set_defaults(handler=run_scaling_eval)
+    tuning.register(sub, _add_replay_options)
 
 
 def register_bench(bench_sub: argparse._SubParsersAction) -> None:
@@ -111,7 +113,7 @@ def _load(path: str, minutes: int | None) -> DemandLoad:
     if minutes is not None:
         if minutes <= 0:
             raise ScalingError("--minutes must be > 0")
-        load = replace(load, demand=load.demand[:minutes])
+        load = load.window(0, min(minutes, load.demand.size))
     return load
 
 

@@ -49,4 +49,7 @@ def load_helios_demand(path: str | Path) -> DemandLoad:
     initial = int(frame["total_gpu_num"][0])
     if initial <= 0:
         raise LoadFileError(f"{path}: total_gpu_num in row 1 must be > 0")
-    return DemandLoad(demand=np.asarray(demand), start=start, initial_gpus=initial, source=str(path))
+    total = frame["total_gpu_num"].to_numpy().astype(int)
+    return DemandLoad(
+        demand=np.asarray(demand), start=start, initial_gpus=initial, source=str(path), total_gpus=total
+    )

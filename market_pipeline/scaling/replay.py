@@ -8,6 +8,13 @@ rules every minute (cluster-autoscaler scans every 10 s) on an identical fleet w
 warm pool, at the reference price. Demand, pending and idle are counted per minute.
 Demand in the trace is read as demand at the reference price; a raised price sheds the
 delay-sensitive part by the guardrail's own demand curve, the residual floor stays.
+
+Accounting: every GPU of trace demand (running + pending) wanted service that minute, so
+`pending_gpu_minutes` is the *unserved* demand, `demand - served`, summed per minute: the
+part that queued (`queued_gpu_minutes`) plus the part the policy's price turned away
+(`priced_out_gpu_minutes`). The baseline keeps the reference price and prices nothing out,
+so both runs are compared on the same quantity; a policy cannot look better by shedding
+demand through price instead of serving it.
 Both runs are scored with the same certificate at the same ticks: a violation is a tick
 whose applied (price, capacity serving over the tick) had non-negative backlog drift. An
 action is a minute in which the pool grew, or shrank, by any number of nodes (the
@@ -42,6 +49,22 @@ class DemandLoad:
     start: dt.datetime
     initial_gpus: int
     source: str = ""
+    total_gpus: np.ndarray | None = None  # the trace's own capacity per minute, if known
+
+    def window(self, first_minute: int, end_minute: int) -> DemandLoad:
+        """Minutes [first, end) as a load of its own, starting at the trace's capacity then."""
+        if not 0 <= first_minute < end_minute <= self.demand.size:
+            raise ValueError(
+                f"window: need 0 <= first < end <= {self.demand.size}, got [{first_minute}, {end_minute})"
+            )
+        initial = self.initial_gpus if self.total_gpus is None else int(self.total_gpus[first_minute])
+        return DemandLoad(
+            demand=self.demand[first_minute:end_minute],
+            start=self.start + dt.timedelta(minutes=first_minute),
+            initial_gpus=max(1, initial),
+            source=f"{self.source}[{first_minute}:{end_minute}]",
+            total_gpus=None if self.total_gpus is None else self.total_gpus[first_minute:end_minute],
+        )
 
 
 @dataclass(frozen=True)
@@ -62,7 +85,8 @@ class ReplaySettings:
 class ReplayMetrics:
     minutes: int = 0
     idle_gpu_minutes: float = 0.0
-    pending_gpu_minutes: float = 0.0
+    pending_gpu_minutes: float = 0.0  # unserved: queued + priced out
+    queued_gpu_minutes: float = 0.0
     priced_out_gpu_minutes: float = 0.0
     powered_gpu_minutes: float = 0.0
     standby_gpu_minutes: float = 0.0
@@ -84,8 +108,11 @@ class ReplayMetrics:
         self.powered_gpu_minutes += powered
         self.standby_gpu_minutes += fleet.standby_gpus()
         self.idle_gpu_minutes += max(0.0, powered - served)
-        self.pending_gpu_minutes += max(0.0, realized - served)
-        self.priced_out_gpu_minutes += demand - realized
+        queued = max(0.0, realized - served)
+        priced_out = max(0.0, demand - realized)
+        self.queued_gpu_minutes += queued
+        self.priced_out_gpu_minutes += priced_out
+        self.pending_gpu_minutes += queued + priced_out
         self.price_raised_minutes += int(price_ratio > 1.0 + 1e-9)
         self.max_price_ratio = max(self.max_price_ratio, price_ratio)
 
@@ -102,6 +129,7 @@ class ReplayMetrics:
             "pending_gpu_minutes": round(self.pending_gpu_minutes, 2),
             "actions_per_day": round((self.scale_up_events + self.scale_down_events) / days, 3),
             "certificate_violations": self.certificate_violations,
+            "queued_gpu_minutes": round(self.queued_gpu_minutes, 2),
             "priced_out_gpu_minutes": round(self.priced_out_gpu_minutes, 2),
             "uncertified_ticks": self.uncertified_ticks,
             "ticks": self.ticks,

@@ -27,6 +27,7 @@ def scaling_config_from_config(config: MarketPipelineConfig, pool_id: str) -> Sc
         max_drain_attempts=section.max_drain_attempts,
         drain_cost_per_gpu=section.drain_cost_per_gpu,
         replacement_cost_per_node=section.replacement_cost_per_node,
+        scale_up_persistence_minutes=section.scale_up_persistence_minutes,
         disruption_budget_pct=config.guardrails.task_drain.pool_disruption_budget_pct,
         warm_pool_nodes=pool.warm_nodes,
     )
