@@ -38,8 +38,8 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--baseline", action="store_true", help="also run the nested SciPy solver")
     bench.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    bench.add_argument("--repeat", type=int, default=3,
-                       help="solves to time, of the engine and of the baseline (the fastest of each is reported)")
+    bench.add_argument("--repeat", type=int, default=5,
+                       help="rounds of one engine solve then one baseline solve (the fastest of each is reported)")
     bench.add_argument("--threads", type=int, default=SolverSettings.threads,
                        help="torch threads on CPU during the solve (default %(default)s)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
@@ -118,8 +118,17 @@ def run_bench(args: argparse.Namespace) -> int:
         # problem is cached (its first solve allocates its own buffers)
         solve_equilibrium(random_problem(min(args.tenants, 1000), args.resources, args.seed + 1),
                           device=args.device, settings=SolverSettings(threads=args.threads, max_iterations=2))
-        timed = [_timed(lambda: solve_equilibrium(problem, device=args.device, settings=settings))
-                 for _ in range(args.repeat)]
+        if args.baseline:
+            from market_pipeline.market.baseline import solve_baseline
+
+            print("running the engine and the nested SciPy baseline, alternately", file=sys.stderr)
+        # Engine and baseline alternate, so that both are timed in the same stretches of a
+        # shared host's speed (a VM's CPU allotment drifts by tens of percent over seconds).
+        timed, runs = [], []
+        for _ in range(args.repeat):
+            timed.append(_timed(lambda: solve_equilibrium(problem, device=args.device, settings=settings)))
+            if args.baseline:
+                runs.append(_timed(lambda: solve_baseline(problem)))
     except InstanceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -131,16 +140,13 @@ def run_bench(args: argparse.Namespace) -> int:
            "device": report.device, "seed": args.seed, "threads": args.threads, "repeat": args.repeat,
            "seconds_all": [r.seconds for r in reports], "cpu_seconds": min(c for _, c in timed)}
     if args.baseline:
-        from market_pipeline.market.baseline import solve_baseline
-
-        print("running the nested SciPy baseline", file=sys.stderr)
-        runs = [_timed(lambda: solve_baseline(problem)) for _ in range(args.repeat)]
         base = min((b for b, _ in runs), key=lambda b: b.seconds)
         base_cpu = min(c for _, c in runs)
         out.update({"baseline_seconds": base.seconds, "baseline_profit": base.profit,
                     "baseline_cpu_seconds": base_cpu, "baseline_success": base.success,
                     "baseline_evaluations": base.evaluations,
                     "speedup": base.seconds / report.seconds, "cpu_speedup": base_cpu / out["cpu_seconds"],
+                    "speedup_by_round": [b.seconds / r.seconds for (r, _), (b, _) in zip(timed, runs)],
                     "profit_gap": (report.profit - base.profit) / abs(base.profit) if base.profit else None})
     if args.json:
         print(json.dumps(out))
