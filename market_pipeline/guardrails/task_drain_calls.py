@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 from market_pipeline.hardware.protocol import Outcome, OutcomeStatus
@@ -29,6 +29,33 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
+
+
+class AdvancingClock:
+    """For a fleet that keeps its own time (the simulated twin): waiting moves the fleet's
+    clock forward instead of sleeping, so the task sees its notice pass while the drain
+    takes no wall time. Timestamps stay on the wall clock plus the time waited so far."""
+
+    def __init__(self, advance: Callable[[float], None]) -> None:
+        self._advance = advance
+        self._waited = 0.0
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc) + timedelta(seconds=self._waited)
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self._advance(seconds)
+            self._waited += seconds
+
+
+def clock_for(adapter: object) -> Clock:
+    """The drain clock for ``adapter``: an advancing clock where the fleet can be moved
+    forward (``advance`` and ``now``), the system clock otherwise."""
+    advance, fleet_now = getattr(adapter, "advance", None), getattr(adapter, "now", None)
+    if callable(advance) and callable(fleet_now):
+        return AdvancingClock(lambda seconds: advance(fleet_now() + timedelta(seconds=seconds)))
+    return SystemClock()
 
 
 @dataclass(frozen=True)

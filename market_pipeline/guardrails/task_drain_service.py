@@ -14,12 +14,12 @@ from typing import Any
 import polars as pl
 
 from market_pipeline.guardrails.task_drain_budget import budget_triggers, load_budget_blocks
+from market_pipeline.guardrails.task_drain_calls import clock_for
 from market_pipeline.guardrails.task_drain_executor import (
     Clock,
     DrainExecutor,
     DrainRequest,
     StepCaller,
-    SystemClock,
 )
 from market_pipeline.guardrails.task_drain_limits import DrainLimits
 from market_pipeline.guardrails.task_drain_plan import (
@@ -103,7 +103,7 @@ def plan_and_record(warehouse: Warehouse, adapter: NodeAdapter, config: Any, *,
 def execute_decision(warehouse: Warehouse, adapter: NodeAdapter, config: Any, decision_id: str,
                      *, clock: Clock | None = None, caller: StepCaller | None = None) -> DrainReport:
     """Carry out one approved drain decision (resuming it if a run stopped half-way)."""
-    clock = clock or SystemClock()
+    clock = clock or clock_for(adapter)
     decision = load_decision(warehouse, decision_id)
     if not decision.allowed:
         raise DrainRefused(f"decision {decision_id} is blocked: {list(decision.reasons)}")
