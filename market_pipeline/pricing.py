@@ -94,10 +94,15 @@ def build_market_problem(
     return PricingInputs(problem, dict(zip(names, pools)), dict(zip(names, classes)), scale_by_pool)
 
 
+def mid_band_discount(config: MarketPipelineConfig) -> float:
+    """The drainable class's discount at the middle of the configured band."""
+    return (config.market.drainable_discount_min + config.market.drainable_discount_max) / 2
+
+
 def reference_prices(config: MarketPipelineConfig, pools: list[str], classes: list[str]) -> np.ndarray:
     """Per resource, the configured base price (drainable: at the middle of the band)."""
-    mid_discount = (config.market.drainable_discount_min + config.market.drainable_discount_max) / 2
-    return np.array([config.pool_by_id[p].base_price * ((1 - mid_discount) if c == DRAINABLE else 1.0)
+    discount = mid_band_discount(config)
+    return np.array([config.pool_by_id[p].base_price * ((1 - discount) if c == DRAINABLE else 1.0)
                      for p, c in zip(pools, classes)])
 
 
@@ -176,7 +181,7 @@ def price_book_rows(config: MarketPipelineConfig, prices: Mapping[str, float],
 def base_price_rows(config: MarketPipelineConfig, effective_from: datetime) -> pl.DataFrame:
     """The configured base prices: the price book before the first solve (drainable at the
     middle of its discount band)."""
-    mid_discount = (config.market.drainable_discount_min + config.market.drainable_discount_max) / 2
+    mid_discount = mid_band_discount(config)
     rows = []
     for pool in config.pools:
         rows.append(_row(pool, GUARANTEED, pool.base_price, effective_from, "config-base-price", "config"))

@@ -21,11 +21,13 @@ from market_pipeline.market.utility import QUADRATIC, demand_into
 GRID_POINTS = 16
 GRID_ROUNDS = 2
 SAMPLE_TENANTS = 2048  # the argmax is a population average: a sample pins it down
+GRID_CELLS = 4_000_000  # tenants x resources x grid points evaluated at once, at most (32 MB)
 
 
 def initial_prices(problem: MarketProblem, sample: int = SAMPLE_TENANTS) -> np.ndarray:
     """Cold-start prices for ``problem`` (in bounds; the band is left to the projection)."""
     tenants = problem.tenants
+    sample = min(sample, max(256, GRID_CELLS // (GRID_POINTS * problem.resources.size)))
     if tenants.size > sample:
         tenants = tenants.subsample(sample)
     return uncoupled_monopoly_prices(tenants.on("cpu"), problem.resources.unit_cost, problem.resources.capacity,
