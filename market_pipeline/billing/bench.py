@@ -63,6 +63,9 @@ class BenchResult:
     prepare_seconds: float  # generation + dbt parse + view setup (not timed as rollup)
     interval_seconds: int
     model_seconds: dict[str, float]  # dbt's own execution time per model of the rollup
+    rounds: int = 1
+    seconds_all: tuple[float, ...] = ()  # every round's rollup, in order (the spread is the host's noise)
+    baseline_seconds_all: tuple[float, ...] = ()
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -164,7 +167,7 @@ def _compare(con: duckdb.DuckDBPyConnection) -> tuple[bool, int, Decimal]:
 
 def run_billing_bench(config: MarketPipelineConfig, usage_seconds: int,
                       interval_seconds: int = DEFAULT_INTERVAL_SECONDS,
-                      workdir: Path | None = None, rounds: int = 2) -> BenchResult:
+                      workdir: Path | None = None, rounds: int = 5) -> BenchResult:
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     with tempfile.TemporaryDirectory(prefix="billing-bench-", dir=workdir) as tmp:
@@ -209,4 +212,5 @@ def run_billing_bench(config: MarketPipelineConfig, usage_seconds: int,
         cpu_seconds=round(rollup_cpu, 3), baseline_cpu_seconds=round(baseline_cpu, 3),
         equal=equal, intervals=count, gpu_seconds=str(gpu_seconds), invoice_lines=lines,
         billed_total=str(total), prepare_seconds=round(prepare, 3), interval_seconds=interval_seconds,
-        model_seconds=dict(rollup.node_seconds))
+        model_seconds=dict(rollup.node_seconds), rounds=rounds,
+        seconds_all=tuple(round(r.seconds, 3) for r in rollups), baseline_seconds_all=tuple(round(b, 3) for b in baselines))

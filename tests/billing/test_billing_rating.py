@@ -132,8 +132,17 @@ def test_billing_bench_cli_matches_the_hand_written_query(tmp_path, capsys):
     from market_pipeline.cli import main
 
     code = main(["bench", "billing", "--usage-seconds", "50000", "--interval-seconds", "300",
-                 "--workdir", str(tmp_path), "--json"])
+                 "--workdir", str(tmp_path), "--rounds", "2", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["equal"] is True and out["usage_seconds"] == 50000
+    assert out["rounds"] == 2 and len(out["seconds_all"]) == len(out["baseline_seconds_all"]) == 2
+    assert out["seconds"] == min(out["seconds_all"]) and out["baseline_seconds"] == min(out["baseline_seconds_all"])
     assert {"usage_seconds", "seconds", "baseline_seconds", "ratio", "equal"} <= set(out)
     assert out["intervals"] == 167 and out["invoice_lines"] > 0  # 166 x 300 s + one of 200 s
+
+
+def test_billing_bench_cli_refuses_zero_rounds(tmp_path, capsys):
+    from market_pipeline.cli import main
+
+    code = main(["bench", "billing", "--usage-seconds", "1000", "--workdir", str(tmp_path), "--rounds", "0", "--json"])
+    assert code != 0 and "rounds" in capsys.readouterr().err
