@@ -45,27 +45,41 @@ def _rates_per_hour(model: TenantModel, demand: np.ndarray) -> np.ndarray:
 
 def candidates(model: TenantModel, floor_demand: np.ndarray, t0: float, seconds: float, seed: int,
                tick: int) -> Candidates:
-    """Arrivals over [t0, t0 + seconds) at the floor demand (T, R GPUs, load index applied)."""
-    rng = np.random.default_rng([seed, 7919, tick])
+    """Arrivals over [t0, t0 + seconds) at the floor demand (T, R GPUs, load index applied).
+    The trace's tenants and the latent twins draw from separate generators, so adding latent
+    demand leaves the trace tenants' stream (and the static run) unchanged."""
+    latent = model.latent_mask
     rates = _rates_per_hour(model, floor_demand) * seconds / 3600.0
-    counts = rng.poisson(rates)
+    parts = [_draw(np.random.default_rng([seed, 7919, tick]), model, rates, np.flatnonzero(~latent), t0, seconds)]
+    if latent.any():
+        parts.append(_draw(np.random.default_rng([seed, 7927, tick]), model, rates, np.flatnonzero(latent), t0,
+                           seconds))
+    time, tenant, pool, pods, u = (np.concatenate([p[i] for p in parts]) for i in range(5))
+    order = np.argsort(time, kind="stable")
+    return Candidates(time[order], tenant[order], pool[order], pods[order], u[order])
+
+
+def _draw(rng: np.random.Generator, model: TenantModel, rates: np.ndarray, rows: np.ndarray, t0: float,
+          seconds: float) -> tuple[np.ndarray, ...]:
+    """Poisson counts per (tenant, pool) cell of tenants `rows`, then per arrival a time, a
+    pod (by the cell's chances) and the thinning uniform."""
+    counts = rng.poisson(rates[rows])
     total = int(counts.sum())
-    tenant, pool = np.nonzero(counts)
-    per_cell = counts[tenant, pool]
-    tenant = np.repeat(tenant, per_cell)
+    local, pool = np.nonzero(counts)
+    per_cell = counts[local, pool]
+    tenant = np.repeat(rows[local], per_cell)
     pool = np.repeat(pool, per_cell)
     times = t0 + rng.random(total) * seconds
     pick = rng.random(total)
     pods = np.empty(total, dtype=np.int64)
     start = 0
-    for j, r, n in zip(*np.nonzero(counts), per_cell):
-        rows, chance = model.pods_by_cell[j][r], model.cell_weights[j][r]
+    for j, r, n in zip(rows[local], *np.nonzero(counts)[1:], per_cell):
+        cell_rows, chance = model.pods_by_cell[j][r], model.cell_weights[j][r]
         slot = np.searchsorted(np.cumsum(chance), pick[start:start + n], side="right")
-        pods[start:start + n] = rows[np.minimum(slot, rows.size - 1)]
+        pods[start:start + n] = cell_rows[np.minimum(slot, cell_rows.size - 1)]
         start += n
     u = rng.random(total)
-    order = np.argsort(times, kind="stable")
-    return Candidates(times[order], tenant[order], pool[order], pods[order], u[order])
+    return times, tenant, pool, pods, u
 
 
 def buy_ratio(demand: np.ndarray, floor_demand: np.ndarray) -> np.ndarray:
@@ -101,14 +115,17 @@ def initial_population(model: TenantModel, pods: PodTable, demand: np.ndarray, s
     """Jobs already running at time 0 in the steady state of `demand` (T, R GPUs): per cell
     Poisson(d / E[gL] * E[L]) jobs, each a pod drawn with probability proportional to its
     chance times its runtime (length-biased, as a snapshot of a queue sees them) with a
-    uniform share of its runtime left."""
-    rng = np.random.default_rng([seed, 104729])
+    uniform share of its runtime left. Each cell draws from its own generator (seeded by
+    (seed, tenant, pool)), so a cell's jobs do not depend on the other cells' demand. Order:
+    rigid jobs first (guaranteed work holds its GPUs; elastic work would have been drained
+    for it), shuffled within a class."""
     tenants, pools, chosen, remaining = [], [], [], []
     rates = _rates_per_hour(model, demand)
     for j in range(model.size):
         for r, rows in enumerate(model.pods_by_cell[j]):
             if rows.size == 0 or rates[j, r] <= 0:
                 continue
+            rng = np.random.default_rng([seed, 104729, j, r])
             biased = model.cell_weights[j][r] * pods.runtime_s[rows]
             expected = rates[j, r] * biased.sum() / 3600.0
             n = int(rng.poisson(expected))
@@ -122,6 +139,8 @@ def initial_population(model: TenantModel, pods: PodTable, demand: np.ndarray, s
     if not chosen:
         empty = np.zeros(0, dtype=np.int64)
         return InitialJobs(empty, empty, empty, np.zeros(0))
-    order = rng.permutation(sum(len(c) for c in chosen))  # placement order: no class goes first
-    return InitialJobs(np.concatenate(tenants)[order], np.concatenate(pools)[order],
-                       np.concatenate(chosen)[order], np.concatenate(remaining)[order])
+    tenant = np.concatenate(tenants)
+    shuffle = np.random.default_rng([seed, 104729]).permutation(tenant.size)
+    order = shuffle[np.argsort(model.elastic[tenant][shuffle], kind="stable")]  # rigid (False) first
+    return InitialJobs(tenant[order], np.concatenate(pools)[order], np.concatenate(chosen)[order],
+                       np.concatenate(remaining)[order])

@@ -23,6 +23,9 @@ from market_pipeline.simulate.inputs import FleetNodes, PodTable
 from market_pipeline.simulate.tenants import Pool
 
 
+RESERVE_POOL_FACTOR = 10  # a whole-node reserve costs at most 1/10 of a pool's largest nodes
+
+
 def pod_requests(pods: PodTable) -> list[PodRequest]:
     """One request per pod (the pool's model is fixed by the pool, so no model constraint)."""
     return [PodRequest(int(n), int(m), int(c), int(mem)) for n, m, c, mem in
@@ -81,7 +84,7 @@ class PoolCluster:
     """Free capacity, placement policy and bounds of one pool."""
 
     def __init__(self, pool: Pool, nodes: FleetNodes, policy: str, typical: TypicalPods | None,
-                 requests: list[PodRequest]) -> None:
+                 requests: list[PodRequest], reserve_nodes: int = 0) -> None:
         rows = pool.node_rows
         models = tuple(nodes.models[i] for i in rows)
         spec = nodes.spec(pool.model)  # the fleet catalog's spec: NVLink domain, MIG sizes
@@ -102,10 +105,22 @@ class PoolCluster:
         self.node_best = self.cap.gpu_free.max(axis=1)
         self.node_free = self.cap.gpu_free.sum(axis=1).astype(np.int64)
         self.policy_calls = 0
+        # Whole-node headroom for rigid work: while no more than `reserve` of the pool's
+        # largest nodes are entirely free, elastic jobs may not take one. A rigid whole-node
+        # job (openb: 8-GPU LS pods) needs an empty node, and a node shared with rigid work,
+        # or with drainable work whose tenants hit their daily drain cap, cannot be emptied.
+        self.node_gpus = self.cap.present.sum(axis=1)
+        self.top = self.node_gpus == (self.node_gpus.max() if self.cap.n_nodes else 0)
+        # only where that is at most a tenth of the pool's largest nodes (small pools keep none)
+        self.reserve = int(reserve_nodes) if self.top.sum() >= RESERVE_POOL_FACTOR * reserve_nodes else 0
+        self.free_top = int((self.top & (self.node_full == self.node_gpus)).sum())
 
     def _update(self, row: int) -> None:
         free = self.cap.gpu_free[row].tolist()  # a handful of slots: Python beats numpy calls here
-        self.node_full[row] = free.count(MILLI)
+        full = free.count(MILLI)
+        if self.top[row]:  # keep the count of entirely free largest nodes in step
+            self.free_top += int(full == self.node_gpus[row]) - int(self.node_full[row] == self.node_gpus[row])
+        self.node_full[row] = full
         self.node_best[row] = max(free)
         self.node_free[row] = sum(free)
 
@@ -132,8 +147,10 @@ class PoolCluster:
             return bool(self.node_best[row] >= req.gpu_milli)
         return bool(self.node_full[row] >= req.num_gpu)
 
-    def place(self, req: PodRequest) -> Placement | None:
+    def place(self, req: PodRequest, elastic: bool = False) -> Placement | None:
         room = self._room(req)
+        if elastic and self.reserve and self.free_top <= self.reserve:
+            room &= ~(self.top & (self.node_full == self.node_gpus))
         if self.fast is not None:  # off MIG the room test is BestFit's feasibility, exactly
             rows = np.flatnonzero(room)
             if rows.size == 0:

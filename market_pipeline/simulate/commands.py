@@ -45,7 +45,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--elastic-elasticity", type=float, help="elastic tenants' price elasticity (default 2)")
     parser.add_argument("--rigid-elasticity", type=float, help="rigid tenants' price elasticity (default 0.2)")
     parser.add_argument("--guaranteed-cap", type=float,
-                        help="max guaranteed price / list price, the promise to rigid tenants (default 1.05)")
+                        help="max guaranteed price / list price, the promise to rigid tenants (default 1.04)")
     parser.add_argument("--tenants-per-class", type=int, help="tenants per class (default 16)")
     parser.add_argument("--budget-headroom", type=float,
                         help="tenant budget / spend at the list price - 1 (default 0.25)")
@@ -56,6 +56,11 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--avoidable-cost-share", type=float,
                         help="share of the unit cost a sold GPU-hour adds, what the leader prices against "
                              "(default 1; the rest is charged on the powered fleet)")
+    parser.add_argument("--latent-elastic-ratio", type=float,
+                        help="latent elastic demand at half the list price / the trace's elastic demand at list "
+                             "(default 1; 0: the trace alone)")
+    parser.add_argument("--warmup-days", type=float,
+                        help="unmeasured days of the trace run before the window, every strategy alike (default 3)")
     parser.add_argument("--workers", type=int, help="processes for the strategies (default: CPUs)")
     parser.add_argument("--config", help="TOML config (default: shipped or MARKET_PIPELINE_CONFIG)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -89,12 +94,14 @@ def _settings(args: argparse.Namespace) -> Any:
         ("elastic_elasticity", "elastic_elasticity"), ("rigid_elasticity", "rigid_elasticity"),
         ("guaranteed_cap", "guaranteed_cap"), ("tenants_per_class", "tenants_per_class"),
         ("budget_headroom", "budget_headroom"), ("unit_cost_share", "unit_cost_share"),
-        ("elastic_patience_hours", "elastic_patience_hours"), ("avoidable_cost_share", "avoidable_cost_share"))
+        ("elastic_patience_hours", "elastic_patience_hours"), ("avoidable_cost_share", "avoidable_cost_share"),
+        ("latent_elastic_ratio", "latent_elastic_ratio"))
         if getattr(args, attr) is not None}
+    timing = {} if args.warmup_days is None else {"warmup_days": args.warmup_days}
     return SimulationSettings(days=args.days, tick_minutes=args.tick_minutes, seed=args.seed,
                               strategies=tuple(args.strategies), placement_policy=args.policy,
                               load_start_day=args.load_start_day, target_utilization=args.target_utilization,
-                              economics=EconomicAssumptions(**changes))
+                              economics=EconomicAssumptions(**changes), **timing)
 
 
 def _progress(enabled: bool) -> Any:

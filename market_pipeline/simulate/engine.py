@@ -1,13 +1,16 @@
 """The discrete-event loop of one strategy run.
 
 Events: arrivals (generated per tick, sorted), job finishes and drain completions (a heap).
-At each tick start the strategy posts prices from a `MarketView`; the tenants' demand at
-those prices sets the tick's arrivals, and deferred elastic work whose price is met now is
-submitted (`deferral`: turned-away elastic work waits for a price it accepts). A job is placed at once by the pool's placement
+The run opens from the steady state of the strategy's own opening prices (`opening`) and
+runs the warm-up days unmeasured (`Meter.restart`). At each tick start the strategy posts
+prices from a `MarketView`; the tenants' demand at those prices sets the tick's arrivals,
+and deferred elastic work whose price is met now is submitted (`deferral`: turned-away
+elastic work waits for a price it accepts). A job is placed at once by the pool's placement
 policy or waits in its pool's queue (rigid jobs first, then elastic; within a class by
-request shape, oldest first); whenever capacity frees up the queue is retried. Billing
-integrates each class's running GPUs times the posted price; a drained job stops paying
-at its drain signal.
+request shape, oldest first); whenever capacity frees up the queue is retried. A rigid job
+that does not fit spills to another pool or waits for drains (`rigid_service`), retried
+every control-loop tick. Billing integrates each class's running GPUs times the posted
+price; a drained job stops paying at its drain signal.
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ from market_pipeline.simulate.drains import DrainController
 from market_pipeline.simulate.inputs import FleetNodes, PodTable, expected_sm_share
 from market_pipeline.simulate.jobs import DONE, DRAINING, QUEUED, RUNNING, Jobs
 from market_pipeline.simulate.metrics import Meter, StrategyResult, summarize
+from market_pipeline.simulate.opening import opening_jobs, opening_prices, stock_by_class
 from market_pipeline.simulate.pricing import ELASTIC, RIGID, MarketView, PricingStrategy
+from market_pipeline.simulate.rigid_service import FINISH, RigidService
 from market_pipeline.simulate.settings import SimulationSettings
 from market_pipeline.simulate.tenants import Pool, TenantModel, best_response
 
-FINISH, DRAIN_DONE = 0, 1
 
 
 @dataclass(frozen=True)
@@ -50,27 +54,33 @@ class RunInputs:
     model: TenantModel
     requests: tuple[PodRequest, ...]
     typical: TypicalPods
-    load_index: np.ndarray  # (ticks,) true load index k
+    load_index: np.ndarray  # (warm-up + ticks,) true load index k
     index_history: np.ndarray  # observed index before the window
     floor_demand: np.ndarray  # (T, R) at the lowest reachable prices, k = 1
     initial: InitialJobs
     epoch: dt.datetime
     sla_wait_s: float
+    # Per pod: the other pools it fits, nearest list price first (`runner.spill_order`). The
+    # trace names no GPU model (no pod has a gpu_spec): a rigid job whose drawn pool is full
+    # runs on another model it fits rather than queueing behind a 2-GPU pool.
+    spill: tuple[tuple[tuple[int, ...], ...], ...] = ()
+    initial_index: float = 1.0  # the load index the snapshot `initial` was drawn at
 
 
-class StrategyRun:
+class StrategyRun(RigidService):
     def __init__(self, inputs: RunInputs, strategy: PricingStrategy) -> None:
         self.inputs = inputs
         self.strategy = strategy
         s = inputs.settings
         self.tick_s = s.tick_seconds
-        self.clusters = [PoolCluster(p, inputs.nodes, s.placement_policy, inputs.typical, list(inputs.requests))
-                         for p in inputs.pools]
+        self.clusters = [PoolCluster(p, inputs.nodes, s.placement_policy, inputs.typical, list(inputs.requests),
+                                     s.economics.rigid_reserve_nodes) for p in inputs.pools]
         self.capacity = np.array([c.capacity_gpus for c in self.clusters])
         self.unit_cost = np.array([p.prices.unit_cost for p in inputs.pools])
         self.serve_cost = np.array([p.prices.serve_cost for p in inputs.pools])
         self.jobs = Jobs()
-        self.meter = Meter(len(inputs.pools), s.ticks)
+        self.warmup = s.warmup_ticks
+        self.meter = Meter(len(inputs.pools), self.warmup + s.ticks)
         self.queues: list[tuple[dict, dict]] = [({}, {}) for _ in inputs.pools]
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
@@ -79,30 +89,37 @@ class StrategyRun:
                                         s.tick_minutes) if strategy.drains else None)
         self.awaited: dict[int, set[int]] = {}  # rigid job -> victims still draining for it
         self.victim_of: dict[int, int] = {}
+        self.parked: dict[int, list[int]] = {}  # rigid job -> its drained victims not yet re-placed
         self.history = list(inputs.index_history)
         self.pod_gpus = inputs.pods.gpus.tolist()
         self.pod_runtime = inputs.pods.runtime_s.tolist()
         self.pod_use = (inputs.pods.gpus * expected_sm_share(inputs.pods)).tolist()  # used GPUs per job
         self.deferred = DeferredDemand(inputs.model.elastic, 3600.0 * s.economics.elastic_patience_hours)
+        self.latent = inputs.model.latent_mask.tolist()
         self.tick = 0
-        self._no_room: dict[tuple[int, int, int], int] = {}  # (pool, shape) -> tick a drain plan failed
+        self._no_room: dict[tuple[int, int, int], int] = {}  # (pool, shape) -> control step a plan failed
+        self.opening_jobs = 0
+        # the live control loop's cadence: waiting rigid jobs retry spill and drains this often
+        self.control_s = 60.0 * min(inputs.config.loop.tick_minutes, s.tick_minutes)
+        self.control_step = 0
+        self.spilled = 0  # rigid jobs placed on another pool than the one they were drawn for
 
     # -- event loop ---------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> StrategyResult:
         started = time.perf_counter()
         inputs, s = self.inputs, self.inputs.settings
         prices = self._initial_prices()
-        self._place_initial()
-        for tick in range(s.ticks):
+        prices = self._place_initial(prices)
+        for tick in range(self.warmup + s.ticks):
+            if tick == self.warmup and tick:
+                self.meter.restart()  # the warm-up is over: measure from here
             self.tick = tick
             t0 = tick * self.tick_s
             self._until(t0)
             self.meter.pending_by_class[tick] = self.meter.waiting().sum(axis=0)
             decision = self.strategy.decide(self._view(tick, t0, prices))
             prices = decision.prices
-            if self.drainer is not None:
-                self._retry_drains(t0)
-                self.drainer.prune(t0)
+            self._control(t0, prune=True)
             wanted = best_response(inputs.model, prices)
             k = float(inputs.load_index[tick])
             ratio = buy_ratio(wanted, inputs.floor_demand)  # the load index k cancels out
@@ -113,10 +130,18 @@ class StrategyRun:
             kept, turned_away, overflow = split(cands, ratio)
             self.deferred.add(turned_away)
             self.meter.thinning_overflow += overflow
+            marks = iter(t0 + np.arange(self.control_s, self.tick_s - 1e-9, self.control_s))
+            mark = next(marks, None)
             for i in range(kept.size):
                 t = float(kept.time[i])
+                while mark is not None and mark <= t:
+                    self._control(float(mark))
+                    mark = next(marks, None)
                 self._until(t)
                 self._arrive(int(kept.tenant[i]), int(kept.pool[i]), int(kept.pod[i]), t)
+            while mark is not None:
+                self._control(float(mark))
+                mark = next(marks, None)
             self._until(t0 + self.tick_s)
             self.meter.close_tick(tick, t0 + self.tick_s, self.tick_s, prices, self.capacity, self.unit_cost,
                                  self.serve_cost)
@@ -125,6 +150,18 @@ class StrategyRun:
             if progress is not None:
                 progress(tick)
         return self._result(time.perf_counter() - started)
+
+    def _control(self, t: float, prune: bool = False) -> None:
+        """A control-loop tick (every `loop.tick_minutes`, as the live pipeline's drain
+        planner runs; prices change only every pricing tick): waiting rigid jobs try the
+        other pools, then the drain guardrail."""
+        self._until(t)
+        self.control_step += 1
+        self._retry_spill(t)
+        if self.drainer is not None:
+            self._retry_drains(t)
+            if prune:
+                self.drainer.prune(t)
 
     def _initial_prices(self) -> np.ndarray:
         return np.repeat([p.prices.list_price for p in self.inputs.pools], 2).astype(np.float64)
@@ -154,13 +191,22 @@ class StrategyRun:
                 self._drain_done(job, when)
 
     # -- jobs -----------------------------------------------------------------------------------
-    def _place_initial(self) -> None:
-        init = self.inputs.initial
+    def _place_initial(self, list_prices: np.ndarray) -> np.ndarray:
+        """Place the snapshot of running jobs at the strategy's opening prices (`opening`);
+        return those prices (the first tick's last prices)."""
+        inputs = self.inputs
+        held = stock_by_class(inputs.model, inputs.initial, inputs.pods.gpus, len(inputs.pools))
+        history = np.asarray(self.history, dtype=np.float64)
+        prices = opening_prices(self.strategy, self.capacity, held, history, list_prices)
+        init = opening_jobs(inputs.model, inputs.pods, prices, inputs.initial_index, inputs.settings.seed,
+                            inputs.initial, list_prices)
+        self.opening_jobs = int(init.tenant.size)
         for j, r, pod, left in zip(init.tenant.tolist(), init.pool.tolist(), init.pod.tolist(),
                                    init.remaining_s.tolist()):
             cls = ELASTIC if self.inputs.model.elastic[j] else RIGID
             job = self.jobs.add(j, r, pod, cls, self.pod_gpus[pod], 0.0, left)
             self._place_or_queue(job, 0.0, allow_drain=False)
+        return prices
 
     def _arrive(self, tenant: int, pool: int, pod: int, t: float) -> None:
         cls = ELASTIC if self.inputs.model.elastic[tenant] else RIGID
@@ -169,9 +215,12 @@ class StrategyRun:
 
     def _place_or_queue(self, job: int, t: float, allow_drain: bool) -> None:
         jobs = self.jobs
-        placement = self.clusters[jobs.pool[job]].place(self.inputs.requests[jobs.pod[job]])
+        elastic = jobs.cls[job] == ELASTIC
+        placement = self.clusters[jobs.pool[job]].place(self.inputs.requests[jobs.pod[job]], elastic)
         if placement is not None:
             self._start(job, placement, t)
+            return
+        if jobs.cls[job] == RIGID and self._spill(job, t):
             return
         self._enqueue(job)
         if allow_drain and jobs.cls[job] == RIGID and self.drainer is not None:
@@ -199,7 +248,8 @@ class StrategyRun:
             if cls == RIGID and wait > self.inputs.sla_wait_s:
                 meter.sla_violation(self.inputs.requests[jobs.pod[job]].num_gpu, self.inputs.pools[r].pool_id)
         self._push(t + jobs.remaining[job], FINISH, job)
-        meter.change(r, t, cls, alloc=gpus, bill=gpus, used=self.pod_use[jobs.pod[job]])
+        meter.change(r, t, cls, alloc=gpus, bill=gpus, used=self.pod_use[jobs.pod[job]],
+                     latent=self.latent[jobs.tenant[job]], bill_pool=jobs.bill_pool[job])
         if cls == ELASTIC and self.drainer is not None:
             self.node_jobs[r].setdefault(placement.node, set()).add(job)
 
@@ -223,7 +273,8 @@ class StrategyRun:
         self.clusters[r].release(self.inputs.requests[jobs.pod[job]], placement)
         jobs.placement[job] = None
         jobs.state[job] = DONE
-        self.meter.change(r, t, cls, alloc=-gpus, bill=-gpus, used=-self.pod_use[jobs.pod[job]])
+        self.meter.change(r, t, cls, alloc=-gpus, bill=-gpus, used=-self.pod_use[jobs.pod[job]],
+                          latent=self.latent[jobs.tenant[job]], bill_pool=jobs.bill_pool[job])
         self._scan(r, placement.node, t)
 
     def _scan(self, r: int, row: int, t: float) -> None:
@@ -242,7 +293,7 @@ class StrategyRun:
                     req = requests[jobs.pod[job]]
                     if not cluster.fits_node(req, row):
                         break
-                    placement = cluster.place(req)
+                    placement = cluster.place(req, cls == ELASTIC)
                     if placement is None:
                         break
                     queue.popleft()
@@ -251,67 +302,10 @@ class StrategyRun:
                 if not queue:
                     del groups[key]
 
-    # -- drains ---------------------------------------------------------------------------------
-    def _drain_for(self, job: int, t: float) -> None:
-        jobs, drainer = self.jobs, self.drainer
-        assert drainer is not None
-        if job in self.awaited:
-            return
-        r = jobs.pool[job]
-        req = self.inputs.requests[jobs.pod[job]]
-        key = (r, req.num_gpu, req.gpu_milli)
-        if self._no_room.get(key) == self.tick:  # nothing drainable for this shape until the next tick
-            return
-        plan = drainer.plan(jobs, self.clusters[r], self.node_jobs[r], req, t)
-        if plan is None:
-            self._no_room[key] = self.tick
-            return
-        self.awaited[job] = set(plan.victims)
-        for victim in plan.victims:
-            self.victim_of[victim] = job
-            drainer.record_start(jobs, self.clusters[r], victim, t)
-            self._stop(victim)
-            jobs.state[victim] = DRAINING
-            jobs.epoch[victim] += 1  # its finish event is void now
-            jobs.remaining[victim] = max(jobs.remaining[victim] - (t - jobs.run_start[victim]), 1.0)
-            jobs.drains[victim] += 1
-            self.meter.change(r, t, ELASTIC, bill=-jobs.gpus[victim])
-            self.meter.drains += 1
-            self.meter.work_lost_gpu_hours += jobs.gpus[victim] * drainer.seconds / 3600.0
-            self._push(t + drainer.seconds, DRAIN_DONE, victim)
-
-    def _drain_done(self, victim: int, t: float) -> None:
-        jobs, drainer = self.jobs, self.drainer
-        assert drainer is not None
-        r = jobs.pool[victim]
-        placement = jobs.placement[victim]
-        assert placement is not None
-        self.clusters[r].release(self.inputs.requests[jobs.pod[victim]], placement)
-        jobs.placement[victim] = None
-        self.meter.change(r, t, ELASTIC, alloc=-jobs.gpus[victim], used=-self.pod_use[jobs.pod[victim]])
-        drainer.record_done(jobs, victim)
-        waiting_for = self.victim_of.pop(victim, None)
-        if waiting_for is not None:
-            left = self.awaited.get(waiting_for)
-            if left is not None:
-                left.discard(victim)
-                if not left:
-                    del self.awaited[waiting_for]
-        self._scan(r, placement.node, t)  # the rigid job it made room for goes first
-        self._place_or_queue(victim, t, allow_drain=False)
-
-    def _retry_drains(self, t: float) -> None:
-        """Rigid jobs still waiting at a tick start try the drain guardrail again."""
-        for r, (rigid, _) in enumerate(self.queues):
-            for key in list(rigid):
-                for job in list(rigid.get(key, ()))[:4]:
-                    if self.jobs.state[job] == QUEUED and job not in self.awaited:
-                        self._drain_for(job, t)
-
     # -- result ---------------------------------------------------------------------------------
     def _result(self, seconds: float) -> StrategyResult:
         s, jobs, meter = self.inputs.settings, self.jobs, self.meter
-        end = s.ticks * self.tick_s
+        end = (self.warmup + s.ticks) * self.tick_s
         waiting = [j for j in range(len(jobs)) if jobs.state[j] in (QUEUED, DRAINING)
                    and jobs.first_start[j] != jobs.first_start[j]]
         for job in waiting:  # censored waits: still waiting at the end
@@ -321,14 +315,17 @@ class StrategyRun:
                                     self.inputs.pools[jobs.pool[job]].pool_id)
         started = sum(1 for v in jobs.first_start if v == v)
         extra = {"wall_seconds": round(seconds, 3),
-                 "policy_calls": int(sum(c.policy_calls for c in self.clusters))}
+                 "policy_calls": int(sum(c.policy_calls for c in self.clusters)), "rigid_spilled": self.spilled,
+                 "opening_jobs": self.opening_jobs}
         summary = getattr(self.strategy, "summary", None)
         if callable(summary):
             extra.update(summary())
         if self.drainer is not None:
             extra["drain_blocked"] = dict(self.drainer.blocked)
         extra.update(self.deferred.summary())
-        return summarize(self.strategy.name, meter, self.capacity, end, len(jobs), started, len(waiting), extra)
+        meter.trim(self.warmup)
+        return summarize(self.strategy.name, meter, self.capacity, s.ticks * self.tick_s, len(jobs), started,
+                         len(waiting), extra)
 
 
 __all__ = ["RUNNING", "RunInputs", "StrategyRun"]

@@ -13,7 +13,8 @@ QUEUED, RUNNING, DRAINING, DONE = 0, 1, 2, 3
 class Jobs:
     def __init__(self) -> None:
         self.tenant: list[int] = []
-        self.pool: list[int] = []
+        self.pool: list[int] = []  # where it runs / waits
+        self.bill_pool: list[int] = []  # whose posted price it pays: the pool it bought in
         self.pod: list[int] = []
         self.cls: list[int] = []  # RIGID / ELASTIC
         self.gpus: list[float] = []
@@ -34,6 +35,7 @@ class Jobs:
             remaining: float) -> int:
         self.tenant.append(tenant)
         self.pool.append(pool)
+        self.bill_pool.append(pool)
         self.pod.append(pod)
         self.cls.append(cls)
         self.gpus.append(gpus)

@@ -26,6 +26,12 @@ class Meter:
         self.bill_area = [[0.0, 0.0] for _ in range(pools)]
         self.used_area = [0.0] * pools
         self.last_t = [0.0] * pools
+        # latent elastic twins' share of the elastic class (`tenants`, step 5): billed GPUs now
+        # and over the tick, so the trace's own elastic tenants can be reported apart
+        self.latent_bill_now = [0.0] * pools
+        self.latent_bill_area = [0.0] * pools
+        self.latent_revenue = 0.0
+        self.latent_billed_gpu_hours = 0.0
         self.prices = np.zeros((ticks, 2 * pools))
         self.utilization = np.zeros((ticks, pools))
         self.allocated_by_class = np.zeros((ticks, 2))  # mean GPUs over the tick
@@ -33,6 +39,8 @@ class Meter:
         self.arrivals = np.zeros(ticks, dtype=np.int64)
         self.revenue_by_class = np.zeros(2)
         self.billed_gpu_hours = np.zeros(2)
+        self.revenue_by_pool = np.zeros((self.pools, 2))
+        self.billed_by_pool = np.zeros((self.pools, 2))
         self.allocated_gpu_hours = np.zeros(2)
         self.used_gpu_hours = 0.0
         self.cost = 0.0
@@ -54,14 +62,38 @@ class Meter:
             b_area[0] += bill[0] * dt
             b_area[1] += bill[1] * dt
             self.used_area[r] += self.used_now[r] * dt
+            self.latent_bill_area[r] += self.latent_bill_now[r] * dt
             self.last_t[r] = t
 
-    def change(self, r: int, t: float, cls: int, alloc: float = 0.0, bill: float = 0.0, used: float = 0.0) -> None:
-        """Pool r's running GPUs of class `cls` change at time t."""
+    def change(self, r: int, t: float, cls: int, alloc: float = 0.0, bill: float = 0.0, used: float = 0.0,
+               latent: bool = False, bill_pool: int | None = None) -> None:
+        """Pool r's running GPUs of class `cls` change at time t (`latent`: a latent twin's job;
+        `bill_pool`: the pool whose price the job pays, when it runs elsewhere)."""
         self._advance(r, t)
         self.alloc_now[r][cls] += alloc
-        self.bill_now[r][cls] += bill
         self.used_now[r] += used
+        b = r if bill_pool is None else bill_pool
+        if b != r:
+            self._advance(b, t)
+        self.bill_now[b][cls] += bill
+        if latent:
+            self.latent_bill_now[b] += bill
+
+    def restart(self) -> None:
+        """End of the warm-up: forget everything measured so far, keep the running state (jobs
+        on GPUs, queues) and the per-tick series' slots."""
+        self.revenue_by_class = np.zeros(2)
+        self.billed_gpu_hours = np.zeros(2)
+        self.revenue_by_pool = np.zeros((self.pools, 2))
+        self.billed_by_pool = np.zeros((self.pools, 2))
+        self.allocated_gpu_hours = np.zeros(2)
+        self.used_gpu_hours = 0.0
+        self.cost = 0.0
+        self.waits, self.wait_class = [], []
+        self.drains, self.work_lost_gpu_hours, self.rigid_sla_violations = 0, 0.0, 0
+        self.sla_violations_by_gpus, self.sla_violations_by_pool = {}, {}
+        self.thinning_overflow = 0
+        self.latent_revenue, self.latent_billed_gpu_hours = 0.0, 0.0
 
     def pending(self, r: int, cls: int, gpus: float) -> None:
         left = self.pending_now[r][cls] + gpus
@@ -81,6 +113,8 @@ class Meter:
             self._advance(r, t)
         alloc, bill = np.array(self.alloc_area), np.array(self.bill_area)
         self.prices[tick] = prices
+        self.revenue_by_pool += bill * prices.reshape(-1, 2) / 3600.0
+        self.billed_by_pool += bill / 3600.0
         self.revenue_by_class += (bill * prices.reshape(-1, 2)).sum(axis=0) / 3600.0
         self.billed_gpu_hours += bill.sum(axis=0) / 3600.0
         self.allocated_gpu_hours += alloc.sum(axis=0) / 3600.0
@@ -89,9 +123,18 @@ class Meter:
         self.utilization[tick] = alloc.sum(axis=1) / seconds / np.maximum(capacity, 1e-9)
         self.allocated_by_class[tick] = alloc.sum(axis=0) / seconds
         self.used_gpu_hours += sum(self.used_area) / 3600.0
+        latent = np.array(self.latent_bill_area)
+        self.latent_revenue += float((latent * prices.reshape(-1, 2)[:, 1]).sum()) / 3600.0
+        self.latent_billed_gpu_hours += float(latent.sum()) / 3600.0
+        self.latent_bill_area = [0.0] * self.pools
         self.alloc_area = [[0.0, 0.0] for _ in range(self.pools)]
         self.bill_area = [[0.0, 0.0] for _ in range(self.pools)]
         self.used_area = [0.0] * self.pools
+
+    def trim(self, ticks: int) -> None:
+        """Drop the warm-up's first `ticks` rows of the per-tick series."""
+        for name in ("prices", "utilization", "allocated_by_class", "pending_by_class", "arrivals"):
+            setattr(self, name, getattr(self, name)[ticks:])
 
     def sla_violation(self, num_gpu: int, pool_id: str) -> None:
         self.rigid_sla_violations += 1
@@ -136,6 +179,12 @@ def summarize(name: str, meter: Meter, capacity: np.ndarray, seconds: float, job
         "wait_p50_s": _percentile(waits, 50),
         "wait_p99_s": _percentile(waits, 99),
         "elastic_cost_per_gpu_hour": _ratio(meter.revenue_by_class[ELASTIC], meter.billed_gpu_hours[ELASTIC]),
+        # the trace's own elastic tenants (without the latent twins, who buy nothing at list
+        # price): the like-for-like comparison with static pricing
+        "trace_elastic_cost_per_gpu_hour": _ratio(meter.revenue_by_class[ELASTIC] - meter.latent_revenue,
+                                                  meter.billed_gpu_hours[ELASTIC] - meter.latent_billed_gpu_hours),
+        "latent_elastic_revenue": float(meter.latent_revenue),
+        "latent_elastic_gpu_hours": float(meter.latent_billed_gpu_hours),
         "rigid_cost_per_gpu_hour": _ratio(meter.revenue_by_class[RIGID], meter.billed_gpu_hours[RIGID]),
         "drains": int(meter.drains),
         "work_lost_gpu_hours": float(meter.work_lost_gpu_hours),
@@ -156,6 +205,8 @@ def summarize(name: str, meter: Meter, capacity: np.ndarray, seconds: float, job
         "pending_by_class": meter.pending_by_class,
         "arrivals": meter.arrivals,
     }
+    extra = {**extra, "rigid_gpu_hours_by_pool": meter.billed_by_pool[:, RIGID].tolist(),
+             "rigid_revenue_by_pool": meter.revenue_by_pool[:, RIGID].tolist()}
     if meter.sla_violations_by_gpus:
         extra = {**extra, "rigid_sla_violations_by_gpus": dict(sorted(meter.sla_violations_by_gpus.items())),
                  "rigid_sla_violations_by_pool": dict(sorted(meter.sla_violations_by_pool.items()))}

@@ -24,14 +24,14 @@ from market_pipeline.simulate.metrics import StrategyResult
 from market_pipeline.simulate.pricing import PricingStrategy, StaticPricing, UtilizationPricing
 from market_pipeline.simulate.settings import SimulationSettings, pool_prices
 from market_pipeline.simulate.stackelberg import StackelbergPricing
-from market_pipeline.simulate.tenants import best_response, build_pools, calibrate, resource_set
+from market_pipeline.simulate.tenants import Pool, best_response, build_pools, calibrate, pod_fits_pool, resource_set
 
 HELIOS_EPOCH = dt.datetime(2020, 5, 1, tzinfo=dt.UTC)  # first minute of the Helios Earth files
 
 
 @dataclass(frozen=True)
 class LoadWindow:
-    index: np.ndarray  # (ticks,) load index k: the trace's demand over its mean
+    index: np.ndarray  # (warm-up + ticks,) load index k: the trace's demand over its mean
     history: np.ndarray  # the index over the days before the window (NaN in gaps)
     level_gpus: float  # demand at index 1: target utilisation x fleet GPUs
     initial_index: float  # the index the jobs running at the start arrived under
@@ -47,8 +47,8 @@ def load_window(load: LoadProfile, settings: SimulationSettings, fleet_gpus: int
         raise SimulationInputError(f"load {load.source}: step {load.step_minutes} min differs from the tick "
                                    f"{settings.tick_minutes} min")
     per_day = 1440 // settings.tick_minutes
-    start = int(round(settings.load_start_day * per_day))
-    index = load.window(start, settings.ticks)
+    start = int(round(settings.load_start_day * per_day)) - settings.warmup_ticks
+    index = load.window(start, settings.warmup_ticks + settings.ticks)
     history = load.factor()[:start]
     seen = history[~np.isnan(history)]
     initial = float(seen.mean()) if seen.size else float(index[0])
@@ -67,9 +67,31 @@ def build_inputs(config: MarketPipelineConfig, settings: SimulationSettings, pod
     floor = best_response(model, resources.price_min)
     initial = initial_population(model, pods, model.base_demand * window.initial_index, settings.seed)
     sla = settings.rigid_sla_wait_s or config.guardrails.task_drain.max_total_seconds
-    epoch = HELIOS_EPOCH + dt.timedelta(days=settings.load_start_day)
+    epoch = HELIOS_EPOCH + dt.timedelta(days=settings.load_start_day - settings.warmup_ticks * settings.tick_minutes / 1440)
     return RunInputs(config, settings, pods, nodes, pools, model, requests, typical_pods(list(requests)),
-                     window.index, window.history, floor, initial, epoch, float(sla))
+                     window.index, window.history, floor, initial, epoch, float(sla),
+                     spill_order(pods, nodes, pools), window.initial_index)
+
+
+def spill_order(pods: PodTable, nodes: FleetNodes, pools: tuple[Pool, ...]) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """[pool][pod] -> the other pools the pod fits, nearest list price first (the tenant's
+    bill changes least), larger pool first on a tie. Pods that fit the same pools share one
+    tuple."""
+    fits = np.stack([pod_fits_pool(pods, nodes, pool) for pool in pools], axis=1)  # (P, R)
+    price = [p.prices.list_price for p in pools]
+    out = []
+    for r in range(len(pools)):
+        others = sorted((q for q in range(len(pools)) if q != r),
+                        key=lambda q: (abs(price[q] - price[r]), -pools[q].gpus, q))
+        by_pattern: dict[bytes, tuple[int, ...]] = {}
+        row = []
+        for pattern in fits:
+            key = pattern.tobytes()
+            if key not in by_pattern:
+                by_pattern[key] = tuple(q for q in others if pattern[q])
+            row.append(by_pattern[key])
+        out.append(tuple(row))
+    return tuple(out)
 
 
 def make_strategy(name: str, inputs: RunInputs) -> PricingStrategy:
@@ -106,7 +128,7 @@ def run_strategies(inputs: RunInputs, workers: int | None = None,
     comparison) in the same worker pool; `progress(done_ticks, total)`. Returns the results
     by strategy and the side task's result (None without one)."""
     names = inputs.settings.strategies
-    total = len(names) * inputs.settings.ticks
+    total = len(names) * inputs.load_index.size
     tasks = len(names) + (side_task is not None)
     workers = min(tasks, workers if workers is not None else (os.cpu_count() or 1))
     if workers <= 1 or "fork" not in mp.get_all_start_methods():

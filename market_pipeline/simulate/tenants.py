@@ -18,7 +18,13 @@ Calibration (`calibrate`), applied identically for every strategy:
    response at the list price p0 is exactly d0; budget B_j = (1 + headroom) * p0 . d0;
 4. time variation scales the whole population by the trace's load index k(t)
    (`TenantPopulation.with_demand_scale`, exact for a uniform k), so at the list price the
-   simulated demand is the trace's load, hour by hour.
+   simulated demand is the trace's load, hour by hour;
+5. latent elastic demand (`EconomicAssumptions.latent_elastic_ratio`; `_latent_twins`): each
+   elastic tenant j gets a latent twin with j's pods, cell chances and curvature eta_j, whose
+   choke price is the list price (U'(0) = w / s = p0: it buys nothing at p0, so step 4 still
+   holds for every strategy) and whose demand at p0 / 2 is ratio * d0[j]:
+   s = ratio * d0 / (2**(1/eta) - 1), w = p0 * s; budget (1 + headroom) times its spend at
+   p0 / 2, the same rule as step 3 at its own reference price.
 """
 
 from __future__ import annotations
@@ -66,6 +72,11 @@ class TenantModel:
     base_demand: np.ndarray  # (T, R) GPUs at the list price and load index 1
     population: TenantPopulation  # at load index 1
     level_gpus: float  # L
+    latent: np.ndarray | None = None  # (T,) bool: a latent elastic twin (no demand at list price)
+
+    @property
+    def latent_mask(self) -> np.ndarray:
+        return np.zeros(self.size, dtype=bool) if self.latent is None else self.latent
 
     @property
     def size(self) -> int:
@@ -171,26 +182,51 @@ def calibrate(pods: PodTable, nodes: FleetNodes, pools: tuple[Pool, ...], level_
         demand.append(level_gpus * (spread[mine] * weight[mine, None]).sum(axis=0) / total)
     elastic_arr = np.array(elastic)
     elasticity = _elasticities(elastic_arr, economics)
-    population = _population(ids, elastic_arr, elasticity, np.array(demand), pools, economics)
+    d0 = np.array(demand)
+    twins = np.flatnonzero(elastic_arr) if economics.latent_elastic_ratio > 0 else np.zeros(0, dtype=np.int64)
+    n = len(ids)
+    ids += [f"latent-{ids[j].split('-')[1]}" for j in twins]
+    cells += [cells[j] for j in twins]
+    chances += [chances[j] for j in twins]
+    mean_gh += [mean_gh[j] for j in twins]
+    latent = np.concatenate([np.zeros(n, dtype=bool), np.ones(twins.size, dtype=bool)])
+    elastic_arr = np.concatenate([elastic_arr, np.ones(twins.size, dtype=bool)])
+    elasticity = np.concatenate([elasticity, elasticity[twins]])
+    population = _population(ids, elastic_arr, elasticity, d0, pools, economics, twins)
+    d0 = np.concatenate([d0, np.zeros((twins.size, d0.shape[1]))])
     model = TenantModel(tuple(ids), elastic_arr, elasticity, tuple(cells), tuple(chances), np.array(mean_gh),
-                        np.array(demand), population, float(level_gpus))
+                        d0, population, float(level_gpus), latent)
     _check_calibration(model, pools)
     return model
 
 
 def _population(ids: list[str], elastic: np.ndarray, elasticity: np.ndarray, d0: np.ndarray,
-                pools: tuple[Pool, ...], economics: EconomicAssumptions) -> TenantPopulation:
-    t, r = d0.shape
+                pools: tuple[Pool, ...], economics: EconomicAssumptions,
+                twins: np.ndarray | None = None) -> TenantPopulation:
+    """Steps 3 and 5 of the calibration: rows of d0 (the trace's tenants), then one latent
+    row per entry of `twins` (a trace tenant's row index)."""
+    twins = np.zeros(0, dtype=np.int64) if twins is None else twins
+    n, r = d0.shape
+    t = n + twins.size
     list_price = np.array([p.prices.list_price for p in pools])
     eta = 2.0 / elasticity
     saturation = np.ones((t, 2 * r))
     weight = np.zeros((t, 2 * r))
+    budget = np.zeros(t)
+    ratio = economics.latent_elastic_ratio
     for j in range(t):
         cols = 2 * np.arange(r) + int(elastic[j])
-        wanted = d0[j] > 0
-        saturation[j, cols[wanted]] = d0[j, wanted]
-        weight[j, cols[wanted]] = list_price[wanted] * d0[j, wanted] * 2.0 ** eta[j]
-    budget = (1.0 + economics.budget_headroom) * (d0 * list_price).sum(axis=1)
+        base = d0[j] if j < n else d0[twins[j - n]]
+        wanted = base > 0
+        if j < n:  # trace tenant: best response d0 at the list price p0
+            size = base[wanted]
+            weight[j, cols[wanted]] = list_price[wanted] * size * 2.0 ** eta[j]
+            budget[j] = (1.0 + economics.budget_headroom) * (base * list_price).sum()
+        else:  # latent twin: choke price p0, ratio * d0 of its twin at p0 / 2
+            size = ratio * base[wanted] / (2.0 ** (1.0 / eta[j]) - 1.0)
+            weight[j, cols[wanted]] = list_price[wanted] * size
+            budget[j] = (1.0 + economics.budget_headroom) * (0.5 * list_price[wanted] * ratio * base[wanted]).sum()
+        saturation[j, cols[wanted]] = size
     drainable = np.tile([False, True], r)
     return TenantPopulation.build(ids=ids, families=["isoelastic"] * t, weight=weight, saturation=saturation,
                                   budget=budget, drainable_mask=drainable, eta=eta, drain_tolerant=elastic)
@@ -212,7 +248,7 @@ def list_price_vector(pools: tuple[Pool, ...]) -> np.ndarray:
 
 def _check_calibration(model: TenantModel, pools: tuple[Pool, ...]) -> None:
     """The calibration's contract: at the list prices every tenant demands d0."""
-    got = best_response(model, list_price_vector(pools))
+    got = np.maximum(best_response(model, list_price_vector(pools)), 0.0)
     gap = np.abs(got - model.base_demand).max() / max(model.base_demand.max(), 1e-12)
     if gap > 1e-6:
         raise SimulationInputError(f"calibration failed: demand at the list price is off by {gap:.2e} (relative)")

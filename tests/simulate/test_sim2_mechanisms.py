@@ -94,7 +94,7 @@ def test_sim2_solver_guaranteed_price_max_is_the_cap():
 
 
 def test_sim2_fixed_fleet_cost_is_charged_on_idle_capacity():
-    full = inputs(days=0.5, ratio=0.3, economics=EconomicAssumptions(tenants_per_class=2))
+    full = inputs(days=0.5, ratio=0.3, economics=EconomicAssumptions(tenants_per_class=2, avoidable_cost_share=1.0))
     split = inputs(days=0.5, ratio=0.3, economics=EconomicAssumptions(tenants_per_class=2, avoidable_cost_share=0.1))
     a = StrategyRun(full, make_strategy("static", full)).run().metrics
     b = StrategyRun(split, make_strategy("static", split)).run().metrics
