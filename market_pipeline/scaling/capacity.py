@@ -91,6 +91,7 @@ class CapacityTarget:
     floor_nodes: int  # nodes (active or warm) that keep a typical recent peak drainable
     wanted_gpus: float
     shielded: ShieldedAction  # the certificate at the short-term need, equilibrium price
+    peak_nodes: int = 0  # nodes that certify the warm reserve window's peak at the equilibrium price
 
     @property
     def nodes(self) -> int:
@@ -122,6 +123,7 @@ def target_capacity(
     shielded = shield(PriceCapacityAction(price, float(wanted_nodes * step)), state, config.backlog)
     need = max(wanted_nodes, _clamp_nodes(pool_state, math.ceil(shielded.capacity_gpus / step - 1e-9)))
     keep = _certified_nodes(pool_state, envelope.keep_gpus * (1.0 + config.keep_headroom_fraction), price, price, config)
+    reserve = _certified_nodes(pool_state, max(envelope.reserve_gpus, envelope.keep_gpus), price, price, config)
     band = math.floor(need * config.keep_band_fraction + 1e-9)
     floor = _certified_nodes(pool_state, envelope.floor_gpus, price, max(price, config.backlog.price_max), config)
     # the warm pool carries the floor; nodes stay in service for it only where the fleet
@@ -129,7 +131,8 @@ def target_capacity(
     active_floor = math.ceil(floor - warm_nodes * warm_share(config) - 1e-9)
     keep_nodes = _clamp_nodes(pool_state, max(min(keep, need + band), active_floor))
     return CapacityTarget(
-        need_nodes=need, keep_nodes=keep_nodes, floor_nodes=floor, wanted_gpus=wanted, shielded=shielded
+        need_nodes=need, keep_nodes=keep_nodes, floor_nodes=floor, wanted_gpus=wanted, shielded=shielded,
+        peak_nodes=_clamp_nodes(pool_state, reserve),
     )
 
 
@@ -159,13 +162,14 @@ def _clamp_nodes(pool_state: PoolState, nodes: int) -> int:
 class DemandEnvelope:
     keep_gpus: float  # peak over the keep window: capacity held against churn
     floor_gpus: float  # typical hourly peak over the longer window: must stay drainable at price_max
+    reserve_gpus: float = 0.0  # peak over the warm reserve window: a return to it resumes warm nodes
 
 
 def record_demand_peak(memory: ScalerMemory, demand: float, t: float, config: ScalingConfig) -> DemandEnvelope:
     """Fold this tick's demand into the hourly peaks; return the peaks over both windows."""
     hour = int(t // 3600)
     memory.demand_peaks[hour] = max(memory.demand_peaks.get(hour, 0.0), demand)
-    span = max(config.keep_window_hours, config.drainable_floor_window_hours)
+    span = max(config.keep_window_hours, config.drainable_floor_window_hours, config.warm_reserve_window_hours)
     for stale in [h for h in memory.demand_peaks if h < hour - math.ceil(span) + 1]:
         del memory.demand_peaks[stale]
 
@@ -177,7 +181,8 @@ def record_demand_peak(memory: ScalerMemory, demand: float, t: float, config: Sc
     floor = peaks(config.drainable_floor_window_hours)
     # a typical hourly peak (not the rarest spike): what demand returns to after a lull
     typical = floor[min(len(floor) - 1, int(config.drainable_floor_quantile * len(floor)))] if floor else 0.0
-    return DemandEnvelope(keep[-1] if keep else 0.0, typical)
+    reserve = peaks(config.warm_reserve_window_hours)
+    return DemandEnvelope(keep[-1] if keep else 0.0, typical, reserve[-1] if reserve else 0.0)
 
 
 def serving_capacity_gpus(nodes: list[NodeView], now: dt.datetime, config: ScalingConfig) -> float:

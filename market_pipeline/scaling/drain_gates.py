@@ -66,7 +66,31 @@ def progress_drains(tick: Tick, by_id: dict[str, NodeView]) -> None:
         for node in drained:
             tick.add("hold", node.node_id, True, [f"drained; waiting for {waiting} more of its batch"])
         return
-    for node in drained:
+    tick.drained = drained  # powered off by `finish_wave` once the scale-down has had its say
+
+
+def finish_wave(tick: Tick) -> None:
+    """Power the drained batch off together, unless this tick extended its wave.
+
+    The disruption budget lets busy nodes drain only a few at a time, so a larger surplus
+    drains in waves. A drained node is held (cordoned, empty, counted as idle) while the
+    next wave drains, for at most `scale_down_wave_minutes`, and the whole batch is then
+    powered off as one action instead of one action a wave. A held node is the first one
+    uncordoned if demand returns meanwhile (`_scale_up`).
+    """
+    memory, config = tick.memory, tick.config
+    held = [node for node in tick.drained if node.node_id in memory.draining]
+    if not held:
+        return
+    extended = any(d.action == "cordon" and d.allowed for d in tick.decisions)
+    oldest = min(memory.draining[node.node_id] for node in held)
+    if extended and all(n.healthy for n in held) and tick.t - oldest < config.scale_down_wave_minutes * 60:
+        for node in held:
+            tick.add("hold", node.node_id, True, [
+                "drained; held while the next wave of its scale-down drains (powered off together)",
+            ])
+        return
+    for node in held:
         _finish_drained(tick, node)
         del memory.draining[node.node_id]
 

@@ -15,6 +15,8 @@ equilibrium price certified at the lower capacity, (b) has every task drained or
 by the task-drain guardrail (an empty node needs no drain), (c) has been unneeded for the
 hysteresis period, (d) saves more than its drain and replacement cost, (e) fits the
 disruption budget; a batch of such nodes is cordoned together and powered off together.
+When the budget lets busy nodes drain only a few at a time, drained nodes wait (for at most
+`scale_down_wave_minutes`) for the next wave and the batch goes in one action.
 Tasks only move to room that is already up (replace before remove); an unhealthy node is
 replaced first, then drained. Cool-downs follow a scale-up and a failed scale-down; a node
 whose drain keeps failing is reported as `blocked_drain` and skipped, not retried.
@@ -37,8 +39,8 @@ from market_pipeline.scaling.capacity import (
     record_demand_peak,
     target_capacity,
 )
-from market_pipeline.scaling.drain_gates import has_room_for, progress_drains
-from market_pipeline.scaling.warm_pool import stock_warm_pool, trim_warm_pool
+from market_pipeline.scaling.drain_gates import finish_wave, has_room_for, progress_drains
+from market_pipeline.scaling.warm_pool import interval_resumes, stock_warm_pool, trim_warm_pool
 from market_pipeline.scaling.types import (
     Action,
     DrainStatus,
@@ -72,6 +74,7 @@ class Tick:
     base_inputs: dict[str, Any]
     decisions: list[ScalingDecision] = field(default_factory=list)
     uncordoned: int = 0
+    drained: list[NodeView] = field(default_factory=list)  # cordoned, empty, batch complete
 
     @property
     def in_service(self) -> int:
@@ -144,6 +147,7 @@ def plan_pool(
             _scale_down(tick, tick.in_service - target.nodes)
         else:
             memory.surplus_since.clear()
+    finish_wave(tick)
     _replace_unhealthy(tick)
     _report_blocked(tick)
     stock_warm_pool(tick)
@@ -212,10 +216,11 @@ def _scale_up(tick: Tick, needed: int) -> None:
         tick.uncordoned += 1
         tick.add("uncordon", node.node_id, True, ["demand needs this node again: cancel its drain"])
     needed -= min(needed, len(leaving))
-    warm = sorted(tick.fleet.standby, key=lambda n: n.node_id)[:needed]
+    standby = sorted(tick.fleet.standby, key=lambda n: n.node_id)
+    warm = standby[: needed + interval_resumes(tick, standby[:needed], standby[needed:])]
     for node in warm:
         tick.add("power_on", node.node_id, True, [f"scale up from the warm pool toward {tick.target.nodes} nodes"])
-    needed -= len(warm)
+    needed -= min(needed, len(warm))
     room = tick.pool_state.max_nodes - tick.fleet.powered - tick.fleet.warm_stock
     cold = min(needed, max(0, room))
     if cold > 0:
@@ -273,8 +278,9 @@ def min_batch(tick: Tick) -> int:
 def _pool_gates(tick: Tick, surplus: int, ripe: int) -> list[str]:
     memory, config, t = tick.memory, tick.config, tick.t
     reasons = []
-    if memory.draining:
-        reasons.append(f"batch_in_progress: {len(memory.draining)} node(s) still draining")
+    busy = len(memory.draining) - sum(1 for n in tick.drained if n.node_id in memory.draining)
+    if busy:
+        reasons.append(f"batch_in_progress: {busy} node(s) still draining")
     if memory.last_scale_up_at is not None and t - memory.last_scale_up_at < config.scale_up_cooldown_minutes * 60:
         reasons.append(f"scale_up_cooldown: last scale-up {(t - memory.last_scale_up_at) / 60:.1f} min ago")
     if (

@@ -109,6 +109,7 @@ class ScalingConfig:
     drainable_floor_window_hours: float = 168.0  # peak that must stay drainable at price_max
     drainable_floor_quantile: float = 1.0  # of the hourly peaks in that window (1: the max)
     scale_up_extra_nodes: int = 0
+    cover_interval_on_scale_up: bool = True  # resume enough warm nodes to certify the tick's mean
     max_transient_price_ratio: float = 1.5  # a dearer shortfall is scaled, not priced
     scale_up_persistence_minutes: float = 60.0  # a cheaper one must last this long
     urgent_persistence_minutes: float = 3.0  # a dear one this long (one tick: not a blip)
@@ -125,7 +126,10 @@ class ScalingConfig:
     max_expected_off_hours: float = 4.0  # cap on the saving a removal is credited with
     disruption_budget_pct: float = 10.0  # busy nodes drained at once, share of the pool
     max_removals_per_hour: int = 6  # nodes with work drained per hour
+    scale_down_wave_minutes: float = 30.0  # drained nodes wait this long for the next wave (0: off)
     warm_pool_nodes: int = 1  # the warm pool's minimum size
+    warm_to_recent_peak: bool = True  # keep warm what a return to a recent peak needs...
+    warm_reserve_window_hours: float = 168.0  # ...the peak of this window (scaling-tune: 12 or 168)
     interval_minutes: float = 3.0  # the control tick the certificate covers
     warm_resume_minutes: float = 1.0  # a standby node serves the rest of the interval
 
@@ -137,6 +141,7 @@ class ScalingConfig:
             "scale_up_persistence_minutes", "min_scale_down_fraction", "urgent_persistence_minutes",
             "scale_up_cooldown_minutes", "failed_scale_down_cooldown_minutes",
             "drain_cost_per_gpu", "replacement_cost_per_node", "warm_resume_minutes",
+            "scale_down_wave_minutes", "warm_reserve_window_hours",
         ):
             value = getattr(self, name)
             _require(math.isfinite(value) and value >= 0, name, f"must be finite and >= 0, got {value!r}")

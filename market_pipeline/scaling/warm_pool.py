@@ -3,7 +3,12 @@ waking nodes from the idle pool, scale down by powering nodes into the energy-sa
 
 Its size is what the backlog guardrail asks for: at least `warm_pool_nodes`, and enough
 that the nodes in service plus the warm pool keep a typical recent demand peak drainable
-at `price_max` (`CapacityTarget.floor_nodes`). Keeping that reserve warm rather than
+at `price_max` (`CapacityTarget.floor_nodes`); with `warm_to_recent_peak`, also enough to
+return to the peak of the last `warm_reserve_window_hours` at the equilibrium price
+(`peak_nodes`): on Helios most of the demand the price shield turned away fell in ticks
+whose scale-up had to boot cold nodes (8 min, longer than the 5-min tick). A scale-up
+from the pool resumes enough nodes that the capacity serving over the tick certifies
+(`interval_resumes`), not only the node count. Keeping that reserve warm rather than
 powered is what lets the pool shrink through a lull without becoming undrainable when the
 demand returns; standby GPU-hours are reported next to idle ones.
 """
@@ -13,10 +18,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from market_pipeline.scaling.capacity import warm_share
+from market_pipeline.guardrails.backlog import certify
+from market_pipeline.scaling.capacity import backlog_state, serving_capacity_gpus, warm_share
 
 if TYPE_CHECKING:
     from market_pipeline.scaling.policy import Tick
+    from market_pipeline.scaling.types import NodeView
 
 
 def warm_target(tick: Tick) -> int:
@@ -24,8 +31,13 @@ def warm_target(tick: Tick) -> int:
     share = warm_share(tick.config)
     shortfall = tick.target.floor_nodes - tick.in_service
     wanted = math.ceil(shortfall / share - 1e-9) if share > 0 and shortfall > 0 else 0
+    # a return to the recent peak resumes warm nodes (a minute) instead of booting cold ones
+    # (a cold boot outlasts the tick, and the price shield prices the gap meanwhile)
+    coming = sum(d.count for d in tick.decisions if d.allowed and (
+        d.action == "scale_up" or (d.action == "power_on" and d.node_id)))  # entering service now
+    peak = tick.target.peak_nodes - tick.in_service - coming if tick.config.warm_to_recent_peak else 0
     spare = tick.pool_state.max_nodes - tick.fleet.powered
-    return max(0, min(spare, max(tick.config.warm_pool_nodes, wanted)))
+    return max(0, min(spare, max(tick.config.warm_pool_nodes, wanted, peak)))
 
 
 def power_off_target(tick: Tick) -> str:
@@ -59,8 +71,33 @@ def trim_warm_pool(tick: Tick) -> None:
     """
     share = warm_share(tick.config)
     ceiling = max(tick.config.warm_pool_nodes, math.ceil(tick.target.floor_nodes / share - 1e-9) if share > 0 else 0)
+    if tick.config.warm_to_recent_peak:
+        ceiling = max(ceiling, tick.target.peak_nodes)
     resuming = {d.node_id for d in tick.decisions if d.action == "power_on" and d.node_id}
     spare = [n for n in sorted(tick.fleet.standby, key=lambda n: n.node_id) if n.node_id not in resuming]
     excess = len(spare) + len(tick.fleet.warming) - ceiling
     for node in spare[: max(0, excess)]:
         tick.add("power_off", node.node_id, True, [f"warm pool above {ceiling} node(s): power fully off"])
+
+
+def interval_resumes(tick: Tick, resumed: list[NodeView], spare: list[NodeView]) -> int:
+    """Extra warm nodes so that the capacity serving over this tick certifies, not only the count.
+
+    A resumed node serves only `warm_share` of the tick; sized by node count alone, the
+    price shield would price the gap for the whole tick (turning away a share of *all*
+    demand), which costs more unserved GPU-minutes than the node's extra minutes cost idle.
+    """
+    if not tick.config.cover_interval_on_scale_up or not spare:
+        return 0
+    config, g = tick.config, tick.pool_state.node_gpus
+    share = warm_share(config)
+    serving = serving_capacity_gpus([*tick.fleet.schedulable, *tick.fleet.booting], tick.now, config)
+    serving += tick.uncordoned * g + sum(n.gpus for n in resumed) * share
+    extra = 0
+    while extra < len(spare) and share > 0:
+        state = backlog_state(tick.pool_state, tick.forecast_q90, tick.price, serving)
+        if certify(state, tick.price, serving, config.backlog).admissible:
+            break
+        serving += spare[extra].gpus * share
+        extra += 1
+    return extra
