@@ -95,6 +95,23 @@ def run_solve(args: argparse.Namespace) -> int:
     return 0 if report.status != "fallback" else 1
 
 
+def _reset_peak_rss() -> int | None:
+    """Reset the process's peak RSS (Linux: /proc/self/clear_refs) and return the current
+    RSS in bytes, or None where that is not available."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return _status_bytes("VmRSS")
+    except OSError:
+        return None
+
+
+def _status_bytes(field: str) -> int | None:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024  # kB
+    return None
+
+
 def _timed(run):
     """(result, process CPU seconds): on a shared host CPU time is the load-independent measure."""
     started = time.process_time()
@@ -104,7 +121,8 @@ def _timed(run):
 
 def run_bench(args: argparse.Namespace) -> int:
     from market_pipeline.market.generate import random_problem
-    from market_pipeline.market.solve import solve_equilibrium
+    from market_pipeline.market.solve import resolve_device, solve_equilibrium
+    from market_pipeline.market.workspace import pooled_bytes
 
     try:
         if args.tenants < 1 or args.resources < 1 or args.repeat < 1:
@@ -124,9 +142,12 @@ def run_bench(args: argparse.Namespace) -> int:
             print("running the engine and the nested SciPy baseline, alternately", file=sys.stderr)
         # Engine and baseline alternate, so that both are timed in the same stretches of a
         # shared host's speed (a VM's CPU allotment drifts by tens of percent over seconds).
-        timed, runs = [], []
+        timed, runs, peaks = [], [], []
         for _ in range(args.repeat):
+            before = _reset_peak_rss()
             timed.append(_timed(lambda: solve_equilibrium(problem, device=args.device, settings=settings)))
+            peak = _status_bytes("VmHWM") if before is not None else None
+            peaks.append(None if peak is None else peak - before)
             if args.baseline:
                 runs.append(_timed(lambda: solve_baseline(problem)))
     except InstanceError as exc:
@@ -139,6 +160,13 @@ def run_bench(args: argparse.Namespace) -> int:
            "iterations": report.iterations, "follower_kkt": report.follower_kkt, "status": report.status,
            "device": report.device, "seed": args.seed, "threads": args.threads, "repeat": args.repeat,
            "seconds_all": [r.seconds for r in reports], "cpu_seconds": min(c for _, c in timed)}
+    # memory: the (N, M) work buffers the solve keeps, and the process's peak RSS above its
+    # RSS before each solve (the first solve allocates the buffers; later ones reuse them)
+    cells = args.tenants * args.resources
+    workspace = pooled_bytes(args.resources, resolve_device(args.device))
+    out.update({"workspace_bytes": workspace, "workspace_bytes_per_cell": workspace / cells,
+                "peak_rss_delta_bytes": peaks[0], "peak_rss_delta_bytes_per_cell":
+                None if peaks[0] is None else peaks[0] / cells})
     if args.baseline:
         base = min((b for b, _ in runs), key=lambda b: b.seconds)
         base_cpu = min(c for _, c in runs)

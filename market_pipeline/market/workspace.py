@@ -37,6 +37,11 @@ class Workspace:
             self._buffers[key] = held
         return held[:count]
 
+    @property
+    def nbytes(self) -> int:
+        """Memory the buffers hold (they grow to the largest population solved)."""
+        return sum(t.element_size() * t.nelement() for t in self._buffers.values())
+
     def slot(self, index: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(effective price, demand) buffers of follower slot ``index``."""
         if not 0 <= index < self.SLOTS:
@@ -62,3 +67,10 @@ def borrowed(cols: int, device: torch.device) -> Iterator[Workspace]:
         with _LOCK:
             _POOL.append(workspace)
             del _POOL[:-POOL_SIZE]
+
+
+def pooled_bytes(cols: int, device: torch.device) -> int:
+    """The largest idle workspace for M = ``cols`` on ``device`` (0 when none is pooled): the
+    (N, M) working memory the last solves of that shape needed."""
+    with _LOCK:
+        return max((w.nbytes for w in _POOL if w.cols == cols and w.device == device), default=0)

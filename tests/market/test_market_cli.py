@@ -50,6 +50,22 @@ def test_bench_solver_with_baseline(capsys):
     assert out["profit"] >= out["baseline_profit"] * (1 - 1e-3)
 
 
+def test_bench_solver_memory_grows_linearly_with_tenants(capsys):
+    """The solver's working memory per tenant x resource cell stays flat as tenants grow 4x
+    (M = 11: no other test solves that width, so the pooled workspace is this test's)."""
+    per_cell, peak_per_cell = [], []
+    for tenants in (5000, 20000):  # both above compaction.MIN_ROWS (its buffers join above it)
+        assert main(["bench", "solver", "--tenants", str(tenants), "--resources", "11", "--repeat", "1",
+                     "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["workspace_bytes"] >= 8 * tenants * 11  # at least one float64 (N, M) array
+        per_cell.append(out["workspace_bytes_per_cell"])
+        peak_per_cell.append(out["peak_rss_delta_bytes_per_cell"])
+    assert per_cell[1] == pytest.approx(per_cell[0], rel=0.25)
+    if peak_per_cell[0] is not None:  # Linux: the peak above the pre-solve RSS is linear plus a
+        assert 0 < peak_per_cell[1] <= 1.25 * peak_per_cell[0]  # constant (the bounded cold-start grid)
+
+
 @pytest.mark.parametrize("argv", [["--tenants", "0", "--resources", "2"]])
 def test_bench_rejects_bad_sizes(argv, capsys):
     assert main(["bench", "solver", *argv, "--json"]) == 2
