@@ -30,28 +30,12 @@ class Meter:
         # and over the tick, so the trace's own elastic tenants can be reported apart
         self.latent_bill_now = [0.0] * pools
         self.latent_bill_area = [0.0] * pools
-        self.latent_revenue = 0.0
-        self.latent_billed_gpu_hours = 0.0
         self.prices = np.zeros((ticks, 2 * pools))
         self.utilization = np.zeros((ticks, pools))
         self.allocated_by_class = np.zeros((ticks, 2))  # mean GPUs over the tick
         self.pending_by_class = np.zeros((ticks, 2))  # at the tick's start
         self.arrivals = np.zeros(ticks, dtype=np.int64)
-        self.revenue_by_class = np.zeros(2)
-        self.billed_gpu_hours = np.zeros(2)
-        self.revenue_by_pool = np.zeros((self.pools, 2))
-        self.billed_by_pool = np.zeros((self.pools, 2))
-        self.allocated_gpu_hours = np.zeros(2)
-        self.used_gpu_hours = 0.0
-        self.cost = 0.0
-        self.waits: list[float] = []
-        self.wait_class: list[int] = []
-        self.drains = 0
-        self.work_lost_gpu_hours = 0.0
-        self.rigid_sla_violations = 0
-        self.sla_violations_by_gpus: dict[int, int] = {}
-        self.sla_violations_by_pool: dict[str, int] = {}
-        self.thinning_overflow = 0
+        self.restart()
 
     def _advance(self, r: int, t: float) -> None:
         dt = t - self.last_t[r]
@@ -80,8 +64,9 @@ class Meter:
             self.latent_bill_now[b] += bill
 
     def restart(self) -> None:
-        """End of the warm-up: forget everything measured so far, keep the running state (jobs
-        on GPUs, queues) and the per-tick series' slots."""
+        """Zero the run's totals: at the start, and at the end of the warm-up, when everything
+        measured so far is forgotten but the running state (jobs on GPUs, queues) and the
+        per-tick series' slots are kept."""
         self.revenue_by_class = np.zeros(2)
         self.billed_gpu_hours = np.zeros(2)
         self.revenue_by_pool = np.zeros((self.pools, 2))
@@ -89,9 +74,11 @@ class Meter:
         self.allocated_gpu_hours = np.zeros(2)
         self.used_gpu_hours = 0.0
         self.cost = 0.0
-        self.waits, self.wait_class = [], []
+        self.waits: list[float] = []
+        self.wait_class: list[int] = []
         self.drains, self.work_lost_gpu_hours, self.rigid_sla_violations = 0, 0.0, 0
-        self.sla_violations_by_gpus, self.sla_violations_by_pool = {}, {}
+        self.sla_violations_by_gpus: dict[int, int] = {}
+        self.sla_violations_by_pool: dict[str, int] = {}
         self.thinning_overflow = 0
         self.latent_revenue, self.latent_billed_gpu_hours = 0.0, 0.0
 
