@@ -88,7 +88,7 @@ class MarketConfig(_Strict):
     drainable_discount_max: float = Field(0.6, ge=0, lt=1)
     max_price_step: float = Field(0.25, gt=0, le=10)
     response_smoothing_beta: float = Field(0.5, gt=0, le=1)
-    solver_max_iterations: int = Field(200, ge=1)
+    solver_max_iterations: int = Field(500, ge=1)
     solver_tolerance: float = Field(1e-6, gt=0)
 
     @model_validator(mode="after")

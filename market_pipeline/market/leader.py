@@ -181,6 +181,12 @@ def _trial(ctx: LeaderContext, point: Point, der: Derivatives, delta: np.ndarray
     return evaluate(ctx, prices, guess, slot=1 - point.slot, tol=tol)
 
 
+def _exact(ctx: LeaderContext, point: Point) -> bool:
+    """Whether the point's followers were solved to the configured tolerance (trial points
+    far from the solution are solved more loosely, see ``follower_tolerance``)."""
+    return point.state.budget_residual <= 10 * ctx.settings.follower_tolerance
+
+
 def _time_left(ctx: LeaderContext) -> bool:
     return ctx.deadline is None or time.perf_counter() < ctx.deadline
 
@@ -229,6 +235,11 @@ def run_leader(ctx: LeaderContext, start: np.ndarray, *, tolerance: float, max_i
                               and _linearised_violation(model, step.delta) > tolerance * _capacity_scale(model))
         stop = None
         if stalled_infeasible:
+            if not _exact(ctx, point):  # the verdict is certified like a solution: exact followers
+                point = evaluate(ctx, point.prices, point.state.scale, slot=point.slot)  # in place
+                model, der = local_model(ctx, point, mu)
+                source, bundle = "exact", []
+                continue
             return LeaderResult(point, der, step, kkt, iterations, False, True, None, model.hessian, best)
         if iterations >= max_iterations:
             stop = f"no convergence within {max_iterations} leader iterations (KKT {total:.2e})"
@@ -259,7 +270,7 @@ def run_leader(ctx: LeaderContext, start: np.ndarray, *, tolerance: float, max_i
             reach = float(np.max(np.abs(delta) / span)) if np.any(delta) else trust
             trust = 0.25 * min(trust, reach)
             if trust <= KINK_TRUST:
-                if point.state.budget_residual > 10 * ctx.settings.follower_tolerance:
+                if not _exact(ctx, point):
                     point = evaluate(ctx, point.prices, point.state.scale, slot=point.slot)  # exact, in place
                     model, der = local_model(ctx, point, mu)
                     source, bundle = "exact", []

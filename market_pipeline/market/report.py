@@ -19,7 +19,9 @@ class SolverSettings:
     """Knobs of the equilibrium solver (defaults suit both live ticks and the bench)."""
 
     tolerance: float = 1e-7  # KKT residual (leader and followers, relative) to call it converged
-    max_iterations: int = 200  # leader iterations over all phases
+    # leader iterations over all phases; budget kinks all along the path can take a few
+    # hundred (tests/market/fixtures/slow_ridge_market.json: 386), time_budget_s bounds the time
+    max_iterations: int = 500
     time_budget_s: float | None = None  # wall-clock budget; exceeding it triggers the fallback
     follower_tolerance: float = 1e-9  # relative budget residual of each tenant's multiplier root
     follower_max_iterations: int = 80

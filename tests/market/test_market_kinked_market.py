@@ -1,5 +1,6 @@
-"""A simulator tick that used to abort the solve: 32 budget-bound tenants, 14 resources, a
-trust region shrunk to the kink search next to prices sitting at their bounds."""
+"""Simulator ticks the engine used to get wrong (fixtures recorded from `simulate` runs): a
+solve aborted by the step QP, a capacity-infeasible verdict lost to loose followers, and a
+slow ridge of budget kinks."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from market_pipeline.market import MarketProblem, solve_equilibrium
+from market_pipeline.market import MarketProblem, SolverSettings, solve_equilibrium
 
 FIXTURE = Path(__file__).parent / "fixtures" / "kinked_budget_market.json"
 
@@ -26,3 +27,35 @@ def test_step_qp_survives_a_tiny_trust_region_at_a_bound():
     if report.status == "fallback":
         np.testing.assert_allclose(report.prices, np.clip(last, problem.resources.price_min,
                                                           problem.resources.price_max))
+
+
+def _fixture(name: str):
+    data = json.loads((FIXTURE.parent / name).read_text())
+    problem = MarketProblem.from_instance_json(data["instance"])
+    return problem, np.array(data["last_prices"]), data["max_step"], data["tolerance"]
+
+
+def test_capacity_infeasible_verdict_is_certified_with_exact_followers():
+    """A simulator tick whose capacity cannot be met inside the step box: the leader stalled
+    at a point whose followers were solved loosely (a trial point), and the certification of
+    that point failed, so the tick fell back. The verdict now comes with exact followers."""
+    problem, last, max_step, tolerance = _fixture("capacity_infeasible_market.json")
+    report = solve_equilibrium(problem, last_prices=last, max_step=max_step,
+                               settings=SolverSettings(tolerance=tolerance))
+    assert report.status == "capacity_infeasible", report.fallback_reason
+    assert report.follower_kkt <= tolerance
+    assert report.capacity_violation > 0.5  # demand exceeds capacity even at the box's top prices
+
+
+def test_slow_ridge_market_converges_within_the_shipped_iteration_cap():
+    """Budget kinks all along the path: the leader needs a few hundred iterations here. The
+    shipped `market.solver_max_iterations` must allow them (the old 200 fell back every tick)."""
+    from market_pipeline.config import load_config
+    from market_pipeline.pricing import solver_settings
+
+    problem, last, max_step, tolerance = _fixture("slow_ridge_market.json")
+    settings = solver_settings(load_config())
+    assert settings.tolerance == tolerance
+    report = solve_equilibrium(problem, last_prices=last, max_step=max_step, settings=settings)
+    assert report.status == "converged", report.fallback_reason
+    assert report.kkt_residual <= tolerance
