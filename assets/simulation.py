@@ -53,6 +53,10 @@ def simulation_report(context: dg.AssetExecutionContext, config: SimulationRepor
         "targets": dg.MetadataValue.md(targets_table_markdown(report)),
         "placement": dg.MetadataValue.md(placement_table_markdown(report) if report.get("placement") else "not run"),
         "summary_plot": dg.MetadataValue.md(f"![summary](data:image/png;base64,{image})"),
+        # what the comparison rests on (latent demand, sunk idle cost, caps...): the figures
+        # above are only as good as these
+        "assumptions": dg.MetadataValue.md("\n".join(f"- {note}" for note in report.get("model_notes", []))
+                                           or "not stated in this report"),
         "strategy_count": len(strategies),
         "simulated_days": float(report.get("settings", {}).get("days", 0.0)),
     })

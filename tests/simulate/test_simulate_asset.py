@@ -34,6 +34,8 @@ def test_simulate_asset_shows_the_published_report(tmp_path):
     assert metadata["source"].value == str(path)
     assert metadata["summary_plot"].value.startswith("![summary](data:image/png;base64,")
     assert "best_fit" in metadata["placement"].value
+    assumptions = metadata["assumptions"].value
+    assert report["model_notes"] and all(f"- {note}" in assumptions for note in report["model_notes"])
 
 
 def test_simulate_asset_runs_a_small_simulation_without_a_report(tmp_path, monkeypatch):
