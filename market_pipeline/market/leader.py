@@ -187,6 +187,13 @@ def _exact(ctx: LeaderContext, point: Point) -> bool:
     return point.state.budget_residual <= 10 * ctx.settings.follower_tolerance
 
 
+def _solved_exactly(ctx: LeaderContext, point: Point, multiplier: np.ndarray) -> tuple[Point, LocalModel, Derivatives]:
+    """The point again with exact followers (in its own workspace slot), and its local model."""
+    point = evaluate(ctx, point.prices, point.state.scale, slot=point.slot)
+    model, der = local_model(ctx, point, multiplier)
+    return point, model, der
+
+
 def _time_left(ctx: LeaderContext) -> bool:
     return ctx.deadline is None or time.perf_counter() < ctx.deadline
 
@@ -236,8 +243,7 @@ def run_leader(ctx: LeaderContext, start: np.ndarray, *, tolerance: float, max_i
         stop = None
         if stalled_infeasible:
             if not _exact(ctx, point):  # the verdict is certified like a solution: exact followers
-                point = evaluate(ctx, point.prices, point.state.scale, slot=point.slot)  # in place
-                model, der = local_model(ctx, point, mu)
+                point, model, der = _solved_exactly(ctx, point, mu)
                 source, bundle = "exact", []
                 continue
             return LeaderResult(point, der, step, kkt, iterations, False, True, None, model.hessian, best)
@@ -271,8 +277,7 @@ def run_leader(ctx: LeaderContext, start: np.ndarray, *, tolerance: float, max_i
             trust = 0.25 * min(trust, reach)
             if trust <= KINK_TRUST:
                 if not _exact(ctx, point):
-                    point = evaluate(ctx, point.prices, point.state.scale, slot=point.slot)  # exact, in place
-                    model, der = local_model(ctx, point, mu)
+                    point, model, der = _solved_exactly(ctx, point, mu)
                     source, bundle = "exact", []
                     continue
                 # (this overwrites the point's derivative buffers, so the multiplier predictor
