@@ -24,6 +24,7 @@ from market_pipeline.billing.errors import RatingError
 
 DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt"
 WAREHOUSE_ENV = "MARKET_PIPELINE_WAREHOUSE"
+DBT_FILE_LOG_ENV = "DBT_LOG_LEVEL_FILE"
 ROLLUP_SELECTOR = "+fct_invoice_lines"  # rated usage, SLA credits and invoice lines
 _DBT_LOCK = threading.RLock()  # dbtRunner keeps global state: one invocation at a time
 _MANIFESTS: dict[Path, tuple[float, object]] = {}  # project dir -> (sources stamp, Manifest)
@@ -155,7 +156,11 @@ def run_dbt(command: Sequence[str], warehouse_path: str | Path, *,
     if dbt_vars:
         args += ["--vars", json.dumps(dict(dbt_vars))]
     env = {WAREHOUSE_ENV: str(Path(warehouse_path).resolve()),
-           "DBT_LOG_PATH": str(project_dir / "logs"), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+           "DBT_LOG_PATH": str(project_dir / "logs"), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+           # dbt's debug file log (every event and statement, appended to dbt/logs/dbt.log)
+           # cost ~10% of a billing rollup; failures come back in the RatingError either way.
+           # DBT_LOG_LEVEL_FILE=debug turns it back on.
+           DBT_FILE_LOG_ENV: os.environ.get(DBT_FILE_LOG_ENV, "none")}
     started = time.perf_counter()
     with _DBT_LOCK, environment_overrides(env):
         try:
