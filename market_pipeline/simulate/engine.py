@@ -234,6 +234,17 @@ class StrategyRun(RigidService):
         jobs.state[job] = QUEUED
         self.meter.pending(jobs.pool[job], jobs.cls[job], jobs.gpus[job])
 
+    def _dequeue(self, job: int) -> None:
+        """Take a waiting job out of its pool's queue (the inverse of `_enqueue`)."""
+        jobs = self.jobs
+        req = self.inputs.requests[jobs.pod[job]]
+        groups = self.queues[jobs.pool[job]][jobs.cls[job]]
+        key = (req.num_gpu, req.gpu_milli)
+        groups[key].remove(job)
+        if not groups[key]:
+            del groups[key]
+        self.meter.pending(jobs.pool[job], jobs.cls[job], -jobs.gpus[job])
+
     def _start(self, job: int, placement: Placement, t: float) -> None:
         jobs, meter = self.jobs, self.meter
         r, cls, gpus = jobs.pool[job], jobs.cls[job], jobs.gpus[job]

@@ -45,6 +45,7 @@ class RigidService:
     def _stop(self, job: int) -> None: ...
     def _scan(self, r: int, row: int, t: float) -> None: ...
     def _enqueue(self, job: int) -> None: ...
+    def _dequeue(self, job: int) -> None: ...
     def _place_or_queue(self, job: int, t: float, allow_drain: bool) -> None: ...
     def _push(self, t: float, kind: int, job: int) -> None: ...
 
@@ -125,16 +126,8 @@ class RigidService:
 
     def _requeue(self, job: int, r: int) -> None:
         """Move a waiting rigid job to pool r's queue (drains make its room there)."""
-        jobs = self.jobs
-        req = self.inputs.requests[jobs.pod[job]]
-        own = jobs.pool[job]
-        groups = self.queues[own][jobs.cls[job]]
-        key = (req.num_gpu, req.gpu_milli)
-        groups[key].remove(job)
-        if not groups[key]:
-            del groups[key]
-        self.meter.pending(own, jobs.cls[job], -jobs.gpus[job])
-        jobs.pool[job] = r
+        self._dequeue(job)
+        self.jobs.pool[job] = r
         self.spilled += 1
         self._enqueue(job)
 
@@ -173,12 +166,7 @@ class RigidService:
         placement = self.clusters[r].place(req)
         if placement is None:
             return
-        groups = self.queues[r][jobs.cls[job]]
-        key = (req.num_gpu, req.gpu_milli)
-        groups[key].remove(job)
-        if not groups[key]:
-            del groups[key]
-        self.meter.pending(r, jobs.cls[job], -jobs.gpus[job])
+        self._dequeue(job)
         self._start(job, placement, t)
 
     def _retry_drains(self, t: float) -> None:
