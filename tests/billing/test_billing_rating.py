@@ -117,6 +117,19 @@ def test_billing_crash_mid_rollup_then_rerun_leaves_no_duplicate_or_gap(warehous
     assert dupes.item() == 0
 
 
+def test_billing_window_rerun_refuses_a_table_missing_a_model_column(warehouse_copy):
+    # A window rerun inserts by column name: a stored table that lost (or never had) one of
+    # the model's columns fails loudly, naming it, and keeps its rows (the transaction rolls back).
+    with duckdb.connect(str(warehouse_copy.path)) as con:
+        con.execute("ALTER TABLE fct_sla_credits DROP COLUMN currency")
+        credits_before = con.execute("SELECT count(*) FROM fct_sla_credits").fetchone()[0]
+    with pytest.raises(RatingError, match="currency"):
+        rate_hours(warehouse_copy, [HOURS[0]], command="run")
+    assert warehouse_copy.query("SELECT count(*) FROM fct_sla_credits").item() == credits_before > 0
+    run_dbt(["run", "--select", "fct_sla_credits", "--full-refresh"], warehouse_copy.path)
+    assert "currency" in warehouse_copy.query("SELECT * FROM fct_sla_credits LIMIT 0").columns
+
+
 def test_billing_dbt_tests_fail_on_unpriceable_usage(warehouse_copy):
     with duckdb.connect(str(warehouse_copy.path)) as con:
         con.execute("""INSERT INTO usage_intervals SELECT 'bad' || interval_id, task_id, tenant_id, 'TPU@mars-1',

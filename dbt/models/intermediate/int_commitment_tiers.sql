@@ -1,4 +1,4 @@
-{{ config(materialized='incremental', incremental_strategy='window_replace',
+{{ config(materialized='window_table',
           window_column='usage_hour', window_grain='hour') }}
 -- Commitment tier per tenant and rated hour, stored when the hour is rated: the tier
 -- reached by the tenant's billed GPU-hours earlier in the same calendar month (UTC), before

@@ -1,4 +1,4 @@
-{{ config(materialized='incremental', incremental_strategy='window_replace',
+{{ config(materialized='window_table',
           window_column='usage_hour', window_grain='hour') }}
 -- The price factors of each rated hour, stored when the hour is rated: one row per pool,
 -- zone, resource class, hour of the window with usage, and price segment in force during that hour, with

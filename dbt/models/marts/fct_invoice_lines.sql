@@ -1,4 +1,4 @@
-{{ config(materialized='incremental', incremental_strategy='window_replace',
+{{ config(materialized='window_table',
           window_column='period_start_utc', window_grain='hour_and_day') }}
 -- Invoice lines per tenant, pool, resource class and charge category (Usage, Credit), at
 -- two grains: hourly lines for the window's hours and daily lines for the whole days the

@@ -1,4 +1,4 @@
-{{ config(materialized='incremental', incremental_strategy='window_replace',
+{{ config(materialized='window_table',
           window_column='charge_period_hour', window_grain='hour') }}
 -- SLA credits for platform-caused failures: a task whose final usage interval ended with
 -- platform_fault (a platform-caused drain failure, or a failure from unavailability of the

@@ -1,4 +1,4 @@
-{{ config(materialized='incremental', incremental_strategy='window_replace',
+{{ config(materialized='window_table',
           window_column='x_ChargeHourUtc', window_grain='hour') }}
 -- FinOps FOCUS export: one row per tenant, hour, task (ResourceId) and price point for
 -- usage, one per SLA credit. ListUnitPrice = list price x time x location coefficients;
