@@ -41,7 +41,7 @@ class DbtRun:
 
 
 def window_vars(start: dt.datetime, end: dt.datetime) -> dict[str, str]:
-    """dbt vars that scope the incremental marts to [start, end) (UTC, on the hour)."""
+    """dbt vars that scope the window_table marts to [start, end) (UTC, on the hour)."""
     for name, value in (("start", start), ("end", end)):
         if value.tzinfo is None:
             raise RatingError(f"billing window {name} must be timezone-aware, got {value!r}")
