@@ -122,7 +122,7 @@ BILLING_DBT_TRANSLATOR = BillingDbtTranslator(settings=DagsterDbtTranslatorSetti
             name="billing_dbt_models")
 def billing_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource,
                        warehouse: WarehouseResource) -> Iterator[Any]:
-    """dbt build of the billing marts for the run's hours (window_table: the window's rows replaced in one transaction)."""
+    """dbt build of the billing marts for the run's hours (window_table: the window's rows replaced at once)."""
     window = context.partition_time_window
     dbt_vars = window_vars(window.start, window.end)
     with environment_overrides({WAREHOUSE_ENV: str(Path(warehouse.path).resolve())}):
