@@ -35,7 +35,7 @@ from (
                     u.interval_id, u.task_id, u.tenant_id, u.pool_id, u.gpu_model, u.zone,
                     u.resource_class, u.node_id, u.gpu_uuid, u.gpu_fraction, u.gpu_fraction_e4,
                     u.mig_profile, u.mem_mib, u.end_reason, u.platform_fault, u.drain_signal_at,
-                    u.partition_key, u.metered_seconds, u.usage_hour,
+                    u.partition_key, u.metered_seconds, u.usage_hour, u.started_at,
                     s.seg_start as price_segment_start,
                     greatest(u.started_at_utc, coalesce(s.seg_start, u.started_at_utc)) as rated_start_utc,
                     greatest(

@@ -25,6 +25,18 @@ date_trunc('day', {{ window_start() }})
 {%- endif -%}
 {%- endmacro %}
 
+{#- Usage rows whose hour is in the window. The `started_at` bounds are implied by the hour
+    bounds (an interval starts within its usage_hour), so they select the same rows for any
+    bounds; being on the raw column, they let DuckDB skip the row groups of the time-ordered
+    usage table outside the window: an hourly run reads its hours, not every hour ever metered.
+    `lo`/`hi`: naive-UTC bounds (default: the window, or its whole days for grain 'day'). -#}
+{% macro usage_in_window(grain='hour', lo=none, hi=none) -%}
+{%- set lo = lo or (window_day_start() if grain == 'day' else window_start()) -%}
+{%- set hi = hi or (window_day_end() if grain == 'day' else window_end()) -%}
+(usage_hour >= {{ lo }} and usage_hour < {{ hi }}
+ and started_at >= timezone('UTC', {{ lo }}) and started_at < timezone('UTC', {{ hi }} + interval 1 hour))
+{%- endmacro %}
+
 {#- TIMESTAMPTZ <-> naive UTC TIMESTAMP through epoch microseconds: independent of the
     session time zone and ~25x faster than timezone('UTC', ...) in DuckDB. utc_tz keeps
     whole seconds (billing times are whole seconds). -#}

@@ -10,8 +10,7 @@ with hourly as (
         usage_hour,
         sum(billable_seconds * gpu_fraction_e4) as gpu_seconds_e4
     from {{ ref('int_usage_billed') }}
-    where usage_hour >= date_trunc('month', {{ window_start() }})
-      and usage_hour < {{ window_end() }}
+    where {{ usage_in_window(lo="date_trunc('month', " ~ window_start() ~ ")") }}
     group by tenant_id, usage_hour
 ),
 

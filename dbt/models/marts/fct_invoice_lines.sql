@@ -34,7 +34,7 @@ with usage_lines as (
             sum(contracted_nano) as contracted_nano,
             sum(billed_nano) as billed_nano
         from {{ ref('int_rated_usage') }}
-        where {{ in_window('usage_hour', 'day') }}
+        where {{ usage_in_window('day') }}
         group by tenant_id, pool_id, resource_class, usage_hour
     ) as r
     left join (

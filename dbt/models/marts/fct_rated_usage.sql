@@ -23,6 +23,7 @@ select
     r.drain_signal_at,
     r.partition_key,
     r.usage_hour,
+    r.started_at,
     {{ utc_tz("r.usage_hour") }} as charge_period_start,
     {{ utc_tz("r.usage_hour + interval 1 hour") }} as charge_period_end,
     {{ utc_tz("r.rated_start_utc") }} as rated_start,

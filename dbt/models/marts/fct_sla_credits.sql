@@ -22,7 +22,7 @@ faults as (
         max(end_reason) as end_reason,
         max(ended_at_utc) as fault_at_utc
     from {{ ref('stg_usage_intervals') }}
-    where platform_fault and {{ in_window('usage_hour') }}
+    where platform_fault and {{ usage_in_window() }}
     group by task_id, tenant_id, pool_id, gpu_model, zone, resource_class, usage_hour
 ),
 

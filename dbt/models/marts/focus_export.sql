@@ -37,7 +37,7 @@ with usage_rows as (
         sum(base_cost + time_premium + location_premium + drainability_discount) as contracted_cost,
         sum(billed_cost) as billed_cost
     from {{ ref('fct_rated_usage') }}
-    where {{ in_window('usage_hour') }}
+    where {{ usage_in_window() }}
     group by all
 ),
 
