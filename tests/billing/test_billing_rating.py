@@ -130,6 +130,16 @@ def test_billing_window_rerun_refuses_a_table_missing_a_model_column(warehouse_c
     assert "currency" in warehouse_copy.query("SELECT * FROM fct_sla_credits LIMIT 0").columns
 
 
+@pytest.mark.parametrize("min_date", ["2026-03-02T10:30:00+00:00", "2026-03-02T10:00:00+05:30"])
+def test_billing_window_vars_off_the_utc_hour_fail_before_any_write(warehouse_copy, min_date):
+    # the usage bounds on raw started_at equal the usage-hour bounds only on whole UTC hours
+    before = invoice_snapshot(warehouse_copy)
+    with pytest.raises(RatingError, match="min_date=.* is not on a whole UTC hour"):
+        run_dbt(["run", "--select", "fct_invoice_lines"], warehouse_copy.path,
+                dbt_vars={"min_date": min_date, "max_date": "2026-03-02T12:00:00+00:00"})
+    assert invoice_snapshot(warehouse_copy) == before
+
+
 def test_billing_dbt_tests_fail_on_unpriceable_usage(warehouse_copy):
     with duckdb.connect(str(warehouse_copy.path)) as con:
         con.execute("""INSERT INTO usage_intervals SELECT 'bad' || interval_id, task_id, tenant_id, 'TPU@mars-1',
