@@ -42,14 +42,15 @@ class DbtRun:
 
 def window_vars(start: dt.datetime, end: dt.datetime) -> dict[str, str]:
     """dbt vars that scope the window_table marts to [start, end) (UTC, on the hour)."""
+    utc = dt.timezone.utc
     for name, value in (("start", start), ("end", end)):
         if value.tzinfo is None:
             raise RatingError(f"billing window {name} must be timezone-aware, got {value!r}")
-        if value.minute or value.second or value.microsecond:
-            raise RatingError(f"billing window {name} {value.isoformat()} is not on the hour")
+        in_utc = value.astimezone(utc)  # a +05:30 hour is not a UTC hour (dbt's check_window_vars)
+        if in_utc.minute or in_utc.second or in_utc.microsecond:
+            raise RatingError(f"billing window {name} {value.isoformat()} is not on a whole UTC hour")
     if end <= start:
         raise RatingError(f"billing window end {end.isoformat()} is not after start {start.isoformat()}")
-    utc = dt.timezone.utc
     return {"min_date": start.astimezone(utc).isoformat(), "max_date": end.astimezone(utc).isoformat()}
 
 

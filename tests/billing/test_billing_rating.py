@@ -3,6 +3,7 @@ invoice lines, FOCUS; exactly once under reruns and crashes."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import multiprocessing
 import os
@@ -169,3 +170,11 @@ def test_billing_bench_cli_refuses_zero_rounds(tmp_path, capsys):
 
     code = main(["bench", "billing", "--usage-seconds", "1000", "--workdir", str(tmp_path), "--rounds", "0", "--json"])
     assert code != 0 and "rounds" in capsys.readouterr().err
+
+
+def test_billing_window_vars_refuse_an_hour_that_is_not_a_utc_hour():
+    ist = dt.timezone(dt.timedelta(hours=5, minutes=30))
+    with pytest.raises(RatingError, match="not on a whole UTC hour"):
+        window_vars(dt.datetime(2026, 3, 2, 10, tzinfo=ist), dt.datetime(2026, 3, 2, 12, tzinfo=dt.timezone.utc))
+    assert window_vars(dt.datetime(2026, 3, 2, 10, tzinfo=dt.timezone.utc),
+                       dt.datetime(2026, 3, 2, 11, tzinfo=dt.timezone.utc))["min_date"] == "2026-03-02T10:00:00+00:00"
