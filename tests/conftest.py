@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,21 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not present")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sigterm_reaches_children() -> None:
+    """Children this suite spawns must die on SIGTERM, however the suite was launched.
+
+    A shell runs a background job with SIGINT ignored, and each in-process Dagster run ends
+    by pointing SIGTERM at SIGINT's handler (`dagster._utils.interrupts`). The suite would
+    then ignore SIGTERM, every child it spawns would inherit that, and the drain tests that
+    SIGTERM a plain `sleep` would fail under `make test &` but pass in a terminal.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)
