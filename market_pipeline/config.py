@@ -101,6 +101,7 @@ class MarketConfig(_Strict):
 class BacklogGuardrailConfig(_Strict):
     residual_floor_share: float = Field(0.15, ge=0, le=1)
     drift_margin: float = Field(0.05, ge=0, lt=1)
+    drift_margin_min_gpus: float = Field(0.5, ge=0)
     price_elasticity: float = Field(0.8, ge=0)
 
 

@@ -304,6 +304,7 @@ def backlog_params_from_config(config: MarketPipelineConfig, pool_id: str) -> Ba
         residual_share=section.residual_floor_share,
         elasticity=section.price_elasticity,
         margin_fraction=section.drift_margin,
+        min_margin_gpus=section.drift_margin_min_gpus,
         price_min=pool.price_min,
         price_max=pool.price_max,
     )

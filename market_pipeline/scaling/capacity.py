@@ -105,7 +105,7 @@ def target_capacity(
     """Forecast upper quantile at the equilibrium price plus headroom, raised until certified.
 
     The recent demand envelope holds capacity up: the pool keeps what certifies the peak of
-    the keep window at the equilibrium price, but no more than `keep_band_fraction` of the
+    the keep window, with the same headroom, at the equilibrium price, but no more than `keep_band_fraction` of the
     need above it (a dead band proportional to the pool: a big pool rides out a dip without
     churn, a small volatile one does not pay for its peaks); and never less than what keeps
     a typical hourly peak of the longer floor window drainable at `price_max` — with a
@@ -122,8 +122,8 @@ def target_capacity(
     state = backlog_state(pool_state, forecast_q90, price, float(pool_state.max_nodes * step))
     shielded = shield(PriceCapacityAction(price, float(wanted_nodes * step)), state, config.backlog)
     need = max(wanted_nodes, _clamp_nodes(pool_state, math.ceil(shielded.capacity_gpus / step - 1e-9)))
-    keep = _certified_nodes(pool_state, envelope.keep_gpus * (1.0 + config.keep_headroom_fraction), price, price, config)
-    reserve = _certified_nodes(pool_state, max(envelope.reserve_gpus, envelope.keep_gpus), price, price, config)
+    keep = _certified_nodes(pool_state, _peak_need(envelope.keep_gpus, config, config.keep_headroom_fraction), price, price, config)
+    reserve = _certified_nodes(pool_state, _peak_need(max(envelope.reserve_gpus, envelope.keep_gpus), config), price, price, config)
     band = math.floor(need * config.keep_band_fraction + 1e-9)
     floor = _certified_nodes(pool_state, envelope.floor_gpus, price, max(price, config.backlog.price_max), config)
     # the warm pool carries the floor; nodes stay in service for it only where the fleet
@@ -134,6 +134,13 @@ def target_capacity(
         need_nodes=need, keep_nodes=keep_nodes, floor_nodes=floor, wanted_gpus=wanted, shielded=shielded,
         peak_nodes=_clamp_nodes(pool_state, reserve),
     )
+
+
+def _peak_need(gpus: float, config: ScalingConfig, extra_fraction: float = 0.0) -> float:
+    """GPUs the need would ask at a recent peak of `gpus`: the same headroom (none at no peak)."""
+    if gpus <= 0:
+        return 0.0
+    return gpus * (1.0 + config.headroom_fraction + extra_fraction) + config.headroom_min_gpus
 
 
 def warm_share(config: ScalingConfig) -> float:

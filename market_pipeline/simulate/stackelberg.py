@@ -54,6 +54,7 @@ class StackelbergPricing:
         backlog = config.guardrails.backlog
         self.params = [BacklogParams(residual_share=backlog.residual_floor_share,
                                      elasticity=backlog.price_elasticity, margin_fraction=backlog.drift_margin,
+                                     min_margin_gpus=backlog.drift_margin_min_gpus,
                                      price_min=p.prices.price_min, price_max=p.prices.guaranteed_max)
                        for p in pools]
         self.solves = {"converged": 0, "capacity_infeasible": 0, "fallback": 0}
