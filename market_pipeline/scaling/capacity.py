@@ -105,13 +105,14 @@ def target_capacity(
     """Forecast upper quantile at the equilibrium price plus headroom, raised until certified.
 
     The recent demand envelope holds capacity up: the pool keeps what certifies the peak of
-    the keep window, with the same headroom, at the equilibrium price, but no more than `keep_band_fraction` of the
-    need above it (a dead band proportional to the pool: a big pool rides out a dip without
-    churn, a small volatile one does not pay for its peaks); and never less than what keeps
-    a typical hourly peak of the longer floor window drainable at `price_max` — with a
-    residual demand floor, a return of that peak must not meet a pool that no price can
-    certify. Warm standby nodes count toward that floor for the part of the interval they
-    would serve after resuming. The envelope never forces a scale-up on its own.
+    the keep window, with the same headroom, at the equilibrium price, but no more than
+    `keep_band_fraction` of the need above it (a dead band proportional to the pool: a big
+    pool rides out a dip without churn, a small volatile one does not pay for its peaks);
+    and never less than what keeps a typical hourly peak of the longer floor window
+    drainable at `price_max` — with a residual demand floor, a return of that peak must not
+    meet a pool that no price can certify. Warm standby nodes count toward that floor for
+    the part of the interval they would serve after resuming. The envelope never forces a
+    scale-up on its own.
     """
     _check_forecast(forecast_q90)
     envelope = envelope or DemandEnvelope(0.0, 0.0)
