@@ -29,7 +29,7 @@ DECISION_TAG = "scaling/decision_id"
 @dg.asset(group_name="scaling", pool="warehouse", deps=[price_book], kinds={"duckdb"})
 def scaling_plan(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
                  warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """Per pool: target capacity from the forecast's q90 at the equilibrium price plus headroom,
+    """Per pool: target capacity from the forecast's q90, or demand plus headroom if higher,
     certified by the backlog-drainability guardrail; scale-down only when drained, unneeded for
     the hysteresis period, worth it and inside the disruption budget. Every decision is stored
     with its inputs and why it was allowed or blocked (decisions, kind 'scale')."""

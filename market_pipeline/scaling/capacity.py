@@ -86,7 +86,7 @@ def backlog_state(
 
 @dataclass(frozen=True)
 class CapacityTarget:
-    need_nodes: int  # short-term: forecast upper quantile plus headroom, certified
+    need_nodes: int  # short-term: forecast upper quantile or demand plus headroom, certified
     keep_nodes: int  # recent demand envelope: do not scale down below it
     floor_nodes: int  # nodes (active or warm) that keep a typical recent peak drainable
     wanted_gpus: float
@@ -102,7 +102,7 @@ def target_capacity(
     pool_state: PoolState, forecast_q90: float, price: float, config: ScalingConfig,
     envelope: DemandEnvelope | None = None, warm_nodes: int = 0,
 ) -> CapacityTarget:
-    """Forecast upper quantile at the equilibrium price plus headroom, raised until certified.
+    """The forecast's upper quantile or demand plus headroom (the larger), raised until certified.
 
     The recent demand envelope holds capacity up: the pool keeps what certifies the peak of
     the keep window, with the same headroom, at the equilibrium price, but no more than
@@ -117,7 +117,9 @@ def target_capacity(
     _check_forecast(forecast_q90)
     envelope = envelope or DemandEnvelope(0.0, 0.0)
     basis = demand_basis(pool_state, forecast_q90)
-    wanted = basis * (1.0 + config.headroom_fraction) + config.headroom_min_gpus
+    # the upper quantile and the headroom both cover forecast error: the larger of the two,
+    # not their sum (stacked, a volatile pool held 5% on top of an already wide quantile)
+    wanted = max(forecast_q90, pool_state.demand_gpus * (1.0 + config.headroom_fraction)) + config.headroom_min_gpus
     step = pool_state.node_gpus
     wanted_nodes = _clamp_nodes(pool_state, math.ceil(wanted / step - 1e-9))
     state = backlog_state(pool_state, forecast_q90, price, float(pool_state.max_nodes * step))

@@ -1,10 +1,10 @@
 """The per-pool scaling policy: one call per control-loop tick, live or in a replay.
 
-Target: the *need* is the least node count whose capacity certifies the forecast's upper
-quantile (at least the observed demand) at the equilibrium price, plus headroom; the pool
-*keeps* up to a band above it while a recent peak (keep window) would need it, and never
-lets nodes in service plus the warm pool fall below what keeps the week's peak drainable
-at `price_max` (`capacity.target_capacity`, `warm_pool`).
+Target: the *need* is the least node count whose capacity certifies, at the equilibrium
+price, the larger of the forecast's upper quantile and the observed demand plus headroom;
+the pool *keeps* up to a band above it while a recent peak (keep window) would need it, and
+never lets nodes in service plus the warm pool fall below what keeps the week's peak
+drainable at `price_max` (`capacity.target_capacity`, `warm_pool`).
 
 Scale up (uncordon leaving nodes, then the warm pool, then cold nodes) when the need
 exceeds the nodes in service — at once if no price within bounds certifies the shortfall,

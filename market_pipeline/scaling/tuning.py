@@ -55,9 +55,10 @@ SPLIT_MINUTE = 15 * 1440  # days 1-15 tune, days 16-31 held out
 # hysteresis 60 ranked below 15 and 30, so they are dropped. This grid adds the scale-down shape (keep band,
 # smallest batch) and the warm reserve's window, and is the one reported.
 # When the certificate's 5% share-of-capacity margin became a 0.25-GPU floor and the 5%
-# moved into the capacity headroom, a rerun chose headroom 0, hysteresis 15, keep band
-# 0.30 and batch 5% (1 miss on days 1-15), but it left more demand unserved on days 16-31
-# than the values it would replace (7,045 against 5,596 GPU-minutes), so step 5 kept them.
+# moved into the capacity headroom (the larger of it and the forecast quantile, not their
+# sum), a rerun chose headroom 0, hysteresis 15, keep band 0.30 and batch 5% (1 miss on
+# days 1-15), but it left more demand unserved on days 16-31 than the values it would
+# replace (7,045 against 5,847 GPU-minutes), so step 5 kept them.
 # The tick is the whole control loop's cadence (billing quotes, budget guards and drain
 # limits read it too), not a scaling knob: it stays at the shipped 5 minutes. (With a
 # 3-minute tick the same choice came out with slightly less unserved demand and more actions.)

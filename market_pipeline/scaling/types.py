@@ -101,7 +101,7 @@ class ScalingConfig:
     """
 
     backlog: BacklogParams = field(default_factory=BacklogParams)
-    headroom_fraction: float = 0.0  # above the forecast quantile and the certificate margin
+    headroom_fraction: float = 0.0  # above observed demand (the need takes the forecast quantile if higher)
     headroom_min_gpus: float = 0.0
     keep_window_hours: float = 12.0  # recent peak that holds capacity against churn...
     keep_band_fraction: float = 0.15  # ...up to this share of the need above it

@@ -74,3 +74,14 @@ def test_an_idle_pool_keeps_its_fixed_headroom_but_no_peak() -> None:
     target = target_capacity(state(0.0, max_nodes=4), 0.0, 1.0, config, DemandEnvelope(0.0, 0.0, 0.0))
     assert target.need_nodes == 1 and target.wanted_gpus == pytest.approx(4.0)
     assert target.keep_nodes == 0 and target.peak_nodes == 0
+
+
+def test_headroom_and_the_forecast_quantile_are_not_stacked() -> None:
+    """Both cover forecast error: a wide quantile needs no headroom on top, a calm pool gets it."""
+    config = shipped()
+    volatile = target_capacity(state(40.0), 60.0, 1.0, config)  # q90 far above demand x 1.05
+    assert volatile.wanted_gpus == pytest.approx(60.0) and volatile.need_nodes == 8
+    calm = target_capacity(state(60.0), 60.2, 1.0, config)  # q90 within the headroom
+    assert calm.wanted_gpus == pytest.approx(63.0) and calm.need_nodes == 8
+    above = target_capacity(state(62.0), 62.0, 1.0, config)
+    assert above.wanted_gpus == pytest.approx(65.1) and above.need_nodes == 9
