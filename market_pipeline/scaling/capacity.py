@@ -116,17 +116,16 @@ def target_capacity(
     """
     _check_forecast(forecast_q90)
     envelope = envelope or DemandEnvelope(0.0, 0.0)
-    basis = demand_basis(pool_state, forecast_q90)
     # the upper quantile and the headroom both cover forecast error: the larger of the two,
     # not their sum (stacked, a volatile pool held 5% on top of an already wide quantile)
-    wanted = max(forecast_q90, pool_state.demand_gpus * (1.0 + config.headroom_fraction)) + config.headroom_min_gpus
+    wanted = max(forecast_q90 + config.headroom_min_gpus, _need_at(pool_state.demand_gpus, config))
     step = pool_state.node_gpus
     wanted_nodes = _clamp_nodes(pool_state, math.ceil(wanted / step - 1e-9))
     state = backlog_state(pool_state, forecast_q90, price, float(pool_state.max_nodes * step))
     shielded = shield(PriceCapacityAction(price, float(wanted_nodes * step)), state, config.backlog)
     need = max(wanted_nodes, _clamp_nodes(pool_state, math.ceil(shielded.capacity_gpus / step - 1e-9)))
-    keep = _certified_nodes(pool_state, _peak_need(envelope.keep_gpus, config, config.keep_headroom_fraction), price, price, config)
-    reserve = _certified_nodes(pool_state, _peak_need(max(envelope.reserve_gpus, envelope.keep_gpus), config), price, price, config)
+    keep = _certified_nodes(pool_state, _need_at(envelope.keep_gpus, config, config.keep_headroom_fraction), price, price, config)
+    reserve = _certified_nodes(pool_state, _need_at(max(envelope.reserve_gpus, envelope.keep_gpus), config), price, price, config)
     band = math.floor(need * config.keep_band_fraction + 1e-9)
     floor = _certified_nodes(pool_state, envelope.floor_gpus, price, max(price, config.backlog.price_max), config)
     # the warm pool carries the floor; nodes stay in service for it only where the fleet
@@ -139,8 +138,8 @@ def target_capacity(
     )
 
 
-def _peak_need(gpus: float, config: ScalingConfig, extra_fraction: float = 0.0) -> float:
-    """GPUs the need would ask at a recent peak of `gpus`: the same headroom (none at no peak)."""
+def _need_at(gpus: float, config: ScalingConfig, extra_fraction: float = 0.0) -> float:
+    """GPUs the need asks for at `gpus` of demand, now or at a recent peak (none at none)."""
     if gpus <= 0:
         return 0.0
     return gpus * (1.0 + config.headroom_fraction + extra_fraction) + config.headroom_min_gpus
