@@ -26,8 +26,11 @@ if TYPE_CHECKING:
     from market_pipeline.scaling.types import NodeView
 
 
-def warm_target(tick: Tick) -> int:
-    """Standby nodes to keep, bounded by the fleet's physical nodes not in service."""
+def warm_target(tick: Tick, freeing: int = 0) -> int:
+    """Standby nodes to keep, bounded by the fleet's physical nodes not in service.
+
+    `freeing`: nodes about to be powered off besides those already decided this tick.
+    """
     share = warm_share(tick.config)
     shortfall = tick.target.floor_nodes - tick.in_service
     wanted = math.ceil(shortfall / share - 1e-9) if share > 0 and shortfall > 0 else 0
@@ -36,21 +39,27 @@ def warm_target(tick: Tick) -> int:
     coming = sum(d.count for d in tick.decisions if d.allowed and (
         d.action == "scale_up" or (d.action == "power_on" and d.node_id)))  # entering service now
     peak = tick.target.peak_nodes - tick.in_service - coming if tick.config.warm_to_recent_peak else 0
-    spare = tick.pool_state.max_nodes - tick.fleet.powered
+    # nodes powered off this tick free their slots: on a full fleet they go straight to
+    # standby instead of powering fully off while a cold node boots to refill the pool
+    leaving = freeing + sum(1 for d in tick.decisions if d.allowed and d.action == "scale_down" and d.node_id)
+    spare = tick.pool_state.max_nodes - tick.fleet.powered + leaving
     return max(0, min(spare, max(tick.config.warm_pool_nodes, wanted, peak)))
 
 
 def power_off_target(tick: Tick) -> str:
     """A removed node refills the warm pool first, then powers fully off."""
     going = sum(1 for d in tick.decisions if d.allowed and d.inputs.get("to") == "standby")
-    return "standby" if tick.fleet.warm_stock + going < warm_target(tick) else "off"
+    return "standby" if tick.fleet.warm_stock + going < warm_target(tick, freeing=1) else "off"
 
 
 def stock_warm_pool(tick: Tick) -> None:
     """Boot cold nodes into standby while the warm pool is below its target."""
     resumed = sum(1 for d in tick.decisions if d.allowed and d.action == "power_on" and d.node_id)
     cold_started = sum(d.count for d in tick.decisions if d.allowed and d.action == "scale_up")
-    stock = tick.fleet.warm_stock - resumed
+    parked = sum(  # powered off into standby this tick: already stock
+        1 for d in tick.decisions if d.allowed and d.action == "scale_down" and d.inputs.get("to") == "standby"
+    )
+    stock = tick.fleet.warm_stock - resumed + parked
     target = warm_target(tick)
     physical_free = (
         tick.pool_state.max_nodes - tick.fleet.powered - tick.fleet.warm_stock - cold_started

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+import pytest
+
 from market_pipeline.guardrails.backlog import BacklogParams
 from market_pipeline.scaling.policy import plan_pool
 from market_pipeline.scaling.types import DrainStatus, NodeState, NodeView, PoolState, ScalerMemory, ScalingConfig
@@ -102,3 +104,23 @@ def test_warm_pool_holds_a_return_to_the_recent_peak() -> None:
         decisions = plan(12.0, lull, memory, 5, config=dataclasses.replace(config, warm_to_recent_peak=reserve))
         prewarm = [d for d in allowed(decisions, "power_on") if d.inputs.get("to") == "standby"]
         assert sum(d.count for d in prewarm) == expected  # 60 GPUs need 8 nodes, 2 are in service
+
+
+@pytest.mark.parametrize("max_nodes", [5, 8])  # a full fleet, and one with room to boot
+def test_nodes_powered_off_refill_the_warm_pool_instead_of_cold_boots(max_nodes: int) -> None:
+    """Slots freed this tick count, and so do nodes parked in standby this tick."""
+    config = dataclasses.replace(CONFIG, keep_window_hours=12.0, keep_band_fraction=0.0, warm_pool_nodes=1)
+    memory = ScalerMemory("pool")
+    full = PoolState("pool", node_gpus=8, max_nodes=max_nodes, demand_gpus=38.0, gpu_hour_cost=1.2)
+    busy = [NodeView(f"a{i}", NodeState.ACTIVE, 8, 7.6) for i in range(5)]
+    plan_pool(full, 38.0, 1.0, busy, {}, config, T0, memory=memory)  # the peak the reserve returns to
+    memory.draining = {"a3": T0.timestamp(), "a4": T0.timestamp()}
+    lull = [NodeView(f"a{i}", NodeState.ACTIVE, 8, 6.0) for i in range(3)] + [
+        NodeView(f"a{i}", NodeState.CORDONED, 8, 0.0) for i in (3, 4)
+    ]
+    state = dataclasses.replace(full, demand_gpus=18.0)
+    decisions = plan_pool(state, 18.0, 1.0, lull, {}, config, T0 + dt.timedelta(minutes=5), memory=memory)
+    off = allowed(decisions, "scale_down")
+    assert sorted(d.node_id for d in off) == ["a3", "a4"]
+    assert {d.inputs["to"] for d in off} == {"standby"}
+    assert not allowed(decisions, "power_on")  # no cold boot refills what the removals just filled
