@@ -145,6 +145,7 @@ class ScalingConfigSection(_Strict):
     hysteresis_minutes: float = Field(30.0, ge=0)
     scale_up_cooldown_minutes: float = Field(10.0, ge=0)
     failed_scale_down_cooldown_minutes: float = Field(30.0, ge=0)
+    failed_drains_to_pause_pool: int = Field(3, ge=1)
     max_drain_attempts: int = Field(3, ge=1)
     drain_cost_per_gpu: float = Field(0.05, ge=0)
     replacement_cost_per_node: float = Field(2.0, ge=0)

@@ -117,6 +117,7 @@ def _fail_drain(tick: Tick, node: NodeView, why: str) -> None:
     failures = memory.drain_failures.get(node.node_id, 0) + 1
     memory.drain_failures[node.node_id] = failures
     memory.last_failed_scale_down_at = tick.t
+    memory.drain_failed_at[node.node_id] = tick.t
     if node.healthy:
         tick.uncordoned += 1
     reasons = [f"scale-down failed: {why}", f"attempt {failures}/{tick.config.max_drain_attempts}"]

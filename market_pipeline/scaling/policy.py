@@ -175,7 +175,7 @@ def _base_inputs(
 
 def _forget_gone_nodes(memory: ScalerMemory, nodes: list[NodeView], t: float) -> None:
     present = {node.node_id for node in nodes}
-    for book in (memory.drain_failures, memory.blocked):
+    for book in (memory.drain_failures, memory.blocked, memory.drain_failed_at):
         for node_id in [n for n in book if n not in present]:
             del book[node_id]
     memory.busy_drains = [r for r in memory.busy_drains if t - r < 24 * _HOUR]
@@ -252,8 +252,11 @@ def _scale_down(tick: Tick, surplus: int) -> None:
         tick.add("scale_down", None, False, blocked_by)
         return
     leaving: list[NodeView] = []
+    # a node whose drain just failed sits its cool-down out; the others stand in for it, so
+    # one pinned task neither stalls the pool nor splits its batch into two actions
+    skipped = memory.blocked.keys() | cooling_down(memory, config, t).keys()
     candidates = sorted(
-        (n for n in tick.fleet.schedulable if n.node_id not in memory.blocked),
+        (n for n in tick.fleet.schedulable if n.node_id not in skipped),
         key=lambda n: (n.used_gpus, n.node_id),
     )
     for node in candidates:
@@ -283,12 +286,12 @@ def _pool_gates(tick: Tick, surplus: int, ripe: int) -> list[str]:
         reasons.append(f"batch_in_progress: {busy} node(s) still draining")
     if memory.last_scale_up_at is not None and t - memory.last_scale_up_at < config.scale_up_cooldown_minutes * 60:
         reasons.append(f"scale_up_cooldown: last scale-up {(t - memory.last_scale_up_at) / 60:.1f} min ago")
-    if (
-        memory.last_failed_scale_down_at is not None
-        and t - memory.last_failed_scale_down_at < config.failed_scale_down_cooldown_minutes * 60
-    ):
+    failed = cooling_down(memory, config, t)
+    if len(failed) >= config.failed_drains_to_pause_pool:
+        # several nodes failing at once is systemic (the drain path itself), not one pinned task
         reasons.append(
-            f"failed_scale_down_cooldown: last failure {(t - memory.last_failed_scale_down_at) / 60:.1f} min ago"
+            f"failed_scale_down_cooldown: {len(failed)} drains failed in the last "
+            f"{config.failed_scale_down_cooldown_minutes:g} min (last {(t - max(failed.values())) / 60:.1f} min ago)"
         )
     if ripe < min_batch(tick):
         longest = (t - memory.surplus_since.get(1, t)) / 60
@@ -297,6 +300,12 @@ def _pool_gates(tick: Tick, surplus: int, ripe: int) -> list[str]:
             f"(longest {longest:.1f} min); a batch needs {min_batch(tick)}"
         )
     return reasons
+
+
+def cooling_down(memory: ScalerMemory, config: ScalingConfig, t: float) -> dict[str, float]:
+    """Nodes whose drain failed within the failed-scale-down cool-down, and when."""
+    window = config.failed_scale_down_cooldown_minutes * 60
+    return {n: at for n, at in memory.drain_failed_at.items() if t - at < window}
 
 
 def _recent(memory: ScalerMemory, t: float) -> int:

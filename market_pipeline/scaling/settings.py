@@ -24,6 +24,7 @@ def scaling_config_from_config(config: MarketPipelineConfig, pool_id: str) -> Sc
         hysteresis_minutes=section.hysteresis_minutes,
         scale_up_cooldown_minutes=section.scale_up_cooldown_minutes,
         failed_scale_down_cooldown_minutes=section.failed_scale_down_cooldown_minutes,
+        failed_drains_to_pause_pool=section.failed_drains_to_pause_pool,
         max_drain_attempts=section.max_drain_attempts,
         drain_cost_per_gpu=section.drain_cost_per_gpu,
         replacement_cost_per_node=section.replacement_cost_per_node,

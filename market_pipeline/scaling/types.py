@@ -117,7 +117,8 @@ class ScalingConfig:
     min_scale_down_fraction: float = 0.12  # smallest scale-down batch, share of the pool
     hysteresis_minutes: float = 15.0  # a node must be unneeded this long
     scale_up_cooldown_minutes: float = 5.0  # no scale-down this soon after a scale-up
-    failed_scale_down_cooldown_minutes: float = 30.0
+    failed_scale_down_cooldown_minutes: float = 30.0  # a node whose drain failed is skipped this long...
+    failed_drains_to_pause_pool: int = 3  # ...and this many such nodes at once pause the pool's scale-down
     max_drain_attempts: int = 3  # then the node is reported as blocked_drain
     drain_timeout_minutes: float = 30.0
     blocked_recheck_minutes: float = 360.0  # one more attempt per period, never a loop
@@ -146,6 +147,7 @@ class ScalingConfig:
             value = getattr(self, name)
             _require(math.isfinite(value) and value >= 0, name, f"must be finite and >= 0, got {value!r}")
         _require(self.max_drain_attempts >= 1, "max_drain_attempts", "must be >= 1")
+        _require(self.failed_drains_to_pause_pool >= 1, "failed_drains_to_pause_pool", "must be >= 1")
         _require(self.interval_minutes > 0, "interval_minutes", "must be > 0")
         _require(self.drain_timeout_minutes > 0, "drain_timeout_minutes", "must be > 0")
         _require(self.blocked_recheck_minutes > 0, "blocked_recheck_minutes", "must be > 0")
@@ -205,6 +207,7 @@ class ScalerMemory:
     surplus_since: dict[int, float] = field(default_factory=dict)
     draining: dict[str, float] = field(default_factory=dict)
     drain_failures: dict[str, int] = field(default_factory=dict)
+    drain_failed_at: dict[str, float] = field(default_factory=dict)  # node -> its last failed drain
     blocked: dict[str, float] = field(default_factory=dict)
     busy_drains: list[float] = field(default_factory=list)
     demand_peaks: dict[int, float] = field(default_factory=dict)
@@ -226,6 +229,7 @@ class ScalerMemory:
                 surplus_since={int(k): float(v) for k, v in data.get("surplus_since", {}).items()},
                 draining={str(k): float(v) for k, v in data.get("draining", {}).items()},
                 drain_failures={str(k): int(v) for k, v in data.get("drain_failures", {}).items()},
+                drain_failed_at={str(k): float(v) for k, v in data.get("drain_failed_at", {}).items()},
                 blocked={str(k): float(v) for k, v in data.get("blocked", {}).items()},
                 busy_drains=[float(v) for v in data.get("busy_drains", [])],
                 demand_peaks={int(k): float(v) for k, v in data.get("demand_peaks", {}).items()},
