@@ -97,8 +97,8 @@ def finish_wave(tick: Tick) -> None:
 
 def _finish_drained(tick: Tick, node: NodeView) -> None:
     if not node.healthy:
-        tick.add("scale_down", node.node_id, True, ["unhealthy node drained; its replacement is up"],
-                 to=power_off_target(tick))
+        # powered fully off for repair: a sick node must not be resumed from the warm pool
+        tick.add("scale_down", node.node_id, True, ["unhealthy node drained; its replacement is up"], to="off")
         return
     admissible, margin = tick.certified_at(tick.in_service)
     if admissible:
@@ -116,7 +116,6 @@ def _fail_drain(tick: Tick, node: NodeView, why: str) -> None:
     del memory.draining[node.node_id]
     failures = memory.drain_failures.get(node.node_id, 0) + 1
     memory.drain_failures[node.node_id] = failures
-    memory.last_failed_scale_down_at = tick.t
     memory.drain_failed_at[node.node_id] = tick.t
     if node.healthy:
         tick.uncordoned += 1

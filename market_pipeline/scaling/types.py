@@ -197,13 +197,14 @@ class ScalerMemory:
     least k unneeded nodes without interruption (per-rank hysteresis). `demand_peaks` maps
     an hour (epoch seconds // 3600) to the highest demand observed in it: the envelope
     below which the policy does not scale down. `busy_drains` holds when drains of nodes
-    with work started (the last day), for the hourly disruption budget.
+    with work started (the last day), for the hourly disruption budget. `drain_failed_at`
+    holds when each node's last drain failed: its own cool-down, and, when enough nodes
+    fail within it, the pool's.
     """
 
     pool: str
     last_scale_up_at: float | None = None
     need_since: float | None = None
-    last_failed_scale_down_at: float | None = None
     surplus_since: dict[int, float] = field(default_factory=dict)
     draining: dict[str, float] = field(default_factory=dict)
     drain_failures: dict[str, int] = field(default_factory=dict)
@@ -225,7 +226,6 @@ class ScalerMemory:
                 pool=str(data["pool"]),
                 last_scale_up_at=_opt_float(data.get("last_scale_up_at")),
                 need_since=_opt_float(data.get("need_since")),
-                last_failed_scale_down_at=_opt_float(data.get("last_failed_scale_down_at")),
                 surplus_since={int(k): float(v) for k, v in data.get("surplus_since", {}).items()},
                 draining={str(k): float(v) for k, v in data.get("draining", {}).items()},
                 drain_failures={str(k): int(v) for k, v in data.get("drain_failures", {}).items()},

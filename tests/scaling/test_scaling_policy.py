@@ -218,6 +218,11 @@ def test_unhealthy_node_is_replaced_before_it_is_removed() -> None:
     up = node_list + [NodeView("s0", NodeState.ACTIVE, 8, 0.0)]
     second = plan(35.0, up, memory, minute=2)
     assert allowed(second, "replace")[0].node_id == "sick"
+    drained = nodes(4, used=6.0) + [NodeView("sick", NodeState.CORDONED, 8, 0.0, healthy=False),
+                                    NodeView("s0", NodeState.ACTIVE, 8, 6.0)]
+    third = plan(35.0, drained, memory, minute=7, config=cfg(warm_pool_nodes=1))  # the warm pool is empty
+    removed = allowed(third, "scale_down")
+    assert [d.node_id for d in removed] == ["sick"] and removed[0].inputs["to"] == "off"  # repair, not standby
 
 
 def test_recent_peak_holds_capacity_within_the_band() -> None:
