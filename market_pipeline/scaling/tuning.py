@@ -58,7 +58,10 @@ SPLIT_MINUTE = 15 * 1440  # days 1-15 tune, days 16-31 held out
 # moved into the capacity headroom (the larger of it and the forecast quantile, not their
 # sum), a rerun chose headroom 0, hysteresis 15, keep band 0.30 and batch 5% (1 miss on
 # days 1-15), but it left more demand unserved on days 16-31 than the values it would
-# replace (7,045 against 5,847 GPU-minutes), so step 5 kept them.
+# replace (7,045 against 5,847 GPU-minutes), so step 5 kept them. Rerun after failed
+# drains cooled only their node and removals refilled the warm pool: headroom 0, hysteresis
+# 30, keep band 0.30, batch 5% (1 miss on days 1-15, 5 on days 16-31, 4 over the month);
+# days 16-31 unserved 7,137 against the defaults' 6,072 GPU-minutes, so again not shipped.
 # The tick is the whole control loop's cadence (billing quotes, budget guards and drain
 # limits read it too), not a scaling knob: it stays at the shipped 5 minutes. (With a
 # 3-minute tick the same choice came out with slightly less unserved demand and more actions.)
