@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from market_pipeline.guardrails.backlog import BacklogParams
+from scaling_testkit import T0, policy_config
+
 from market_pipeline.scaling.policy import plan_pool
 from market_pipeline.scaling.types import (
     DrainStatus,
@@ -20,14 +21,8 @@ from market_pipeline.scaling.types import (
     ScalingError,
 )
 
-T0 = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
-CONFIG = ScalingConfig(
-    backlog=BacklogParams(residual_share=0.2, elasticity=1.0, price_min=0.5, price_max=3.0),
-    headroom_fraction=0.0, keep_window_hours=0.0, drainable_floor_window_hours=0.0,
-    hysteresis_minutes=20.0, scale_up_cooldown_minutes=10.0, scale_up_persistence_minutes=0.0,
-    urgent_persistence_minutes=0.0,
-    min_scale_down_fraction=0.0, warm_pool_nodes=0, max_removals_per_hour=10,
-    disruption_budget_pct=50.0, interval_minutes=5.0,
+CONFIG = policy_config(
+    headroom_fraction=0.0, hysteresis_minutes=20.0, scale_up_cooldown_minutes=10.0, disruption_budget_pct=50.0,
 )
 
 
