@@ -77,3 +77,10 @@ def test_failures_on_several_nodes_at_once_pause_the_pools_scale_down() -> None:
         assert bool(gate) is paused and bool(allowed(decisions, "cordon")) is not paused
         if paused:
             assert "3 drains failed in the last 60 min" in gate[0]
+
+
+def test_memory_persisted_before_per_node_cool_downs_still_loads() -> None:
+    old = {"pool": "pool", "last_failed_scale_down_at": T0.timestamp(), "drain_failures": {"a0": 1}}
+    memory = ScalerMemory.from_dict(json.loads(json.dumps(old)))
+    assert memory.drain_failures == {"a0": 1} and memory.drain_failed_at == {}
+    assert first_wave(memory) == ["a0", "a1", "a2"]  # no cool-down left over, pool-wide or on a0
