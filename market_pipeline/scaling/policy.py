@@ -254,7 +254,14 @@ def _scale_down(tick: Tick, surplus: int) -> None:
     leaving: list[NodeView] = []
     # a node whose drain just failed sits its cool-down out; the others stand in for it, so
     # one pinned task neither stalls the pool nor splits its batch into two actions
-    skipped = memory.blocked.keys() | cooling_down(memory, config, t).keys()
+    cooling = cooling_down(memory, config, t)
+    for node in sorted((n for n in tick.fleet.schedulable if n.node_id in cooling), key=lambda n: n.node_id):
+        left = config.failed_scale_down_cooldown_minutes - (t - cooling[node.node_id]) / 60
+        tick.add("scale_down", node.node_id, False, [
+            f"failed_scale_down_cooldown: its drain failed {(t - cooling[node.node_id]) / 60:.0f} min ago; "
+            f"skipped for {left:.0f} more min while other nodes stand in",
+        ])
+    skipped = memory.blocked.keys() | cooling.keys()
     candidates = sorted(
         (n for n in tick.fleet.schedulable if n.node_id not in skipped),
         key=lambda n: (n.used_gpus, n.node_id),

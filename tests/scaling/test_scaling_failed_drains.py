@@ -61,6 +61,8 @@ def test_one_failed_drain_is_stood_in_for_and_the_batch_still_goes_in_one_action
     plan(rest, memory, 40, demand=4.0)
     later = plan(rest, memory, 50, demand=4.0)  # a0 still inside its 60-min cool-down
     assert [d.node_id for d in allowed(later, "cordon")] == [n.node_id for n in rest if n.node_id != "a0"]
+    skipped = [d for d in later if d.node_id == "a0" and not d.allowed]
+    assert skipped and skipped[0].reasons[0].startswith("failed_scale_down_cooldown: its drain failed 35 min ago")
     restored = ScalerMemory.from_dict(json.loads(json.dumps(memory.to_dict())))
     assert restored.drain_failed_at == memory.drain_failed_at == {"a0": (T0 + dt.timedelta(minutes=15)).timestamp()}
 
