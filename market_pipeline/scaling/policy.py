@@ -247,19 +247,19 @@ def _scale_down(tick: Tick, surplus: int) -> None:
         memory.surplus_since.setdefault(k, t)
     hysteresis_s = config.hysteresis_minutes * 60.0
     ripe = sum(1 for k in range(1, surplus + 1) if t - memory.surplus_since[k] >= hysteresis_s)
-    blocked_by = _pool_gates(tick, surplus, ripe)
+    cooling = cooling_down(memory, config, t)
+    blocked_by = _pool_gates(tick, surplus, ripe, cooling)
     if blocked_by:
         tick.add("scale_down", None, False, blocked_by)
         return
     leaving: list[NodeView] = []
     # a node whose drain just failed sits its cool-down out; the others stand in for it, so
     # one pinned task neither stalls the pool nor splits its batch into two actions
-    cooling = cooling_down(memory, config, t)
     for node in sorted((n for n in tick.fleet.schedulable if n.node_id in cooling), key=lambda n: n.node_id):
-        left = config.failed_scale_down_cooldown_minutes - (t - cooling[node.node_id]) / 60
+        ago = (t - cooling[node.node_id]) / 60
         tick.add("scale_down", node.node_id, False, [
-            f"failed_scale_down_cooldown: its drain failed {(t - cooling[node.node_id]) / 60:.0f} min ago; "
-            f"skipped for {left:.0f} more min while other nodes stand in",
+            f"failed_scale_down_cooldown: its drain failed {ago:.0f} min ago; "
+            f"skipped for {config.failed_scale_down_cooldown_minutes - ago:.0f} more min while other nodes stand in",
         ])
     skipped = memory.blocked.keys() | cooling.keys()
     candidates = sorted(
@@ -285,7 +285,7 @@ def min_batch(tick: Tick) -> int:
     return max(config.min_scale_down_nodes, math.ceil(config.min_scale_down_fraction * tick.in_service - 1e-9))
 
 
-def _pool_gates(tick: Tick, surplus: int, ripe: int) -> list[str]:
+def _pool_gates(tick: Tick, surplus: int, ripe: int, failed: dict[str, float]) -> list[str]:
     memory, config, t = tick.memory, tick.config, tick.t
     reasons = []
     busy = len(memory.draining) - sum(1 for n in tick.drained if n.node_id in memory.draining)
@@ -293,7 +293,6 @@ def _pool_gates(tick: Tick, surplus: int, ripe: int) -> list[str]:
         reasons.append(f"batch_in_progress: {busy} node(s) still draining")
     if memory.last_scale_up_at is not None and t - memory.last_scale_up_at < config.scale_up_cooldown_minutes * 60:
         reasons.append(f"scale_up_cooldown: last scale-up {(t - memory.last_scale_up_at) / 60:.1f} min ago")
-    failed = cooling_down(memory, config, t)
     if len(failed) >= config.failed_drains_to_pause_pool:
         # several nodes failing at once is systemic (the drain path itself), not one pinned task
         reasons.append(

@@ -41,25 +41,27 @@ def warm_target(tick: Tick, freeing: int = 0) -> int:
     peak = tick.target.peak_nodes - tick.in_service - coming if tick.config.warm_to_recent_peak else 0
     # nodes powered off this tick free their slots: on a full fleet they go straight to
     # standby instead of powering fully off while a cold node boots to refill the pool
-    leaving = freeing + sum(1 for d in tick.decisions if d.allowed and d.action == "scale_down" and d.node_id)
+    leaving = freeing + _powered_off(tick)
     spare = tick.pool_state.max_nodes - tick.fleet.powered + leaving
     return max(0, min(spare, max(tick.config.warm_pool_nodes, wanted, peak)))
 
 
 def power_off_target(tick: Tick) -> str:
     """A removed node refills the warm pool first, then powers fully off."""
-    going = sum(1 for d in tick.decisions if d.allowed and d.inputs.get("to") == "standby")
-    return "standby" if tick.fleet.warm_stock + going < warm_target(tick, freeing=1) else "off"
+    return "standby" if tick.fleet.warm_stock + _powered_off(tick, "standby") < warm_target(tick, freeing=1) else "off"
+
+
+def _powered_off(tick: Tick, into: str | None = None) -> int:
+    """Nodes this tick has decided to power off (into standby, or off, when `into` is set)."""
+    return sum(1 for d in tick.decisions if d.allowed and d.action == "scale_down" and d.node_id
+               and (into is None or d.inputs.get("to") == into))
 
 
 def stock_warm_pool(tick: Tick) -> None:
     """Boot cold nodes into standby while the warm pool is below its target."""
     resumed = sum(1 for d in tick.decisions if d.allowed and d.action == "power_on" and d.node_id)
     cold_started = sum(d.count for d in tick.decisions if d.allowed and d.action == "scale_up")
-    parked = sum(  # powered off into standby this tick: already stock
-        1 for d in tick.decisions if d.allowed and d.action == "scale_down" and d.inputs.get("to") == "standby"
-    )
-    stock = tick.fleet.warm_stock - resumed + parked
+    stock = tick.fleet.warm_stock - resumed + _powered_off(tick, "standby")  # parked this tick: already stock
     target = warm_target(tick)
     physical_free = (
         tick.pool_state.max_nodes - tick.fleet.powered - tick.fleet.warm_stock - cold_started
