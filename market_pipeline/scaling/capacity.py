@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import statistics
 from dataclasses import dataclass
 
 from market_pipeline.guardrails.backlog import (
@@ -92,6 +93,7 @@ class CapacityTarget:
     wanted_gpus: float
     shielded: ShieldedAction  # the certificate at the short-term need, equilibrium price
     peak_nodes: int = 0  # nodes that certify the warm reserve window's peak at the equilibrium price
+    band_nodes: int = 0  # how far above the need the recent peak may hold the pool
 
     @property
     def nodes(self) -> int:
@@ -105,9 +107,10 @@ def target_capacity(
     """The forecast's upper quantile or demand plus headroom (the larger), raised until certified.
 
     The recent demand envelope holds capacity up: the pool keeps what certifies the peak of
-    the keep window, with the same headroom, at the equilibrium price, but no more than
-    `keep_band_fraction` of the need above it (a dead band proportional to the pool: a big
-    pool rides out a dip without churn, a small volatile one does not pay for its peaks);
+    the keep window, with the same headroom, at the equilibrium price, but no more than a
+    band above the need (`keep_band`: a share of the need, so that a big pool rides out a
+    dip without churn and a small volatile one does not pay for its peaks, or one typical
+    step of the pool's demand, so that a job ending and the next starting are no actions);
     and never less than what keeps a typical hourly peak of the longer floor window
     drainable at `price_max` — with a residual demand floor, a return of that peak must not
     meet a pool that no price can certify. Warm standby nodes count toward that floor for
@@ -126,7 +129,7 @@ def target_capacity(
     need = max(wanted_nodes, _clamp_nodes(pool_state, math.ceil(shielded.capacity_gpus / step - 1e-9)))
     keep = _certified_nodes(pool_state, _need_at(envelope.keep_gpus, config, config.keep_headroom_fraction), price, price, config)
     reserve = _certified_nodes(pool_state, _need_at(max(envelope.reserve_gpus, envelope.keep_gpus), config), price, price, config)
-    band = math.floor(need * config.keep_band_fraction + 1e-9)
+    band = keep_band(need, envelope.step_gpus, step, config)
     floor = _certified_nodes(pool_state, envelope.floor_gpus, price, max(price, config.backlog.price_max), config)
     # the warm pool carries the floor; nodes stay in service for it only where the fleet
     # cannot hold enough standby nodes (`warm_nodes`: the most the fleet could keep warm)
@@ -134,8 +137,22 @@ def target_capacity(
     keep_nodes = _clamp_nodes(pool_state, max(min(keep, need + band), active_floor))
     return CapacityTarget(
         need_nodes=need, keep_nodes=keep_nodes, floor_nodes=floor, wanted_gpus=wanted, shielded=shielded,
-        peak_nodes=_clamp_nodes(pool_state, reserve),
+        peak_nodes=_clamp_nodes(pool_state, reserve), band_nodes=band,
     )
+
+
+def keep_band(need_nodes: int, step_gpus: float, node_gpus: int, config: ScalingConfig) -> int:
+    """Nodes the pool may keep above its need: a share of the need, or one typical demand step.
+
+    A pool whose demand moves in whole jobs of 16 GPUs would otherwise remove two nodes
+    when a job ends and add them back when the next one starts: two actions a job. The
+    band covers the median recent change in demand, but never more than
+    `keep_band_max_fraction` of the need (a young pool's first few changes can be its
+    largest).
+    """
+    share = math.floor(need_nodes * config.keep_band_fraction + 1e-9)
+    one_step = min(math.floor(step_gpus / node_gpus + 1e-9), math.floor(need_nodes * config.keep_band_max_fraction + 1e-9))
+    return max(share, one_step)
 
 
 def _need_at(gpus: float, config: ScalingConfig, extra_fraction: float = 0.0) -> float:
@@ -172,10 +189,11 @@ class DemandEnvelope:
     keep_gpus: float  # peak over the keep window: capacity held against churn
     floor_gpus: float  # typical hourly peak over the longer window: must stay drainable at price_max
     reserve_gpus: float = 0.0  # peak over the warm reserve window: a return to it resumes warm nodes
+    step_gpus: float = 0.0  # typical size of a change in demand (one job's GPUs): the least keep band
 
 
-def record_demand_peak(memory: ScalerMemory, demand: float, t: float, config: ScalingConfig) -> DemandEnvelope:
-    """Fold this tick's demand into the hourly peaks; return the peaks over both windows."""
+def record_demand(memory: ScalerMemory, demand: float, t: float, config: ScalingConfig) -> DemandEnvelope:
+    """Fold this tick's demand into the hourly peaks and the recent steps; return the envelope."""
     hour = int(t // 3600)
     memory.demand_peaks[hour] = max(memory.demand_peaks.get(hour, 0.0), demand)
     span = max(config.keep_window_hours, config.drainable_floor_window_hours, config.warm_reserve_window_hours)
@@ -191,7 +209,18 @@ def record_demand_peak(memory: ScalerMemory, demand: float, t: float, config: Sc
     # a typical hourly peak (not the rarest spike): what demand returns to after a lull
     typical = floor[min(len(floor) - 1, int(config.drainable_floor_quantile * len(floor)))] if floor else 0.0
     reserve = peaks(config.warm_reserve_window_hours)
-    return DemandEnvelope(keep[-1] if keep else 0.0, typical, reserve[-1] if reserve else 0.0)
+    return DemandEnvelope(
+        keep[-1] if keep else 0.0, typical, reserve[-1] if reserve else 0.0, _record_demand_step(memory, demand, config)
+    )
+
+
+def _record_demand_step(memory: ScalerMemory, demand: float, config: ScalingConfig) -> float:
+    """Fold this tick's change in demand into the recent ones; return their median."""
+    if memory.last_demand is not None and abs(demand - memory.last_demand) > 1e-9:
+        memory.demand_steps.append(abs(demand - memory.last_demand))
+    memory.last_demand = demand
+    del memory.demand_steps[: max(0, len(memory.demand_steps) - config.keep_band_step_changes)]
+    return statistics.median(memory.demand_steps) if memory.demand_steps else 0.0
 
 
 def serving_capacity_gpus(nodes: list[NodeView], now: dt.datetime, config: ScalingConfig) -> float:

@@ -2,9 +2,10 @@
 
 Target: the *need* is the least node count whose capacity certifies, at the equilibrium
 price, the larger of the forecast's upper quantile and the observed demand plus headroom;
-the pool *keeps* up to a band above it while a recent peak (keep window) would need it, and
-never lets nodes in service plus the warm pool fall below what keeps the week's peak
-drainable at `price_max` (`capacity.target_capacity`, `warm_pool`).
+the pool *keeps* up to a band above it (a share of the need, or one typical step of its
+demand) while a recent peak (keep window) would need it, and never lets nodes in service
+plus the warm pool fall below what keeps the week's peak drainable at `price_max`
+(`capacity.target_capacity`, `warm_pool`).
 
 Scale up (uncordon leaving nodes, then the warm pool, then cold nodes) when the need
 exceeds the nodes in service — at once if no price within bounds certifies the shortfall,
@@ -36,7 +37,7 @@ from market_pipeline.scaling.capacity import (
     FleetView,
     backlog_state,
     fleet_view,
-    record_demand_peak,
+    record_demand,
     target_capacity,
 )
 from market_pipeline.scaling.drain_gates import finish_wave, has_room_for, progress_drains
@@ -127,13 +128,13 @@ def plan_pool(
         raise ScalingError("nodes: duplicate node_id")
     now = as_utc(now)
     fleet = fleet_view(nodes)
-    envelope = record_demand_peak(memory, pool_state.demand_gpus, now.timestamp(), config)
+    envelope = record_demand(memory, pool_state.demand_gpus, now.timestamp(), config)
     warm_capacity = len(fleet.standby) + max(0, pool_state.max_nodes - fleet.powered - fleet.warm_stock)
     target = target_capacity(pool_state, forecast_q90, price, config, envelope, warm_capacity)
     tick = Tick(
         pool_state=pool_state, forecast_q90=forecast_q90, price=price, config=config, now=now,
         t=now.timestamp(), memory=memory, fleet=fleet, target=target, drain_status=drain_status,
-        base_inputs=_base_inputs(pool_state, forecast_q90, price, fleet, target),
+        base_inputs=_base_inputs(pool_state, forecast_q90, price, fleet, target, envelope.step_gpus),
     )
     _forget_gone_nodes(memory, nodes, tick.t)
     progress_drains(tick, {node.node_id: node for node in nodes})
@@ -158,13 +159,15 @@ def plan_pool(
 
 
 def _base_inputs(
-    pool_state: PoolState, forecast_q90: float, price: float, fleet: FleetView, target: CapacityTarget
+    pool_state: PoolState, forecast_q90: float, price: float, fleet: FleetView, target: CapacityTarget,
+    demand_step_gpus: float,
 ) -> dict[str, Any]:
     cert = target.shielded.certificate
     return {
         "forecast_q90": forecast_q90, "price": price, "demand_gpus": pool_state.demand_gpus,
         "backlog_gpus": pool_state.backlog_gpus, "target_nodes": target.nodes,
-        "need_nodes": target.need_nodes, "keep_nodes": target.keep_nodes,
+        "need_nodes": target.need_nodes, "keep_nodes": target.keep_nodes, "keep_band_nodes": target.band_nodes,
+        "demand_step_gpus": round(demand_step_gpus, 3),
         "wanted_gpus": round(target.wanted_gpus, 3), "schedulable": len(fleet.schedulable),
         "booting": len(fleet.booting), "cordoned": len(fleet.cordoned),
         "standby": len(fleet.standby), "warming": len(fleet.warming),

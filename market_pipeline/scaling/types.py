@@ -104,7 +104,9 @@ class ScalingConfig:
     headroom_fraction: float = 0.0  # above observed demand (the need takes the forecast quantile if higher)
     headroom_min_gpus: float = 0.0
     keep_window_hours: float = 12.0  # recent peak that holds capacity against churn...
-    keep_band_fraction: float = 0.15  # ...up to this share of the need above it
+    keep_band_fraction: float = 0.15  # ...up to this share of the need above it, or one typical
+    keep_band_step_changes: int = 256  # demand step (median of this many recent changes; 0: off)...
+    keep_band_max_fraction: float = 0.4  # ...but no more than this share of the need
     keep_headroom_fraction: float = 0.0
     drainable_floor_window_hours: float = 168.0  # peak that must stay drainable at price_max
     drainable_floor_quantile: float = 1.0  # of the hourly peaks in that window (1: the max)
@@ -137,7 +139,7 @@ class ScalingConfig:
     def __post_init__(self) -> None:
         for name in (
             "headroom_fraction", "headroom_min_gpus", "hysteresis_minutes",
-            "keep_window_hours", "keep_band_fraction", "keep_headroom_fraction",
+            "keep_window_hours", "keep_band_fraction", "keep_band_max_fraction", "keep_headroom_fraction",
             "drainable_floor_window_hours",
             "scale_up_persistence_minutes", "min_scale_down_fraction", "urgent_persistence_minutes",
             "scale_up_cooldown_minutes", "failed_scale_down_cooldown_minutes",
@@ -157,6 +159,7 @@ class ScalingConfig:
         _require(self.warm_pool_nodes >= 0, "warm_pool_nodes", "must be >= 0")
         _require(0 <= self.drainable_floor_quantile <= 1, "drainable_floor_quantile", "must be in [0, 1]")
         _require(self.max_transient_price_ratio >= 1, "max_transient_price_ratio", "must be >= 1")
+        _require(self.keep_band_step_changes >= 0, "keep_band_step_changes", "must be >= 0")
         _require(self.scale_up_extra_nodes >= 0, "scale_up_extra_nodes", "must be >= 0")
         _require(self.min_scale_down_nodes >= 1, "min_scale_down_nodes", "must be >= 1")
 
@@ -197,7 +200,9 @@ class ScalerMemory:
     least k unneeded nodes without interruption (per-rank hysteresis). `demand_peaks` maps
     an hour (epoch seconds // 3600) to the highest demand observed in it: the envelope
     below which the policy does not scale down. `busy_drains` holds when drains of nodes
-    with work started (the last day), for the hourly disruption budget. `drain_failed_at`
+    with work started (the last day), for the hourly disruption budget. `demand_steps` holds
+    the last non-zero changes of demand between ticks (`last_demand` is the previous tick's):
+    their median is the pool's typical demand step, the least keep band. `drain_failed_at`
     holds when each node's last drain failed: its own cool-down, and, when enough nodes
     fail within it, the pool's.
     """
@@ -212,6 +217,8 @@ class ScalerMemory:
     blocked: dict[str, float] = field(default_factory=dict)
     busy_drains: list[float] = field(default_factory=list)
     demand_peaks: dict[int, float] = field(default_factory=dict)
+    last_demand: float | None = None
+    demand_steps: list[float] = field(default_factory=list)  # recent non-zero demand changes, oldest first
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -233,6 +240,8 @@ class ScalerMemory:
                 blocked={str(k): float(v) for k, v in data.get("blocked", {}).items()},
                 busy_drains=[float(v) for v in data.get("busy_drains", [])],
                 demand_peaks={int(k): float(v) for k, v in data.get("demand_peaks", {}).items()},
+                last_demand=_opt_float(data.get("last_demand")),
+                demand_steps=[float(v) for v in data.get("demand_steps", [])],
             )
         except KeyError as exc:
             raise ScalingError(f"scaler memory: missing key {exc.args[0]!r}") from None

@@ -1,0 +1,70 @@
+"""The keep band: a share of the need, or one typical demand step, capped by a share of the need."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+
+from scaling_testkit import T0, policy_config
+
+from market_pipeline.scaling.capacity import keep_band, record_demand
+from market_pipeline.scaling.policy import plan_pool
+from market_pipeline.scaling.types import NodeState, NodeView, PoolState, ScalerMemory
+
+CONFIG = policy_config(keep_window_hours=12.0, hysteresis_minutes=20.0, keep_band_fraction=0.15)
+JOB = 16.0  # this pool's demand moves in whole 16-GPU jobs: two nodes each
+
+
+def test_band_is_the_larger_of_a_share_of_the_need_and_one_demand_step() -> None:
+    assert keep_band(7, 0.0, 8, CONFIG) == 1  # no steps seen yet: 15% of 7 nodes
+    assert keep_band(7, 4.0, 8, CONFIG) == 1  # small steps: the share still holds
+    assert keep_band(7, JOB, 8, CONFIG) == 2  # one 16-GPU job: two nodes
+    assert keep_band(7, 64.0, 8, CONFIG) == 2  # a huge step: capped at 40% of the need
+    assert keep_band(20, JOB, 8, CONFIG) == 3  # a big pool: its share is wider than one job
+
+
+def test_step_is_the_median_of_recent_nonzero_changes_and_memory_stays_bounded() -> None:
+    config = policy_config(keep_band_step_changes=3)
+    memory = ScalerMemory("pool")
+    t = T0.timestamp()
+    steps = [record_demand(memory, demand, t + 300 * i, config).step_gpus
+             for i, demand in enumerate([10.0, 10.0, 26.0, 18.0, 50.0, 48.0])]
+    # changes 16, 8, 32, 2 (a repeat is no change); the oldest falls out of the last three
+    assert memory.demand_steps == [8.0, 32.0, 2.0]
+    assert steps == [0.0, 0.0, 16.0, 12.0, 16.0, 8.0]
+    restored = ScalerMemory.from_dict(json.loads(json.dumps(memory.to_dict())))
+    assert restored == memory
+    off = ScalerMemory("pool")
+    assert record_demand(off, 10.0, t, policy_config(keep_band_step_changes=0)).step_gpus == 0.0
+    assert record_demand(off, 26.0, t + 300, policy_config(keep_band_step_changes=0)).step_gpus == 0.0
+    assert off.demand_steps == []
+
+
+def _tick(demand: float, memory: ScalerMemory, minute: int, config=CONFIG):
+    state = PoolState("pool", node_gpus=8, max_nodes=20, demand_gpus=demand, gpu_hour_cost=1.2)
+    fleet = [NodeView(f"a{i}", NodeState.ACTIVE, 8, demand / 11) for i in range(11)]
+    return plan_pool(state, demand, 1.0, fleet, {}, config, T0 + dt.timedelta(minutes=minute), memory=memory)
+
+
+def _replay_jobs(config) -> tuple[ScalerMemory, list]:
+    """A 16-GPU job comes and goes, then is gone for half an hour (80 GPUs need 11 nodes)."""
+    memory = ScalerMemory("pool")
+    for i, demand in enumerate([64.0, 80.0, 64.0, 80.0]):
+        _tick(demand, memory, 5 * i, config)
+    return memory, [_tick(64.0, memory, 20 + 5 * i, config) for i in range(7)]
+
+
+def test_a_pool_moving_in_whole_jobs_keeps_room_for_one_job() -> None:
+    memory, ticks = _replay_jobs(CONFIG)
+    # need at 64 GPUs: 9 nodes; 15% of 9 is one node, one 16-GPU job is two: keep 11
+    assert {t[0].inputs["keep_nodes"] for t in ticks} == {11}
+    assert not any(d.action == "cordon" and d.allowed for t in ticks for d in t)
+    back = _tick(80.0, memory, 60)
+    assert not any(d.action in ("scale_up", "power_on") and d.allowed for d in back)  # the job returns: no action
+
+
+def test_without_the_step_the_same_pool_removes_the_jobs_room() -> None:
+    memory, ticks = _replay_jobs(dataclasses.replace(CONFIG, keep_band_step_changes=0))
+    assert {t[0].inputs["keep_nodes"] for t in ticks} == {10}
+    assert any(d.action == "cordon" and d.allowed for t in ticks for d in t)
