@@ -94,6 +94,7 @@ class CapacityTarget:
     shielded: ShieldedAction  # the certificate at the short-term need, equilibrium price
     peak_nodes: int = 0  # nodes that certify the warm reserve window's peak at the equilibrium price
     band_nodes: int = 0  # how far above the need the recent peak may hold the pool
+    step_gpus: float = 0.0  # the pool's typical demand step, which sized that band
 
     @property
     def nodes(self) -> int:
@@ -137,7 +138,7 @@ def target_capacity(
     keep_nodes = _clamp_nodes(pool_state, max(min(keep, need + band), active_floor))
     return CapacityTarget(
         need_nodes=need, keep_nodes=keep_nodes, floor_nodes=floor, wanted_gpus=wanted, shielded=shielded,
-        peak_nodes=_clamp_nodes(pool_state, reserve), band_nodes=band,
+        peak_nodes=_clamp_nodes(pool_state, reserve), band_nodes=band, step_gpus=envelope.step_gpus,
     )
 
 
@@ -151,8 +152,8 @@ def keep_band(need_nodes: int, step_gpus: float, node_gpus: int, config: Scaling
     largest).
     """
     share = math.floor(need_nodes * config.keep_band_fraction + 1e-9)
-    one_step = min(math.floor(step_gpus / node_gpus + 1e-9), math.floor(need_nodes * config.keep_band_max_fraction + 1e-9))
-    return max(share, one_step)
+    most = math.floor(need_nodes * config.keep_band_max_fraction + 1e-9)
+    return max(share, min(math.floor(step_gpus / node_gpus + 1e-9), most))
 
 
 def _need_at(gpus: float, config: ScalingConfig, extra_fraction: float = 0.0) -> float:

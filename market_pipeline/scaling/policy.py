@@ -134,7 +134,7 @@ def plan_pool(
     tick = Tick(
         pool_state=pool_state, forecast_q90=forecast_q90, price=price, config=config, now=now,
         t=now.timestamp(), memory=memory, fleet=fleet, target=target, drain_status=drain_status,
-        base_inputs=_base_inputs(pool_state, forecast_q90, price, fleet, target, envelope.step_gpus),
+        base_inputs=_base_inputs(pool_state, forecast_q90, price, fleet, target),
     )
     _forget_gone_nodes(memory, nodes, tick.t)
     progress_drains(tick, {node.node_id: node for node in nodes})
@@ -159,15 +159,14 @@ def plan_pool(
 
 
 def _base_inputs(
-    pool_state: PoolState, forecast_q90: float, price: float, fleet: FleetView, target: CapacityTarget,
-    demand_step_gpus: float,
+    pool_state: PoolState, forecast_q90: float, price: float, fleet: FleetView, target: CapacityTarget
 ) -> dict[str, Any]:
     cert = target.shielded.certificate
     return {
         "forecast_q90": forecast_q90, "price": price, "demand_gpus": pool_state.demand_gpus,
         "backlog_gpus": pool_state.backlog_gpus, "target_nodes": target.nodes,
         "need_nodes": target.need_nodes, "keep_nodes": target.keep_nodes, "keep_band_nodes": target.band_nodes,
-        "demand_step_gpus": round(demand_step_gpus, 3),
+        "demand_step_gpus": round(target.step_gpus, 3),
         "wanted_gpus": round(target.wanted_gpus, 3), "schedulable": len(fleet.schedulable),
         "booting": len(fleet.booting), "cordoned": len(fleet.cordoned),
         "standby": len(fleet.standby), "warming": len(fleet.warming),

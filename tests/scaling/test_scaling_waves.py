@@ -105,7 +105,9 @@ def test_warm_pool_holds_a_return_to_the_recent_peak() -> None:
 @pytest.mark.parametrize("max_nodes", [5, 8])  # a full fleet, and one with room to boot
 def test_nodes_powered_off_refill_the_warm_pool_instead_of_cold_boots(max_nodes: int) -> None:
     """Slots freed this tick count, and so do nodes parked in standby this tick."""
-    config = dataclasses.replace(CONFIG, keep_window_hours=12.0, keep_band_fraction=0.0, warm_pool_nodes=1)
+    config = dataclasses.replace(
+        CONFIG, keep_window_hours=12.0, keep_band_fraction=0.0, keep_band_step_changes=0, warm_pool_nodes=1
+    )
     memory = ScalerMemory("pool")
     full = PoolState("pool", node_gpus=8, max_nodes=max_nodes, demand_gpus=38.0, gpu_hour_cost=1.2)
     busy = [NodeView(f"a{i}", NodeState.ACTIVE, 8, 7.6) for i in range(5)]
