@@ -93,7 +93,7 @@ class CapacityTarget:
     wanted_gpus: float
     shielded: ShieldedAction  # the certificate at the short-term need, equilibrium price
     peak_nodes: int = 0  # nodes that certify the warm reserve window's peak at the equilibrium price
-    band_nodes: int = 0  # how far above the need the recent peak may hold the pool
+    band_nodes: int = 0  # how far above the demand's own need the recent peak may hold the pool
     step_gpus: float = 0.0  # the pool's typical demand step, which sized that band
     demand_need_nodes: int = 0  # the need at observed demand, without the forecast's rise: the band sits on it
 
