@@ -67,10 +67,6 @@ SPLIT_MINUTE = 15 * 1440  # days 1-15 tune, days 16-31 held out
 # --jobs 2): headroom 0, hysteresis 15, keep band 0.05 with cap 0.4 (0.5 ties), batch 12%
 # (1 miss on days 1-15: vchbv idle 0.741; 4 on days 16-31; 3 over the month). Days 16-31
 # unserved 8,731 against the defaults' 5,582 GPU-minutes: not shipped; the cap of 0.4 is.
-# Rerun when the band came to sit on observed demand instead of on top of the forecast's
-# rise (984 s with --jobs 2): the same choice, the same misses (vchbv idle 0.741 on days
-# 1-15; 4 on days 16-31; 3 over the month) and 8,731 unserved on days 16-31 against the
-# defaults' 5,590: not shipped.
 # The tick is the whole control loop's cadence (billing quotes, budget guards and drain
 # limits read it too), not a scaling knob: it stays at the shipped 5 minutes. (With a
 # 3-minute tick the same choice came out with slightly less unserved demand and more actions.)
