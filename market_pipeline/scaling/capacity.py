@@ -95,6 +95,7 @@ class CapacityTarget:
     peak_nodes: int = 0  # nodes that certify the warm reserve window's peak at the equilibrium price
     band_nodes: int = 0  # how far above the need the recent peak may hold the pool
     step_gpus: float = 0.0  # the pool's typical demand step, which sized that band
+    demand_need_nodes: int = 0  # the need at observed demand, without the forecast's rise: the band sits on it
 
     @property
     def nodes(self) -> int:
@@ -109,9 +110,11 @@ def target_capacity(
 
     The recent demand envelope holds capacity up: the pool keeps what certifies the peak of
     the keep window, with the same headroom, at the equilibrium price, but no more than a
-    band above the need (`keep_band`: a share of the need, so that a big pool rides out a
-    dip without churn and a small volatile one does not pay for its peaks, or one typical
-    step of the pool's demand, so that a job ending and the next starting are no actions);
+    band above the demand's own need with headroom (`keep_band`: a share of the need, so
+    that a big pool rides out a dip without churn and a small volatile one does not pay
+    for its peaks, or one typical step of the pool's demand, so that a job ending and the
+    next starting are no actions); the band and the forecast's rise both cover demand
+    returning above now, so the pool keeps the larger of the two, not their sum;
     and never less than what keeps a typical hourly peak of the longer floor window
     drainable at `price_max` — with a residual demand floor, a return of that peak must not
     meet a pool that no price can certify. Warm standby nodes count toward that floor for
@@ -120,6 +123,28 @@ def target_capacity(
     """
     _check_forecast(forecast_q90)
     envelope = envelope or DemandEnvelope(0.0, 0.0)
+    step = pool_state.node_gpus
+    need, wanted, shielded = _need(pool_state, forecast_q90, price, config)
+    demand_need = _need(pool_state, pool_state.demand_gpus, price, config)[0]  # no forecast rise
+    keep = _certified_nodes(pool_state, _need_at(envelope.keep_gpus, config, config.keep_headroom_fraction), price, price, config)
+    reserve = _certified_nodes(pool_state, _need_at(max(envelope.reserve_gpus, envelope.keep_gpus), config), price, price, config)
+    band = keep_band(need, envelope.step_gpus, step, config)
+    floor = _certified_nodes(pool_state, envelope.floor_gpus, price, max(price, config.backlog.price_max), config)
+    # the warm pool carries the floor; nodes stay in service for it only where the fleet
+    # cannot hold enough standby nodes (`warm_nodes`: the most the fleet could keep warm)
+    active_floor = math.ceil(floor - warm_nodes * warm_share(config) - 1e-9)
+    keep_nodes = _clamp_nodes(pool_state, max(min(keep, max(need, demand_need + band)), active_floor))
+    return CapacityTarget(
+        need_nodes=need, keep_nodes=keep_nodes, floor_nodes=floor, wanted_gpus=wanted, shielded=shielded,
+        peak_nodes=_clamp_nodes(pool_state, reserve), band_nodes=band, step_gpus=envelope.step_gpus,
+        demand_need_nodes=demand_need,
+    )
+
+
+def _need(
+    pool_state: PoolState, forecast_q90: float, price: float, config: ScalingConfig
+) -> tuple[int, float, ShieldedAction]:
+    """Nodes for the forecast or demand plus headroom (the larger), raised until certified."""
     # the upper quantile and the headroom both cover forecast error: the larger of the two,
     # not their sum (stacked, a volatile pool held 5% on top of an already wide quantile)
     wanted = max(forecast_q90 + config.headroom_min_gpus, _need_at(pool_state.demand_gpus, config))
@@ -128,18 +153,7 @@ def target_capacity(
     state = backlog_state(pool_state, forecast_q90, price, float(pool_state.max_nodes * step))
     shielded = shield(PriceCapacityAction(price, float(wanted_nodes * step)), state, config.backlog)
     need = max(wanted_nodes, _clamp_nodes(pool_state, math.ceil(shielded.capacity_gpus / step - 1e-9)))
-    keep = _certified_nodes(pool_state, _need_at(envelope.keep_gpus, config, config.keep_headroom_fraction), price, price, config)
-    reserve = _certified_nodes(pool_state, _need_at(max(envelope.reserve_gpus, envelope.keep_gpus), config), price, price, config)
-    band = keep_band(need, envelope.step_gpus, step, config)
-    floor = _certified_nodes(pool_state, envelope.floor_gpus, price, max(price, config.backlog.price_max), config)
-    # the warm pool carries the floor; nodes stay in service for it only where the fleet
-    # cannot hold enough standby nodes (`warm_nodes`: the most the fleet could keep warm)
-    active_floor = math.ceil(floor - warm_nodes * warm_share(config) - 1e-9)
-    keep_nodes = _clamp_nodes(pool_state, max(min(keep, need + band), active_floor))
-    return CapacityTarget(
-        need_nodes=need, keep_nodes=keep_nodes, floor_nodes=floor, wanted_gpus=wanted, shielded=shielded,
-        peak_nodes=_clamp_nodes(pool_state, reserve), band_nodes=band, step_gpus=envelope.step_gpus,
-    )
+    return need, wanted, shielded
 
 
 def keep_band(need_nodes: int, step_gpus: float, node_gpus: int, config: ScalingConfig) -> int:

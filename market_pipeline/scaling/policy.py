@@ -166,7 +166,7 @@ def _base_inputs(
         "forecast_q90": forecast_q90, "price": price, "demand_gpus": pool_state.demand_gpus,
         "backlog_gpus": pool_state.backlog_gpus, "target_nodes": target.nodes,
         "need_nodes": target.need_nodes, "keep_nodes": target.keep_nodes, "keep_band_nodes": target.band_nodes,
-        "demand_step_gpus": round(target.step_gpus, 3),
+        "demand_need_nodes": target.demand_need_nodes, "demand_step_gpus": round(target.step_gpus, 3),
         "wanted_gpus": round(target.wanted_gpus, 3), "schedulable": len(fleet.schedulable),
         "booting": len(fleet.booting), "cordoned": len(fleet.cordoned),
         "standby": len(fleet.standby), "warming": len(fleet.warming),

@@ -6,9 +6,9 @@ import dataclasses
 import datetime as dt
 import json
 
-from scaling_testkit import T0, policy_config
+from scaling_testkit import BACKLOG, T0, policy_config
 
-from market_pipeline.scaling.capacity import keep_band, record_demand
+from market_pipeline.scaling.capacity import DemandEnvelope, keep_band, record_demand, target_capacity
 from market_pipeline.scaling.policy import plan_pool
 from market_pipeline.scaling.types import NodeState, NodeView, PoolState, ScalerMemory
 
@@ -39,6 +39,21 @@ def test_step_is_the_median_of_recent_nonzero_changes_and_memory_stays_bounded()
     assert record_demand(off, 10.0, t, policy_config(keep_band_step_changes=0)).step_gpus == 0.0
     assert record_demand(off, 26.0, t + 300, policy_config(keep_band_step_changes=0)).step_gpus == 0.0
     assert off.demand_steps == []
+
+
+def test_the_band_and_the_forecast_rise_are_not_stacked() -> None:
+    """Both cover demand returning above now: the pool keeps the larger of the two, not their sum."""
+    backlog = dataclasses.replace(BACKLOG, margin_fraction=0.0, min_margin_gpus=0.25)
+    config = policy_config(backlog=backlog, keep_band_fraction=0.2, keep_band_step_changes=0)
+    recent_peak = DemandEnvelope(keep_gpus=80.0, floor_gpus=0.0)  # would keep 11 nodes
+    state = PoolState("pool", node_gpus=8, max_nodes=20, demand_gpus=36.0)  # 5 nodes
+    calm = target_capacity(state, 36.0, 1.0, config, recent_peak)
+    assert (calm.need_nodes, calm.band_nodes, calm.keep_nodes) == (5, 1, 6)  # one node of band above demand
+    rising = target_capacity(state, 42.0, 1.0, config, recent_peak)  # the forecast rises 6 GPUs: a node more
+    assert (rising.need_nodes, rising.band_nodes, rising.keep_nodes) == (6, 1, 6)  # not 6 + 1
+    assert rising.demand_need_nodes == 5
+    steep = target_capacity(state, 60.0, 1.0, config, recent_peak)  # a rise past the band: the need holds
+    assert (steep.need_nodes, steep.keep_nodes) == (8, 8)
 
 
 def _tick(demand: float, memory: ScalerMemory, minute: int, config=CONFIG):
