@@ -11,7 +11,9 @@ Scale up (uncordon leaving nodes, then the warm pool, then cold nodes) when the 
 exceeds the nodes in service — at once if no price within bounds certifies the shortfall,
 after one tick if pricing it would cost more than `max_transient_price_ratio`, otherwise
 only if it lasts `scale_up_persistence_minutes`: pricing handles transient imbalance,
-scaling handles trends (seed 000 §2.3). Scale down only a node that (a) leaves the
+scaling handles trends (seed 000 §2.3). While observed demand still leaves GPUs free, the
+shortfall is the headroom's or the forecast's alone and must last one tick
+(`anticipatory_persistence_minutes`): a one-tick spike is priced. Scale down only a node that (a) leaves the
 equilibrium price certified at the lower capacity, (b) has every task drained or migrated
 by the task-drain guardrail (an empty node needs no drain), (c) has been unneeded for the
 hysteresis period, (d) saves more than its drain and replacement cost, (e) fits the
@@ -199,6 +201,13 @@ def _scale_up_due(tick: Tick) -> bool:
     waited = (tick.t - memory.need_since) / 60.0
     if not shielded.feasible:
         return True  # no price within bounds drains it: capacity at once
+    if tick.pool_state.demand_gpus < gpus - 1e-9 and waited < config.anticipatory_persistence_minutes:
+        tick.add("hold", None, True, [
+            f"anticipatory: observed demand {tick.pool_state.demand_gpus:g} GPUs leaves GPUs free on "
+            f"{tick.in_service} nodes; the need of {tick.target.need_nodes} (headroom, forecast rise) must last "
+            f"{config.anticipatory_persistence_minutes:g} min (waited {waited:.0f}); price x{ratio:.3f} meanwhile",
+        ], shielded.certificate.margin, transient_price_ratio=ratio)
+        return False
     if ratio > config.max_transient_price_ratio and waited >= config.urgent_persistence_minutes:
         return True  # too dear for pricing alone, and not a one-tick blip
     if waited >= config.scale_up_persistence_minutes:

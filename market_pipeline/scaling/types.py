@@ -115,6 +115,9 @@ class ScalingConfig:
     max_transient_price_ratio: float = 1.5  # a dearer shortfall is scaled, not priced
     scale_up_persistence_minutes: float = 60.0  # a cheaper one must last this long
     urgent_persistence_minutes: float = 3.0  # a dear one this long (one tick: not a blip)
+    # while observed demand leaves GPUs free in service, a shortfall is the headroom's or
+    # the forecast's alone: it must last this long (one tick), so a one-tick spike is priced
+    anticipatory_persistence_minutes: float = 5.0
     min_scale_down_nodes: int = 1
     min_scale_down_fraction: float = 0.12  # smallest scale-down batch, share of the pool
     hysteresis_minutes: float = 15.0  # a node must be unneeded this long
@@ -144,7 +147,7 @@ class ScalingConfig:
             "scale_up_persistence_minutes", "min_scale_down_fraction", "urgent_persistence_minutes",
             "scale_up_cooldown_minutes", "failed_scale_down_cooldown_minutes",
             "drain_cost_per_gpu", "replacement_cost_per_node", "warm_resume_minutes",
-            "scale_down_wave_minutes", "warm_reserve_window_hours",
+            "scale_down_wave_minutes", "warm_reserve_window_hours", "anticipatory_persistence_minutes",
         ):
             value = getattr(self, name)
             _require(math.isfinite(value) and value >= 0, name, f"must be finite and >= 0, got {value!r}")

@@ -89,6 +89,29 @@ def test_a_dear_shortfall_waits_one_tick_unless_no_price_drains_it() -> None:
     assert allowed(undrainable, "scale_up")  # even price_max cannot certify: no waiting
 
 
+def test_a_shortfall_of_headroom_or_forecast_alone_waits_one_tick() -> None:
+    config = cfg(headroom_fraction=0.05, anticipatory_persistence_minutes=5.0)
+    memory = ScalerMemory("pool")
+    # 31 GPUs on 4 nodes: one GPU free, but the forecast's 36 asks for a fifth node
+    first = plan(31.0, nodes(4, used=7.75), memory, config=config, forecast=36.0)
+    assert not allowed(first, "scale_up")
+    assert not [d for d in allowed(first, "power_on") if d.inputs.get("to") != "standby"]  # none into service
+    assert any("anticipatory" in r for d in first for r in d.reasons)
+    later = plan(31.0, nodes(4, used=7.75), memory, minute=5, config=config, forecast=36.0)
+    assert allowed(later, "scale_up")  # still asked for a tick later: a trend, not a spike
+    gone = ScalerMemory("pool")
+    plan(31.0, nodes(4, used=7.75), gone, config=config, forecast=36.0)
+    assert not allowed(plan(28.0, nodes(4, used=7.0), gone, minute=5, config=config), "scale_up")
+
+
+def test_a_full_pool_scales_at_once() -> None:
+    config = cfg(headroom_fraction=0.05, anticipatory_persistence_minutes=5.0)
+    # 32 GPUs on 4 nodes: none free, so the shortfall is not anticipation but demand waiting
+    assert allowed(plan(32.0, nodes(4, used=8.0), ScalerMemory("pool"), config=config, forecast=36.0), "scale_up")
+    off = cfg(headroom_fraction=0.05, anticipatory_persistence_minutes=0.0)
+    assert allowed(plan(31.0, nodes(4, used=7.75), ScalerMemory("pool"), config=off, forecast=36.0), "scale_up")
+
+
 def test_scale_down_waits_for_hysteresis_then_cordons_the_least_loaded() -> None:
     memory = ScalerMemory("pool")
     node_list = nodes(5, used=3.0) + [NodeView("light", NodeState.ACTIVE, 8, 1.0)]
