@@ -133,7 +133,13 @@ def target_capacity(
     # the warm pool carries the floor; nodes stay in service for it only where the fleet
     # cannot hold enough standby nodes (`warm_nodes`: the most the fleet could keep warm)
     active_floor = math.ceil(floor - warm_nodes * warm_share(config) - 1e-9)
-    keep_nodes = _clamp_nodes(pool_state, max(min(keep, max(need, demand_need + band)), active_floor))
+    held = max(need, demand_need + band)
+    # a dead band on the node boundary: demand hovering one step around it would otherwise add
+    # a node at the top of each wobble and remove it at the bottom
+    deadband = min(envelope.step_gpus, config.keep_deadband_fraction * step)
+    if deadband > 0 and pool_state.demand_gpus > 0:
+        held = max(held, _certified_nodes(pool_state, _need_at(pool_state.demand_gpus, config) + deadband, price, price, config))
+    keep_nodes = _clamp_nodes(pool_state, max(min(keep, held), active_floor))
     return CapacityTarget(
         need_nodes=need, keep_nodes=keep_nodes, floor_nodes=floor, wanted_gpus=wanted, shielded=shielded,
         peak_nodes=_clamp_nodes(pool_state, reserve), band_nodes=band, step_gpus=envelope.step_gpus,

@@ -107,6 +107,7 @@ class ScalingConfig:
     keep_band_fraction: float = 0.15  # ...up to this share of the need above it, or one typical
     keep_band_step_changes: int = 256  # demand step (median of this many recent changes; 0: off)...
     keep_band_max_fraction: float = 0.4  # ...but no more than this share of the need
+    keep_deadband_fraction: float = 0.25  # held above demand + headroom: a typical step, at most this share of a node
     keep_headroom_fraction: float = 0.0
     drainable_floor_window_hours: float = 168.0  # peak that must stay drainable at price_max
     drainable_floor_quantile: float = 1.0  # of the hourly peaks in that window (1: the max)
@@ -147,7 +148,8 @@ class ScalingConfig:
             "scale_up_persistence_minutes", "min_scale_down_fraction", "urgent_persistence_minutes",
             "scale_up_cooldown_minutes", "failed_scale_down_cooldown_minutes",
             "drain_cost_per_gpu", "replacement_cost_per_node", "warm_resume_minutes",
-            "scale_down_wave_minutes", "warm_reserve_window_hours", "anticipatory_persistence_minutes",
+            "scale_down_wave_minutes", "warm_reserve_window_hours", "keep_deadband_fraction",
+            "anticipatory_persistence_minutes",
         ):
             value = getattr(self, name)
             _require(math.isfinite(value) and value >= 0, name, f"must be finite and >= 0, got {value!r}")

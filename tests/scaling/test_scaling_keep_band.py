@@ -56,6 +56,26 @@ def test_the_band_and_the_forecast_rise_are_not_stacked() -> None:
     assert (steep.need_nodes, steep.keep_nodes) == (8, 8)
 
 
+def test_demand_wobbling_on_a_node_boundary_keeps_the_node_above_it() -> None:
+    """45 GPUs with 5% headroom fit 6 nodes and 46 need 7: a dead band of one step keeps the 7th."""
+    backlog = dataclasses.replace(BACKLOG, margin_fraction=0.0, min_margin_gpus=0.25)
+    config = policy_config(backlog=backlog, headroom_fraction=0.05, keep_band_fraction=0.0, keep_band_step_changes=8)
+    one_gpu_steps = DemandEnvelope(keep_gpus=46.0, floor_gpus=0.0, step_gpus=1.0)
+    state = PoolState("pool", node_gpus=8, max_nodes=20, demand_gpus=45.0)
+    at_45 = target_capacity(state, 45.0, 1.0, config, one_gpu_steps)
+    assert (at_45.need_nodes, at_45.keep_nodes) == (6, 7)
+    at_44 = target_capacity(dataclasses.replace(state, demand_gpus=44.0), 44.0, 1.0, config, one_gpu_steps)
+    assert at_44.keep_nodes == 6  # a whole step below the boundary: the 7th may go
+    no_band = target_capacity(state, 45.0, 1.0, dataclasses.replace(config, keep_deadband_fraction=0.0), one_gpu_steps)
+    assert no_band.keep_nodes == 6
+    # at most a quarter of a node: 6-GPU steps at 41 GPUs (43.05 with headroom) hold 2 GPUs more, not 6
+    six_gpu_steps = DemandEnvelope(keep_gpus=64.0, floor_gpus=0.0, step_gpus=6.0)
+    at_41 = dataclasses.replace(state, demand_gpus=41.0)
+    assert target_capacity(at_41, 41.0, 1.0, config, six_gpu_steps).keep_nodes == 6
+    uncapped = dataclasses.replace(config, keep_deadband_fraction=1.0)
+    assert target_capacity(at_41, 41.0, 1.0, uncapped, six_gpu_steps).keep_nodes == 7
+
+
 def _tick(demand: float, memory: ScalerMemory, minute: int, config=CONFIG):
     state = PoolState("pool", node_gpus=8, max_nodes=20, demand_gpus=demand, gpu_hour_cost=1.2)
     fleet = [NodeView(f"a{i}", NodeState.ACTIVE, 8, demand / 11) for i in range(11)]
