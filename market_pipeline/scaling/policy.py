@@ -13,16 +13,17 @@ after one tick if pricing it would cost more than `max_transient_price_ratio`, o
 only if it lasts `scale_up_persistence_minutes`: pricing handles transient imbalance,
 scaling handles trends (seed 000 §2.3). While observed demand still leaves GPUs free, the
 shortfall is the headroom's or the forecast's alone and must last one tick
-(`anticipatory_persistence_minutes`): a one-tick spike is priced. Scale down only a node that (a) leaves the
-equilibrium price certified at the lower capacity, (b) has every task drained or migrated
-by the task-drain guardrail (an empty node needs no drain), (c) has been unneeded for the
-hysteresis period, (d) saves more than its drain and replacement cost, (e) fits the
-disruption budget; a batch of such nodes is cordoned together and powered off together.
-When the budget lets busy nodes drain only a few at a time, drained nodes wait (for at most
-`scale_down_wave_minutes`) for the next wave and the batch goes in one action.
-Tasks only move to room that is already up (replace before remove); an unhealthy node is
-replaced first, then drained. Cool-downs follow a scale-up and a failed scale-down; a node
-whose drain keeps failing is reported as `blocked_drain` and skipped, not retried.
+(`anticipatory_persistence_minutes`): a one-tick spike is priced. Scale down only a node
+that (a) leaves the equilibrium price certified at the lower capacity, (b) has every task
+drained or migrated by the task-drain guardrail (an empty node needs no drain), (c) has
+been unneeded for the hysteresis period, (d) saves more than its drain and replacement
+cost, (e) fits the disruption budget; a batch of such nodes is cordoned together and
+powered off together. When the budget lets busy nodes drain only a few at a time, drained
+nodes wait (for at most `scale_down_wave_minutes`) for the next wave and the batch goes in
+one action. Tasks only move to room that is already up (replace before remove); an
+unhealthy node is replaced first, then drained. Cool-downs follow a scale-up and a failed
+scale-down; a node whose drain keeps failing is reported as `blocked_drain` and skipped,
+not retried.
 """
 
 from __future__ import annotations
@@ -166,13 +167,12 @@ def _base_inputs(
     cert = target.shielded.certificate
     return {
         "forecast_q90": forecast_q90, "price": price, "demand_gpus": pool_state.demand_gpus,
-        "backlog_gpus": pool_state.backlog_gpus, "target_nodes": target.nodes,
-        "need_nodes": target.need_nodes, "keep_nodes": target.keep_nodes, "keep_band_nodes": target.band_nodes,
+        "backlog_gpus": pool_state.backlog_gpus, "target_nodes": target.nodes, "need_nodes": target.need_nodes,
+        "keep_nodes": target.keep_nodes, "keep_band_nodes": target.band_nodes,
         "demand_need_nodes": target.demand_need_nodes, "demand_step_gpus": round(target.step_gpus, 3),
         "wanted_gpus": round(target.wanted_gpus, 3), "schedulable": len(fleet.schedulable),
-        "booting": len(fleet.booting), "cordoned": len(fleet.cordoned),
-        "standby": len(fleet.standby), "warming": len(fleet.warming),
-        "floor_nodes": target.floor_nodes, "max_nodes": pool_state.max_nodes,
+        "booting": len(fleet.booting), "cordoned": len(fleet.cordoned), "standby": len(fleet.standby),
+        "warming": len(fleet.warming), "floor_nodes": target.floor_nodes, "max_nodes": pool_state.max_nodes,
         "target_certified": cert.admissible, "target_shield": list(target.shielded.why),
     }
 
@@ -188,10 +188,10 @@ def _forget_gone_nodes(memory: ScalerMemory, nodes: list[NodeView], t: float) ->
 def _scale_up_due(tick: Tick) -> bool:
     """Scale up at once for an imbalance pricing cannot absorb; else only if it persists.
 
-    Pricing handles transient imbalance, scaling handles trends: while the price that
-    certifies the capacity in service stays within `max_transient_price_ratio` of the
-    equilibrium price, the shortfall must last `scale_up_persistence_minutes` first.
-    """
+    Pricing handles transient imbalance, scaling handles trends: while GPUs are free the
+    shortfall must last `anticipatory_persistence_minutes`; while the price that certifies
+    the capacity in service stays within `max_transient_price_ratio` of the equilibrium
+    price, `scale_up_persistence_minutes`."""
     memory, config = tick.memory, tick.config
     memory.need_since = tick.t if memory.need_since is None else memory.need_since
     gpus = float(tick.in_service * tick.pool_state.node_gpus)
@@ -201,21 +201,18 @@ def _scale_up_due(tick: Tick) -> bool:
     waited = (tick.t - memory.need_since) / 60.0
     if not shielded.feasible:
         return True  # no price within bounds drains it: capacity at once
-    if tick.pool_state.demand_gpus < gpus - 1e-9 and waited < config.anticipatory_persistence_minutes:
-        tick.add("hold", None, True, [
-            f"anticipatory: observed demand {tick.pool_state.demand_gpus:g} GPUs leaves GPUs free on "
-            f"{tick.in_service} nodes; the need of {tick.target.need_nodes} (headroom, forecast rise) must last "
-            f"{config.anticipatory_persistence_minutes:g} min (waited {waited:.0f}); price x{ratio:.3f} meanwhile",
-        ], shielded.certificate.margin, transient_price_ratio=ratio)
-        return False
-    if ratio > config.max_transient_price_ratio and waited >= config.urgent_persistence_minutes:
+    wait, demand = config.anticipatory_persistence_minutes, tick.pool_state.demand_gpus
+    if demand < gpus - 1e-9 and waited < wait:
+        kind = f"anticipatory ({demand:g} GPUs leave some of the nodes free)"
+    elif ratio > config.max_transient_price_ratio and waited >= config.urgent_persistence_minutes:
         return True  # too dear for pricing alone, and not a one-tick blip
-    if waited >= config.scale_up_persistence_minutes:
+    elif waited >= config.scale_up_persistence_minutes:
         return True
-    tick.add("hold", None, True, [
-        f"transient: need {tick.target.need_nodes} > {tick.in_service} nodes for {waited:.0f} min "
-        f"< {config.scale_up_persistence_minutes:g}; price x{ratio:.3f} absorbs it",
-    ], shielded.certificate.margin, transient_price_ratio=ratio)
+    else:
+        kind, wait = "transient", config.scale_up_persistence_minutes
+    reason = f"{kind}: need {tick.target.need_nodes} > {tick.in_service} nodes for {waited:.0f} min < {wait:g}"
+    tick.add("hold", None, True, [f"{reason}; price x{ratio:.3f} absorbs it"], shielded.certificate.margin,
+             transient_price_ratio=ratio)
     return False
 
 
