@@ -11,8 +11,8 @@ Scale up (uncordon leaving nodes, then the warm pool, then cold nodes) when the 
 exceeds the nodes in service — at once if no price within bounds certifies the shortfall,
 after one tick if pricing it would cost more than `max_transient_price_ratio`, otherwise
 only if it lasts `scale_up_persistence_minutes`: pricing handles transient imbalance,
-scaling handles trends (seed 000 §2.3). While observed demand still leaves GPUs free, the
-shortfall is the headroom's or the forecast's alone and must last one tick
+scaling handles trends (seed 000 §2.3). While demand leaves GPUs free and nothing queues,
+the shortfall is the headroom's or the forecast's alone and must last one tick
 (`anticipatory_persistence_minutes`): a one-tick spike is priced. Scale down only a node
 that (a) leaves the equilibrium price certified at the lower capacity, (b) has every task
 drained or migrated by the task-drain guardrail (an empty node needs no drain), (c) has
@@ -202,7 +202,7 @@ def _scale_up_due(tick: Tick) -> bool:
     if not shielded.feasible:
         return True  # no price within bounds drains it: capacity at once
     wait, demand = config.anticipatory_persistence_minutes, tick.pool_state.demand_gpus
-    if demand < gpus - 1e-9 and waited < wait:
+    if demand < gpus - 1e-9 and tick.pool_state.backlog_gpus <= 1e-9 and waited < wait:
         kind = f"anticipatory ({demand:g} GPUs leave some of the nodes free)"
     elif ratio > config.max_transient_price_ratio and waited >= config.urgent_persistence_minutes:
         return True  # too dear for pricing alone, and not a one-tick blip

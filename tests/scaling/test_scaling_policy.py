@@ -108,6 +108,10 @@ def test_a_full_pool_scales_at_once() -> None:
     config = cfg(headroom_fraction=0.05, anticipatory_persistence_minutes=5.0)
     # 32 GPUs on 4 nodes: none free, so the shortfall is not anticipation but demand waiting
     assert allowed(plan(32.0, nodes(4, used=8.0), ScalerMemory("pool"), config=config, forecast=36.0), "scale_up")
+    # GPUs free but tasks queued (fragmented: no node has room for them): not anticipation either
+    queued = PoolState("pool", node_gpus=8, max_nodes=20, demand_gpus=31.0, backlog_gpus=4.0, gpu_hour_cost=1.2)
+    decisions = plan_pool(queued, 36.0, 1.0, nodes(4, used=7.0), {}, config, T0, memory=ScalerMemory("pool"))
+    assert allowed(decisions, "scale_up")
     off = cfg(headroom_fraction=0.05, anticipatory_persistence_minutes=0.0)
     assert allowed(plan(31.0, nodes(4, used=7.75), ScalerMemory("pool"), config=off, forecast=36.0), "scale_up")
 
