@@ -116,8 +116,8 @@ class ScalingConfig:
     max_transient_price_ratio: float = 1.5  # a dearer shortfall is scaled, not priced
     scale_up_persistence_minutes: float = 60.0  # a cheaper one must last this long
     urgent_persistence_minutes: float = 3.0  # a dear one this long (one tick: not a blip)
-    # while observed demand leaves GPUs free in service, a shortfall is the headroom's or
-    # the forecast's alone: it must last this long (one tick), so a one-tick spike is priced
+    # while observed demand leaves GPUs free in service and nothing queues, a shortfall is the
+    # headroom's or the forecast's alone: it must last this long (one tick): a spike is priced
     anticipatory_persistence_minutes: float = 5.0
     min_scale_down_nodes: int = 1
     min_scale_down_fraction: float = 0.12  # smallest scale-down batch, share of the pool
