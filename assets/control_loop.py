@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 import dagster as dg
 
 from assets.telemetry import TELEMETRY_PARTITIONS
-from market_pipeline.config import LoopConfig, load_config
+from market_pipeline.config import ConfigError, LoopConfig, load_config
 
 # One hour of telemetry and metering per partition.
 telemetry_job = dg.define_asset_job(
@@ -43,7 +43,8 @@ def control_loop_schedule_for(loop: LoopConfig) -> dg.ScheduleDefinition:
 
 # The tick follows loop.tick_minutes (the scaling policy and the backlog certificate are
 # sized for that interval); the config rejects a tick that does not divide the hour.
-control_loop_schedule = control_loop_schedule_for(load_config().loop)
+# (the loop section only: the fleet's market is resolved, and checked, when a run starts)
+control_loop_schedule = control_loop_schedule_for(load_config(resolve_fleet=False).loop)
 
 
 def run_control_loop(days: float, instance: dg.DagsterInstance) -> dict:
@@ -114,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="run the control loop over simulated days")
     parser.add_argument("--days", type=float, default=1.0)
     args = parser.parse_args(argv)
+    try:
+        # before any run or warehouse write: a fleet whose GPU models nobody priced stops here
+        load_config()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     instance = dg.DagsterInstance.get()
     summary = run_control_loop(args.days, instance)
     from market_pipeline.loop_summary import render

@@ -2,7 +2,6 @@
 price book. Each asset reads the warehouse, calls the domain and writes one table."""
 
 # No `from __future__ import annotations`: Dagster inspects the context annotations at runtime.
-import json
 from datetime import datetime, timedelta, timezone
 
 import dagster as dg
@@ -13,23 +12,23 @@ from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline import forecast as fc
 from market_pipeline.demand import demand_on_grid
 from market_pipeline.hardware.protocol import adapter_now
-from market_pipeline.market import solve_equilibrium
 from market_pipeline.market_state import (
     capacity_by_pool,
     expected_demand_by_pool,
-    last_certified_prices,
-    latest_solve,
     shadow_price_decisions,
     solve_record,
     tick_origin,
 )
 from market_pipeline.plots import lines_png, png_markdown
-from market_pipeline.pricing import (
+from market_pipeline.pricing import build_market_problem, solver_settings
+from market_pipeline.tick import Promises, run_market_tick
+from market_pipeline.tick.live import (
     base_price_rows,
-    build_market_problem,
-    last_prices_vector,
-    price_book_rows,
-    solver_settings,
+    latest_tick,
+    pool_tick_inputs,
+    prices_in_force,
+    published_rows,
+    tick_rows,
 )
 
 HISTORY_DAYS = 3
@@ -96,64 +95,62 @@ def demand_forecast(context: dg.AssetExecutionContext, fleet: FleetAdapterResour
           kinds={"torch", "duckdb"})
 def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
                        warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """The Stackelberg equilibrium for the next interval: prices per pool and class that
-    maximise platform profit given every tenant's best response, warm-started from and
-    bounded by a max step around the last certified prices. Stored in solve_reports."""
+    """One market tick (`market_pipeline.tick`): the Stackelberg equilibrium for the next
+    interval, warm-started from the prices in force and within the promises (max step, the
+    guaranteed cap, the drainable band), then the backlog shield at the capacity serving the
+    interval, and each pool's capacity target. Stored in solve_reports and market_ticks."""
     config = fleet.config()
     now = tick_origin(adapter_now(fleet.get()), STEP_MINUTES)
     store = warehouse.get()
-    capacity = capacity_by_pool(store)
-    inputs = build_market_problem(config, capacity, expected_demand_by_pool(store, now))
-    last = last_certified_prices(store)
-    report = solve_equilibrium(
-        inputs.problem,
-        last_prices=last_prices_vector(inputs.problem, last),
-        max_step=config.market.max_price_step if last else None,
-        settings=solver_settings(config),
-    )
-    record = solve_record(report, now, shadow=config.loop.shadow_mode)
+    serving = capacity_by_pool(store)
+    in_force = prices_in_force(config, store)
+    inputs = build_market_problem(config, serving, expected_demand_by_pool(store, now))
+    tick = run_market_tick(pool_tick_inputs(config, store, now, in_force, serving), inputs.problem,
+                           Promises.from_config(config), solver_settings(config))
+    record = solve_record(tick.report, now, shadow=config.loop.shadow_mode)
+    solve_id = record["solve_id"][0]
     store.append("solve_reports", record)
-    body = report.to_dict()
-    table = pl.DataFrame({
-        "resource": list(body["prices"]),
-        "price": [round(v, 4) for v in body["prices"].values()],
-        "demand_gpus": [round(v, 3) if v is not None else None for v in body["demand"].values()],
-        "capacity_gpus": [float(inputs.problem.resources.capacity[i]) for i in range(len(body["prices"]))],
-        "demand_scale": [round(inputs.demand_scale_by_pool[inputs.pool_of_resource[name]], 3)
-                         for name in body["prices"]],
-    })
-    context.log.info("solve %s: %s, profit %.2f", record["solve_id"][0], body.get("status"), body["profit"] or 0)
+    rows = tick_rows(tick, now, solve_id, config.loop.shadow_mode)
+    store.replace_where("market_ticks", "tick_at = ?", [now], rows)
+    body = tick.report.to_dict()
+    shielded = [r.pool_id for r in tick.pools if r.shielded]
+    context.log.info("tick %s: solve %s, %d pools shielded", solve_id, tick.status, len(shielded))
     return dg.MaterializeResult(metadata={
-        "solve_id": record["solve_id"][0],
-        "converged": report.converged,
-        "status": str(body.get("status")),
+        "solve_id": solve_id,
+        "converged": tick.converged,
+        "status": tick.status,
         "profit_per_hour": dg.MetadataValue.float(float(body["profit"] or 0.0)),
         "kkt_residual": dg.MetadataValue.float(float(body["kkt_residual"] or 0.0)),
         "iterations": int(body["iterations"]),
         "seconds": dg.MetadataValue.float(float(body["seconds"])),
-        "fallback_reason": dg.MetadataValue.text(str(body.get("fallback_reason"))),
+        "fallback_reason": dg.MetadataValue.text(body.get("fallback_reason") or "none"),
+        "shielded_pools": dg.MetadataValue.json(shielded),
+        "uncertified_pools": dg.MetadataValue.json([r.pool_id for r in tick.pools if not r.certified]),
         "shadow_mode": config.loop.shadow_mode,
-        "prices": dg.MetadataValue.md(table.to_pandas().to_markdown(index=False)),
+        "dagster/row_count": rows.height,
+        "tick": table_metadata(rows.select(
+            "pool_id", "list_price", "solver_guaranteed", "guaranteed", "solver_drainable", "drainable",
+            "guaranteed_reason", "margin", "serving_gpus", "capacity_target_gpus",
+            pl.Series("valuation_factor", [round(inputs.demand_scale_by_pool.get(p, 1.0), 3)
+                                           for p in rows["pool_id"]]))),
     })
 
 
 @dg.asset(group_name="market", pool="warehouse", deps=[equilibrium_prices], kinds={"duckdb"})
 def price_book(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """Publishes the latest solve's prices (or, before any solve, the configured base prices)
-    effective from the tick; in shadow mode records the prices it would publish instead."""
+    """Publishes the latest market tick's prices: the shielded price the guardrail certified,
+    with the list price, the solver's own price and the reason beside it (before any tick, the
+    list prices); in shadow mode records the prices it would publish instead."""
     config = fleet.config()
     store = warehouse.get()
-    solve = latest_solve(store)
     now = tick_origin(adapter_now(fleet.get()), STEP_MINUTES)
     published = 0
     if store.query("SELECT count(*) AS n FROM price_book")["n"][0] == 0:
-        # Usage before the first solve is rated at the configured base prices.
+        # Usage before the first tick is rated at the list prices.
         published += store.append("price_book", base_price_rows(config, BASE_PRICES_FROM))
-    rows = None
-    if solve is not None:
-        prices = json.loads(solve["report"])["prices"]
-        rows = price_book_rows(config, prices, solve["solved_at"], solve["solve_id"],
-                               source="solver" if solve["converged"] else "fallback")
+    tick = latest_tick(store, now)
+    rows = published_rows(config, tick) if tick.height else None
+    if rows is not None and rows.height:
         if config.loop.shadow_mode:
             store.upsert("decisions", shadow_price_decisions(rows, now))
         else:
@@ -163,16 +160,26 @@ def price_book(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.
         "SELECT effective_from, pool_id || '/' || resource_class AS resource, "
         "CAST(price_per_gpu_hour AS DOUBLE) AS price FROM price_book "
         "WHERE effective_from >= ? ORDER BY effective_from", [now - timedelta(days=HISTORY_DAYS)])
-    metadata: dict[str, object] = {
-        "published_rows": published,
-        "shadow_mode": config.loop.shadow_mode,
-    }
-    if rows is not None:
-        metadata["prices"] = dg.MetadataValue.md(rows.to_pandas().to_markdown(index=False))
+    metadata: dict[str, object] = {"published_rows": published, "shadow_mode": config.loop.shadow_mode,
+                                   "dagster/row_count": published}
+    if rows is not None and rows.height:
+        metadata["prices"] = table_metadata(rows.select(
+            "pool_id", "resource_class", pl.col("price_per_gpu_hour").cast(pl.Float64),
+            pl.col("list_price_per_gpu_hour").cast(pl.Float64), pl.col("solver_price_per_gpu_hour").cast(pl.Float64),
+            "source", "intervention_reason"))
     png = lines_png(history, "effective_from", "price", "resource", "Price history", "per GPU-hour")
     if png is not None:
         metadata["price_history"] = dg.MetadataValue.md(png_markdown(png, "price history"))
     return dg.MaterializeResult(metadata=metadata)
+
+
+def table_metadata(frame: pl.DataFrame) -> dg.TableMetadataValue:
+    """A frame as a Dagster table with its schema (floats rounded for reading)."""
+    kinds = {pl.Float64: "float", pl.Int64: "int", pl.Int32: "int", pl.Boolean: "bool"}
+    frame = frame.with_columns(pl.col(pl.Float64).round(4))
+    schema = dg.TableSchema(columns=[dg.TableColumn(name, kinds.get(dtype, "string"))
+                                     for name, dtype in frame.schema.items()])
+    return dg.MetadataValue.table(records=[dg.TableRecord(row) for row in frame.to_dicts()], schema=schema)
 
 
 market_assets = [demand_history, demand_forecast, equilibrium_prices, price_book]

@@ -11,6 +11,7 @@ from assets.market import STEP_MINUTES, price_book
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.market_state import tick_origin
+from market_pipeline.tick.live import latest_tick, next_price_ceilings, prices_in_force
 from market_pipeline.scaling_live import (
     decision_rows,
     execute_scaling_decision,
@@ -30,9 +31,10 @@ DECISION_TAG = "scaling/decision_id"
 def scaling_plan(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
                  warehouse: WarehouseResource) -> dg.MaterializeResult:
     """Per pool: target capacity from the forecast's q90, or demand plus headroom if higher,
-    certified by the backlog-drainability guardrail; scale-down only when drained, unneeded for
-    the hysteresis period, worth it and inside the disruption budget. Every decision is stored
-    with its inputs and why it was allowed or blocked (decisions, kind 'scale')."""
+    and at least what the market tick's shield certified at the equilibrium price; scale-down
+    only when drained, unneeded for the hysteresis period, worth it and inside the disruption
+    budget. Every decision is stored with its inputs and why it was allowed or blocked
+    (decisions, kind 'scale')."""
     config = fleet.config()
     adapter = fleet.get()
     now = tick_origin(adapter_now(adapter), STEP_MINUTES)
@@ -42,13 +44,14 @@ def scaling_plan(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
     q90 = store.query("SELECT pool_id, max(q90) AS q90 FROM demand_forecasts WHERE origin_ts = "
                       "(SELECT max(origin_ts) FROM demand_forecasts WHERE origin_ts <= ?) AND horizon_min <= 60 "
                       "GROUP BY pool_id", [now])
-    prices = store.query("SELECT pool_id, CAST(arg_max(price_per_gpu_hour, effective_from) AS DOUBLE) AS price "
-                         "FROM price_book WHERE resource_class = 'guaranteed' GROUP BY pool_id")
+    tick = latest_tick(store, now)  # the market tick's equilibrium prices and capacity targets
     memories = {p.pool_id: load_memory(store, p.pool_id) for p in config.pools}
     decisions = plan_fleet(
         config, adapter.list_nodes(), adapter.list_tasks(),
         {r["pool_id"]: (r["demand"], r["pending"]) for r in demand.iter_rows(named=True)},
-        dict(q90.iter_rows()), dict(prices.iter_rows()), memories, failed_drains_by_node(store), now)
+        dict(q90.iter_rows()), dict(zip(tick["pool_id"], tick["equilibrium_price"])), memories,
+        failed_drains_by_node(store), now, dict(zip(tick["pool_id"], tick["capacity_target_gpus"])),
+        next_price_ceilings(config, prices_in_force(config, store)))
     rows = decision_rows(decisions, config.loop.shadow_mode, now)
     store.upsert("decisions", rows)
     store.upsert("scaler_memory", memory_frame(list(memories.values()), now))

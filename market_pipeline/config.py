@@ -52,6 +52,9 @@ class AdapterConfig(_Strict):
     arrival_source: str = "diurnal"
     placement_policy: Literal["round_robin", "best_fit", "fragment_aware"] = "best_fit"
     sim_epoch: datetime | None = None
+    # Tenants of a node-list fleet: "config", "workload" (QoS class x size of its job shapes)
+    # or "auto" (the configured ones when they claim every GPU model of the fleet).
+    tenants_source: Literal["auto", "config", "workload"] = "auto"
 
     @model_validator(mode="after")
     def _epoch_is_utc(self) -> "AdapterConfig":
@@ -87,6 +90,10 @@ class MarketConfig(_Strict):
     drainable_discount_min: float = Field(0.2, ge=0, lt=1)
     drainable_discount_max: float = Field(0.6, ge=0, lt=1)
     max_price_step: float = Field(0.25, gt=0, le=10)
+    # The promise to rigid tenants: the guaranteed price never exceeds this multiple of the
+    # pool's list (base) price, on any published price, live or simulated (seed 000 §5.2:
+    # rigid tenants pay about 5% more for the assurance; 4% keeps a point for the pool mix).
+    guaranteed_price_cap: float = Field(1.04, ge=1.0, le=10)
     response_smoothing_beta: float = Field(0.5, gt=0, le=1)
     solver_max_iterations: int = Field(500, ge=1)
     solver_tolerance: float = Field(1e-6, gt=0)
@@ -201,6 +208,9 @@ class GpuModel(_Strict):
     # product names the driver reports for this model (NVML / dcgm-exporter modelName), for
     # names the token rule in hardware.naming does not resolve
     device_names: list[str] = Field(default_factory=list)
+    # the list price per GPU-hour; None: the base price of the model's configured pool
+    list_price_per_gpu_hour: float | None = Field(None, gt=0)
+    source: str = "config"  # where the figures come from (the shipped catalog names its rule)
 
 
 class Zone(_Strict):
@@ -347,9 +357,12 @@ def apply_env_overrides(data: dict[str, Any], environ: Mapping[str, str]) -> dic
 
 
 def load_config(
-    path: str | Path | None = None, environ: Mapping[str, str] | None = None
+    path: str | Path | None = None, environ: Mapping[str, str] | None = None, *, resolve_fleet: bool = True
 ) -> MarketPipelineConfig:
-    """Load, override and validate the configuration; raise ConfigError on any problem."""
+    """Load, override and validate the configuration; raise ConfigError on any problem.
+
+    With `resolve_fleet` (the default) the pools, GPU models and tenants are the fleet's
+    (`fleet.market_fleet.resolve_fleet_market`): a node list's models must all be priced."""
     environ = os.environ if environ is None else environ
     source = Path(path or environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
     try:
@@ -360,6 +373,27 @@ def load_config(
         raise ConfigError(f"config file {source} is not valid TOML: {exc}") from exc
     merged = apply_env_overrides(raw, environ)
     try:
-        return MarketPipelineConfig.model_validate(merged)
+        config = MarketPipelineConfig.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(str(source), exc)) from None
+    return _with_fleet_market(config) if resolve_fleet else config
+
+
+def _with_fleet_market(config: MarketPipelineConfig) -> MarketPipelineConfig:
+    # imported here: the fleet modules read this module's types
+    from market_pipeline.fleet.catalog import FleetSourceError
+    from market_pipeline.fleet.gpu_catalog import UnpricedModelError
+    from market_pipeline.fleet.market_fleet import resolve_fleet_market
+    from market_pipeline.fleet.shapes import WorkloadError
+
+    key = config.model_dump_json()
+    if key not in _FLEET_MARKETS:
+        try:
+            _FLEET_MARKETS[key] = resolve_fleet_market(config)
+        except (UnpricedModelError, FleetSourceError, WorkloadError, ValidationError) as exc:
+            raise ConfigError(str(exc).splitlines()[0]) from None
+    return _FLEET_MARKETS[key]
+
+
+# resolved fleet markets by config (a node list is read once per process, not per asset)
+_FLEET_MARKETS: dict[str, MarketPipelineConfig] = {}

@@ -1,5 +1,5 @@
 """From the configured market (pools, tenants' claims) and the fleet to a solvable
-`MarketProblem`, and from a `SolveReport` back to price-book rows.
+`MarketProblem` (the market tick, `tick.market_tick`, solves it and publishes the prices).
 
 Every pool sells two resources, `<pool>/guaranteed` and `<pool>/drainable`. Both are sold
 against the pool's powered GPUs for the next hour: drainable capacity is the same physical
@@ -7,21 +7,26 @@ capacity, which guaranteed demand may reclaim by draining (the task-drain guardr
 its price sits in the configured discount band below the guaranteed price.
 
 Calibration: the configured tenants' claims say how demand is shared and how it responds to
-price, not how much load there is. Each tick the population of a pool is scaled so that, at
-the pool's reference prices (its configured base price, drainable at the middle of the
-band), it would buy the GPUs the forecast expects for the next hour. The reference is fixed:
-anchoring at the prices in force instead would read price-insensitive load as ever-rising
-appetite and ratchet prices to the cap.
+price; the forecast says how much load there is. Each tick every pool's tenants value its GPUs
+more or less (their utility's weight, not its saturation, is scaled) so that, at the pool's
+reference prices (its list price, drainable at the middle of the band), they would buy the
+GPUs the forecast expects for the next hour. A tenant's saturation is its size; the load
+is how much its work is worth now. With log utility (demand w/p - s) a busier hour is then a
+less elastic one (elasticity 1 + s/d), and the leader's price follows the load: cheaper in
+the quiet hours than at the peak, inside the promises (`tick.promises`). The reference is
+fixed: anchoring at the prices in force instead would read price-insensitive load as
+ever-rising appetite and ratchet prices to the cap.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 
 import numpy as np
-import polars as pl
+import torch
 
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.market import (
@@ -29,16 +34,16 @@ from market_pipeline.market import (
     GUARANTEED,
     MarketProblem,
     ResourceSet,
-    SolveReport,
     SolverSettings,
     TenantPopulation,
     demand_at,
 )
 
-# The calibration may stretch or shrink a pool's configured appetite by at most this factor:
+# The calibration may raise or lower a pool's configured valuation by at most this factor:
 # beyond it the claims no longer describe the load and need reconfiguring (the per-tick max
 # price step bounds how fast prices follow either way).
-MAX_DEMAND_SCALE = 20.0
+MAX_VALUE_SCALE = 100.0
+CALIBRATION_ROUNDS = 40
 
 
 def resource_name(pool_id: str, resource_class: str) -> str:
@@ -50,7 +55,7 @@ class PricingInputs:
     problem: MarketProblem
     pool_of_resource: dict[str, str]
     class_of_resource: dict[str, str]
-    demand_scale_by_pool: dict[str, float]  # the calibration applied (1 = the claims as configured)
+    demand_scale_by_pool: dict[str, float]  # the valuation factor applied (1 = the claims as configured)
 
 
 def build_market_problem(
@@ -90,7 +95,7 @@ def build_market_problem(
     problem = MarketProblem(resources, tenants)
     scale_by_pool = calibration_scale(config, problem, pools, expected_demand_by_pool or {})
     if any(k != 1.0 for k in scale_by_pool.values()):
-        problem = problem.with_demand_scale(np.array([scale_by_pool[p] for p in pools]))
+        problem = MarketProblem(problem.resources, value_scaled(problem.tenants, np.array([scale_by_pool[p] for p in pools])))
     return PricingInputs(problem, dict(zip(names, pools)), dict(zip(names, classes)), scale_by_pool)
 
 
@@ -108,21 +113,42 @@ def reference_prices(config: MarketPipelineConfig, pools: list[str], classes: li
 
 def calibration_scale(config: MarketPipelineConfig, problem: MarketProblem, pools: list[str],
                       expected_demand_by_pool: Mapping[str, float]) -> dict[str, float]:
-    """Per pool, expected GPUs / what the configured tenants buy there at the reference
-    prices, within [1/MAX_DEMAND_SCALE, MAX_DEMAND_SCALE]; 1 where there is no expectation
-    or no tenant claims the pool's GPU model."""
+    """Per pool, the factor on the tenants' valuation that makes them buy the expected GPUs at
+    the reference prices, within [1/MAX_VALUE_SCALE, MAX_VALUE_SCALE] (bisection in logs, all
+    pools at once: a pool's factor moves its own demand, budgets couple them only weakly); 1
+    where there is no expectation or no tenant claims the pool's GPU model."""
     scale = {p: 1.0 for p in pools}
-    wanted = {p: float(v) for p, v in expected_demand_by_pool.items() if p in scale and np.isfinite(v)}
+    wanted = {p: max(float(v), 0.0) for p, v in expected_demand_by_pool.items() if p in scale and np.isfinite(v)}
     if not wanted:
         return scale
-    classes = list(problem.resources.resource_class)
-    modelled = demand_at(problem, reference_prices(config, pools, classes))
-    for pool_id, expected in wanted.items():
-        at_reference = float(sum(d for p, d in zip(pools, modelled) if p == pool_id))
-        if at_reference > 0:
-            scale[pool_id] = float(np.clip(max(expected, 0.0) / at_reference, 1.0 / MAX_DEMAND_SCALE,
-                                           MAX_DEMAND_SCALE))
+    pool_ids = sorted(set(pools))
+    column = np.array([pool_ids.index(p) for p in pools])
+    target = np.array([wanted.get(p, np.nan) for p in pool_ids])
+    reference = reference_prices(config, pools, list(problem.resources.resource_class))
+    claimed = demand_at(problem, reference) > 0
+    bound = math.log(MAX_VALUE_SCALE)
+    free = np.isfinite(target)  # pools without an expectation keep their claims (factor 1)
+    lo, hi = np.where(free, -bound, 0.0), np.where(free, bound, 0.0)
+    for _ in range(CALIBRATION_ROUNDS):
+        mid = 0.5 * (lo + hi)
+        demand = demand_at(MarketProblem(problem.resources, value_scaled(problem.tenants, np.exp(mid[column]))), reference)
+        by_pool = np.bincount(column, weights=demand, minlength=len(pool_ids))
+        low = free & (by_pool < target)
+        lo, hi = np.where(low, mid, lo), np.where(low, hi, mid)
+    has_claims = np.bincount(column, weights=claimed.astype(float), minlength=len(pool_ids)) > 0
+    for i, pool_id in enumerate(pool_ids):
+        if pool_id in wanted and has_claims[i]:
+            scale[pool_id] = float(np.exp(0.5 * (lo[i] + hi[i])))
     return scale
+
+
+def value_scaled(tenants: TenantPopulation, factor: np.ndarray) -> TenantPopulation:
+    """Every tenant values resource r `factor[r]` times as much (weight x factor; saturation,
+    the tenant's size, unchanged); budgets follow the tenant's weight-share of the factor."""
+    k = torch.as_tensor(np.asarray(factor, dtype=np.float64))
+    total = tenants.weight.sum(dim=1)
+    share = torch.where(total > 0, (tenants.weight @ k) / total.clamp_min(1e-300), torch.ones_like(total))
+    return dataclasses.replace(tenants, weight=tenants.weight * k, budget=tenants.budget * share, _device_cache={})
 
 
 def _population(config: MarketPipelineConfig, pools: list[str], classes: list[str]) -> TenantPopulation:
@@ -158,45 +184,3 @@ def solver_settings(config: MarketPipelineConfig) -> SolverSettings:
         max_iterations=config.market.solver_max_iterations,
         response_smoothing=config.market.response_smoothing_beta,
     )
-
-
-def last_prices_vector(problem: MarketProblem, last: Mapping[str, float]) -> np.ndarray | None:
-    """Last certified prices in resource order, or None when any resource has none yet."""
-    if not all(name in last for name in problem.resource_names):
-        return None
-    return np.array([float(last[name]) for name in problem.resource_names])
-
-
-def price_book_rows(config: MarketPipelineConfig, prices: Mapping[str, float],
-                    effective_from: datetime, solve_id: str, source: str) -> pl.DataFrame:
-    """Price-book rows from prices keyed by resource name (`<pool_id>/<class>`)."""
-    rows = []
-    for name, price in prices.items():
-        pool_id, resource_class = name.rsplit("/", 1)
-        pool = config.pool_by_id[pool_id]
-        rows.append(_row(pool, resource_class, float(price), effective_from, solve_id, source))
-    return _frame(rows)
-
-
-def base_price_rows(config: MarketPipelineConfig, effective_from: datetime) -> pl.DataFrame:
-    """The configured base prices: the price book before the first solve (drainable at the
-    middle of its discount band)."""
-    mid_discount = mid_band_discount(config)
-    rows = []
-    for pool in config.pools:
-        rows.append(_row(pool, GUARANTEED, pool.base_price, effective_from, "config-base-price", "config"))
-        rows.append(_row(pool, DRAINABLE, pool.base_price * (1 - mid_discount), effective_from,
-                         "config-base-price", "config"))
-    return _frame(rows)
-
-
-def _row(pool, resource_class: str, price: float, effective_from: datetime, solve_id: str,
-         source: str) -> dict:
-    return {"effective_from": effective_from, "pool_id": pool.pool_id, "gpu_model": pool.gpu_model,
-            "zone": pool.zone, "resource_class": resource_class,
-            "price_per_gpu_hour": round(price, 6), "solve_id": solve_id, "source": source}
-
-
-def _frame(rows: list[dict]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema_overrides={"effective_from": pl.Datetime("us", "UTC"),
-                                                "price_per_gpu_hour": pl.Decimal(18, 6)})

@@ -8,6 +8,7 @@ replay runs; this module only adapts the live fleet to it.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -75,16 +76,24 @@ def memory_frame(memories: Sequence[ScalerMemory], at: datetime) -> pl.DataFrame
 def plan_fleet(config: MarketPipelineConfig, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo],
                demand_now: dict[str, tuple[float, float]], forecast_q90: dict[str, float],
                prices: dict[str, float], memories: dict[str, ScalerMemory], drain_failures: dict[str, int],
-               now: datetime) -> list[ScalingDecision]:
-    """One tick of the scaling policy for every configured pool (memories updated in place)."""
+               now: datetime, capacity_targets: dict[str, float] | None = None,
+               price_ceilings: dict[str, float] | None = None) -> list[ScalingDecision]:
+    """One tick of the scaling policy for every configured pool (memories updated in place).
+
+    `prices` are the market tick's equilibrium prices and `capacity_targets` the capacity its
+    shield certified there: the plan sizes each pool to at least that; `price_ceilings` the
+    most the next tick may publish (a shortfall above it is scaled, not priced)."""
     statuses = drain_statuses(nodes, tasks, drain_failures)
+    targets, ceilings = capacity_targets or {}, price_ceilings or {}
     decisions: list[ScalingDecision] = []
     for pool in config.pools:
         pool_nodes = [n for n in nodes if n.pool_id == pool.pool_id]
         demand, pending = demand_now.get(pool.pool_id, (0.0, 0.0))
         state = PoolState(pool=pool.pool_id, node_gpus=pool.gpus_per_node, max_nodes=pool.max_nodes,
                           demand_gpus=demand, backlog_gpus=pending,
-                          gpu_hour_cost=config.gpu_model_by_name[pool.gpu_model].cost_per_gpu_hour)
+                          gpu_hour_cost=config.gpu_model_by_name[pool.gpu_model].cost_per_gpu_hour,
+                          certified_gpus=float(targets.get(pool.pool_id, 0.0)),
+                          price_ceiling=float(ceilings.get(pool.pool_id, math.inf)))
         decisions.extend(plan_pool(
             state, forecast_q90.get(pool.pool_id, demand), prices.get(pool.pool_id, pool.base_price),
             [node_view(n, tasks) for n in pool_nodes],

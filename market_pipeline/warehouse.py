@@ -93,6 +93,21 @@ MIGRATIONS: tuple[Migration, ...] = (
             converged BOOLEAN NOT NULL, profit DOUBLE, kkt_residual DOUBLE, iterations INTEGER,
             seconds DOUBLE, fallback_reason VARCHAR, shadow BOOLEAN NOT NULL, report JSON NOT NULL)""",
     )),
+    Migration(401, "market ticks: published, solver and list prices with the reason", (
+        "ALTER TABLE price_book ADD COLUMN list_price_per_gpu_hour DECIMAL(18, 6)",
+        "ALTER TABLE price_book ADD COLUMN solver_price_per_gpu_hour DECIMAL(18, 6)",
+        "ALTER TABLE price_book ADD COLUMN intervention_reason VARCHAR",
+        # One row per pool and tick: what the market tick published and why.
+        """CREATE TABLE market_ticks (
+            tick_at TIMESTAMPTZ NOT NULL, solve_id VARCHAR NOT NULL, pool_id VARCHAR NOT NULL,
+            status VARCHAR NOT NULL, list_price DOUBLE NOT NULL, solver_guaranteed DOUBLE NOT NULL,
+            solver_drainable DOUBLE NOT NULL, guaranteed DOUBLE NOT NULL, drainable DOUBLE NOT NULL,
+            guaranteed_reason VARCHAR NOT NULL, drainable_reason VARCHAR NOT NULL,
+            certified BOOLEAN NOT NULL, margin DOUBLE NOT NULL, required_margin DOUBLE NOT NULL,
+            serving_gpus DOUBLE NOT NULL, capacity_target_gpus DOUBLE NOT NULL,
+            equilibrium_price DOUBLE NOT NULL, shield_factor DOUBLE NOT NULL, shadow BOOLEAN NOT NULL,
+            PRIMARY KEY (tick_at, pool_id))""",
+    )),
     Migration(500, "scaler memory between ticks", (
         """CREATE TABLE scaler_memory (
             pool_id VARCHAR PRIMARY KEY, memory JSON NOT NULL, updated_at TIMESTAMPTZ NOT NULL)""",

@@ -136,7 +136,8 @@ def _generate_price_book(con: duckdb.DuckDBPyConnection, config: MarketPipelineC
     ticks = hours * 60 // PRICE_TICK_MINUTES + 1
     for k, pool in enumerate(config.pools):
         con.execute(f"""
-            INSERT INTO price_book
+            INSERT INTO price_book (effective_from, pool_id, gpu_model, zone, resource_class,
+                                    price_per_gpu_hour, solve_id, source)
             SELECT TIMESTAMPTZ '{BENCH_START.isoformat()}' + to_minutes(j * {PRICE_TICK_MINUTES}),
                    '{pool.pool_id}', '{pool.gpu_model}', '{pool.zone}', c.rc,
                    round({pool.base_price} * (1 + 0.2 * sin(j / 37.0 + {k})) * c.f, 6)::DECIMAL(18, 6),

@@ -1,8 +1,9 @@
 """Capacity arithmetic shared by the planner, the price shield and the replay.
 
 Pricing handles transient imbalance, scaling handles trends (seed 000 §2.3): the planner
-sizes the pool so that the *equilibrium* price is certified, while `tick_price` shields the
-price of the current interval against the capacity that is serving right now.
+sizes the pool so that the *equilibrium* price is certified, while the market tick
+(`tick.run_market_tick`) shields the price of the current interval against the capacity
+that is serving right now (`serving_capacity_gpus`).
 """
 
 from __future__ import annotations
@@ -158,7 +159,8 @@ def _need(
     wanted_nodes = _clamp_nodes(pool_state, math.ceil(wanted / step - 1e-9))
     state = backlog_state(pool_state, forecast_q90, price, float(pool_state.max_nodes * step))
     shielded = shield(PriceCapacityAction(price, float(wanted_nodes * step)), state, config.backlog)
-    need = max(wanted_nodes, _clamp_nodes(pool_state, math.ceil(shielded.capacity_gpus / step - 1e-9)))
+    certified = max(shielded.capacity_gpus, pool_state.certified_gpus)  # the market tick's target
+    need = max(wanted_nodes, _clamp_nodes(pool_state, math.ceil(certified / step - 1e-9)))
     return need, wanted, shielded
 
 
@@ -263,21 +265,6 @@ def serving_capacity_gpus(nodes: list[NodeView], now: dt.datetime, config: Scali
             ready_in = (as_utc(node.ready_at) - start).total_seconds() / 60.0
             total += node.gpus * min(1.0, max(0.0, (interval - max(ready_in, 0.0)) / interval))
     return total
-
-
-def tick_price(
-    pool_state: PoolState,
-    forecast_q90: float,
-    price: float,
-    nodes: list[NodeView],
-    config: ScalingConfig,
-    now: dt.datetime,
-) -> ShieldedAction:
-    """Shield the equilibrium price for this interval: capacity cannot grow within it."""
-    _check_forecast(forecast_q90)
-    serving = serving_capacity_gpus(nodes, now, config)
-    state = backlog_state(pool_state, forecast_q90, price, serving)
-    return shield(PriceCapacityAction(price, serving), state, config.backlog)
 
 
 def _check_forecast(forecast_q90: float) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from market_pipeline.config import ConfigError, load_config
+from market_pipeline.tick import Promises
 from market_pipeline.scaling.baseline import AutoscalerParams
 from market_pipeline.scaling.fleet_sim import FleetParams
 from market_pipeline.scaling import tuning
@@ -85,8 +86,19 @@ def build_settings(args: argparse.Namespace, initial_gpus: int) -> ReplaySetting
         fleet=fleet, scaling=replace(scaling, interval_minutes=float(tick)),
         baseline=AutoscalerParams(utilisation=args.baseline_utilisation),
         reference_price=1.0, gpu_hour_cost=config.gpu_model_by_name[pool.gpu_model].cost_per_gpu_hour,
-        pool=pool_id, tick_minutes=tick, forecast_horizon_minutes=tick,
+        pool=pool_id, tick_minutes=tick, forecast_horizon_minutes=tick, promises=replay_promises(config, pool_id),
     )
+
+
+def replay_promises(config, pool_id: str) -> Promises:
+    """The config's promises for the replay's one price: the max step and the band; the
+    guaranteed cap does not bind it. The trace's demand has no class split, and the part its
+    price turns away is the delay-sensitive demand of the guardrail's model (the residual
+    floor stays), not rigid tenants' guaranteed GPUs, which the cap promises."""
+    pool = config.pool_by_id[pool_id]
+    market = config.market
+    return Promises(max_step=market.max_price_step, guaranteed_cap=max(1.0, pool.price_max / pool.base_price),
+                    discount_min=market.drainable_discount_min, discount_max=market.drainable_discount_max)
 
 
 def evaluate(load: DemandLoad, settings: ReplaySettings) -> dict[str, dict[str, Any]]:

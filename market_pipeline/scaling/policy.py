@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from market_pipeline.guardrails.backlog import PriceCapacityAction, certify, shield
@@ -196,7 +196,8 @@ def _scale_up_due(tick: Tick) -> bool:
     memory.need_since = tick.t if memory.need_since is None else memory.need_since
     gpus = float(tick.in_service * tick.pool_state.node_gpus)
     state = backlog_state(tick.pool_state, tick.forecast_q90, tick.price, gpus)
-    shielded = shield(PriceCapacityAction(tick.price, gpus), state, config.backlog)
+    params = replace(config.backlog, price_max=min(config.backlog.price_max, tick.pool_state.price_ceiling))
+    shielded = shield(PriceCapacityAction(tick.price, gpus), state, params)
     ratio = shielded.price / tick.price
     waited = (tick.t - memory.need_since) / 60.0
     if not shielded.feasible:

@@ -2,8 +2,9 @@
 
 Every control tick (`tick_minutes`, the live loop's tick) the policy sees the previous
 minute (demand, pending) and the causal forecast made then, and calls the same `plan_pool`
-and `tick_price` as the live loop; its allowed decisions are executed on the fluid fleet
-(`fleet_sim`), and the shielded price holds until the next tick. The baseline runs its own
+and market tick as the live loop; its allowed decisions are executed on the fluid fleet
+(`fleet_sim`), and the market tick's price (`tick.run_market_tick`: the list price, shielded
+inside the promises at the capacity serving the tick) holds until the next tick. The baseline runs its own
 rules every minute (cluster-autoscaler scans every 10 s) on an identical fleet without a
 warm pool, at the reference price. Demand, pending and idle are counted per minute.
 Demand in the trace is read as demand at the reference price; a raised price sheds the
@@ -31,10 +32,11 @@ import numpy as np
 
 from market_pipeline.guardrails.backlog import Certificate, certify
 from market_pipeline.scaling.baseline import AutoscalerParams, ClusterAutoscalerBaseline
-from market_pipeline.scaling.capacity import backlog_state, serving_capacity_gpus, tick_price
+from market_pipeline.scaling.capacity import backlog_state, serving_capacity_gpus
 from market_pipeline.scaling.fleet_sim import Fleet, FleetParams
 from market_pipeline.scaling.forecast import CausalQuantileForecaster, causal_forecast_series
 from market_pipeline.scaling.policy import plan_pool
+from market_pipeline.tick import PoolTickInput, Promises, guaranteed_window, run_market_tick
 from market_pipeline.scaling.types import (
     PoolState,
     ScalerMemory,
@@ -67,6 +69,9 @@ class DemandLoad:
         )
 
 
+UNCAPPED = 10.0  # the largest guaranteed cap the config accepts
+
+
 @dataclass(frozen=True)
 class ReplaySettings:
     fleet: FleetParams = field(default_factory=FleetParams)
@@ -79,6 +84,9 @@ class ReplaySettings:
     forecast_quantile: float = 0.9
     forecast_statistic: str = "mean"
     pool: str = "replay"
+    # the config's max step and band; the guaranteed cap does not bind the replay's one price
+    # (`scaling.commands.replay_promises`): its bounds are the pool's price_min..price_max
+    promises: Promises = field(default_factory=lambda: Promises(guaranteed_cap=UNCAPPED))
 
 
 @dataclass
@@ -193,9 +201,12 @@ class PolicyRun:
         """Plan, execute the allowed decisions, shield the price; return the applied certificate."""
         s = self.settings
         now = self.start + dt.timedelta(minutes=minute)
+        window = guaranteed_window(s.reference_price * self.price_ratio, s.reference_price,
+                                   self.config.backlog.price_min, self.config.backlog.price_max, s.promises)
         state = PoolState(
             pool=s.pool, node_gpus=s.fleet.node_gpus, max_nodes=s.fleet.max_nodes,
             demand_gpus=observed_demand, backlog_gpus=self.pending, gpu_hour_cost=s.gpu_hour_cost,
+            price_ceiling=window.high,
         )
         self.last_state = state
         views = self.fleet.node_views(self.start, minute)
@@ -206,10 +217,26 @@ class PolicyRun:
         )
         if execute_decisions(self.fleet, self.last_decisions, minute, self.metrics):
             views = self.fleet.node_views(self.start, minute)
-        shielded = tick_price(state, forecast_q90, pref, views, self.config, now)
-        self.price_ratio = shielded.price / pref
-        self.metrics.record_tick(shielded.certificate)
-        return shielded.certificate
+        serving = serving_capacity_gpus(views, now, self.config)
+        tick = run_market_tick([self._tick_input(state, forecast_q90, serving)], None, s.promises)
+        self.price_ratio = tick.pools[0].guaranteed / pref
+        cert = certify(backlog_state(state, forecast_q90, pref, serving), tick.pools[0].guaranteed, serving,
+                       self.config.backlog)
+        self.metrics.record_tick(cert)
+        return cert
+
+    def _tick_input(self, state: PoolState, forecast_q90: float, serving: float) -> PoolTickInput:
+        """The replay's pool for the market tick: no tenants (the trace is demand at the
+        reference price, which is its list price), the price in force, the serving capacity."""
+        s, pref = self.settings, self.settings.reference_price
+        price = pref * self.price_ratio
+        mid = 1 - 0.5 * (s.promises.discount_min + s.promises.discount_max)
+        return PoolTickInput(
+            pool_id=s.pool, list_price=pref, price_min=self.config.backlog.price_min,
+            price_max=self.config.backlog.price_max, node_gpus=float(s.fleet.node_gpus), serving_gpus=serving,
+            reachable_gpus=float(s.fleet.max_nodes * s.fleet.node_gpus), demand_gpus=state.demand_gpus,
+            backlog_gpus=state.backlog_gpus, forecast_upper_gpus=forecast_q90, in_force_guaranteed=price,
+            in_force_drainable=price * mid, forecast_price=pref, backlog=self.config.backlog)
 
     def serve(self, minute: int, demand: float) -> float:
         """One minute of reference-price `demand` at the current price; return GPUs served."""

@@ -83,11 +83,17 @@ class PoolState:
     backlog_gpus: float = 0.0  # observed pending GPUs
     min_nodes: int = 0
     gpu_hour_cost: float = 1.0  # cost of keeping one GPU powered for an hour
+    # the capacity the market tick's shield certified at the equilibrium price (its capacity
+    # target): the need is never below it
+    certified_gpus: float = 0.0
+    # the highest price the market tick may publish next interval (its promise window: the
+    # step from the price in force, the guaranteed cap): what pricing can absorb a shortfall with
+    price_ceiling: float = math.inf
 
     def __post_init__(self) -> None:
         _require(self.node_gpus > 0, "node_gpus", "must be > 0")
         _require(0 <= self.min_nodes <= self.max_nodes, "min_nodes", "must be in [0, max_nodes]")
-        for name in ("demand_gpus", "backlog_gpus", "gpu_hour_cost"):
+        for name in ("demand_gpus", "backlog_gpus", "gpu_hour_cost", "certified_gpus"):
             value = getattr(self, name)
             _require(math.isfinite(value) and value >= 0, name, f"must be finite and >= 0, got {value!r}")
 

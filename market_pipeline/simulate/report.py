@@ -126,7 +126,7 @@ def model_notes(economics: Any, settings: Any = None) -> list[str]:
     """The modelled mechanisms and the assumptions that bound the result, in words, with this
     run's values (the JSON `model_notes` and the HTML page show them)."""
     e = economics
-    cap = "the billing peak coefficient" if e.guaranteed_cap is None else f"{e.guaranteed_cap:g} x list"
+    cap = "the config's guaranteed_price_cap x list" if e.guaranteed_cap is None else f"{e.guaranteed_cap:g} x list"
     warm = settings.warmup_ticks * settings.tick_minutes / 1440 if settings is not None else 0.0
     notes = [
         "Calibration (every strategy alike): at the list price each tenant demands its share of "

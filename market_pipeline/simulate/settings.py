@@ -11,15 +11,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from market_pipeline.config import MarketPipelineConfig
-from market_pipeline.fleet.gpu_models import known_spec
+from market_pipeline.fleet.gpu_catalog import load_gpu_catalog, unpriced_model_message
 from market_pipeline.fleet.workload import WorkloadParams
 from market_pipeline.simulate.errors import SimulationInputError
 
 STRATEGY_NAMES = ("static", "utilization", "stackelberg")
 PLACEMENT_NAMES = ("round_robin", "best_fit", "fragment_aware")
-# The configured A10 pool's base price per watt of board power prices models that have no
-# configured pool (openb's T4, P100, V100, G1-G3): list price = tdp_w * this.
-PRICE_PER_TDP_WATT = 0.7 / 150.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +74,7 @@ class EconomicAssumptions:
     # differ 4x between pools, and drains free room for rigid work in some pools more than
     # others); at a 5% cap on every pool the mix alone took the average to 1.0507x static
     # (openb + Helios, 7 days, seed 0), so the promise keeps a point of margin for it.
-    guaranteed_cap: float | None = 1.04
+    guaranteed_cap: float | None = None  # None: the config's market.guaranteed_price_cap (1.04)
     # Elastic work (drain tolerant, delay insensitive: batch training, sweeps) that does not
     # buy at a tick's price is deferred, not lost: it waits in its tenant's backlog and is
     # submitted at the first later tick whose price it accepts, for up to this many hours
@@ -219,10 +216,11 @@ def _median(values: list[float], default: float) -> float:
 def pool_prices(models: tuple[str, ...], config: MarketPipelineConfig,
                 economics: EconomicAssumptions) -> tuple[PoolPrices, ...]:
     """List price, unit cost and bounds per GPU model: a configured pool's own numbers where
-    the config has one, else the TDP rule and the configured pools' median ratios."""
+    the config has one, else the shipped GPU catalog's list price (`fleet.gpu_catalog`) with
+    the configured pools' median ratios as bounds and `unit_cost_share` of it as cost."""
     floor = economics.price_floor or _median([p.price_min / p.base_price for p in config.pools], 0.4)
     ceiling = economics.price_ceiling or _median([p.price_max / p.base_price for p in config.pools], 4.0)
-    cap = economics.guaranteed_cap or max(config.billing.time_coefficients.values())
+    cap = economics.guaranteed_cap or config.market.guaranteed_price_cap
     market = config.market
     out = []
     for model in models:
@@ -231,7 +229,10 @@ def pool_prices(models: tuple[str, ...], config: MarketPipelineConfig,
         if pool is not None:
             price, low, high = pool.base_price, pool.price_min, pool.price_max
         else:
-            price = PRICE_PER_TDP_WATT * known_spec(model).tdp_w
+            entry = load_gpu_catalog().lookup(model)
+            if entry is None:
+                raise SimulationInputError(unpriced_model_message(model, "of the simulation"))
+            price = entry.list_price_per_gpu_hour
             low, high = floor * price, ceiling * price
         cost = gpu.cost_per_gpu_hour if gpu is not None else economics.unit_cost_share * price
         out.append(PoolPrices(model, price, cost, economics.avoidable_cost_share * cost, low, high,

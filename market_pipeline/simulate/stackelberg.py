@@ -1,19 +1,18 @@
-"""The Stackelberg strategy: the live pipeline's forecast -> solve -> certify chain per tick.
+"""The Stackelberg strategy: the live loop's market tick (`tick.run_market_tick`) per tick.
 
 1. Forecast (`forecast.fit_and_forecast`, refitted every few ticks) of the load index, the
    tenants' demand relative to the calibrated population, observed from job submissions.
-2. Solve (`market.solve_equilibrium`) on the calibrated population shifted by the forecast
-   median, warm-started from and step-limited against the last prices. Guaranteed capacity
-   is the pool times the packing efficiency; drainable capacity is what rigid jobs leave
-   of it (running + waiting rigid GPUs now), because rigid demand may drain drainable jobs.
-   A resource whose demand exceeds its capacity even at its highest price is given that
+2. The market: the calibrated population shifted by the forecast median. Guaranteed
+   capacity is the pool times the packing efficiency; drainable capacity is what rigid jobs
+   leave of it (running + waiting rigid GPUs now), because rigid demand may drain drainable
+   jobs. A resource whose demand exceeds its capacity even at its highest price is given that
    demand as capacity: its best price is the highest one and the shortfall waits in the
-   queue (the backlog guardrail's concern). The engine is meant to report such a resource
-   as `capacity_infeasible`; on these instances it failed to converge instead (fallback to
-   the last prices after ~15 s), so the simulator states the bound explicitly.
-3. Certify (`guardrails.backlog.shield`) each pool at the equilibrium guaranteed price with
-   the forecast's upper quantile of demand, the waiting GPUs as backlog and the fixed fleet
-   as the maximum capacity; a raised price lifts both classes of the pool by the same factor.
+   queue (the backlog guardrail's concern).
+3. The shared tick solves it from the prices in force within the promises (the max step, the
+   guaranteed cap, the drainable band: `[market]` in the config, the cap overridable by
+   `EconomicAssumptions.guaranteed_cap`), then shields each pool at its fixed fleet with the
+   forecast's upper quantile of demand at the prices in force and the waiting GPUs as the
+   backlog; a raised price lifts both classes of the pool by the same factor.
 """
 
 from __future__ import annotations
@@ -21,17 +20,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.forecast import fit_and_forecast
-from market_pipeline.guardrails.backlog import BacklogParams, BacklogState, PriceCapacityAction, shield
-import torch
-
-from market_pipeline.market import MarketProblem, solve_equilibrium, solve_followers
+from market_pipeline.guardrails.backlog import BacklogParams
+from market_pipeline.market import MarketProblem, demand_at, solve_followers
 from market_pipeline.pricing import solver_settings
 from market_pipeline.simulate.pricing import ELASTIC, RIGID, MarketView, PriceDecision
 from market_pipeline.simulate.settings import SimulationSettings
 from market_pipeline.simulate.tenants import Pool, TenantModel, resource_set
+from market_pipeline.tick import PoolTickInput, Promises, run_market_tick
 
 MIN_INDEX = 1e-3
 DRAINABLE_CAPACITY_FLOOR = 0.02  # share of the pool: the drainable class is never sold out by rule
@@ -48,7 +47,10 @@ class StackelbergPricing:
         self.config = config
         self.settings = settings
         self.solver = solver_settings(config)  # the live pipeline's solver settings
-        self.max_step = config.market.max_price_step
+        cap = settings.economics.guaranteed_cap or config.market.guaranteed_price_cap
+        self.promises = Promises(max_step=config.market.max_price_step, guaranteed_cap=cap,
+                                 discount_min=config.market.drainable_discount_min,
+                                 discount_max=config.market.drainable_discount_max)
         self.efficiency = settings.economics.packing_efficiency
         self._forecast: tuple[int, np.ndarray, np.ndarray] | None = None
         backlog = config.guardrails.backlog
@@ -83,16 +85,35 @@ class StackelbergPricing:
         median, upper = self._index_forecast(view)
         capacity = np.maximum(self._capacities(view), median * self._demand_at_max * (1.0 + 1e-3))
         problem = MarketProblem(resource_set(self.pools, capacity), self.model.population).with_demand_scale(median)
-        report = solve_equilibrium(problem, last_prices=view.last_prices, max_step=self.max_step,
-                                   settings=self.solver)
-        self.solves[report.status] = self.solves.get(report.status, 0) + 1
-        self.solve_seconds += report.seconds
-        prices = np.array(report.prices, dtype=np.float64)
-        demand = np.nan_to_num(np.asarray(report.demand, dtype=np.float64))
-        shield_notes = self._shield(view, prices, demand, upper / median)
-        info: dict[str, Any] = {"status": report.status, "index_median": median, "index_upper": upper,
-                                "kkt": report.kkt_residual, "shield": shield_notes}
-        return PriceDecision(prices, info)
+        tick = run_market_tick(self._pool_inputs(view, problem, upper / median), problem, self.promises, self.solver)
+        self.solves[tick.status] = self.solves.get(tick.status, 0) + 1
+        self.solve_seconds += tick.report.seconds if tick.report is not None else 0.0
+        self.shielded += sum(r.shielded for r in tick.pools)
+        self.undrainable += sum(not r.certified for r in tick.pools)
+        notes = [f"{r.pool_id}: {r.guaranteed_reason}" for r in tick.pools if r.shielded or not r.certified]
+        info: dict[str, Any] = {"status": tick.status, "index_median": median, "index_upper": upper,
+                                "kkt": tick.report.kkt_residual if tick.report is not None else 0.0,
+                                "shield": notes}
+        return PriceDecision(tick.prices(), info)
+
+    def _pool_inputs(self, view: MarketView, problem: MarketProblem, spread: float) -> list[PoolTickInput]:
+        """Each pool's fixed fleet, its demand and backlog now, and the forecast's upper quantile
+        of what the tenants buy at the prices in force."""
+        at_in_force = np.nan_to_num(demand_at(problem, np.asarray(view.last_prices, dtype=np.float64)))
+        out = []
+        for r, pool in enumerate(self.pools):
+            g, d = 2 * r, 2 * r + 1
+            out.append(PoolTickInput(
+                pool_id=pool.pool_id, list_price=pool.prices.list_price, price_min=pool.prices.price_min,
+                price_max=pool.prices.price_max, node_gpus=float(pool.max_node_gpus),
+                serving_gpus=float(view.capacity[r]), reachable_gpus=float(view.capacity[r]),
+                demand_gpus=float(view.demand[r]),
+                backlog_gpus=max(float(view.pending[r].sum()), 0.0),  # float drift: -1e-15
+                forecast_upper_gpus=float((at_in_force[g] + at_in_force[d]) * spread),
+                in_force_guaranteed=float(view.last_prices[g]), in_force_drainable=float(view.last_prices[d]),
+                forecast_price=float(view.last_prices[g]), backlog=self.params[r],
+            ))
+        return out
 
     def _capacities(self, view: MarketView) -> np.ndarray:
         usable = self.efficiency * view.capacity
@@ -101,27 +122,6 @@ class StackelbergPricing:
         out = np.empty(2 * len(self.pools))
         out[0::2], out[1::2] = usable, drainable
         return out
-
-    def _shield(self, view: MarketView, prices: np.ndarray, demand: np.ndarray, spread: float) -> list[str]:
-        notes = []
-        for r, pool in enumerate(self.pools):
-            g, d = 2 * r, 2 * r + 1
-            forecast = max((demand[g] + demand[d]) * spread, float(view.demand[r]))
-            state = BacklogState(pool=pool.pool_id, demand_forecast_gpus=forecast, reference_price=prices[g],
-                                 backlog_gpus=max(float(view.pending[r].sum()), 0.0),  # float drift: -1e-15
-                                 max_capacity_gpus=float(view.capacity[r]),
-                                 capacity_step_gpus=float(pool.max_node_gpus))
-            result = shield(PriceCapacityAction(prices[g], float(view.capacity[r])), state, self.params[r])
-            if not result.feasible:
-                self.undrainable += 1
-            if result.price > prices[g] * (1 + 1e-12):
-                self.shielded += 1
-                factor = result.price / prices[g]
-                prices[g] = result.price
-                high = (1.0 - pool.prices.discount_min) * prices[g]
-                prices[d] = min(prices[d] * factor, high)
-                notes.append(f"{pool.pool_id}: {result.why[-1]}")
-        return notes
 
     def summary(self) -> dict[str, Any]:
         return {"solves": dict(self.solves), "shielded_ticks": self.shielded,

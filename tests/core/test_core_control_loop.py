@@ -52,3 +52,29 @@ def test_every_stage_of_the_loop_left_rows(demo_home):
     assert count("SELECT count(*) FROM fct_invoice_lines") > 0
     billed = store.query("SELECT sum(billed_cost) FROM fct_invoice_lines").row(0)[0]
     assert billed is not None and billed > 0
+
+
+def test_published_prices_keep_every_promise(demo_home):
+    """The price book carries the shielded price with the list and the solver's price beside
+    it, and every published price keeps the step (from the price in force, the base price
+    before the first tick), the guaranteed cap and the drainable band."""
+    from market_pipeline.config import load_config
+
+    home, _ = demo_home
+    market = load_config(environ={}).market
+    store = Warehouse(home / "var" / "warehouse.duckdb")
+    book = store.query(
+        "SELECT effective_from, pool_id, resource_class, price_per_gpu_hour::DOUBLE AS price, "
+        "list_price_per_gpu_hour::DOUBLE AS list, solver_price_per_gpu_hour::DOUBLE AS solver, "
+        "source, intervention_reason FROM price_book ORDER BY pool_id, resource_class, effective_from")
+    assert book.filter(book["source"] != "config").height > 0
+    assert book["list"].null_count() == 0 and book["intervention_reason"].null_count() == 0
+    for (pool, cls), rows in book.group_by(["pool_id", "resource_class"]):
+        prices = rows["price"].to_list()
+        for before, after in zip(prices, prices[1:]):
+            assert abs(after / before - 1) <= market.max_price_step + 1e-6, (pool, cls, before, after)
+        if cls == "guaranteed":
+            assert (rows["price"] <= rows["list"] * market.guaranteed_price_cap + 1e-6).all()
+    ticks = store.query("SELECT pool_id, guaranteed, drainable FROM market_ticks")
+    ratio = 1 - ticks["drainable"] / ticks["guaranteed"]
+    assert ((ratio >= market.drainable_discount_min - 1e-9) & (ratio <= market.drainable_discount_max + 1e-9)).all()

@@ -1,4 +1,5 @@
-"""The configured tenants are calibrated to the expected load at fixed reference prices."""
+"""The configured tenants are calibrated to the expected load at fixed reference prices, by
+scaling how much they value GPU time (not their size), so the price follows the load."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, load_config
 from market_pipeline.market import demand_at, solve_equilibrium
-from market_pipeline.pricing import MAX_DEMAND_SCALE, build_market_problem, reference_prices
+from market_pipeline.pricing import MAX_VALUE_SCALE, build_market_problem, reference_prices
 
 
 @pytest.fixture(scope="module")
@@ -37,34 +38,39 @@ def test_calibrated_population_buys_the_expected_load_at_reference_prices(config
     target_pool = max(configured, key=configured.get)
     expected = {target_pool: 3.0 * configured[target_pool]}
     calibrated = build_market_problem(config, _capacity(config), expected)
-    assert calibrated.demand_scale_by_pool[target_pool] == pytest.approx(3.0, rel=1e-9)
+    assert calibrated.demand_scale_by_pool[target_pool] > 1.0
     assert all(k == 1.0 for p, k in calibrated.demand_scale_by_pool.items() if p != target_pool)
-    # exact for tenants whose claims all sit in the scaled pool, close otherwise (shared budgets)
-    assert _pool_demand(calibrated, reference)[target_pool] == pytest.approx(expected[target_pool], rel=0.15)
+    # the bisection meets the target within its tolerance (budgets couple pools only weakly)
+    assert _pool_demand(calibrated, reference)[target_pool] == pytest.approx(expected[target_pool], rel=1e-3)
 
 
-def test_more_expected_load_raises_the_equilibrium_price_once_capacity_binds(config):
-    # log tenants scaled up buy proportionally more at any price, so a monopolist's price only
-    # moves when capacity binds
+def test_more_expected_load_raises_the_equilibrium_price_with_capacity_to_spare(config):
+    # the load scales the tenants' valuation at a fixed size: a busier hour is less elastic,
+    # so the leader's price rises with it although capacity never binds
     base = build_market_problem(config, _capacity(config))
     names = base.problem.resource_names
     reference = reference_prices(config, [base.pool_of_resource[n] for n in names],
                                  [base.class_of_resource[n] for n in names])
     configured = _pool_demand(base, reference)
-    capacity = {p: 0.5 * d for p, d in configured.items()}  # binds at 2x load, not at 0.5x
     prices = []
     for factor in (0.5, 2.0):
-        inputs = build_market_problem(config, capacity, {p: factor * d for p, d in configured.items()})
+        inputs = build_market_problem(config, _capacity(config), {p: factor * d for p, d in configured.items()})
         report = solve_equilibrium(inputs.problem)
-        assert report.status in ("converged", "capacity_infeasible")
+        assert report.status == "converged"
+        assert not report.oversold
         prices.append(report.prices)
-    assert np.all(prices[1] >= prices[0] - 1e-9) and np.any(prices[1] > prices[0] * 1.01)
+    guaranteed = [i for i, n in enumerate(names) if base.class_of_resource[n] == "guaranteed"]
+    assert np.all(prices[1][guaranteed] > prices[0][guaranteed] * 1.05)
 
 
 def test_calibration_is_bounded_and_ignores_unknown_pools(config):
     pool = config.pools[0].pool_id
     inputs = build_market_problem(config, _capacity(config), {pool: 1e9, "no-such-pool": 5.0})
-    assert inputs.demand_scale_by_pool[pool] == MAX_DEMAND_SCALE
+    assert inputs.demand_scale_by_pool[pool] == pytest.approx(MAX_VALUE_SCALE, rel=1e-6)
     assert "no-such-pool" not in inputs.demand_scale_by_pool
     idle = build_market_problem(config, _capacity(config), {pool: 0.0})
-    assert idle.demand_scale_by_pool[pool] == pytest.approx(1.0 / MAX_DEMAND_SCALE)
+    assert idle.demand_scale_by_pool[pool] < 1.0
+    names = idle.problem.resource_names
+    reference = reference_prices(config, [idle.pool_of_resource[n] for n in names],
+                                 [idle.class_of_resource[n] for n in names])
+    assert _pool_demand(idle, reference)[pool] == pytest.approx(0.0, abs=1e-3)

@@ -9,9 +9,10 @@ import math
 import pytest
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, load_config
-from market_pipeline.scaling.capacity import DemandEnvelope, target_capacity, tick_price
+from market_pipeline.scaling.capacity import DemandEnvelope, serving_capacity_gpus, target_capacity
 from market_pipeline.scaling.settings import normalised_prices, scaling_config_from_config
 from market_pipeline.scaling.types import NodeState, NodeView, PoolState, ScalingConfig
+from market_pipeline.tick import PoolTickInput, Promises, run_market_tick
 
 T0 = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
 
@@ -32,6 +33,18 @@ def state(demand: float, backlog: float = 0.0, max_nodes: int = 16) -> PoolState
     return PoolState(pool="p", node_gpus=8, max_nodes=max_nodes, demand_gpus=demand, backlog_gpus=backlog)
 
 
+def shield_at(pool: PoolState, forecast: float, nodes: list[NodeView], config: ScalingConfig):
+    """The market tick's record for the replay's pool (list price 1, no tenants modelled),
+    without the guaranteed cap, so the shield may raise the price as far as the bounds."""
+    serving = serving_capacity_gpus(nodes, T0, config)
+    tick_input = PoolTickInput(
+        pool_id=pool.pool, list_price=1.0, price_min=config.backlog.price_min, price_max=config.backlog.price_max,
+        node_gpus=float(pool.node_gpus), serving_gpus=serving, reachable_gpus=float(pool.max_nodes * pool.node_gpus),
+        demand_gpus=pool.demand_gpus, backlog_gpus=pool.backlog_gpus, forecast_upper_gpus=forecast,
+        in_force_guaranteed=1.0, in_force_drainable=0.6, forecast_price=1.0, backlog=config.backlog)
+    return run_market_tick([tick_input], None, Promises(guaranteed_cap=config.backlog.price_max)).pools[0]
+
+
 def test_shipped_certificate_asks_a_small_floor_not_a_share_of_capacity() -> None:
     backlog = shipped().backlog
     assert backlog.margin_fraction == 0.0
@@ -42,18 +55,17 @@ def test_shipped_certificate_asks_a_small_floor_not_a_share_of_capacity() -> Non
 def test_a_full_pool_with_no_backlog_sheds_only_the_drift_floor() -> None:
     """128 GPUs wanted on 128 GPUs: the price turns away about the floor, not 5% of the pool."""
     config = shipped()
-    shielded = tick_price(state(128.0), 128.0, 1.0, full_pool(), config, T0)
-    assert shielded.price > 1.0 and shielded.certificate.admissible
-    shed = 128.0 - shielded.certificate.arrivals
-    assert shed == pytest.approx(config.backlog.min_margin_gpus, abs=1e-6)
-    assert shed < 0.05 * 128
+    record = shield_at(state(128.0), 128.0, full_pool(), config)
+    assert record.guaranteed > 1.0 and record.certified
+    assert record.margin == pytest.approx(config.backlog.min_margin_gpus, abs=1e-6)  # what the price sheds
+    assert record.margin < 0.05 * 128
 
 
 def test_a_full_pool_still_drains_a_backlog_within_the_horizon() -> None:
     config = shipped()
-    shielded = tick_price(state(128.0, backlog=60.0), 128.0, 1.0, full_pool(), config, T0)
-    assert shielded.certificate.required_margin == pytest.approx(60.0 / config.backlog.drain_horizon_minutes)
-    assert shielded.certificate.drift <= -shielded.certificate.required_margin + 1e-9
+    record = shield_at(state(128.0, backlog=60.0), 128.0, full_pool(), config)
+    assert record.required_margin == pytest.approx(60.0 / config.backlog.drain_horizon_minutes)
+    assert record.certified and record.margin >= record.required_margin - 1e-9
 
 
 def test_need_keep_and_warm_reserve_carry_the_same_headroom() -> None:

@@ -108,5 +108,7 @@ def test_helios_slice_replays_without_violations(capsys: pytest.CaptureFixture[s
         pytest.skip("Helios traces not present under ../shared/data")
     assert main(["scaling-eval", "--load", str(path), "--json", "--minutes", "4320", "--tick-minutes", "3"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["policy"]["certificate_violations"] == 0
-    assert out["policy"]["certificate_violations"] <= out["baseline"]["certificate_violations"]
+    # one tick: a jump of whole jobs that neither a price within the max step (25% a tick)
+    # nor the nodes booting in that tick absorb; the unbounded shield priced it out at once
+    assert out["policy"]["certificate_violations"] <= 1
+    assert out["policy"]["certificate_violations"] * 20 <= out["baseline"]["certificate_violations"]

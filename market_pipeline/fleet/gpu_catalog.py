@@ -1,0 +1,79 @@
+"""The shipped GPU catalog (`defaults/gpu_catalog.toml`): a list price and a cost per GPU-hour
+for every GPU model of the shipped traces, each with the rule or source it comes from.
+
+The config's `[[gpu_models]]` win for the models they name; the catalog prices the rest of a
+real node list (openb's T4, P100, V100, G1-G3; the spot trace's A800 and GPU-series). A
+model in neither is `UnpricedModelError`, raised at startup with the config key to add.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+CATALOG_PATH = Path(__file__).resolve().parent.parent / "defaults" / "gpu_catalog.toml"
+
+
+class UnpricedModelError(ValueError):
+    """A fleet holds a GPU model that neither the config nor the shipped catalog prices."""
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str
+    aliases: tuple[str, ...]
+    list_price_per_gpu_hour: float
+    cost_per_gpu_hour: float
+    memory_mib: int
+    mig_profiles: tuple[str, ...]
+    nvlink: bool
+    source: str
+    assumption: str = ""
+
+    def __post_init__(self) -> None:
+        for field in ("list_price_per_gpu_hour", "cost_per_gpu_hour"):
+            value = getattr(self, field)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"gpu catalog {self.name}: {field} must be finite and > 0, got {value!r}")
+        if self.cost_per_gpu_hour >= self.list_price_per_gpu_hour:
+            raise ValueError(f"gpu catalog {self.name}: cost_per_gpu_hour must be below the list price")
+
+
+@dataclass(frozen=True)
+class GpuCatalog:
+    entries: tuple[CatalogEntry, ...]
+
+    def lookup(self, name: str) -> CatalogEntry | None:
+        """The entry named `name` or listing it among its aliases."""
+        for entry in self.entries:
+            if name == entry.name or name in entry.aliases:
+                return entry
+        return None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(e.name for e in self.entries)
+
+
+@lru_cache(maxsize=4)
+def load_gpu_catalog(path: Path = CATALOG_PATH) -> GpuCatalog:
+    raw = tomllib.loads(path.read_text())
+    entries = []
+    for item in raw.get("models", []):
+        entries.append(CatalogEntry(
+            name=str(item["name"]), aliases=tuple(item.get("aliases", ())),
+            list_price_per_gpu_hour=float(item["list_price_per_gpu_hour"]),
+            cost_per_gpu_hour=float(item["cost_per_gpu_hour"]), memory_mib=int(item["memory_mib"]),
+            mig_profiles=tuple(item.get("mig_profiles", ())), nvlink=bool(item.get("nvlink", False)),
+            source=str(item["source"]), assumption=str(item.get("assumption", "")),
+        ))
+    return GpuCatalog(tuple(entries))
+
+
+def unpriced_model_message(model: str, fleet_source: str) -> str:
+    return (f"GPU model {model!r} in fleet {fleet_source} has no price: add a [[gpu_models]] entry "
+            f"with name = {model!r}, memory_mib, cost_per_gpu_hour and list_price_per_gpu_hour "
+            "to the config (gpu_models), or name it in market_pipeline/defaults/gpu_catalog.toml")

@@ -1,0 +1,17 @@
+"""One market tick for the live loop, the simulator and the scaling replay (`market_tick`),
+and the promises every published price keeps (`promises`)."""
+
+from market_pipeline.tick.market_tick import (
+    AS_SOLVED,
+    MarketTick,
+    MarketTickError,
+    PoolTickInput,
+    PoolTickRecord,
+    run_market_tick,
+)
+from market_pipeline.tick.promises import Promises, PriceWindow, drainable_window, guaranteed_window
+
+__all__ = [
+    "AS_SOLVED", "MarketTick", "MarketTickError", "PoolTickInput", "PoolTickRecord", "Promises", "PriceWindow",
+    "drainable_window", "guaranteed_window", "run_market_tick",
+]

@@ -1,0 +1,212 @@
+"""One market tick: solve -> promises -> backlog shield -> published prices + capacity target.
+
+The live assets (`equilibrium_prices`, `price_book`, `scaling_plan`), the simulator's
+Stackelberg strategy and the `scaling-eval` replay all call `run_market_tick`; there is no
+other copy of this chain. The caller brings what it knows (the fleet state, the demand, the
+forecast made from its history, the prices in force) and, where tenants are modelled, the
+calibrated market; the tick returns the prices to publish and a record of why:
+
+1. solve the Stackelberg equilibrium warm-started from the prices in force, the max step
+   counted from them and the guaranteed cap as the upper bound (no market modelled, as in
+   the scaling replay, whose demand is demand at the list price: the list price);
+2. keep the promises (`tick.promises`): the step, the cap, the drainable band, the bounds;
+3. shield each pool (`guardrails.backlog.shield`) at the capacity serving the interval: a
+   price inside the promise window that makes the backlog drain, raising both classes alike;
+   where none does, the window's top and the pool's capacity target say what must come;
+4. the capacity target: the least capacity (a multiple of the node size, at most what the
+   pool can reach) that certifies the forecast at the equilibrium price: what scaling sizes to.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from market_pipeline.guardrails.backlog import (
+    BacklogParams,
+    BacklogState,
+    PriceCapacityAction,
+    certify,
+    min_certified_capacity,
+    shield,
+)
+from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem, SolveReport, SolverSettings, solve_equilibrium
+from market_pipeline.tick.promises import Promises, drainable_window, guaranteed_window
+
+AS_SOLVED = "as solved"
+
+
+class MarketTickError(ValueError):
+    """An input to the market tick is invalid; the message names it."""
+
+
+@dataclass(frozen=True)
+class PoolTickInput:
+    """What the tick knows about one pool (GPUs, prices per GPU-hour)."""
+
+    pool_id: str
+    list_price: float
+    price_min: float
+    price_max: float
+    node_gpus: float
+    serving_gpus: float  # capacity serving the coming interval
+    reachable_gpus: float  # the most capacity scaling can bring (every node of the pool)
+    demand_gpus: float  # running + pending now
+    backlog_gpus: float  # pending now
+    forecast_upper_gpus: float  # the forecast's upper quantile of demand over the interval
+    in_force_guaranteed: float
+    in_force_drainable: float
+    forecast_price: float | None = None  # guaranteed price the forecast assumed (None: the solver's)
+    backlog: BacklogParams = field(default_factory=BacklogParams)
+
+    def __post_init__(self) -> None:
+        for name in ("list_price", "in_force_guaranteed", "in_force_drainable", "node_gpus"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise MarketTickError(f"pool {self.pool_id}: {name} must be finite and > 0, got {value!r}")
+        if not (math.isfinite(self.price_min) and 0 <= self.price_min < self.price_max):
+            raise MarketTickError(f"pool {self.pool_id}: need 0 <= price_min < price_max, got "
+                                  f"{self.price_min!r}, {self.price_max!r}")
+        for name in ("serving_gpus", "reachable_gpus", "demand_gpus", "backlog_gpus", "forecast_upper_gpus"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise MarketTickError(f"pool {self.pool_id}: {name} must be finite and >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class PoolTickRecord:
+    """Why a pool's prices are what they are."""
+
+    pool_id: str
+    list_price: float
+    solver_guaranteed: float
+    solver_drainable: float
+    guaranteed: float
+    drainable: float
+    guaranteed_reason: str
+    drainable_reason: str
+    certified: bool  # the published price certifies the serving capacity
+    margin: float  # the certificate's slack (GPUs/min) at the published price, serving capacity
+    required_margin: float
+    serving_gpus: float
+    capacity_target_gpus: float  # least capacity certifying the forecast at the equilibrium price
+    equilibrium_price: float  # the solver's guaranteed price inside the promise window
+    shield_factor: float = 1.0  # published / equilibrium guaranteed price
+
+    @property
+    def shielded(self) -> bool:
+        return self.shield_factor > 1 + 1e-9
+
+    def to_dict(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class MarketTick:
+    status: str  # the solve's status ("converged", "capacity_infeasible", "fallback") or "list"
+    converged: bool
+    pools: tuple[PoolTickRecord, ...]
+    report: SolveReport | None = None
+
+    def prices(self) -> np.ndarray:
+        """Published prices in resource order (pool by pool: guaranteed, drainable)."""
+        return np.array([v for r in self.pools for v in (r.guaranteed, r.drainable)], dtype=np.float64)
+
+    def solver_prices(self) -> np.ndarray:
+        return np.array([v for r in self.pools for v in (r.solver_guaranteed, r.solver_drainable)],
+                        dtype=np.float64)
+
+    @property
+    def record(self) -> dict[str, object]:
+        return {"status": self.status, "converged": self.converged, "pools": [p.to_dict() for p in self.pools]}
+
+
+def run_market_tick(pools: list[PoolTickInput] | tuple[PoolTickInput, ...], problem: MarketProblem | None,
+                    promises: Promises, solver: SolverSettings | None = None) -> MarketTick:
+    """One tick over every pool; `problem`'s resources are the pools' (guaranteed, drainable)
+    pairs in `pools` order, or None where no market is modelled (the list prices are the
+    equilibrium, drainable at the middle of the band)."""
+    pools = tuple(pools)
+    in_force = np.array([v for p in pools for v in (p.in_force_guaranteed, p.in_force_drainable)])
+    report: SolveReport | None = None
+    if problem is None:
+        mid = 1 - 0.5 * (promises.discount_min + promises.discount_max)
+        solved = np.array([v for p in pools for v in (p.list_price, p.list_price * mid)])
+        status, converged = "list", True
+    else:
+        _check_layout(problem, pools)
+        report = solve_equilibrium(_within_promises(problem, pools, promises), last_prices=in_force,
+                                   max_step=promises.max_step, settings=solver)
+        solved, status, converged = np.asarray(report.prices, dtype=np.float64), report.status, report.converged
+    records = tuple(_pool_tick(p, float(solved[2 * i]), float(solved[2 * i + 1]), promises, status)
+                    for i, p in enumerate(pools))
+    return MarketTick(status, converged, records, report)
+
+
+def _check_layout(problem: MarketProblem, pools: tuple[PoolTickInput, ...]) -> None:
+    classes = problem.resources.resource_class
+    if len(classes) != 2 * len(pools) or any(
+            classes[2 * i] != GUARANTEED or classes[2 * i + 1] != DRAINABLE for i in range(len(pools))):
+        raise MarketTickError("problem: resources must be each pool's (guaranteed, drainable) pair, in pool order")
+
+
+def _within_promises(problem: MarketProblem, pools: tuple[PoolTickInput, ...], promises: Promises) -> MarketProblem:
+    """The problem with the guaranteed cap as its upper price bound (the step goes as max_step)."""
+    res = problem.resources
+    high = np.array(res.price_max, dtype=np.float64)
+    low = np.array(res.price_min, dtype=np.float64)
+    for i, p in enumerate(pools):
+        cap = min(p.price_max, promises.guaranteed_cap * p.list_price)
+        high[2 * i] = min(high[2 * i], cap)
+        high[2 * i + 1] = min(high[2 * i + 1], (1 - promises.discount_min) * cap)
+        low[2 * i] = min(max(low[2 * i], p.price_min), high[2 * i])
+        low[2 * i + 1] = min(low[2 * i + 1], high[2 * i + 1])
+    return MarketProblem(replace(res, price_min=low, price_max=high), problem.tenants)
+
+
+def _pool_tick(p: PoolTickInput, solver_g: float, solver_d: float, promises: Promises, status: str) -> PoolTickRecord:
+    window = guaranteed_window(p.in_force_guaranteed, p.list_price, p.price_min, p.price_max, promises)
+    equilibrium, clipped = window.clip(solver_g)
+    reasons = [f"solve {status}"] if status not in ("converged", "list") else []
+    if clipped:
+        reasons.append(f"solver price {clipped}")
+    params = replace(p.backlog, price_min=window.low, price_max=window.high)
+    state = _backlog_state(p, p.forecast_price or equilibrium, p.serving_gpus)
+    result = shield(PriceCapacityAction(equilibrium, p.serving_gpus), state, params)
+    guaranteed = equilibrium
+    if not result.feasible:
+        guaranteed = window.high
+        reasons.append(f"backlog shield: no price up to the {window.high_by} {window.high:.4g} drains the "
+                       f"backlog at {p.serving_gpus:g} GPUs; capacity must come")
+    elif result.price > equilibrium * (1 + 1e-9):
+        guaranteed = result.price
+        reasons.append(f"backlog shield x{guaranteed / equilibrium:.3f}: {result.why[-1]}")
+    cert = certify(state, guaranteed, p.serving_gpus, params)
+    target = _capacity_target(p, equilibrium, params)
+    factor = guaranteed / equilibrium
+    d_window = drainable_window(p.in_force_drainable, guaranteed, p.price_min * (1 - promises.discount_max), promises)
+    drainable, d_clipped = d_window.clip(solver_d * factor)
+    d_reasons = [f"follows the guaranteed shield x{factor:.3f}"] if factor > 1 + 1e-9 else []
+    if d_clipped:
+        d_reasons.append(f"price {d_clipped}")
+    return PoolTickRecord(
+        pool_id=p.pool_id, list_price=p.list_price, solver_guaranteed=solver_g, solver_drainable=solver_d,
+        guaranteed=guaranteed, drainable=drainable, guaranteed_reason="; ".join(reasons) or AS_SOLVED,
+        drainable_reason="; ".join(d_reasons) or AS_SOLVED, certified=cert.admissible, margin=cert.margin,
+        required_margin=cert.required_margin, serving_gpus=p.serving_gpus, capacity_target_gpus=target,
+        equilibrium_price=equilibrium, shield_factor=factor,
+    )
+
+
+def _backlog_state(p: PoolTickInput, reference_price: float, max_capacity: float) -> BacklogState:
+    return BacklogState(pool=p.pool_id, demand_forecast_gpus=max(p.forecast_upper_gpus, p.demand_gpus),
+                        reference_price=reference_price, backlog_gpus=p.backlog_gpus,
+                        max_capacity_gpus=max_capacity, capacity_step_gpus=p.node_gpus)
+
+
+def _capacity_target(p: PoolTickInput, equilibrium: float, params: BacklogParams) -> float:
+    """Least capacity certifying the forecast at the equilibrium price, within reach."""
+    state = _backlog_state(p, p.forecast_price or equilibrium, p.reachable_gpus)
+    return float(min(min_certified_capacity(state, equilibrium, params), p.reachable_gpus))

@@ -1,0 +1,78 @@
+"""Pools, prices and tenants come from the fleet for any node list; an unpriced model is a
+startup error naming it and the key to add."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from market_pipeline.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
+from market_pipeline.fleet.gpu_catalog import load_gpu_catalog
+
+TRACE_MODELS = ("T4", "P100", "V100M16", "V100M32", "G1", "G2", "G3", "A10", "A100-SXM4-80GB",
+                "A800-SXM4-80GB", "H800", "GPU-series-1", "GPU-series-2")
+
+
+def node_list(tmp_path: Path, rows: list[tuple[str, int, str]]) -> Path:
+    path = tmp_path / "nodes.csv"
+    pl.DataFrame({"sn": [r[0] for r in rows], "cpu_milli": [64000] * len(rows), "memory_mib": [262144] * len(rows),
+                  "gpu": [r[1] for r in rows], "model": [r[2] for r in rows]}).write_csv(path)
+    return path
+
+
+def fleet_config(path: Path, **extra: str):
+    return load_config(DEFAULT_CONFIG_PATH, environ={"MP__ADAPTER__FLEET_SOURCE": str(path), **extra})
+
+
+def test_the_catalog_prices_every_model_of_the_shipped_traces_and_says_why() -> None:
+    catalog = load_gpu_catalog()
+    for model in TRACE_MODELS:
+        entry = catalog.lookup(model)
+        assert entry is not None, model
+        assert 0 < entry.cost_per_gpu_hour < entry.list_price_per_gpu_hour and entry.source
+    for model in ("G1", "G2", "G3", "GPU-series-1", "GPU-series-2"):
+        assert "undisclosed" in catalog.lookup(model).assumption
+
+
+def test_pools_come_from_the_node_list(tmp_path: Path) -> None:
+    path = node_list(tmp_path, [("n0", 8, "V100M32"), ("n1", 4, "V100M32"), ("n2", 2, "T4"), ("n3", 0, "")])
+    config = fleet_config(path)
+    zone = config.zones[0].name
+    assert sorted(config.pool_by_id) == [f"T4@{zone}", f"V100M32@{zone}"]
+    v100 = config.pool_by_id[f"V100M32@{zone}"]
+    assert (v100.nodes, v100.max_nodes, v100.gpus_per_node) == (2, 2, 8)
+    assert v100.base_price == load_gpu_catalog().lookup("V100M32").list_price_per_gpu_hour
+    assert v100.price_min < v100.base_price < v100.price_max
+    assert config.gpu_model_by_name["T4"].source.startswith("catalog")
+    # no configured tenant claims these models: tenants come from the workload (QoS x size)
+    assert config.tenants and all(t.id.split("-")[-1] in ("single", "multi") for t in config.tenants)
+    assert {m for t in config.tenants for m in t.claims} == {"T4", "V100M32"}
+    assert {t.kind for t in config.tenants} == {"elastic", "rigid"}
+    assert all(t.drain_tolerant == (t.kind == "elastic") for t in config.tenants)
+
+
+def test_configured_tenants_stay_when_they_claim_the_fleet(tmp_path: Path) -> None:
+    path = node_list(tmp_path, [("n0", 1, "A10"), ("n1", 1, "A10")])
+    config = fleet_config(path)
+    assert [t.id for t in config.tenants] == [t.id for t in load_config(DEFAULT_CONFIG_PATH, environ={}).tenants]
+    derived = fleet_config(path, MP__ADAPTER__TENANTS_SOURCE="workload")
+    assert all(t.id.endswith(("-single", "-multi")) for t in derived.tenants)
+
+
+def test_an_unpriced_model_is_a_startup_error_naming_it_and_the_key(tmp_path: Path) -> None:
+    path = node_list(tmp_path, [("n0", 8, "V100M32"), ("n1", 8, "B200")])
+    with pytest.raises(ConfigError) as caught:
+        fleet_config(path)
+    message = str(caught.value)
+    assert "'B200'" in message and "[[gpu_models]]" in message and "\n" not in message
+
+
+def test_the_real_openb_and_spot_lists_are_fully_priced(shared_data: Path) -> None:
+    for path in (shared_data / "alibaba-gpu-2023" / "openb_node_list_gpu_node.csv",
+                 shared_data / "alibaba-spot-2026" / "node_info_df.csv"):
+        config = fleet_config(path)
+        gpus = sum(p.nodes * p.gpus_per_node for p in config.pools)
+        assert len(config.pools) >= 6 and gpus > 0
+        assert all(p.gpu_model in config.gpu_model_by_name for p in config.pools)

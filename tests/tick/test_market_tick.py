@@ -1,0 +1,103 @@
+"""The one market tick: promises, the backlog shield inside them, the capacity target, and a
+live market whose price follows the load."""
+
+from __future__ import annotations
+
+import pytest
+
+from market_pipeline.config import DEFAULT_CONFIG_PATH, load_config
+from market_pipeline.guardrails.backlog import BacklogParams
+from market_pipeline.pricing import build_market_problem, solver_settings
+from market_pipeline.tick import AS_SOLVED, MarketTickError, PoolTickInput, Promises, guaranteed_window, run_market_tick
+
+PARAMS = BacklogParams(residual_share=0.15, min_margin_gpus=0.25, margin_fraction=0.0)
+
+
+def pool(**changes) -> PoolTickInput:
+    base = dict(pool_id="p", list_price=2.0, price_min=0.8, price_max=8.0, node_gpus=8.0, serving_gpus=64.0,
+                reachable_gpus=128.0, demand_gpus=40.0, backlog_gpus=0.0, forecast_upper_gpus=44.0,
+                in_force_guaranteed=2.0, in_force_drainable=1.2, forecast_price=2.0, backlog=PARAMS)
+    return PoolTickInput(**{**base, **changes})
+
+
+def test_window_counts_the_step_from_the_price_in_force_and_caps_against_list() -> None:
+    promises = Promises(max_step=0.25, guaranteed_cap=1.04)
+    low = guaranteed_window(1.0, 2.0, 0.8, 8.0, promises)
+    assert (low.low, low.high, low.high_by) == (0.8, 1.25, "max step")
+    at_list = guaranteed_window(2.0, 2.0, 0.8, 8.0, promises)
+    assert at_list.high == pytest.approx(2.08) and at_list.high_by == "guaranteed cap"
+    # a price in force far above a cap lowered since: the cap wins over the step
+    stale = guaranteed_window(9.27, 4.2, 2.0, 14.0, promises)
+    assert stale.low == stale.high == pytest.approx(4.368)
+
+
+def test_a_pool_with_room_publishes_the_list_price_as_solved() -> None:
+    record = run_market_tick([pool()], None, Promises()).pools[0]
+    assert record.guaranteed == pytest.approx(2.0) and record.guaranteed_reason == AS_SOLVED
+    assert record.certified and record.margin >= record.required_margin
+    assert record.drainable == pytest.approx(2.0 * 0.6)
+    assert record.capacity_target_gpus <= 64.0
+
+
+def test_the_shield_raises_the_price_inside_the_window_and_reports_it() -> None:
+    # 60 GPUs wanted on 64: a price a little above list sheds the margin
+    record = run_market_tick([pool(forecast_upper_gpus=63.9, demand_gpus=60.0)], None,
+                             Promises(guaranteed_cap=1.5)).pools[0]
+    assert 2.0 < record.guaranteed <= 2.0 * 1.25 + 1e-9
+    assert record.shielded and record.certified
+    assert record.guaranteed_reason.startswith("backlog shield x")
+    assert record.drainable_reason.startswith("follows the guaranteed shield")
+    assert record.drainable == pytest.approx(1.2 * record.shield_factor)
+
+
+def test_no_price_within_the_promises_certifies_then_capacity_must_come() -> None:
+    record = run_market_tick([pool(forecast_upper_gpus=90.0, demand_gpus=90.0, backlog_gpus=26.0)], None,
+                             Promises(guaranteed_cap=1.04)).pools[0]
+    assert record.guaranteed == pytest.approx(2.08)  # the cap, not the 3x an unbounded shield took
+    assert not record.certified and "capacity must come" in record.guaranteed_reason
+    assert record.capacity_target_gpus > 90.0 and record.capacity_target_gpus % 8 == 0
+
+
+def test_bad_inputs_name_the_field() -> None:
+    with pytest.raises(MarketTickError, match="serving_gpus"):
+        pool(serving_gpus=float("nan"))
+    with pytest.raises(MarketTickError, match="in_force_guaranteed"):
+        pool(in_force_guaranteed=0.0)
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config(DEFAULT_CONFIG_PATH, environ={})
+
+
+def live_tick(config, expected: float, in_force_share: float = 1.0):
+    """The default fleet's tick with every pool expecting `expected` GPUs."""
+    promises = Promises.from_config(config)
+    serving = {p.pool_id: float(p.nodes * p.gpus_per_node) for p in config.pools}
+    inputs = build_market_problem(config, serving, {p.pool_id: expected for p in config.pools})
+    pools = [PoolTickInput(
+        pool_id=p.pool_id, list_price=p.base_price, price_min=p.price_min, price_max=p.price_max,
+        node_gpus=float(p.gpus_per_node), serving_gpus=serving[p.pool_id],
+        reachable_gpus=float(p.max_nodes * p.gpus_per_node), demand_gpus=expected, backlog_gpus=0.0,
+        forecast_upper_gpus=expected, in_force_guaranteed=p.base_price * in_force_share,
+        in_force_drainable=p.base_price * in_force_share * 0.6, forecast_price=p.base_price,
+        backlog=PARAMS) for p in config.pools]
+    return run_market_tick(pools, inputs.problem, promises, solver_settings(config))
+
+
+def test_first_live_solve_keeps_the_step_from_the_base_price_and_the_cap(config) -> None:
+    # the round-one bug: H800 went 4.20 -> 9.27 in the first tick at 24% utilisation
+    tick = live_tick(config, 6.0)
+    assert tick.converged
+    for record, p in zip(tick.pools, config.pools):
+        assert record.guaranteed <= p.base_price * config.market.guaranteed_price_cap + 1e-9
+        assert abs(record.guaranteed / p.base_price - 1) <= config.market.max_price_step + 1e-9
+        band = 1 - record.drainable / record.guaranteed
+        assert config.market.drainable_discount_min - 1e-9 <= band <= config.market.drainable_discount_max + 1e-9
+
+
+def test_the_live_price_follows_the_load(config) -> None:
+    """Quiet hours are cheaper than the peak, from the same prices in force."""
+    quiet, peak = live_tick(config, 2.0), live_tick(config, 20.0)
+    for q, p in zip(quiet.pools, peak.pools):
+        assert q.guaranteed < p.guaranteed, (q.pool_id, q.guaranteed, p.guaranteed)
