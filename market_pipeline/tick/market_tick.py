@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,8 +33,11 @@ from market_pipeline.guardrails.backlog import (
     min_certified_capacity,
     shield,
 )
-from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem, SolveReport, SolverSettings, solve_equilibrium
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED
 from market_pipeline.tick.promises import Promises, drainable_window, guaranteed_window
+
+if TYPE_CHECKING:  # the solver (torch) loads only when a market is solved: replays and the CLI need none
+    from market_pipeline.market import MarketProblem, SolveReport, SolverSettings
 
 AS_SOLVED = "as solved"
 
@@ -136,6 +140,8 @@ def run_market_tick(pools: list[PoolTickInput] | tuple[PoolTickInput, ...], prob
         solved = np.array([v for p in pools for v in (p.list_price, p.list_price * mid)])
         status, converged = "list", True
     else:
+        from market_pipeline.market import solve_equilibrium
+
         _check_layout(problem, pools)
         report = solve_equilibrium(_within_promises(problem, pools, promises), last_prices=in_force,
                                    max_step=promises.max_step, settings=solver)
@@ -154,6 +160,8 @@ def _check_layout(problem: MarketProblem, pools: tuple[PoolTickInput, ...]) -> N
 
 def _within_promises(problem: MarketProblem, pools: tuple[PoolTickInput, ...], promises: Promises) -> MarketProblem:
     """The problem with the guaranteed cap as its upper price bound (the step goes as max_step)."""
+    from market_pipeline.market import MarketProblem
+
     res = problem.resources
     high = np.array(res.price_max, dtype=np.float64)
     low = np.array(res.price_min, dtype=np.float64)
