@@ -7,13 +7,17 @@ then the sensors' run requests (drains, scaling actions). Billing rolls the day 
 """
 
 import argparse
+import json
 import sys
+import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import dagster as dg
 
 from assets.telemetry import TELEMETRY_PARTITIONS
 from market_pipeline.config import ConfigError, LoopConfig, load_config
+from market_pipeline.loop_summary import wall_summary
 
 # One hour of telemetry and metering per partition.
 telemetry_job = dg.define_asset_job(
@@ -63,20 +67,28 @@ def run_control_loop(days: float, instance: dg.DagsterInstance) -> dict:
             "remove var/ (make clean) to start a new simulated history")
     telemetry_job = defs.resolve_job_def("telemetry_job")
     tick_job = defs.resolve_job_def("control_loop_job")
+    began, tick_seconds, hour_seconds = time.perf_counter(), [], []
     hour = start
     while hour < end:
         key = hour.strftime("%Y-%m-%d-%H:%M")
+        hour_began = time.perf_counter()
         _check(telemetry_job.execute_in_process(partition_key=key, instance=instance), f"telemetry {key}")
+        tick_began = time.perf_counter()
         _check(tick_job.execute_in_process(instance=instance), f"control tick after {key}")
+        tick_seconds.append(time.perf_counter() - tick_began)
         _run_sensor_requests(defs, instance)
-        print(f"  simulated {key} UTC", file=sys.stderr)
+        hour_seconds.append(time.perf_counter() - hour_began)
+        print(f"  simulated {key} UTC ({hour_seconds[-1]:.1f} s)", file=sys.stderr)
         hour += timedelta(hours=1)
     billing = defs.resolve_job_def("billing_job")
     last_hour = (end - timedelta(hours=1)).strftime("%Y-%m-%d-%H:%M")
     _check(billing.execute_in_process(instance=instance, tags={
         "dagster/asset_partition_range_start": start.strftime("%Y-%m-%d-%H:%M"),
         "dagster/asset_partition_range_end": last_hour}), "billing rollup")
-    return summarise(defs.resources["warehouse"].reader(), fleet.config(), start, end)
+    summary = summarise(defs.resources["warehouse"].reader(), fleet.config(), start, end)
+    failed = instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
+    return {**summary, "failed_runs": failed,
+            "wall": wall_summary(time.perf_counter() - began, tick_seconds, hour_seconds)}
 
 
 def _run_sensor_requests(defs: dg.Definitions, instance: dg.DagsterInstance) -> None:
@@ -114,6 +126,7 @@ def _hour_floor(moment: datetime) -> datetime:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="run the control loop over simulated days")
     parser.add_argument("--days", type=float, default=1.0)
+    parser.add_argument("--json", help="also write the summary, wall times included, to this JSON file")
     args = parser.parse_args(argv)
     try:
         # before any run or warehouse write: a fleet whose GPU models nobody priced stops here
@@ -126,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     from market_pipeline.loop_summary import render
 
     print(render(summary))
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, default=str))
+    if summary["failed_runs"]:
+        print(f"error: {summary['failed_runs']} run(s) failed; see them in the Dagster UI", file=sys.stderr)
+        return 1
     return 0
 
 

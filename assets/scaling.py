@@ -39,18 +39,17 @@ def scaling_plan(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
     adapter = fleet.get()
     now = tick_origin(adapter_now(adapter), STEP_MINUTES)
     store = warehouse.get()
-    demand = store.query("SELECT pool_id, arg_max(demand, ts) AS demand, arg_max(pending_gpus, ts) AS pending "
-                         "FROM demand_history WHERE ts < ? GROUP BY pool_id", [now])
-    q90 = store.query("SELECT pool_id, max(q90) AS q90 FROM demand_forecasts WHERE origin_ts = "
-                      "(SELECT max(origin_ts) FROM demand_forecasts WHERE origin_ts <= ?) AND horizon_min <= 60 "
-                      "GROUP BY pool_id", [now])
-    tick = latest_tick(store, now)  # the market tick's equilibrium prices and capacity targets
+    tick = latest_tick(store, now)  # the market tick this plan sizes to: its forecast, prices, targets
+    if tick.is_empty():
+        raise dg.Failure(f"no market tick at or before {now.isoformat()}: materialise equilibrium_prices first")
     memories = {p.pool_id: load_memory(store, p.pool_id) for p in config.pools}
+    by_pool = {r["pool_id"]: r for r in tick.iter_rows(named=True)}
     decisions = plan_fleet(
         config, adapter.list_nodes(), adapter.list_tasks(),
-        {r["pool_id"]: (r["demand"], r["pending"]) for r in demand.iter_rows(named=True)},
-        dict(q90.iter_rows()), dict(zip(tick["pool_id"], tick["equilibrium_price"])), memories,
-        failed_drains_by_node(store), now, dict(zip(tick["pool_id"], tick["capacity_target_gpus"])),
+        {p: (r["demand_gpus"], r["backlog_gpus"]) for p, r in by_pool.items()},
+        {p: r["forecast_upper_gpus"] for p, r in by_pool.items()},
+        {p: r["equilibrium_price"] for p, r in by_pool.items()}, memories, failed_drains_by_node(store), now,
+        {p: r["capacity_target_gpus"] for p, r in by_pool.items()},
         next_price_ceilings(config, prices_in_force(config, store)))
     rows = decision_rows(decisions, config.loop.shadow_mode, now)
     store.upsert("decisions", rows)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime, timedelta
-from typing import Any
 
 import polars as pl
 
@@ -51,11 +50,6 @@ def last_certified_prices(store: Warehouse) -> dict[str, float]:
         "CAST(arg_max(price_per_gpu_hour, effective_from) AS DOUBLE) AS price "
         "FROM price_book GROUP BY 1")
     return {row["resource"]: row["price"] for row in frame.iter_rows(named=True)}
-
-
-def latest_solve(store: Warehouse) -> dict[str, Any] | None:
-    frame = store.query("SELECT * FROM solve_reports ORDER BY solved_at DESC, solve_id DESC LIMIT 1")
-    return None if frame.is_empty() else frame.row(0, named=True)
 
 
 def solve_record(report: SolveReport, solved_at: datetime, shadow: bool) -> pl.DataFrame:

@@ -28,6 +28,7 @@ NODE_ACTIONS = ("power_on", "scale_up", "power_off", "scale_down", "cordon", "un
 
 
 def node_view(node: NodeInfo, tasks: Sequence[TaskInfo]) -> NodeView:
+    """The policy's view of one node; `tasks` are the node's own (any others are ignored)."""
     if node.state is NodeState.ON:
         state = ScalingNodeState.CORDONED if node.cordoned else ScalingNodeState.ACTIVE
     else:
@@ -37,19 +38,28 @@ def node_view(node: NodeInfo, tasks: Sequence[TaskInfo]) -> NodeView:
                     used_gpus=min(float(sum(task_gpus)), float(node.gpus)), task_gpus=task_gpus)
 
 
+def tasks_by_node(tasks: Sequence[TaskInfo]) -> dict[str, list[TaskInfo]]:
+    """Tasks grouped by node, once per tick (a fleet of thousands of nodes and tasks)."""
+    out: dict[str, list[TaskInfo]] = {}
+    for task in tasks:
+        out.setdefault(task.node_id, []).append(task)
+    return out
+
+
 def drain_statuses(nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo],
                    drain_failures: dict[str, int]) -> dict[str, DrainStatus]:
     """The task-drain guardrail's word per node: empty, or blocked by a protected task or by
     drains that keep failing."""
+    grouped = tasks_by_node(tasks)
     out = {}
     for node in nodes:
-        on_node = [t for t in tasks if t.node_id == node.node_id]
+        on_node = grouped.get(node.node_id, [])
         protected = [t.task_id for t in on_node if t.do_not_drain]
         attempts = drain_failures.get(node.node_id, 0)
         reason = f"do-not-drain tasks {protected}" if protected else (
             f"{attempts} failed drains" if attempts else "")
         out[node.node_id] = DrainStatus(
-            node_id=node.node_id, all_tasks_drained_or_migrated=node_is_drained(node.node_id, list(tasks))[0],
+            node_id=node.node_id, all_tasks_drained_or_migrated=node_is_drained(node.node_id, on_node)[0],
             blocked=bool(protected), attempts=attempts, reason=reason)
     return out
 
@@ -84,10 +94,14 @@ def plan_fleet(config: MarketPipelineConfig, nodes: Sequence[NodeInfo], tasks: S
     shield certified there: the plan sizes each pool to at least that; `price_ceilings` the
     most the next tick may publish (a shortfall above it is scaled, not priced)."""
     statuses = drain_statuses(nodes, tasks, drain_failures)
+    grouped = tasks_by_node(tasks)
+    nodes_of_pool: dict[str, list[NodeInfo]] = {}
+    for node in nodes:
+        nodes_of_pool.setdefault(node.pool_id, []).append(node)
     targets, ceilings = capacity_targets or {}, price_ceilings or {}
     decisions: list[ScalingDecision] = []
     for pool in config.pools:
-        pool_nodes = [n for n in nodes if n.pool_id == pool.pool_id]
+        pool_nodes = nodes_of_pool.get(pool.pool_id, [])
         demand, pending = demand_now.get(pool.pool_id, (0.0, 0.0))
         state = PoolState(pool=pool.pool_id, node_gpus=pool.gpus_per_node, max_nodes=pool.max_nodes,
                           demand_gpus=demand, backlog_gpus=pending,
@@ -96,7 +110,7 @@ def plan_fleet(config: MarketPipelineConfig, nodes: Sequence[NodeInfo], tasks: S
                           price_ceiling=float(ceilings.get(pool.pool_id, math.inf)))
         decisions.extend(plan_pool(
             state, forecast_q90.get(pool.pool_id, demand), prices.get(pool.pool_id, pool.base_price),
-            [node_view(n, tasks) for n in pool_nodes],
+            [node_view(n, grouped.get(n.node_id, [])) for n in pool_nodes],
             {n.node_id: statuses[n.node_id] for n in pool_nodes},
             scaling_config_from_config(config, pool.pool_id), now, memory=memories[pool.pool_id]))
     return decisions

@@ -105,7 +105,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             guaranteed_reason VARCHAR NOT NULL, drainable_reason VARCHAR NOT NULL,
             certified BOOLEAN NOT NULL, margin DOUBLE NOT NULL, required_margin DOUBLE NOT NULL,
             serving_gpus DOUBLE NOT NULL, capacity_target_gpus DOUBLE NOT NULL,
-            equilibrium_price DOUBLE NOT NULL, shield_factor DOUBLE NOT NULL, shadow BOOLEAN NOT NULL,
+            equilibrium_price DOUBLE NOT NULL, shield_factor DOUBLE NOT NULL, demand_gpus DOUBLE NOT NULL,
+            backlog_gpus DOUBLE NOT NULL, forecast_upper_gpus DOUBLE NOT NULL, shadow BOOLEAN NOT NULL,
             PRIMARY KEY (tick_at, pool_id))""",
     )),
     Migration(500, "scaler memory between ticks", (

@@ -16,13 +16,11 @@ import polars as pl
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.guardrails.backlog import backlog_params_from_config
 from market_pipeline.market import DRAINABLE, GUARANTEED
-from market_pipeline.market_state import last_certified_prices
+from market_pipeline.market_state import FORECAST_HORIZON_MIN, last_certified_prices
 from market_pipeline.pricing import mid_band_discount, resource_name
 from market_pipeline.tick.market_tick import AS_SOLVED, MarketTick, PoolTickInput
 from market_pipeline.tick.promises import Promises, guaranteed_window
 from market_pipeline.warehouse import Warehouse
-
-FORECAST_HORIZON_MIN = 60
 
 TICK_SCHEMA = {
     "tick_at": pl.Datetime("us", "UTC"), "solve_id": pl.Utf8, "pool_id": pl.Utf8, "status": pl.Utf8,
@@ -30,7 +28,8 @@ TICK_SCHEMA = {
     "guaranteed": pl.Float64, "drainable": pl.Float64, "guaranteed_reason": pl.Utf8,
     "drainable_reason": pl.Utf8, "certified": pl.Boolean, "margin": pl.Float64,
     "required_margin": pl.Float64, "serving_gpus": pl.Float64, "capacity_target_gpus": pl.Float64,
-    "equilibrium_price": pl.Float64, "shield_factor": pl.Float64, "shadow": pl.Boolean,
+    "equilibrium_price": pl.Float64, "shield_factor": pl.Float64, "demand_gpus": pl.Float64,
+    "backlog_gpus": pl.Float64, "forecast_upper_gpus": pl.Float64, "shadow": pl.Boolean,
 }
 
 

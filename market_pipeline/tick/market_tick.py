@@ -98,6 +98,9 @@ class PoolTickRecord:
     capacity_target_gpus: float  # least capacity certifying the forecast at the equilibrium price
     equilibrium_price: float  # the solver's guaranteed price inside the promise window
     shield_factor: float = 1.0  # published / equilibrium guaranteed price
+    demand_gpus: float = 0.0  # what the tick saw: demand and backlog now, the forecast's upper quantile
+    backlog_gpus: float = 0.0
+    forecast_upper_gpus: float = 0.0
 
     @property
     def shielded(self) -> bool:
@@ -204,7 +207,8 @@ def _pool_tick(p: PoolTickInput, solver_g: float, solver_d: float, promises: Pro
         guaranteed=guaranteed, drainable=drainable, guaranteed_reason="; ".join(reasons) or AS_SOLVED,
         drainable_reason="; ".join(d_reasons) or AS_SOLVED, certified=cert.admissible, margin=cert.margin,
         required_margin=cert.required_margin, serving_gpus=p.serving_gpus, capacity_target_gpus=target,
-        equilibrium_price=equilibrium, shield_factor=factor,
+        equilibrium_price=equilibrium, shield_factor=factor, demand_gpus=p.demand_gpus,
+        backlog_gpus=p.backlog_gpus, forecast_upper_gpus=p.forecast_upper_gpus,
     )
 
 

@@ -26,8 +26,9 @@ def test_bill2_rate_card_changes_do_not_rerate_rated_hours(warehouse_copy):
         con.execute("UPDATE billing_rate_card_time SET coefficient = 3")
         con.execute("UPDATE billing_commitment_tiers SET discount = 0.5")
         # a price published late, effective from before the rated hours
-        con.execute("INSERT INTO price_book SELECT effective_from - INTERVAL 1 DAY, pool_id, gpu_model, zone,"
-                    " resource_class, price_per_gpu_hour * 10, 'late', source FROM price_book")
+        con.execute("INSERT INTO price_book BY NAME SELECT effective_from - INTERVAL 1 DAY AS effective_from, pool_id,"
+                    " gpu_model, zone, resource_class, price_per_gpu_hour * 10 AS price_per_gpu_hour,"
+                    " 'late' AS solve_id, source FROM price_book")
         # usage of an hour that was not rated yet
         con.execute("INSERT INTO usage_intervals SELECT 'late-' || interval_id, task_id, tenant_id, pool_id,"
                     " gpu_model, zone, resource_class, node_id, gpu_uuid, gpu_fraction, mig_profile, mem_mib,"
