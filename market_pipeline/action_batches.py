@@ -1,9 +1,9 @@
 """Batches of approved actions: one per tick and kind (scaling actions, drains).
 
-The sensors launch one run per batch; inside it each decision is claimed in the warehouse
-(one conditional UPDATE, so two runs of the same batch cannot both take it) before it is
-carried out, and its outcome is written on the decision. A decision is thus carried out at
-most once, however often a batch is rerun.
+The sensors launch one run per batch; inside it the batch's decisions are claimed in the
+warehouse (one conditional UPDATE, so two runs of the same batch cannot both take one) before
+any is carried out, and each outcome is written on its decision. A decision is thus carried
+out at most once, however often a batch is rerun.
 
 A claim whose run died before it wrote an outcome is settled by the next run of the batch:
 a drain is taken over and resumed (its protocol continues from the audit log without
@@ -13,11 +13,15 @@ done and the next plan re-decides from the fleet anyway.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
+
+import duckdb
+import pyarrow as pa
 
 from market_pipeline.warehouse import Warehouse, WarehouseError
 
@@ -33,6 +37,9 @@ SKIPPED = "skipped"  # executed before, or in flight in another run: not touched
 RUNNING = "running"  # a drain that stopped before its end; a resume run continues it
 ABORTED = "aborted"  # a drain its protocol would not start (expired, the task moved)
 FAILING_STATUSES = frozenset({FAILED, ERROR, RUNNING})
+# How often a batch writes the outcomes gathered so far (one statement each time: a write
+# per action would cost more than the action on a big warehouse).
+FLUSH_SECONDS = 5.0
 
 _BATCH_COLUMNS = "decision_id, action, pool_id, target, inputs, executed_at, outcome, claimed_by"
 _ACTION_FILTER = "AND list_contains(?, action)"
@@ -104,58 +111,102 @@ def batch_rows(store: Warehouse, kind: str, tick: datetime,
     return frame.to_dicts()
 
 
-def claim(store: Warehouse, decision_id: str, batch_id: str, run_id: str, now: datetime,
-          take_over: str | None = None) -> bool:
-    """Take the decision for `run_id`; False when it is executed or another run holds it.
-
-    `take_over` names a dead run whose claim may be replaced (a drain being resumed).
-    """
+def claim(store: Warehouse, decision_ids: Sequence[str], batch_id: str, run_id: str, now: datetime,
+          take_over: Sequence[str] = ()) -> set[str]:
+    """Take the decisions for `run_id` in one statement; return those taken (not executed,
+    and unclaimed, or held by this run or by a dead run named in `take_over`)."""
+    if not decision_ids:
+        return set()
     with store.connect() as con:
         try:
             taken = con.execute(
                 "UPDATE decisions SET claimed_by = ?, claimed_at = ?, batch_id = ? "
-                "WHERE decision_id = ? AND executed_at IS NULL "
-                "AND (claimed_by IS NULL OR claimed_by = ?) RETURNING decision_id",
-                [run_id, now, batch_id, decision_id, take_over or run_id]).fetchall()
-        except Exception as exc:  # duckdb.Error; named in the message
-            raise WarehouseError(f"claiming decision {decision_id} failed: {exc}") from exc
-    return bool(taken)
+                "WHERE list_contains(?, decision_id) AND executed_at IS NULL "
+                "AND (claimed_by IS NULL OR list_contains(?, claimed_by)) RETURNING decision_id",
+                [run_id, now, batch_id, list(decision_ids), [run_id, *take_over]]).fetchall()
+        except duckdb.Error as exc:
+            raise WarehouseError(f"claiming the decisions of batch {batch_id} failed: {exc}") from exc
+    return {row[0] for row in taken}
+
+
+def record_outcomes(store: Warehouse, outcomes: Sequence[tuple[str, str]], now: datetime) -> None:
+    """Write (decision id, outcome) pairs in one statement; a decision already executed keeps
+    its first outcome."""
+    if not outcomes:
+        return
+    frame = pa.table({"decision_id": [d for d, _ in outcomes], "outcome": [o for _, o in outcomes]})
+    with store.connect() as con:
+        con.register("_outcomes", frame)
+        try:
+            con.execute("UPDATE decisions SET executed_at = ?, outcome = o.outcome FROM _outcomes o "
+                        "WHERE decisions.decision_id = o.decision_id AND decisions.executed_at IS NULL", [now])
+        except duckdb.Error as exc:
+            raise WarehouseError(f"recording {len(outcomes)} action outcomes failed: {exc}") from exc
+        finally:
+            con.unregister("_outcomes")
 
 
 def record_outcome(store: Warehouse, decision_id: str, now: datetime, outcome: str) -> None:
-    """Write the outcome once (a decision already executed keeps its first one)."""
-    store.execute("UPDATE decisions SET executed_at = ?, outcome = ? WHERE decision_id = ? "
-                  "AND executed_at IS NULL", [now, outcome, decision_id])
+    record_outcomes(store, [(decision_id, outcome)], now)
 
 
 def carry_out(store: Warehouse, rows: Sequence[dict[str, Any]], *, batch_id: str, run_id: str,
               now: datetime, run_is_live: Callable[[str], bool], resumable: bool,
-              act: Callable[[dict[str, Any]], ActionResult]) -> list[ActionResult]:
-    """Claim and carry out each decision of a batch once; return what happened to each.
+              act: Callable[[dict[str, Any]], ActionResult], record: bool = True) -> list[ActionResult]:
+    """Claim the batch's open decisions, carry each claimed one out once; return what
+    happened to every decision of the batch.
 
-    `act` carries one claimed decision out and records its outcome; an exception from it
-    (warehouse, adapter) ends the batch: the claim stays, and the next run settles it.
+    All are claimed in one statement before the first action. With `record`, outcomes are
+    written in bulk (every FLUSH_SECONDS and at the end, also when `act` raises); without it
+    `act` records its own. An exception from `act` ends the batch: the claims not acted on
+    are released, and the one that raised (no outcome) is settled by the next run.
     """
-    results = []
+    settled: dict[str, ActionResult] = {}
+    open_rows, dead = [], set()
     for row in rows:
-        decision_id, holder = row["decision_id"], row["claimed_by"]
+        holder = row["claimed_by"]
         if row["executed_at"] is not None:
-            results.append(result_for(row, SKIPPED, f"executed before: {row['outcome']}"))
-            continue
-        if holder is not None and holder != run_id and run_is_live(holder):
-            results.append(result_for(row, SKIPPED, f"in flight in run {holder}"))
-            continue
-        if holder is not None and not resumable:
-            result = result_for(row, ABANDONED, f"run {holder} stopped before recording an outcome; "
-                                             "the next plan re-decides from the fleet")
-            record_outcome(store, decision_id, now, result.outcome)
-            results.append(result)
-            continue
-        if not claim(store, decision_id, batch_id, run_id, now, take_over=holder):
-            results.append(result_for(row, SKIPPED, "claimed by another run meanwhile"))
-            continue
-        results.append(act(row))
-    return results
+            settled[row["decision_id"]] = result_for(row, SKIPPED, f"executed before: {row['outcome']}")
+        elif holder is not None and holder != run_id and run_is_live(holder):
+            settled[row["decision_id"]] = result_for(row, SKIPPED, f"in flight in run {holder}")
+        elif holder is not None and not resumable:
+            settled[row["decision_id"]] = result_for(
+                row, ABANDONED, f"run {holder} stopped before recording an outcome; "
+                                "the next plan re-decides from the fleet")
+        else:
+            open_rows.append(row)
+            dead.update([holder] if holder is not None else [])
+    abandoned = [(d, r.outcome) for d, r in settled.items() if r.status == ABANDONED]
+    record_outcomes(store, abandoned, now)
+    taken = claim(store, [r["decision_id"] for r in open_rows], batch_id, run_id, now, sorted(dead))
+    pending: list[ActionResult] = []
+    flushed = time.monotonic()
+    untouched = set(taken)
+    try:
+        for row in open_rows:
+            if row["decision_id"] not in taken:
+                settled[row["decision_id"]] = result_for(row, SKIPPED, "claimed by another run meanwhile")
+                continue
+            untouched.discard(row["decision_id"])
+            result = act(row)
+            settled[row["decision_id"]] = result
+            pending.append(result)
+            if record and time.monotonic() - flushed > FLUSH_SECONDS:
+                record_outcomes(store, [(r.decision_id, r.outcome) for r in pending], now)
+                pending, flushed = [], time.monotonic()
+    finally:
+        if record:
+            record_outcomes(store, [(r.decision_id, r.outcome) for r in pending], now)
+        # Claims this run never acted on (it stopped early) go back, for the next run.
+        release(store, sorted(untouched), run_id)
+    return [settled[row["decision_id"]] for row in rows]
+
+
+def release(store: Warehouse, decision_ids: Sequence[str], run_id: str) -> None:
+    if decision_ids:
+        store.execute("UPDATE decisions SET claimed_by = NULL, claimed_at = NULL WHERE "
+                      "list_contains(?, decision_id) AND claimed_by = ? AND executed_at IS NULL",
+                      [list(decision_ids), run_id])
 
 
 def counts_by_status(results: Sequence[ActionResult]) -> dict[str, int]:

@@ -1,5 +1,6 @@
 """The live side of the scaling policy: build its inputs from the fleet and the warehouse,
-store its decisions, and carry an approved decision out through the adapter.
+store its decisions, and carry a tick's batch of approved decisions out through the adapter
+(each claimed once, its outcome recorded: `market_pipeline.action_batches`).
 
 The policy itself (`market_pipeline.scaling.policy.plan_pool`) is the one the scaling-eval
 replay runs; this module only adapts the live fleet to it.
@@ -25,7 +26,6 @@ from market_pipeline.action_batches import (
     batch_rows,
     carry_out,
     pending_batches,
-    record_outcome,
     result_for,
 )
 from market_pipeline.config import MarketPipelineConfig
@@ -137,19 +137,21 @@ def execute_scaling_batch(store: Warehouse, adapter: NodeAdapter, tick: datetime
     rows = batch_rows(store, SCALE_KIND, tick, NODE_ACTIONS)
     latest = store.query("SELECT max(decided_at) AS t FROM decisions WHERE kind = ?", [SCALE_KIND])["t"][0]
     superseded = latest is not None and latest > tick
-    batch = _ScalingBatch(store, adapter, now, superseded=latest if superseded else None)
+    batch = _ScalingBatch(adapter, superseded=latest if superseded else None)
     return carry_out(store, rows, batch_id=batch_id_for(SCALE_KIND, tick), run_id=run_id, now=now,
                      run_is_live=run_is_live, resumable=False, act=batch.act)
 
 
 class _ScalingBatch:
-    """One batch's actions against the adapter; nodes already powered on by an earlier action
-    of the batch are not picked again (they stay warm or off until they join)."""
+    """One batch's actions against the adapter. The node list is read once per batch (on a
+    fleet of thousands of nodes a read costs about as much as an action); nodes an earlier
+    action of the batch powered on are not picked again (they stay warm or off until they
+    join). Whether a node still runs tasks is read right before it is powered off."""
 
-    def __init__(self, store: Warehouse, adapter: NodeAdapter, now: datetime,
-                 superseded: datetime | None) -> None:
-        self.store, self.adapter, self.now, self.superseded = store, adapter, now, superseded
+    def __init__(self, adapter: NodeAdapter, superseded: datetime | None) -> None:
+        self.adapter, self.superseded = adapter, superseded
         self.powered_on: set[str] = set()
+        self._nodes: list[NodeInfo] | None = None
 
     def act(self, decision: dict) -> ActionResult:
         if self.superseded is not None:
@@ -159,9 +161,7 @@ class _ScalingBatch:
                 status, detail = self._apply(decision)
             except Exception as exc:  # an adapter that raises: recorded, and the run fails
                 status, detail = ERROR, f"{type(exc).__name__}: {exc}"
-        result = result_for(decision, status, detail)
-        record_outcome(self.store, decision["decision_id"], self.now, result.outcome)
-        return result
+        return result_for(decision, status, detail)
 
     def _apply(self, decision: dict) -> tuple[str, str]:
         action, node_id = decision["action"], decision["target"]
@@ -190,7 +190,9 @@ class _ScalingBatch:
 
     def _nodes_to_power_on(self, pool_id: str, count: int) -> list[str]:
         """Warm nodes first (they join in about a minute), then cold ones."""
-        nodes = [n for n in self.adapter.list_nodes() if n.pool_id == pool_id
+        if self._nodes is None:
+            self._nodes = self.adapter.list_nodes()
+        nodes = [n for n in self._nodes if n.pool_id == pool_id
                  and n.state is not NodeState.ON and n.node_id not in self.powered_on]
         nodes.sort(key=lambda n: (n.state is not NodeState.WARM, n.node_id))
         return [n.node_id for n in nodes[:count]]

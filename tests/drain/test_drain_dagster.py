@@ -115,14 +115,15 @@ def test_a_drain_whose_run_died_is_taken_over_and_one_in_flight_is_left(tmp_path
 
     def run(run_id):
         return carry_out(warehouse, batch_rows(warehouse, "drain", tick), batch_id=batch_id_for("drain", tick),
-                         run_id=run_id, now=tick, run_is_live=lambda r: r == "live", resumable=True, act=act)
+                         run_id=run_id, now=tick, run_is_live=lambda r: r == "live", resumable=True, act=act,
+                         record=False)
 
     assert [r.status for r in run("r1")] == ["ok", "skipped", "ok"]
     assert acted == ["drain-a", "drain-c"]  # the drain protocol resumes a from its audit log
     claims = dict(warehouse.query("SELECT decision_id, claimed_by FROM decisions").iter_rows())
     assert claims == {"drain-a": "r1", "drain-b": "live", "drain-c": "r1"}
-    # r1 recorded no outcome (act is a stand-in): a rerun of r1 itself may continue; another
-    # run finds r1's claims, and r1 is not live, so it takes them over too.
+    # The stand-in drains recorded no outcome (as a drain stopped half-way): the next run
+    # finds r1's claims, r1 is not live, so it takes them over and resumes them.
     assert [r.status for r in run("r2")] == ["ok", "skipped", "ok"]
 
 

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from assets.resources import FleetAdapterResource, WarehouseResource
-from market_pipeline.action_batches import batch_id_for
+from market_pipeline.action_batches import batch_id_for, batch_rows, carry_out, result_for
 from market_pipeline.config import load_config
 from market_pipeline.hardware import make_adapter
 from market_pipeline.hardware.protocol import NodeInfo, NodeState, Outcome, OutcomeStatus
@@ -234,3 +234,29 @@ def test_a_batch_a_later_plan_replaced_is_superseded(tmp_path):
     [result] = execute_scaling_batch(store, adapter, T1, run_id="r1", now=T2, run_is_live=lambda _: False)
     assert result.status == "superseded" and adapter.calls == []
     assert decisions(store)["scale-old"]["outcome"].startswith("superseded: the plan of")
+
+
+def test_a_batch_that_stops_early_keeps_what_it_did_and_hands_back_the_rest(tmp_path):
+    store = open_warehouse(tmp_path / "w.duckdb")
+    for key in ("a", "b", "c"):
+        add(store, key, T1, "cordon", key)
+    acted = []
+
+    def act(row):
+        acted.append(row["decision_id"])
+        if row["decision_id"] == "scale-b":
+            raise OSError("warehouse disk gone")  # not an adapter outcome: the run stops
+        return result_for(row, "ok", "cordoned")
+
+    def run(run_id):
+        return carry_out(store, batch_rows(store, "scale", T1), batch_id="b1", run_id=run_id, now=T1,
+                         run_is_live=lambda _: False, resumable=False, act=act)
+
+    with pytest.raises(OSError):
+        run("r1")
+    rows = decisions(store)
+    assert rows["scale-a"]["outcome"] == "ok: cordoned"  # recorded although the batch stopped
+    assert rows["scale-b"]["claimed_by"] == "r1" and rows["scale-b"]["executed_at"] is None
+    assert rows["scale-c"]["claimed_by"] is None  # never acted on: handed back
+    assert [r.status for r in run("r2")] == ["skipped", "abandoned", "ok"]
+    assert acted == ["scale-a", "scale-b", "scale-c"]
