@@ -92,7 +92,9 @@ def run_control_loop(days: float, instance: dg.DagsterInstance) -> dict:
 
 
 def _run_sensor_requests(defs: dg.Definitions, instance: dg.DagsterInstance) -> None:
-    """Evaluate the run-request sensors once and execute what they ask for, in process."""
+    """Evaluate the run-request sensors once and execute what they ask for, in process: one
+    run per batch (a tick's drains, a tick's scaling actions). A run key that already has a
+    run is skipped, as the daemon would."""
     for sensor_name in ("drain_sensor", "scaling_sensor"):
         sensor = defs.resolve_sensor_def(sensor_name)
         with dg.build_sensor_context(instance=instance, resources=defs.resources,
@@ -100,12 +102,20 @@ def _run_sensor_requests(defs: dg.Definitions, instance: dg.DagsterInstance) -> 
             result = sensor(context)
         requests = result.run_requests if hasattr(result, "run_requests") else list(result or [])
         for request in requests or []:
-            if not isinstance(request, dg.RunRequest):
+            if not isinstance(request, dg.RunRequest) or _run_key_used(instance, request.run_key):
                 continue
             job = defs.resolve_job_def(sensor.job_name)
             tags = {**(request.tags or {}), "dagster/run_key": request.run_key or ""}
-            job.execute_in_process(run_config=request.run_config, instance=instance, tags=tags,
-                                   raise_on_error=False)
+            run = job.execute_in_process(run_config=request.run_config, instance=instance, tags=tags,
+                                         raise_on_error=False)
+            if not run.success:
+                print(f"  {sensor.job_name} run {request.run_key} failed; see the run in the Dagster UI",
+                      file=sys.stderr)
+
+
+def _run_key_used(instance: dg.DagsterInstance, run_key: str | None) -> bool:
+    return bool(run_key) and bool(instance.get_run_ids(
+        filters=dg.RunsFilter(tags={"dagster/run_key": run_key}), limit=1))
 
 
 def _check(result: dg.ExecuteInProcessResult, what: str) -> None:

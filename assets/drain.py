@@ -1,7 +1,8 @@
-"""Task drains (node level): plan `drain_requests`; `drain_job` carries one decision out.
+"""Task drains (node level): plan `drain_requests`; `drain_job` carries a tick's batch out.
 
-drain_requests (asset) --decisions--> drain_sensor (sensors/drain.py, run_key = decision id)
---RunRequest--> drain_job (execute_drain op: the persisted drain protocol via the adapter).
+drain_requests (asset) --decisions--> drain_sensor (sensors/drain.py, run_key = batch id
+`drain@<tick>`) --RunRequest--> drain_job (execute_drain_batch: each drain claimed once,
+then the persisted drain protocol via the adapter).
 """
 
 from datetime import datetime, timedelta, timezone
@@ -10,15 +11,18 @@ import dagster as dg
 
 from assets.resources import FleetAdapterResource, WarehouseResource
 from assets.scaling import scaling_plan
+from market_pipeline.action_batches import batch_id_for, parse_tick
+from market_pipeline.drain_batches import DRAIN_KIND, execute_drain_batch
 from market_pipeline.guardrails.task_drain_service import (
     decisions_markdown,
-    execute_decision,
     outcome_summary,
     plan_and_record,
 )
 from market_pipeline.guardrails.task_drain_store import recent_drain_outcomes
+from market_pipeline.hardware.protocol import adapter_now
+from sensors.batches import ActionBatchConfig, batch_output, run_is_live
 
-DRAIN_OP_NAME = "execute_drain"
+DRAIN_OP_NAME = "execute_drain_batch"
 
 
 @dg.asset(group_name="drain", pool="warehouse", deps=[scaling_plan], kinds={"duckdb"})
@@ -54,42 +58,31 @@ def drain_requests(
     })
 
 
-class DrainDecisionConfig(dg.Config):
-    decision_id: str
-
-
 @dg.op(name=DRAIN_OP_NAME, pool="warehouse", tags={"concern": "task_drain"})
-def execute_drain(
-    context: dg.OpExecutionContext, config: DrainDecisionConfig,
+def execute_drain_batch_op(
+    context: dg.OpExecutionContext, config: ActionBatchConfig,
     fleet: FleetAdapterResource, warehouse: WarehouseResource,
 ) -> dg.Output[None]:
-    """Run (or resume) the drain protocol for one approved decision."""
-    report = execute_decision(warehouse.get(), fleet.get(), fleet.config(), config.decision_id)
-    metadata = {
-        "decision_id": report.decision_id or config.decision_id,
-        "task_id": report.task_id or "",
-        "outcome": report.outcome,
-        "seconds": round(report.seconds, 3),
-        "states": " -> ".join(report.states),
-        "checkpoint": report.checkpoint or "",
-        "platform_fault": report.platform_fault,
-        "reason": report.reason,
-    }
-    context.log.info("drain %s: %s", config.decision_id, metadata)
-    if report.outcome == "failed":
-        # Recorded and terminal: a rerun returns this report without touching the task.
-        raise dg.Failure(description=f"drain {config.decision_id} failed: {report.reason}",
-                         metadata=metadata)
-    return dg.Output(None, metadata=metadata)
+    """Run (or resume) the drain protocol for each approved drain of one tick, once each."""
+    try:
+        tick = parse_tick(config.tick)
+    except ValueError as exc:
+        raise dg.Failure(description=str(exc)) from None
+    adapter = fleet.get()
+    results = execute_drain_batch(warehouse.get(), adapter, fleet.config(), tick, run_id=context.run_id,
+                                  now=adapter_now(adapter), run_is_live=run_is_live(context.instance))
+    # A failed drain is recorded and terminal: a rerun reports it without touching the task.
+    return batch_output(context, "drain batch", batch_id_for(DRAIN_KIND, tick), results)
 
 
 @dg.job(name="drain_job", tags={"concern": "task_drain"})
 def drain_job() -> None:
-    execute_drain()
+    execute_drain_batch_op()
 
 
-def drain_run_config(decision_id: str) -> dg.RunConfig:
-    return dg.RunConfig(ops={DRAIN_OP_NAME: DrainDecisionConfig(decision_id=decision_id)})
+def drain_run_config(tick: datetime) -> dg.RunConfig:
+    """The run config of one tick's drain batch (the sensor's, or an operator's rerun)."""
+    return dg.RunConfig(ops={DRAIN_OP_NAME: ActionBatchConfig(tick=tick.isoformat())})
 
 
 drain_assets = [drain_requests]

@@ -1,5 +1,6 @@
-"""Scaling: the per-pool plan (certified capacity, gated scale-down) and the job that carries
-approved node actions out through the adapter, launched by the scaling sensor."""
+"""Scaling: the per-pool plan (certified capacity, gated scale-down). Its approved node
+actions are carried out per tick by scaling_actions_job, launched by the scaling sensor
+(sensors/scaling.py)."""
 
 # No `from __future__ import annotations`: Dagster inspects the context annotations at runtime.
 import json
@@ -14,17 +15,11 @@ from market_pipeline.market_state import tick_origin
 from market_pipeline.tick.live import latest_tick, next_price_ceilings, prices_in_force
 from market_pipeline.scaling_live import (
     decision_rows,
-    execute_scaling_decision,
     failed_drains_by_node,
     load_memory,
     memory_frame,
-    pending_scaling_decisions,
     plan_fleet,
 )
-from market_pipeline.warehouse import WarehouseError
-
-SCALING_OP_NAME = "execute_scaling_action"
-DECISION_TAG = "scaling/decision_id"
 
 
 @dg.asset(group_name="scaling", pool="warehouse", deps=[price_book], kinds={"duckdb"})
@@ -66,42 +61,6 @@ def scaling_plan(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
         "decision_table": dg.MetadataValue.md(table.to_pandas().to_markdown(index=False) if rows.height
                                               else "_no decisions_"),
     })
-
-
-class ScalingDecisionConfig(dg.Config):
-    decision_id: str
-
-
-@dg.op(name=SCALING_OP_NAME, pool="warehouse", tags={"concern": "scaling"})
-def execute_scaling_action(context: dg.OpExecutionContext, config: ScalingDecisionConfig,
-                           fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.Output[None]:
-    """Power on/off, cordon or uncordon one node for an approved scaling decision."""
-    adapter = fleet.get()
-    outcome = execute_scaling_decision(warehouse.get(), adapter, config.decision_id, adapter_now(adapter))
-    metadata = {"decision_id": config.decision_id, "status": outcome.status.value, "detail": outcome.detail}
-    context.log.info("scaling %s: %s", config.decision_id, metadata)
-    if not outcome.ok:
-        raise dg.Failure(description=f"scaling action {config.decision_id}: {outcome.detail}", metadata=metadata)
-    return dg.Output(None, metadata=metadata)
-
-
-@dg.job(name="scaling_actions_job", tags={"concern": "scaling"})
-def scaling_actions_job() -> None:
-    execute_scaling_action()
-
-
-@dg.sensor(job=scaling_actions_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
-def scaling_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
-    """One run per approved, live, not yet executed scaling decision; run_key = decision id."""
-    try:
-        pending = pending_scaling_decisions(warehouse.reader())
-    except WarehouseError as exc:
-        return dg.SkipReason(f"warehouse not readable: {exc}")
-    if not pending:
-        return dg.SkipReason("no approved scaling action is waiting")
-    return [dg.RunRequest(run_key=decision_id, tags={DECISION_TAG: decision_id},
-                          run_config=dg.RunConfig(ops={SCALING_OP_NAME: ScalingDecisionConfig(decision_id=decision_id)}))
-            for decision_id in pending]
 
 
 scaling_assets = [scaling_plan]

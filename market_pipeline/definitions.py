@@ -11,11 +11,12 @@ from assets.drain import drain_assets, drain_job
 from assets.fleet import fleet_assets
 from assets.market import market_assets
 from assets.resources import FleetAdapterResource, WarehouseResource
-from assets.scaling import scaling_actions_job, scaling_assets, scaling_sensor
+from assets.scaling import scaling_assets
 from assets.simulation import simulation_assets
 from assets.telemetry import telemetry_assets, telemetry_checks
 from market_pipeline.config import CONFIG_ENV, load_config
 from sensors.drain import drain_sensor
+from sensors.scaling import scaling_actions_job, scaling_sensor
 
 
 def _resources() -> dict[str, object]:

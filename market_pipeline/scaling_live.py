@@ -1,5 +1,6 @@
 """The live side of the scaling policy: build its inputs from the fleet and the warehouse,
-store its decisions, and carry an approved decision out through the adapter.
+store its decisions, and carry a tick's batch of approved decisions out through the adapter
+(each claimed once, its outcome recorded: `market_pipeline.action_batches`).
 
 The policy itself (`market_pipeline.scaling.policy.plan_pool`) is the one the scaling-eval
 replay runs; this module only adapts the live fleet to it.
@@ -9,11 +10,25 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import polars as pl
 
+from market_pipeline.action_batches import (
+    ERROR,
+    FAILED,
+    INFEASIBLE,
+    OK,
+    SUPERSEDED,
+    ActionBatch,
+    ActionResult,
+    batch_id_for,
+    batch_rows,
+    carry_out,
+    pending_batches,
+    result_for,
+)
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.guardrails.task_drain_plan import node_is_drained
 from market_pipeline.hardware.protocol import NodeAdapter, NodeInfo, NodeState, Outcome, OutcomeStatus, TaskInfo
@@ -23,6 +38,7 @@ from market_pipeline.scaling.types import DrainStatus, NodeView, PoolState, Scal
 from market_pipeline.scaling.types import NodeState as ScalingNodeState
 from market_pipeline.warehouse import Warehouse
 
+SCALE_KIND = "scale"
 # The actions scaling_actions_job carries out through the adapter (the rest only record).
 NODE_ACTIONS = ("power_on", "scale_up", "power_off", "scale_down", "cordon", "uncordon")
 
@@ -129,51 +145,82 @@ def decision_rows(decisions: Sequence[ScalingDecision], shadow: bool, decided_at
                                                 "reasons": pl.List(pl.Utf8), "target": pl.Utf8})
 
 
-def pending_scaling_decisions(store: Warehouse) -> list[str]:
-    """Approved, live, not yet executed scaling actions (what the scaling sensor launches)."""
-    frame = store.query(
-        "SELECT decision_id FROM decisions WHERE kind = 'scale' AND allowed AND NOT shadow "
-        "AND executed_at IS NULL AND list_contains(?, action) ORDER BY decided_at, decision_id",
-        [list(NODE_ACTIONS)])
-    return frame["decision_id"].to_list()
+def pending_scaling_batches(store: Warehouse) -> list[ActionBatch]:
+    """Ticks with approved, live scaling actions not yet executed (what the sensor launches)."""
+    return pending_batches(store, SCALE_KIND, NODE_ACTIONS)
 
 
-def execute_scaling_decision(store: Warehouse, adapter: NodeAdapter, decision_id: str, now: datetime) -> Outcome:
-    """Carry out one approved scaling action; never power a node off while a task runs on it."""
-    frame = store.query("SELECT * FROM decisions WHERE decision_id = ? AND kind = 'scale'", [decision_id])
-    if frame.is_empty():
-        return Outcome(OutcomeStatus.FAILED, f"no scaling decision {decision_id!r}")
-    decision = frame.row(0, named=True)
-    if decision["executed_at"] is not None:
-        return Outcome(OutcomeStatus.OK, f"already executed: {decision['outcome']}")
-    outcome = _apply(adapter, decision)
-    store.execute("UPDATE decisions SET executed_at = ?, outcome = ? WHERE decision_id = ?",
-                  [now, f"{outcome.status.value}: {outcome.detail}", decision_id])
-    return outcome
+def execute_scaling_batch(store: Warehouse, adapter: NodeAdapter, tick: datetime, *, run_id: str,
+                          now: datetime, run_is_live: Callable[[str], bool]) -> list[ActionResult]:
+    """Carry out a tick's approved scaling actions, each once, recording each outcome.
+
+    A batch whose tick a later plan has already replaced is superseded, not carried out: that
+    plan saw the fleet without these actions and re-decided (acting on both would double up).
+    """
+    rows = batch_rows(store, SCALE_KIND, tick, NODE_ACTIONS)
+    latest = store.query("SELECT max(decided_at) AS t FROM decisions WHERE kind = ?", [SCALE_KIND])["t"][0]
+    superseded = latest is not None and latest > tick
+    batch = _ScalingBatch(adapter, superseded=latest if superseded else None)
+    return carry_out(store, rows, batch_id=batch_id_for(SCALE_KIND, tick), run_id=run_id, now=now,
+                     run_is_live=run_is_live, resumable=False, act=batch.act)
 
 
-def _apply(adapter: NodeAdapter, decision: dict) -> Outcome:
-    action, node_id = decision["action"], decision["target"]
-    count = int(json.loads(decision["inputs"] or "{}").get("count", 1))
-    if action in ("power_on", "scale_up"):
-        targets = [node_id] if node_id else _nodes_to_power_on(adapter, decision["pool_id"], count)
-        if not targets:
-            return Outcome(OutcomeStatus.FAILED, "no standby or off node left in the pool")
-        outcomes = [adapter.power_on(t) for t in targets]
-        bad = [o for o in outcomes if not o.ok]
-        return bad[0] if bad else Outcome.success(f"powered on {targets}")
-    if node_id is None:
-        return Outcome(OutcomeStatus.FAILED, f"{action} names no node")
-    if action in ("power_off", "scale_down"):
-        drained, left = node_is_drained(node_id, adapter.list_tasks())
-        if not drained:
-            return Outcome(OutcomeStatus.FAILED, f"node {node_id} still runs tasks {left}; not powered off")
-        return adapter.power_off(node_id)
-    return adapter.cordon(node_id) if action == "cordon" else adapter.uncordon(node_id)
+class _ScalingBatch:
+    """One batch's actions against the adapter. The node list is read once per batch (on a
+    fleet of thousands of nodes a read costs about as much as an action); nodes an earlier
+    action of the batch powered on are not picked again (they stay warm or off until they
+    join). Whether a node still runs tasks is read right before it is powered off."""
+
+    def __init__(self, adapter: NodeAdapter, superseded: datetime | None) -> None:
+        self.adapter, self.superseded = adapter, superseded
+        self.powered_on: set[str] = set()
+        self._nodes: list[NodeInfo] | None = None
+
+    def act(self, decision: dict) -> ActionResult:
+        if self.superseded is not None:
+            status, detail = SUPERSEDED, f"the plan of {self.superseded.isoformat()} re-decided"
+        else:
+            try:
+                status, detail = self._apply(decision)
+            except Exception as exc:  # an adapter that raises: recorded, and the run fails
+                status, detail = ERROR, f"{type(exc).__name__}: {exc}"
+        return result_for(decision, status, detail)
+
+    def _apply(self, decision: dict) -> tuple[str, str]:
+        action, node_id = decision["action"], decision["target"]
+        if action in ("power_on", "scale_up"):
+            count = int(json.loads(decision["inputs"] or "{}").get("count", 1))
+            targets = [node_id] if node_id else self._nodes_to_power_on(decision["pool_id"], count)
+            if not targets:
+                return INFEASIBLE, f"no standby or off node left in pool {decision['pool_id']} (asked {count})"
+            self.powered_on.update(targets)
+            outcomes = [self.adapter.power_on(t) for t in targets]
+            bad = [o for o in outcomes if not o.ok]
+            if bad:
+                return _adapter_status(bad[0]), bad[0].detail
+            short = f"; {count - len(targets)} more asked, none left" if len(targets) < count else ""
+            return OK, f"powered on {targets}{short}"
+        if node_id is None:
+            return INFEASIBLE, f"{action} names no node"
+        if action in ("power_off", "scale_down"):
+            drained, left = node_is_drained(node_id, self.adapter.list_tasks())
+            if not drained:
+                return INFEASIBLE, f"node {node_id} still runs tasks {left}; not powered off"
+            outcome = self.adapter.power_off(node_id)
+        else:
+            outcome = self.adapter.cordon(node_id) if action == "cordon" else self.adapter.uncordon(node_id)
+        return (OK if outcome.ok else _adapter_status(outcome)), outcome.detail
+
+    def _nodes_to_power_on(self, pool_id: str, count: int) -> list[str]:
+        """Warm nodes first (they join in about a minute), then cold ones."""
+        if self._nodes is None:
+            self._nodes = self.adapter.list_nodes()
+        nodes = [n for n in self._nodes if n.pool_id == pool_id
+                 and n.state is not NodeState.ON and n.node_id not in self.powered_on]
+        nodes.sort(key=lambda n: (n.state is not NodeState.WARM, n.node_id))
+        return [n.node_id for n in nodes[:count]]
 
 
-def _nodes_to_power_on(adapter: NodeAdapter, pool_id: str, count: int) -> list[str]:
-    """Warm nodes first (they join in about a minute), then cold ones."""
-    nodes = [n for n in adapter.list_nodes() if n.pool_id == pool_id and n.state is not NodeState.ON]
-    nodes.sort(key=lambda n: (n.state is not NodeState.WARM, n.node_id))
-    return [n.node_id for n in nodes[:count]]
+def _adapter_status(outcome: Outcome) -> str:
+    """A node that is gone cannot carry the action: infeasible; any other refusal is a failure."""
+    return INFEASIBLE if outcome.status is OutcomeStatus.GONE else FAILED

@@ -81,6 +81,13 @@ MIGRATIONS: tuple[Migration, ...] = (
             pending_gpus DOUBLE NOT NULL, demand DOUBLE NOT NULL, price DOUBLE,
             PRIMARY KEY (pool_id, ts))""",
     )),
+    Migration(3, "decisions: batch and claim of an executed action", (
+        # The run that claimed the decision before carrying it out (exactly-once per decision
+        # inside a batch run), when, and the batch (kind@tick) it ran in.
+        "ALTER TABLE decisions ADD COLUMN batch_id VARCHAR",
+        "ALTER TABLE decisions ADD COLUMN claimed_by VARCHAR",
+        "ALTER TABLE decisions ADD COLUMN claimed_at TIMESTAMPTZ",
+    )),
     Migration(400, "demand forecasts and solve reports", (
         """CREATE TABLE demand_forecasts (
             pool_id VARCHAR NOT NULL, origin_ts TIMESTAMPTZ NOT NULL, target_ts TIMESTAMPTZ NOT NULL,

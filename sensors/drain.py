@@ -1,57 +1,35 @@
-"""drain_sensor: one RunRequest of drain_job per approved, not yet executed drain decision.
+"""drain_sensor: one run of drain_job per tick's batch of approved, not yet executed drains.
 
-run_key = decision id, so Dagster launches each decision at most once however often the
-sensor ticks; the drain protocol itself is idempotent per decision as a second guard.
-A run that died before its drain finished (process killed, fleet unreachable) would
-otherwise leave the drain half-way for ever: after such a failed run the sensor asks for
-a resume run (`<decision id>#resume<n>`, at most RESUME_LIMIT), which continues the drain
-from its audit log without repeating a step. The sensor only reads.
+run_key = batch id (`drain@<tick>`), so Dagster launches each batch at most once however
+often the sensor ticks; inside, each drain is claimed once and the drain protocol itself is
+idempotent per decision as a second guard. A run that died before its drains finished
+(process killed, fleet unreachable) would otherwise leave them half-way for ever: after such
+a failed run the sensor asks for a resume run (`<batch id>#resume<n>`, at most RESUME_LIMIT),
+which continues each drain from its audit log without repeating a step. The sensor only reads.
 """
 
 import dagster as dg
 
-from assets.drain import drain_job, drain_run_config
+from assets.drain import DRAIN_OP_NAME, drain_job
 from assets.resources import WarehouseResource
-from market_pipeline.guardrails.task_drain_store import pending_drain_decisions
+from market_pipeline.drain_batches import pending_drain_batches
 from market_pipeline.warehouse import WarehouseError
+from sensors.batches import RESUME_LIMIT, batch_requests
 
-DECISION_TAG = "drain/decision_id"
-RESUME_LIMIT = 3
-UNFINISHED_RUN = frozenset({dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED})
-
-
-def drain_run_key(instance: dg.DagsterInstance, decision_id: str) -> str | None:
-    """The decision id, or a resume key after a failed run; None once resumes are spent."""
-    runs = instance.get_runs(filters=dg.RunsFilter(tags={DECISION_TAG: decision_id}),
-                             limit=RESUME_LIMIT + 1)
-    if not runs or runs[0].status not in UNFINISHED_RUN:
-        return decision_id  # first launch, or a run in flight / done: Dagster dedupes it
-    if len(runs) > RESUME_LIMIT:
-        return None
-    return f"{decision_id}#resume{len(runs)}"
+TAG_PREFIX = "drain"
+BATCH_TAG = f"{TAG_PREFIX}/batch_id"
 
 
 @dg.sensor(job=drain_job, minimum_interval_seconds=30,
            default_status=dg.DefaultSensorStatus.RUNNING)
 def drain_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
     try:
-        pending = pending_drain_decisions(warehouse.reader())
+        pending = pending_drain_batches(warehouse.reader())
     except WarehouseError as exc:
         return dg.SkipReason(f"warehouse not readable: {exc}")
-    requests, given_up = [], []
-    for d in pending:
-        run_key = drain_run_key(context.instance, d.decision_id)
-        if run_key is None:
-            given_up.append(d.decision_id)
-            continue
-        requests.append(dg.RunRequest(
-            run_key=run_key,
-            run_config=drain_run_config(d.decision_id),
-            tags={DECISION_TAG: d.decision_id, "drain/task_id": d.task.task_id,
-                  "drain/tenant_id": d.task.tenant_id, "drain/pool_id": d.task.pool_id},
-        ))
+    requests, given_up = batch_requests(context, pending, prefix=TAG_PREFIX, op_name=DRAIN_OP_NAME)
     if given_up:
-        context.log.warning("drains left to an operator after %d failed runs "
+        context.log.warning("drain batches left to an operator after %d failed runs "
                             "(`market-pipeline drain --decision-id ID`): %s",
                             RESUME_LIMIT + 1, given_up)
     if not requests:

@@ -28,7 +28,8 @@ def test_workspace_yaml_points_at_the_definitions_module():
     from market_pipeline.definitions import defs
 
     repo = defs.get_repository_def()
-    assert {"telemetry_job", "control_loop_job", "drain_job", "billing_job"} <= set(repo.job_names)
+    assert {"telemetry_job", "control_loop_job", "drain_job", "scaling_actions_job",
+            "billing_job"} <= set(repo.job_names)
     assert {"drain_sensor", "scaling_sensor"} <= {s.name for s in repo.sensor_defs}
     keys = {key.to_user_string() for key in repo.asset_graph.get_all_asset_keys()}
     for name in ("telemetry_samples", "usage_intervals", "demand_forecast", "equilibrium_prices",

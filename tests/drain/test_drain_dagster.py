@@ -1,4 +1,4 @@
-"""Dagster wiring: drain_requests -> drain_sensor (run_key = decision id) -> drain_job."""
+"""Dagster wiring: drain_requests -> drain_sensor (run_key = batch id) -> drain_job."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from assets.drain import drain_job, drain_requests, drain_run_config
 from assets.resources import FleetAdapterResource, WarehouseResource
 from drain_testkit import make_task
+from market_pipeline.action_batches import batch_id_for, batch_rows, carry_out, result_for
 from market_pipeline.config import load_config
 from market_pipeline.guardrails.task_drain_limits import DrainReason
 from market_pipeline.guardrails.task_drain_plan import DrainDecision
@@ -59,41 +60,71 @@ def resources(config):
             "fleet": FleetResource()}
 
 
-def decision(task_id: str, *, allowed=True, shadow=False) -> DrainDecision:
+def decision(task_id: str, *, allowed=True, shadow=False, at: datetime | None = None) -> DrainDecision:
     task = make_task(task_id)
-    now = datetime.now(timezone.utc)
+    now = at or datetime.now(timezone.utc)
     return DrainDecision(decision_id=f"drain-{task_id}", task=task, reason=DrainReason.UNDER_USED,
                          allowed=allowed, shadow=shadow, reasons=("under_used: test",),
                          score=drainability_score(task, None, None), utilisation=None,
                          decided_at=now, fleet_now=now)
 
 
-def test_drain_sensor_dedupes_by_decision_id_and_has_no_side_effect(tmp_path, instance):
+def test_drain_sensor_launches_one_run_per_tick_and_has_no_side_effect(tmp_path, instance):
     warehouse = open_warehouse(tmp_path / "w.duckdb")
-    write_decisions(warehouse, [decision("a"), decision("b"), decision("blocked", allowed=False),
-                                decision("shadow", shadow=True)])
+    tick, later = datetime(2026, 1, 5, 10, tzinfo=timezone.utc), datetime(2026, 1, 5, 10, 5, tzinfo=timezone.utc)
+    write_decisions(warehouse, [decision("a", at=tick), decision("b", at=tick), decision("c", at=later),
+                                decision("blocked", allowed=False, at=tick),
+                                decision("shadow", shadow=True, at=tick)])
     before = warehouse.query("SELECT * FROM decisions ORDER BY decision_id")
     context = dg.build_sensor_context(
         instance=instance, resources={"warehouse": WarehouseResource(path=str(warehouse.path))})
     first = drain_sensor.evaluate_tick(context).run_requests
     second = drain_sensor.evaluate_tick(context).run_requests
-    assert [r.run_key for r in first] == [r.run_key for r in second] == ["drain-a", "drain-b"]
-    assert all(r.tags["drain/decision_id"] == r.run_key for r in first)
+    batch = batch_id_for("drain", tick)
+    assert [r.run_key for r in first] == [r.run_key for r in second] == [batch, batch_id_for("drain", later)]
+    assert first[0].tags["drain/batch_id"] == batch and first[0].tags["drain/decisions"] == "2"
+    assert first[0].tags["drain/tick"] == tick.isoformat()
     assert warehouse.query("SELECT * FROM decisions ORDER BY decision_id").equals(before)
     warehouse.execute("UPDATE decisions SET executed_at = now(), outcome = 'terminated' "
-                      "WHERE decision_id = 'drain-a'")
+                      "WHERE decision_id IN ('drain-a', 'drain-c')")
     context = dg.build_sensor_context(
         instance=instance, resources={"warehouse": WarehouseResource(path=str(warehouse.path))})
-    assert [r.run_key for r in drain_sensor.evaluate_tick(context).run_requests] == ["drain-b"]
-    # A run that died before finishing its drain gets a resume run, not a silent stall.
+    assert [r.run_key for r in drain_sensor.evaluate_tick(context).run_requests] == [batch]
+    # A run that died before finishing its drains gets a resume run, not a silent stall.
     failed = drain_job.execute_in_process(
-        run_config=drain_run_config("drain-b"), instance=instance, raise_on_error=False,
-        tags={"drain/decision_id": "drain-b"},
+        run_config=drain_run_config(tick), instance=instance, raise_on_error=False,
+        tags={"drain/batch_id": batch},
         resources={"warehouse": WarehouseResource(path=str(warehouse.path)),
                    "fleet": FleetAdapterResource(config_path=str(tmp_path / "missing.toml"))})
     assert not failed.success
     [resume] = drain_sensor.evaluate_tick(context).run_requests
-    assert resume.run_key == "drain-b#resume1" and resume.tags["drain/decision_id"] == "drain-b"
+    assert resume.run_key == f"{batch}#resume1" and resume.tags["drain/batch_id"] == batch
+
+
+def test_a_drain_whose_run_died_is_taken_over_and_one_in_flight_is_left(tmp_path):
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    tick = datetime(2026, 1, 5, 10, tzinfo=timezone.utc)
+    write_decisions(warehouse, [decision(t, at=tick) for t in ("a", "b", "c")])
+    warehouse.execute("UPDATE decisions SET claimed_by = 'dead' WHERE decision_id = 'drain-a'")
+    warehouse.execute("UPDATE decisions SET claimed_by = 'live' WHERE decision_id = 'drain-b'")
+    acted = []
+
+    def act(row):
+        acted.append(row["decision_id"])
+        return result_for(row, "ok", "terminated")
+
+    def run(run_id):
+        return carry_out(warehouse, batch_rows(warehouse, "drain", tick), batch_id=batch_id_for("drain", tick),
+                         run_id=run_id, now=tick, run_is_live=lambda r: r == "live", resumable=True, act=act,
+                         record=False)
+
+    assert [r.status for r in run("r1")] == ["ok", "skipped", "ok"]
+    assert acted == ["drain-a", "drain-c"]  # the drain protocol resumes a from its audit log
+    claims = dict(warehouse.query("SELECT decision_id, claimed_by FROM decisions").iter_rows())
+    assert claims == {"drain-a": "r1", "drain-b": "live", "drain-c": "r1"}
+    # The stand-in drains recorded no outcome (as a drain stopped half-way): the next run
+    # finds r1's claims, r1 is not live, so it takes them over and resumes them.
+    assert [r.status for r in run("r2")] == ["ok", "skipped", "ok"]
 
 
 def test_drain_sensor_skips_without_a_warehouse(tmp_path, instance):
@@ -120,21 +151,23 @@ def test_drain_end_to_end_under_used_worker(local_config, instance):
         context = dg.build_sensor_context(instance=instance, resources=res)
         [request] = drain_sensor.evaluate_tick(context).run_requests
         warehouse = res["warehouse"].get()
-        row = warehouse.query("SELECT decision_id, target, reasons FROM decisions").to_dicts()[0]
-        assert request.run_key == row["decision_id"] and row["target"] == "idle"
+        row = warehouse.query("SELECT decision_id, target, reasons, decided_at FROM decisions").to_dicts()[0]
+        assert request.run_key == batch_id_for("drain", row["decided_at"]) and row["target"] == "idle"
         assert row["reasons"][0].startswith("under_used")
         run = drain_job.execute_in_process(run_config=request.run_config, resources=res,
-                                           instance=instance)
+                                           instance=instance, tags=request.tags)
         assert run.success
-        executed = warehouse.query("SELECT outcome, executed_at FROM decisions").to_dicts()[0]
+        assert _counts(run) == {"ok": 1}
+        executed = warehouse.query("SELECT outcome, executed_at, claimed_by FROM decisions").to_dicts()[0]
         assert executed["outcome"] == "terminated" and executed["executed_at"] is not None
+        assert executed["claimed_by"] == run.run_id
         assert [t.task_id for t in adapter.list_tasks()] == ["busy"]
         assert (adapter.workdir / "idle" / "checkpoint.json").exists()
         rows = warehouse.query("SELECT count(*) AS n FROM drain_audit")["n"][0]
-        # A repeated run of the same decision drains nothing and writes nothing.
-        again = drain_job.execute_in_process(run_config=drain_run_config(request.run_key),
+        # A repeated run of the same batch drains nothing and writes nothing.
+        again = drain_job.execute_in_process(run_config=drain_run_config(row["decided_at"]),
                                              resources=res, instance=instance)
-        assert again.success
+        assert again.success and _counts(again) == {"skipped": 1}
         assert warehouse.query("SELECT count(*) AS n FROM drain_audit")["n"][0] == rows
         billing = warehouse.query("SELECT outcome, platform_fault, grace_seconds "
                                   "FROM drain_billing_events").to_dicts()
@@ -145,3 +178,8 @@ def test_drain_end_to_end_under_used_worker(local_config, instance):
     finally:
         for task in (worker, busy):
             adapter.kill_task(task.task_id)
+
+
+def _counts(run: dg.ExecuteInProcessResult) -> dict[str, int]:
+    [event] = [e for e in run.all_node_events if e.is_successful_output]
+    return event.step_output_data.metadata["counts_by_outcome"].value

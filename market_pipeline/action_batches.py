@@ -1,0 +1,226 @@
+"""Batches of approved actions: one per tick and kind (scaling actions, drains).
+
+The sensors launch one run per batch; inside it the batch's decisions are claimed in the
+warehouse (one conditional UPDATE, so two runs of the same batch cannot both take one) before
+any is carried out, and each outcome is written on its decision. A decision is thus carried
+out at most once, however often a batch is rerun.
+
+A claim whose run died before it wrote an outcome is settled by the next run of the batch:
+a drain is taken over and resumed (its protocol continues from the audit log without
+repeating a step); a scaling action is recorded as abandoned, since it may have been half
+done and the next plan re-decides from the fleet anyway.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from market_pipeline.warehouse import Warehouse, WarehouseError
+
+# Result statuses. Only FAILED, ERROR and RUNNING make a batch run fail; an action the fleet
+# cannot carry out is INFEASIBLE, an outcome like any other.
+OK = "ok"
+INFEASIBLE = "infeasible"  # no standby node, node gone, node still busy: nothing to do
+FAILED = "failed"  # the adapter tried and reported a failure
+ERROR = "error"  # the adapter raised
+SUPERSEDED = "superseded"  # a later plan re-decided before this batch ran
+ABANDONED = "abandoned"  # claimed by a run that died before recording an outcome
+SKIPPED = "skipped"  # executed before, or in flight in another run: not touched again
+RUNNING = "running"  # a drain that stopped before its end; a resume run continues it
+ABORTED = "aborted"  # a drain its protocol would not start (expired, the task moved)
+FAILING_STATUSES = frozenset({FAILED, ERROR, RUNNING})
+# How often a batch writes the outcomes gathered so far (one statement each time: a write
+# per action would cost more than the action on a big warehouse).
+FLUSH_SECONDS = 5.0
+
+_BATCH_COLUMNS = "decision_id, action, pool_id, target, inputs, executed_at, outcome, claimed_by"
+_ACTION_FILTER = "AND list_contains(?, action)"
+
+
+@dataclass(frozen=True)
+class ActionBatch:
+    """Approved, live decisions of one kind sharing one tick (their `decided_at`)."""
+
+    kind: str
+    tick: datetime
+    decision_ids: tuple[str, ...]
+
+    @property
+    def batch_id(self) -> str:
+        return batch_id_for(self.kind, self.tick)
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    decision_id: str
+    action: str
+    target: str
+    status: str
+    detail: str
+
+    @property
+    def outcome(self) -> str:
+        """As written to decisions.outcome."""
+        return f"{self.status}: {self.detail}"
+
+
+def batch_id_for(kind: str, tick: datetime) -> str:
+    return f"{kind}@{_utc(tick).isoformat()}"
+
+
+def parse_tick(text: str) -> datetime:
+    """The ISO tick of a batch's run config; a bad one is one clear line."""
+    try:
+        tick = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"batch tick {text!r} is not an ISO timestamp") from None
+    return _utc(tick)
+
+
+def pending_batches(store: Warehouse, kind: str, actions: Sequence[str] | None = None) -> list[ActionBatch]:
+    """Batches holding an approved, live decision without an outcome yet, oldest first.
+
+    A decision claimed by a run that has not recorded its outcome stays pending, so that a
+    resume run can settle it. Read-only.
+    """
+    if not store.path.exists():
+        return []
+    frame = store.query(
+        "SELECT decided_at, list(decision_id ORDER BY decision_id) AS ids FROM decisions "
+        "WHERE kind = ? AND allowed AND NOT shadow AND executed_at IS NULL "
+        f"{_ACTION_FILTER if actions is not None else ''} GROUP BY decided_at ORDER BY decided_at",
+        [kind, *([list(actions)] if actions is not None else [])])
+    return [ActionBatch(kind, _utc(row["decided_at"]), tuple(row["ids"])) for row in frame.iter_rows(named=True)]
+
+
+def batch_rows(store: Warehouse, kind: str, tick: datetime,
+               actions: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Every approved, live decision of the batch, executed or not, in decision-id order."""
+    frame = store.query(
+        f"SELECT {_BATCH_COLUMNS} FROM decisions WHERE kind = ? AND allowed AND NOT shadow "
+        f"AND decided_at = ? {_ACTION_FILTER if actions is not None else ''} ORDER BY decision_id",
+        [kind, tick, *([list(actions)] if actions is not None else [])])
+    return frame.to_dicts()
+
+
+def claim(store: Warehouse, decision_ids: Sequence[str], batch_id: str, run_id: str, now: datetime,
+          take_over: Sequence[str] = ()) -> set[str]:
+    """Take the decisions for `run_id` in one statement; return those taken (not executed,
+    and unclaimed, or held by this run or by a dead run named in `take_over`)."""
+    if not decision_ids:
+        return set()
+    with store.connect() as con:
+        try:
+            taken = con.execute(
+                "UPDATE decisions SET claimed_by = ?, claimed_at = ?, batch_id = ? "
+                "WHERE list_contains(?, decision_id) AND executed_at IS NULL "
+                "AND (claimed_by IS NULL OR list_contains(?, claimed_by)) RETURNING decision_id",
+                [run_id, now, batch_id, list(decision_ids), [run_id, *take_over]]).fetchall()
+        except duckdb.Error as exc:
+            raise WarehouseError(f"claiming the decisions of batch {batch_id} failed: {exc}") from exc
+    return {row[0] for row in taken}
+
+
+def record_outcomes(store: Warehouse, outcomes: Sequence[tuple[str, str]], now: datetime) -> None:
+    """Write (decision id, outcome) pairs in one statement; a decision already executed keeps
+    its first outcome."""
+    if not outcomes:
+        return
+    frame = pa.table({"decision_id": [d for d, _ in outcomes], "outcome": [o for _, o in outcomes]})
+    with store.connect() as con:
+        con.register("_outcomes", frame)
+        try:
+            con.execute("UPDATE decisions SET executed_at = ?, outcome = o.outcome FROM _outcomes o "
+                        "WHERE decisions.decision_id = o.decision_id AND decisions.executed_at IS NULL", [now])
+        except duckdb.Error as exc:
+            raise WarehouseError(f"recording {len(outcomes)} action outcomes failed: {exc}") from exc
+        finally:
+            con.unregister("_outcomes")
+
+
+def record_outcome(store: Warehouse, decision_id: str, now: datetime, outcome: str) -> None:
+    record_outcomes(store, [(decision_id, outcome)], now)
+
+
+def carry_out(store: Warehouse, rows: Sequence[dict[str, Any]], *, batch_id: str, run_id: str,
+              now: datetime, run_is_live: Callable[[str], bool], resumable: bool,
+              act: Callable[[dict[str, Any]], ActionResult], record: bool = True) -> list[ActionResult]:
+    """Claim the batch's open decisions, carry each claimed one out once; return what
+    happened to every decision of the batch.
+
+    All are claimed in one statement before the first action. With `record`, outcomes are
+    written in bulk (every FLUSH_SECONDS and at the end, also when `act` raises); without it
+    `act` records its own. An exception from `act` ends the batch: the claims not acted on
+    are released, and the one that raised (no outcome) is settled by the next run.
+    """
+    settled: dict[str, ActionResult] = {}
+    open_rows, dead = [], set()
+    for row in rows:
+        holder = row["claimed_by"]
+        if row["executed_at"] is not None:
+            settled[row["decision_id"]] = result_for(row, SKIPPED, f"executed before: {row['outcome']}")
+        elif holder is not None and holder != run_id and run_is_live(holder):
+            settled[row["decision_id"]] = result_for(row, SKIPPED, f"in flight in run {holder}")
+        elif holder is not None and not resumable:
+            settled[row["decision_id"]] = result_for(
+                row, ABANDONED, f"run {holder} stopped before recording an outcome; "
+                                "the next plan re-decides from the fleet")
+        else:
+            open_rows.append(row)
+            dead.update([holder] if holder is not None else [])
+    abandoned = [(d, r.outcome) for d, r in settled.items() if r.status == ABANDONED]
+    record_outcomes(store, abandoned, now)
+    taken = claim(store, [r["decision_id"] for r in open_rows], batch_id, run_id, now, sorted(dead))
+    pending: list[ActionResult] = []
+    flushed = time.monotonic()
+    untouched = set(taken)
+    try:
+        for row in open_rows:
+            if row["decision_id"] not in taken:
+                settled[row["decision_id"]] = result_for(row, SKIPPED, "claimed by another run meanwhile")
+                continue
+            untouched.discard(row["decision_id"])
+            result = act(row)
+            settled[row["decision_id"]] = result
+            pending.append(result)
+            if record and time.monotonic() - flushed > FLUSH_SECONDS:
+                record_outcomes(store, [(r.decision_id, r.outcome) for r in pending], now)
+                pending, flushed = [], time.monotonic()
+    finally:
+        if record:
+            record_outcomes(store, [(r.decision_id, r.outcome) for r in pending], now)
+        # Claims this run never acted on (it stopped early) go back, for the next run.
+        release(store, sorted(untouched), run_id)
+    return [settled[row["decision_id"]] for row in rows]
+
+
+def release(store: Warehouse, decision_ids: Sequence[str], run_id: str) -> None:
+    if decision_ids:
+        store.execute("UPDATE decisions SET claimed_by = NULL, claimed_at = NULL WHERE "
+                      "list_contains(?, decision_id) AND claimed_by = ? AND executed_at IS NULL",
+                      [list(decision_ids), run_id])
+
+
+def counts_by_status(results: Sequence[ActionResult]) -> dict[str, int]:
+    return dict(sorted(Counter(r.status for r in results).items()))
+
+
+def failing(results: Sequence[ActionResult]) -> list[ActionResult]:
+    return [r for r in results if r.status in FAILING_STATUSES]
+
+
+def result_for(row: dict[str, Any], status: str, detail: str) -> ActionResult:
+    """What happened to one decision row of a batch."""
+    return ActionResult(row["decision_id"], row["action"], row["target"] or "", status, detail)
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
