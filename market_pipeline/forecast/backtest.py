@@ -4,7 +4,7 @@ Protocol: 5-minute means of running_gpu_num + pending_gpu_num (bucket = minute f
 multiple of 5); the first 60% of points fit, validate and calibrate the forecaster; then every
 origin of the remaining 40% with a target inside the series is forecast `horizon` ahead, as
 the live loop would: the model is chosen and refitted every `refit_every` steps on the data
-up to that origin, and the online conformal tracker (online.py) absorbs each residual at the
+up to that origin (at most `max_history_points` of it), and the online conformal tracker (online.py) absorbs each residual at the
 moment its target is observed (origin + horizon), never earlier. Nothing after an origin
 feeds that origin's forecast.
 """
@@ -116,8 +116,9 @@ def backtest_series(values: np.ndarray, *, horizon_steps: int = 12, step_minutes
     point, scale, first, names = _rolling_points(values, origins, horizons, refit_every,
                                                  period, step_minutes, settings)
     targets = values[origins[:, None] + horizons[None, :]]
-    tracked = track((targets - point) / scale, first.calibration.lower,
-                    first.calibration.upper, horizons, rate=settings.online_rate)
+    calibration = first.calibration
+    tracked = track((targets - point) / scale, calibration.lower, calibration.upper, horizons,
+                    rate=settings.online_rate, width=calibration.step_width)
     low = np.minimum(point + tracked.lower_used * scale, point)
     high = np.maximum(point + tracked.upper_used * scale, point)
     if settings.clip_at_zero:
@@ -134,8 +135,9 @@ def _rolling_points(values: np.ndarray, origins: np.ndarray, horizons: np.ndarra
     points, scales, names, first = [], [], [], None
     for start in range(0, origins.size, refit_every):
         block = origins[start:start + refit_every]
-        group = fit_group(Series(values[:block[0] + 1], period), horizons, settings,
-                          step_minutes=step_minutes)
+        # The live loop fits on at most `max_history_points`; so does each refit here.
+        window = values[max(0, block[0] + 1 - settings.max_history_points):block[0] + 1]
+        group = fit_group(Series(window, period), horizons, settings, step_minutes=step_minutes)
         first = first or group
         names.append(group.model_name)
         point = group.model.predict(whole, block, horizons)

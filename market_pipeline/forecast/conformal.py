@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from market_pipeline.forecast.features import Series
-from market_pipeline.forecast.online import rolling_coverage, track
+from market_pipeline.forecast.online import reference_width, rolling_coverage, track
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class Calibration:
     # of the newest rows it covered, per horizon (None when not adapted).
     online_steps: int = 0
     recent_coverage: np.ndarray | None = None
+    step_width: np.ndarray | None = None  # the tracker's reference width per horizon
 
     def scale(self, series: Series, origins: np.ndarray) -> np.ndarray:
         return series.trailing_abs_step(origins, self.window) + self.floor
@@ -92,8 +93,10 @@ def adapt(calibration: Calibration, residuals: np.ndarray, series: Series, origi
     newest_first = np.arange(residuals.shape[0] - 1, -1, -stride)[:window_rows]
     rows = newest_first[::-1]
     normalised = residuals[rows] / calibration.scale(series, origins[rows])[:, None]
+    width = reference_width(calibration.lower, calibration.upper, normalised)
     tracked = track(normalised, calibration.lower, calibration.upper, horizons // stride,
-                    rate=rate, horizon_steps=horizons)
+                    rate=rate, horizon_steps=horizons, width=width)
     coverage = rolling_coverage(tracked.inside(normalised), coverage_window)
     return Calibration(calibration.horizons, tracked.lower, tracked.upper, calibration.window,
-                       calibration.floor, calibration.residual_count, tracked.steps, coverage)
+                       calibration.floor, calibration.residual_count, tracked.steps, coverage,
+                       width)

@@ -47,27 +47,40 @@ class Tracked:
         return (normalised >= self.lower_used) & (normalised <= self.upper_used)
 
 
-def step_sizes(lower0: np.ndarray, upper0: np.ndarray, delays: np.ndarray,
-               rate: float) -> np.ndarray:
-    """rate x initial width, slowed by sqrt(delay / REFERENCE_DELAY): a long horizon's misses
+def step_sizes(width: np.ndarray, delays: np.ndarray, rate: float) -> np.ndarray:
+    """rate x reference width, slowed by sqrt(delay / REFERENCE_DELAY): a long horizon's misses
     arrive in clumps as long as its delay, and a fast step then overshoots (on the tuning
     halves a 4 h step of rate/2 gave the steadiest coverage and the lowest pinball loss)."""
-    width = np.maximum(np.asarray(upper0) - np.asarray(lower0), 1e-6)
-    return rate * width / np.sqrt(np.maximum(np.asarray(delays, float), 1.0) / REFERENCE_DELAY)
+    return rate * np.asarray(width) / np.sqrt(np.maximum(np.asarray(delays, float), 1.0) / REFERENCE_DELAY)
+
+
+def reference_width(lower0: np.ndarray, upper0: np.ndarray,
+                    normalised: np.ndarray | None = None) -> np.ndarray:
+    """Per horizon, the width the step and the minimal band scale with: the initial interval,
+    or twice the mean |normalised residual| when larger. A lumpy series whose demand mostly
+    does not change has a split-conformal interval of width ~0 (over 80% of residuals are 0),
+    which would freeze a tracker whose step is a share of it."""
+    width = np.asarray(upper0, float) - np.asarray(lower0, float)
+    if normalised is not None and normalised.shape[0]:
+        width = np.maximum(width, 2.0 * np.mean(np.abs(normalised), axis=0))
+    return np.maximum(width, 1e-6)
 
 
 def track(normalised: np.ndarray, lower0: np.ndarray, upper0: np.ndarray,
-          delays: np.ndarray, *, rate: float, horizon_steps: np.ndarray | None = None) -> Tracked:
+          delays: np.ndarray, *, rate: float, horizon_steps: np.ndarray | None = None,
+          width: np.ndarray | None = None) -> Tracked:
     """Run the tracker over `normalised` residuals (rows: equally spaced origins, oldest first).
 
     Column j's residual of row i becomes known `delays[j]` rows later (its horizon in rows),
     so the offsets used at row i have absorbed rows <= i - delays[j] of column j. The step
-    size follows `horizon_steps` (default: the delays, i.e. rows one step apart).
+    size follows `horizon_steps` (default: the delays, i.e. rows one step apart) and `width`
+    (default: the initial interval width; see reference_width for lumpy series).
     """
     rows, columns = normalised.shape
     delays = np.asarray(delays, dtype=int)
-    eta = step_sizes(lower0, upper0, delays if horizon_steps is None else horizon_steps, rate)
-    min_half = 0.5 * MIN_WIDTH_SHARE * np.maximum(np.asarray(upper0) - np.asarray(lower0), 1e-6)
+    width = reference_width(lower0, upper0) if width is None else np.asarray(width, float)
+    eta = step_sizes(width, delays if horizon_steps is None else horizon_steps, rate)
+    min_half = 0.5 * MIN_WIDTH_SHARE * width
     lower = np.minimum(np.array(lower0, dtype=float), -min_half)
     upper = np.maximum(np.array(upper0, dtype=float), min_half)
     # History of offsets in force, padded in front by the longest delay so that "the row
