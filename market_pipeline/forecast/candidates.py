@@ -28,6 +28,6 @@ def build_candidates(settings: ForecastSettings, fit: Series, *, step_minutes: i
         if name == SURVIVAL:
             candidates.append(SurvivalArrival(settings.survival_level_window_steps,
                                               step_minutes, context))
-        else:
+        elif with_price or not settings.learned_need_price:
             candidates.append(learned[name](settings, len(fit), fit.period, with_price))
     return candidates

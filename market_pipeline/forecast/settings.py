@@ -40,6 +40,11 @@ class ForecastSettings:
     coarse_step_minutes: int = 60  # the coarse curve is hourly ...
     coarse_points: int = 24  # ... for 24 hours
     learned_models: tuple[str, ...] = ("ridge", "survival")
+    # Ridge and GBM on lags and calendar only (no varying price) won validation and then lost
+    # to persistence out of sample on every real trace tried (first half of each Helios month,
+    # an openb demand series: 0.1-4% worse at 1 h and 4 h), so by default they are candidates
+    # only where the pool's price varies, which is where their gain was measured.
+    learned_need_price: bool = True
     ridge_alpha: float = 0.05  # ridge penalty per training row on standardised features
     gbm_max_iter: int = 60
     gbm_learning_rate: float = 0.05
