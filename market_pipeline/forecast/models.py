@@ -18,7 +18,6 @@ from market_pipeline.forecast.features import (
     Series,
     feature_lookback,
     feature_matrix,
-    price_varies,
     seasonal_offsets,
     uses_seasonal_features,
 )
