@@ -87,7 +87,9 @@ def operator_metadata(results: Sequence[PoolResult]) -> dict[str, object]:
         "models_chosen_by": dict(Counter(r.forecast.chosen_by for r in results)),
     }
     for minutes in CHECK_HORIZONS_MIN:
-        metadata[f"rolling_coverage_80_{minutes}m"] = _pooled_coverage(results, minutes)
+        pooled = _pooled_coverage(results, minutes)
+        if pooled is not None:  # Dagster metadata takes no None: absent means not tracked
+            metadata[f"rolling_coverage_80_{minutes}m"] = pooled
     return metadata
 
 
