@@ -1,9 +1,12 @@
-"""Holdout backtest on a Helios virtual-cluster trace (the issue's fixed protocol).
+"""Rolling-origin backtest on a Helios virtual-cluster trace.
 
 Protocol: 5-minute means of running_gpu_num + pending_gpu_num (bucket = minute floored to a
-multiple of 5); the first 60% of points fit, validate and calibrate the forecaster; every
-origin in the remaining 40% with a target inside the series is forecast `horizon` ahead with
-that forecaster (no refit, no recalibration: nothing from the holdout feeds the model).
+multiple of 5); the first 60% of points fit, validate and calibrate the forecaster; then every
+origin of the remaining 40% with a target inside the series is forecast `horizon` ahead, as
+the live loop would: the model is chosen and refitted every `refit_every` steps on the data
+up to that origin (at most `max_history_points` of it), and the online conformal tracker (online.py) absorbs each residual at the
+moment its target is observed (origin + horizon), never earlier. Nothing after an origin
+feeds that origin's forecast.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from market_pipeline.forecast.features import Series
-from market_pipeline.forecast.selection import fit_group
+from market_pipeline.forecast.online import track
+from market_pipeline.forecast.selection import FittedGroup, fit_group
 from market_pipeline.forecast.settings import (
     DEFAULT_SETTINGS,
     LOWER_QUANTILE,
@@ -77,6 +81,10 @@ class BacktestResult:
     interval_width_mean: float
     validation_mae_by_model: dict[str, float] = field(default_factory=dict)
     selection_note: str | None = None
+    refits: int = 0
+    chosen_models: dict[str, int] = field(default_factory=dict)  # refits that chose each model
+    coverage_80_daily_min: float | None = None  # worst 1-day window at the horizon step
+    coverage_80_daily_max: float | None = None
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -88,27 +96,70 @@ def pinball(target: np.ndarray, quantile_forecast: np.ndarray, level: float) -> 
 
 
 def backtest_series(values: np.ndarray, *, horizon_steps: int = 12, step_minutes: int = 5,
-                    train_fraction: float = 0.6,
+                    train_fraction: float = 0.6, refit_every: int | None = None,
                     settings: ForecastSettings | None = None) -> BacktestResult:
+    """Rolling-origin backtest; `refit_every` defaults to one day of steps."""
     settings = settings or DEFAULT_SETTINGS
     period, _ = settings.steps(step_minutes)
+    refit_every = refit_every or period
     values = np.asarray(values, dtype=float)
     if values.ndim != 1 or not np.isfinite(values).all():
         raise ForecastInputError("backtest series must be one-dimensional and gap-free")
+    if refit_every < 1:
+        raise ForecastInputError(f"refit_every must be >= 1, got {refit_every}")
     fit_points = int(values.size * train_fraction)
     origins = np.arange(fit_points, values.size - horizon_steps)
     if origins.size == 0 or fit_points < settings.min_history_points:
         raise ForecastInputError(f"series of {values.size} points is too short to backtest "
                                  f"a {horizon_steps}-step horizon")
     horizons = np.arange(1, horizon_steps + 1)
-    group = fit_group(Series(values[:fit_points], period), horizons, settings)
-    low, mid, high = group.predict(Series(values, period), origins)
+    point, scale, first, names = _rolling_points(values, origins, horizons, refit_every,
+                                                 period, step_minutes, settings)
     targets = values[origins[:, None] + horizons[None, :]]
+    calibration = first.calibration
+    tracked = track((targets - point) / scale, calibration.lower, calibration.upper, horizons,
+                    rate=settings.online_rate, width=calibration.step_width)
+    low = np.minimum(point + tracked.lower_used * scale, point)
+    high = np.maximum(point + tracked.upper_used * scale, point)
+    if settings.clip_at_zero:
+        low = np.maximum(low, 0.0)
+    return _result(values, origins, horizons, (period, step_minutes), targets,
+                   (low, point, high), first, names, fit_points)
+
+
+def _rolling_points(values: np.ndarray, origins: np.ndarray, horizons: np.ndarray,
+                    refit_every: int, period: int, step_minutes: int,
+                    settings: ForecastSettings) -> tuple[np.ndarray, np.ndarray, FittedGroup, list[str]]:
+    """Point forecasts and interval scales per origin, refitting on data up to each block."""
+    whole = Series(values, period)
+    points, scales, names, first = [], [], [], None
+    for start in range(0, origins.size, refit_every):
+        block = origins[start:start + refit_every]
+        # The live loop fits on at most `max_history_points`; so does each refit here.
+        window = values[max(0, block[0] + 1 - settings.max_history_points):block[0] + 1]
+        group = fit_group(Series(window, period), horizons, settings, step_minutes=step_minutes)
+        first = first or group
+        names.append(group.model_name)
+        point = group.model.predict(whole, block, horizons)
+        points.append(np.maximum(point, 0.0) if settings.clip_at_zero else point)
+        scales.append(group.calibration.scale(whole, block)[:, None])
+    return np.vstack(points), np.vstack(scales), first, names
+
+
+def _result(values: np.ndarray, origins: np.ndarray, horizons: np.ndarray,
+            steps: tuple[int, int], targets: np.ndarray,
+            bands: tuple[np.ndarray, np.ndarray, np.ndarray], first: FittedGroup,
+            names: list[str], fit_points: int) -> BacktestResult:
+    (period, step_minutes), (low, mid, high) = steps, bands
+    horizon_steps = int(horizons[-1])
     last = horizon_steps - 1
     target = targets[:, last]
     inside = (targets >= low) & (targets <= high)
     seasonal_ok = origins + horizon_steps - period >= 0
     seasonal = values[np.maximum(origins + horizon_steps - period, 0)]
+    daily = [float(inside[k:k + period, last].mean())
+             for k in range(0, origins.size - period + 1, period)]
+    counts = {name: names.count(name) for name in sorted(set(names))}
     return BacktestResult(
         mae=float(np.mean(np.abs(target - mid[:, last]))),
         persistence_mae=float(np.mean(np.abs(target - values[origins]))),
@@ -118,7 +169,7 @@ def backtest_series(values: np.ndarray, *, horizon_steps: int = 12, step_minutes
         pinball_loss=float(np.mean([pinball(target, low[:, last], LOWER_QUANTILE),
                                     pinball(target, mid[:, last], 0.5),
                                     pinball(target, high[:, last], UPPER_QUANTILE)])),
-        chosen_model=group.model_name,
+        chosen_model=max(counts, key=lambda name: (counts[name], name == names[-1])),
         origins=int(origins.size),
         horizon_steps=horizon_steps,
         step_minutes=step_minutes,
@@ -129,6 +180,10 @@ def backtest_series(values: np.ndarray, *, horizon_steps: int = 12, step_minutes
         coverage_80_mean_over_steps=float(np.mean(inside)),
         interval_width_mean=float(np.mean(high[:, last] - low[:, last])),
         validation_mae_by_model={name: float(score.mae_by_horizon[-1])
-                                 for name, score in group.scores.items()},
-        selection_note=group.note,
+                                 for name, score in first.scores.items()},
+        selection_note=first.note,
+        refits=len(names),
+        chosen_models=counts,
+        coverage_80_daily_min=min(daily) if daily else None,
+        coverage_80_daily_max=max(daily) if daily else None,
     )

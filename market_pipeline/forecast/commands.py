@@ -1,8 +1,9 @@
 """CLI of demand forecasting: `forecast backtest`, `forecast pools`, `bench forecast`.
 
-`market-pipeline forecast backtest --series vc6YE.csv --horizon 60m --json` runs the fixed
-holdout protocol on a Helios trace and prints one JSON object with mae, persistence_mae,
-seasonal_naive_mae, coverage_80, pinball_loss, chosen_model and origins (plus extras).
+`market-pipeline forecast backtest --series vc6YE.csv --horizon 4h --json` runs the
+rolling-origin protocol (backtest.py) on a Helios trace and prints one JSON object with mae,
+persistence_mae, seasonal_naive_mae, coverage_80, pinball_loss, chosen_model and origins
+(plus extras: refits, chosen_models, daily coverage range).
 """
 
 from __future__ import annotations
@@ -42,19 +43,36 @@ def _learned(text: str) -> tuple[str, ...]:
     return names
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number in (0, 1]") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number in (0, 1]")
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     forecast = sub.add_parser("forecast", help="demand forecasting per pool")
     forecast_sub = forecast.add_subparsers(dest="forecast_command", required=True)
 
     backtest = forecast_sub.add_parser(
-        "backtest", help="holdout backtest on a Helios trace (first 60%% fit, rest forecast)")
+        "backtest", help="rolling-origin backtest on a Helios trace (first 60%% fit, rest "
+                         "forecast with daily refits and online intervals)")
     backtest.add_argument("--series", required=True, help="Helios virtual-cluster CSV")
     backtest.add_argument("--horizon", type=parse_horizon_steps, default=12,
                           help="forecast horizon, e.g. 60m or 1h (default 60m)")
     backtest.add_argument("--train-fraction", type=float, default=0.6,
                           help="leading share of points for fitting and model choice")
-    backtest.add_argument("--learned", type=_learned, default=("ridge",),
-                          help="learned candidates, comma separated: ridge,gbm (default ridge)")
+    backtest.add_argument("--refit-every", type=parse_horizon_steps, default=None,
+                          help="refit the model this often, e.g. 24h (default one day)")
+    backtest.add_argument("--head-fraction", type=_fraction, default=1.0,
+                          help="use only this leading share of the series (tuning on the "
+                               "first half of a month: 0.5; default 1)")
+    backtest.add_argument("--learned", type=_learned, default=None,
+                          help="learned candidates, comma separated: ridge,gbm,survival "
+                               "(default: the settings' ridge,survival)")
     backtest.add_argument("--json", action="store_true", help="print one JSON object")
     backtest.set_defaults(handler=run_backtest)
 
@@ -83,9 +101,12 @@ def run_backtest(args: argparse.Namespace) -> int:
 
     try:
         values = load_helios_series(args.series)
+        values = values[: max(1, int(values.size * args.head_fraction))]
+        settings = (ForecastSettings() if args.learned is None
+                    else ForecastSettings(learned_models=args.learned))
         result = backtest_series(values, horizon_steps=args.horizon,
                                  train_fraction=args.train_fraction,
-                                 settings=ForecastSettings(learned_models=args.learned))
+                                 refit_every=args.refit_every, settings=settings)
     except (ForecastInputError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -1,4 +1,5 @@
-"""Candidate point forecasters: persistence, seasonal naive, exponential smoothing, learned.
+"""Candidate point forecasters: persistence, seasonal naive, exponential smoothing, learned
+(the survival + arrival candidate is in survival.py; build_candidates in candidates.py).
 
 Each predicts y[t + h] for origins t and horizons h (in steps) from data up to t only.
 Learned models predict the change y[t + h] - y[t], so "no change" (persistence) is their
@@ -17,7 +18,6 @@ from market_pipeline.forecast.features import (
     Series,
     feature_lookback,
     feature_matrix,
-    price_varies,
     seasonal_offsets,
     uses_seasonal_features,
 )
@@ -184,7 +184,8 @@ class RidgeOnChanges(_LearnedOnChanges):
 
 
 class GbmOnChanges(_LearnedOnChanges):
-    """Gradient boosting (absolute error, i.e. the median) of the change, horizon as a feature."""
+    """Quantile gradient boosting (the median) of the change on lags, calendar and price, with
+    the horizon as a feature; its interval comes from the same online conformal layer."""
 
     name = "gbm"
 
@@ -198,7 +199,7 @@ class GbmOnChanges(_LearnedOnChanges):
         rows = origins[::-1][::stride][::-1]  # keep the newest origins when thinning
         features, changes = self._stack(series, rows, horizons)
         self.model = HistGradientBoostingRegressor(
-            loss="absolute_error", max_iter=self.settings.gbm_max_iter,
+            loss="quantile", quantile=0.5, max_iter=self.settings.gbm_max_iter,
             learning_rate=self.settings.gbm_learning_rate, max_leaf_nodes=15,
             min_samples_leaf=40, early_stopping=False, random_state=0)
         # One thread: these fits are small, and OpenMP workers spinning on a busy machine
@@ -226,16 +227,3 @@ class GbmOnChanges(_LearnedOnChanges):
         values = series.values
         changes = values[origins[:, None] + horizons[None, :]] - values[origins][:, None]
         return stacked, changes.ravel()
-
-
-def build_candidates(settings: ForecastSettings, fit: Series) -> list[Candidate]:
-    """Persistence first: it is the reference every challenger must beat."""
-    with_price = price_varies(fit.price)
-    candidates: list[Candidate] = [Persistence()]
-    if len(fit) > fit.period + 1:
-        candidates.append(SeasonalNaive(fit.period))
-    candidates.append(ExpSmoothing())
-    learned = {"ridge": RidgeOnChanges, "gbm": GbmOnChanges}
-    for name in settings.learned_models:
-        candidates.append(learned[name](settings, len(fit), fit.period, with_price))
-    return candidates

@@ -17,6 +17,7 @@ from market_pipeline.forecast.history import (
 from market_pipeline.forecast.models import PERSISTENCE
 from market_pipeline.forecast.selection import FittedGroup, fit_group
 from market_pipeline.forecast.settings import DEFAULT_SETTINGS, ForecastInputError, ForecastSettings
+from market_pipeline.forecast.survival import DemandContext
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,20 @@ class PoolForecast:
     coarse_validation_mae_by_horizon: np.ndarray | None = None
     validation_mae_by_model: dict[str, float] = field(default_factory=dict)
     history_points: int = 0
+    # Online conformal: calibration rows the tracker has seen (0 = split conformal only or a
+    # fallback band) and the share of the newest rows its intervals covered, per horizon.
+    online_steps: int = 0
+    coarse_online_steps: int = 0
+    recent_coverage: np.ndarray | None = None
+    coarse_recent_coverage: np.ndarray | None = None
+
+    @property
+    def chosen_by(self) -> str:
+        """'fallback' (no fit), 'guard' (persistence kept: no challenger won out of sample)
+        or 'validation' (a challenger beat persistence out of sample)."""
+        if self.fallback_reason is not None:
+            return "fallback"
+        return "guard" if self.model == PERSISTENCE else "validation"
 
     @property
     def horizon_minutes(self) -> np.ndarray:
@@ -92,10 +107,13 @@ def _rows(pool_id: str, origin_ts: dt.datetime, minutes: np.ndarray,
 
 def fit_and_forecast(history: np.ndarray, *, step_minutes: int = 5, horizon_steps: int = 12,
                      price: np.ndarray | None = None, prior: float | None = None,
-                     settings: ForecastSettings | None = None) -> PoolForecast:
+                     settings: ForecastSettings | None = None,
+                     context: DemandContext | None = None) -> PoolForecast:
     """Forecast demand after the last point of `history` (one value per `step_minutes`).
 
-    NaN marks a missing step. Never raises for short, gappy, constant or stale history (the
+    `context` (optional) is what the live loop knows about the tasks behind the demand
+    (lifetimes, running ages, arrival rate) for the survival + arrival candidate. NaN marks
+    a missing step. Never raises for short, gappy, constant or stale history (the
     forecast then falls back and says why); raises ForecastInputError for malformed input.
     """
     settings = settings or DEFAULT_SETTINGS
@@ -112,8 +130,10 @@ def fit_and_forecast(history: np.ndarray, *, step_minutes: int = 5, horizon_step
                          prepared.reason)
     series = Series(prepared.values, period, prepared.price)
     try:
-        fine = fit_group(series, fine_horizons, settings)
-        coarse = fit_group(series, coarse_horizons, settings, fallback=fine.calibration)
+        fine = fit_group(series, fine_horizons, settings, step_minutes=step_minutes,
+                         context=context)
+        coarse = fit_group(series, coarse_horizons, settings, fallback=fine.calibration,
+                           step_minutes=step_minutes, context=context)
     except (np.linalg.LinAlgError, ValueError, FloatingPointError) as exc:
         # A numerical failure on one pool must not stop the tick for every pool.
         return _fallback(prepared, prior, settings, step_minutes, fine_horizons, coarse_horizons,
@@ -142,6 +162,10 @@ def _from_groups(series: Series, fine: FittedGroup, coarse: FittedGroup,
         validation_mae_by_model={name: float(score.mae_by_horizon[-1])
                                  for name, score in fine.scores.items()},
         history_points=len(series),
+        online_steps=fine.calibration.online_steps,
+        coarse_online_steps=coarse.calibration.online_steps,
+        recent_coverage=fine.calibration.recent_coverage,
+        coarse_recent_coverage=coarse.calibration.recent_coverage,
     )
 
 

@@ -11,6 +11,7 @@ import polars as pl
 
 from market_pipeline.forecast.pool import PoolForecast, fit_and_forecast
 from market_pipeline.forecast.settings import DEFAULT_SETTINGS, ForecastInputError, ForecastSettings
+from market_pipeline.forecast.survival import DemandContext
 
 REQUIRED_COLUMNS = ("pool_id", "ts", "demand")
 
@@ -91,17 +92,23 @@ def regular_histories(demand: pl.DataFrame, *, step_minutes: int = 5,
 def forecast_pool_results(demand: pl.DataFrame, *, step_minutes: int = 5,
                           horizon_steps: int = 12, origin_ts: dt.datetime | None = None,
                           priors: Mapping[str, float] | None = None,
-                          settings: ForecastSettings | None = None) -> list[PoolResult]:
-    """Fit and forecast every pool; results keep the history for plots and metadata."""
+                          settings: ForecastSettings | None = None,
+                          contexts: Mapping[str, DemandContext] | None = None,
+                          ) -> list[PoolResult]:
+    """Fit and forecast every pool; results keep the history for plots and metadata.
+
+    `contexts` (optional, per pool) feed the survival + arrival candidate with task ages,
+    lifetimes and the arrival rate (see survival.DemandContext)."""
     settings = settings or DEFAULT_SETTINGS
     origin, histories = regular_histories(demand, step_minutes=step_minutes, origin_ts=origin_ts,
                                           max_points=settings.max_history_points)
-    priors = priors or {}
+    priors, contexts = priors or {}, contexts or {}
     results = []
     for pool_id in sorted(histories):
         values, price = histories[pool_id]
         forecast = fit_and_forecast(values, step_minutes=step_minutes, horizon_steps=horizon_steps,
-                                    price=price, prior=priors.get(pool_id), settings=settings)
+                                    price=price, prior=priors.get(pool_id), settings=settings,
+                                    context=contexts.get(pool_id))
         results.append(PoolResult(pool_id, origin, values, price, forecast))
     return results
 
@@ -138,12 +145,14 @@ def summary_rows(results: list[PoolResult]) -> list[dict[str, object]]:
     return [{
         "pool_id": result.pool_id,
         "model": result.forecast.model,
+        "chosen_by": result.forecast.chosen_by,
         "validation_mae": result.forecast.validation_mae,
         "persistence_validation_mae": result.forecast.persistence_validation_mae,
         "coarse_model": result.forecast.coarse_model,
         "q50_next": float(result.forecast.q50[0]),
         "q90_horizon": float(result.forecast.q90[-1]),
         "history_points": result.forecast.history_points,
+        "online_steps": result.forecast.online_steps,
         "model_version": result.forecast.model_version,
         "fallback_reason": result.forecast.fallback_reason,
     } for result in results]

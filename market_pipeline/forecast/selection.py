@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from market_pipeline.forecast.conformal import Calibration, calibrate
+from market_pipeline.forecast.conformal import Calibration, adapt, calibrate
 from market_pipeline.forecast.features import Series
-from market_pipeline.forecast.models import PERSISTENCE, Candidate, Persistence, build_candidates
+from market_pipeline.forecast.candidates import build_candidates
+from market_pipeline.forecast.models import PERSISTENCE, Candidate, Persistence
 from market_pipeline.forecast.settings import LOWER_QUANTILE, UPPER_QUANTILE, ForecastSettings
+from market_pipeline.forecast.survival import DemandContext
 
 MIN_FOLD_ORIGINS = 12
 
@@ -146,7 +148,8 @@ def _choose(scores: dict[str, ValidationScore], settings: ForecastSettings,
 
 
 def fit_group(series: Series, horizons: np.ndarray, settings: ForecastSettings,
-              fallback: Calibration | None = None) -> FittedGroup:
+              fallback: Calibration | None = None, *, step_minutes: int = 5,
+              context: DemandContext | None = None) -> FittedGroup:
     """Choose, refit and calibrate a forecaster for `horizons` on the whole `series`."""
     max_horizon = int(horizons.max())
     last_origin = len(series) - 1 - max_horizon
@@ -157,7 +160,7 @@ def fit_group(series: Series, horizons: np.ndarray, settings: ForecastSettings,
                                  f"{max_horizon}-step horizon")
     if floor <= 0.0:
         return _persistence_only(series, horizons, settings, fallback, "constant history")
-    candidates = build_candidates(settings, series)
+    candidates = build_candidates(settings, series, step_minutes=step_minutes, context=context)
     folds = validation_folds(last_origin, 0, settings, max_horizon)
     scores: dict[str, ValidationScore] = {}
     validation_residuals: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -192,9 +195,11 @@ def _calibration(series: Series, horizons: np.ndarray, settings: ForecastSetting
                  residuals: np.ndarray, origins: np.ndarray,
                  fallback: Calibration | None) -> Calibration | None:
     if residuals.shape[0] >= settings.min_calibration_residuals:
-        return calibrate(residuals, series, origins, horizons, window=settings.scale_window_steps,
-                         floor=floor, lower_level=LOWER_QUANTILE,
-                         upper_level=UPPER_QUANTILE)
+        split = calibrate(residuals, series, origins, horizons, window=settings.scale_window_steps,
+                          floor=floor, lower_level=LOWER_QUANTILE, upper_level=UPPER_QUANTILE)
+        return adapt(split, residuals, series, origins, rate=settings.online_rate,
+                     window_rows=settings.online_window_rows,
+                     coverage_window=settings.coverage_window_rows)
     return None if fallback is None else fallback.extrapolated(horizons)
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 # Bumped whenever a change alters what the forecaster outputs for the same input, so every
 # stored forecast names the code that produced it (together with the settings hash).
-FORECASTER_VERSION = "1.0.0"
+FORECASTER_VERSION = "1.1.0"
 
-KNOWN_LEARNED_MODELS = ("ridge", "gbm")
+KNOWN_LEARNED_MODELS = ("ridge", "gbm", "survival")
 # The stored columns are named q10/q50/q90, so the interval levels are fixed, not settings.
 LOWER_QUANTILE = 0.1
 UPPER_QUANTILE = 0.9
@@ -39,7 +39,12 @@ class ForecastSettings:
     period_minutes: int = 1440  # one day: seasonal naive lag and calendar phase
     coarse_step_minutes: int = 60  # the coarse curve is hourly ...
     coarse_points: int = 24  # ... for 24 hours
-    learned_models: tuple[str, ...] = ("ridge",)
+    learned_models: tuple[str, ...] = ("ridge", "survival")
+    # Ridge and GBM on lags and calendar only (no varying price) won validation and then lost
+    # to persistence out of sample on every real trace tried (first half of each Helios month,
+    # an openb demand series: 0.1-4% worse at 1 h and 4 h), so by default they are candidates
+    # only where the pool's price varies, which is where their gain was measured.
+    learned_need_price: bool = True
     ridge_alpha: float = 0.05  # ridge penalty per training row on standardised features
     gbm_max_iter: int = 60
     gbm_learning_rate: float = 0.05
@@ -60,6 +65,17 @@ class ForecastSettings:
     # plus a floor of this share of the fit window's mean |1-step change| (normalised conformal).
     scale_window_steps: int = 12
     scale_floor_fraction: float = 1.0
+    # Online conformal (online.py): step size as a share of each horizon's initial interval
+    # width (0 disables tracking). A forecast replays the newest `online_window_rows`
+    # calibration rows (1 day of the 5-minute path, 12 days of the hourly curve) and shows
+    # operators the coverage over the newest `coverage_window_rows` of them. Rate chosen on
+    # the first half of each Helios month only (see README).
+    online_rate: float = 0.05
+    online_window_rows: int = 288
+    coverage_window_rows: int = 288
+    # Survival + arrival candidate: the arrival-fed equilibrium level is the trailing mean
+    # over this window (series mode, when no task list is passed).
+    survival_level_window_steps: int = 288
     fallback_relative_spread: float = 0.1  # q10/q90 half-width at 1 h when history shows no spread
     default_prior: float = 0.0  # demand assumed for a pool with no observation and no prior
     clip_at_zero: bool = True  # demand is a GPU count
@@ -88,6 +104,11 @@ class ForecastSettings:
                  "must exceed min_calibration_residuals (intervals need that many 1-step changes)")
         _require(self.scale_window_steps >= 1, "scale_window_steps", "must be >= 1")
         _require(self.scale_floor_fraction > 0.0, "scale_floor_fraction", "must be > 0")
+        _require(self.online_rate >= 0.0, "online_rate", "must be >= 0")
+        _require(self.online_window_rows >= 1, "online_window_rows", "must be >= 1")
+        _require(self.coverage_window_rows >= 1, "coverage_window_rows", "must be >= 1")
+        _require(self.survival_level_window_steps >= 2, "survival_level_window_steps",
+                 "must be >= 2")
         _require(self.fallback_relative_spread >= 0.0, "fallback_relative_spread", "must be >= 0")
         _require(self.default_prior >= 0.0, "default_prior", "must be >= 0")
 

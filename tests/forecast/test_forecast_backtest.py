@@ -70,6 +70,8 @@ def test_backtest_protocol_counts_and_baselines() -> None:
     seasonal = np.mean(np.abs(values[origins + 12] - values[origins + 12 - 288]))
     assert result.seasonal_naive_mae == pytest.approx(seasonal)
     assert 0.0 <= result.coverage_80 <= 1.0 and result.pinball_loss > 0
+    assert result.refits == int(np.ceil(result.origins / 288))  # daily rolling refits
+    assert sum(result.chosen_models.values()) == result.refits
     with pytest.raises(ForecastInputError, match="too short"):
         backtest_series(values[:30])
 
@@ -123,4 +125,15 @@ def test_helios_targets(shared_data: Path, name: str) -> None:
     result = backtest_series(load_helios_series(path), horizon_steps=12)
     assert result.mae <= result.persistence_mae
     assert result.mae <= 0.5 * result.seasonal_naive_mae
+    assert 0.75 <= result.coverage_80 <= 0.87  # vcLJZ: 81% of its 1 h changes are zero
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ("vcLJZ", "vcvlY"))  # the highest and lowest 4 h coverage
+def test_helios_four_hour_coverage(shared_data: Path, name: str) -> None:
+    path = shared_data / "helios-earth" / f"{name}.csv"
+    if not path.is_file():
+        pytest.skip(f"{path} is not present")
+    result = backtest_series(load_helios_series(path), horizon_steps=48)
+    assert result.mae <= result.persistence_mae
     assert 0.75 <= result.coverage_80 <= 0.85

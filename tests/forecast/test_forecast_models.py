@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from market_pipeline.forecast.candidates import build_candidates
 from market_pipeline.forecast.conformal import calibrate, conformal_quantiles
 from market_pipeline.forecast.features import Series, feature_matrix, seasonal_offsets
 from market_pipeline.forecast.models import (
@@ -12,7 +13,6 @@ from market_pipeline.forecast.models import (
     Persistence,
     RidgeOnChanges,
     SeasonalNaive,
-    build_candidates,
 )
 from market_pipeline.forecast.settings import (
     DEFAULT_SETTINGS,
@@ -91,8 +91,14 @@ def test_candidates_start_with_persistence_and_respect_settings() -> None:
     series = Series(np.arange(100.0), PERIOD)
     names = [c.name for c in build_candidates(ForecastSettings(learned_models=()), series)]
     assert names == ["persistence", "seasonal_naive", "exp_smoothing"]
-    names = [c.name for c in build_candidates(DEFAULT_SETTINGS, Series(np.arange(10.0), PERIOD))]
-    assert names == ["persistence", "exp_smoothing", "ridge"]  # too short for seasonal naive
+    short = Series(np.arange(10.0), PERIOD)  # too short for seasonal naive
+    names = [c.name for c in build_candidates(DEFAULT_SETTINGS, short)]
+    assert names == ["persistence", "exp_smoothing", "survival"]  # no price: no lag models
+    priced = Series(np.arange(10.0), PERIOD, np.linspace(1.0, 2.0, 10))
+    names = [c.name for c in build_candidates(DEFAULT_SETTINGS, priced)]
+    assert names == ["persistence", "exp_smoothing", "ridge", "survival"]
+    anyway = ForecastSettings(learned_need_price=False)
+    assert "ridge" in [c.name for c in build_candidates(anyway, short)]
 
 
 def test_conformal_ranks_follow_the_finite_sample_rule() -> None:

@@ -60,7 +60,7 @@ def test_folds_are_contiguous_tail_blocks() -> None:
 def test_persistence_is_kept_on_a_random_walk() -> None:
     rng = np.random.default_rng(5)
     walk = np.maximum(200 + np.cumsum(rng.choice([-8, 0, 0, 0, 0, 8], 3 * PERIOD)), 0.0)
-    group = fit_group(Series(walk, PERIOD), FINE, DEFAULT_SETTINGS)
+    group = fit_group(Series(walk, PERIOD), FINE, ForecastSettings(learned_need_price=False))
     assert group.model_name == "persistence"
     assert set(group.scores) >= {"persistence", "exp_smoothing", "ridge"}
 
@@ -83,7 +83,8 @@ def test_price_feature_lets_the_learned_model_beat_persistence_out_of_sample() -
     with_price, mae, persistence_mae = holdout_mae(values, price, fit_points)
     assert with_price.model_name == "ridge"
     assert mae < 0.85 * persistence_mae
-    without_price = fit_group(Series(values[:fit_points], PERIOD), FINE, DEFAULT_SETTINGS)
+    without_price = fit_group(Series(values[:fit_points], PERIOD), FINE,
+                              ForecastSettings(learned_need_price=False))
     assert (with_price.scores["ridge"].pooled < without_price.scores["ridge"].pooled)
 
 

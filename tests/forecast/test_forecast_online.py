@@ -1,0 +1,97 @@
+"""Online conformal tracking: coverage through regime changes, no look-ahead, live replay."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from market_pipeline.forecast import backtest_series, fit_and_forecast
+from market_pipeline.forecast.online import track
+from market_pipeline.forecast.settings import ForecastSettings
+from market_pipeline.forecast.synthetic import job_demand
+
+Z90 = 1.2816
+
+
+def regime_shift(rows: int = 4000, columns: int = 3, seed: int = 0) -> np.ndarray:
+    """Residuals whose spread quadruples half way (a cluster changing regime)."""
+    rng = np.random.default_rng(seed)
+    half = rows // 2
+    return np.vstack([rng.normal(0, 1, (half, columns)), rng.normal(0, 4, (rows - half, columns))])
+
+
+def test_tracking_restores_coverage_after_a_regime_change() -> None:
+    residuals = regime_shift()
+    delays = np.array([1, 12, 48])
+    start = (-Z90 * np.ones(3), Z90 * np.ones(3))  # split conformal on the calm regime
+    tracked = track(residuals, *start, delays, rate=0.05)
+    frozen = track(residuals, *start, delays, rate=0.0)
+    after = slice(2500, None)  # the new regime, once the tracker has had time to react
+    tracked_cover = tracked.inside(residuals)[after].mean(axis=0)
+    frozen_cover = frozen.inside(residuals)[after].mean(axis=0)
+    assert np.all((tracked_cover > 0.77) & (tracked_cover < 0.83)), tracked_cover
+    assert np.all(frozen_cover < 0.4), frozen_cover  # split conformal alone under-covers
+    assert tracked.steps == residuals.shape[0]
+    assert np.all(tracked.upper > 3 * Z90)  # it widened to the new spread
+
+
+def test_offsets_in_force_at_a_row_ignore_targets_not_yet_observed() -> None:
+    residuals = regime_shift(rows=300, columns=2, seed=1)
+    residuals[100] = 0.0  # covered in the base run ...
+    delays = np.array([1, 12])
+    base = track(residuals, -np.ones(2), np.ones(2), delays, rate=0.2)
+    changed = residuals.copy()
+    changed[100] = 50.0  # ... and a huge miss at origin 100 in the other, on both horizons
+    moved = track(changed, -np.ones(2), np.ones(2), delays, rate=0.2)
+    for column, delay in enumerate(delays):
+        # Origin 100's target is observed at 100 + delay: nothing before may move.
+        unchanged = slice(0, 100 + delay)
+        assert np.array_equal(base.upper_used[unchanged, column],
+                              moved.upper_used[unchanged, column])
+        assert moved.upper_used[100 + delay, column] > base.upper_used[100 + delay, column]
+
+
+def test_interval_always_contains_the_point_and_never_collapses() -> None:
+    residuals = np.zeros((500, 2))  # demand that never changes: every target is the point
+    tracked = track(residuals, np.array([-1.0, -2.0]), np.array([1.0, 2.0]),
+                    np.array([1, 2]), rate=0.5)
+    assert np.all(tracked.lower_used < 0) and np.all(tracked.upper_used > 0)
+    assert tracked.inside(residuals).all()
+
+
+def test_rolling_backtest_holds_coverage_when_demand_doubles() -> None:
+    rng = np.random.default_rng(5)
+    values = np.concatenate([job_demand(rng, 4 * 288, mean_gpus=60.0),
+                             job_demand(rng, 3 * 288, mean_gpus=150.0)])
+    settings = ForecastSettings(learned_models=())
+    result = backtest_series(values, horizon_steps=12, settings=settings)
+    frozen = backtest_series(values, horizon_steps=12,
+                             settings=ForecastSettings(learned_models=(), online_rate=0.0))
+    assert 0.75 <= result.coverage_80 <= 0.88, result.coverage_80
+    assert abs(result.coverage_80 - 0.8) < abs(frozen.coverage_80 - 0.8) + 0.02
+    assert result.refits == int(np.ceil(result.origins / 288))
+
+
+def test_live_forecast_reports_the_steps_it_has_seen() -> None:
+    history = job_demand(np.random.default_rng(2), 3 * 288, mean_gpus=80.0)
+    forecast = fit_and_forecast(history)
+    assert forecast.online_steps == 288  # one day of 5-minute rows replayed
+    assert forecast.coarse_online_steps > 0
+    assert forecast.recent_coverage is not None and forecast.recent_coverage.shape == (12,)
+    assert np.all((forecast.recent_coverage >= 0) & (forecast.recent_coverage <= 1))
+    off = fit_and_forecast(history, settings=ForecastSettings(online_rate=0.0))
+    assert off.online_steps == 0 and off.recent_coverage is None
+
+
+def test_fallback_forecast_has_seen_no_steps() -> None:
+    forecast = fit_and_forecast(np.full(10, 5.0))
+    assert forecast.online_steps == 0 and forecast.chosen_by == "fallback"
+
+
+@pytest.mark.parametrize("bad", [{"online_rate": -0.1}, {"online_window_rows": 0},
+                                 {"coverage_window_rows": 0}])
+def test_online_settings_are_validated(bad: dict) -> None:
+    from market_pipeline.forecast import ForecastSettingsError
+
+    with pytest.raises(ForecastSettingsError):
+        ForecastSettings(**bad)
