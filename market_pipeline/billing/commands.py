@@ -10,7 +10,9 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from market_pipeline.billing.errors import BillingError
+from market_pipeline.commands import add_limit_arguments, limits_from
 from market_pipeline.config import ConfigError, load_config
+from market_pipeline.sql_guard import SqlRefused
 from market_pipeline.warehouse import Warehouse, WarehouseError, open_warehouse
 
 
@@ -57,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     tenant_sql.add_argument("--tenant", required=True)
     tenant_sql.add_argument("query")
     tenant_sql.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    add_limit_arguments(tenant_sql)
     tenant_sql.set_defaults(handler=run_tenant_sql)
 
 
@@ -200,8 +203,9 @@ def run_tenant_sql(args: argparse.Namespace) -> int:
     from market_pipeline.billing.tenant_scope import tenant_query
 
     try:
-        frame = tenant_query(Warehouse(_warehouse(args.warehouse)), args.tenant, args.query)
-    except (BillingError, ConfigError, WarehouseError) as exc:
+        frame = tenant_query(Warehouse(_warehouse(args.warehouse)), args.tenant, args.query,
+                             limits=limits_from(args))
+    except (BillingError, ConfigError, WarehouseError, SqlRefused) as exc:
         return _fail(exc)
     print(json.dumps(frame.to_dicts(), default=str))
     return 0
