@@ -90,12 +90,15 @@ def _time(text: str | None, name: str) -> dt.datetime | None:
 
 
 def _decimal(text: str | None, name: str) -> Decimal | None:
+    from market_pipeline.billing.balances import check_amount
+
     if text is None:
         return None
     try:
-        return Decimal(text)
-    except InvalidOperation as exc:
-        raise BillingError(f"--{name} {text!r} is not a number") from exc
+        value = Decimal(text.strip())
+    except InvalidOperation:
+        raise BillingError(f"--{name} {text!r} is not a number") from None
+    return check_amount(value, f"--{name}")
 
 
 def _keep(new: Decimal | None, current: Decimal) -> Decimal:
@@ -114,7 +117,7 @@ def _plain(value: Decimal | None) -> str | None:
 
 
 def _fail(exc: Exception) -> int:
-    print(f"error: {exc}", file=sys.stderr)
+    print("error: " + " ".join(str(exc).split()), file=sys.stderr)  # one line, whatever the cause
     return 2
 
 
@@ -166,22 +169,33 @@ def run_rollup(args: argparse.Namespace) -> int:
 
 
 def run_balance(args: argparse.Namespace) -> int:
-    from market_pipeline.billing.balances import Account, accounts, record_payment, set_account, tenant_spend
+    from market_pipeline.billing.balances import (
+        Account, accounts, check_account, record_payment, set_account, tenant_spend)
 
     try:
-        warehouse = open_warehouse(_warehouse(args.warehouse))
+        # every argument is checked before anything is written: nothing is half-applied
+        top_up = _decimal(args.top_up, "top-up")
+        credit_limit = _decimal(args.credit_limit, "credit-limit")
         changes = [args.prepaid, args.credit_limit, args.hard_cap_daily, args.hard_cap_monthly]
+        warehouse = open_warehouse(_warehouse(args.warehouse))
+        known = {t.id for t in load_config().tenants} | {a.tenant_id for a in accounts(warehouse)}
+        if (top_up is not None or any(v is not None for v in changes)) and args.tenant not in known:
+            raise BillingError(f"unknown tenant {args.tenant!r}; known: {sorted(known)}")
+        account_change = None
         if any(value is not None for value in changes):
             current = next((a for a in accounts(warehouse) if a.tenant_id == args.tenant),
                            Account(args.tenant, prepaid=True))
-            set_account(warehouse, Account(
+            account_change = Account(
                 args.tenant,
                 prepaid=current.prepaid if args.prepaid is None else args.prepaid == "yes",
-                credit_limit=_keep(_decimal(args.credit_limit, "credit-limit"), current.credit_limit),
+                credit_limit=_keep(credit_limit, current.credit_limit),
                 hard_cap_daily=_cap(args.hard_cap_daily, "hard-cap-daily", current.hard_cap_daily),
-                hard_cap_monthly=_cap(args.hard_cap_monthly, "hard-cap-monthly", current.hard_cap_monthly)))
-        if args.top_up is not None:
-            record_payment(warehouse, args.tenant, _decimal(args.top_up, "top-up"), args.reference or "")
+                hard_cap_monthly=_cap(args.hard_cap_monthly, "hard-cap-monthly", current.hard_cap_monthly))
+            check_account(account_change)
+        if top_up is not None:
+            record_payment(warehouse, args.tenant, top_up, args.reference or "", known_tenants=known)
+        if account_change is not None:
+            set_account(warehouse, account_change)
         spend = tenant_spend(warehouse, dt.datetime.now(dt.timezone.utc)).get(args.tenant)
         account = next((a for a in accounts(warehouse) if a.tenant_id == args.tenant), None)
     except (BillingError, ConfigError, WarehouseError) as exc:
