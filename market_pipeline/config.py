@@ -163,6 +163,7 @@ class TelemetryConfig(_Strict):
     freshness_minutes: float = Field(30.0, gt=0)
     temp_min_c: float = 0.0
     temp_max_c: float = 110.0
+    naive_timezone: str | None = None  # IANA zone of zone-less timestamps; None: quarantine them
 
 
 class CommitmentTier(_Strict):

@@ -12,6 +12,7 @@ MAX_PRICE_PER_GPU_HOUR is a typo, not a fleet.
 from __future__ import annotations
 
 import math
+import zoneinfo
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,6 +75,9 @@ def physical(config: Any) -> list[str]:
             value = getattr(telemetry, name)
             if math.isfinite(value) and not low <= value <= high:
                 problems.append(f"telemetry.{name}: {value:g} C is outside [{low:g}, {high:g}] C")
+        zone = getattr(telemetry, "naive_timezone", None)
+        if zone is not None and not _is_zone(zone):
+            problems.append(f"telemetry.naive_timezone: {zone!r} is not an IANA time zone (e.g. 'Asia/Shanghai')")
         if telemetry.temp_min_c >= telemetry.temp_max_c:
             problems.append(f"telemetry: temp_min_c ({telemetry.temp_min_c:g}) must be below"
                             f" temp_max_c ({telemetry.temp_max_c:g})")
@@ -84,6 +88,14 @@ def physical(config: Any) -> list[str]:
         _at_most(problems, "market.solver_max_iterations", market.solver_max_iterations,
                  MAX_SOLVER_ITERATIONS, "iterations")
     return problems
+
+
+def _is_zone(name: str) -> bool:
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
 
 
 def config_problems(config: BaseModel) -> list[str]:
