@@ -14,6 +14,7 @@ from pathlib import Path
 from market_pipeline.cli import INTERNAL_ERROR, main
 from market_pipeline.warehouse import open_warehouse
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TENANT = "acme-research"
 OTHER = "cobalt-labs"
 USAGE_ROWS = 240
