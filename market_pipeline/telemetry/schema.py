@@ -33,7 +33,14 @@ _TEXT_TYPES = (pl.Utf8, pl.Categorical, pl.Enum)
 
 
 class TelemetryInputError(ValueError):
-    """Telemetry input that cannot be ingested at all; the message names the problem."""
+    """Telemetry input that cannot be ingested at all; the message names the problem.
+
+    The message is one line: a reader's multi-line error (polars quotes the bad field over
+    several lines) is folded, so the CLI prints one `error:` line.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
 
 
 class MissingColumnsError(TelemetryInputError):
@@ -41,8 +48,13 @@ class MissingColumnsError(TelemetryInputError):
         self.missing = missing
         super().__init__(
             f"{where} lacks required telemetry column(s) {', '.join(missing)}; "
-            f"it has: {', '.join(present) or '(none)'}"
+            f"it has: {', '.join(_printable(c) for c in present) or '(none)'}"
         )
+
+
+def _printable(name: str) -> str:
+    """A column name as it can be shown on one line (control characters escaped)."""
+    return name if name.isprintable() else name.encode("unicode_escape").decode("ascii")
 
 
 class UnreadableFileError(TelemetryInputError):
