@@ -170,7 +170,7 @@ def run_limited(con: duckdb.DuckDBPyConnection, sql: str, limits: SqlLimits,
                 raise SqlRefused(f"the result has more than {limits.max_rows} rows; add a LIMIT")
             batches.append(batch)
         table = pa.Table.from_batches(batches, schema=reader.schema)
-    except duckdb.Error as exc:
+    except (duckdb.Error, pa.ArrowException) as exc:  # an interrupt can surface from the stream
         if fired.is_set():
             raise SqlRefused(f"the query ran past the {limits.timeout_seconds:g} s time limit") from None
         raise SqlRefused(f"query failed: {_first_line(exc)}") from None
