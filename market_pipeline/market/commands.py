@@ -117,6 +117,11 @@ def _last_prices(problem: MarketProblem, text: str | None) -> np.ndarray | None:
 def _check_solve_args(args: argparse.Namespace) -> None:
     if not DEVICE_PATTERN.match(args.device):
         raise InstanceError(f"--device: expected 'cpu' or 'cuda' (or 'cuda:N'), got {args.device!r}")
+    if args.device.startswith("cuda:"):
+        import torch
+
+        if torch.cuda.is_available() and int(args.device[5:]) >= torch.cuda.device_count():
+            raise InstanceError(f"--device {args.device}: this host has {torch.cuda.device_count()} CUDA device(s)")
     if not (math.isfinite(args.tolerance) and 0 < args.tolerance < 1):
         raise InstanceError(f"--tolerance must be a finite number in (0, 1), got {args.tolerance}")
     if args.max_step is not None and not (math.isfinite(args.max_step) and 0 < args.max_step <= 10):
