@@ -23,7 +23,7 @@ from market_pipeline.config import DEFAULT_CONFIG_PATH, load_config
 
 # HARDENING_FUZZ_EXAMPLES=500 runs a deeper, random search; the default is a fixed quick one
 DEEP = int(os.environ.get("HARDENING_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=DEEP or 30, deadline=None, derandomize=not DEEP,
+FUZZ = settings(max_examples=DEEP or 20, deadline=None, derandomize=not DEEP,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 DEFAULTS = DEFAULT_CONFIG_PATH.read_text()
 NUMERIC_LINE = re.compile(r"(?m)^(\w+) = (-?[0-9][0-9_.eE+-]*)$")

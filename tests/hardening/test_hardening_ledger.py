@@ -51,14 +51,27 @@ def test_hardening_balance_cli_refuses_unknown_tenants_and_bad_amounts(tmp_path:
     assert _entries(path, "x") == []
 
 
+REPLAY = """
+import sys
+from decimal import Decimal
+from pathlib import Path
+from market_pipeline.billing.balances import record_payment
+from market_pipeline.billing.errors import BillingError
+from market_pipeline.warehouse import Warehouse
+try:
+    record_payment(Warehouse(Path(sys.argv[1])), sys.argv[2], Decimal(sys.argv[3]), "wire-c")
+except BillingError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(2)
+"""
+
+
 def test_hardening_concurrent_replays_book_exactly_one_entry(tmp_path: Path) -> None:
     """Six processes replay one reference at once, four with 10 and two with 99."""
     path = build_warehouse(tmp_path / "w.duckdb")
     amounts = ["10", "99", "10", "10", "99", "10"]
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "market_pipeline.cli", "balance", "--tenant", TENANT, "--top-up", amount,
-         "--reference", "wire-c", "--warehouse", str(path)],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for amount in amounts]
+    procs = [subprocess.Popen([sys.executable, "-c", REPLAY, str(path), TENANT, amount], cwd=REPO_ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for amount in amounts]
     results = [(amount, p.wait(timeout=120), p.stderr.read()) for amount, p in zip(amounts, procs)]
     booked = _entries(path, "wire-c")
     assert len(booked) == 1

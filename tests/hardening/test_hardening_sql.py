@@ -18,7 +18,7 @@ def warehouse(tmp_path: Path) -> Path:
 
 
 def test_hardening_attack_list_is_refused_without_a_trace(tmp_path: Path) -> None:
-    counts = run_attacks(tmp_path / "attacks", timeout_seconds=2.0)
+    counts = run_attacks(tmp_path / "attacks", timeout_seconds=1.0)
     assert counts["not_refused"] == []
     assert counts["refused"] == counts["attacks"] >= 100
     assert {k: counts[k] for k in ("tracebacks", "checksum_changes", "files_written_outside", "leaks",
