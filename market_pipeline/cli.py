@@ -8,8 +8,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+
+# Exit statuses: 2 is bad input (one line on stderr, from the command itself); 70 (EX_SOFTWARE)
+# is a defect that escaped a command, reported as one line unless TRACEBACK_ENV is set.
+INPUT_ERROR = 2
+INTERNAL_ERROR = 70
+TRACEBACK_ENV = "MARKET_PIPELINE_TRACEBACK"
 
 # Modules exposing `register(sub)` and optionally `register_bench(bench_sub)`.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -54,6 +61,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(handler(args) or 0)
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        return 130
+    except (RecursionError, MemoryError) as exc:
+        # the input was too deep or too large for what the command builds from it
+        print(f"error: the input is too large or too deeply nested ({type(exc).__name__})", file=sys.stderr)
+        return INPUT_ERROR
+    except Exception as exc:  # the last net: a user never sees a traceback
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        text = " ".join(str(exc).split())[:300]
+        print(f"error: internal error in {args.command} ({type(exc).__name__}: {text});"
+              f" set {TRACEBACK_ENV}=1 for the traceback", file=sys.stderr)
+        return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

@@ -10,7 +10,17 @@ import sys
 from pathlib import Path
 
 from market_pipeline.config import ConfigError, load_config
-from market_pipeline.warehouse import Warehouse, WarehouseError, open_warehouse
+from market_pipeline.sql_guard import (
+    DEFAULT_MAX_ROWS,
+    DEFAULT_MEMORY_LIMIT_MB,
+    DEFAULT_TIMEOUT_SECONDS,
+    SqlLimits,
+    SqlRefused,
+    check_read_only,
+    locked_warehouse,
+    run_limited,
+)
+from market_pipeline.warehouse import WarehouseError, open_warehouse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sql.add_argument("--warehouse", help="warehouse file (default: the configured one)")
     sql.add_argument("--json", action="store_true", help="print a JSON list of row objects")
     sql.add_argument("--max-rows", type=int, default=100, help="rows shown in the table view")
+    add_limit_arguments(sql)
     sql.set_defaults(handler=run_sql)
 
     migrate = sub.add_parser("migrate", help="create or upgrade the warehouse schema")
@@ -46,10 +57,29 @@ def _json_default(value: object) -> object:
     return str(value)
 
 
+def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    """The time, memory and row limits of a hand-typed query (see sql_guard)."""
+    parser.add_argument("--timeout-seconds", type=float, default=DEFAULT_TIMEOUT_SECONDS,
+                        help="interrupt the query after this long")
+    parser.add_argument("--memory-limit-mb", type=int, default=DEFAULT_MEMORY_LIMIT_MB,
+                        help="DuckDB memory limit for the query")
+    parser.add_argument("--row-limit", type=int, default=DEFAULT_MAX_ROWS,
+                        help="refuse results with more rows than this")
+
+
+def limits_from(args: argparse.Namespace) -> SqlLimits:
+    return SqlLimits(timeout_seconds=args.timeout_seconds, memory_limit_mb=args.memory_limit_mb,
+                     max_rows=args.row_limit)
+
+
 def run_sql(args: argparse.Namespace) -> int:
+    """One read-only query, checked by DuckDB's parser, in a connection cut off from files."""
     try:
-        frame = Warehouse(resolve_warehouse_path(args.warehouse)).query(args.query)
-    except (WarehouseError, ConfigError) as exc:
+        limits = limits_from(args)
+        check_read_only(args.query)
+        with locked_warehouse(resolve_warehouse_path(args.warehouse), limits) as con:
+            frame = run_limited(con, args.query, limits)
+    except (SqlRefused, WarehouseError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:

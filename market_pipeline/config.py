@@ -8,6 +8,7 @@ MARKET_PIPELINE_CONFIG; then every `MP__SECTION__KEY=value` env var overrides on
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import tomllib
@@ -17,6 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
+from market_pipeline.config_checks import config_problems
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 DEFAULT_CONFIG_PATH = Path(__file__).parent / "defaults" / "market.toml"
@@ -168,6 +170,7 @@ class TelemetryConfig(_Strict):
     freshness_minutes: float = Field(30.0, gt=0)
     temp_min_c: float = 0.0
     temp_max_c: float = 110.0
+    naive_timezone: str | None = None  # IANA zone of zone-less timestamps; None: quarantine them
 
 
 class CommitmentTier(_Strict):
@@ -339,7 +342,7 @@ def _parse_scalar(raw: str) -> Any:
 
 def apply_env_overrides(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     """Apply every MP__A__B=value override to a copy of the raw config mapping."""
-    merged = json.loads(json.dumps(data))
+    merged = copy.deepcopy(data)  # not a JSON round trip: TOML datetimes (sim_epoch) are not JSON
     for name, raw in sorted(environ.items()):
         if not name.startswith(OVERRIDE_PREFIX):
             continue
@@ -366,9 +369,11 @@ def load_config(
     environ = os.environ if environ is None else environ
     source = Path(path or environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
     try:
-        raw = tomllib.loads(source.read_text())
+        raw = tomllib.loads(source.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ConfigError(f"config file not found: {source}") from exc
+    except (OSError, UnicodeDecodeError) as exc:  # a directory, a binary file, no permission
+        raise ConfigError(f"config file {source} cannot be read as TOML text: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {source} is not valid TOML: {exc}") from exc
     merged = apply_env_overrides(raw, environ)
@@ -376,6 +381,8 @@ def load_config(
         config = MarketPipelineConfig.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(str(source), exc)) from None
+    if problems := config_problems(config):  # finite, and physical where a bound is
+        raise ConfigError(f"invalid configuration in {source}: " + "; ".join(problems))
     return _with_fleet_market(config) if resolve_fleet else config
 
 

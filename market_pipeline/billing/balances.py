@@ -15,11 +15,12 @@ reads the `budget_guard` decisions).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 import polars as pl
+import pyarrow as pa
 
 from market_pipeline.billing.errors import BillingError
 from market_pipeline.warehouse import Warehouse
@@ -57,13 +58,20 @@ class GuardVerdict:
     reasons: tuple[str, ...] = field(default=())
 
 
-def set_account(warehouse: Warehouse, account: Account, now: dt.datetime | None = None) -> None:
+def check_account(account: Account) -> Account:
+    """BillingError unless the limits are finite, in the ledger's range and not negative."""
+    check_amount(account.credit_limit, "credit_limit")
     if account.credit_limit < 0:
         raise BillingError(f"credit_limit must be >= 0, got {account.credit_limit}")
     for name in ("hard_cap_daily", "hard_cap_monthly"):
         cap = getattr(account, name)
-        if cap is not None and cap < 0:
+        if cap is not None and check_amount(cap, name) < 0:
             raise BillingError(f"{name} must be >= 0, got {cap}")
+    return account
+
+
+def set_account(warehouse: Warehouse, account: Account, now: dt.datetime | None = None) -> None:
+    check_account(account)
     warehouse.upsert("billing_accounts", pl.DataFrame([{
         "tenant_id": account.tenant_id, "prepaid": account.prepaid,
         "credit_limit": account.credit_limit, "hard_cap_daily": account.hard_cap_daily,
@@ -79,22 +87,67 @@ def accounts(warehouse: Warehouse) -> list[Account]:
     return [Account(*row) for row in frame.iter_rows()]
 
 
+# billing_ledger.amount is DECIMAL(20, 9): 11 integer digits, 9 decimals.
+MAX_LEDGER_AMOUNT = Decimal("99999999999")
+LEDGER_SCALE = 9
+
+
+def check_amount(amount: Decimal, name: str = "amount") -> Decimal:
+    """A finite amount the ledger column holds exactly; BillingError naming it otherwise."""
+    if not isinstance(amount, Decimal) or not amount.is_finite():
+        raise BillingError(f"{name} must be a finite number, got {amount}")
+    if abs(amount) > MAX_LEDGER_AMOUNT:
+        raise BillingError(f"{name} {amount} is beyond the ledger's range (at most {MAX_LEDGER_AMOUNT})")
+    if amount != amount.quantize(Decimal(1).scaleb(-LEDGER_SCALE)):
+        raise BillingError(f"{name} {amount} has more than {LEDGER_SCALE} decimals")
+    return amount
+
+
 def record_payment(warehouse: Warehouse, tenant_id: str, amount: Decimal, reference: str,
-                   kind: str = "top_up", now: dt.datetime | None = None) -> str:
-    """A top-up (or signed adjustment); idempotent by `reference`. Returns the entry id."""
+                   kind: str = "top_up", now: dt.datetime | None = None,
+                   known_tenants: Collection[str] | None = None) -> str:
+    """A top-up (or signed adjustment), keyed by `reference`. Returns the entry id.
+
+    The reference is an idempotency key, never an update: replaying it with the same amount
+    changes nothing, and with another amount is refused naming both (a payment once booked
+    cannot be rewritten). The check and the insert share one write transaction, and DuckDB
+    admits one writing process at a time, so concurrent replays book exactly one entry.
+    `known_tenants`, when given, is the set a payment may be booked for.
+    """
     if kind not in MANUAL_KINDS:
         raise BillingError(f"ledger kind must be one of {MANUAL_KINDS}, got {kind!r}")
+    if not tenant_id:
+        raise BillingError("a payment needs a tenant id")
+    if known_tenants is not None and tenant_id not in known_tenants:
+        raise BillingError(f"unknown tenant {tenant_id!r}; known: {sorted(known_tenants)}")
+    check_amount(amount, "the amount")
     if kind == "top_up" and amount <= 0:
         raise BillingError(f"a top-up must be positive, got {amount}")
-    if not reference:
+    if not reference or not reference.strip():
         raise BillingError("a payment needs a reference (it makes the entry idempotent)")
     entry_id = f"{kind}:{tenant_id}:{reference}"
-    warehouse.upsert("billing_ledger", pl.DataFrame([{
-        "entry_id": entry_id, "tenant_id": tenant_id, "kind": kind, "amount": amount,
-        "period_start": None, "recorded_at": now or dt.datetime.now(UTC), "reference": reference,
-    }], schema={"entry_id": pl.Utf8, "tenant_id": pl.Utf8, "kind": pl.Utf8, "amount": pl.Decimal(20, 9),
-                "period_start": pl.Datetime("us", "UTC"), "recorded_at": pl.Datetime("us", "UTC"),
-                "reference": pl.Utf8}))
+    row = pa.table({
+        "entry_id": [entry_id], "tenant_id": [tenant_id], "kind": [kind], "amount": [str(amount)],
+        "period_start": pa.array([None], pa.timestamp("us", "UTC")),
+        "recorded_at": pa.array([now or dt.datetime.now(UTC)], pa.timestamp("us", "UTC")),
+        "reference": [reference]})
+    with warehouse.connect() as con:
+        con.execute("BEGIN")
+        try:
+            booked = con.execute("SELECT amount FROM billing_ledger WHERE entry_id = ?", [entry_id]).fetchone()
+            if booked is None:
+                con.register("_payment", row)
+                con.execute("INSERT INTO billing_ledger SELECT entry_id, tenant_id, kind,"
+                            " CAST(amount AS DECIMAL(20, 9)), period_start, recorded_at, reference FROM _payment")
+                con.unregister("_payment")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    if booked is not None and Decimal(booked[0]) != amount:
+        raise BillingError(f"reference {reference!r} of tenant {tenant_id!r} is already booked as"
+                           f" {format(Decimal(booked[0]).normalize(), 'f')}; refusing {format(amount, 'f')}"
+                           " (a payment cannot be rewritten; use a new reference)")
     return entry_id
 
 
@@ -132,13 +185,19 @@ def tenant_spend(warehouse: Warehouse, now: dt.datetime) -> dict[str, TenantSpen
     """Balance and rated spend (today, this month) of every tenant with ledger or usage."""
     day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     month = day.replace(day=1)
-    frame = warehouse.query("""
+    rated = not warehouse.query("SELECT 1 FROM information_schema.tables WHERE table_schema = 'main'"
+                                " AND table_name = 'fct_invoice_lines'").is_empty()
+    # before the first billing rollup there are no invoice lines yet: nothing is spent
+    lines = ("fct_invoice_lines" if rated else
+             "(SELECT NULL::VARCHAR AS tenant_id, NULL::VARCHAR AS period_grain,"
+             " NULL::TIMESTAMPTZ AS period_start, NULL::DECIMAL(20, 9) AS billed_cost WHERE false)")
+    frame = warehouse.query(f"""
         WITH ledger AS (SELECT tenant_id, sum(amount) AS balance FROM billing_ledger GROUP BY 1),
         spend AS (
             SELECT tenant_id,
                    sum(CASE WHEN period_start >= ? THEN billed_cost ELSE 0 END) AS today,
                    sum(billed_cost) AS month
-            FROM fct_invoice_lines
+            FROM {lines}
             WHERE period_grain = 'hour' AND period_start >= ? AND period_start < ?
             GROUP BY 1)
         SELECT coalesce(l.tenant_id, s.tenant_id) AS tenant_id,

@@ -10,7 +10,9 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from market_pipeline.billing.errors import BillingError
+from market_pipeline.commands import add_limit_arguments, limits_from
 from market_pipeline.config import ConfigError, load_config
+from market_pipeline.sql_guard import SqlRefused
 from market_pipeline.warehouse import Warehouse, WarehouseError, open_warehouse
 
 
@@ -57,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     tenant_sql.add_argument("--tenant", required=True)
     tenant_sql.add_argument("query")
     tenant_sql.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    add_limit_arguments(tenant_sql)
     tenant_sql.set_defaults(handler=run_tenant_sql)
 
 
@@ -87,12 +90,15 @@ def _time(text: str | None, name: str) -> dt.datetime | None:
 
 
 def _decimal(text: str | None, name: str) -> Decimal | None:
+    from market_pipeline.billing.balances import check_amount
+
     if text is None:
         return None
     try:
-        return Decimal(text)
-    except InvalidOperation as exc:
-        raise BillingError(f"--{name} {text!r} is not a number") from exc
+        value = Decimal(text.strip())
+    except InvalidOperation:
+        raise BillingError(f"--{name} {text!r} is not a number") from None
+    return check_amount(value, f"--{name}")
 
 
 def _keep(new: Decimal | None, current: Decimal) -> Decimal:
@@ -111,7 +117,7 @@ def _plain(value: Decimal | None) -> str | None:
 
 
 def _fail(exc: Exception) -> int:
-    print(f"error: {exc}", file=sys.stderr)
+    print("error: " + " ".join(str(exc).split()), file=sys.stderr)  # one line, whatever the cause
     return 2
 
 
@@ -163,22 +169,33 @@ def run_rollup(args: argparse.Namespace) -> int:
 
 
 def run_balance(args: argparse.Namespace) -> int:
-    from market_pipeline.billing.balances import Account, accounts, record_payment, set_account, tenant_spend
+    from market_pipeline.billing.balances import (
+        Account, accounts, check_account, record_payment, set_account, tenant_spend)
 
     try:
-        warehouse = open_warehouse(_warehouse(args.warehouse))
+        # every argument is checked before anything is written: nothing is half-applied
+        top_up = _decimal(args.top_up, "top-up")
+        credit_limit = _decimal(args.credit_limit, "credit-limit")
         changes = [args.prepaid, args.credit_limit, args.hard_cap_daily, args.hard_cap_monthly]
+        warehouse = open_warehouse(_warehouse(args.warehouse))
+        known = {t.id for t in load_config().tenants} | {a.tenant_id for a in accounts(warehouse)}
+        if (top_up is not None or any(v is not None for v in changes)) and args.tenant not in known:
+            raise BillingError(f"unknown tenant {args.tenant!r}; known: {sorted(known)}")
+        account_change = None
         if any(value is not None for value in changes):
             current = next((a for a in accounts(warehouse) if a.tenant_id == args.tenant),
                            Account(args.tenant, prepaid=True))
-            set_account(warehouse, Account(
+            account_change = Account(
                 args.tenant,
                 prepaid=current.prepaid if args.prepaid is None else args.prepaid == "yes",
-                credit_limit=_keep(_decimal(args.credit_limit, "credit-limit"), current.credit_limit),
+                credit_limit=_keep(credit_limit, current.credit_limit),
                 hard_cap_daily=_cap(args.hard_cap_daily, "hard-cap-daily", current.hard_cap_daily),
-                hard_cap_monthly=_cap(args.hard_cap_monthly, "hard-cap-monthly", current.hard_cap_monthly)))
-        if args.top_up is not None:
-            record_payment(warehouse, args.tenant, _decimal(args.top_up, "top-up"), args.reference or "")
+                hard_cap_monthly=_cap(args.hard_cap_monthly, "hard-cap-monthly", current.hard_cap_monthly))
+            check_account(account_change)
+        if top_up is not None:
+            record_payment(warehouse, args.tenant, top_up, args.reference or "", known_tenants=known)
+        if account_change is not None:
+            set_account(warehouse, account_change)
         spend = tenant_spend(warehouse, dt.datetime.now(dt.timezone.utc)).get(args.tenant)
         account = next((a for a in accounts(warehouse) if a.tenant_id == args.tenant), None)
     except (BillingError, ConfigError, WarehouseError) as exc:
@@ -200,8 +217,9 @@ def run_tenant_sql(args: argparse.Namespace) -> int:
     from market_pipeline.billing.tenant_scope import tenant_query
 
     try:
-        frame = tenant_query(Warehouse(_warehouse(args.warehouse)), args.tenant, args.query)
-    except (BillingError, ConfigError, WarehouseError) as exc:
+        frame = tenant_query(Warehouse(_warehouse(args.warehouse)), args.tenant, args.query,
+                             limits=limits_from(args))
+    except (BillingError, ConfigError, WarehouseError, SqlRefused) as exc:
         return _fail(exc)
     print(json.dumps(frame.to_dicts(), default=str))
     return 0

@@ -32,6 +32,7 @@ from market_pipeline.warehouse import Warehouse
 
 MIN_BAND_SAMPLES = 20
 MAX_QUOTE_HOURS = 24 * 31
+QUOTE_YEARS = (2000, 2100)  # a start outside is a typo (9999-12-31 overflowed the hour slices)
 CENT = Decimal("0.01")
 
 
@@ -107,10 +108,14 @@ def quote(config: MarketPipelineConfig, warehouse: Warehouse | None, tenant_id: 
         raise QuoteError(f"unknown tenant {tenant_id!r}; known: {[t.id for t in config.tenants]}")
     if pool_id not in config.pool_by_id:
         raise QuoteError(f"unknown pool {pool_id!r}; known: {sorted(config.pool_by_id)}")
-    if not gpus > 0:
-        raise QuoteError(f"--gpus must be > 0, got {gpus}")
+    pool = config.pool_by_id[pool_id]
+    most = pool.max_nodes * pool.gpus_per_node  # no job runs on more GPUs than the pool can hold
+    if not 0 < gpus <= most:
+        raise QuoteError(f"--gpus must be in (0, {most}] (pool {pool_id} at max_nodes), got {gpus}")
     if not 0 < hours <= MAX_QUOTE_HOURS:
         raise QuoteError(f"--hours must be in (0, {MAX_QUOTE_HOURS}], got {hours}")
+    if start is not None and not QUOTE_YEARS[0] <= start.astimezone(dt.timezone.utc).year <= QUOTE_YEARS[1]:
+        raise QuoteError(f"--start {start.isoformat()} is outside the years {QUOTE_YEARS[0]}..{QUOTE_YEARS[1]}")
     resource_class = resource_class or "guaranteed"
     if resource_class == "drainable" and not tenant.drain_tolerant:
         raise QuoteError(f"tenant {tenant_id!r} is not drain tolerant: it cannot buy the drainable class")

@@ -1,9 +1,14 @@
 """Tenant-scoped SQL: a tenant's query runs where other tenants' rows do not exist.
 
 The billing tables are copied, filtered to the tenant, into a private in-memory DuckDB;
-file and network access is then switched off and the configuration locked, so the query
-cannot ATTACH the warehouse or read files. Public tables (the price book and the rate
-card) are copied whole: every tenant may see list prices.
+that database is then locked down like finance's `sql` (sql_guard: one read-only
+statement, no file or network access, locked configuration, time, memory and row limits),
+so the query cannot ATTACH the warehouse or read files. Public tables (the price book and
+the rate card) are copied whole: every tenant may see list prices.
+
+Copies are materialised (`to_arrow_table`): in DuckDB 1.5 `.arrow()` returns a lazy
+reader that the next query on the source connection invalidates, which left every table
+but the last one empty.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import duckdb
 import polars as pl
 
 from market_pipeline.billing.errors import BillingError
+from market_pipeline.sql_guard import SqlLimits, SqlRefused, check_read_only, lock_down, run_limited
 from market_pipeline.warehouse import Warehouse
 
 # Table -> the column naming the tenant that owns a row.
@@ -54,8 +60,9 @@ def _existing(warehouse: Warehouse, names: list[str]) -> set[str]:
     return {n for n in names if n in present}
 
 
-def scoped_connection(warehouse: Warehouse, tenant_id: str, sql: str) -> duckdb.DuckDBPyConnection:
-    """An in-memory database holding only `tenant_id`'s rows of the tables `sql` names."""
+def scoped_connection(warehouse: Warehouse, tenant_id: str, sql: str,
+                      limits: SqlLimits | None = None) -> duckdb.DuckDBPyConnection:
+    """A locked in-memory database holding only `tenant_id`'s rows of the tables `sql` names."""
     if not tenant_id:
         raise TenantScopeError("tenant id must be a non-empty string")
     wanted = _referenced(sql, [*TENANT_TABLES, *PUBLIC_TABLES])
@@ -68,27 +75,34 @@ def scoped_connection(warehouse: Warehouse, tenant_id: str, sql: str) -> duckdb.
             if table in TENANT_TABLES:
                 column = TENANT_TABLES[table]
                 copies[table] = source.execute(
-                    f'SELECT * FROM main."{table}" WHERE "{column}" = ?', [tenant_id]).arrow()
+                    f'SELECT * FROM main."{table}" WHERE "{column}" = ?', [tenant_id]).to_arrow_table()
             else:
-                copies[table] = source.execute(f'SELECT * FROM main."{table}"').arrow()
+                copies[table] = source.execute(f'SELECT * FROM main."{table}"').to_arrow_table()
     con = duckdb.connect(":memory:")
-    con.execute("SET TimeZone = 'UTC'")
-    for table, arrow in copies.items():
-        con.register("_rows", arrow)
-        con.execute(f'CREATE TABLE "{table}" AS SELECT * FROM _rows')
-        con.unregister("_rows")
-    con.execute("SET enable_external_access = false")
-    con.execute("SET lock_configuration = true")
+    try:
+        for table, arrow in copies.items():
+            con.register("_rows", arrow)
+            con.execute(f'CREATE TABLE "{table}" AS SELECT * FROM _rows')
+            con.unregister("_rows")
+        lock_down(con, limits or SqlLimits())
+    except BaseException:
+        con.close()
+        raise
     return con
 
 
 def tenant_query(warehouse: Warehouse, tenant_id: str, sql: str,
-                 params: list[object] | None = None) -> pl.DataFrame:
+                 params: list[object] | None = None, limits: SqlLimits | None = None) -> pl.DataFrame:
     """Run `sql` as tenant `tenant_id`: it sees only that tenant's billing rows."""
-    con = scoped_connection(warehouse, tenant_id, sql)
+    limits = limits or SqlLimits()
     try:
-        return con.execute(sql, params or []).pl()
-    except duckdb.Error as exc:
-        raise TenantScopeError(f"tenant {tenant_id!r} query failed: {exc}") from exc
+        check_read_only(sql)  # before any copy: a refused query costs nothing
+    except SqlRefused as exc:
+        raise TenantScopeError(f"tenant {tenant_id!r} query refused: {exc}") from None
+    con = scoped_connection(warehouse, tenant_id, sql, limits)
+    try:
+        return run_limited(con, sql, limits, params)
+    except SqlRefused as exc:
+        raise TenantScopeError(f"tenant {tenant_id!r} query failed: {exc}") from None
     finally:
         con.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -18,7 +19,14 @@ from market_pipeline.fleet.setup import build_setup, default_epoch
 from market_pipeline.fleet.shapes import WorkloadError
 from market_pipeline.fleet.state import TwinStateError
 
-_ERRORS = (ConfigError, FleetSourceError, WorkloadError, TwinStateError, ValueError)
+_ERRORS = (ConfigError, FleetSourceError, WorkloadError, TwinStateError, ValueError, OverflowError)
+MAX_ADVANCE_HOURS = 24 * 366  # one call moves the twin's clock at most a year
+
+
+def _check_hours(hours: float, flag: str = "--hours") -> float:
+    if not (math.isfinite(hours) and 0 < hours <= MAX_ADVANCE_HOURS):
+        raise ValueError(f"{flag} must be a finite number in (0, {MAX_ADVANCE_HOURS}], got {hours}")
+    return hours
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -79,9 +87,12 @@ def run_advance(args: argparse.Namespace) -> int:
     try:
         adapter = _adapter(args)
         if args.hours is not None:
-            until = adapter.now() + timedelta(hours=args.hours)
+            until = adapter.now() + timedelta(hours=_check_hours(args.hours))
         else:
             until = datetime.fromisoformat(args.until)
+            if until.tzinfo is None:
+                raise ValueError(f"--until {args.until!r} needs a UTC offset, e.g. 2026-01-05T12:00:00+00:00")
+            _check_hours(max((until - adapter.now()).total_seconds() / 3600, 1e-9), "--until (hours ahead)")
         started = time.perf_counter()
         adapter.advance(until)
         out = _status(adapter)
@@ -101,6 +112,13 @@ def scaled_config(config: MarketPipelineConfig, nodes: int, gpus_per_node: int) 
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from market_pipeline.config_checks import MAX_POOL_NODES
+
+    if not (1 <= args.nodes <= MAX_POOL_NODES and 1 <= args.gpus_per_node <= 16
+            and math.isfinite(args.hours) and 0 < args.hours <= 24 * 7):
+        print(f"error: need 1 <= --nodes <= {MAX_POOL_NODES}, 1 <= --gpus-per-node <= 16 and"
+              " 0 < --hours <= 168", file=sys.stderr)
+        return 2
     config = scaled_config(load_config(), args.nodes, args.gpus_per_node)
     setup = build_setup(config)
     epoch = default_epoch(datetime(2026, 1, 5, tzinfo=UTC))

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +107,36 @@ def _settings(args: argparse.Namespace) -> Any:
                               economics=EconomicAssumptions(**changes), **timing)
 
 
+def _check_args(args: argparse.Namespace, outputs: tuple[str | None, ...]) -> None:
+    """Refuse bad arguments and unwritable outputs before the run, not after it."""
+    from market_pipeline.simulate.settings import PLACEMENT_NAMES
+
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SimulationInputError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+    unknown = [p for p in args.placement if p not in (*PLACEMENT_NAMES, "none")]
+    if unknown:
+        raise SimulationInputError(f"--placement {unknown}: choose from {[*PLACEMENT_NAMES, 'none']}")
+    if args.workers is not None and not 1 <= args.workers <= 256:
+        raise SimulationInputError(f"--workers must be in [1, 256], got {args.workers}")
+    for path in filter(None, outputs):
+        _check_writable(Path(path))
+
+
+def _check_writable(path: Path) -> None:
+    """Probe with a temporary file next to `path` (os.access says yes to root on /proc)."""
+    if path.is_dir():
+        raise SimulationInputError(f"output {path} is a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".probe-"):
+            pass
+        if path.exists() and not os.access(path, os.W_OK):
+            raise OSError("not writable")
+    except OSError as exc:
+        raise SimulationInputError(f"output {path} cannot be written: {exc.strerror or exc}") from None
+
+
 def _progress(enabled: bool) -> Any:
     if not enabled:
         return None
@@ -149,6 +182,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     from market_pipeline.simulate.simulation import simulate_files
 
     try:
+        _check_args(args, (args.json, args.html))
         config = load_config(args.config)
         report = simulate_files(config, _settings(args), pods=args.pods, nodes=args.nodes, loads=args.load,
                                 placement=tuple(p for p in args.placement if p != "none"),
@@ -172,6 +206,7 @@ def run_bench(args: argparse.Namespace) -> int:
         print(json.dumps({"skipped": f"traces not found under {data}"}))
         return 0
     try:
+        _check_args(args, (args.json,))
         report = simulate_files(load_config(args.config), _settings(args), pods=str(openb / "openb_pod_list_default.csv"),
                                 nodes=str(openb / "openb_node_list_gpu_node.csv"), loads=tuple(loads),
                                 placement=tuple(p for p in args.placement if p != "none"), workers=args.workers,

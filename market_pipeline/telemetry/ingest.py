@@ -28,13 +28,14 @@ from market_pipeline.telemetry.rules import (
     ALREADY_INGESTED,
     KEY_COLUMNS,
     REASON_BIT,
+    UNPLACEABLE_TS,
     Screening,
     ValidationPolicy,
     count_reasons,
     reasons_expr,
     screen,
 )
-from market_pipeline.telemetry.schema import SAMPLE_COLUMNS, CoercedSamples, coerce_samples
+from market_pipeline.telemetry.schema import SAMPLE_COLUMNS, CoercedSamples, coerce_samples, localize_naive
 from market_pipeline.warehouse import TableRewrite, Warehouse
 
 CLEAN_TABLE = "telemetry_clean"
@@ -80,7 +81,7 @@ def ingest_samples(warehouse: Warehouse, frame: pl.DataFrame, *, source: str,
                    where: str = "input") -> IngestReport:
     """Validate `frame` and rewrite the partitions it touches for `source`."""
     started = time.perf_counter()
-    samples = coerce_samples(frame, where)
+    samples = localize_naive(coerce_samples(frame, where), policy.naive_timezone)
     screening = screen(samples, policy)
     hours = _row_hours(samples, screening, policy, fallback_time)
     with warehouse.connect() as con:
@@ -115,8 +116,8 @@ def _row_hours(samples: CoercedSamples, screening: Screening, policy: Validation
     ts_hour = samples.typed.select(
         (pl.col("ts").dt.epoch("us") // _MICROS_PER_HOUR).alias("hour")).to_series()
     unusable = np.zeros(samples.height, dtype=bool)
-    future_bit = np.uint64(REASON_BIT["ts:in_future"])
-    unusable[screening.bad_rows[(screening.bad_bits & future_bit) != 0]] = True
+    unplaceable = np.uint64(sum(REASON_BIT[r] for r in UNPLACEABLE_TS))
+    unusable[screening.bad_rows[(screening.bad_bits & unplaceable) != 0]] = True
     usable = ts_hour.filter(~pl.Series(unusable) & ts_hour.is_not_null())
     if usable.len():
         home = int(usable.min())

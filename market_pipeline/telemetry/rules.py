@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import polars as pl
@@ -19,6 +19,7 @@ from market_pipeline.telemetry.schema import (
     FLOAT_COLUMNS,
     KEY_TEXT_COLUMNS,
     SAMPLE_COLUMNS,
+    NAIVE_FLAG,
     CoercedSamples,
     unparsed_flag,
 )
@@ -37,7 +38,13 @@ ROW_REASONS: tuple[str, ...] = (
       for problem in ("missing", "not_a_number", "not_finite", "out_of_range")),
     "mem_used_mib:above_total",
     "xid_errors:not_an_integer", "xid_errors:out_of_range",
+    "ts:implausible", "ts:naive",
 )
+# Before this no GPU of the fleet reported telemetry: an earlier time is a broken clock or a
+# placeholder (0001-01-01 was ingested as clean into partition 1-01-01-00:00).
+EARLIEST_PLAUSIBLE = datetime(2000, 1, 1, tzinfo=timezone.utc)
+# Reasons whose timestamp cannot place a row in a partition: it goes to the ingest's home.
+UNPLACEABLE_TS: tuple[str, ...] = ("ts:in_future", "ts:implausible", "ts:naive")
 DUPLICATE_ROW = "row:duplicate"  # an exact copy of an earlier row: the first copy is clean
 DUPLICATE_KEY = "key:duplicate"  # same (node, GPU, ts) as an earlier row, other values
 ALREADY_INGESTED = "key:already_ingested"  # the key is already clean from another source
@@ -53,6 +60,9 @@ class ValidationPolicy:
     temp_max_c: float = 110.0
     window: PartitionWindow | None = None  # set: rows must fall in it (one partition)
     known_gpu_uuids: frozenset[str] | None = None  # None or empty: no inventory, rule off
+    earliest: datetime = EARLIEST_PLAUSIBLE  # older timestamps are quarantined as implausible
+    # naive timestamps: None quarantines them (ts:naive); an IANA zone converts them from it
+    naive_timezone: str | None = None
 
     @classmethod
     def from_config(cls, telemetry: object, now: datetime, window: PartitionWindow | None = None,
@@ -65,6 +75,7 @@ class ValidationPolicy:
             temp_max_c=float(getattr(telemetry, "temp_max_c")),
             window=window,
             known_gpu_uuids=known or None,
+            naive_timezone=getattr(telemetry, "naive_timezone", None),
         )
 
 
@@ -104,6 +115,9 @@ def reason_exprs(policy: ValidationPolicy, exact: bool = True) -> dict[str, pl.E
         "ts:missing": ts.is_null() & ~pl.col(unparsed_flag("ts")),
         "ts:unparseable": pl.col(unparsed_flag("ts")),
         "ts:in_future": ts > pl.lit(policy.now + policy.clock_skew),
+        "ts:implausible": ts < pl.lit(policy.earliest),
+        # localize_naive clears the flag when a zone is configured; left up, it is refused
+        "ts:naive": pl.col(NAIVE_FLAG),
     }
     if policy.window is not None:
         exprs["ts:outside_partition"] = (ts < pl.lit(policy.window.start)) | (

@@ -3,6 +3,12 @@
 Coercion never rejects a row: a value that does not parse becomes null in the typed column
 and raises a flag in `unparsed__<column>`, so validation can name the exact problem. Only a
 frame that lacks a required column is refused as a whole (`MissingColumnsError`).
+
+A timestamp without a zone (a naive Parquet/Arrow datetime, a date, or ISO text with no
+'Z' or offset) is read as a UTC wall clock and flagged in `naive__ts`. `localize_naive` then
+either reinterprets it in the configured `telemetry.naive_timezone` or leaves the flag up,
+and validation quarantines the row as `ts:naive`: a naive time is never silently UTC.
+Epoch seconds are UTC by definition and are never naive.
 """
 
 from __future__ import annotations
@@ -27,7 +33,14 @@ _TEXT_TYPES = (pl.Utf8, pl.Categorical, pl.Enum)
 
 
 class TelemetryInputError(ValueError):
-    """Telemetry input that cannot be ingested at all; the message names the problem."""
+    """Telemetry input that cannot be ingested at all; the message names the problem.
+
+    The message is one line: a reader's multi-line error (polars quotes the bad field over
+    several lines) is folded, so the CLI prints one `error:` line.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
 
 
 class MissingColumnsError(TelemetryInputError):
@@ -35,12 +48,22 @@ class MissingColumnsError(TelemetryInputError):
         self.missing = missing
         super().__init__(
             f"{where} lacks required telemetry column(s) {', '.join(missing)}; "
-            f"it has: {', '.join(present) or '(none)'}"
+            f"it has: {', '.join(_printable(c) for c in present) or '(none)'}"
         )
+
+
+def _printable(name: str) -> str:
+    """A column name as it can be shown on one line (control characters escaped)."""
+    return name if name.isprintable() else name.encode("unicode_escape").decode("ascii")
 
 
 class UnreadableFileError(TelemetryInputError):
     """A telemetry file that does not exist or cannot be parsed."""
+
+
+NAIVE_FLAG = "naive__ts"
+# An ISO time whose time of day is followed by a zone: Z, UTC/GMT, +HH[:MM] or a zone name.
+_ZONED_TEXT = r'\d:\d\d(:\d\d([.,]\d*)?)?\s*([zZ]|UTC|GMT|utc|gmt|[+-]\d\d(:?\d\d)?|[A-Za-z]+/[A-Za-z_/+-]+)$'
 
 
 def unparsed_flag(column: str) -> str:
@@ -86,9 +109,10 @@ def coerce_samples(frame: pl.DataFrame, where: str = "input") -> CoercedSamples:
         else:
             typed_exprs.append(_text_expr(column, dtype))
     typed = as_read.select(typed_exprs)
-    ts_typed, ts_unparsed = _timestamps(as_read.get_column("ts"))
-    typed = typed.with_columns(ts_typed.alias("ts"), ts_unparsed.alias(unparsed_flag("ts")))
-    order = list(SAMPLE_COLUMNS) + [c for c in typed.columns if c.startswith("unparsed__")]
+    ts_typed, ts_unparsed, ts_naive = _timestamps(as_read.get_column("ts"))
+    typed = typed.with_columns(ts_typed.alias("ts"), ts_unparsed.alias(unparsed_flag("ts")),
+                               ts_naive.alias(NAIVE_FLAG))
+    order = list(SAMPLE_COLUMNS) + [c for c in typed.columns if c.startswith("unparsed__")] + [NAIVE_FLAG]
     ignored = tuple(c for c in frame.columns if c not in SAMPLE_SCHEMA)
     return CoercedSamples(typed=typed.select(order), as_read=as_read, ignored_columns=ignored)
 
@@ -146,56 +170,80 @@ def _text_expr(column: str, dtype: pl.DataType) -> pl.Expr:
     return pl.col(column).cast(pl.Utf8)
 
 
-def _timestamps(raw: pl.Series) -> tuple[pl.Series, pl.Series]:
-    """UTC microsecond timestamps and a flag for values present but unparseable."""
+def _timestamps(raw: pl.Series) -> tuple[pl.Series, pl.Series, pl.Series]:
+    """UTC microsecond timestamps, a flag for values present but unparseable, and a flag
+    for values that carried no zone (read as a UTC wall clock; see `localize_naive`)."""
     dtype = raw.dtype
     target = SAMPLE_SCHEMA["ts"]
     if isinstance(dtype, pl.Datetime):
         if dtype.time_zone is None:
-            typed = raw.dt.replace_time_zone("UTC")
-        else:
-            typed = raw.dt.convert_time_zone("UTC")
-        return typed.cast(target), _all_false(raw.len())
+            return (raw.dt.replace_time_zone("UTC").cast(target), _all_false(raw.len()),
+                    raw.is_not_null())
+        return raw.dt.convert_time_zone("UTC").cast(target), _all_false(raw.len()), _all_false(raw.len())
     if dtype == pl.Date:
-        return raw.cast(pl.Datetime("us")).dt.replace_time_zone("UTC"), _all_false(raw.len())
+        return (raw.cast(pl.Datetime("us")).dt.replace_time_zone("UTC"), _all_false(raw.len()),
+                raw.is_not_null())
     if dtype == pl.Null:
-        return pl.Series(raw.name, [None] * raw.len(), dtype=target), _all_false(raw.len())
+        return pl.Series(raw.name, [None] * raw.len(), dtype=target), _all_false(raw.len()), _all_false(raw.len())
     if dtype.is_numeric():
         seconds = raw.cast(pl.Float64)
         plausible = (seconds.is_finite() & seconds.is_between(0, _MAX_EPOCH_SECONDS)).fill_null(False)
         micros = pl.select(
             pl.when(plausible).then(seconds * 1_000_000).otherwise(None).cast(pl.Int64)
         ).to_series()
-        return micros.cast(target), (seconds.is_not_null() & ~plausible)
+        return micros.cast(target), (seconds.is_not_null() & ~plausible), _all_false(raw.len())
     if isinstance(dtype, _TEXT_TYPES) or dtype == pl.Utf8:
         return _parse_text_timestamps(raw.cast(pl.Utf8))
-    return pl.Series(raw.name, [None] * raw.len(), dtype=target), raw.is_not_null()
+    return pl.Series(raw.name, [None] * raw.len(), dtype=target), raw.is_not_null(), _all_false(raw.len())
 
 
 def _all_false(length: int) -> pl.Series:
     return pl.Series(values=[], dtype=pl.Boolean).extend_constant(False, length)
 
 
-def _parse_text_timestamps(text: pl.Series) -> tuple[pl.Series, pl.Series]:
-    """ISO 8601 (any offset, 'Z', space or 'T'; naive = UTC) or epoch seconds, via DuckDB."""
+def _parse_text_timestamps(text: pl.Series) -> tuple[pl.Series, pl.Series, pl.Series]:
+    """ISO 8601 (any offset, 'Z', space or 'T'; no zone = naive) or epoch seconds, via DuckDB."""
     frame = pl.DataFrame({"ts": text})
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
         con.register("raw_ts", frame.to_arrow())
         parsed = con.execute(
-            f"""SELECT coalesce(
-                    TRY_CAST(trim(ts) AS TIMESTAMPTZ),
-                    CASE WHEN TRY_CAST(trim(ts) AS DOUBLE) BETWEEN 0 AND {_MAX_EPOCH_SECONDS}
-                         THEN to_timestamp(TRY_CAST(trim(ts) AS DOUBLE)) END) AS ts,
-                trim(ts) <> '' AS present
-                FROM raw_ts"""
+            f"""SELECT iso, epoch, present,
+                    iso IS NOT NULL AND NOT regexp_matches(trimmed, '{_ZONED_TEXT}') AS naive
+                FROM (SELECT trim(ts) AS trimmed, TRY_CAST(trim(ts) AS TIMESTAMPTZ) AS iso,
+                        CASE WHEN TRY_CAST(trim(ts) AS DOUBLE) BETWEEN 0 AND {_MAX_EPOCH_SECONDS}
+                             THEN to_timestamp(TRY_CAST(trim(ts) AS DOUBLE)) END AS epoch,
+                        trim(ts) <> '' AS present
+                      FROM raw_ts)"""
         ).pl()
     finally:
         con.close()
-    typed = parsed.get_column("ts").cast(SAMPLE_SCHEMA["ts"])
+    iso = parsed.get_column("iso").cast(SAMPLE_SCHEMA["ts"])
+    typed = iso.fill_null(parsed.get_column("epoch").cast(SAMPLE_SCHEMA["ts"]))
     unparsed = (parsed.get_column("present").fill_null(False) & typed.is_null()).alias("unparsed")
-    return typed, unparsed
+    return typed, unparsed, parsed.get_column("naive").fill_null(False).alias(NAIVE_FLAG)
+
+
+def localize_naive(samples: CoercedSamples, zone: str | None) -> CoercedSamples:
+    """Naive timestamps reinterpreted as wall clocks of `zone` (an IANA name), in UTC.
+
+    Without a zone they stay flagged (validation quarantines them as `ts:naive`). A wall
+    clock that does not exist in the zone (the spring-forward gap) becomes unparseable; an
+    ambiguous one (the autumn repeat) takes the earlier instant.
+    """
+    typed = samples.typed
+    if zone is None or NAIVE_FLAG not in typed.columns or not typed.get_column(NAIVE_FLAG).any():
+        return samples
+    naive = pl.col(NAIVE_FLAG)
+    local = (pl.col("ts").dt.replace_time_zone(None)
+             .dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
+             .dt.convert_time_zone("UTC"))
+    typed = typed.with_columns(
+        pl.when(naive).then(local).otherwise(pl.col("ts")).alias("ts"),
+        (pl.col(unparsed_flag("ts")) | (naive & local.is_null())).alias(unparsed_flag("ts")),
+    ).with_columns(pl.lit(False).alias(NAIVE_FLAG))
+    return CoercedSamples(typed=typed, as_read=samples.as_read, ignored_columns=samples.ignored_columns)
 
 
 # -- files ---------------------------------------------------------------------------

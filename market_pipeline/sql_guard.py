@@ -1,0 +1,179 @@
+"""Read-only SQL for people: one SELECT, no host access, bounded time and memory.
+
+Finance (`market-pipeline sql`) and tenants (`tenant-sql`) type SQL at the warehouse. A
+read-only DuckDB connection is not enough: it still runs COPY ... TO (which overwrote the
+warehouse file), EXPORT DATABASE, read_text('/etc/shadow'), INSTALL, SET and several
+statements at once. So a query must pass two gates:
+
+1. DuckDB's own parser (`duckdb.extract_statements`) must see exactly one statement of type
+   SELECT whose first keyword is SELECT, WITH, DESCRIBE (or the read-only spellings SHOW,
+   SUMMARIZE, FROM, VALUES, TABLE). PRAGMA is refused even where DuckDB rewrites it to a
+   SELECT: it is the settings door.
+2. It then runs in a connection that can reach no file: external access off, the local file
+   system disabled (DuckDB keeps the attached database file on its allow list, so without
+   this `read_blob('<warehouse>')` reads the raw file), extension auto-install/-load off, no
+   spill directory, a memory limit, a thread cap, and the configuration locked so the query
+   cannot undo any of it. A watchdog thread interrupts it after the time limit (DuckDB has no
+   statement timeout), and at most `max_rows` rows are fetched.
+
+The warehouse is ATTACHed read-only into a private in-memory database, so the locked
+settings belong to that instance and never to another connection of this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+
+# First keywords of the read-only statement forms DuckDB parses as SELECT.
+READ_ONLY_KEYWORDS = frozenset({"select", "with", "describe", "desc", "show", "summarize", "from",
+                                "values", "table"})
+DEFAULT_TIMEOUT_SECONDS = 30.0
+DEFAULT_MEMORY_LIMIT_MB = 1024
+DEFAULT_MAX_ROWS = 1_000_000
+DEFAULT_THREADS = 2
+MAX_TIMEOUT_SECONDS = 3600.0
+MAX_MEMORY_LIMIT_MB = 64 * 1024
+LOCK_RETRY_SECONDS = 60.0
+
+
+class SqlRefused(ValueError):
+    """The SQL is not one read-only query, or it broke a limit; the message says which."""
+
+
+@dataclass(frozen=True)
+class SqlLimits:
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    memory_limit_mb: int = DEFAULT_MEMORY_LIMIT_MB
+    max_rows: int = DEFAULT_MAX_ROWS
+    threads: int = DEFAULT_THREADS
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.timeout_seconds) and 0 < self.timeout_seconds <= MAX_TIMEOUT_SECONDS):
+            raise SqlRefused(f"timeout must be in (0, {MAX_TIMEOUT_SECONDS:g}] seconds, got {self.timeout_seconds}")
+        if not 16 <= self.memory_limit_mb <= MAX_MEMORY_LIMIT_MB:
+            raise SqlRefused(f"memory limit must be in [16, {MAX_MEMORY_LIMIT_MB}] MB, got {self.memory_limit_mb}")
+        if not 1 <= self.max_rows <= 100_000_000:
+            raise SqlRefused(f"max rows must be in [1, 100000000], got {self.max_rows}")
+        if not 1 <= self.threads <= 64:
+            raise SqlRefused(f"threads must be in [1, 64], got {self.threads}")
+
+
+def check_read_only(sql: str) -> str:
+    """`sql` if it is exactly one read-only query; SqlRefused naming the problem otherwise."""
+    if "\x00" in sql:
+        raise SqlRefused("the query contains a NUL byte")
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise SqlRefused(f"the query does not parse: {_first_line(exc)}") from None
+    if len(statements) != 1:
+        raise SqlRefused(f"exactly one statement is allowed, got {len(statements)}")
+    statement = statements[0]
+    if statement.type != duckdb.StatementType.SELECT:
+        raise SqlRefused(f"only a read-only query (SELECT, WITH, DESCRIBE) is allowed, got {statement.type.name}")
+    first = _first_keyword(sql)
+    if first not in READ_ONLY_KEYWORDS and first != "(":
+        raise SqlRefused(f"only a read-only query (SELECT, WITH, DESCRIBE) is allowed, not {first.upper()}")
+    return sql
+
+
+def _first_keyword(sql: str) -> str:
+    """The statement's first token (comments skipped), lower case."""
+    tokens = duckdb.tokenize(sql)
+    if not tokens:
+        return ""
+    start = tokens[0][0]
+    end = tokens[1][0] if len(tokens) > 1 else len(sql)
+    word = sql[start:end].strip()
+    return "(" if word.startswith("(") else word.split()[0].rstrip(";").lower() if word else ""
+
+
+def _first_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split("\n")[0].split())
+
+
+def lock_down(con: duckdb.DuckDBPyConnection, limits: SqlLimits) -> None:
+    """Cut `con`'s instance off from files, network and its own settings (order matters:
+    the temp directory cannot change once external access is off, nothing once locked)."""
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET temp_directory = ''")  # no spill files: over the limit is an error
+    con.execute(f"SET memory_limit = '{int(limits.memory_limit_mb)}MB'")
+    con.execute(f"SET threads = {int(limits.threads)}")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET disabled_filesystems = 'LocalFileSystem'")
+    con.execute("SET lock_configuration = true")
+
+
+@contextlib.contextmanager
+def locked_warehouse(path: Path, limits: SqlLimits) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A locked-down connection where the warehouse's tables are the default catalog."""
+    if not path.is_file():
+        raise SqlRefused(f"warehouse {path} does not exist or is not a file")
+    con = duckdb.connect(":memory:")
+    try:
+        _attach_read_only(con, path)
+        lock_down(con, limits)
+        yield con
+    finally:
+        con.close()
+
+
+def _attach_read_only(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """ATTACH the warehouse read-only, waiting while a writer holds its lock."""
+    literal = str(path).replace("'", "''")
+    deadline = time.monotonic() + LOCK_RETRY_SECONDS
+    delay = 0.05
+    while True:
+        try:
+            con.execute(f"ATTACH '{literal}' AS warehouse (READ_ONLY)")
+            con.execute("USE warehouse")
+            return
+        except duckdb.Error as exc:
+            text = str(exc).lower()
+            if "lock" not in text and "conflicting" not in text or time.monotonic() > deadline:
+                raise SqlRefused(f"cannot open warehouse {path}: {_first_line(exc)}") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def run_limited(con: duckdb.DuckDBPyConnection, sql: str, limits: SqlLimits,
+                params: Sequence[object] | None = None) -> pl.DataFrame:
+    """Run one checked query on a locked connection under the time and row limits."""
+    check_read_only(sql)
+    fired = threading.Event()
+
+    def _interrupt() -> None:
+        fired.set()
+        con.interrupt()
+
+    watchdog = threading.Timer(limits.timeout_seconds, _interrupt)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        reader = con.execute(sql, list(params or [])).to_arrow_reader(10_000)
+        batches, rows = [], 0
+        for batch in reader:
+            rows += batch.num_rows
+            if rows > limits.max_rows:
+                raise SqlRefused(f"the result has more than {limits.max_rows} rows; add a LIMIT")
+            batches.append(batch)
+        table = pa.Table.from_batches(batches, schema=reader.schema)
+    except (duckdb.Error, pa.ArrowException) as exc:  # an interrupt can surface from the stream
+        if fired.is_set():
+            raise SqlRefused(f"the query ran past the {limits.timeout_seconds:g} s time limit") from None
+        raise SqlRefused(f"query failed: {_first_line(exc)}") from None
+    finally:
+        watchdog.cancel()
+    return pl.from_arrow(table) if table.num_columns else pl.DataFrame()
