@@ -152,7 +152,8 @@ def record_outcome(store: Warehouse, decision_id: str, now: datetime, outcome: s
 
 def carry_out(store: Warehouse, rows: Sequence[dict[str, Any]], *, batch_id: str, run_id: str,
               now: datetime, run_is_live: Callable[[str], bool], resumable: bool,
-              act: Callable[[dict[str, Any]], ActionResult], record: bool = True) -> list[ActionResult]:
+              act: Callable[[dict[str, Any]], ActionResult], record: bool = True,
+              checkpoint: Callable[[], None] = lambda: None) -> list[ActionResult]:
     """Claim the batch's open decisions, carry each claimed one out once; return what
     happened to every decision of the batch.
 
@@ -160,6 +161,9 @@ def carry_out(store: Warehouse, rows: Sequence[dict[str, Any]], *, batch_id: str
     written in bulk (every FLUSH_SECONDS and at the end, also when `act` raises); without it
     `act` records its own. An exception from `act` ends the batch: the claims not acted on
     are released, and the one that raised (no outcome) is settled by the next run.
+    `checkpoint` runs before each write of outcomes: an adapter that holds its changes
+    (`SimulatedAdapter.batch`) commits them first, so no outcome is recorded for an action the
+    fleet does not keep.
     """
     settled: dict[str, ActionResult] = {}
     open_rows, dead = [], set()
@@ -192,10 +196,12 @@ def carry_out(store: Warehouse, rows: Sequence[dict[str, Any]], *, batch_id: str
             settled[row["decision_id"]] = result
             pending.append(result)
             if record and time.monotonic() - flushed > FLUSH_SECONDS:
+                checkpoint()
                 record_outcomes(store, [(r.decision_id, r.outcome) for r in pending], now)
                 pending, flushed = [], time.monotonic()
     finally:
         if record:
+            checkpoint()
             record_outcomes(store, [(r.decision_id, r.outcome) for r in pending], now)
         # Claims this run never acted on (it stopped early) go back, for the next run.
         release(store, sorted(untouched), run_id)

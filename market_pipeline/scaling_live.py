@@ -8,6 +8,7 @@ replay runs; this module only adapts the live fleet to it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -161,8 +162,10 @@ def execute_scaling_batch(store: Warehouse, adapter: NodeAdapter, tick: datetime
     latest = store.query("SELECT max(decided_at) AS t FROM decisions WHERE kind = ?", [SCALE_KIND])["t"][0]
     superseded = latest is not None and latest > tick
     batch = _ScalingBatch(adapter, superseded=latest if superseded else None)
-    return carry_out(store, rows, batch_id=batch_id_for(SCALE_KIND, tick), run_id=run_id, now=now,
-                     run_is_live=run_is_live, resumable=False, act=batch.act)
+    held = getattr(adapter, "batch", None)  # an adapter that can hold its writes for the batch
+    with held() if held is not None else contextlib.nullcontext(lambda: None) as checkpoint:
+        return carry_out(store, rows, batch_id=batch_id_for(SCALE_KIND, tick), run_id=run_id, now=now,
+                         run_is_live=run_is_live, resumable=False, act=batch.act, checkpoint=checkpoint)
 
 
 class _ScalingBatch:

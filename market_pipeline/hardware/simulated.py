@@ -74,6 +74,8 @@ class SimulatedAdapter:
         self.timeout = config.adapter.operation_timeout_seconds
         self._twin: FleetTwin | None = None
         self._generation = -1
+        self._held = False  # inside batch(): the lock is held, commits wait for a checkpoint
+        self._dirty = False
 
     @classmethod
     def from_config(cls, config: MarketPipelineConfig, **overrides: Any) -> "SimulatedAdapter":
@@ -141,7 +143,35 @@ class SimulatedAdapter:
             )
         twin.advance(until_ts)
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[Callable[[], None]]:
+        """Operations inside run under one lock and write the fleet state at checkpoints (the
+        callable yielded) and at the end, not after each one: a batch of 176 scaling actions on
+        a 4,278-node fleet wrote its 5 MB state 176 times. Callers checkpoint before they
+        record outcomes elsewhere, so what they record has been committed here first."""
+        if self._held:
+            yield self._checkpoint
+            return
+        with self._locked():
+            self._load()
+            self._held, self._dirty = True, False
+            try:
+                yield self._checkpoint
+            finally:
+                self._held = False
+                self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        if self._dirty and self._twin is not None:
+            self._commit()
+        self._dirty = False
+
     def _with_twin(self, action: Callable[[FleetTwin], Any], mutate: bool) -> Any:
+        if self._held:
+            assert self._twin is not None
+            result = action(self._twin)
+            self._dirty = self._dirty or mutate
+            return result
         with self._locked():
             twin = self._load()
             try:

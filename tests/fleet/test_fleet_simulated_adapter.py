@@ -189,3 +189,21 @@ def test_fleet_refused_tenant_gets_no_new_tasks_and_it_persists(tmp_path: Path) 
     assert reopened.set_refused_tenants({}).ok
     reopened.advance(EPOCH + 8 * HOUR)
     assert any(t.tenant_id == refused and t.task_id not in before for t in reopened.list_tasks())
+
+
+def test_fleet_batch_writes_the_state_at_checkpoints_and_at_the_end(tmp_path: Path) -> None:
+    """A batch of operations holds the lock and commits once, not after each operation; what
+    a checkpoint or the end committed is what another process sees."""
+    adapter = _adapter(tmp_path)
+    nodes = [n.node_id for n in adapter.list_nodes()][:3]
+    before = adapter.store.peek_generation()
+    with adapter.batch() as checkpoint:
+        assert adapter.cordon(nodes[0]).ok and adapter.cordon(nodes[1]).ok
+        assert adapter.store.peek_generation() == before  # nothing written per operation
+        checkpoint()
+        after_checkpoint = adapter.store.peek_generation()
+        assert after_checkpoint == before + 1
+        assert adapter.cordon(nodes[2]).ok
+    assert adapter.store.peek_generation() == after_checkpoint + 1
+    seen = {n.node_id: n.cordoned for n in _adapter(tmp_path).list_nodes()}
+    assert all(seen[n] for n in nodes)
