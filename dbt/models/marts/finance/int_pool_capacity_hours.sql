@@ -1,9 +1,9 @@
 {{ config(materialized='view') }}
 -- Powered GPU-seconds per pool and hour, observed from the fleet snapshots the control loop
 -- writes every tick (pool_demand_snapshots.gpus_on: GPUs on nodes in state `on`). A
--- snapshot holds until the pool's next one, but never longer than one tick
--- (var fleet_tick_minutes, from the config's loop.tick_minutes): time the loop did not
--- observe (it was down) is not counted as powered.
+-- snapshot holds until the pool's next one, but at most var fleet_snapshot_hold_minutes
+-- (default 60): a longer gap (the loop was down) is not counted as powered. Billed use in
+-- such a gap still counts (agg_pool_economics: powered >= sold).
 with snapshots as (
     select
         pool_id,
@@ -11,8 +11,8 @@ with snapshots as (
         {{ utc_naive('ts') }} as span_start,
         least(
             coalesce(lead({{ utc_naive('ts') }}) over (partition by pool_id order by ts),
-                     {{ utc_naive('ts') }} + to_minutes({{ var('fleet_tick_minutes') | int }})),
-            {{ utc_naive('ts') }} + to_minutes({{ var('fleet_tick_minutes') | int }})
+                     {{ utc_naive('ts') }} + to_minutes({{ var('fleet_snapshot_hold_minutes') | int }})),
+            {{ utc_naive('ts') }} + to_minutes({{ var('fleet_snapshot_hold_minutes') | int }})
         ) as span_end
     from {{ source('warehouse', 'pool_demand_snapshots') }}
     where gpus_on > 0
