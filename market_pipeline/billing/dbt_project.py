@@ -59,10 +59,9 @@ def window_vars(start: dt.datetime, end: dt.datetime) -> dict[str, str]:
 
 
 def config_vars(config: MarketPipelineConfig) -> dict[str, str]:
-    """dbt vars from the typed config: the idle-cost allocation mode of agg_pool_economics'
-    tenant allocation, and the tick length (how long one fleet snapshot holds at most)."""
-    return {"idle_cost_allocation": config.billing.idle_cost_allocation,
-            "fleet_tick_minutes": str(config.loop.tick_minutes)}
+    """dbt vars from the typed config: the idle-cost allocation mode of the tenant capacity
+    cost allocation (agg_tenant_capacity_cost)."""
+    return {"idle_cost_allocation": config.billing.idle_cost_allocation}
 
 
 def billing_vars(config: MarketPipelineConfig, start: dt.datetime | None = None,
