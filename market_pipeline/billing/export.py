@@ -181,7 +181,8 @@ def _claim_target(out: Path) -> Path:
                           "choose a new or an earlier export's directory")
     parent = out.resolve().parent
     if not parent.is_dir():
-        raise ExportError(f"--out {out}: directory {parent} does not exist")
+        problem = "is not a directory" if parent.exists() else "does not exist"
+        raise ExportError(f"--out {out}: {parent} {problem}")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ExportError(f"--out {out}: directory {parent} is not writable")
     return parent
