@@ -1,5 +1,6 @@
 -- FOCUS 1.2 column handling: every Mandatory column "MUST be present"; custom columns "MUST
 -- be prefixed with a consistent x_ prefix" and "SHOULD be listed after all FOCUS columns".
+-- depends_on: {{ ref('focus_export') }}
 {%- set focus = focus_columns() %}
 with columns as (
     select column_name, ordinal_position
