@@ -126,7 +126,7 @@ BILLING_DBT_TRANSLATOR = BillingDbtTranslator(settings=DagsterDbtTranslatorSetti
 def billing_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource,
                        warehouse: WarehouseResource, fleet: FleetAdapterResource) -> Iterator[Any]:
     """dbt build of the billing marts for the run's hours (window_table: the window's rows replaced
-    at once), with the config's billing vars (idle-cost allocation, tick length)."""
+    at once), with the config's billing vars (idle-cost allocation)."""
     window = context.partition_time_window
     dbt_vars = billing_vars(fleet.config(), window.start, window.end)
     with environment_overrides({WAREHOUSE_ENV: str(Path(warehouse.path).resolve())}):
