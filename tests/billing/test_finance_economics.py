@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import polars as pl
 import pytest
-from billing_testkit import A100, H800, T0
+from billing_testkit import A10, A100, H800, T0
 
 from market_pipeline.billing.dbt_project import billing_vars, config_vars, run_dbt
 from market_pipeline.billing.rate_card import refresh_rate_card
@@ -31,8 +31,9 @@ def hour_row(warehouse, pool, hour=T0):
 
 @pytest.fixture()
 def observed(warehouse_copy):
-    # A100: 8 GPUs on 09:00-09:30, 4 from 09:30 (held 60 min at most, to 10:30)
-    warehouse_copy.append("pool_demand_snapshots", snapshots([(0, A100, 8), (30, A100, 4)]))
+    # A100: 8 GPUs on 09:00-09:30, 4 from 09:30 (held 60 min at most, to 10:30); the fleet's
+    # latest snapshot (the A10 pool at 11:00) is its present: nothing is counted after it
+    warehouse_copy.append("pool_demand_snapshots", snapshots([(0, A100, 8), (30, A100, 4), (120, A10, 4)]))
     run_dbt(ECONOMICS, warehouse_copy.path)
     return warehouse_copy
 
@@ -50,6 +51,9 @@ def test_economics_prices_the_observed_powered_capacity(observed, billing_config
     assert row["utilisation"] == (sold / Decimal("6")).quantize(Decimal("1e-6"))
     later = hour_row(observed, A100, T0 + dt.timedelta(hours=1))
     assert later["observed_gpu_hours"] == Decimal("2")  # the 09:30 snapshot holds until 10:30
+    present = observed.query("SELECT count(*) FROM agg_pool_economics WHERE pool_id = ? AND period_start >= ?",
+                             [A10, T0 + dt.timedelta(hours=2)]).item()
+    assert present == 0
 
 
 def test_economics_counts_billed_use_the_snapshots_missed_as_powered(observed):
