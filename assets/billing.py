@@ -30,10 +30,11 @@ from assets.telemetry import TELEMETRY_PARTITIONS
 from market_pipeline.billing.balances import post_invoice_window
 from market_pipeline.billing.dbt_project import (
     DBT_PROJECT_DIR,
+    UNIT_TESTS_EXCLUDED,
     WAREHOUSE_ENV,
+    billing_vars,
     environment_overrides,
     ensure_manifest,
-    window_vars,
 )
 from market_pipeline.billing.guards import refused_tenants, run_budget_guards
 from market_pipeline.billing.metering import HourWindow, gpu_seconds, metered_seconds
@@ -70,13 +71,15 @@ def _markdown(frame: pl.DataFrame, limit: int = 20) -> str:
 
 @dg.asset(group_name=GROUP, pool="warehouse",
           description="Billing rate card (time bands, zone coefficients, base prices, commitment "
-                      "tiers, grace and SLA terms) refreshed from the typed config.")
+                      "tiers, grace and SLA terms, capacity cost per GPU model) refreshed from the "
+                      "typed config.")
 def billing_rate_card(warehouse: WarehouseResource, fleet: FleetAdapterResource) -> dg.MaterializeResult:
     card = refresh_rate_card(warehouse.get(), fleet.config())
     terms = card.terms.row(0, named=True)
     return dg.MaterializeResult(metadata={
         "grace_seconds": terms["grace_seconds"], "sla_credit_rate": float(terms["sla_credit_rate"]),
         "zones": dg.MetadataValue.md(_markdown(card.zones)),
+        "gpu_costs": dg.MetadataValue.md(_markdown(card.gpu_costs)),
         "commitment_tiers": dg.MetadataValue.md(_markdown(card.tiers)),
     })
 
@@ -121,12 +124,13 @@ BILLING_DBT_TRANSLATOR = BillingDbtTranslator(settings=DagsterDbtTranslatorSetti
             backfill_policy=SINGLE_RUN, pool="warehouse", dagster_dbt_translator=BILLING_DBT_TRANSLATOR,
             name="billing_dbt_models")
 def billing_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource,
-                       warehouse: WarehouseResource) -> Iterator[Any]:
-    """dbt build of the billing marts for the run's hours (window_table: the window's rows replaced at once)."""
+                       warehouse: WarehouseResource, fleet: FleetAdapterResource) -> Iterator[Any]:
+    """dbt build of the billing marts for the run's hours (window_table: the window's rows replaced
+    at once), with the config's billing vars (idle-cost allocation)."""
     window = context.partition_time_window
-    dbt_vars = window_vars(window.start, window.end)
+    dbt_vars = billing_vars(fleet.config(), window.start, window.end)
     with environment_overrides({WAREHOUSE_ENV: str(Path(warehouse.path).resolve())}):
-        invocation = dbt.cli(["build", "--vars", json.dumps(dbt_vars)], context=context)
+        invocation = dbt.cli(["build", *UNIT_TESTS_EXCLUDED, "--vars", json.dumps(dbt_vars)], context=context)
     yield from invocation.stream()
 
 

@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "market_pipeline.placement.commands",
     "market_pipeline.simulate.commands",
     "market_pipeline.billing.commands",
+    "market_pipeline.billing.export",
     "market_pipeline.tick.commands",
 )
 

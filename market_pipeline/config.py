@@ -191,6 +191,9 @@ class BillingConfig(_Strict):
         default_factory=lambda: [CommitmentTier(min_gpu_hours=0.0, discount=0.0)]
     )
     sla_credit_rate: float = Field(0.10, ge=0, le=1)
+    # idle capacity cost (agg_pool_economics): shared by tenants in proportion to their use,
+    # or booked to a separate `__idle__` line (OpenCost's two modes)
+    idle_cost_allocation: Literal["proportional", "idle_line"] = "proportional"
 
     @model_validator(mode="after")
     def _hours_valid(self) -> "BillingConfig":

@@ -206,6 +206,12 @@ MIGRATIONS: tuple[Migration, ...] = (
             amount DECIMAL(20, 9) NOT NULL, period_start TIMESTAMPTZ,
             recorded_at TIMESTAMPTZ NOT NULL, reference VARCHAR)""",
     )),
+    Migration(340, "billing capacity cost per GPU model", (
+        # What a powered GPU-hour costs the platform, per GPU model (refreshed from the
+        # config by `billing_rate_card`): agg_pool_economics prices capacity with it.
+        """CREATE TABLE billing_rate_card_gpu_costs (
+            gpu_model VARCHAR PRIMARY KEY, cost_per_gpu_hour DECIMAL(18, 6) NOT NULL)""",
+    )),
 )
 
 

@@ -21,11 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from market_pipeline.billing.errors import RatingError
+from market_pipeline.config import MarketPipelineConfig
 
 DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt"
 WAREHOUSE_ENV = "MARKET_PIPELINE_WAREHOUSE"
 DBT_FILE_LOG_ENV = "DBT_LOG_LEVEL_FILE"
 ROLLUP_SELECTOR = "+fct_invoice_lines"  # rated usage, SLA credits and invoice lines
+# dbt unit tests check the SQL of the money macros on fixed inputs: they run in the test
+# suite (`dbt test --select test_type:unit`), not in every hourly production build.
+UNIT_TESTS_EXCLUDED = ("--exclude-resource-type", "unit_test")
 _DBT_LOCK = threading.RLock()  # dbtRunner keeps global state: one invocation at a time
 _MANIFESTS: dict[Path, tuple[float, object]] = {}  # project dir -> (sources stamp, Manifest)
 _SCRATCH: dict[str, Path] = {}
@@ -52,6 +56,19 @@ def window_vars(start: dt.datetime, end: dt.datetime) -> dict[str, str]:
     if end <= start:
         raise RatingError(f"billing window end {end.isoformat()} is not after start {start.isoformat()}")
     return {"min_date": start.astimezone(utc).isoformat(), "max_date": end.astimezone(utc).isoformat()}
+
+
+def config_vars(config: MarketPipelineConfig) -> dict[str, str]:
+    """dbt vars from the typed config: the idle-cost allocation mode of the tenant capacity
+    cost allocation (agg_tenant_capacity_cost)."""
+    return {"idle_cost_allocation": config.billing.idle_cost_allocation}
+
+
+def billing_vars(config: MarketPipelineConfig, start: dt.datetime | None = None,
+                 end: dt.datetime | None = None) -> dict[str, str]:
+    """The config vars plus, when both bounds are given, the window vars."""
+    window = window_vars(start, end) if start is not None and end is not None else {}
+    return {**config_vars(config), **window}
 
 
 @contextlib.contextmanager

@@ -27,6 +27,7 @@ RATE_CARD_TABLES = (
     "billing_rate_card_pools",
     "billing_commitment_tiers",
     "billing_terms",
+    "billing_rate_card_gpu_costs",
 )
 
 
@@ -81,6 +82,12 @@ def commitment_tiers(config: MarketPipelineConfig) -> pl.DataFrame:
         "min_gpu_hours": pl.Decimal(18, 6), "discount": pl.Decimal(9, 6)})
 
 
+def gpu_costs(config: MarketPipelineConfig) -> pl.DataFrame:
+    """What a powered GPU-hour costs the platform, per GPU model (capacity cost)."""
+    rows = [(name, _dec(model.cost_per_gpu_hour)) for name, model in sorted(config.gpu_model_by_name.items())]
+    return pl.DataFrame(rows, orient="row", schema={"gpu_model": pl.Utf8, "cost_per_gpu_hour": pl.Decimal(18, 6)})
+
+
 def billing_terms(config: MarketPipelineConfig, now: dt.datetime | None = None) -> pl.DataFrame:
     now = now or dt.datetime.now(dt.timezone.utc)
     return pl.DataFrame([{
@@ -103,14 +110,16 @@ class RateCard:
     pools: pl.DataFrame
     tiers: pl.DataFrame
     terms: pl.DataFrame
+    gpu_costs: pl.DataFrame
 
     @classmethod
     def from_config(cls, config: MarketPipelineConfig) -> "RateCard":
         return cls(time_coefficients(config), zone_coefficients(config), pool_prices(config),
-                   commitment_tiers(config), billing_terms(config))
+                   commitment_tiers(config), billing_terms(config), gpu_costs(config))
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        return dict(zip(RATE_CARD_TABLES, (self.time, self.zones, self.pools, self.tiers, self.terms)))
+        return dict(zip(RATE_CARD_TABLES, (self.time, self.zones, self.pools, self.tiers, self.terms,
+                                           self.gpu_costs)))
 
 
 def refresh_rate_card(warehouse: Warehouse, config: MarketPipelineConfig) -> RateCard:

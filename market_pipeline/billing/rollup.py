@@ -9,12 +9,13 @@ import datetime as dt
 from dataclasses import dataclass
 
 from market_pipeline.billing.balances import post_invoice_window
-from market_pipeline.billing.dbt_project import DbtRun, run_dbt, window_vars
+from market_pipeline.billing.dbt_project import UNIT_TESTS_EXCLUDED, DbtRun, billing_vars, run_dbt
 from market_pipeline.billing.rate_card import refresh_rate_card
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.warehouse import Warehouse
 
-BILLING_SELECTOR = ("+focus_export", "+agg_tenant_daily_cost", "+agg_revenue_by_pool")
+BILLING_SELECTOR = ("+focus_export", "+agg_tenant_daily_cost", "+agg_revenue_by_pool",
+                    "+agg_tenant_capacity_cost")
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,9 @@ def rollup_window(warehouse: Warehouse, config: MarketPipelineConfig, start: dt.
                   ) -> RollupResult:
     """Build (and test) the billing marts for [start, end); all hours when both are None."""
     refresh_rate_card(warehouse, config)
-    dbt_vars = window_vars(start, end) if start is not None and end is not None else None
-    command = ["build" if run_tests else "run", "--select", *BILLING_SELECTOR]
+    dbt_vars = billing_vars(config, start, end)
+    command = (["build", "--select", *BILLING_SELECTOR, *UNIT_TESTS_EXCLUDED] if run_tests
+               else ["run", "--select", *BILLING_SELECTOR])
     result = run_dbt(command, warehouse.path, dbt_vars=dbt_vars)
     entries = 0
     if post_ledger:

@@ -131,7 +131,8 @@ def build_scenario(path: Path, config: MarketPipelineConfig, fleet: ScriptedFlee
 def rate_hours(warehouse: Warehouse, windows: Sequence[HourWindow] = HOURS, command: str = "build") -> None:
     """The billing rollup hour by hour, as the hourly schedule runs it."""
     for window in windows:
-        run_dbt([command, "--select", "+focus_export", "+agg_tenant_daily_cost", "+agg_revenue_by_pool"],
+        run_dbt([command, "--select", "+focus_export", "+agg_tenant_daily_cost", "+agg_revenue_by_pool",
+                 "+agg_tenant_capacity_cost"],
                 warehouse.path, dbt_vars=window_vars(window.start, window.end))
 
 

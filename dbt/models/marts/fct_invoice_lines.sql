@@ -114,6 +114,7 @@ all_lines as (
 select
     tenant_id || '|' || period_grain || '|' || strftime(period_start_utc, '%Y-%m-%dT%H:%M:%S')
         || '|' || pool_id || '|' || resource_class || '|' || charge_category as invoice_line_id,
+    {{ invoice_id('tenant_id', 'period_start_utc') }} as invoice_id,
     tenant_id,
     period_grain,
     {{ utc_tz("period_start_utc") }} as period_start,

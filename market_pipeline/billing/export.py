@@ -1,0 +1,263 @@
+"""`market-pipeline export focus|invoices|economics`: billing marts to files for finance tools.
+
+Files are partitioned by billing period (the UTC calendar month):
+    OUT/billing_period=YYYY-MM/<dataset>.<csv|parquet>
+plus OUT/manifest.json (window, format, every file with its rows and sha256) and, for
+FOCUS, OUT/focus-metadata.json (FOCUS 1.2 schema metadata: FocusVersion, SchemaId,
+DataGenerator, CreationDate, ColumnDefinition), the reference to the schema that FOCUS
+asks to be retrievable without reading the data.
+
+Exactly what a window selects: rows whose period lies inside [from, to) (whole UTC hours;
+a day row only when its whole day is inside). Reruns are byte-identical: rows are ordered
+by their id, DuckDB writes single-threaded, and nothing time-dependent is written. Nothing
+is half-written: the export is built in a temporary directory next to OUT and renamed into
+place; OUT, when it exists, must be an earlier export (it has a manifest.json) and is
+replaced as a whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from market_pipeline.billing.errors import BillingError
+from market_pipeline.config import ConfigError, load_config
+from market_pipeline.warehouse import Warehouse, WarehouseError
+
+FOCUS_VERSION = "1.2"
+# When this export's FOCUS schema was defined; the SchemaId (a hash of the column
+# definitions) changes with any column change, and so must this date (tests pin both).
+FOCUS_SCHEMA_CREATED = "2026-12-01T00:00:00Z"
+DATA_GENERATOR = "market-pipeline"
+MANIFEST = "manifest.json"
+FORMATS = ("csv", "parquet")
+UTC = dt.timezone.utc
+
+
+class ExportError(BillingError):
+    """The export cannot be written; the message names the window, path or table."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One billing mart as files: its table, row id, the UTC-month column that partitions
+    it and the naive-UTC period bounds that place a row in the window."""
+
+    name: str
+    table: str
+    row_id: str
+    period_start: str
+    period_end: str
+
+
+DATASETS: dict[str, tuple[Dataset, ...]] = {
+    "focus": (Dataset("focus", "focus_export", "x_FocusRowId",
+                      "x_ChargeHourUtc", "x_ChargeHourUtc + INTERVAL 1 HOUR"),),
+    "invoices": (Dataset("invoice_lines", "fct_invoice_lines", "invoice_line_id",
+                         "period_start_utc", "make_timestamp(epoch_us(period_end))"),),
+    "economics": (Dataset("pool_economics", "agg_pool_economics", "economics_row_id",
+                          "period_start_utc", "make_timestamp(epoch_us(period_end))"),
+                  Dataset("tenant_capacity_cost", "agg_tenant_capacity_cost", "allocation_row_id",
+                          "period_start_utc", "make_timestamp(epoch_us(period_end))")),
+}
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    what: str
+    out: Path
+    files: tuple[dict, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(f["rows"] for f in self.files)
+
+
+def parse_window(start: str, end: str) -> tuple[dt.datetime, dt.datetime]:
+    """[start, end) from ISO texts (naive = UTC): whole UTC hours, end after start."""
+    bounds = []
+    for name, text in (("--from", start), ("--to", end)):
+        try:
+            value = dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise ExportError(f"{name} {text!r} is not an ISO time (e.g. 2026-03-01T00:00:00Z)") from None
+        value = (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+        if value.minute or value.second or value.microsecond:
+            raise ExportError(f"{name} {text!r} is not on a whole UTC hour (billing rows are hourly)")
+        bounds.append(value)
+    if bounds[1] <= bounds[0]:
+        raise ExportError(f"empty window: --to {end} is not after --from {start}")
+    return bounds[0], bounds[1]
+
+
+def _naive(value: dt.datetime) -> str:
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ")
+
+
+def _select_list(con: duckdb.DuckDBPyConnection, table: str, fmt: str) -> str:
+    """Every column; for CSV, times in the FOCUS date/time format (UTC, 'YYYY-MM-DDTHH:mm:ssZ')."""
+    columns = con.execute(f"DESCRIBE {table}").fetchall()
+    parts = []
+    for name, kind, *_ in columns:
+        quoted = '"' + name.replace('"', '""') + '"'
+        if fmt == "csv" and kind.upper().startswith("TIMESTAMP"):
+            parts.append(f"strftime({quoted}, '%Y-%m-%dT%H:%M:%SZ') AS {quoted}")
+        else:
+            parts.append(quoted)
+    return ", ".join(parts)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def focus_metadata(con: duckdb.DuckDBPyConnection) -> dict:
+    """FOCUS 1.2 schema metadata of focus_export (metadata/schema in the specification)."""
+    definitions = []
+    for name, kind, *_ in con.execute("DESCRIBE focus_export").fetchall():
+        kind = kind.upper()
+        entry: dict = {"ColumnName": name}
+        if kind.startswith("DECIMAL"):
+            precision, scale = kind[len("DECIMAL("):-1].split(",")
+            entry |= {"DataType": "DECIMAL", "NumericPrecision": int(precision), "NumberScale": int(scale)}
+        elif kind.startswith("TIMESTAMP"):
+            entry["DataType"] = "DATETIME"
+        elif kind == "JSON":
+            entry["DataType"] = "JSON"
+            if name == "Tags":
+                entry["ProviderTagPrefixes"] = ["market-pipeline/"]
+        elif kind in ("BIGINT", "INTEGER"):
+            entry["DataType"] = "INTEGER"
+        else:
+            entry |= {"DataType": "STRING", "StringEncoding": "UTF-8"}
+        definitions.append(entry)
+    schema_id = hashlib.sha256(json.dumps(definitions, sort_keys=True).encode()).hexdigest()[:32]
+    return {"SchemaId": schema_id, "FocusVersion": FOCUS_VERSION, "CreationDate": FOCUS_SCHEMA_CREATED,
+            "DataGenerator": DATA_GENERATOR, "ColumnDefinition": definitions}
+
+
+def _write_dataset(con: duckdb.DuckDBPyConnection, dataset: Dataset, lo: str, hi: str, fmt: str,
+                   staging: Path) -> list[dict]:
+    where = f"{dataset.period_start} >= TIMESTAMP '{lo}' AND {dataset.period_end} <= TIMESTAMP '{hi}'"
+    try:
+        periods = [row[0] for row in con.execute(
+            f"SELECT DISTINCT strftime(date_trunc('month', {dataset.period_start}), '%Y-%m') AS p"
+            f" FROM {dataset.table} WHERE {where} ORDER BY p").fetchall()]
+    except duckdb.CatalogException:
+        raise ExportError(f"table {dataset.table} is not in the warehouse: run `market-pipeline "
+                          f"billing-rollup` first") from None
+    select = _select_list(con, dataset.table, fmt)
+    options = "FORMAT csv, HEADER true" if fmt == "csv" else "FORMAT parquet, COMPRESSION zstd"
+    files = []
+    for period in periods:
+        folder = staging / f"billing_period={period}"
+        folder.mkdir(exist_ok=True)
+        target = folder / f"{dataset.name}.{fmt}"
+        query = (f"SELECT {select} FROM {dataset.table} WHERE {where} AND strftime(date_trunc('month', "
+                 f"{dataset.period_start}), '%Y-%m') = '{period}' ORDER BY {dataset.row_id}")
+        con.execute(f"COPY ({query}) TO '{target}' ({options})")
+        rows = con.execute(f"SELECT count(*) FROM ({query})").fetchone()[0]
+        files.append({"billing_period": period, "path": str(target.relative_to(staging)), "rows": int(rows),
+                      "sha256": _sha256(target)})
+    return files
+
+
+def _claim_target(out: Path) -> Path:
+    """The directory the export replaces; refuses anything that is not an earlier export."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out} is a file, not a directory")
+    if out.exists() and any(out.iterdir()) and not (out / MANIFEST).is_file():
+        raise ExportError(f"--out {out} is a non-empty directory that is not an export (no {MANIFEST}); "
+                          "choose a new or an earlier export's directory")
+    parent = out.resolve().parent
+    if not parent.is_dir():
+        problem = "is not a directory" if parent.exists() else "does not exist"
+        raise ExportError(f"--out {out}: {parent} {problem}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ExportError(f"--out {out}: directory {parent} is not writable")
+    return parent
+
+
+def _swap_into_place(staging: Path, out: Path) -> None:
+    """Rename the finished export over `out` (the old one is moved aside first, then removed)."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.resolve().parent))
+        os.replace(out, old / "export")
+    try:
+        os.replace(staging, out)
+    except OSError:
+        if old is not None:
+            os.replace(old / "export", out)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def export(warehouse: Warehouse, what: str, start: dt.datetime, end: dt.datetime, fmt: str,
+           out: Path) -> ExportResult:
+    """Write dataset `what` (focus, invoices, economics) for [start, end) under `out`."""
+    if what not in DATASETS:
+        raise ExportError(f"unknown export {what!r}; choose one of {', '.join(DATASETS)}")
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown format {fmt!r}; choose csv or parquet")
+    parent = _claim_target(out)
+    lo, hi = _naive(start), _naive(end)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+    except OSError as exc:
+        raise ExportError(f"--out {out}: cannot write in {parent}: {exc.strerror}") from None
+    try:
+        with warehouse.connect(read_only=True) as con:
+            con.execute("SET threads = 1")  # one writer thread: the same bytes on every rerun
+            files = [f for dataset in DATASETS[what] for f in _write_dataset(con, dataset, lo, hi, fmt, staging)]
+            manifest = {"export": what, "format": fmt, "from": start.isoformat(), "to": end.isoformat(),
+                        "files": sorted(files, key=lambda f: f["path"])}
+            if what == "focus":
+                metadata = focus_metadata(con)
+                (staging / "focus-metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+                manifest |= {"focus_version": FOCUS_VERSION, "schema_id": metadata["SchemaId"]}
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        _swap_into_place(staging, out)
+    except duckdb.Error as exc:
+        raise ExportError(f"export {what} to {out} failed: {exc}") from None
+    except OSError as exc:
+        raise ExportError(f"export {what} to {out} failed: {exc.strerror}: {exc.filename}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ExportResult(what, out, tuple(manifest["files"]))
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("export", help="billing marts to files per billing period (FOCUS, invoices, economics)")
+    parser.add_argument("what", choices=tuple(DATASETS))
+    parser.add_argument("--from", dest="start", required=True, help="ISO hour, window start (UTC if naive)")
+    parser.add_argument("--to", dest="end", required=True, help="ISO hour, window end (exclusive)")
+    parser.add_argument("--format", choices=FORMATS, default="csv")
+    parser.add_argument("--out", required=True, help="export directory (created, or an earlier export replaced)")
+    parser.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    parser.set_defaults(handler=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    try:
+        start, end = parse_window(args.start, args.end)
+        path = Path(args.warehouse) if args.warehouse else load_config().warehouse_path
+        result = export(Warehouse(path), args.what, start, end, args.format, Path(args.out))
+    except (BillingError, ConfigError, WarehouseError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"export": result.what, "out": str(result.out), "files": len(result.files),
+                      "rows": result.rows}))
+    return 0
