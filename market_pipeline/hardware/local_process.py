@@ -5,6 +5,8 @@ and checkpoints are real files. Tasks are started from the shipped worker progra
 (`market_pipeline.workers.toy_trainer`) or adopted by pid: a process that knows nothing of
 the worker protocol only ever gets SIGTERM and SIGKILL (a warning or checkpoint signal is
 sent only if the process has a handler for it, since their default action is to die).
+SIGTERM and SIGKILL go to the task's whole process tree (local_process_tree: psutil, pinned
+by create times), and a task has ended only when every process of it has.
 GPUs are this machine's NVIDIA GPUs when NVML finds any, otherwise `gpus_per_node`
 virtual slots of the first configured pool.
 """
@@ -19,7 +21,6 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -30,30 +31,17 @@ from market_pipeline.hardware import local_process_os as osp
 from market_pipeline.hardware.local_process_gpus import nvml_compute_pids, nvml_gpus
 from market_pipeline.hardware.local_process_registry import TaskRegistry, new_record, prune_ended
 from market_pipeline.hardware.local_process_samples import read_task_samples, task_events_frame
+from market_pipeline.hardware.local_process_tree import (
+    ProcessTree, create_time, open_process, signal_tree, task_tree,
+)
 from market_pipeline.hardware.protocol import (
     GpuInfo, NodeInfo, NodeState, Outcome, OutcomeStatus, ResourceClass, TaskInfo, TaskKind,
 )
+from market_pipeline.workers.options import WORKER_MODULE, WorkerOptions
 
-WORKER_MODULE = "market_pipeline.workers.toy_trainer"
+__all__ = ["LocalProcessAdapter", "WORKER_MODULE", "WorkerOptions"]
+
 RETENTION = timedelta(days=7)  # ended tasks stay readable for metering this long
-
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    """How a launched toy worker behaves (the fault behaviours are for tests)."""
-
-    util_pct: float = 60.0
-    step_seconds: float = 0.05
-    metrics_seconds: float = 1.0
-    checkpoint_seconds: float = 0.0
-    ignore_sigterm: bool = False
-    crash_on: str = "none"  # none | checkpoint | warning
-
-    def argv(self) -> list[str]:
-        args = ["--util-pct", str(self.util_pct), "--step-seconds", str(self.step_seconds),
-                "--metrics-seconds", str(self.metrics_seconds),
-                "--checkpoint-seconds", str(self.checkpoint_seconds), "--crash-on", self.crash_on]
-        return args + (["--ignore-sigterm"] if self.ignore_sigterm else [])
 
 
 def _iso(ts: datetime) -> str:
@@ -116,7 +104,8 @@ class LocalProcessAdapter:
                                 gpu_uuids, gpu_milli, kind.value, qos, priority,
                                 resource_class.value, do_not_drain, True, mem_mib,
                                 _iso(datetime.now(timezone.utc)))
-            record.update(worker=True, checkpoint_path=str(checkpoint), metrics_path=str(metrics))
+            record.update(worker=True, checkpoint_path=str(checkpoint), metrics_path=str(metrics),
+                          create_time=create_time(proc.pid))
             reg["tasks"][task_id] = record
             self._event(reg, task_id, "start", "launched")
         self._await_handlers(proc.pid)
@@ -124,12 +113,14 @@ class LocalProcessAdapter:
 
     def adopt_pid(self, pid: int, *, task_id: str | None = None, tenant_id: str = "external",
                   kind: TaskKind = TaskKind.TRAINING, priority: int = 0) -> TaskInfo:
-        """Register an arbitrary process as a task; a dead pid is registered as ended."""
-        if pid <= 0:
-            raise ValueError(f"pid must be a positive integer, got {pid}")
+        """Register a running process (and the processes it started) as a task.
+
+        A pid that names no process, PID 1, this process or an ancestor of it is refused
+        (NoSuchProcessError / ProtectedProcessError) and nothing is registered."""
+        proc = open_process(pid)
+        created = proc.create_time()
         ticks = osp.proc_start_ticks(pid)
-        alive = osp.process_alive(pid, ticks)
-        task_id = task_id or f"pid-{pid}-{ticks if ticks is not None else 'gone'}"
+        task_id = task_id or f"pid-{pid}-{ticks if ticks is not None else int(created * 100)}"
         cmdline = osp.proc_cmdline(pid)
         checkpoint = None
         if WORKER_MODULE in cmdline and "--checkpoint" in cmdline[:-1]:
@@ -143,13 +134,18 @@ class LocalProcessAdapter:
                 record = new_record(task_id, tenant_id, pid, ticks, gpu_uuids, 1000, kind.value,
                                     "BE", priority, ResourceClass.DRAINABLE.value, False,
                                     checkpoint is not None, 0, _iso(started))
-                record.update(worker=checkpoint is not None, checkpoint_path=checkpoint)
+                record.update(worker=checkpoint is not None, checkpoint_path=checkpoint,
+                              create_time=created)
                 reg["tasks"][task_id] = record
                 self._event(reg, task_id, "start", "adopted by pid", ts=started)
-                if not alive:
-                    self._mark_ended(reg, record, "gone before adoption", None)
             existing = reg["tasks"][task_id]
         return self._task_info(existing)
+
+    def tasks_of_pid(self, pid: int) -> list[TaskInfo]:
+        """Registered tasks (running or ended) whose root process had this pid, newest first."""
+        records = [r for r in self.registry.read()["tasks"].values() if r["pid"] == pid]
+        return [self._task_info(r) for r in sorted(records, key=lambda r: r["started_at"],
+                                                    reverse=True)]
 
     # -- inventory ----------------------------------------------------------------------------
     def list_nodes(self) -> list[NodeInfo]:
@@ -193,7 +189,7 @@ class LocalProcessAdapter:
             return Outcome(OutcomeStatus.UNSUPPORTED,
                            "process has no SIGUSR1 handler: notice recorded, not signalled",
                            time.monotonic() - started)
-        return self._send(record, signal.SIGUSR1, "SIGUSR1 warning sent", started)
+        return self._send_root(record, signal.SIGUSR1, "SIGUSR1 warning sent", started)
 
     def checkpoint_task(self, task_id: str, timeout_seconds: float) -> Outcome:
         started = time.monotonic()
@@ -206,7 +202,7 @@ class LocalProcessAdapter:
         checkpoint = Path(path)
         token = uuid.uuid4().hex
         checkpoint.with_name(checkpoint.name + ".request").write_text(token)
-        sent = self._send(record, signal.SIGUSR2, "", started)
+        sent = self._send_root(record, signal.SIGUSR2, "", started)
         if not sent.ok:
             return sent
         done = checkpoint.with_name(checkpoint.name + ".done")
@@ -303,14 +299,20 @@ class LocalProcessAdapter:
                 return
             time.sleep(0.01)
 
-    def _alive(self, record: dict[str, Any]) -> bool:
+    def _tree(self, record: dict[str, Any]) -> ProcessTree:
+        """The task's live processes now; remembered in the record, so that children the
+        root's death re-parented stay the task's (saved with the next registry edit)."""
+        tree = task_tree(record["pid"], record.get("create_time"), record.get("members") or ())
+        record["members"] = [list(ref) for ref in tree.refs()]
         child = self._children.get(record["pid"])
-        if child is not None:
-            if child.poll() is not None:  # also reaps our own zombie
-                record["exit_code"] = child.returncode
-                return False
-            return True
-        return osp.process_alive(record["pid"], record.get("start_ticks"))
+        # After the scan: a root that exited during it is a zombie there, reaped here.
+        if child is not None and child.poll() is not None:
+            record["exit_code"] = child.returncode
+        return tree
+
+    def _alive(self, record: dict[str, Any]) -> bool:
+        """Whether any process of the task runs: its root, a descendant or its group."""
+        return self._tree(record).alive
 
     def _code(self, record: dict[str, Any]) -> str:
         return f" (exit code {record['exit_code']})" if record.get("exit_code") is not None else ""
@@ -358,35 +360,47 @@ class LocalProcessAdapter:
         reg["events"].append({"ts": _iso(ts or datetime.now(timezone.utc)), "task_id": task_id,
                               "event": event, "reason": reason, "platform_fault": False})
 
-    def _send(self, record: dict[str, Any], sig: signal.Signals, detail: str,
-              started: float) -> Outcome:
-        problem = osp.send_signal(record["pid"], sig)
-        if problem == "no such process":
-            return Outcome(OutcomeStatus.GONE, problem, time.monotonic() - started)
-        if problem:
-            return Outcome(OutcomeStatus.FAILED, problem, time.monotonic() - started)
+    def _send_root(self, record: dict[str, Any], sig: signal.Signals, detail: str,
+                   started: float) -> Outcome:
+        """A protocol signal (warning, checkpoint request) to the task's root process only:
+        its children may not handle it, and its default action is to die."""
+        root = [p for p in self._tree(record).members if p.pid == record["pid"]]
+        sent, problems = signal_tree(ProcessTree(tuple(root)), sig)
+        if problems:
+            return Outcome(OutcomeStatus.FAILED, "; ".join(problems), time.monotonic() - started)
+        if not sent:
+            return Outcome(OutcomeStatus.GONE, "no such process", time.monotonic() - started)
         return Outcome.success(detail, time.monotonic() - started)
 
     def _signal_and_wait(self, task_id: str, sig: signal.Signals, timeout: float) -> Outcome:
+        """`sig` once to every process of the task (also to those it forks meanwhile), then
+        wait until all of them are gone or `timeout` passes."""
         started = time.monotonic()
         record = self._live(self.registry.read(), task_id, refresh=True)
         if record is None:
             return Outcome(OutcomeStatus.GONE, f"task {task_id} is not running")
-        sent = self._send(record, sig, "", started)
-        if not sent.ok:
-            return sent
+        signalled: set[tuple[int, float]] = set()
         deadline = started + timeout
-        while self._alive(record):
+        while (tree := self._tree(record)).alive:
+            new, problems = signal_tree(tree, sig, signalled)
+            signalled |= new
+            if problems and not signalled:
+                return Outcome(OutcomeStatus.FAILED, "; ".join(problems),
+                               time.monotonic() - started)
             if time.monotonic() >= deadline:
-                return Outcome(OutcomeStatus.TIMEOUT, f"alive {timeout}s after {sig.name}",
+                return Outcome(OutcomeStatus.TIMEOUT,
+                               f"{len(tree.members)} process(es) alive {timeout}s after {sig.name}",
                                time.monotonic() - started)
             time.sleep(self.poll_seconds)
+        if not signalled:
+            return Outcome(OutcomeStatus.GONE, f"task {task_id} exited before {sig.name}")
         with self.registry.edit() as reg:
             stored = reg["tasks"][task_id]
+            stored["members"] = record["members"]
             if stored["ended_at"] is None:
                 self._mark_ended(reg, stored, f"exited after {sig.name}", record.get("exit_code"))
-        return Outcome.success(f"exited after {sig.name}{self._code(record)}",
-                               time.monotonic() - started)
+        return Outcome.success(f"{len(signalled)} process(es) exited after {sig.name}"
+                               f"{self._code(record)}", time.monotonic() - started)
 
     def _set_cordon(self, node_id: str, cordoned: bool) -> Outcome:
         if node_id != self.node_id:

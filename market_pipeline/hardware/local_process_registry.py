@@ -35,7 +35,9 @@ def new_record(task_id: str, tenant_id: str, pid: int, start_ticks: int | None,
             "do_not_drain": do_not_drain, "checkpointable": checkpointable, "mem_mib": mem_mib,
             "started_at": started_at, "ended_at": None, "end_reason": None, "exit_code": None,
             "drain_signal_at": None, "worker": False, "checkpoint_path": None,
-            "metrics_path": None}
+            "metrics_path": None,
+            # psutil create time of the root, and the task's processes seen so far
+            "create_time": None, "members": []}
 
 
 def prune_ended(data: dict[str, Any], older_than: datetime) -> int:
