@@ -174,13 +174,12 @@ def _drain_pid(args: argparse.Namespace, config: Any) -> dict[str, Any]:
     timing = _timing(args, config)
     adapter = LocalProcessAdapter.from_config(config)
     task = _target(adapter, args, config)
-    leases = lease_dir_for(config)
-    with _store(args, config) as store:
-        executor = DrainExecutor(adapter, store, timing, lease_dir=leases,
+    # The lease first: a second drain of the task is refused before it opens the warehouse.
+    with TaskLease(lease_dir_for(config), task.task_id) as lease, _store(args, config) as store:
+        executor = DrainExecutor(adapter, store, timing, lease=lease,
                                  grace_seconds=float(config.billing.grace_seconds))
-        drain_id = _drain_id(store, TaskLease(leases, task.task_id), task.task_id)
-        report = executor.run(DrainRequest(drain_id=drain_id, task=task,
-                                           reasons=("manual: drain --pid",)))
+        report = executor.run(DrainRequest(drain_id=_drain_id(store, lease, task.task_id),
+                                           task=task, reasons=("manual: drain --pid",)))
     return {**report.to_json(), "pid": args.pid}
 
 

@@ -74,7 +74,8 @@ def _task_fault(step: Step, result: StepResult) -> bool:
 class DrainExecutor:
     def __init__(self, adapter: NodeAdapter, store: DrainAuditStore, timing: DrainTiming, *,
                  grace_seconds: float = 0.0, clock: Clock | None = None,
-                 caller: StepCaller | None = None, lease_dir: Path | None = None) -> None:
+                 caller: StepCaller | None = None, lease_dir: Path | None = None,
+                 lease: TaskLease | None = None) -> None:
         self.adapter = adapter
         self.store = store
         self.timing = timing
@@ -82,13 +83,19 @@ class DrainExecutor:
         self.clock = clock or SystemClock()
         self.caller = caller or ThreadedStepCaller()
         self.lease_dir = lease_dir
+        self.held_lease = lease  # a lease the caller already holds (taken before its store)
         self._lease: TaskLease | None = None
 
     # -- entry point ----------------------------------------------------------------------
     def run(self, request: DrainRequest) -> DrainReport:
         """Run or resume one drain; DrainBusy (nothing written) if another run holds the task."""
-        lease = TaskLease(self.lease_dir, request.task.task_id) if self.lease_dir else None
-        with lease or contextlib.nullcontext():
+        if self.held_lease is not None:
+            lease, hold = self.held_lease, contextlib.nullcontext()
+        elif self.lease_dir is not None:
+            lease = hold = TaskLease(self.lease_dir, request.task.task_id)
+        else:
+            lease, hold = None, contextlib.nullcontext()
+        with hold:
             self._lease = lease
             try:
                 history = self.store.load_states(request.drain_id) or self._restore(request)
