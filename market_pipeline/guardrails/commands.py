@@ -16,6 +16,7 @@ import json
 import math
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_DRAIN_FAILED, EXIT_USAGE = 0, 1, 2
@@ -188,6 +189,9 @@ def _drain_decision(args: argparse.Namespace, config: Any) -> dict[str, Any]:
     from market_pipeline.hardware import make_adapter
     from market_pipeline.warehouse import open_warehouse
 
+    if not Path(config.warehouse_path).exists():  # refused without creating a warehouse
+        raise ValueError(f"no drain decision with id {args.decision_id!r}: "
+                         f"no warehouse at {config.warehouse_path}")
     warehouse = open_warehouse(config.warehouse_path, migrate=True)
     report = execute_decision(warehouse, make_adapter(config), config, args.decision_id)
     return report.to_json()
