@@ -28,7 +28,7 @@ from typing import Any
 import polars as pl
 
 from market_pipeline.hardware import local_process_os as osp
-from market_pipeline.hardware.local_process_gpus import nvml_compute_pids, nvml_gpus
+from market_pipeline.hardware.local_process_gpus import free_gpus, nvml_compute_pids, nvml_gpus
 from market_pipeline.hardware.local_process_registry import TaskRegistry, new_record, prune_ended
 from market_pipeline.hardware.local_process_samples import read_task_samples, task_events_frame
 from market_pipeline.hardware.local_process_tree import (
@@ -93,7 +93,8 @@ class LocalProcessAdapter:
                 raise ValueError(f"task_id {task_id!r} is already running")
             self._refresh(reg)
             prune_ended(reg, datetime.now(timezone.utc) - RETENTION)
-            gpu_uuids = self._free_gpus(reg, gpus, gpu_milli)
+            gpu_uuids = free_gpus(self._gpus, reg["tasks"].values(), gpus, gpu_milli,
+                                  self.node_id)
             argv = [sys.executable, "-m", WORKER_MODULE, "--checkpoint", str(checkpoint),
                     "--metrics", str(metrics), *options.argv()]
             with open(task_dir / "worker.log", "ab") as log:
@@ -276,19 +277,6 @@ class LocalProcessAdapter:
                         started_at=datetime.fromisoformat(r["started_at"]), mem_mib=r["mem_mib"],
                         do_not_drain=r["do_not_drain"], checkpointable=r["checkpointable"],
                         pid=r["pid"])
-
-    def _free_gpus(self, reg: dict[str, Any], count: int, gpu_milli: int) -> list[str]:
-        if count < 1 or not 0 < gpu_milli <= 1000:
-            raise ValueError(f"need gpus >= 1 and 0 < gpu_milli <= 1000, got {count}, {gpu_milli}")
-        used = {g: 0 for g, _ in self._gpus}
-        for r in reg["tasks"].values():
-            if r["ended_at"] is None:
-                for g in r["gpu_uuids"]:
-                    used[g] = used.get(g, 0) + r["gpu_milli"]
-        free = [g for g, _ in self._gpus if used[g] + gpu_milli <= 1000]
-        if len(free) < count:
-            raise ValueError(f"no room for {count} GPU(s) x {gpu_milli} milli on {self.node_id}")
-        return free[:count]
 
     def _await_handlers(self, pid: int, timeout: float = 10.0) -> None:
         """Wait until a fresh worker has installed its signal handlers (or died)."""

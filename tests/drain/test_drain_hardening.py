@@ -139,3 +139,52 @@ def test_drain_timing_itself_refuses_non_finite_waits():
         with pytest.raises(ValueError, match="finite"):
             DrainTiming(warn_seconds=1, checkpoint_timeout_seconds=1,
                         terminate_timeout_seconds=1, max_total_seconds=bad)
+
+
+def test_a_drain_whose_task_lease_is_held_writes_nothing_and_sends_nothing(tmp_path):
+    """The Dagster job and the CLI share the lease directory: whichever comes second for
+    the same task is refused before its first row, whatever its audit store."""
+    from drain_testkit import T0, FakeClock, FakeFleetAdapter, make_task, node
+
+    from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
+    from market_pipeline.guardrails.task_drain_lease import DrainBusy, TaskLease
+    from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
+
+    clock = FakeClock(T0)
+    task = make_task("t-1")
+    fleet = FakeFleetAdapter(clock, [(task, "cooperative")], [node("n1")])
+    timing = DrainTiming(warn_seconds=1, checkpoint_timeout_seconds=1,
+                         terminate_timeout_seconds=1, max_total_seconds=10)
+    store = InMemoryAuditStore()
+    executor = DrainExecutor(fleet, store, timing, clock=clock, lease_dir=tmp_path)
+    with TaskLease(tmp_path, "t-1"):
+        with pytest.raises(DrainBusy, match="t-1 is being drained by another run"):
+            executor.run(DrainRequest(drain_id="d-1", task=task))
+    assert store.drain_ids() == [] and sum(fleet.delivered.values()) == 0
+    report = executor.run(DrainRequest(drain_id="d-1", task=task))  # lease free again
+    assert report.outcome == "terminated"
+    assert all(n == 1 for n in fleet.delivered.values())
+    assert not list(tmp_path.glob("*.journal.json"))  # finished: nothing left to resume
+
+
+def test_a_recycled_pid_is_not_part_of_the_task(tmp_path):
+    """The registry pins a task's processes by create time: a live process under the same
+    pid but another create time (the task's pid, reused) is never signalled."""
+    from market_pipeline.hardware.local_process import LocalProcessAdapter
+    from market_pipeline.hardware.local_process_tree import task_tree
+    from market_pipeline.hardware.protocol import OutcomeStatus
+
+    target = start_target(tmp_path)
+    try:
+        pid = target.pids[0]
+        assert task_tree(pid, target.created[pid] - 30).members == ()
+        adapter = LocalProcessAdapter(tmp_path / "registry.json", tmp_path / "tasks",
+                                      node_id="box", pool_id="A10@z", gpu_model="A10", zone="z",
+                                      gpu_slots=1, use_nvml=False)
+        task = adapter.adopt_pid(pid)
+        with adapter.registry.edit() as reg:  # as if the adopted process had died long ago
+            reg["tasks"][task.task_id]["create_time"] -= 30
+        assert adapter.terminate_task(task.task_id, 1).status is OutcomeStatus.GONE
+        assert target.left() == [pid] and not target.signals()
+    finally:
+        target.cleanup()
