@@ -32,7 +32,7 @@ from market_pipeline.hardware.local_process_gpus import free_gpus, nvml_compute_
 from market_pipeline.hardware.local_process_registry import TaskRegistry, new_record, prune_ended
 from market_pipeline.hardware.local_process_samples import read_task_samples, task_events_frame
 from market_pipeline.hardware.local_process_tree import (
-    ProcessTree, create_time, open_process, signal_tree, task_tree,
+    ProcessTree, create_time, open_process, running, signal_tree, task_tree,
 )
 from market_pipeline.hardware.protocol import (
     GpuInfo, NodeInfo, NodeState, Outcome, OutcomeStatus, ResourceClass, TaskInfo, TaskKind,
@@ -42,6 +42,7 @@ from market_pipeline.workers.options import WORKER_MODULE, WorkerOptions
 __all__ = ["LocalProcessAdapter", "WORKER_MODULE", "WorkerOptions"]
 
 RETENTION = timedelta(days=7)  # ended tasks stay readable for metering this long
+RESCAN_SECONDS = 1.0  # while its root runs, a task's tree is re-read at most this often
 
 
 def _iso(ts: datetime) -> str:
@@ -63,6 +64,7 @@ class LocalProcessAdapter:
         real = nvml_gpus() if use_nvml else []
         self._gpus = real or [(f"{node_id}-gpu-{i}", default_memory_mib) for i in range(gpu_slots)]
         self._children: dict[int, subprocess.Popen] = {}  # processes this object started
+        self._scanned: dict[str, float] = {}  # task id -> when its tree was last read
 
     @classmethod
     def from_config(cls, config: Any) -> "LocalProcessAdapter":
@@ -292,6 +294,7 @@ class LocalProcessAdapter:
         root's death re-parented stay the task's (saved with the next registry edit)."""
         tree = task_tree(record["pid"], record.get("create_time"), record.get("members") or ())
         record["members"] = [list(ref) for ref in tree.refs()]
+        self._scanned[record["task_id"]] = time.monotonic()
         child = self._children.get(record["pid"])
         # After the scan: a root that exited during it is a zombie there, reaped here.
         if child is not None and child.poll() is not None:
@@ -299,7 +302,14 @@ class LocalProcessAdapter:
         return tree
 
     def _alive(self, record: dict[str, Any]) -> bool:
-        """Whether any process of the task runs: its root, a descendant or its group."""
+        """Whether any process of the task runs: its root, a descendant or its group.
+        A running root answers alone between rescans (a scan reads the process table)."""
+        recent = time.monotonic() - self._scanned.get(record["task_id"], -RESCAN_SECONDS)
+        child = self._children.get(record["pid"])
+        root_runs = child.poll() is None if child is not None else \
+            running(record["pid"], record.get("create_time"))
+        if root_runs and recent < RESCAN_SECONDS:
+            return True
         return self._tree(record).alive
 
     def _code(self, record: dict[str, Any]) -> str:

@@ -60,6 +60,14 @@ def open_process(pid: int) -> psutil.Process:
     return proc
 
 
+def running(pid: int, created: float | None) -> bool:
+    """The process (pid, create time) runs: one cheap probe, no scan of the process table."""
+    try:
+        return _same(psutil.Process(pid), created)
+    except (psutil.NoSuchProcess, OverflowError, ValueError):
+        return False
+
+
 def create_time(pid: int) -> float | None:
     try:
         return psutil.Process(pid).create_time()
