@@ -267,11 +267,15 @@ class DrainExecutor:
         """Wait until the notice announced by the warning has passed (within the drain's
         budget) or the task exits (True). The warning's time is its persisted begin row, so
         a run resumed after a crash still gives the full notice before SIGTERM."""
-        warned = next((r for r in history
-                       if r.state is DrainState.WARNED and r.phase is Phase.BEGIN), None)
-        if warned is None:
+        rows = [r for r in history if r.state is DrainState.WARNED]
+        if not rows:
             return self._task_running(task_id) is False
-        end = warned.recorded_at + timedelta(seconds=float(warned.detail.get("notice_seconds", 0)))
+        # From the end row when the warning call returned (it was delivered by then), else
+        # from the begin row (a crash inside the call: it may have gone out right then).
+        start = rows[-1] if rows[-1].phase is Phase.END and \
+            rows[-1].status != STATUS_INTERRUPTED else rows[0]
+        notice = float(rows[0].detail.get("notice_seconds", 0))
+        end = start.recorded_at + timedelta(seconds=notice)
         budget = max(0.0, remaining_seconds(history, self.clock.now(), timing))
         return self._wait_for_exit(task_id, min(end, self.clock.now() + timedelta(seconds=budget)))
 

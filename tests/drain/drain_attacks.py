@@ -55,9 +55,14 @@ def resumed(tmp: Path, audit: str) -> dict:
     first.join()
     rerun = fork_cli(argv(target.pids[0], audit, warn, 1.5), tmp / "r2.out")
     rerun.join(60)
+    lines = (tmp / "r2.out").read_text().strip().splitlines()
+    outcome = json.loads(lines[-1])["outcome"] if lines and lines[-1].startswith("{") else lines
+    if not any(s == "SIGTERM" for _, s in target.signals()):
+        # No SIGTERM at all: the drain's hard bound (max_total_seconds) ran out first.
+        return {"target": target, "processes": 1, "outcome": outcome}
     notice = target.first("SIGTERM") - target.first("SIGUSR1")
     return {"target": target, "processes": 1, "short_notice": notice < warn - 0.05,
-            "notice_seconds": round(notice, 2)}
+            "notice_seconds": round(notice, 2), "outcome": outcome}
 
 
 def refused_wrote(tmp: Path) -> int:
@@ -89,7 +94,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     rounds = parser.parse_args().rounds
     counts = {"scenarios": 0, "processes": 0, "signals": 0, "double_signals": 0,
-              "left_behind": 0, "short_notice": 0, "notices_seconds": []}
+              "left_behind": 0, "short_notice": 0, "notices_seconds": [], "resumed_outcomes": []}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         os.environ["MARKET_PIPELINE_HOME"] = str(tmp / "home")
@@ -114,6 +119,8 @@ def main() -> None:
                     counts["short_notice"] += int(result.get("short_notice", False))
                     if "notice_seconds" in result:
                         counts["notices_seconds"].append(result["notice_seconds"])
+                    if "outcome" in result:
+                        counts["resumed_outcomes"].append(result["outcome"])
                     target.cleanup()
         counts["refused_commands_files_written"] = refused_wrote(tmp)
     print(json.dumps(counts))
