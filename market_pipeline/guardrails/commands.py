@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _pid_max() -> int:
     try:
-        return int(open("/proc/sys/kernel/pid_max").read())
+        return int(Path("/proc/sys/kernel/pid_max").read_text())
     except (OSError, ValueError):
         return PID_MAX_FALLBACK
 
@@ -79,7 +79,7 @@ def _validated(args: argparse.Namespace) -> argparse.Namespace:
     values = {f: _seconds(f, getattr(args, f)) for f in given}
     if args.pid is not None:
         text, top = args.pid.strip(), _pid_max()
-        if not (text.isascii() and text.isdigit() and 1 <= int(text) <= top):
+        if not (text.isascii() and text.isdigit() and len(text) <= 10 and 1 <= int(text) <= top):
             raise ValueError(f"--pid must be a whole number in [1, {top}], got {args.pid!r}")
         values["pid"] = int(text)
     tenant = args.tenant_id

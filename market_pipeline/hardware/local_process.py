@@ -49,6 +49,14 @@ def _iso(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).isoformat()
 
 
+def _root_created(record: dict[str, Any]) -> float | None:
+    """The root's create time; for a record from before psutil, checked by its start ticks
+    (-1 never matches: the pid now belongs to another process)."""
+    if record.get("create_time") is not None or record.get("start_ticks") is None:
+        return record.get("create_time")
+    return None if osp.proc_start_ticks(record["pid"]) == record["start_ticks"] else -1.0
+
+
 class LocalProcessAdapter:
     backend = "local-process"
 
@@ -132,7 +140,11 @@ class LocalProcessAdapter:
         gpu_uuids = tuple(u for u, pids in holders.items() if pid in pids)
         started = osp.proc_started_at(pid) or datetime.now(timezone.utc)
         with self.registry.edit() as reg:
-            existing = reg["tasks"].get(task_id)
+            # A process already registered (a launched worker) keeps its task: one task id
+            # per process, so one drain lease covers it whichever way it is named.
+            same = [r for r in reg["tasks"].values() if r["ended_at"] is None
+                    and r["pid"] == pid and running(pid, _root_created(r))]
+            existing = same[0] if same else reg["tasks"].get(task_id)
             if existing is None:
                 record = new_record(task_id, tenant_id, pid, ticks, gpu_uuids, 1000, kind.value,
                                     "BE", priority, ResourceClass.DRAINABLE.value, False,
@@ -141,7 +153,7 @@ class LocalProcessAdapter:
                               create_time=created)
                 reg["tasks"][task_id] = record
                 self._event(reg, task_id, "start", "adopted by pid", ts=started)
-            existing = reg["tasks"][task_id]
+                existing = record
         return self._task_info(existing)
 
     def tasks_of_pid(self, pid: int) -> list[TaskInfo]:
@@ -292,7 +304,7 @@ class LocalProcessAdapter:
     def _tree(self, record: dict[str, Any]) -> ProcessTree:
         """The task's live processes now; remembered in the record, so that children the
         root's death re-parented stay the task's (saved with the next registry edit)."""
-        tree = task_tree(record["pid"], record.get("create_time"), record.get("members") or ())
+        tree = task_tree(record["pid"], _root_created(record), record.get("members") or ())
         record["members"] = [list(ref) for ref in tree.refs()]
         self._scanned[record["task_id"]] = time.monotonic()
         child = self._children.get(record["pid"])
@@ -307,7 +319,7 @@ class LocalProcessAdapter:
         recent = time.monotonic() - self._scanned.get(record["task_id"], -RESCAN_SECONDS)
         child = self._children.get(record["pid"])
         root_runs = child.poll() is None if child is not None else \
-            running(record["pid"], record.get("create_time"))
+            running(record["pid"], _root_created(record))
         if root_runs and recent < RESCAN_SECONDS:
             return True
         return self._tree(record).alive

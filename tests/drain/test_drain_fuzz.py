@@ -33,7 +33,7 @@ def _valid_seconds(text: str) -> bool:
 def _drainable(text: str) -> bool:
     """Whether the text names a pid the command could act on (never generated as 'bad')."""
     text = text.strip()
-    return text.isascii() and text.isdigit() and 1 <= int(text) <= _pid_max()
+    return text.isascii() and text.isdigit() and len(text) <= 10 and 1 <= int(text) <= _pid_max()
 
 
 PROTECTED = sorted({1, os.getpid(), *(p.pid for p in psutil.Process().parents())})
@@ -41,6 +41,7 @@ bad_pids = st.one_of(
     st.text(max_size=24).filter(lambda t: not _drainable(t)),
     st.integers(max_value=0).map(str),
     st.integers(min_value=_pid_max() + 1, max_value=10**30).map(str),
+    st.integers(min_value=11, max_value=6000).map(lambda n: "7" * n),  # up to past int()'s cap
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.sampled_from([str(p) for p in PROTECTED]),  # refused although they exist
 )

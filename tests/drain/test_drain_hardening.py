@@ -188,3 +188,19 @@ def test_a_recycled_pid_is_not_part_of_the_task(tmp_path):
         assert target.left() == [pid] and not target.signals()
     finally:
         target.cleanup()
+
+
+def test_adopting_a_launched_worker_keeps_its_task(tmp_path):
+    """`drain --pid` of a worker the platform launched drains that task (same id, same
+    lease), not a second task over the same process."""
+    from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
+
+    adapter = LocalProcessAdapter(tmp_path / "registry.json", tmp_path / "tasks", node_id="box",
+                                  pool_id="A10@z", gpu_model="A10", zone="z", gpu_slots=1,
+                                  use_nvml=False)
+    task = adapter.launch_task(task_id="w", options=WorkerOptions(util_pct=5))
+    try:
+        assert adapter.adopt_pid(task.pid).task_id == "w"
+        assert [t.task_id for t in adapter.list_tasks()] == ["w"]
+    finally:
+        adapter.kill_task("w")
