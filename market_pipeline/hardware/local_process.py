@@ -29,7 +29,9 @@ import polars as pl
 
 from market_pipeline.hardware import local_process_os as osp
 from market_pipeline.hardware.local_process_gpus import free_gpus, nvml_compute_pids, nvml_gpus
-from market_pipeline.hardware.local_process_registry import TaskRegistry, new_record, prune_ended
+from market_pipeline.hardware.local_process_registry import (
+    TaskRegistry, add_event, exit_note, iso, mark_ended, new_record, prune_ended, root_created,
+)
 from market_pipeline.hardware.local_process_samples import read_task_samples, task_events_frame
 from market_pipeline.hardware.local_process_tree import (
     ProcessTree, create_time, open_process, running, signal_tree, task_tree,
@@ -43,18 +45,6 @@ __all__ = ["LocalProcessAdapter", "WORKER_MODULE", "WorkerOptions"]
 
 RETENTION = timedelta(days=7)  # ended tasks stay readable for metering this long
 RESCAN_SECONDS = 1.0  # while its root runs, a task's tree is re-read at most this often
-
-
-def _iso(ts: datetime) -> str:
-    return ts.astimezone(timezone.utc).isoformat()
-
-
-def _root_created(record: dict[str, Any]) -> float | None:
-    """The root's create time; for a record from before psutil, checked by its start ticks
-    (-1 never matches: the pid now belongs to another process)."""
-    if record.get("create_time") is not None or record.get("start_ticks") is None:
-        return record.get("create_time")
-    return None if osp.proc_start_ticks(record["pid"]) == record["start_ticks"] else -1.0
 
 
 class LocalProcessAdapter:
@@ -114,11 +104,11 @@ class LocalProcessAdapter:
             record = new_record(task_id, tenant_id, proc.pid, osp.proc_start_ticks(proc.pid),
                                 gpu_uuids, gpu_milli, kind.value, qos, priority,
                                 resource_class.value, do_not_drain, True, mem_mib,
-                                _iso(datetime.now(timezone.utc)))
+                                iso(datetime.now(timezone.utc)))
             record.update(worker=True, checkpoint_path=str(checkpoint), metrics_path=str(metrics),
                           create_time=create_time(proc.pid))
             reg["tasks"][task_id] = record
-            self._event(reg, task_id, "start", "launched")
+            add_event(reg, task_id, "start", "launched")
         self._await_handlers(proc.pid)
         return self._task_info(record)
 
@@ -143,16 +133,16 @@ class LocalProcessAdapter:
             # A process already registered (a launched worker) keeps its task: one task id
             # per process, so one drain lease covers it whichever way it is named.
             same = [r for r in reg["tasks"].values() if r["ended_at"] is None
-                    and r["pid"] == pid and running(pid, _root_created(r))]
+                    and r["pid"] == pid and running(pid, root_created(r))]
             existing = same[0] if same else reg["tasks"].get(task_id)
             if existing is None:
                 record = new_record(task_id, tenant_id, pid, ticks, gpu_uuids, 1000, kind.value,
                                     "BE", priority, ResourceClass.DRAINABLE.value, False,
-                                    checkpoint is not None, 0, _iso(started))
+                                    checkpoint is not None, 0, iso(started))
                 record.update(worker=checkpoint is not None, checkpoint_path=checkpoint,
                               create_time=created)
                 reg["tasks"][task_id] = record
-                self._event(reg, task_id, "start", "adopted by pid", ts=started)
+                add_event(reg, task_id, "start", "adopted by pid", ts=started)
                 existing = record
         return self._task_info(existing)
 
@@ -198,8 +188,8 @@ class LocalProcessAdapter:
             record = self._live(reg, task_id)
             if record is None:
                 return Outcome(OutcomeStatus.GONE, f"task {task_id} is not running")
-            record["drain_signal_at"] = _iso(datetime.now(timezone.utc))
-            self._event(reg, task_id, "drain_signal", f"drain in {deadline_seconds:.0f}s")
+            record["drain_signal_at"] = iso(datetime.now(timezone.utc))
+            add_event(reg, task_id, "drain_signal", f"drain in {deadline_seconds:.0f}s")
         if not self._handles(record, signal.SIGUSR1):
             return Outcome(OutcomeStatus.UNSUPPORTED,
                            "process has no SIGUSR1 handler: notice recorded, not signalled",
@@ -227,7 +217,7 @@ class LocalProcessAdapter:
                 return Outcome.success(f"checkpoint written to {checkpoint}",
                                        time.monotonic() - started)
             if not self._alive(record):
-                return Outcome(OutcomeStatus.GONE, f"exited during checkpoint{self._code(record)}",
+                return Outcome(OutcomeStatus.GONE, f"exited during checkpoint{exit_note(record)}",
                                time.monotonic() - started)
             if time.monotonic() >= deadline:
                 return Outcome(OutcomeStatus.TIMEOUT, f"no checkpoint within {timeout_seconds}s",
@@ -304,7 +294,7 @@ class LocalProcessAdapter:
     def _tree(self, record: dict[str, Any]) -> ProcessTree:
         """The task's live processes now; remembered in the record, so that children the
         root's death re-parented stay the task's (saved with the next registry edit)."""
-        tree = task_tree(record["pid"], _root_created(record), record.get("members") or ())
+        tree = task_tree(record["pid"], root_created(record), record.get("members") or ())
         record["members"] = [list(ref) for ref in tree.refs()]
         self._scanned[record["task_id"]] = time.monotonic()
         child = self._children.get(record["pid"])
@@ -319,13 +309,10 @@ class LocalProcessAdapter:
         recent = time.monotonic() - self._scanned.get(record["task_id"], -RESCAN_SECONDS)
         child = self._children.get(record["pid"])
         root_runs = child.poll() is None if child is not None else \
-            running(record["pid"], _root_created(record))
+            running(record["pid"], root_created(record))
         if root_runs and recent < RESCAN_SECONDS:
             return True
         return self._tree(record).alive
-
-    def _code(self, record: dict[str, Any]) -> str:
-        return f" (exit code {record['exit_code']})" if record.get("exit_code") is not None else ""
 
     def _handles(self, record: dict[str, Any], sig: signal.Signals) -> bool:
         """Whether the process catches `sig` now (a worker still starting up does not yet)."""
@@ -343,32 +330,14 @@ class LocalProcessAdapter:
                 with self.registry.edit() as fresh:
                     self._refresh(fresh)
             else:
-                self._mark_ended(reg, record, "exited", record.get("exit_code"))
+                mark_ended(reg, record, "exited", record.get("exit_code"))
             return None
         return record
 
     def _refresh(self, reg: dict[str, Any]) -> None:
         for record in reg["tasks"].values():
             if record["ended_at"] is None and not self._alive(record):
-                self._mark_ended(reg, record, "exited", record.get("exit_code"))
-
-    def _mark_ended(self, reg: dict[str, Any], record: dict[str, Any], why: str,
-                    code: int | None) -> None:
-        record["ended_at"] = _iso(datetime.now(timezone.utc))
-        record["exit_code"] = code
-        if record.get("drain_signal_at"):
-            record["end_reason"], event = "drained", "drained"
-        elif code not in (None, 0):
-            record["end_reason"], event = "failed", "failed"
-        else:
-            record["end_reason"], event = "end", "end"
-        self._event(reg, record["task_id"], event, f"{why}{self._code(record)}")
-
-    @staticmethod
-    def _event(reg: dict[str, Any], task_id: str, event: str, reason: str,
-               ts: datetime | None = None) -> None:
-        reg["events"].append({"ts": _iso(ts or datetime.now(timezone.utc)), "task_id": task_id,
-                              "event": event, "reason": reason, "platform_fault": False})
+                mark_ended(reg, record, "exited", record.get("exit_code"))
 
     def _send_root(self, record: dict[str, Any], sig: signal.Signals, detail: str,
                    started: float) -> Outcome:
@@ -408,9 +377,9 @@ class LocalProcessAdapter:
             stored = reg["tasks"][task_id]
             stored["members"] = record["members"]
             if stored["ended_at"] is None:
-                self._mark_ended(reg, stored, f"exited after {sig.name}", record.get("exit_code"))
+                mark_ended(reg, stored, f"exited after {sig.name}", record.get("exit_code"))
         return Outcome.success(f"{len(signalled)} process(es) exited after {sig.name}"
-                               f"{self._code(record)}", time.monotonic() - started)
+                               f"{exit_note(record)}", time.monotonic() - started)
 
     def _set_cordon(self, node_id: str, cordoned: bool) -> Outcome:
         if node_id != self.node_id:
