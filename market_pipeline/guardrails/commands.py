@@ -22,6 +22,7 @@ from typing import Any
 EXIT_OK, EXIT_DRAIN_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_DRAIN_SECONDS = 86_400.0  # a CLI drain's waits are bounded by a day
 PID_MAX_FALLBACK = 4_194_304  # Linux's largest pid_max, when /proc does not say
+DRAIN_SLACK_SECONDS = 10.0  # a CLI drain's hard bound: W + T plus this (see _timing)
 DURATION_FLAGS = ("warn_seconds", "timeout_seconds", "checkpoint_timeout_seconds")
 
 
@@ -108,10 +109,12 @@ def _timing(args: argparse.Namespace, config: Any) -> Any:
     warn = base.warn_seconds if args.warn_seconds is None else args.warn_seconds
     grace = base.terminate_timeout_seconds if args.timeout_seconds is None else args.timeout_seconds
     checkpoint = warn if args.checkpoint_timeout_seconds is None else args.checkpoint_timeout_seconds
-    # The checkpoint runs inside the notice, so W + T bounds the whole drain.
+    # The checkpoint runs inside the notice, so W + T bounds the task's part of the drain;
+    # the slack covers the drain's own start-up, writes and a rerun after a crash, which
+    # must not cut the SIGTERM grace short (past the bound a drain kills at once).
     return DrainTiming(warn_seconds=warn, checkpoint_timeout_seconds=checkpoint,
                        terminate_timeout_seconds=grace,
-                       max_total_seconds=max(max(warn, checkpoint) + grace, 0.001),
+                       max_total_seconds=max(warn, checkpoint) + grace + DRAIN_SLACK_SECONDS,
                        kill_timeout_seconds=base.kill_timeout_seconds,
                        verify_timeout_seconds=base.verify_timeout_seconds,
                        verify_attempts=3, verify_retry_seconds=0.1,
