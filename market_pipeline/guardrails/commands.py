@@ -2,7 +2,10 @@
 
 `market-pipeline drain --backend local-process --pid PID --warn-seconds W
  --timeout-seconds T --json` drains a process: warning, checkpoint signal (only to a process
-that handles it), SIGTERM, SIGKILL after T; prints one JSON object.
+that handles it), SIGTERM, SIGKILL after T, to the process and every process it started;
+prints one JSON object. Bad arguments (a pid that names no process, PID 1, this command
+or an ancestor, a duration that is not a finite number of seconds > 0) get one error line
+and exit 2 before anything is written; so does a task another drain is working on.
 """
 
 from __future__ import annotations
@@ -10,24 +13,31 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_DRAIN_FAILED, EXIT_USAGE = 0, 1, 2
+MAX_DRAIN_SECONDS = 86_400.0  # a CLI drain's waits are bounded by a day
+PID_MAX_FALLBACK = 4_194_304  # Linux's largest pid_max, when /proc does not say
+DRAIN_SLACK_SECONDS = 10.0  # a CLI drain's hard bound: W + T plus this (see _timing)
+DURATION_FLAGS = ("warn_seconds", "timeout_seconds", "checkpoint_timeout_seconds")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     drain = sub.add_parser("drain", help="drain one task now (task drainability guardrail)")
     target = drain.add_mutually_exclusive_group(required=True)
-    target.add_argument("--pid", type=int, help="any process on this machine (local-process)")
+    target.add_argument("--pid", help="any process on this machine (local-process)")
     target.add_argument("--decision-id", help="execute an approved drain decision")
     drain.add_argument("--backend", choices=("simulated", "local-process", "nvml", "dcgm"),
                        help="adapter backend (default: the configured one)")
     drain.add_argument("--config", help="TOML config (default: shipped or MARKET_PIPELINE_CONFIG)")
-    drain.add_argument("--warn-seconds", type=float, help="notice before SIGTERM")
-    drain.add_argument("--timeout-seconds", type=float, help="SIGTERM -> SIGKILL grace")
-    drain.add_argument("--checkpoint-timeout-seconds", type=float,
+    # Numbers are parsed by _validated (one error line, nothing written), not by argparse.
+    drain.add_argument("--warn-seconds", help="notice before SIGTERM")
+    drain.add_argument("--timeout-seconds", help="SIGTERM -> SIGKILL grace")
+    drain.add_argument("--checkpoint-timeout-seconds",
                        help="wait for a checkpoint acknowledgement (default with --pid: W)")
     drain.add_argument("--tenant-id", default="external", help="tenant of an adopted pid")
     drain.add_argument("--audit", choices=("warehouse", "memory"), default="warehouse",
@@ -41,6 +51,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--scale-down-node", action="append", default=[], help="node to empty")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     plan.set_defaults(handler=run_drain_plan)
+
+
+def _pid_max() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        return PID_MAX_FALLBACK
+
+
+def _seconds(flag: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= MAX_DRAIN_SECONDS):
+        raise ValueError(f"--{flag.replace('_', '-')} must be a finite number of seconds in "
+                         f"(0, {MAX_DRAIN_SECONDS:.0f}], got {text!r}")
+    return value
+
+
+def _validated(args: argparse.Namespace) -> argparse.Namespace:
+    """Every number of the command checked before a config is read or a row written."""
+    given = [f for f in DURATION_FLAGS if getattr(args, f) is not None]
+    if args.pid is None and given:
+        raise ValueError(f"--{given[0].replace('_', '-')} applies to --pid drains only; "
+                         "a decision drains with the configured timing")
+    values = {f: _seconds(f, getattr(args, f)) for f in given}
+    if args.pid is not None:
+        text, top = args.pid.strip(), _pid_max()
+        if not (text.isascii() and text.isdigit() and len(text) <= 10 and 1 <= int(text) <= top):
+            raise ValueError(f"--pid must be a whole number in [1, {top}], got {args.pid!r}")
+        values["pid"] = int(text)
+    tenant = args.tenant_id
+    if not tenant or len(tenant) > 128 or not tenant.isprintable():
+        raise ValueError(f"--tenant-id must be 1-128 printable characters, got {tenant!r}")
+    return argparse.Namespace(**{**vars(args), **values})
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -63,10 +109,12 @@ def _timing(args: argparse.Namespace, config: Any) -> Any:
     warn = base.warn_seconds if args.warn_seconds is None else args.warn_seconds
     grace = base.terminate_timeout_seconds if args.timeout_seconds is None else args.timeout_seconds
     checkpoint = warn if args.checkpoint_timeout_seconds is None else args.checkpoint_timeout_seconds
-    # The checkpoint runs inside the notice, so W + T bounds the whole drain.
+    # The checkpoint runs inside the notice, so W + T bounds the task's part of the drain;
+    # the slack covers the drain's own start-up, writes and a rerun after a crash, which
+    # must not cut the SIGTERM grace short (past the bound a drain kills at once).
     return DrainTiming(warn_seconds=warn, checkpoint_timeout_seconds=checkpoint,
                        terminate_timeout_seconds=grace,
-                       max_total_seconds=max(max(warn, checkpoint) + grace, 0.001),
+                       max_total_seconds=max(warn, checkpoint) + grace + DRAIN_SLACK_SECONDS,
                        kill_timeout_seconds=base.kill_timeout_seconds,
                        verify_timeout_seconds=base.verify_timeout_seconds,
                        verify_attempts=3, verify_retry_seconds=0.1,
@@ -88,10 +136,14 @@ def _store(args: argparse.Namespace, config: Any) -> Iterator[Any]:
         yield WarehouseAuditStore(warehouse, connection=con)
 
 
-def _drain_id(store: Any, task_id: str) -> str:
-    """Resume an open CLI drain of this task, else start the next numbered one."""
+def _drain_id(store: Any, lease: Any, task_id: str) -> str:
+    """Resume an open drain of this task (the lease's journal names one a killed run left),
+    else start the next numbered CLI drain."""
     from market_pipeline.guardrails.task_drain_protocol import TERMINAL_STATES
 
+    journal = lease.open_drain_id()
+    if journal:
+        return journal
     attempt = 1
     while True:
         drain_id = f"cli-{task_id}" + (f"-{attempt}" if attempt > 1 else "")
@@ -101,20 +153,37 @@ def _drain_id(store: Any, task_id: str) -> str:
         attempt += 1
 
 
+def _target(adapter: Any, args: argparse.Namespace, config: Any) -> Any:
+    """The task of --pid: a running process, or one whose drain a killed run left open
+    (its process may have exited since). Any other pid that names no process is an error."""
+    from market_pipeline.guardrails.task_drain_lease import TaskLease, lease_dir_for
+    from market_pipeline.hardware.local_process_tree import NoSuchProcessError
+
+    try:
+        return adapter.adopt_pid(args.pid, tenant_id=args.tenant_id)
+    except NoSuchProcessError:
+        for task in adapter.tasks_of_pid(args.pid):
+            if TaskLease(lease_dir_for(config), task.task_id).open_drain_id():
+                return task
+        raise
+
+
 def _drain_pid(args: argparse.Namespace, config: Any) -> dict[str, Any]:
     from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
+    from market_pipeline.guardrails.task_drain_lease import TaskLease, lease_dir_for
     from market_pipeline.hardware.local_process import LocalProcessAdapter
 
     if config.adapter.backend != "local-process":
         raise ValueError(f"--pid needs --backend local-process, not {config.adapter.backend!r}")
     timing = _timing(args, config)
     adapter = LocalProcessAdapter.from_config(config)
-    task = adapter.adopt_pid(args.pid, tenant_id=args.tenant_id)
-    with _store(args, config) as store:
-        executor = DrainExecutor(adapter, store, timing,
+    task = _target(adapter, args, config)
+    # The lease first: a second drain of the task is refused before it opens the warehouse.
+    with TaskLease(lease_dir_for(config), task.task_id) as lease, _store(args, config) as store:
+        executor = DrainExecutor(adapter, store, timing, lease=lease,
                                  grace_seconds=float(config.billing.grace_seconds))
-        report = executor.run(DrainRequest(drain_id=_drain_id(store, task.task_id), task=task,
-                                           reasons=("manual: drain --pid",)))
+        report = executor.run(DrainRequest(drain_id=_drain_id(store, lease, task.task_id),
+                                           task=task, reasons=("manual: drain --pid",)))
     return {**report.to_json(), "pid": args.pid}
 
 
@@ -123,6 +192,9 @@ def _drain_decision(args: argparse.Namespace, config: Any) -> dict[str, Any]:
     from market_pipeline.hardware import make_adapter
     from market_pipeline.warehouse import open_warehouse
 
+    if not Path(config.warehouse_path).exists():  # refused without creating a warehouse
+        raise ValueError(f"no drain decision with id {args.decision_id!r}: "
+                         f"no warehouse at {config.warehouse_path}")
     warehouse = open_warehouse(config.warehouse_path, migrate=True)
     report = execute_decision(warehouse, make_adapter(config), config, args.decision_id)
     return report.to_json()
@@ -132,9 +204,11 @@ def run_drain(args: argparse.Namespace) -> int:
     from market_pipeline.warehouse import WarehouseError
 
     try:
+        args = _validated(args)
         config = _config(args)
         result = _drain_pid(args, config) if args.pid is not None else _drain_decision(args, config)
-    except (ValueError, WarehouseError) as exc:  # ConfigError, DrainRefused, bad pid, ... all name the problem
+    except (ValueError, WarehouseError, OSError) as exc:
+        # ConfigError, DrainRefused, DrainBusy, no such / protected pid, ... all name the problem
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:

@@ -3,12 +3,16 @@
 `DrainExecutor.run` is idempotent per drain id: called again for a drain that already
 finished it returns the stored report without touching the task; called for a drain that a
 crashed run left half-way it resumes from the audit log (see task_drain_protocol).
+With a lease directory, a run holds the task's lease (task_drain_lease) throughout, so no
+two drains of one task ever act at once, whichever audit store each one writes to.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from market_pipeline.guardrails.task_drain_calls import (
@@ -19,6 +23,7 @@ from market_pipeline.guardrails.task_drain_calls import (
     SystemClock,
     ThreadedStepCaller,
 )
+from market_pipeline.guardrails.task_drain_lease import DrainBusy, TaskLease
 from market_pipeline.guardrails.task_drain_protocol import (
     STATUS_INTERRUPTED,
     STATUS_SKIPPED,
@@ -69,24 +74,53 @@ def _task_fault(step: Step, result: StepResult) -> bool:
 class DrainExecutor:
     def __init__(self, adapter: NodeAdapter, store: DrainAuditStore, timing: DrainTiming, *,
                  grace_seconds: float = 0.0, clock: Clock | None = None,
-                 caller: StepCaller | None = None) -> None:
+                 caller: StepCaller | None = None, lease_dir: Path | None = None,
+                 lease: TaskLease | None = None) -> None:
         self.adapter = adapter
         self.store = store
         self.timing = timing
         self.grace_seconds = grace_seconds
         self.clock = clock or SystemClock()
         self.caller = caller or ThreadedStepCaller()
+        self.lease_dir = lease_dir
+        self.held_lease = lease  # a lease the caller already holds (taken before its store)
+        self._lease: TaskLease | None = None
 
     # -- entry point ----------------------------------------------------------------------
     def run(self, request: DrainRequest) -> DrainReport:
-        history = self.store.load_states(request.drain_id)
-        if not history:
-            history = self._start(request)
-        while True:
-            move = next_step(history, self.clock.now(), self._timing_of(history))
-            if move.step is Step.DONE:
-                return summarize(history)
-            history = self._perform(move.step, move.why, history)
+        """Run or resume one drain; DrainBusy (nothing written) if another run holds the task."""
+        if self.held_lease is not None:
+            lease, hold = self.held_lease, contextlib.nullcontext()
+        elif self.lease_dir is not None:
+            lease = hold = TaskLease(self.lease_dir, request.task.task_id)
+        else:
+            lease, hold = None, contextlib.nullcontext()
+        with hold:
+            self._lease = lease
+            try:
+                history = self.store.load_states(request.drain_id) or self._restore(request)
+                if not history:
+                    history = self._start(request)
+                while True:
+                    move = next_step(history, self.clock.now(), self._timing_of(history))
+                    if move.step is Step.DONE:
+                        return summarize(history)
+                    history = self._perform(move.step, move.why, history)
+            finally:
+                self._lease = None
+
+    def _restore(self, request: DrainRequest) -> list[DrainTransition]:
+        """The rows a killed run of this drain left in the lease's journal, copied into an
+        audit store that lost them (process memory); empty when there are none."""
+        rows = self._lease.journal() if self._lease else []
+        if not rows:
+            return []
+        if rows[0].drain_id != request.drain_id:
+            raise DrainBusy(f"task {request.task.task_id} has an unfinished drain "
+                            f"{rows[0].drain_id} whose run stopped; resume that one first")
+        for row in rows:
+            self.store.append(row)
+        return rows
 
     # -- persistence ----------------------------------------------------------------------
     def _append(self, history: list[DrainTransition], state: DrainState, phase: Phase,
@@ -102,7 +136,10 @@ class DrainExecutor:
         )
         check_transition(history, row)
         self.store.append(row)
-        return [*history, row]
+        history = [*history, row]
+        if self._lease is not None:
+            self._lease.record(history)  # before the adapter acts, like the audit row
+        return history
 
     def _start(self, request: DrainRequest) -> list[DrainTransition]:
         detail = {
@@ -217,16 +254,30 @@ class DrainExecutor:
             if result.status != OutcomeStatus.UNSUPPORTED.value:
                 return self._end(history, DrainState.CHECKPOINTING, Step.CHECKPOINT, result, {})
         # No checkpoint hook: the task gets the rest of its notice to wrap up by itself.
-        warned_at = next(r.recorded_at for r in history if r.state is DrainState.WARNED)
-        until = min(warned_at + timedelta(seconds=timing.warn_seconds),
-                    self.clock.now() + timedelta(seconds=budget))
         started = self.clock.now()
-        exited = self._wait_for_exit(task.task_id, until)
+        exited = self._rest_of_notice(history, task.task_id, timing)
         waited = (self.clock.now() - started).total_seconds()
         note = result.detail if result else "task declares no checkpoint support"
         status = OutcomeStatus.GONE.value if exited else STATUS_SKIPPED
         outcome = StepResult(status, f"{note}; waited {waited:.2f}s of notice", waited, False)
         return self._end(history, DrainState.CHECKPOINTING, Step.CHECKPOINT, outcome, {})
+
+    def _rest_of_notice(self, history: list[DrainTransition], task_id: str,
+                        timing: DrainTiming) -> bool:
+        """Wait until the notice announced by the warning has passed (within the drain's
+        budget) or the task exits (True). The warning's time is its persisted begin row, so
+        a run resumed after a crash still gives the full notice before SIGTERM."""
+        rows = [r for r in history if r.state is DrainState.WARNED]
+        if not rows:
+            return self._task_running(task_id) is False
+        # From the end row when the warning call returned (it was delivered by then), else
+        # from the begin row (a crash inside the call: it may have gone out right then).
+        start = rows[-1] if rows[-1].phase is Phase.END and \
+            rows[-1].status != STATUS_INTERRUPTED else rows[0]
+        notice = float(rows[0].detail.get("notice_seconds", 0))
+        end = start.recorded_at + timedelta(seconds=notice)
+        budget = max(0.0, remaining_seconds(history, self.clock.now(), timing))
+        return self._wait_for_exit(task_id, min(end, self.clock.now() + timedelta(seconds=budget)))
 
     def _signal_step(self, history: list[DrainTransition], step: Step, state: DrainState,
                      why: str) -> list[DrainTransition]:
@@ -263,6 +314,11 @@ class DrainExecutor:
                         self.clock.now() + timedelta(
                             seconds=max(0.0, remaining_seconds(history, self.clock.now(), timing))))
             detail["alive_after"] = not self._wait_for_exit(task.task_id, until)
+        elif open_row.state is DrainState.CHECKPOINTING and \
+                self._rest_of_notice(history, task.task_id, timing):
+            # The stopped run spent part of the notice; the task had all of it, and left.
+            detail.update(status=OutcomeStatus.GONE.value,
+                          detail="run stopped inside this step; the task exited in its notice")
         return self._append(history, open_row.state, Phase.END, detail)
 
     def _verify(self, history: list[DrainTransition]) -> list[DrainTransition]:

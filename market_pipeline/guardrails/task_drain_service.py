@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -21,6 +22,7 @@ from market_pipeline.guardrails.task_drain_executor import (
     DrainRequest,
     StepCaller,
 )
+from market_pipeline.guardrails.task_drain_lease import lease_dir_for
 from market_pipeline.guardrails.task_drain_limits import DrainLimits
 from market_pipeline.guardrails.task_drain_plan import (
     DrainDecision,
@@ -101,8 +103,12 @@ def plan_and_record(warehouse: Warehouse, adapter: NodeAdapter, config: Any, *,
 
 
 def execute_decision(warehouse: Warehouse, adapter: NodeAdapter, config: Any, decision_id: str,
-                     *, clock: Clock | None = None, caller: StepCaller | None = None) -> DrainReport:
-    """Carry out one approved drain decision (resuming it if a run stopped half-way)."""
+                     *, clock: Clock | None = None, caller: StepCaller | None = None,
+                     lease_dir: Path | None = None) -> DrainReport:
+    """Carry out one approved drain decision (resuming it if a run stopped half-way).
+
+    Holds the task's drain lease (default: next to the adapter state), so a CLI drain and a
+    Dagster run of the same task never both act on it (DrainBusy for the later one)."""
     clock = clock or clock_for(adapter)
     decision = load_decision(warehouse, decision_id)
     if not decision.allowed:
@@ -118,7 +124,7 @@ def execute_decision(warehouse: Warehouse, adapter: NodeAdapter, config: Any, de
             abort = f"expired: decided {age:.0f}s ago, past the {ttl:.0f}s time-to-live"
     executor = DrainExecutor(adapter, store, DrainTiming.from_config(config),
                              grace_seconds=float(config.billing.grace_seconds), clock=clock,
-                             caller=caller)
+                             caller=caller, lease_dir=lease_dir or lease_dir_for(config))
     report = executor.run(DrainRequest(drain_id=decision_id, task=decision.task,
                                        reasons=decision.reasons, decision_id=decision_id,
                                        abort_reason=abort))

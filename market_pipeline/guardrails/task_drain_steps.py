@@ -6,6 +6,7 @@ Everything here reads an audit history and returns a value; the executor does th
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -43,9 +44,11 @@ class DrainTiming:
     def __post_init__(self) -> None:
         for name in ("warn_seconds", "checkpoint_timeout_seconds", "terminate_timeout_seconds",
                      "kill_timeout_seconds", "verify_timeout_seconds", "verify_retry_seconds",
-                     "call_margin_seconds"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"DrainTiming.{name} must be >= 0, got {getattr(self, name)}")
+                     "call_margin_seconds", "max_total_seconds", "poll_seconds"):
+            value = getattr(self, name)
+            # NaN passes every comparison and inf never elapses: both would skip the notice.
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"DrainTiming.{name} must be a finite number >= 0, got {value!r}")
         if self.max_total_seconds <= 0:
             raise ValueError(f"DrainTiming.max_total_seconds must be > 0, got {self.max_total_seconds}")
         if self.verify_attempts < 1:

@@ -5,6 +5,8 @@ and checkpoints are real files. Tasks are started from the shipped worker progra
 (`market_pipeline.workers.toy_trainer`) or adopted by pid: a process that knows nothing of
 the worker protocol only ever gets SIGTERM and SIGKILL (a warning or checkpoint signal is
 sent only if the process has a handler for it, since their default action is to die).
+SIGTERM and SIGKILL go to the task's whole process tree (local_process_tree: psutil, pinned
+by create times), and a task has ended only when every process of it has.
 GPUs are this machine's NVIDIA GPUs when NVML finds any, otherwise `gpus_per_node`
 virtual slots of the first configured pool.
 """
@@ -19,7 +21,6 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -27,37 +28,23 @@ from typing import Any
 import polars as pl
 
 from market_pipeline.hardware import local_process_os as osp
-from market_pipeline.hardware.local_process_gpus import nvml_compute_pids, nvml_gpus
-from market_pipeline.hardware.local_process_registry import TaskRegistry, new_record, prune_ended
+from market_pipeline.hardware.local_process_gpus import free_gpus, nvml_compute_pids, nvml_gpus
+from market_pipeline.hardware.local_process_registry import (
+    TaskRegistry, add_event, exit_note, iso, mark_ended, new_record, prune_ended, root_created,
+)
 from market_pipeline.hardware.local_process_samples import read_task_samples, task_events_frame
+from market_pipeline.hardware.local_process_tree import (
+    ProcessTree, create_time, open_process, running, signal_tree, task_tree,
+)
 from market_pipeline.hardware.protocol import (
     GpuInfo, NodeInfo, NodeState, Outcome, OutcomeStatus, ResourceClass, TaskInfo, TaskKind,
 )
+from market_pipeline.workers.options import WORKER_MODULE, WorkerOptions
 
-WORKER_MODULE = "market_pipeline.workers.toy_trainer"
+__all__ = ["LocalProcessAdapter", "WORKER_MODULE", "WorkerOptions"]
+
 RETENTION = timedelta(days=7)  # ended tasks stay readable for metering this long
-
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    """How a launched toy worker behaves (the fault behaviours are for tests)."""
-
-    util_pct: float = 60.0
-    step_seconds: float = 0.05
-    metrics_seconds: float = 1.0
-    checkpoint_seconds: float = 0.0
-    ignore_sigterm: bool = False
-    crash_on: str = "none"  # none | checkpoint | warning
-
-    def argv(self) -> list[str]:
-        args = ["--util-pct", str(self.util_pct), "--step-seconds", str(self.step_seconds),
-                "--metrics-seconds", str(self.metrics_seconds),
-                "--checkpoint-seconds", str(self.checkpoint_seconds), "--crash-on", self.crash_on]
-        return args + (["--ignore-sigterm"] if self.ignore_sigterm else [])
-
-
-def _iso(ts: datetime) -> str:
-    return ts.astimezone(timezone.utc).isoformat()
+RESCAN_SECONDS = 1.0  # while its root runs, a task's tree is re-read at most this often
 
 
 class LocalProcessAdapter:
@@ -75,6 +62,7 @@ class LocalProcessAdapter:
         real = nvml_gpus() if use_nvml else []
         self._gpus = real or [(f"{node_id}-gpu-{i}", default_memory_mib) for i in range(gpu_slots)]
         self._children: dict[int, subprocess.Popen] = {}  # processes this object started
+        self._scanned: dict[str, float] = {}  # task id -> when its tree was last read
 
     @classmethod
     def from_config(cls, config: Any) -> "LocalProcessAdapter":
@@ -105,7 +93,8 @@ class LocalProcessAdapter:
                 raise ValueError(f"task_id {task_id!r} is already running")
             self._refresh(reg)
             prune_ended(reg, datetime.now(timezone.utc) - RETENTION)
-            gpu_uuids = self._free_gpus(reg, gpus, gpu_milli)
+            gpu_uuids = free_gpus(self._gpus, reg["tasks"].values(), gpus, gpu_milli,
+                                  self.node_id)
             argv = [sys.executable, "-m", WORKER_MODULE, "--checkpoint", str(checkpoint),
                     "--metrics", str(metrics), *options.argv()]
             with open(task_dir / "worker.log", "ab") as log:
@@ -115,21 +104,24 @@ class LocalProcessAdapter:
             record = new_record(task_id, tenant_id, proc.pid, osp.proc_start_ticks(proc.pid),
                                 gpu_uuids, gpu_milli, kind.value, qos, priority,
                                 resource_class.value, do_not_drain, True, mem_mib,
-                                _iso(datetime.now(timezone.utc)))
-            record.update(worker=True, checkpoint_path=str(checkpoint), metrics_path=str(metrics))
+                                iso(datetime.now(timezone.utc)))
+            record.update(worker=True, checkpoint_path=str(checkpoint), metrics_path=str(metrics),
+                          create_time=create_time(proc.pid))
             reg["tasks"][task_id] = record
-            self._event(reg, task_id, "start", "launched")
+            add_event(reg, task_id, "start", "launched")
         self._await_handlers(proc.pid)
         return self._task_info(record)
 
     def adopt_pid(self, pid: int, *, task_id: str | None = None, tenant_id: str = "external",
                   kind: TaskKind = TaskKind.TRAINING, priority: int = 0) -> TaskInfo:
-        """Register an arbitrary process as a task; a dead pid is registered as ended."""
-        if pid <= 0:
-            raise ValueError(f"pid must be a positive integer, got {pid}")
+        """Register a running process (and the processes it started) as a task.
+
+        A pid that names no process, PID 1, this process or an ancestor of it is refused
+        (NoSuchProcessError / ProtectedProcessError) and nothing is registered."""
+        proc = open_process(pid)
+        created = proc.create_time()
         ticks = osp.proc_start_ticks(pid)
-        alive = osp.process_alive(pid, ticks)
-        task_id = task_id or f"pid-{pid}-{ticks if ticks is not None else 'gone'}"
+        task_id = task_id or f"pid-{pid}-{ticks if ticks is not None else int(created * 100)}"
         cmdline = osp.proc_cmdline(pid)
         checkpoint = None
         if WORKER_MODULE in cmdline and "--checkpoint" in cmdline[:-1]:
@@ -138,18 +130,27 @@ class LocalProcessAdapter:
         gpu_uuids = tuple(u for u, pids in holders.items() if pid in pids)
         started = osp.proc_started_at(pid) or datetime.now(timezone.utc)
         with self.registry.edit() as reg:
-            existing = reg["tasks"].get(task_id)
+            # A process already registered (a launched worker) keeps its task: one task id
+            # per process, so one drain lease covers it whichever way it is named.
+            same = [r for r in reg["tasks"].values() if r["ended_at"] is None
+                    and r["pid"] == pid and running(pid, root_created(r))]
+            existing = same[0] if same else reg["tasks"].get(task_id)
             if existing is None:
                 record = new_record(task_id, tenant_id, pid, ticks, gpu_uuids, 1000, kind.value,
                                     "BE", priority, ResourceClass.DRAINABLE.value, False,
-                                    checkpoint is not None, 0, _iso(started))
-                record.update(worker=checkpoint is not None, checkpoint_path=checkpoint)
+                                    checkpoint is not None, 0, iso(started))
+                record.update(worker=checkpoint is not None, checkpoint_path=checkpoint,
+                              create_time=created)
                 reg["tasks"][task_id] = record
-                self._event(reg, task_id, "start", "adopted by pid", ts=started)
-                if not alive:
-                    self._mark_ended(reg, record, "gone before adoption", None)
-            existing = reg["tasks"][task_id]
+                add_event(reg, task_id, "start", "adopted by pid", ts=started)
+                existing = record
         return self._task_info(existing)
+
+    def tasks_of_pid(self, pid: int) -> list[TaskInfo]:
+        """Registered tasks (running or ended) whose root process had this pid, newest first."""
+        records = [r for r in self.registry.read()["tasks"].values() if r["pid"] == pid]
+        return [self._task_info(r) for r in sorted(records, key=lambda r: r["started_at"],
+                                                    reverse=True)]
 
     # -- inventory ----------------------------------------------------------------------------
     def list_nodes(self) -> list[NodeInfo]:
@@ -187,13 +188,13 @@ class LocalProcessAdapter:
             record = self._live(reg, task_id)
             if record is None:
                 return Outcome(OutcomeStatus.GONE, f"task {task_id} is not running")
-            record["drain_signal_at"] = _iso(datetime.now(timezone.utc))
-            self._event(reg, task_id, "drain_signal", f"drain in {deadline_seconds:.0f}s")
+            record["drain_signal_at"] = iso(datetime.now(timezone.utc))
+            add_event(reg, task_id, "drain_signal", f"drain in {deadline_seconds:.0f}s")
         if not self._handles(record, signal.SIGUSR1):
             return Outcome(OutcomeStatus.UNSUPPORTED,
                            "process has no SIGUSR1 handler: notice recorded, not signalled",
                            time.monotonic() - started)
-        return self._send(record, signal.SIGUSR1, "SIGUSR1 warning sent", started)
+        return self._send_root(record, signal.SIGUSR1, "SIGUSR1 warning sent", started)
 
     def checkpoint_task(self, task_id: str, timeout_seconds: float) -> Outcome:
         started = time.monotonic()
@@ -206,7 +207,7 @@ class LocalProcessAdapter:
         checkpoint = Path(path)
         token = uuid.uuid4().hex
         checkpoint.with_name(checkpoint.name + ".request").write_text(token)
-        sent = self._send(record, signal.SIGUSR2, "", started)
+        sent = self._send_root(record, signal.SIGUSR2, "", started)
         if not sent.ok:
             return sent
         done = checkpoint.with_name(checkpoint.name + ".done")
@@ -216,7 +217,7 @@ class LocalProcessAdapter:
                 return Outcome.success(f"checkpoint written to {checkpoint}",
                                        time.monotonic() - started)
             if not self._alive(record):
-                return Outcome(OutcomeStatus.GONE, f"exited during checkpoint{self._code(record)}",
+                return Outcome(OutcomeStatus.GONE, f"exited during checkpoint{exit_note(record)}",
                                time.monotonic() - started)
             if time.monotonic() >= deadline:
                 return Outcome(OutcomeStatus.TIMEOUT, f"no checkpoint within {timeout_seconds}s",
@@ -281,19 +282,6 @@ class LocalProcessAdapter:
                         do_not_drain=r["do_not_drain"], checkpointable=r["checkpointable"],
                         pid=r["pid"])
 
-    def _free_gpus(self, reg: dict[str, Any], count: int, gpu_milli: int) -> list[str]:
-        if count < 1 or not 0 < gpu_milli <= 1000:
-            raise ValueError(f"need gpus >= 1 and 0 < gpu_milli <= 1000, got {count}, {gpu_milli}")
-        used = {g: 0 for g, _ in self._gpus}
-        for r in reg["tasks"].values():
-            if r["ended_at"] is None:
-                for g in r["gpu_uuids"]:
-                    used[g] = used.get(g, 0) + r["gpu_milli"]
-        free = [g for g, _ in self._gpus if used[g] + gpu_milli <= 1000]
-        if len(free) < count:
-            raise ValueError(f"no room for {count} GPU(s) x {gpu_milli} milli on {self.node_id}")
-        return free[:count]
-
     def _await_handlers(self, pid: int, timeout: float = 10.0) -> None:
         """Wait until a fresh worker has installed its signal handlers (or died)."""
         deadline = time.monotonic() + timeout
@@ -303,17 +291,28 @@ class LocalProcessAdapter:
                 return
             time.sleep(0.01)
 
-    def _alive(self, record: dict[str, Any]) -> bool:
+    def _tree(self, record: dict[str, Any]) -> ProcessTree:
+        """The task's live processes now; remembered in the record, so that children the
+        root's death re-parented stay the task's (saved with the next registry edit)."""
+        tree = task_tree(record["pid"], root_created(record), record.get("members") or ())
+        record["members"] = [list(ref) for ref in tree.refs()]
+        self._scanned[record["task_id"]] = time.monotonic()
         child = self._children.get(record["pid"])
-        if child is not None:
-            if child.poll() is not None:  # also reaps our own zombie
-                record["exit_code"] = child.returncode
-                return False
-            return True
-        return osp.process_alive(record["pid"], record.get("start_ticks"))
+        # After the scan: a root that exited during it is a zombie there, reaped here.
+        if child is not None and child.poll() is not None:
+            record["exit_code"] = child.returncode
+        return tree
 
-    def _code(self, record: dict[str, Any]) -> str:
-        return f" (exit code {record['exit_code']})" if record.get("exit_code") is not None else ""
+    def _alive(self, record: dict[str, Any]) -> bool:
+        """Whether any process of the task runs: its root, a descendant or its group.
+        A running root answers alone between rescans (a scan reads the process table)."""
+        recent = time.monotonic() - self._scanned.get(record["task_id"], -RESCAN_SECONDS)
+        child = self._children.get(record["pid"])
+        root_runs = child.poll() is None if child is not None else \
+            running(record["pid"], root_created(record))
+        if root_runs and recent < RESCAN_SECONDS:
+            return True
+        return self._tree(record).alive
 
     def _handles(self, record: dict[str, Any], sig: signal.Signals) -> bool:
         """Whether the process catches `sig` now (a worker still starting up does not yet)."""
@@ -331,62 +330,56 @@ class LocalProcessAdapter:
                 with self.registry.edit() as fresh:
                     self._refresh(fresh)
             else:
-                self._mark_ended(reg, record, "exited", record.get("exit_code"))
+                mark_ended(reg, record, "exited", record.get("exit_code"))
             return None
         return record
 
     def _refresh(self, reg: dict[str, Any]) -> None:
         for record in reg["tasks"].values():
             if record["ended_at"] is None and not self._alive(record):
-                self._mark_ended(reg, record, "exited", record.get("exit_code"))
+                mark_ended(reg, record, "exited", record.get("exit_code"))
 
-    def _mark_ended(self, reg: dict[str, Any], record: dict[str, Any], why: str,
-                    code: int | None) -> None:
-        record["ended_at"] = _iso(datetime.now(timezone.utc))
-        record["exit_code"] = code
-        if record.get("drain_signal_at"):
-            record["end_reason"], event = "drained", "drained"
-        elif code not in (None, 0):
-            record["end_reason"], event = "failed", "failed"
-        else:
-            record["end_reason"], event = "end", "end"
-        self._event(reg, record["task_id"], event, f"{why}{self._code(record)}")
-
-    @staticmethod
-    def _event(reg: dict[str, Any], task_id: str, event: str, reason: str,
-               ts: datetime | None = None) -> None:
-        reg["events"].append({"ts": _iso(ts or datetime.now(timezone.utc)), "task_id": task_id,
-                              "event": event, "reason": reason, "platform_fault": False})
-
-    def _send(self, record: dict[str, Any], sig: signal.Signals, detail: str,
-              started: float) -> Outcome:
-        problem = osp.send_signal(record["pid"], sig)
-        if problem == "no such process":
-            return Outcome(OutcomeStatus.GONE, problem, time.monotonic() - started)
-        if problem:
-            return Outcome(OutcomeStatus.FAILED, problem, time.monotonic() - started)
+    def _send_root(self, record: dict[str, Any], sig: signal.Signals, detail: str,
+                   started: float) -> Outcome:
+        """A protocol signal (warning, checkpoint request) to the task's root process only:
+        its children may not handle it, and its default action is to die."""
+        root = [p for p in self._tree(record).members if p.pid == record["pid"]]
+        sent, problems = signal_tree(ProcessTree(tuple(root)), sig)
+        if problems:
+            return Outcome(OutcomeStatus.FAILED, "; ".join(problems), time.monotonic() - started)
+        if not sent:
+            return Outcome(OutcomeStatus.GONE, "no such process", time.monotonic() - started)
         return Outcome.success(detail, time.monotonic() - started)
 
     def _signal_and_wait(self, task_id: str, sig: signal.Signals, timeout: float) -> Outcome:
+        """`sig` once to every process of the task (also to those it forks meanwhile), then
+        wait until all of them are gone or `timeout` passes."""
         started = time.monotonic()
         record = self._live(self.registry.read(), task_id, refresh=True)
         if record is None:
             return Outcome(OutcomeStatus.GONE, f"task {task_id} is not running")
-        sent = self._send(record, sig, "", started)
-        if not sent.ok:
-            return sent
+        signalled: set[tuple[int, float]] = set()
         deadline = started + timeout
-        while self._alive(record):
+        while (tree := self._tree(record)).alive:
+            new, problems = signal_tree(tree, sig, signalled)
+            signalled |= new
+            if problems and not signalled:
+                return Outcome(OutcomeStatus.FAILED, "; ".join(problems),
+                               time.monotonic() - started)
             if time.monotonic() >= deadline:
-                return Outcome(OutcomeStatus.TIMEOUT, f"alive {timeout}s after {sig.name}",
+                return Outcome(OutcomeStatus.TIMEOUT,
+                               f"{len(tree.members)} process(es) alive {timeout}s after {sig.name}",
                                time.monotonic() - started)
             time.sleep(self.poll_seconds)
+        if not signalled:
+            return Outcome(OutcomeStatus.GONE, f"task {task_id} exited before {sig.name}")
         with self.registry.edit() as reg:
             stored = reg["tasks"][task_id]
+            stored["members"] = record["members"]
             if stored["ended_at"] is None:
-                self._mark_ended(reg, stored, f"exited after {sig.name}", record.get("exit_code"))
-        return Outcome.success(f"exited after {sig.name}{self._code(record)}",
-                               time.monotonic() - started)
+                mark_ended(reg, stored, f"exited after {sig.name}", record.get("exit_code"))
+        return Outcome.success(f"{len(signalled)} process(es) exited after {sig.name}"
+                               f"{exit_note(record)}", time.monotonic() - started)
 
     def _set_cordon(self, node_id: str, cordoned: bool) -> Outcome:
         if node_id != self.node_id:

@@ -13,9 +13,11 @@ import json
 import os
 import time
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from market_pipeline.hardware import local_process_os as osp
 
 REGISTRY_VERSION = 1
 
@@ -35,7 +37,45 @@ def new_record(task_id: str, tenant_id: str, pid: int, start_ticks: int | None,
             "do_not_drain": do_not_drain, "checkpointable": checkpointable, "mem_mib": mem_mib,
             "started_at": started_at, "ended_at": None, "end_reason": None, "exit_code": None,
             "drain_signal_at": None, "worker": False, "checkpoint_path": None,
-            "metrics_path": None}
+            "metrics_path": None,
+            # psutil create time of the root, and the task's processes seen so far
+            "create_time": None, "members": []}
+
+
+def iso(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).isoformat()
+
+
+def root_created(record: dict[str, Any]) -> float | None:
+    """The root's create time; for a record from before psutil, checked by its start ticks
+    (-1 never matches: the pid now belongs to another process)."""
+    if record.get("create_time") is not None or record.get("start_ticks") is None:
+        return record.get("create_time")
+    return None if osp.proc_start_ticks(record["pid"]) == record["start_ticks"] else -1.0
+
+
+def exit_note(record: dict[str, Any]) -> str:
+    return f" (exit code {record['exit_code']})" if record.get("exit_code") is not None else ""
+
+
+def add_event(reg: dict[str, Any], task_id: str, event: str, reason: str,
+              ts: datetime | None = None) -> None:
+    """Append a task lifecycle event (the metering source) to the registry."""
+    reg["events"].append({"ts": iso(ts or datetime.now(timezone.utc)), "task_id": task_id,
+                          "event": event, "reason": reason, "platform_fault": False})
+
+
+def mark_ended(reg: dict[str, Any], record: dict[str, Any], why: str, code: int | None) -> None:
+    """Close the task: ended now, `drained` after a drain's warning, else `failed` or `end`."""
+    record["ended_at"] = iso(datetime.now(timezone.utc))
+    record["exit_code"] = code
+    if record.get("drain_signal_at"):
+        record["end_reason"], event = "drained", "drained"
+    elif code not in (None, 0):
+        record["end_reason"], event = "failed", "failed"
+    else:
+        record["end_reason"], event = "end", "end"
+    add_event(reg, record["task_id"], event, f"{why}{exit_note(record)}")
 
 
 def prune_ended(data: dict[str, Any], older_than: datetime) -> int:

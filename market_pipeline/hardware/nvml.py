@@ -8,7 +8,8 @@ Without a driver or a GPU every read returns nothing and `probe()` says
 Tasks are the compute processes NVML lists. A process names its task and tenant through
 its environment (MARKET_TASK_ID, MARKET_TENANT_ID) when this user may read it; otherwise
 the task is "pid-<pid>" and the tenant the process owner. Drains act on those processes
-(SIGTERM, then SIGKILL); warnings and checkpoints need a cooperating runtime and are
+(SIGTERM, then SIGKILL, through psutil to the process and its children, never to PID 1,
+this process or an ancestor); warnings and checkpoints need a cooperating runtime and are
 UNSUPPORTED here. Samples are point-in-time: `read_samples(start, end)` returns one
 reading when now falls in [start, end). `xid_errors` counts critical XID events seen since
 the previous reading (needs permission to register NVML events; null otherwise).
@@ -17,7 +18,6 @@ the previous reading (needs permission to register NVML events; null otherwise).
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import signal
 import socket
 import time
@@ -27,6 +27,7 @@ from typing import Any
 
 import polars as pl
 
+from market_pipeline.hardware.local_process_tree import protected_pids, signal_tree, task_tree
 from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, pool_id
 from market_pipeline.hardware.nvml_devices import DeviceReading, NvmlReader, mig_gpu_milli
 from market_pipeline.hardware.nvml_processes import ProcessIdentity, identify_process
@@ -295,23 +296,33 @@ class NvmlAdapter:
     def kill_task(self, task_id: str) -> Outcome:
         return self._signal(task_id, signal.SIGKILL, self.timeout_seconds)
 
-    def _signal(self, task_id: str, signum: int, wait_seconds: float) -> Outcome:
+    def _signal(self, task_id: str, signum: signal.Signals, wait_seconds: float) -> Outcome:
+        """`signum` once to the GPU process and every process it started (psutil, pinned by
+        the start time read with the NVML listing, so a recycled pid is never hit), then
+        wait until all of them are gone."""
         started = time.monotonic()
         task = next((t for t in self.list_tasks() if t.task_id == task_id), None)
         if task is None or task.pid is None:
             return Outcome(OutcomeStatus.GONE, f"task {task_id} runs no GPU process here")
-        try:
-            os.kill(task.pid, signum)
-        except ProcessLookupError:
-            return Outcome(OutcomeStatus.GONE, f"process {task.pid} is gone")
-        except PermissionError as exc:
-            return Outcome(OutcomeStatus.FAILED, f"cannot signal process {task.pid}: {exc}")
-        while time.monotonic() - started < wait_seconds:
-            if not _process_alive(self.proc_root, task.pid):
-                return Outcome.success(f"process {task.pid} exited", time.monotonic() - started)
+        if task.pid in protected_pids():
+            return Outcome(OutcomeStatus.FAILED, f"process {task.pid} is PID 1, this process or "
+                           "an ancestor of it: not signalled")
+        signalled: set[tuple[int, float]] = set()
+        while (tree := task_tree(task.pid, task.started_at.timestamp(), signalled)).alive:
+            new, problems = signal_tree(tree, signum, signalled)
+            signalled |= new
+            if problems and not signalled:
+                return Outcome(OutcomeStatus.FAILED, f"cannot signal process {task.pid}: "
+                               + "; ".join(problems), time.monotonic() - started)
+            if time.monotonic() - started >= wait_seconds:
+                return Outcome(OutcomeStatus.TIMEOUT, f"{len(tree.members)} process(es) of "
+                               f"{task.pid} still alive after {wait_seconds}s",
+                               time.monotonic() - started)
             time.sleep(0.05)
-        return Outcome(OutcomeStatus.TIMEOUT, f"process {task.pid} still alive after "
-                       f"{wait_seconds}s", time.monotonic() - started)
+        if not signalled:
+            return Outcome(OutcomeStatus.GONE, f"process {task.pid} is gone (or its pid reused)")
+        return Outcome.success(f"process {task.pid} and {len(signalled) - 1} child(ren) exited",
+                               time.monotonic() - started)
 
     def verify_released(self, gpu_uuids: Sequence[str], task_id: str | None = None) -> Outcome:
         # NVML sees processes, not tasks: a GPU counts as released only when no process
@@ -354,13 +365,3 @@ def _main_process(device: DeviceReading):
     if not device.processes:
         return None
     return max(device.processes, key=lambda p: (p.used_mib or 0.0, -p.pid))
-
-
-def _process_alive(proc_root: str, pid: int) -> bool:
-    """False once the process is gone or a zombie (exited, not yet reaped by its parent)."""
-    try:
-        stat = open(os.path.join(proc_root, str(pid), "stat")).read()
-    except OSError:
-        return False
-    state = stat.rsplit(")", 1)[1].split()[0] if ")" in stat else "?"
-    return state not in ("Z", "X")

@@ -87,14 +87,18 @@ def test_drain_cli_kills_a_process_that_ignores_sigterm(home, capsys):
         proc.wait()
 
 
-def test_drain_cli_reports_a_pid_that_is_already_gone(home, capsys):
+def test_drain_cli_refuses_a_pid_that_names_no_process(home, capsys):
     proc = subprocess.Popen(["true"])
     proc.wait()
-    rc = main(["drain", "--backend", "local-process", "--pid", str(proc.pid),
-               "--warn-seconds", "0.2", "--timeout-seconds", "0.2", "--audit", "memory", "--json"])
-    result = json.loads(capsys.readouterr().out)
-    assert rc == 0 and result["outcome"] == "gone"
-    assert result["states"] == ["requested", "warned", "released", "reported"]
+    for pid in (str(proc.pid), "100000000000000000000"):
+        rc = main(["drain", "--backend", "local-process", "--pid", pid,
+                   "--warn-seconds", "0.2", "--timeout-seconds", "0.2", "--json"])
+        captured = capsys.readouterr()
+        assert rc == 2 and captured.out == ""
+        assert captured.err.count("\n") == 1 and captured.err.startswith("error: ")
+        assert f"no process with pid {proc.pid}" in captured.err or "--pid must be" in captured.err
+    # Refused before anything was written: no warehouse, no registry entry.
+    assert not (home / "var" / "warehouse.duckdb").exists()
 
 
 def test_drain_cli_rejects_a_pid_on_another_backend(home, capsys):

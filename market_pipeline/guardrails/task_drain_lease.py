@@ -1,0 +1,122 @@
+"""One drain at a time per task: an exclusive lease, with the drain's journal beside it.
+
+The lease is an `flock` on `<dir>/<task>.lock`, taken before a drain writes its first row
+and held until it returns. The kernel drops it when the holder dies (kill -9 included), so
+there is no expiry to tune: a second drain of the task while the first runs is refused
+before it writes or sends anything, and a rerun after a crash gets the lease at once.
+
+While it holds the lease, a drain mirrors its transitions into `<task>.journal.json`. A
+drain whose audit store was process memory (`drain --audit memory`) and whose command was
+killed resumes from that journal, like a warehouse-audited drain resumes from its rows:
+with its warning's time, and without repeating a signal it already sent.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from market_pipeline.guardrails.task_drain_protocol import (
+    TERMINAL_STATES,
+    DrainState,
+    DrainTransition,
+    Phase,
+)
+
+
+class DrainBusy(ValueError):
+    """Another drain holds this task's lease; names the task and the holder."""
+
+
+def _key(task_id: str) -> str:
+    """A file name for any task id: readable prefix plus a hash (ids may hold any character)."""
+    readable = re.sub(r"[^A-Za-z0-9._-]", "_", task_id)[:60]
+    return f"{readable}-{hashlib.sha256(task_id.encode()).hexdigest()[:12]}"
+
+
+def transition_to_dict(row: DrainTransition) -> dict[str, Any]:
+    return {"drain_id": row.drain_id, "seq": row.seq, "state": row.state.value,
+            "phase": row.phase.value, "recorded_at": row.recorded_at.isoformat(),
+            "task_id": row.task_id, "node_id": row.node_id, "tenant_id": row.tenant_id,
+            "detail": dict(row.detail)}
+
+
+def transition_from_dict(data: dict[str, Any]) -> DrainTransition:
+    return DrainTransition(
+        drain_id=data["drain_id"], seq=int(data["seq"]), state=DrainState(data["state"]),
+        phase=Phase(data["phase"]), recorded_at=datetime.fromisoformat(data["recorded_at"]),
+        task_id=data["task_id"], node_id=data["node_id"], tenant_id=data["tenant_id"],
+        detail=data["detail"])
+
+
+class TaskLease:
+    """Context manager: hold the drain lease of one task (DrainBusy if another run has it)."""
+
+    def __init__(self, directory: Path, task_id: str) -> None:
+        self.task_id = task_id
+        self.lock_path = directory / f"{_key(task_id)}.lock"
+        self.journal_path = directory / f"{_key(task_id)}.journal.json"
+        self._fd: int | None = None
+
+    def __enter__(self) -> "TaskLease":
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise DrainBusy(f"task {self.task_id} is being drained by another run ({holder});"
+                            " nothing was sent") from None
+        # The lock file is never replaced or removed: the lock lives on its inode.
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    # -- the journal ---------------------------------------------------------------------
+    def journal(self) -> list[DrainTransition]:
+        """The rows of the task's last unfinished drain (empty if none or unreadable)."""
+        try:
+            data = json.loads(self.journal_path.read_text())
+            return [transition_from_dict(row) for row in data["rows"]]
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError, KeyError, TypeError):
+            return []  # a torn or foreign file: the audit store stays the authority
+
+    def open_drain_id(self) -> str | None:
+        rows = self.journal()
+        return rows[0].drain_id if rows else None
+
+    def record(self, history: Sequence[DrainTransition]) -> None:
+        """Mirror the drain's rows (called after every append, before the adapter acts)."""
+        if self._fd is None:
+            raise RuntimeError(f"lease of task {self.task_id} is not held")
+        if history and history[-1].state in TERMINAL_STATES:
+            self.journal_path.unlink(missing_ok=True)  # finished: nothing left to resume
+            return
+        payload = {"task_id": self.task_id, "owner_pid": os.getpid(),
+                   "rows": [transition_to_dict(r) for r in history]}
+        tmp = self.journal_path.with_name(f"{self.journal_path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(payload, default=str))
+        os.replace(tmp, self.journal_path)
+
+
+def lease_dir_for(config: Any) -> Path:
+    """Where drain leases live: next to the adapter's state, shared by CLI and Dagster runs."""
+    return config.resolve_path(config.adapter.state_path).parent / "drain_leases"

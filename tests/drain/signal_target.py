@@ -1,0 +1,66 @@
+"""A drain target for tests: logs every signal it gets, and can fork a process tree.
+
+python signal_target.py LOG [--setsid] [--children N] [--orphans N] [--deaf-children]
+Each process appends "<pid> <SIGNAME> <unix time>" to LOG per signal it receives. The root
+catches SIGUSR1 (a warning) and exits 0.3 s after SIGTERM. Children exit on SIGTERM unless
+--deaf-children; orphans are double-forked (re-parented to PID 1 at once). When all are up,
+the root prints "ready <pid> <pid> ..." (every process of the tree) on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("log")
+    parser.add_argument("--setsid", action="store_true")
+    parser.add_argument("--children", type=int, default=0)
+    parser.add_argument("--orphans", type=int, default=0)
+    parser.add_argument("--deaf-children", action="store_true")
+    args = parser.parse_args()
+    if args.setsid:
+        os.setsid()
+    log = open(args.log, "a", buffering=1)
+    root = os.getpid()
+
+    def note(sig: int, _frame: object) -> None:
+        log.write(f"{os.getpid()} {signal.Signals(sig).name} {time.time():.3f}\n")
+        if sig == signal.SIGTERM and not (args.deaf_children and os.getpid() != root):
+            if os.getpid() == root:
+                time.sleep(0.3)
+            os._exit(0)
+
+    for sig in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(sig, note)
+    read, write = os.pipe()
+    for _ in range(args.children):
+        if os.fork() == 0:
+            os.write(write, f"{os.getpid()} ".encode())
+            return _idle()
+    for _ in range(args.orphans):
+        if os.fork() == 0:
+            if os.fork() == 0:
+                os.write(write, f"{os.getpid()} ".encode())
+                return _idle()
+            os._exit(0)  # the middle process: its child is re-parented to PID 1
+    pids = [str(root)]
+    while len(pids) < 1 + args.children + args.orphans:
+        pids += os.read(read, 4096).decode().split()
+    print("ready " + " ".join(pids), flush=True)
+    _idle()
+
+
+def _idle() -> None:
+    sys.stdout.flush()
+    while True:
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main()
