@@ -18,6 +18,7 @@ from market_pipeline.market_state import (
     shadow_price_decisions,
     solve_record,
     tick_origin,
+    typical_demand_by_pool,
 )
 from market_pipeline.plots import lines_png, png_markdown
 from market_pipeline.pricing import build_market_problem, solver_settings
@@ -104,7 +105,8 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
     store = warehouse.get()
     serving = capacity_by_pool(store)
     in_force = prices_in_force(config, store)
-    inputs = build_market_problem(config, serving, expected_demand_by_pool(store, now))
+    inputs = build_market_problem(config, serving, expected_demand_by_pool(store, now),
+                                  typical_demand_by_pool(store, now))
     tick = run_market_tick(pool_tick_inputs(config, store, now, in_force, serving), inputs.problem,
                            Promises.from_config(config), solver_settings(config))
     record = solve_record(tick.report, now, shadow=config.loop.shadow_mode)

@@ -96,6 +96,10 @@ class MarketConfig(_Strict):
     # pool's list (base) price, on any published price, live or simulated (seed 000 §5.2:
     # rigid tenants pay about 5% more for the assurance; 4% keeps a point for the pool mix).
     guaranteed_price_cap: float = Field(1.04, ge=1.0, le=10)
+    # Tenants are sized so that at the list price a pool's typical load buys with this price
+    # elasticity: 2 makes the list price the equilibrium of a typical hour when a GPU-hour
+    # costs half its list price (Lerner: (p - c) / p = 1 / e), as in the shipped catalog.
+    reference_elasticity: float = Field(2.0, gt=1.0, le=20)
     response_smoothing_beta: float = Field(0.5, gt=0, le=1)
     solver_max_iterations: int = Field(500, ge=1)
     solver_tolerance: float = Field(1e-6, gt=0)

@@ -43,6 +43,17 @@ def expected_demand_by_pool(store: Warehouse, origin: datetime) -> dict[str, flo
             if row["expected"] is not None}
 
 
+def typical_demand_by_pool(store: Warehouse, origin: datetime) -> dict[str, float]:
+    """Each pool's usual load: its mean demand over the demand history before `origin` (the
+    days `demand_history` keeps), from the fleet's first snapshot on (the grid before it is
+    no observation, not zero demand). Pools with no history yet are left out."""
+    frame = store.query(
+        "SELECT pool_id, avg(demand) AS typical FROM demand_history WHERE ts < ? "
+        "AND ts >= (SELECT min(ts) FROM pool_demand_snapshots) GROUP BY pool_id", [origin])
+    return {r["pool_id"]: float(r["typical"]) for r in frame.iter_rows(named=True)
+            if r["typical"] is not None and r["typical"] > 0}
+
+
 def last_certified_prices(store: Warehouse) -> dict[str, float]:
     """The prices in force per resource (`<pool>/<class>`), from the price book."""
     frame = store.query(

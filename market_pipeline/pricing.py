@@ -31,6 +31,7 @@ import torch
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.market import (
     DRAINABLE,
+    solve_followers,
     GUARANTEED,
     MarketProblem,
     ResourceSet,
@@ -62,10 +63,13 @@ def build_market_problem(
     config: MarketPipelineConfig,
     gpus_on_by_pool: Mapping[str, float],
     expected_demand_by_pool: Mapping[str, float] | None = None,
+    typical_demand_by_pool: Mapping[str, float] | None = None,
 ) -> PricingInputs:
     """The market for the next interval: capacity = powered GPUs x 1 h per pool, tenants
-    calibrated to ``expected_demand_by_pool`` (GPUs wanted next hour; pools left out keep
-    the configured claims)."""
+    sized to ``typical_demand_by_pool`` (the pool's usual load: at the list prices they buy it
+    with `market.reference_elasticity`, so the list price is the equilibrium of a typical
+    hour) and their valuation calibrated to ``expected_demand_by_pool`` (GPUs wanted next
+    hour). Pools left out of either keep the configured claims for that step."""
     if not config.tenants:
         raise ValueError("tenants: the configuration registers no tenant claims to price against")
     names: list[str] = []
@@ -93,6 +97,10 @@ def build_market_problem(
     )
     tenants = _population(config, pools, classes)
     problem = MarketProblem(resources, tenants)
+    if typical_demand_by_pool:
+        problem = MarketProblem(resources, sized_to_typical(
+            tenants, reference_prices(config, pools, classes), pools, typical_demand_by_pool,
+            config.market.reference_elasticity))
     scale_by_pool = calibration_scale(config, problem, pools, expected_demand_by_pool or {})
     if any(k != 1.0 for k in scale_by_pool.values()):
         problem = MarketProblem(problem.resources, value_scaled(problem.tenants, np.array([scale_by_pool[p] for p in pools])))
@@ -140,6 +148,30 @@ def calibration_scale(config: MarketPipelineConfig, problem: MarketProblem, pool
         if pool_id in wanted and has_claims[i]:
             scale[pool_id] = float(np.exp(0.5 * (lo[i] + hi[i])))
     return scale
+
+
+def sized_to_typical(tenants: TenantPopulation, reference: np.ndarray, pools: list[str],
+                     typical_by_pool: Mapping[str, float], elasticity: float) -> TenantPopulation:
+    """Log tenants reshaped so that at the reference prices they buy the pool's typical demand,
+    shared as their claims share it, each with price elasticity `elasticity` there: demand
+    w/p - s = d with (w/p)/d = e gives s = (e - 1) d and w = e p d. Budgets keep their ratio
+    to the spend at the reference prices. Pools without a typical demand keep their claims."""
+    demand = solve_followers(tenants.on("cpu"), torch.as_tensor(reference, dtype=torch.float64)).demand
+    demand = demand.clamp_min(0.0).numpy().astype(np.float64)
+    factor = np.ones(len(pools))
+    for pool_id, typical in typical_by_pool.items():
+        cols = [r for r, p in enumerate(pools) if p == pool_id]
+        bought = float(demand[:, cols].sum()) if cols else 0.0
+        if cols and bought > 0 and np.isfinite(typical) and typical > 0:
+            factor[cols] = typical / bought
+    sized = demand * factor
+    keep = factor == 1.0  # resources left as configured
+    weight = np.where(keep, tenants.weight.numpy(), elasticity * reference * sized)
+    saturation = np.where(keep, tenants.saturation.numpy(), np.where(sized > 0, (elasticity - 1) * sized, 1.0))
+    spend, resized = demand @ reference, sized @ reference
+    budget = tenants.budget.numpy() * np.where(spend > 0, resized / np.where(spend > 0, spend, 1.0), 1.0)
+    return dataclasses.replace(tenants, weight=torch.as_tensor(weight), saturation=torch.as_tensor(saturation),
+                               budget=torch.as_tensor(budget), _device_cache={})
 
 
 def value_scaled(tenants: TenantPopulation, factor: np.ndarray) -> TenantPopulation:

@@ -74,3 +74,22 @@ def test_calibration_is_bounded_and_ignores_unknown_pools(config):
     reference = reference_prices(config, [idle.pool_of_resource[n] for n in names],
                                  [idle.class_of_resource[n] for n in names])
     assert _pool_demand(idle, reference)[pool] == pytest.approx(0.0, abs=1e-3)
+
+
+def test_at_a_pools_typical_load_the_list_price_is_the_equilibrium(config):
+    """Sized to the typical load with elasticity 2 at list, and with a GPU-hour costing half
+    its list price, the leader's best price for a typical hour is the list price; half the
+    load prices below it, more above it."""
+    typical = {p.pool_id: 20.0 for p in config.pools}
+    prices = {}
+    for factor in (0.5, 1.0, 1.5):
+        inputs = build_market_problem(config, _capacity(config), {p: factor * t for p, t in typical.items()}, typical)
+        report = solve_equilibrium(inputs.problem)
+        assert report.converged
+        prices[factor] = report.prices
+    names = inputs.problem.resource_names
+    listed = np.array([config.pool_by_id[inputs.pool_of_resource[n]].base_price for n in names])
+    guaranteed = np.array([inputs.class_of_resource[n] == "guaranteed" for n in names])
+    assert np.allclose(prices[1.0][guaranteed] / listed[guaranteed], 1.0, atol=0.05)
+    assert np.all(prices[0.5][guaranteed] < 0.95 * listed[guaranteed])
+    assert np.all(prices[1.5][guaranteed] > 1.05 * listed[guaranteed])
