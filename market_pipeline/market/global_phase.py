@@ -5,8 +5,10 @@ has several (each tenant's budget multiplier couples every resource it buys). A 
 therefore runs:
 
 1. the local solve from the cold start (``cold_start``), as before;
-2. a screen from the best certified optimum so far: one-price line searches over each price's
-   whole feasible range, on a tenant sample (``line_search``);
+2. a screen from the best certified optimum so far: one-price line searches on a tenant sample
+   (``line_search``), near the optimum's prices and, when the local solve met kinks (more than
+   ``global_full_after`` leader iterations) or a restart found another optimum, over each
+   price's whole feasible range;
 3. where the screen finds prices that beat the optimum, a leader restart from them;
 
 and repeats 2-3 (``SolverSettings.global_restarts`` restarts at most) until the screen finds
@@ -106,14 +108,16 @@ def _best(attempts: list[Attempt]) -> Attempt | None:
 
 
 def global_search(ctx: LeaderContext, start: np.ndarray, run: Runner, certify: Certifier,
-                  screen_pop: DevicePopulation | None) -> SearchOutcome:
-    """The local solve from ``start``, then screens and restarts while they find better
-    optima (``ctx.settings``: global_*). ``screen_pop``: the tenant sample screened (None:
-    no global phase, one local solve)."""
+                  screen_pop: DevicePopulation | None, extra_starts: tuple[np.ndarray, ...] = ()) -> SearchOutcome:
+    """The local solves from ``start`` and ``extra_starts``, then screens and restarts while
+    they find better optima (``ctx.settings``: global_*). ``screen_pop``: the tenant sample
+    screened (None: no global phase)."""
     settings = ctx.settings
-    attempts = [attempt(start, run, certify)]
+    attempts = [attempt(s, run, certify) for s in (start, *extra_starts)]
     screened = 0
-    while screen_pop is not None and settings.global_phase and len(attempts) <= settings.global_restarts and time_left(ctx):
+    first = len(attempts)
+    while (screen_pop is not None and settings.global_phase and len(attempts) - first < settings.global_restarts
+           and time_left(ctx)):
         incumbent = _best(attempts)
         state = None
         if incumbent is not None:
@@ -124,10 +128,13 @@ def global_search(ctx: LeaderContext, start: np.ndarray, run: Runner, certify: C
             visited = [a.result.best_feasible for a in attempts
                        if a.result is not None and a.result.best_feasible is not None]
             prices, beat = (visited[0].prices if visited else attempts[0].start), -np.inf
+        # A local solve that took a few Newton steps met a smooth landscape on its way: probe
+        # near its optimum only. Kinks (budgets switching) cost iterations: then search far too.
+        full = incumbent is None or attempts[0].iterations > settings.global_full_after or len(attempts) > first
         screen = Screen(screen_pop, ctx.unit_cost, ctx.capacity, prices, settings.follower_tolerance, state)
-        found = line_search(screen, ctx.constraints, points=settings.global_points,
-                            local_steps=settings.global_local_steps,
-                            refine_rounds=settings.global_refine_rounds, margin=settings.global_margin,
+        found = line_search(screen, ctx.constraints, points=settings.global_points if full else 0,
+                            local_steps=settings.global_local_steps if full else settings.global_light_steps,
+                            refine_rounds=settings.global_refine_rounds if full else 0, margin=settings.global_margin,
                             refine_lines=settings.global_refine_lines, min_gain=settings.global_min_gain, beat=beat)
         screened += screen.evaluated
         if found.prices is None:

@@ -6,8 +6,8 @@ on one, slack on the other). A local optimum certifies that no small move helps;
 looks far along each price line for another hump that beats it:
 
 1. every free price r is moved over a log grid spanning its whole feasible range, the other
-   prices held (band-aware: a guaranteed price carries the drainable prices of its pool at
-   their ratio; a drainable price only ranges over its band);
+   prices held (band-aware: the range keeps the pool's band; a guaranteed price also moves
+   with the drainable prices of its pool at their ratio, a second line);
 2. the best other local maximum of each line's profile, if within ``margin`` of the
    incumbent, is refined by bracket halving (the most promising lines, a few rounds);
 3. the first candidate whose profit beats the incumbent is returned: the leader restarts there.
@@ -53,7 +53,6 @@ class Screen:
         self.incumbent = np.asarray(incumbent, dtype=np.float64)
         p = torch.as_tensor(self.incumbent, device=pop.device)
         base = state if state is not None else solve_followers(pop.using(self.workspace), p, tol=tol)
-        self.scale = base.scale
         mult = pop.multiplicity
         self.rows_demand = base.demand if mult is None else base.demand * mult.unsqueeze(1)
         self.demand = self.rows_demand.sum(dim=0).cpu().numpy()
@@ -76,8 +75,9 @@ class Screen:
         if hits.shape[0]:
             which, tenant = hits[:, 0], hits[:, 1]
             prices = torch.as_tensor(candidates, device=self.pop.device)[which]
-            demand, _ = stacked_demand(self.pop, tenant, prices, self.workspace, scale_guess=self.scale[tenant],
-                                       tol=self.tol)
+            # no multiplier guess from the incumbent: far along a line it is a poor one, and the
+            # iteration from a = 1 settles every row in a few steps
+            demand, _ = stacked_demand(self.pop, tenant, prices, self.workspace, tol=self.tol)
             delta.index_add_(0, which, demand - self.rows_demand[tenant])
         total = self.demand + delta.cpu().numpy()
         profit = ((candidates - self.unit_cost) * total).sum(axis=1)
@@ -103,22 +103,27 @@ class _Line:
 
 
 def build_lines(incumbent: np.ndarray, constraints: PriceConstraints) -> list[_Line]:
-    """One line per free price, its range cut so that bounds and bands hold along it."""
+    """Per free price a line moving it alone, its range cut so that bounds and bands hold; and
+    for a guaranteed price with drainable ones in its pool, a line moving the pool together
+    (drainable prices at their ratio to it)."""
     lower, upper = constraints.lower, constraints.upper
     pairs = constraints.band_pairs()
     lines = []
     for r in range(incumbent.size):
         low, high = lower[r], upper[r]
-        partners = []
+        pool_low, pool_high, partners = low, high, []
         for g, d, f_low, f_high in pairs:
-            if d == r:  # a drainable price stays in its band around the guaranteed one
+            if d == r:  # f_low p_g <= p_d <= f_high p_g
                 low, high = max(low, f_low * incumbent[g]), min(high, f_high * incumbent[g])
-            elif g == r:  # the pool's drainable price moves along at its ratio
+            elif g == r:
+                low, high = max(low, incumbent[d] / f_high), min(high, incumbent[d] / f_low)
                 ratio = incumbent[d] / incumbent[r]
                 partners.append((d, ratio))
-                low, high = max(low, lower[d] / ratio), min(high, upper[d] / ratio)
+                pool_low, pool_high = max(pool_low, lower[d] / ratio), min(pool_high, upper[d] / ratio)
         if high > low * (1.0 + 1e-9):
-            lines.append(_Line(r, partners, float(np.log(low)), float(np.log(high))))
+            lines.append(_Line(r, [], float(np.log(low)), float(np.log(high))))
+        if partners and pool_high > pool_low * (1.0 + 1e-9):
+            lines.append(_Line(r, partners, float(np.log(pool_low)), float(np.log(pool_high))))
     return lines
 
 
@@ -133,15 +138,15 @@ def line_search(screen: Screen, constraints: PriceConstraints, *, points: int, l
     base = screen.profit if beat is None else beat
     threshold = base + min_gain * abs(base) if np.isfinite(base) else -np.inf
     lines = build_lines(incumbent, constraints)
-    if not lines:
-        return LineSearchResult(None, 0.0, screen.evaluated)
     offsets = np.log1p(np.asarray(local_steps, dtype=np.float64))
     grids = []
     for line in lines:
         here = float(np.log(incumbent[line.resource]))
         near = np.concatenate([here - offsets, here + offsets])
-        grid = np.concatenate([np.linspace(line.low, line.high, points), near[(near > line.low) & (near < line.high)]])
-        grids.append(np.sort(grid))
+        far = np.linspace(line.low, line.high, points) if points else np.empty(0)
+        grids.append(np.sort(np.concatenate([far, near[(near > line.low) & (near < line.high)]])))
+    if sum(g.size for g in grids) == 0:
+        return LineSearchResult(None, 0.0, screen.evaluated)
     candidates = np.concatenate([line.prices(incumbent, grid) for line, grid in zip(lines, grids)])
     values = screen.evaluate(candidates)
     found = _winner(candidates, values, threshold, base, screen)

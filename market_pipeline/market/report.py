@@ -43,7 +43,13 @@ class SolverSettings:
     global_phase: bool = True
     global_restarts: int = 3  # leader restarts at most
     global_points: int = 6  # grid points per price line (log-spaced over its feasible range)
-    global_local_steps: tuple[float, ...] = (0.07, 0.15, 0.3)  # and at the optimum's price x (1 + s)^(+-1)
+    global_local_steps: tuple[float, ...] = (0.03, 0.07, 0.15, 0.3)  # and at the optimum's price x (1 + s)^(+-1)
+    # The full screen (far grid, local steps, refinement) only after a local solve of more
+    # leader iterations than this: one that converges in a few Newton steps met no budget kinks
+    # on its way, and its screen probes at the optimum's prices x (1 + s)^(+-1) for s in
+    # global_light_steps only.
+    global_full_after: int = 8
+    global_light_steps: tuple[float, ...] = (0.15,)
     global_refine_rounds: int = 2  # bracket halvings of the promising humps
     global_refine_lines: int = 4  # lines refined at most (the most promising)
     global_margin: float = 0.02  # a hump within this share of the incumbent's profit is refined
@@ -66,7 +72,9 @@ class SolverSettings:
             "threads": self.threads is None or self.threads >= 1,
             "global_restarts": self.global_restarts >= 0,
             "global_points": self.global_points >= 2,
+            "global_full_after": self.global_full_after >= 0,
             "global_local_steps": all(s > 0 for s in self.global_local_steps),
+            "global_light_steps": all(s > 0 for s in self.global_light_steps),
             "global_refine_rounds": self.global_refine_rounds >= 0,
             "global_refine_lines": self.global_refine_lines >= 1,
             "global_margin": 0 <= self.global_margin < 1,

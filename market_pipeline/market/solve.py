@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -93,22 +93,27 @@ def solve_equilibrium(
     max_step: float | np.ndarray | None = None,
     settings: SolverSettings | None = None,
     device: str = "cpu",
+    extra_starts: Sequence[np.ndarray] = (),
 ) -> SolveReport:
     """Equilibrium prices for ``problem``.
 
     ``last_prices`` (resource order) warm-starts the solve and is the fallback; ``max_step``
-    bounds the move per tick relative to them (0.25 = 25%). Invalid arguments raise
+    bounds the move per tick relative to them (0.25 = 25%). Without them the solve is cold and
+    runs the global phase (``global_phase``, unless ``settings.global_phase`` is off), with
+    ``extra_starts`` (price vectors) as further starts. Invalid arguments raise
     ``InstanceError``; a failed solve never raises: it returns the fallback prices with
     ``status="fallback"``, ``converged=False`` and ``fallback_reason`` set."""
     started = time.perf_counter()
     settings = settings or SolverSettings()
     dev = resolve_device(device)
+    if extra_starts and last_prices is not None:
+        raise InstanceError("extra_starts: only for cold solves (without last_prices)")
     with compute_threads(settings), borrowed(problem.resources.size, dev) as workspace:
-        return _solve(problem, last_prices, max_step, settings, dev, workspace, started)
+        return _solve(problem, last_prices, max_step, settings, dev, workspace, started, tuple(extra_starts))
 
 
 def _solve(problem: MarketProblem, last_prices, max_step, settings: SolverSettings, dev: torch.device,
-           workspace: Workspace, started: float) -> SolveReport:
+           workspace: Workspace, started: float, extra_starts: tuple = ()) -> SolveReport:
     resources = problem.resources
     constraints = PriceConstraints.build(resources, last_prices, max_step)
     deadline = started + settings.time_budget_s if settings.time_budget_s is not None else None
@@ -118,19 +123,22 @@ def _solve(problem: MarketProblem, last_prices, max_step, settings: SolverSettin
     try:
         start = constraints.project(initial_prices(problem) if cold else np.asarray(last_prices))
         start = escape_plateau(ctx.pop, resources.unit_cost, constraints, start)
+        extra = tuple(escape_plateau(ctx.pop, resources.unit_cost, constraints,
+                                     constraints.project(np.asarray(s, dtype=np.float64))) for s in extra_starts)
     except SOLVE_ERRORS as exc:
         return _fallback(problem, ctx, last_prices, f"{type(exc).__name__}: {exc}", 0, None, None, started)
-    screen = _screen_population(problem, ctx) if cold else None
+    screen = _screen_population(problem, ctx) if cold and settings.global_phase else None
     coarse_iterations, summary = 0, None
     if cold and problem.tenants.size > max(settings.coarse_threshold, settings.coarse_tenants):
-        start, warm, coarse_iterations, summary = _coarse_start(problem, ctx, start, screen)
+        start, warm, coarse_iterations, summary = _coarse_start(problem, ctx, start, screen, extra)
+        extra = ()
         run = functools.partial(run_leader, ctx, tolerance=settings.tolerance, cold=True,
                                 max_iterations=max(settings.max_iterations - coarse_iterations, 1), **warm)
         screen = None  # the global phase ran on the subsample
     else:
         run = functools.partial(run_leader, ctx, tolerance=settings.tolerance, max_iterations=settings.max_iterations,
                                 cold=cold)
-    outcome = global_search(ctx, start, run, functools.partial(_certify, ctx), screen)
+    outcome = global_search(ctx, start, run, functools.partial(_certify, ctx), screen, extra)
     summary = summary or outcome.summary
     iterations = coarse_iterations + outcome.iterations
     best = outcome.best
@@ -159,7 +167,8 @@ def _certify(ctx: LeaderContext, result: LeaderResult) -> tuple[bool, float, int
     return False, follower_kkt, bound, f"followers' KKT residual {follower_kkt:.2e} above tolerance"
 
 
-def _coarse_start(problem: MarketProblem, ctx: LeaderContext, start: np.ndarray, screen: DevicePopulation):
+def _coarse_start(problem: MarketProblem, ctx: LeaderContext, start: np.ndarray, screen: DevicePopulation,
+                  extra: tuple):
     """Solve on a random subsample (multiplicity-weighted) first, global phase included: a
     cheap, accurate warm start for prices, capacity multipliers and the Lagrangian Hessian of
     the first full step. Returns (start, warm-start keywords, iterations, search summary)."""
@@ -169,7 +178,7 @@ def _coarse_start(problem: MarketProblem, ctx: LeaderContext, start: np.ndarray,
                            ctx.capacity, settings, ctx.deadline)
     run = functools.partial(run_leader, coarse, tolerance=settings.coarse_tolerance,
                             max_iterations=settings.max_iterations // 2, cold=True)
-    outcome = global_search(coarse, start, run, _converged, screen)
+    outcome = global_search(coarse, start, run, _converged, screen, extra)
     ctx.follower_iterations += coarse.follower_iterations
     chosen = outcome.best or outcome.attempts[0]  # an unconverged coarse point still warms the full solve
     if chosen.result is None:
