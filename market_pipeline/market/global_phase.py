@@ -122,7 +122,7 @@ def global_search(ctx: LeaderContext, start: np.ndarray, run: Runner, certify: C
         state = None
         if incumbent is not None:
             prices, beat = incumbent.result.point.prices, None
-            if incumbent is attempts[-1] and screen_pop is ctx.pop:  # its followers are still in the workspace
+            if incumbent is attempts[-1] and screen_pop.size == ctx.pop.size and screen_pop.budget is ctx.pop.budget:  # its followers are still in the workspace
                 state = incumbent.result.point.state
         else:  # nothing certified yet: any feasible prices are a better place to start again
             visited = [a.result.best_feasible for a in attempts
@@ -131,7 +131,7 @@ def global_search(ctx: LeaderContext, start: np.ndarray, run: Runner, certify: C
         # A local solve that took a few Newton steps met a smooth landscape on its way: probe
         # near its optimum only. Kinks (budgets switching) cost iterations: then search far too.
         full = incumbent is None or attempts[0].iterations > settings.global_full_after or len(attempts) > first
-        screen = Screen(screen_pop, ctx.unit_cost, ctx.capacity, prices, settings.follower_tolerance, state)
+        screen = Screen(screen_pop.using(ctx.pop.workspace), ctx.unit_cost, ctx.capacity, prices, settings.follower_tolerance, state)
         found = line_search(screen, ctx.constraints, points=settings.global_points if full else 0,
                             local_steps=settings.global_local_steps if full else settings.global_light_steps,
                             refine_rounds=settings.global_refine_rounds if full else 0, margin=settings.global_margin,

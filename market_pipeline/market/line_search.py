@@ -28,8 +28,8 @@ from market_pipeline.market.batch_eval import stacked_demand
 from market_pipeline.market.constraints import PriceConstraints
 from market_pipeline.market.followers import FollowerState, solve_followers
 from market_pipeline.market.population import DevicePopulation
-from market_pipeline.market.workspace import Workspace
 
+CHUNK_ROWS = 4096  # (tenant, candidate) rows per follower solve of the screen
 CAPACITY_SLACK = 1e-9  # relative: a candidate may not oversell more than the incumbent does
 
 
@@ -46,9 +46,11 @@ class Screen:
 
     def __init__(self, pop: DevicePopulation, unit_cost: np.ndarray, capacity: np.ndarray, incumbent: np.ndarray,
                  tol: float, state: FollowerState | None = None) -> None:
-        """``state``: the followers of ``pop`` at ``incumbent`` when already solved."""
+        """``state``: the followers of ``pop`` at ``incumbent`` when already solved. Scratch
+        buffers come from ``pop``'s workspace (the solve's own: no memory beyond it once the
+        population has more rows than a chunk)."""
         self.pop, self.tol = pop, tol
-        self.workspace = Workspace(incumbent.size, pop.device)
+        self.workspace = pop.workspace
         self.unit_cost, self.capacity = unit_cost, capacity
         self.incumbent = np.asarray(incumbent, dtype=np.float64)
         p = torch.as_tensor(self.incumbent, device=pop.device)
@@ -70,14 +72,14 @@ class Screen:
         self.evaluated += k
         changed = np.abs(candidates - self.incumbent) > 1e-15 * np.maximum(self.incumbent, 1.0)
         moved = torch.as_tensor(changed.T.astype(np.float64), device=self.pop.device)  # (M, K)
-        hits = torch.nonzero((self.buyers @ moved).T > 0)  # (R, 2): candidate, tenant
+        hits = torch.nonzero((self.buyers @ moved).T > 0)  # (R, 2): candidate, tenant (sorted by candidate)
         delta = torch.zeros((k, m), dtype=self.buyers.dtype, device=self.pop.device)
-        if hits.shape[0]:
-            which, tenant = hits[:, 0], hits[:, 1]
-            prices = torch.as_tensor(candidates, device=self.pop.device)[which]
+        prices_all = torch.as_tensor(candidates, device=self.pop.device)
+        for chunk in torch.split(hits, CHUNK_ROWS):  # bounded memory, whatever the sample and lines
+            which, tenant = chunk[:, 0], chunk[:, 1]
             # no multiplier guess from the incumbent: far along a line it is a poor one, and the
             # iteration from a = 1 settles every row in a few steps
-            demand, _ = stacked_demand(self.pop, tenant, prices, self.workspace, tol=self.tol)
+            demand, _ = stacked_demand(self.pop, tenant, prices_all[which], self.workspace, tol=self.tol)
             delta.index_add_(0, which, demand - self.rows_demand[tenant])
         total = self.demand + delta.cpu().numpy()
         profit = ((candidates - self.unit_cost) * total).sum(axis=1)
