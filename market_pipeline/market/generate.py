@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from market_pipeline.market.cold_start import initial_prices
 from market_pipeline.market.followers import solve_followers
 from market_pipeline.market.population import TenantPopulation
 from market_pipeline.market.problem import MarketProblem
@@ -113,8 +114,6 @@ def coupled_problem(tenants: int, resources: int, seed: int = 0, *, tight: bool 
     that budgeted demand), or with ``tight`` 50-80% of it. ``drainable``: resources come in
     guaranteed/drainable pairs of one pool (discount band 20-60%). The leader's problem has
     several local optima here (see ``global_phase``)."""
-    from market_pipeline.market.cold_start import initial_prices
-
     if tenants < 1 or resources < 1:
         raise ValueError(f"coupled_problem: need tenants >= 1 and resources >= 1, got {tenants}, {resources}")
     rng = np.random.default_rng(seed)

@@ -119,30 +119,39 @@ def global_search(ctx: LeaderContext, start: np.ndarray, run: Runner, certify: C
     while (screen_pop is not None and settings.global_phase and len(attempts) - first < settings.global_restarts
            and time_left(ctx)):
         incumbent = _best(attempts)
-        state = None
-        if incumbent is not None:
-            prices, beat = incumbent.result.point.prices, None
-            if incumbent is attempts[-1] and screen_pop.size == ctx.pop.size and screen_pop.budget is ctx.pop.budget:  # its followers are still in the workspace
-                state = incumbent.result.point.state
-        else:  # nothing certified yet: any feasible prices are a better place to start again
-            visited = [a.result.best_feasible for a in attempts
-                       if a.result is not None and a.result.best_feasible is not None]
-            prices, beat = (visited[0].prices if visited else attempts[0].start), -np.inf
         # A local solve that took a few Newton steps met a smooth landscape on its way: probe
         # near its optimum only. Kinks (budgets switching) cost iterations: then search far too.
         full = incumbent is None or attempts[0].iterations > settings.global_full_after or len(attempts) > first
-        screen = Screen(screen_pop.using(ctx.pop.workspace), ctx.unit_cost, ctx.capacity, prices, settings.follower_tolerance, state)
-        found = line_search(screen, ctx.constraints, points=settings.global_points if full else 0,
-                            local_steps=settings.global_local_steps if full else settings.global_light_steps,
-                            refine_rounds=settings.global_refine_rounds if full else 0, margin=settings.global_margin,
-                            refine_lines=settings.global_refine_lines, min_gain=settings.global_min_gain, beat=beat)
-        screened += screen.evaluated
-        if found.prices is None:
+        found, evaluated = _screen(ctx, attempts, incumbent, screen_pop, full)
+        screened += evaluated
+        if found is None:
             break
-        attempts.append(attempt(found.prices, run, certify))
+        attempts.append(attempt(found, run, certify))
         if _best(attempts) is incumbent:  # the restart found nothing better: stop here
             break
     return SearchOutcome(tuple(attempts), _best(attempts), _summary(attempts, screened, settings.distinct_tolerance))
+
+
+def _screen(ctx: LeaderContext, attempts: list[Attempt], incumbent: Attempt | None, screen_pop: DevicePopulation,
+            full: bool) -> tuple[np.ndarray | None, int]:
+    """Prices to restart from (or None), and how many price vectors the screen evaluated."""
+    settings = ctx.settings
+    state = None
+    if incumbent is not None:
+        prices, beat = incumbent.result.point.prices, None
+        if incumbent is attempts[-1] and screen_pop is ctx.pop:  # its followers are still in the workspace
+            state = incumbent.result.point.state
+    else:  # nothing certified yet: any feasible prices are a better place to start again
+        visited = [a.result.best_feasible for a in attempts
+                   if a.result is not None and a.result.best_feasible is not None]
+        prices, beat = (visited[0].prices if visited else attempts[0].start), -np.inf
+    screen = Screen(screen_pop.using(ctx.pop.workspace), ctx.unit_cost, ctx.capacity, prices,
+                    settings.follower_tolerance, state)
+    found = line_search(screen, ctx.constraints, points=settings.global_points if full else 0,
+                        local_steps=settings.global_local_steps if full else settings.global_light_steps,
+                        refine_rounds=settings.global_refine_rounds if full else 0, margin=settings.global_margin,
+                        refine_lines=settings.global_refine_lines, min_gain=settings.global_min_gain, beat=beat)
+    return found.prices, screen.evaluated
 
 
 def _summary(attempts: list[Attempt], screened: int, tolerance: float) -> SearchSummary:

@@ -62,7 +62,8 @@ def brute_force(problem, points: int, rounds: int = 3, keep: int = 6) -> tuple[f
     cell = (high - low) / (points - 1)
     for _ in range(rounds):
         best = grid[np.argsort(profit)[-keep:]]
-        offsets = np.stack(np.meshgrid(*[np.linspace(-1, 1, 7)] * res.size, indexing="ij"), axis=-1).reshape(-1, res.size)
+        side = [np.linspace(-1, 1, 7)] * res.size
+        offsets = np.stack(np.meshgrid(*side, indexing="ij"), axis=-1).reshape(-1, res.size)
         local = np.exp(np.log(best)[:, None, :] + offsets[None] * cell).reshape(-1, res.size)
         local = np.clip(local, res.price_min, res.price_max)
         grid, profit = np.vstack([grid, local]), np.concatenate([profit, grid_profit(problem, local)])
@@ -133,7 +134,8 @@ def test_stacked_demand_matches_one_solve_per_price_vector():
     rows = torch.arange(pop.size).repeat(4)
     which = torch.arange(4).repeat_interleave(pop.size)
     with torch.inference_mode():
-        demand, _ = stacked_demand(pop, rows, torch.as_tensor(prices)[which], Workspace(res.size, pop.device), tol=1e-12)
+        workspace = Workspace(res.size, pop.device)
+        demand, _ = stacked_demand(pop, rows, torch.as_tensor(prices)[which], workspace, tol=1e-12)
         totals = torch.zeros((4, res.size), dtype=torch.float64).index_add_(0, which, demand).numpy()
     for k in range(4):
         np.testing.assert_allclose(totals[k], demand_at(problem, prices[k]), rtol=1e-8, atol=1e-10)
