@@ -122,7 +122,10 @@ def global_search(ctx: LeaderContext, start: np.ndarray, run: Runner, certify: C
         # A local solve that took a few Newton steps met a smooth landscape on its way: probe
         # near its optimum only. Kinks (budgets switching) cost iterations: then search far too.
         full = incumbent is None or attempts[0].iterations > settings.global_full_after or len(attempts) > first
-        found, evaluated = _screen(ctx, attempts, incumbent, screen_pop, full)
+        try:
+            found, evaluated = _screen(ctx, attempts, incumbent, screen_pop, full)
+        except SOLVE_ERRORS:  # a failed screen only ends the search: the starts so far stand
+            break
         screened += evaluated
         if found is None:
             break

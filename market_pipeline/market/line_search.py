@@ -75,7 +75,8 @@ class Screen:
         hits = torch.nonzero((self.buyers @ moved).T > 0)  # (R, 2): candidate, tenant (sorted by candidate)
         delta = torch.zeros((k, m), dtype=self.buyers.dtype, device=self.pop.device)
         prices_all = torch.as_tensor(candidates, device=self.pop.device)
-        for chunk in torch.split(hits, CHUNK_ROWS):  # bounded memory, whatever the sample and lines
+        # (no chunk at all when no sampled tenant can buy a moved resource: nothing changes)
+        for chunk in torch.split(hits, CHUNK_ROWS) if hits.shape[0] else ():  # bounded memory
             which, tenant = chunk[:, 0], chunk[:, 1]
             # no multiplier guess from the incumbent: far along a line it is a poor one, and the
             # iteration from a = 1 settles every row in a few steps

@@ -226,3 +226,18 @@ def test_step_toward_moves_a_pool_by_one_shared_fraction():
         step_toward(target, current, max_step=-0.1, price_min=res.price_min, price_max=res.price_max)
     with pytest.raises(InstanceError, match="target"):
         step_toward(target[:3], current, max_step=0.1, price_min=res.price_min, price_max=res.price_max)
+
+
+def test_cold_solve_with_a_resource_nobody_buys():
+    """A line over a price no tenant responds to screens no tenant at all (it used to crash)."""
+    from market_pipeline.market import MarketProblem
+
+    from market_test_helpers import resource, tenant
+
+    problem = MarketProblem.from_instance_json({
+        "resources": [resource("a", unit_cost=1.0, price_max=20.0), resource("b", unit_cost=1.0, price_max=20.0)],
+        "tenants": [tenant(f"t{j}", [4.0 + j, 0.0], [1.0, 1.0], budget=2.0 + j) for j in range(6)],
+    })
+    report = solve_equilibrium(problem, settings=SolverSettings(global_full_after=0))  # far grid, refinement
+    assert report.status == "converged" and report.screened_prices > 0
+    assert report.demand[1] == 0.0
