@@ -19,6 +19,12 @@ Public API::
                                settings=SolverSettings(tolerance=1e-6), device="cpu")
     report.to_dict()  # prices/demand keyed by resource name, profit, KKT residuals, status ...
 
+Cold solves (no ``last_prices``) include a global phase (``global_phase``): with binding
+budgets the leader's problem has several local optima, and the report says how many starts
+ran, how many distinct optima they found and the best alternative's profit gap. The live
+loop's periodic cold re-solve and the walk to a better optimum: ``resolve``
+(``global_resolve``, ``worth_switching``, ``step_toward``).
+
 Instance format: ``market_pipeline.market.instance``. A solve never raises on numerical
 trouble: ``report.status`` is "converged", "capacity_infeasible" (demand above capacity even at
 the highest allowed prices; those prices are returned) or "fallback" (last prices, or without
@@ -38,6 +44,11 @@ _EXPORTS = {
     "follower_kkt_residual": "followers",
     "solve_followers": "followers",
     "random_problem": "generate",
+    "coupled_problem": "generate",
+    "global_resolve": "resolve",
+    "relative_gain": "resolve",
+    "step_toward": "resolve",
+    "worth_switching": "resolve",
     "TenantPopulation": "population",
     "MarketProblem": "problem",
     "SolveReport": "report",

@@ -57,10 +57,15 @@ class PriceConstraints:
         band = float(np.max(self.band_matrix @ prices)) if self.band_matrix.size else 0.0
         return max(box, band, 0.0)
 
+    def band_pairs(self) -> list[tuple[int, int, float, float]]:
+        """(guaranteed, drainable, low factor, high factor) per band pair:
+        low * p_guaranteed <= p_drainable <= high * p_guaranteed."""
+        return _band_pairs(self.band_matrix)
+
     def _into_bands(self, prices: np.ndarray) -> np.ndarray:
         """Cheap repair: move each drainable price into its band, then back into its box."""
         p = prices.copy()
-        for g, d, low, high in _band_pairs(self.band_matrix):
+        for g, d, low, high in self.band_pairs():
             p[d] = np.clip(np.clip(p[d], low * p[g], high * p[g]), self.lower[d], self.upper[d])
         return p
 

@@ -1,4 +1,5 @@
-"""Seeded synthetic market instances (for benchmarks and tests).
+"""Seeded synthetic market instances (for benchmarks and tests): ``random_problem`` (the
+bench instance) and ``coupled_problem`` (binding budgets, several local optima).
 
 Resources enumerate pools (GPU model x zone), each with a guaranteed and a drainable class.
 Tenants want a few GPU models in one or two zones (substitutes), value the drainable class
@@ -12,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from market_pipeline.market.cold_start import initial_prices
 from market_pipeline.market.followers import solve_followers
 from market_pipeline.market.population import TenantPopulation
 from market_pipeline.market.problem import MarketProblem
@@ -102,3 +104,44 @@ def random_problem(tenants: int, resources: int, seed: int = 0) -> MarketProblem
                       price_max=res.price_max, resource_class=res.resource_class, pool=res.pool,
                       discount_min=res.discount_min, discount_max=res.discount_max)
     return MarketProblem(res, pop)
+
+
+def coupled_problem(tenants: int, resources: int, seed: int = 0, *, tight: bool = False, budget_share: float = 0.4,
+                    drainable: bool = False) -> MarketProblem:
+    """A market where budgets couple the resources: log tenants wanting random subsets of the
+    resources, each with a budget of about ``budget_share`` of what it would spend at the
+    uncoupled monopoly prices (so nearly every budget binds). Capacity is generous (three times
+    that budgeted demand), or with ``tight`` 50-80% of it. ``drainable``: resources come in
+    guaranteed/drainable pairs of one pool (discount band 20-60%). The leader's problem has
+    several local optima here (see ``global_phase``)."""
+    if tenants < 1 or resources < 1:
+        raise ValueError(f"coupled_problem: need tenants >= 1 and resources >= 1, got {tenants}, {resources}")
+    rng = np.random.default_rng(seed)
+    m, n = resources, tenants
+    cost = rng.uniform(0.5, 3.0, m)
+    classes = tuple(DRAINABLE if drainable and r % 2 else GUARANTEED for r in range(m))
+    pools = tuple(f"pool{r // 2 if drainable else r}" for r in range(m))
+    if drainable:
+        cost[1::2] = 0.9 * cost[0::2][: m // 2]
+    wants = rng.random((n, m)) < rng.uniform(0.3, 0.9, (n, 1))
+    wants[np.arange(n), rng.integers(0, m, n)] = True
+    saturation = rng.lognormal(np.log(3.0), 0.8, (n, 1)) * rng.uniform(0.5, 1.5, (n, m))
+    weight = cost * rng.uniform(1.5, 8.0, (n, m)) * saturation * wants
+    names = tuple(f"{pool}/{cls}" for pool, cls in zip(pools, classes))
+
+    def market(capacity: np.ndarray, budget: np.ndarray) -> MarketProblem:
+        res = ResourceSet(names=names, capacity=capacity, unit_cost=cost, price_min=0.5 * cost,
+                          price_max=10.0 * cost, resource_class=classes, pool=pools,
+                          discount_min=np.full(m, 0.2), discount_max=np.full(m, 0.6))
+        pop = TenantPopulation.build(ids=[f"t{j:05d}" for j in range(n)], families=["log"] * n, weight=weight,
+                                     saturation=saturation, budget=budget, drainable_mask=res.drainable_mask)
+        return MarketProblem(res, pop)
+
+    free = market(np.full(m, np.inf), np.full(n, np.inf))
+    monopoly = torch.as_tensor(initial_prices(free))
+    spend = solve_followers(free.tenants.on("cpu"), monopoly).spend.numpy()
+    budget = np.maximum(spend, 1e-3) * budget_share * rng.uniform(0.7, 1.3, n)
+    budgeted = market(np.full(m, np.inf), budget)
+    demand = budgeted.tenants.on("cpu").aggregate(solve_followers(budgeted.tenants.on("cpu"), monopoly).demand)
+    share = rng.uniform(0.5, 0.8, m) if tight else np.full(m, 3.0)
+    return market(np.maximum(demand.numpy() * share, 1e-3), budget)

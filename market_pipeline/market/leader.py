@@ -194,7 +194,7 @@ def _solved_exactly(ctx: LeaderContext, point: Point, multiplier: np.ndarray) ->
     return point, model, der
 
 
-def _time_left(ctx: LeaderContext) -> bool:
+def time_left(ctx: LeaderContext) -> bool:
     return ctx.deadline is None or time.perf_counter() < ctx.deadline
 
 
@@ -249,7 +249,7 @@ def run_leader(ctx: LeaderContext, start: np.ndarray, *, tolerance: float, max_i
             return LeaderResult(point, der, step, kkt, iterations, False, True, None, model.hessian, best)
         if iterations >= max_iterations:
             stop = f"no convergence within {max_iterations} leader iterations (KKT {total:.2e})"
-        elif not _time_left(ctx):
+        elif not time_left(ctx):
             stop = f"time budget exhausted after {iterations} leader iterations (KKT {total:.2e})"
         elif trust < 1e-14:
             stop = f"trust region collapsed after {iterations} leader iterations (KKT {total:.2e})"

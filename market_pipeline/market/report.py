@@ -38,6 +38,24 @@ class SolverSettings:
     # threads spinning for a core they do not get make a solve several times slower. Raise it
     # on a dedicated host. numpy's BLAS is always held to one thread: it only sees M x M.
     threads: int | None = 1
+    # The global phase of cold solves (``global_phase``): line searches through each local
+    # optimum on a tenant sample; the leader restarts where one finds a better hump.
+    global_phase: bool = True
+    global_restarts: int = 3  # leader restarts at most
+    global_points: int = 6  # grid points per price line (log-spaced over its feasible range)
+    global_local_steps: tuple[float, ...] = (0.03, 0.07, 0.15, 0.3)  # and at the optimum's price x (1 + s)^(+-1)
+    # The full screen (far grid, local steps, refinement) only after a local solve of more
+    # leader iterations than this: one that converges in a few Newton steps met no budget kinks
+    # on its way, and its screen probes at the optimum's prices x (1 + s)^(+-1) for s in
+    # global_light_steps only.
+    global_full_after: int = 8
+    global_light_steps: tuple[float, ...] = (0.15,)
+    global_refine_rounds: int = 2  # bracket halvings of the promising humps
+    global_refine_lines: int = 4  # lines refined at most (the most promising)
+    global_margin: float = 0.02  # a hump within this share of the incumbent's profit is refined
+    global_min_gain: float = 1e-6  # relative gain over the incumbent for a restart
+    global_sample: int = 1024  # tenants the screen runs on (a subsample above this)
+    distinct_tolerance: float = 1e-2  # optima whose prices differ more (max relative) are distinct
 
     def __post_init__(self) -> None:
         checks = {
@@ -52,6 +70,17 @@ class SolverSettings:
             "coarse_tenants": self.coarse_tenants >= 16,
             "coarse_tolerance": 0 < self.coarse_tolerance < 1,
             "threads": self.threads is None or self.threads >= 1,
+            "global_restarts": self.global_restarts >= 0,
+            "global_points": self.global_points >= 2,
+            "global_full_after": self.global_full_after >= 0,
+            "global_local_steps": all(s > 0 for s in self.global_local_steps),
+            "global_light_steps": all(s > 0 for s in self.global_light_steps),
+            "global_refine_rounds": self.global_refine_rounds >= 0,
+            "global_refine_lines": self.global_refine_lines >= 1,
+            "global_margin": 0 <= self.global_margin < 1,
+            "global_min_gain": 0 <= self.global_min_gain < 1,
+            "global_sample": self.global_sample >= 16,
+            "distinct_tolerance": 0 < self.distinct_tolerance < 1,
         }
         for name, ok in checks.items():
             if not ok:
@@ -98,6 +127,14 @@ class SolveReport:
     # certified at a kink of the profit (a budget switching between binding and slack): the
     # stationarity residual is then the nonsmooth (Clarke) one over the pieces meeting there
     nonsmooth: bool = False
+    # How sure the solve is of the global optimum (the global phase, cold solves; a warm solve
+    # is one start): local solves started, distinct certified optima they reached, the best
+    # other optimum's profit below this one (relative; None with a single optimum), and the
+    # price vectors the line-search screen evaluated.
+    starts: int = 1
+    distinct_optima: int = 1
+    alternative_gap: float | None = None
+    screened_prices: int = 0
 
     def keyed(self, values: np.ndarray) -> dict[str, float]:
         return {name: float(v) for name, v in zip(self.resource_names, values)}
@@ -134,4 +171,8 @@ class SolveReport:
             "tenants": int(self.tenants),
             "device": self.device,
             "nonsmooth": bool(self.nonsmooth),
+            "starts": int(self.starts),
+            "distinct_optima": int(self.distinct_optima),
+            "alternative_gap": None if self.alternative_gap is None else _finite_or_none(self.alternative_gap),
+            "screened_prices": int(self.screened_prices),
         }

@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -16,6 +16,7 @@ from market_pipeline.market.cold_start import initial_prices
 from market_pipeline.market.constraints import PriceConstraints
 from market_pipeline.market.errors import InstanceError, SolverError
 from market_pipeline.market.followers import follower_kkt_residual, solve_followers
+from market_pipeline.market.global_phase import SOLVE_ERRORS, Attempt, SearchSummary, global_search
 from market_pipeline.market.leader import LeaderContext, LeaderResult, evaluate, local_model, run_leader
 from market_pipeline.market.leader_step import KKTParts, kkt_parts, solve_step
 from market_pipeline.market.population import DevicePopulation
@@ -92,75 +93,120 @@ def solve_equilibrium(
     max_step: float | np.ndarray | None = None,
     settings: SolverSettings | None = None,
     device: str = "cpu",
+    extra_starts: Sequence[np.ndarray] = (),
 ) -> SolveReport:
     """Equilibrium prices for ``problem``.
 
     ``last_prices`` (resource order) warm-starts the solve and is the fallback; ``max_step``
-    bounds the move per tick relative to them (0.25 = 25%). Invalid arguments raise
+    bounds the move per tick relative to them (0.25 = 25%). Without them the solve is cold and
+    runs the global phase (``global_phase``, unless ``settings.global_phase`` is off), with
+    ``extra_starts`` (price vectors) as further starts. Invalid arguments raise
     ``InstanceError``; a failed solve never raises: it returns the fallback prices with
     ``status="fallback"``, ``converged=False`` and ``fallback_reason`` set."""
     started = time.perf_counter()
     settings = settings or SolverSettings()
     dev = resolve_device(device)
+    if extra_starts and last_prices is not None:
+        raise InstanceError("extra_starts: only for cold solves (without last_prices)")
     with compute_threads(settings), borrowed(problem.resources.size, dev) as workspace:
-        return _solve(problem, last_prices, max_step, settings, dev, workspace, started)
+        return _solve(problem, last_prices, max_step, settings, dev, workspace, started, tuple(extra_starts))
 
 
 def _solve(problem: MarketProblem, last_prices, max_step, settings: SolverSettings, dev: torch.device,
-           workspace: Workspace, started: float) -> SolveReport:
+           workspace: Workspace, started: float, extra_starts: tuple = ()) -> SolveReport:
     resources = problem.resources
     constraints = PriceConstraints.build(resources, last_prices, max_step)
     deadline = started + settings.time_budget_s if settings.time_budget_s is not None else None
     ctx = LeaderContext(problem.tenants.on(dev).using(workspace), constraints, resources.unit_cost,
                         resources.capacity, settings, deadline)
-    result: LeaderResult | None = None
-    coarse_iterations = 0
+    cold = last_prices is None
     try:
-        start = constraints.project(initial_prices(problem) if last_prices is None else np.asarray(last_prices))
+        start = constraints.project(initial_prices(problem) if cold else np.asarray(last_prices))
         start = escape_plateau(ctx.pop, resources.unit_cost, constraints, start)
-        multiplier, curvature = None, None
-        if last_prices is None:
-            start, multiplier, curvature, coarse_iterations = _coarse_start(problem, ctx, start)
-        radius = FINE_RADIUS_AFTER_COARSE if coarse_iterations else None
-        result = run_leader(ctx, start, tolerance=settings.tolerance,
-                            max_iterations=max(settings.max_iterations - coarse_iterations, 1),
-                            multiplier=multiplier, radius=radius, curvature=curvature, cold=last_prices is None)
-        reason = result.stop_reason
-    except (SolverError, FloatingPointError, np.linalg.LinAlgError, RuntimeError) as exc:
-        reason = f"{type(exc).__name__}: {exc}"
-    if result is not None and (result.converged or result.capacity_infeasible):
-        follower_kkt = follower_kkt_residual(ctx.pop, result.point.state)
-        if follower_kkt <= settings.tolerance:
-            return _report(problem, ctx, result, follower_kkt, coarse_iterations, started)
-        reason = f"followers' KKT residual {follower_kkt:.2e} above tolerance"
-    return _fallback(problem, ctx, last_prices, reason or "solver failed", coarse_iterations, result, started)
+        extra = tuple(escape_plateau(ctx.pop, resources.unit_cost, constraints,
+                                     constraints.project(np.asarray(s, dtype=np.float64))) for s in extra_starts)
+    except SOLVE_ERRORS as exc:
+        return _fallback(problem, ctx, last_prices, f"{type(exc).__name__}: {exc}", 0, None, None, started)
+    screen = _screen_population(problem, ctx) if cold and settings.global_phase else None
+    coarse_iterations, summary = 0, None
+    if cold and problem.tenants.size > max(settings.coarse_threshold, settings.coarse_tenants):
+        start, warm, coarse_iterations, summary = _coarse_start(problem, ctx, start, screen, extra)
+        extra = ()
+        run = functools.partial(run_leader, ctx, tolerance=settings.tolerance, cold=True,
+                                max_iterations=max(settings.max_iterations - coarse_iterations, 1), **warm)
+        screen = None  # the global phase ran on the subsample
+    else:
+        run = functools.partial(run_leader, ctx, tolerance=settings.tolerance, max_iterations=settings.max_iterations,
+                                cold=cold)
+    outcome = global_search(ctx, start, run, functools.partial(_certify, ctx), screen, extra)
+    summary = summary or outcome.summary
+    iterations = coarse_iterations + outcome.iterations
+    best = outcome.best
+    if best is not None:
+        return _report(problem, ctx, best, iterations, summary, started)
+    reason = outcome.attempts[0].reason or "solver failed"
+    return _fallback(problem, ctx, last_prices, reason, iterations, outcome.best_feasible, summary, started)
 
 
-def _coarse_start(problem: MarketProblem, ctx: LeaderContext, start: np.ndarray):
-    """Solve on a random subsample (multiplicity-weighted) first: a cheap, accurate warm start
-    for prices, capacity multipliers and the Lagrangian Hessian of the first full step."""
+def _screen_population(problem: MarketProblem, ctx: LeaderContext) -> DevicePopulation:
+    """The tenants the global phase's line searches run on: all of them, or a subsample."""
     settings = ctx.settings
-    if problem.tenants.size <= max(settings.coarse_threshold, settings.coarse_tenants):
-        return start, None, None, 0
+    if problem.tenants.size <= settings.global_sample:
+        return ctx.pop
+    return problem.tenants.subsample(settings.global_sample, settings.seed + 1).on(ctx.device)
+
+
+def _certify(ctx: LeaderContext, result: LeaderResult) -> tuple[bool, float, int, str | None]:
+    """A converged (or capacity-infeasible) result whose followers pass the KKT test."""
+    if not (result.converged or result.capacity_infeasible):
+        return False, float("inf"), 0, result.stop_reason or "solver failed"
+    follower_kkt = follower_kkt_residual(ctx.pop, result.point.state)
+    bound = int(result.point.state.budget_bound.sum())
+    if follower_kkt <= ctx.settings.tolerance:
+        return True, follower_kkt, bound, None
+    return False, follower_kkt, bound, f"followers' KKT residual {follower_kkt:.2e} above tolerance"
+
+
+def _coarse_start(problem: MarketProblem, ctx: LeaderContext, start: np.ndarray, screen: DevicePopulation,
+                  extra: tuple):
+    """Solve on a random subsample (multiplicity-weighted) first, global phase included: a
+    cheap, accurate warm start for prices, capacity multipliers and the Lagrangian Hessian of
+    the first full step. Returns (start, warm-start keywords, iterations, search summary)."""
+    settings = ctx.settings
     sample = problem.tenants.subsample(settings.coarse_tenants, settings.seed)
     coarse = LeaderContext(sample.on(ctx.device).using(ctx.pop.workspace), ctx.constraints, ctx.unit_cost,
                            ctx.capacity, settings, ctx.deadline)
-    try:
-        result = run_leader(coarse, start, tolerance=settings.coarse_tolerance,
+    run = functools.partial(run_leader, coarse, tolerance=settings.coarse_tolerance,
                             max_iterations=settings.max_iterations // 2, cold=True)
-    except SolverError:
-        return start, None, None, 0
+    outcome = global_search(coarse, start, run, _converged, screen, extra)
     ctx.follower_iterations += coarse.follower_iterations
-    return result.point.prices, result.step.capacity_multiplier, result.curvature, result.iterations
+    chosen = outcome.best or outcome.attempts[0]  # an unconverged coarse point still warms the full solve
+    if chosen.result is None:
+        return start, {}, outcome.iterations, outcome.summary
+    result = chosen.result
+    warm = {"multiplier": result.step.capacity_multiplier, "curvature": result.curvature,
+            "radius": FINE_RADIUS_AFTER_COARSE}
+    return result.point.prices, warm, outcome.iterations, outcome.summary
 
 
-def _report(problem, ctx, result: LeaderResult, follower_kkt, coarse_iterations, started) -> SolveReport:
+def _converged(result: LeaderResult) -> tuple[bool, float, int, str | None]:
+    return result.converged, 0.0, 0, None if result.converged else (result.stop_reason or "solver failed")
+
+
+def _report(problem, ctx, best: Attempt, iterations: int, summary: SearchSummary, started) -> SolveReport:
+    result = best.result
     point = result.point
     status = STATUS_CAPACITY_INFEASIBLE if result.capacity_infeasible else STATUS_CONVERGED
     report = _make_report(problem, ctx, point.prices, point.demand, result.step.capacity_multiplier, result.kkt,
-                          follower_kkt, int(point.state.budget_bound.sum()), result.iterations + coarse_iterations,
-                          result.converged, status, None, started)
-    return dataclasses.replace(report, nonsmooth=result.nonsmooth)
+                          best.follower_kkt, best.bound, iterations, result.converged, status, None, started)
+    return dataclasses.replace(report, nonsmooth=result.nonsmooth, **_summary_fields(summary))
+
+
+def _summary_fields(summary: SearchSummary | None) -> dict:
+    if summary is None:
+        return {}
+    return {"starts": summary.starts, "distinct_optima": summary.distinct_optima,
+            "alternative_gap": summary.alternative_gap, "screened_prices": summary.screened}
 
 
 def _make_report(problem, ctx, prices, demand, multiplier, kkt: KKTParts, follower_kkt, bound, iterations,
@@ -179,7 +225,7 @@ def _make_report(problem, ctx, prices, demand, multiplier, kkt: KKTParts, follow
     )
 
 
-def _fallback(problem, ctx, last_prices, reason, coarse_iterations, result, started) -> SolveReport:
+def _fallback(problem, ctx, last_prices, reason, iterations, best_feasible, summary, started) -> SolveReport:
     """Last certified prices with the reason, or without them a safe in-bounds price: the most
     profitable capacity-feasible point the failed solve visited, else price_max (projected
     into the bands); diagnostics are evaluated at the prices returned."""
@@ -187,15 +233,14 @@ def _fallback(problem, ctx, last_prices, reason, coarse_iterations, result, star
     if last_prices is not None:
         prices = np.clip(np.asarray(last_prices, dtype=np.float64), problem.resources.price_min,
                          problem.resources.price_max)
-    elif result is not None and result.best_feasible is not None:
-        prices = result.best_feasible.prices.copy()
+    elif best_feasible is not None:
+        prices = best_feasible.prices.copy()
     else:
         prices = constraints.upper.copy()
         try:
             prices = constraints.project(prices)
         except SolverError:
             pass
-    iterations = coarse_iterations + (result.iterations if result is not None else 0)
     nan_kkt = KKTParts(float("inf"), float("inf"), float("inf"))
     m = problem.resources.size
     try:
@@ -210,5 +255,6 @@ def _fallback(problem, ctx, last_prices, reason, coarse_iterations, result, star
             kkt, multiplier = nan_kkt, np.zeros(m)
     except (SolverError, RuntimeError):
         demand, follower_kkt, bound, kkt, multiplier = np.full(m, np.nan), float("inf"), 0, nan_kkt, np.zeros(m)
-    return _make_report(problem, ctx, prices, demand, multiplier, kkt, follower_kkt, bound, iterations, False,
-                        STATUS_FALLBACK, reason, started)
+    report = _make_report(problem, ctx, prices, demand, multiplier, kkt, follower_kkt, bound, iterations, False,
+                          STATUS_FALLBACK, reason, started)
+    return dataclasses.replace(report, **{**_summary_fields(summary), "distinct_optima": 0})
