@@ -107,8 +107,12 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
     in_force = prices_in_force(config, store)
     inputs = build_market_problem(config, serving, expected_demand_by_pool(store, now),
                                   typical_demand_by_pool(store, now))
+    market = config.market
+    resolve_due = market.global_resolve_minutes > 0 and (
+        (now.hour * 60 + now.minute) % market.global_resolve_minutes < config.loop.tick_minutes)
     tick = run_market_tick(pool_tick_inputs(config, store, now, in_force, serving), inputs.problem,
-                           Promises.from_config(config), solver_settings(config))
+                           Promises.from_config(config), solver_settings(config),
+                           global_resolve=resolve_due, switch_threshold=market.global_switch_threshold)
     record = solve_record(tick.report, now, shadow=config.loop.shadow_mode)
     solve_id = record["solve_id"][0]
     store.append("solve_reports", record)
@@ -128,6 +132,7 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
         "fallback_reason": dg.MetadataValue.text(body.get("fallback_reason") or "none"),
         "shielded_pools": dg.MetadataValue.json(shielded),
         "uncertified_pools": dg.MetadataValue.json([r.pool_id for r in tick.pools if not r.certified]),
+        "global_resolve": resolve_due,
         "shadow_mode": config.loop.shadow_mode,
         "dagster/row_count": rows.height,
         "tick": table_metadata(rows.select(

@@ -100,6 +100,10 @@ class MarketConfig(_Strict):
     # elasticity: 2 makes the list price the equilibrium of a typical hour when a GPU-hour
     # costs half its list price (Lerner: (p - c) / p = 1 / e), as in the shipped catalog.
     reference_elasticity: float = Field(2.0, gt=1.0, le=20)
+    # The warm solve keeps the local optimum it starts in; on this schedule a tick also solves
+    # cold with the global phase and walks (within the step) to an optimum this much better.
+    global_resolve_minutes: int = Field(60, ge=0, le=1440)  # 0: never
+    global_switch_threshold: float = Field(0.001, ge=0, le=1)
     response_smoothing_beta: float = Field(0.5, gt=0, le=1)
     solver_max_iterations: int = Field(500, ge=1)
     solver_tolerance: float = Field(1e-6, gt=0)

@@ -131,13 +131,19 @@ class MarketTick:
 
 
 def run_market_tick(pools: list[PoolTickInput] | tuple[PoolTickInput, ...], problem: MarketProblem | None,
-                    promises: Promises, solver: SolverSettings | None = None) -> MarketTick:
+                    promises: Promises, solver: SolverSettings | None = None, *,
+                    global_resolve: bool = False, switch_threshold: float = 1e-3) -> MarketTick:
     """One tick over every pool; `problem`'s resources are the pools' (guaranteed, drainable)
     pairs in `pools` order, or None where no market is modelled (the list prices are the
-    equilibrium, drainable at the middle of the band)."""
+    equilibrium, drainable at the middle of the band).
+
+    `global_resolve` (the live loop's schedule, hourly by default) also solves cold with the
+    global phase (`market.resolve`); when that optimum earns `switch_threshold` more profit
+    than the warm one, the tick walks toward it within the max step instead."""
     pools = tuple(pools)
     in_force = np.array([v for p in pools for v in (p.in_force_guaranteed, p.in_force_drainable)])
     report: SolveReport | None = None
+    note = ""
     if problem is None:
         mid = 1 - 0.5 * (promises.discount_min + promises.discount_max)
         solved = np.array([v for p in pools for v in (p.list_price, p.list_price * mid)])
@@ -146,12 +152,29 @@ def run_market_tick(pools: list[PoolTickInput] | tuple[PoolTickInput, ...], prob
         from market_pipeline.market import solve_equilibrium
 
         _check_layout(problem, pools)
-        report = solve_equilibrium(_within_promises(problem, pools, promises), last_prices=in_force,
-                                   max_step=promises.max_step, settings=solver)
+        bounded = _within_promises(problem, pools, promises)
+        report = solve_equilibrium(bounded, last_prices=in_force, max_step=promises.max_step, settings=solver)
         solved, status, converged = np.asarray(report.prices, dtype=np.float64), report.status, report.converged
-    records = tuple(_pool_tick(p, float(solved[2 * i]), float(solved[2 * i + 1]), promises, status)
+        if global_resolve and converged:
+            solved, note = _toward_global_optimum(bounded, report, in_force, promises, solver, switch_threshold)
+    records = tuple(_pool_tick(p, float(solved[2 * i]), float(solved[2 * i + 1]), promises, status, note)
                     for i, p in enumerate(pools))
     return MarketTick(status, converged, records, report)
+
+
+def _toward_global_optimum(problem: MarketProblem, warm: SolveReport, in_force: np.ndarray, promises: Promises,
+                           solver: SolverSettings | None, threshold: float) -> tuple[np.ndarray, str]:
+    """The warm prices, or one step toward a cold global optimum worth switching to (and why)."""
+    from market_pipeline.market.resolve import global_resolve, relative_gain, step_toward, worth_switching
+
+    fresh = global_resolve(problem, solver, current_prices=in_force)
+    gain = relative_gain(fresh.profit, warm.profit)
+    if fresh.status != "converged" or not worth_switching(gain, threshold):
+        return np.asarray(warm.prices, dtype=np.float64), ""
+    res = problem.resources
+    moved = step_toward(np.asarray(fresh.prices), in_force, max_step=promises.max_step, price_min=res.price_min,
+                        price_max=res.price_max, band_pairs=res.band_pairs)
+    return moved, f"global re-solve: another optimum earns {gain:+.2%}; stepping toward it"
 
 
 def _check_layout(problem: MarketProblem, pools: tuple[PoolTickInput, ...]) -> None:
@@ -177,10 +200,12 @@ def _within_promises(problem: MarketProblem, pools: tuple[PoolTickInput, ...], p
     return MarketProblem(replace(res, price_min=low, price_max=high), problem.tenants)
 
 
-def _pool_tick(p: PoolTickInput, solver_g: float, solver_d: float, promises: Promises, status: str) -> PoolTickRecord:
+def _pool_tick(p: PoolTickInput, solver_g: float, solver_d: float, promises: Promises, status: str,
+               note: str = "") -> PoolTickRecord:
     window = guaranteed_window(p.in_force_guaranteed, p.list_price, p.price_min, p.price_max, promises)
     equilibrium, clipped = window.clip(solver_g)
     reasons = [f"solve {status}"] if status not in ("converged", "list") else []
+    reasons += [note] if note else []
     if clipped:
         reasons.append(f"solver price {clipped}")
     params = replace(p.backlog, price_min=window.low, price_max=window.high)

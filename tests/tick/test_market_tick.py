@@ -101,3 +101,25 @@ def test_the_live_price_follows_the_load(config) -> None:
     quiet, peak = live_tick(config, 2.0), live_tick(config, 20.0)
     for q, p in zip(quiet.pools, peak.pools):
         assert q.guaranteed < p.guaranteed, (q.pool_id, q.guaranteed, p.guaranteed)
+
+
+def test_a_scheduled_global_resolve_keeps_every_promise(config) -> None:
+    """The hourly cold re-solve may move the tick toward another optimum, but only inside the
+    max step from the prices in force, the cap and the band."""
+    promises = Promises.from_config(config)
+    serving = {p.pool_id: float(p.nodes * p.gpus_per_node) for p in config.pools}
+    inputs = build_market_problem(config, serving, {p.pool_id: 15.0 for p in config.pools},
+                                  {p.pool_id: 20.0 for p in config.pools})
+    pools = [PoolTickInput(
+        pool_id=p.pool_id, list_price=p.base_price, price_min=p.price_min, price_max=p.price_max,
+        node_gpus=float(p.gpus_per_node), serving_gpus=serving[p.pool_id],
+        reachable_gpus=float(p.max_nodes * p.gpus_per_node), demand_gpus=15.0, backlog_gpus=0.0,
+        forecast_upper_gpus=15.0, in_force_guaranteed=p.base_price * 0.8, in_force_drainable=p.base_price * 0.5,
+        forecast_price=p.base_price, backlog=PARAMS) for p in config.pools]
+    tick = run_market_tick(pools, inputs.problem, promises, solver_settings(config), global_resolve=True,
+                           switch_threshold=0.0)
+    for record, p in zip(tick.pools, pools):
+        assert abs(record.guaranteed / p.in_force_guaranteed - 1) <= promises.max_step + 1e-9
+        assert record.guaranteed <= p.list_price * promises.guaranteed_cap + 1e-9
+        band = 1 - record.drainable / record.guaranteed
+        assert promises.discount_min - 1e-9 <= band <= promises.discount_max + 1e-9
