@@ -398,20 +398,6 @@ def load_config(
 
 
 def _with_fleet_market(config: MarketPipelineConfig) -> MarketPipelineConfig:
-    # imported here: the fleet modules read this module's types
-    from market_pipeline.fleet.catalog import FleetSourceError
-    from market_pipeline.fleet.gpu_catalog import UnpricedModelError
-    from market_pipeline.fleet.market_fleet import resolve_fleet_market
-    from market_pipeline.fleet.shapes import WorkloadError
+    from market_pipeline.fleet.market_fleet import fleet_market  # it reads this module's types
 
-    key = config.model_dump_json()
-    if key not in _FLEET_MARKETS:
-        try:
-            _FLEET_MARKETS[key] = resolve_fleet_market(config)
-        except (UnpricedModelError, FleetSourceError, WorkloadError, ValidationError) as exc:
-            raise ConfigError(str(exc).splitlines()[0]) from None
-    return _FLEET_MARKETS[key]
-
-
-# resolved fleet markets by config (a node list is read once per process, not per asset)
-_FLEET_MARKETS: dict[str, MarketPipelineConfig] = {}
+    return fleet_market(config)

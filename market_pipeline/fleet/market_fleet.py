@@ -22,10 +22,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from market_pipeline.config import Claim, GpuModel, MarketPipelineConfig, Pool, Tenant
-from market_pipeline.fleet.catalog import NodeSpec, build_catalog
+from pydantic import ValidationError
+
+from market_pipeline.config import Claim, ConfigError, GpuModel, MarketPipelineConfig, Pool, Tenant
+from market_pipeline.fleet.catalog import FleetSourceError, NodeSpec, build_catalog
 from market_pipeline.fleet.gpu_catalog import UnpricedModelError, load_gpu_catalog, unpriced_model_message
-from market_pipeline.fleet.shapes import QOS_VALUES, load_shapes
+from market_pipeline.fleet.shapes import QOS_VALUES, WorkloadError, load_shapes
 from market_pipeline.fleet.workload import ELASTIC_QOS, STREAM_BUILTIN, WorkloadParams
 
 MAX_GPUS_PER_NODE = 16
@@ -35,6 +37,21 @@ MAX_GPUS_PER_NODE = 16
 ELASTIC_DELAY_SHARE = 0.02
 RIGID_DELAY_SHARE = 0.25
 BUDGET_HEADROOM = 0.5
+
+
+# resolved fleet markets by config (a node list is read once per process, not per asset)
+_FLEET_MARKETS: dict[str, MarketPipelineConfig] = {}
+
+
+def fleet_market(config: MarketPipelineConfig) -> MarketPipelineConfig:
+    """`resolve_fleet_market`, once per distinct config; any problem is one ConfigError line."""
+    key = config.model_dump_json()
+    if key not in _FLEET_MARKETS:
+        try:
+            _FLEET_MARKETS[key] = resolve_fleet_market(config)
+        except (UnpricedModelError, FleetSourceError, WorkloadError, ValidationError) as exc:
+            raise ConfigError(str(exc).splitlines()[0]) from None
+    return _FLEET_MARKETS[key]
 
 
 def resolve_fleet_market(config: MarketPipelineConfig) -> MarketPipelineConfig:

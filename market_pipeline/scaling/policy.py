@@ -196,8 +196,8 @@ def _scale_up_due(tick: Tick) -> bool:
     memory.need_since = tick.t if memory.need_since is None else memory.need_since
     gpus = float(tick.in_service * tick.pool_state.node_gpus)
     state = backlog_state(tick.pool_state, tick.forecast_q90, tick.price, gpus)
-    params = replace(config.backlog, price_max=min(config.backlog.price_max, tick.pool_state.price_ceiling))
-    shielded = shield(PriceCapacityAction(tick.price, gpus), state, params)
+    ceiling = min(config.backlog.price_max, tick.pool_state.price_ceiling)  # what the next tick may publish
+    shielded = shield(PriceCapacityAction(tick.price, gpus), state, replace(config.backlog, price_max=ceiling))
     ratio = shielded.price / tick.price
     waited = (tick.t - memory.need_since) / 60.0
     if not shielded.feasible:
