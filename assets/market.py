@@ -85,6 +85,9 @@ def demand_forecast(context: dg.AssetExecutionContext, fleet: FleetAdapterResour
         "forecaster_version": fc.FORECASTER_VERSION,
         "chosen_models": dg.MetadataValue.md(summary.to_pandas().to_markdown(index=False)),
     }
+    operator = fc.operator_metadata(results)  # rolling coverage and how each model was chosen
+    metadata["forecast_operator"] = dg.MetadataValue.md(str(operator.pop("forecast_operator_table")))
+    metadata.update({k: dg.MetadataValue.json(v) if isinstance(v, dict) else v for k, v in operator.items()})
     for result in fc.busiest_pools(results, 3):
         png = fc.plot_forecast_png(result.history, result.forecast, title=result.pool_id)
         metadata[f"forecast_{result.pool_id}"] = dg.MetadataValue.md(png_markdown(png, result.pool_id))

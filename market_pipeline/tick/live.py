@@ -103,11 +103,12 @@ def latest_tick(store: Warehouse, now: datetime) -> pl.DataFrame:
         "ORDER BY pool_id", [now])
 
 
-def price_source(status: str, reason: str, shield_factor: float) -> str:
-    """How the published price came about: solver, shield, promises, fallback or list."""
+def price_source(status: str, reason: str, shield_factor: float, certified: bool) -> str:
+    """How the published price came about: solver, shield (it raised the price, or found no
+    price within the promises that certifies), promises (clipped), fallback or the solve's status."""
     if status not in ("converged", "list"):
         return "fallback" if status == "fallback" else status
-    if shield_factor > 1 + 1e-9:
+    if shield_factor > 1 + 1e-9 or not certified:
         return "shield"
     return "solver" if reason == AS_SOLVED else "promises"
 
@@ -124,7 +125,8 @@ def published_rows(config: MarketPipelineConfig, tick: pl.DataFrame) -> pl.DataF
                 (GUARANTEED, r["guaranteed"], r["solver_guaranteed"], r["guaranteed_reason"], g_list),
                 (DRAINABLE, r["drainable"], r["solver_drainable"], r["drainable_reason"], d_list)):
             rows.append(price_row(pool, cls, price, r["tick_at"], r["solve_id"],
-                                  price_source(r["status"], reason, r["shield_factor"]), listed, solver, reason))
+                                  price_source(r["status"], reason, r["shield_factor"], r["certified"]),
+                                  listed, solver, reason))
     return price_frame(rows)
 
 

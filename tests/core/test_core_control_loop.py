@@ -47,7 +47,7 @@ def test_every_stage_of_the_loop_left_rows(demo_home):
     assert count("SELECT count(*) FROM usage_intervals") > 0
     assert count("SELECT count(*) FROM demand_forecasts") > 0
     assert count("SELECT count(*) FROM solve_reports WHERE converged") >= 1
-    assert count("SELECT count(*) FROM price_book WHERE source = 'solver'") > 0
+    assert count("SELECT count(*) FROM price_book WHERE source IN ('solver', 'shield', 'promises')") > 0
     assert count("SELECT count(*) FROM decisions WHERE kind = 'scale'") > 0
     assert count("SELECT count(*) FROM fct_invoice_lines") > 0
     billed = store.query("SELECT sum(billed_cost) FROM fct_invoice_lines").row(0)[0]
