@@ -34,6 +34,8 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
+from market_pipeline.warehouse import LOCK_RETRY_SECONDS  # the store's wait on a writer's lock
+
 # First keywords of the read-only statement forms DuckDB parses as SELECT.
 READ_ONLY_KEYWORDS = frozenset({"select", "with", "describe", "desc", "show", "summarize", "from",
                                 "values", "table"})
@@ -43,7 +45,6 @@ DEFAULT_MAX_ROWS = 1_000_000
 DEFAULT_THREADS = 2
 MAX_TIMEOUT_SECONDS = 3600.0
 MAX_MEMORY_LIMIT_MB = 64 * 1024
-LOCK_RETRY_SECONDS = 60.0
 
 
 class SqlRefused(ValueError):

@@ -53,6 +53,23 @@ def batch_requests(context: dg.SensorEvaluationContext, batches: Sequence[Action
     return requests, given_up
 
 
+def sensor_result(context: dg.SensorEvaluationContext, read_pending: Callable[[], Sequence[ActionBatch]], *,
+                  prefix: str, op_name: str, what: str, given_up_hint: str) -> dg.SkipReason | list[dg.RunRequest]:
+    """A batch sensor's whole decision: the pending batches, one request each (resumes after
+    a failed run), a warning for batches past RESUME_LIMIT, or why nothing is launched."""
+    from market_pipeline.warehouse import WarehouseError
+
+    try:
+        pending = read_pending()
+    except WarehouseError as exc:
+        return dg.SkipReason(f"warehouse not readable: {exc}")
+    requests, given_up = batch_requests(context, pending, prefix=prefix, op_name=op_name)
+    if given_up:
+        context.log.warning("%s batches left after %d failed runs (%s): %s", what, RESUME_LIMIT + 1,
+                            given_up_hint, given_up)
+    return requests or dg.SkipReason(f"no approved {what} action is waiting")
+
+
 def run_is_live(instance: dg.DagsterInstance) -> Callable[[str], bool]:
     """Whether a run that holds a claim may still record its outcome."""
     def live(run_id: str) -> bool:

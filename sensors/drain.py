@@ -13,8 +13,7 @@ import dagster as dg
 from assets.drain import DRAIN_OP_NAME, drain_job
 from assets.resources import WarehouseResource
 from market_pipeline.drain_batches import pending_drain_batches
-from market_pipeline.warehouse import WarehouseError
-from sensors.batches import RESUME_LIMIT, batch_requests
+from sensors.batches import sensor_result
 
 TAG_PREFIX = "drain"
 BATCH_TAG = f"{TAG_PREFIX}/batch_id"
@@ -23,15 +22,7 @@ BATCH_TAG = f"{TAG_PREFIX}/batch_id"
 @dg.sensor(job=drain_job, minimum_interval_seconds=30,
            default_status=dg.DefaultSensorStatus.RUNNING)
 def drain_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
-    try:
-        pending = pending_drain_batches(warehouse.reader())
-    except WarehouseError as exc:
-        return dg.SkipReason(f"warehouse not readable: {exc}")
-    requests, given_up = batch_requests(context, pending, prefix=TAG_PREFIX, op_name=DRAIN_OP_NAME)
-    if given_up:
-        context.log.warning("drain batches left to an operator after %d failed runs "
-                            "(`market-pipeline drain --decision-id ID`): %s",
-                            RESUME_LIMIT + 1, given_up)
-    if not requests:
-        return dg.SkipReason("no approved drain decision is waiting")
-    return requests
+    """One run per tick with approved, live, not yet executed drains."""
+    return sensor_result(context, lambda: pending_drain_batches(warehouse.reader()), prefix=TAG_PREFIX,
+                         op_name=DRAIN_OP_NAME, what="drain",
+                         given_up_hint="left to an operator: `market-pipeline drain --decision-id ID`")

@@ -13,8 +13,7 @@ from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.action_batches import batch_id_for, parse_tick
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.scaling_live import SCALE_KIND, execute_scaling_batch, pending_scaling_batches
-from market_pipeline.warehouse import WarehouseError
-from sensors.batches import RESUME_LIMIT, ActionBatchConfig, batch_output, batch_requests, run_is_live
+from sensors.batches import ActionBatchConfig, batch_output, run_is_live, sensor_result
 
 SCALING_OP_NAME = "execute_scaling_batch"
 TAG_PREFIX = "scaling"
@@ -43,14 +42,5 @@ def scaling_actions_job() -> None:
 @dg.sensor(job=scaling_actions_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
 def scaling_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
     """One run per tick with approved, live, not yet executed scaling actions."""
-    try:
-        pending = pending_scaling_batches(warehouse.reader())
-    except WarehouseError as exc:
-        return dg.SkipReason(f"warehouse not readable: {exc}")
-    requests, given_up = batch_requests(context, pending, prefix=TAG_PREFIX, op_name=SCALING_OP_NAME)
-    if given_up:
-        context.log.warning("scaling batches left after %d failed runs (the next plan re-decides): %s",
-                            RESUME_LIMIT + 1, given_up)
-    if not requests:
-        return dg.SkipReason("no approved scaling action is waiting")
-    return requests
+    return sensor_result(context, lambda: pending_scaling_batches(warehouse.reader()), prefix=TAG_PREFIX,
+                         op_name=SCALING_OP_NAME, what="scaling", given_up_hint="the next plan re-decides")

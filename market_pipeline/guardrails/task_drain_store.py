@@ -1,6 +1,6 @@
 """Warehouse side of task drains: the audit store, drain decisions and the billing events.
 
-Tables (DDL in warehouse.py): `drain_audit` (one row per transition), `decisions`
+Tables (DDL in warehouse/schema.py): `drain_audit` (one row per transition), `decisions`
 (kind = 'drain'; `target` = task id; `outcome` set when the drain finished) and
 `drain_billing_events` (migration 200; one row per finished drain, same transaction as
 its terminal audit row).

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from market_pipeline.scaling.planning import Tick
 from market_pipeline.scaling.types import NodeState, NodeView
 from market_pipeline.scaling.warm_pool import power_off_target
-
-if TYPE_CHECKING:
-    from market_pipeline.scaling.policy import Tick
 
 _FIT_EPS = 1e-9
 

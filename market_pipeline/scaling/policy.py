@@ -31,10 +31,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from market_pipeline.guardrails.backlog import PriceCapacityAction, certify, shield
+from market_pipeline.guardrails.backlog import PriceCapacityAction, shield
 from market_pipeline.scaling.capacity import (
     CapacityTarget,
     FleetView,
@@ -44,9 +44,8 @@ from market_pipeline.scaling.capacity import (
     target_capacity,
 )
 from market_pipeline.scaling.drain_gates import finish_wave, has_room_for, progress_drains
-from market_pipeline.scaling.warm_pool import interval_resumes, stock_warm_pool, trim_warm_pool
+from market_pipeline.scaling.planning import Tick
 from market_pipeline.scaling.types import (
-    Action,
     DrainStatus,
     NodeView,
     PoolState,
@@ -55,56 +54,10 @@ from market_pipeline.scaling.types import (
     ScalingDecision,
     ScalingError,
     as_utc,
-    decision_id,
 )
+from market_pipeline.scaling.warm_pool import interval_resumes, stock_warm_pool, trim_warm_pool
 
 _HOUR = 3600.0
-
-
-@dataclass
-class Tick:
-    """Everything one planning call knows, plus the decisions it has made so far."""
-
-    pool_state: PoolState
-    forecast_q90: float
-    price: float
-    config: ScalingConfig
-    now: dt.datetime
-    t: float
-    memory: ScalerMemory
-    fleet: FleetView
-    target: CapacityTarget
-    drain_status: Mapping[str, DrainStatus]
-    base_inputs: dict[str, Any]
-    decisions: list[ScalingDecision] = field(default_factory=list)
-    uncordoned: int = 0
-    drained: list[NodeView] = field(default_factory=list)  # cordoned, empty, batch complete
-
-    @property
-    def in_service(self) -> int:
-        return self.fleet.in_service + self.uncordoned
-
-    def certified_at(self, nodes: int) -> tuple[bool, float]:
-        """Whether the equilibrium price is certified with `nodes` in service, and the margin."""
-        gpus = float(nodes * self.pool_state.node_gpus)
-        state = backlog_state(self.pool_state, self.forecast_q90, self.price, gpus)
-        cert = certify(state, self.price, gpus, self.config.backlog)
-        return cert.admissible, cert.margin
-
-    def add(
-        self, action: Action, node_id: str | None, allowed: bool, reasons: list[str],
-        margin: float | None = None, count: int = 1, **extra: Any,
-    ) -> ScalingDecision:
-        seq = len(self.decisions)
-        decision = ScalingDecision(
-            decision_id=decision_id(self.pool_state.pool, self.now, action, node_id, seq),
-            pool=self.pool_state.pool, action=action, node_id=node_id, allowed=allowed,
-            reasons=reasons, inputs={**self.base_inputs, **extra},
-            certificate_margin=margin if margin is not None else self.target.shielded.certificate.margin,
-            decided_at=self.now.isoformat(), count=count,
-        )
-        self.decisions.append(decision)
-        return decision
 
 
 def plan_pool(

@@ -16,14 +16,10 @@ demand returns; standby GPU-hours are reported next to idle ones.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
 from market_pipeline.guardrails.backlog import certify
 from market_pipeline.scaling.capacity import backlog_state, serving_capacity_gpus, warm_share
-
-if TYPE_CHECKING:
-    from market_pipeline.scaling.policy import Tick
-    from market_pipeline.scaling.types import NodeView
+from market_pipeline.scaling.planning import Tick
+from market_pipeline.scaling.types import NodeView
 
 
 def warm_target(tick: Tick, freeing: int = 0) -> int:

@@ -112,14 +112,10 @@ all_lines as (
 )
 
 select
-    tenant_id || '|' || period_grain || '|' || strftime(period_start_utc, '%Y-%m-%dT%H:%M:%S')
-        || '|' || pool_id || '|' || resource_class || '|' || charge_category as invoice_line_id,
+    {{ period_row_id('tenant_id', ['pool_id', 'resource_class', 'charge_category']) }} as invoice_line_id,
     {{ invoice_id('tenant_id', 'period_start_utc') }} as invoice_id,
     tenant_id,
-    period_grain,
-    {{ utc_tz("period_start_utc") }} as period_start,
-    {{ utc_tz("period_end_utc") }} as period_end,
-    period_start_utc,
+    {{ period_columns() }},
     pool_id,
     gpu_model,
     zone,

@@ -127,11 +127,8 @@ all_rows as (
 )
 
 select
-    pool_id || '|' || period_grain || '|' || strftime(period_start_utc, '%Y-%m-%dT%H:%M:%S') as economics_row_id,
-    period_grain,
-    {{ utc_tz('period_start_utc') }} as period_start,
-    {{ utc_tz('period_end_utc') }} as period_end,
-    period_start_utc,
+    {{ period_row_id('pool_id') }} as economics_row_id,
+    {{ period_columns() }},
     pool_id,
     gpu_model,
     zone,

@@ -105,12 +105,8 @@ day_rows as (
 )
 
 select
-    tenant_id || '|' || period_grain || '|' || strftime(period_start_utc, '%Y-%m-%dT%H:%M:%S') || '|' || pool_id
-        as allocation_row_id,
-    period_grain,
-    {{ utc_tz('period_start_utc') }} as period_start,
-    {{ utc_tz('period_end_utc') }} as period_end,
-    period_start_utc,
+    {{ period_row_id('tenant_id', ['pool_id']) }} as allocation_row_id,
+    {{ period_columns() }},
     tenant_id,
     pool_id,
     '{{ mode }}' as idle_cost_allocation,
