@@ -211,7 +211,7 @@ def _clamp_nodes(pool_state: PoolState, nodes: int) -> int:
 class DemandEnvelope:
     keep_gpus: float  # peak over the keep window: capacity held against churn
     floor_gpus: float  # typical hourly peak over the longer window: must stay drainable at price_max
-    reserve_gpus: float = 0.0  # peak over the warm reserve window: a return to it resumes warm nodes
+    reserve_gpus: float = 0.0  # peak over the warm reserve window plus the largest recent rise: resumes warm nodes
     step_gpus: float = 0.0  # typical size of a change in demand (one job's GPUs): the least keep band
 
 
@@ -232,9 +232,23 @@ def record_demand(memory: ScalerMemory, demand: float, t: float, config: Scaling
     # a typical hourly peak (not the rarest spike): what demand returns to after a lull
     typical = floor[min(len(floor) - 1, int(config.drainable_floor_quantile * len(floor)))] if floor else 0.0
     reserve = peaks(config.warm_reserve_window_hours)
+    rise = demand - memory.last_demand if memory.last_demand is not None else 0.0
+    step = _record_demand_step(memory, demand, config)
+    # the warm reserve also holds the largest recent rise between ticks above the window's
+    # peak: a new peak arrives as such a jump, and within the max price step only nodes that
+    # resume inside the tick (not cold boots) keep it drainable
+    jump = _record_demand_rise(memory, rise, config)
     return DemandEnvelope(
-        keep[-1] if keep else 0.0, typical, reserve[-1] if reserve else 0.0, _record_demand_step(memory, demand, config)
+        keep[-1] if keep else 0.0, typical, reserve[-1] + jump if reserve else 0.0, step
     )
+
+
+def _record_demand_rise(memory: ScalerMemory, rise: float, config: ScalingConfig) -> float:
+    """Fold this tick's rise in demand (if any) into the recent ones; return the largest."""
+    if rise > 1e-9:
+        memory.demand_rises.append(rise)
+    del memory.demand_rises[: max(0, len(memory.demand_rises) - config.keep_band_step_changes)]
+    return max(memory.demand_rises, default=0.0)
 
 
 def _record_demand_step(memory: ScalerMemory, demand: float, config: ScalingConfig) -> float:

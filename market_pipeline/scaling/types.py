@@ -213,7 +213,8 @@ class ScalerMemory:
     below which the policy does not scale down. `busy_drains` holds when drains of nodes
     with work started (the last day), for the hourly disruption budget. `demand_steps` holds
     the last non-zero changes of demand between ticks (`last_demand` is the previous tick's):
-    their median is the pool's typical demand step, the least keep band. `drain_failed_at`
+    their median is the pool's typical demand step, the least keep band; `demand_rises` the
+    last rises, whose largest the warm reserve holds above the recent peak. `drain_failed_at`
     holds when each node's last drain failed: its own cool-down, and, when enough nodes
     fail within it, the pool's.
     """
@@ -230,6 +231,7 @@ class ScalerMemory:
     demand_peaks: dict[int, float] = field(default_factory=dict)
     last_demand: float | None = None
     demand_steps: list[float] = field(default_factory=list)  # recent non-zero demand changes, oldest first
+    demand_rises: list[float] = field(default_factory=list)  # recent rises between ticks, oldest first
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -253,6 +255,7 @@ class ScalerMemory:
                 demand_peaks={int(k): float(v) for k, v in data.get("demand_peaks", {}).items()},
                 last_demand=_opt_float(data.get("last_demand")),
                 demand_steps=[float(v) for v in data.get("demand_steps", [])],
+                demand_rises=[float(v) for v in data.get("demand_rises", [])],
             )
         except KeyError as exc:
             raise ScalingError(f"scaler memory: missing key {exc.args[0]!r}") from None

