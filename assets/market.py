@@ -141,6 +141,8 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
         "kkt_residual": dg.MetadataValue.float(float(body["kkt_residual"] or 0.0)),
         "iterations": int(body["iterations"]),
         "seconds": dg.MetadataValue.float(float(body["seconds"])),
+        "pools_shielded": len(shielded),
+        "pools_uncertified": sum(1 for r in tick.pools if not r.certified),
         "shielded_pools": dg.MetadataValue.json(shielded),
         "uncertified_pools": dg.MetadataValue.json([r.pool_id for r in tick.pools if not r.certified]),
         "global_resolve": resolve_due,
