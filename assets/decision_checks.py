@@ -18,7 +18,7 @@ run inside `demand_forecast`, which has the pool results in hand: `forecast_chec
 """
 
 # No `from __future__ import annotations`: Dagster inspects the context annotations at runtime.
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import dagster as dg
 import polars as pl
@@ -42,35 +42,38 @@ FORECAST_COVERAGE, FORECAST_FALLBACK = "forecast_coverage_80", "forecast_no_fall
 
 
 def verdict_result(verdict: Verdict, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
-                   **extra: object) -> dg.AssetCheckResult:
+                   check_name: str | None = None, **extra: object) -> dg.AssetCheckResult:
     """A verdict as the check result: its key numbers top-level, the offenders as a table."""
     metadata: dict[str, object] = {**verdict.numbers, **extra, "offenders": len(verdict.offenders)}
     if verdict.offenders:
         metadata["offending"] = table_metadata(verdict.offenders)
     return dg.AssetCheckResult(passed=verdict.passed, severity=severity, description=verdict.description,
-                               metadata=metadata)
+                               metadata=metadata, check_name=check_name)
 
 
-@dg.asset_check(asset=EQUILIBRIUM, blocking=True,
-                description="The tick's equilibrium solve is certified: converged (or proved capacity "
-                            "short at price_max) with its KKT residual within market.solver_tolerance; "
-                            "a fallback solve fails.")
-def equilibrium_solve_certified(fleet: FleetAdapterResource,
-                                warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    solve = latest_solve(warehouse.reader())
-    verdict = solve_verdict(solve, fleet.config().market.solver_tolerance)
-    extra = {"status": str(solve["status"]), "solve_id": str(solve["solve_id"])} if solve else {}
-    return verdict_result(verdict, **extra)
+EQUILIBRIUM_SPECS = [
+    dg.AssetCheckSpec("equilibrium_solve_certified", asset=EQUILIBRIUM, blocking=True,
+                      description="The tick's equilibrium solve is certified: converged (or proved capacity "
+                                  "short at price_max) with its KKT residual within market.solver_tolerance; "
+                                  "a fallback solve fails."),
+    dg.AssetCheckSpec("equilibrium_margins", asset=EQUILIBRIUM, blocking=True,
+                      description="Backlog-certificate margins: each pool certifies at its serving capacity "
+                                  "(margin >= 0) or its capacity target asks for the capacity that would."),
+]
 
 
-@dg.asset_check(asset=EQUILIBRIUM, blocking=True,
-                description="Backlog-certificate margins: each pool certifies at its serving capacity "
-                            "(margin >= 0) or its capacity target asks for the capacity that would.")
-def equilibrium_margins(warehouse: WarehouseResource) -> dg.AssetCheckResult:
+# One step per asset for its checks: each step costs the control tick about half a second.
+@dg.multi_asset_check(specs=EQUILIBRIUM_SPECS, name="equilibrium_prices_checks")
+def equilibrium_checks(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> Iterator[dg.AssetCheckResult]:
     store = warehouse.reader()
+    solve = latest_solve(store)
+    extra = {"status": str(solve["status"]), "solve_id": str(solve["solve_id"])} if solve else {}
+    yield verdict_result(solve_verdict(solve, fleet.config().market.solver_tolerance),
+                         check_name="equilibrium_solve_certified", **extra)
     tick_at = store.query("SELECT max(tick_at) AS t FROM market_ticks")["t"][0]
     tick = latest_tick(store, tick_at) if tick_at is not None else pl.DataFrame()
-    return verdict_result(tick_margin_verdict(tick) if tick.height else Verdict(False, "no market tick stored"))
+    yield verdict_result(tick_margin_verdict(tick) if tick.height else Verdict(False, "no market tick stored"),
+                         check_name="equilibrium_margins")
 
 
 @dg.asset_check(asset=PRICE_BOOK, blocking=True,
@@ -92,18 +95,21 @@ def price_book_promises(fleet: FleetAdapterResource, warehouse: WarehouseResourc
                           effective_from=str(published["effective_from"][0]))
 
 
-@dg.asset_check(asset=SCALING_PLAN, blocking=True,
-                description="Certificate margins >= 0: every pool's capacity target certifies (below "
-                            "max_nodes) and no approved cordon or scale-down takes capacity it needs.")
-def scaling_plan_margins(warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    return verdict_result(plan_margin_verdict(latest_plan(warehouse.reader())))
+SCALING_SPECS = [
+    dg.AssetCheckSpec("scaling_plan_margins", asset=SCALING_PLAN, blocking=True,
+                      description="Certificate margins >= 0: every pool's capacity target certifies (below "
+                                  "max_nodes) and no approved cordon or scale-down takes capacity it needs."),
+    dg.AssetCheckSpec("scaling_plan_no_flapping", asset=SCALING_PLAN,
+                      description=f"No flapping: no node cordoned or uncordoned more than {MAX_PER_DAY} times "
+                                  "in the last 24 h of approved live scaling decisions."),
+]
 
 
-@dg.asset_check(asset=SCALING_PLAN,
-                description=f"No flapping: no node cordoned or uncordoned more than {MAX_PER_DAY} times "
-                            "in the last 24 h of approved live scaling decisions.")
-def scaling_plan_no_flapping(warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    return verdict_result(flapping_verdict(node_actions(warehouse.reader())))
+@dg.multi_asset_check(specs=SCALING_SPECS, name="scaling_plan_checks")
+def scaling_checks(warehouse: WarehouseResource) -> Iterator[dg.AssetCheckResult]:
+    store = warehouse.reader()
+    yield verdict_result(plan_margin_verdict(latest_plan(store)), check_name="scaling_plan_margins")
+    yield verdict_result(flapping_verdict(node_actions(store)), check_name="scaling_plan_no_flapping")
 
 
 @dg.asset_check(asset=DRAIN_REQUESTS, blocking=True,
@@ -146,5 +152,4 @@ def forecast_check_results(results: Sequence[fc.PoolResult]) -> list[dg.AssetChe
     ]
 
 
-decision_checks = [equilibrium_solve_certified, equilibrium_margins, price_book_promises, scaling_plan_margins,
-                   scaling_plan_no_flapping, drain_requests_within_limits]
+decision_checks = [equilibrium_checks, price_book_promises, scaling_checks, drain_requests_within_limits]

@@ -12,8 +12,7 @@ from assets.decision_checks import (
     FORECAST_COVERAGE,
     FORECAST_FALLBACK,
     decision_checks,
-    equilibrium_margins,
-    equilibrium_solve_certified,
+    equilibrium_checks,
 )
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.tick.live import TICK_SCHEMA
@@ -59,7 +58,7 @@ def run(tmp_path, status: str, kkt: float) -> dg.ExecuteInProcessResult:
     def downstream() -> None:
         pass
 
-    return dg.materialize([stand_in, downstream, equilibrium_solve_certified, equilibrium_margins],
+    return dg.materialize([stand_in, downstream, equilibrium_checks],
                           resources={"warehouse": WarehouseResource(path=path), "fleet": FleetAdapterResource()},
                           raise_on_error=False)
 
