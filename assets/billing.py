@@ -30,7 +30,7 @@ from assets.resources import FleetAdapterResource, WarehouseResource
 from assets.telemetry import TELEMETRY_PARTITIONS
 from assets.metadata import ROW_COUNT, table_metadata
 from market_pipeline.billing.balances import post_invoice_window
-from market_pipeline.billing.dbt_metadata import model_description, row_counts, test_description
+from market_pipeline.billing.dbt_metadata import model_description, row_counts, dbt_test_description
 from market_pipeline.billing.dbt_project import (
     DBT_PROJECT_DIR,
     UNIT_TESTS_EXCLUDED,
@@ -122,7 +122,7 @@ class BillingDbtTranslator(DagsterDbtTranslator):
         if spec is None:
             return None
         node = manifest["nodes"].get(unique_id, {})
-        return spec._replace(description=test_description(node))
+        return spec._replace(description=dbt_test_description(node))
 
 
 BILLING_DBT_TRANSLATOR = BillingDbtTranslator(settings=DagsterDbtTranslatorSettings(

@@ -23,7 +23,7 @@ def model_description(props: Mapping[str, Any]) -> str:
                                                           f"{props.get('name', '')}"
 
 
-def test_description(props: Mapping[str, Any]) -> str:
+def dbt_test_description(props: Mapping[str, Any]) -> str:
     own = str(props.get("description") or (props.get("meta") or {}).get("description") or "").strip()
     if own:
         return own
