@@ -37,7 +37,8 @@ def node_actions(store: Warehouse, until: datetime | None = None) -> pl.DataFram
 def flapping_verdict(actions: pl.DataFrame, limit: int = MAX_PER_DAY) -> Verdict:
     """Fails when a node has more than `limit` cordons, or more than `limit` uncordons, in
     `actions` (one day of them: `node_actions`)."""
-    counted = actions.filter(pl.col("outcome").is_null() | ~pl.col("outcome").is_in(NOT_CARRIED_OUT))
+    status = pl.col("outcome").str.split(":").list.first().str.strip_chars()  # "<status>: <detail>"
+    counted = actions.filter(pl.col("outcome").is_null() | ~status.is_in(NOT_CARRIED_OUT))
     per_node = (counted.group_by("target").agg(
         pl.col("action").is_in(CORDONS).sum().alias("cordons"),
         (pl.col("action") == "uncordon").sum().alias("uncordons"),

@@ -17,5 +17,5 @@ class Verdict:
                        **numbers: float | int) -> "Verdict":
         """Passed when nothing offends; `bad` may use {n}, the count of offenders."""
         if offenders:
-            return cls(False, bad.format(n=len(offenders)), offenders, dict(numbers))
+            return cls(False, bad.replace("{n}", str(len(offenders))), offenders, dict(numbers))  # names may hold braces
         return cls(True, ok, [], dict(numbers))

@@ -172,7 +172,8 @@ def test_a_node_cordoned_three_times_a_day_flaps(store) -> None:
                 + [{"decision_id": f"u{h}", "action": "uncordon", "target": "a10-hz-a-06",
                     "decided_at": T0 + timedelta(hours=h, minutes=30), "outcome": "ok"} for h in hours[:2]]
                 + [{"decision_id": "superseded", "action": "cordon", "target": "a10-hz-a-06",
-                    "decided_at": T0 + timedelta(hours=4), "outcome": "superseded"}])
+                    "decided_at": T0 + timedelta(hours=4),
+                    "outcome": "superseded: the plan of 2026-03-02T16:05:00+00:00 re-decided"}])
     assert flapping_verdict(node_actions(store)).passed  # twice a day is the limit; superseded never acted
     write_scale(store, [{"decision_id": "third", "action": "cordon", "target": "a10-hz-a-06",
                          "decided_at": T0 + timedelta(hours=5)}])
