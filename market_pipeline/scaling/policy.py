@@ -132,12 +132,16 @@ def _base_inputs(
 
 def _forget_gone_nodes(memory: ScalerMemory, nodes: list[NodeView], t: float, config: ScalingConfig) -> None:
     present = {node.node_id for node in nodes}
-    for book in (memory.drain_failures, memory.blocked, memory.drain_failed_at, memory.cordons):
+    for book in (memory.drain_failures, memory.blocked, memory.drain_failed_at, memory.cordons, memory.uncordons):
         for node_id in [n for n in book if n not in present]:
             del book[node_id]
     memory.busy_drains = [r for r in memory.busy_drains if t - r < 24 * _HOUR]
     window = flap_window_seconds(config)
-    memory.cordons = {n: kept for n, times in memory.cordons.items() if (kept := [c for c in times if t - c < window])}
+    for book in (memory.cordons, memory.uncordons):
+        for node_id in list(book):
+            book[node_id] = [c for c in book[node_id] if t - c < window]
+            if not book[node_id]:
+                del book[node_id]
 
 
 def flap_window_seconds(config: ScalingConfig) -> float:
@@ -146,13 +150,13 @@ def flap_window_seconds(config: ScalingConfig) -> float:
     return 24 * _HOUR + 60.0 * (config.drain_timeout_minutes + config.scale_down_wave_minutes)
 
 
-def flapping(memory: ScalerMemory, config: ScalingConfig) -> set[str]:
-    """Nodes cordoned `max_cordons_per_day` times already: not cordoned again for now."""
-    return {n for n, times in memory.cordons.items() if len(times) >= config.max_cordons_per_day}
-
-
-def record_cordon(memory: ScalerMemory, node_id: str, t: float) -> None:
-    memory.cordons.setdefault(node_id, []).append(t)
+def flapping(memory: ScalerMemory, config: ScalingConfig, t: float) -> set[str]:
+    """Nodes cordoned `max_cordons_per_day` times already whose drain failed in that time (the
+    task-drain guardrail would not empty them): not cordoned again for now. A cordon reversed
+    because demand came back is the policy answering demand, paced by the hysteresis."""
+    window = flap_window_seconds(config)
+    return {n for n, times in memory.cordons.items()
+            if len(times) >= config.max_cordons_per_day and t - memory.drain_failed_at.get(n, -math.inf) < window}
 
 
 def _scale_up_due(tick: Tick) -> bool:
@@ -193,6 +197,7 @@ def _scale_up(tick: Tick, needed: int) -> None:
     for node in leaving[:needed]:
         del memory.draining[node.node_id]
         tick.uncordoned += 1
+        memory.note_uncordon(node.node_id, tick.t)
         tick.add("uncordon", node.node_id, True, ["demand needs this node again: cancel its drain"])
     needed -= min(needed, len(leaving))
     standby = sorted(tick.fleet.standby, key=lambda n: n.node_id)
@@ -243,7 +248,7 @@ def _scale_down(tick: Tick, surplus: int) -> None:
     # a node that would flap, or whose tasks the task-drain guardrail will not move (a
     # protected task), is not cordoned: it would only be uncordoned again
     protected = {n for n, status in tick.drain_status.items() if status.blocked}
-    flaps = flapping(memory, config)
+    flaps = flapping(memory, config, t)
     reported = memory.blocked.keys() | cooling.keys()  # each already has its own decision
     for node in sorted((n for n in tick.fleet.schedulable if n.node_id in flaps - reported), key=lambda n: n.node_id):
         tick.add("scale_down", node.node_id, False, [
@@ -354,7 +359,7 @@ def _try_remove(tick: Tick, node: NodeView, leaving: list[NodeView]) -> bool:
         f"certified at {remaining} nodes (margin {margin:.2f} GPUs)",
     ], margin, saving=saving, cost=cost, **inputs)
     memory.draining[node.node_id] = t
-    record_cordon(memory, node.node_id, t)
+    memory.note_cordon(node.node_id, t)
     if node.used_gpus > 0 or node.task_gpus:
         memory.busy_drains.append(t)  # a drain that moves work: counts against the hourly budget
     return True
@@ -366,7 +371,7 @@ def _replace_unhealthy(tick: Tick) -> None:
             continue
         if len(tick.fleet.schedulable) + tick.uncordoned >= tick.target.nodes:
             tick.memory.draining[node.node_id] = tick.t
-            record_cordon(tick.memory, node.node_id, tick.t)
+            tick.memory.note_cordon(node.node_id, tick.t)
             tick.add("replace", node.node_id, True,
                      ["unhealthy: replacement capacity is up, drain then remove"])
         else:
