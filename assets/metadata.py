@@ -15,7 +15,7 @@ def table_metadata(frame: pl.DataFrame | Sequence[dict], limit: int = 200) -> dg
     """A frame (or rows) as a Dagster table with its schema; floats rounded for reading, lists
     joined, missing values shown empty (never `nan` or `None`), at most `limit` rows."""
     if not isinstance(frame, pl.DataFrame):
-        frame = pl.DataFrame(list(frame), infer_schema_length=None) if frame else pl.DataFrame()
+        frame = pl.DataFrame(list(frame), infer_schema_length=None, strict=False) if frame else pl.DataFrame()
     frame = frame.head(limit).with_columns(
         [pl.col(pl.Float64, pl.Float32).round(4)]
         + [pl.col(name).list.eval(pl.element().cast(pl.Utf8)).list.join("; ")
