@@ -86,7 +86,7 @@ def run_point(point: TruthPoint, settings: GridSettings = GridSettings()) -> dic
     breaches, experiment_ticks, errors = 0, {k: 0 for k in market.keys}, []
     for h in range(first, hours):
         books["static"].book(market, market.reference, world.demand(h, market.reference))
-        if (h - first) % settings.refit_every == 0:
+        if settings.learn and (h - first) % settings.refit_every == 0:
             loop.refit()
             errors.append(_errors(h - first, loop.fits, world, market))
         # -- the loop: forecast -> demand response -> solve -> shield -> experiments
@@ -159,9 +159,16 @@ def _point_report(point: TruthPoint, books: dict[str, Books], cost_model: float,
     }
 
 
-def run_grid(points: tuple[TruthPoint, ...], settings: GridSettings = GridSettings()) -> dict[str, Any]:
-    """Every point, and the targets over them."""
+def run_grid(points: tuple[TruthPoint, ...], settings: GridSettings = GridSettings(),
+             ablation: bool = True) -> dict[str, Any]:
+    """Every point, and the targets over them; with `ablation`, also the loop on the claims
+    alone (no fit, no experiment) at each point: what learning the response is worth."""
     rows = [run_point(p, settings) for p in points]
+    if ablation:
+        for row, point in zip(rows, points):
+            claims = run_point(point, replace(settings, learn=False))
+            row["claims_only_regret_share"] = claims["regret_share"]
+            row["claims_only_vs_static"] = claims["loop_vs_static"]
     regrets = [r["regret_share"] for r in rows]
     summary = {
         "points": len(rows), "days": settings.days, "history_days": settings.history_days,
@@ -170,6 +177,9 @@ def run_grid(points: tuple[TruthPoint, ...], settings: GridSettings = GridSettin
         "revenue_ge_static_everywhere": all(r["revenue_ge_static"] for r in rows),
         "promise_breaches": sum(r["promise_breaches"] for r in rows),
     }
+    if ablation:
+        claims = [r["claims_only_regret_share"] for r in rows]
+        summary["claims_only_regret_median"], summary["claims_only_regret_worst"] = median(claims), max(claims)
     summary["targets"] = {
         "regret_median_le_3pct": summary["regret_median"] <= 0.03,
         "regret_worst_le_8pct": summary["regret_worst"] <= 0.08,
@@ -179,6 +189,3 @@ def run_grid(points: tuple[TruthPoint, ...], settings: GridSettings = GridSettin
     }
     return {"summary": summary, "points": rows}
 
-
-def with_settings(settings: GridSettings, **changes: Any) -> GridSettings:
-    return replace(settings, **changes)

@@ -49,7 +49,8 @@ class GridSettings:
     noise: float = 0.03  # demand noise (log sd) the price never sees
     level_walk: float = 0.04  # the day's load level: a random walk (log sd per day)
     seed: int = 0
-    shadow: bool = False
+    shadow: bool = False  # experiments recorded, not published
+    learn: bool = True  # False: the claims only (no fit, no experiment), the ablation
     experiments: ExperimentSettings = field(default_factory=ExperimentSettings)
     priors: dict = field(default_factory=lambda: {GUARANTEED: (0.2, 0.3), DRAINABLE: (2.0, 1.0)})
     promises: Promises = field(default_factory=Promises)
