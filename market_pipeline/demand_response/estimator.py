@@ -58,6 +58,7 @@ class ResponseFit:
     clusters: int = 0
     reason: str = ""
     data_std_error: float | None = None  # the data's own standard error (before any prior)
+    data_elasticity: float | None = None  # the data's own estimate (before any prior)
 
     @property
     def key(self) -> str:
@@ -155,11 +156,11 @@ def _regress(ts: np.ndarray, x: np.ndarray, y: np.ndarray, level_col: np.ndarray
         z = float(stats.norm.ppf(0.5 + level / 2))
         return ResponseFit(**fit, elasticity=post, elasticity_low=post - z * post_se,
                            elasticity_high=post + z * post_se, std_error=post_se, method="fe-ols+prior",
-                           data_std_error=se)
+                           data_std_error=se, data_elasticity=estimate)
     t = float(stats.t.ppf(0.5 + level / 2, t_dof))
     return ResponseFit(**fit, elasticity=estimate, elasticity_low=estimate - t * se,
                        elasticity_high=estimate + t * se, std_error=se, method="fe-ols",
-                       data_std_error=se)
+                       data_std_error=se, data_elasticity=estimate)
 
 
 def _check_prior(prior: tuple[float, float]) -> tuple[float, float]:

@@ -9,15 +9,19 @@ pool's bounds; the drainable band below this tick's guaranteed price), and never
 the backlog shield raised: the promises and the guardrail hold on every experiment price.
 
 An experiment stops when the data's own 80% interval (the prior left out) is narrow enough:
-width <= max(`stop_relative_width` x |e|, `stop_absolute_width`). Its cost is the profit the
+width <= max(`stop_relative_width` x |e|, `stop_absolute_width`), or narrow enough to decide
+the price: where every elasticity in the interval puts the profit-maximising price (Lerner:
+c e / (e - 1), unbounded for e <= 1) at or above the class's ceiling (the guaranteed cap, the
+band's top), the price sits at the ceiling whatever the truth in the interval, and a dither
+that can only go down there costs revenue for nothing (the rigid class at its cap). Its cost is the profit the
 dither gives up by the loop's own model (`model_profit` at the experiment's prices against
 the tick's). In shadow mode the experiment prices are recorded, not published.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-import zlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
@@ -63,17 +67,25 @@ class ExperimentStep:
 
 
 def dither_sign(seed: int, key: str, slot: int) -> int:
-    """+1 or -1, a seeded hash of (pool x class, tick): random across pools and hours."""
-    return 1 if zlib.crc32(f"{seed}|{key}|{slot}".encode()) & 1 else -1
+    """+1 or -1, a seeded hash of (pool x class, tick): random across pools and hours (a
+    cryptographic hash: a CRC's low bit is linear in its input, so keys' signs would move together)."""
+    return 1 if hashlib.blake2b(f"{seed}|{key}|{slot}".encode(), digest_size=1).digest()[0] & 1 else -1
 
 
-def interval_narrow(fit: ResponseFit | None, settings: ExperimentSettings) -> bool:
-    """Whether the data alone (no prior) pin the elasticity down well enough to stop."""
-    if fit is None or fit.data_std_error is None or fit.elasticity is None:
+def interval_narrow(fit: ResponseFit | None, settings: ExperimentSettings, unit_cost: float | None = None,
+                    ceiling: float | None = None) -> bool:
+    """Whether the data alone (no prior) pin the elasticity down well enough to stop: narrow
+    enough, or (given the resource's unit cost and price ceiling) enough to decide its price."""
+    if fit is None or fit.data_std_error is None or fit.data_elasticity is None:
         return False
     z = float(stats.norm.ppf(0.5 + settings.level / 2))
-    return 2 * z * fit.data_std_error <= max(settings.stop_relative_width * abs(fit.elasticity),
-                                             settings.stop_absolute_width)
+    half = z * fit.data_std_error
+    if 2 * half <= max(settings.stop_relative_width * abs(fit.data_elasticity), settings.stop_absolute_width):
+        return True
+    if unit_cost is None or ceiling is None:
+        return False
+    high = fit.data_elasticity + half
+    return high <= 1 or unit_cost * high / (high - 1) >= ceiling
 
 
 def perturb_tick(tick: MarketTick, pools: Sequence[PoolTickInput], promises: Promises, running: Collection[str],

@@ -82,6 +82,7 @@ def run_point(point: TruthPoint, settings: GridSettings = GridSettings()) -> dic
         loop.observe(market.reference, world.demand(h, market.reference))
     books = {"static": Books(), "loop": Books(), "clairvoyant": Books()}
     in_force = {"loop": market.reference.copy(), "clairvoyant": market.reference.copy()}
+    ceilings = market.ceilings(promises)
     cost_model = cost_true = 0.0
     breaches, experiment_ticks, errors = 0, {k: 0 for k in market.keys}, []
     for h in range(first, hours):
@@ -97,7 +98,9 @@ def run_point(point: TruthPoint, settings: GridSettings = GridSettings()) -> dic
         response = {k: f.elasticity for k, f in loop.fits.items() if f.elasticity is not None}
         inputs = pool_inputs(market, in_force["loop"], k50 * market.base_demand, k90 * market.base_demand, promises)
         tick = run_market_tick(inputs, problem, promises, settings.solver, response=response)
-        running = {k for k, f in loop.fits.items() if not interval_narrow(f, settings.experiments)}
+        running = {k for r, (k, f) in enumerate(zip(market.keys, map(loop.fits.get, market.keys)))
+                   if f is not None and not interval_narrow(f, settings.experiments, float(market.resources.unit_cost[r]),
+                                                            ceilings[r])}
         perturbed, steps = perturb_tick(tick, inputs, promises, running, settings.experiments, slot=h)
         published = tick.prices() if settings.shadow else perturbed.prices()
         for s in steps:

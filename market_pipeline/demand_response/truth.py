@@ -75,6 +75,11 @@ class GridMarket:
         out[1::2] = np.maximum(self.gpus - rigid_demand, 0.02 * self.gpus)
         return out
 
+    def ceilings(self, promises) -> np.ndarray:
+        """Per resource, the highest price the promises allow: the guaranteed cap, the band's top."""
+        top = np.minimum(self.resources.price_max[0::2], promises.guaranteed_cap * self.list_price)
+        return np.repeat(top, 2) * np.tile([1.0, 1.0 - promises.discount_min], self.list_price.size)
+
     def with_capacity(self, problem: MarketProblem, capacity: np.ndarray) -> MarketProblem:
         from dataclasses import replace
 
