@@ -12,7 +12,7 @@ loop sees only the prices it published and the demand they met (with noise).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -81,8 +81,6 @@ class GridMarket:
         return np.repeat(top, 2) * np.tile([1.0, 1.0 - promises.discount_min], self.list_price.size)
 
     def with_capacity(self, problem: MarketProblem, capacity: np.ndarray) -> MarketProblem:
-        from dataclasses import replace
-
         return MarketProblem(replace(problem.resources, capacity=np.asarray(capacity, dtype=np.float64)),
                                      problem.tenants)
 

@@ -18,24 +18,16 @@ first, drainable from what is left of the pool.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from market_pipeline.demand_response.estimator import fit_elasticity
-from market_pipeline.demand_response.experiments import (
-    ExperimentSettings,
-    interval_narrow,
-    model_profit,
-    perturb_tick,
-)
+from market_pipeline.demand_response.experiments import ExperimentSettings
 from market_pipeline.demand_response.synthetic import load_shape
-from market_pipeline.demand_response.truth import GridMarket, TruthPoint, grid_market
+from market_pipeline.demand_response.truth import GridMarket, TruthPoint
 from market_pipeline.guardrails.backlog import BacklogParams
 from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem, SolverSettings, demand_at
-from market_pipeline.tick import PoolTickInput, Promises, run_market_tick
-from market_pipeline.tick.response import calibrated_to_response
+from market_pipeline.tick import PoolTickInput, Promises
 
 HOUR = 3600.0
 

@@ -144,7 +144,10 @@ def run_market_tick(pools: list[PoolTickInput] | tuple[PoolTickInput, ...], prob
 
     `global_resolve` (the live loop's schedule, hourly by default) also solves cold with the
     global phase (`market.resolve`); when that optimum earns `switch_threshold` more profit
-    than the warm one, the tick walks toward it within the max step instead."""
+    than the warm one, the tick walks toward it within the max step instead.
+
+    `response` (elasticity per "<pool>/<class>", the demand-response fit) calibrates the
+    tenants to the fit before the solve (`tick.response`); resources without one keep the claims."""
     pools = tuple(pools)
     in_force = np.array([v for p in pools for v in (p.in_force_guaranteed, p.in_force_drainable)])
     report: SolveReport | None = None
