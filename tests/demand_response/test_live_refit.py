@@ -86,7 +86,7 @@ def test_a_running_experiment_keeps_its_id_across_refits(refit):
 
 
 @pytest.mark.parametrize("shadow", [False, True])
-def test_experiment_rows_record_the_cost_and_shadow_mode_publishes_nothing(shadow):
+def test_experiment_rows_record_the_cost_and_shadow_mode_publishes_nothing(shadow, tmp_path):
     config = load_config(resolve_fleet=False, environ={})
     promises = Promises.from_config(config)
     market = grid_market(promises.discount_min, promises.discount_max)
@@ -99,6 +99,8 @@ def test_experiment_rows_record_the_cost_and_shadow_mode_publishes_nothing(shado
     now = datetime(2026, 3, 2, 5, tzinfo=timezone.utc)
     published, rows = run_experiments(config, tick, pools, problem, {}, running, now, shadow)
     assert rows.height == 4 and (rows["published"] == (not shadow)).all()
+    store = open_warehouse(tmp_path / "w.duckdb")
+    assert store.replace_where("price_experiments", "tick_at = ?", [now], rows) == 4
     assert (rows["experiment_id"].str.ends_with("@t0")).all()
     if shadow:
         assert np.array_equal(published.prices(), tick.prices())
