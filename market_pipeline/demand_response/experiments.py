@@ -30,6 +30,7 @@ from scipy import stats
 
 from market_pipeline.demand_response.estimator import ResponseFit
 from market_pipeline.market.resources import DRAINABLE, GUARANTEED
+from market_pipeline.tick.live import EXPERIMENT_REASON
 from market_pipeline.tick.market_tick import MarketTick, PoolTickInput
 from market_pipeline.tick.promises import Promises, drainable_window, guaranteed_window
 from market_pipeline.tick.response import response_key
@@ -107,7 +108,7 @@ def perturb_tick(tick: MarketTick, pools: Sequence[PoolTickInput], promises: Pro
             sign = dither_sign(settings.seed, g_key, slot)
             guaranteed, by = _moved(r.guaranteed, sign, settings.amplitude, low, low_by, window.high, window.high_by)
             steps.append(ExperimentStep(g_key, sign, r.guaranteed, guaranteed, by))
-            reasons.append(f"price experiment {guaranteed / r.guaranteed - 1:+.1%}")
+            reasons.append(f"{EXPERIMENT_REASON} {guaranteed / r.guaranteed - 1:+.1%}")
         d_window = drainable_window(p.in_force_drainable, guaranteed, p.price_min * (1 - promises.discount_max),
                                     promises)
         drainable, d_reasons = d_window.clip(r.drainable)[0], []
@@ -116,7 +117,7 @@ def perturb_tick(tick: MarketTick, pools: Sequence[PoolTickInput], promises: Pro
             drainable, by = _moved(r.drainable, sign, settings.amplitude, d_window.low, d_window.low_by,
                                    d_window.high, d_window.high_by)
             steps.append(ExperimentStep(d_key, sign, r.drainable, drainable, by))
-            d_reasons.append(f"price experiment {drainable / r.drainable - 1:+.1%}")
+            d_reasons.append(f"{EXPERIMENT_REASON} {drainable / r.drainable - 1:+.1%}")
         records.append(replace(
             r, guaranteed=guaranteed, drainable=drainable,
             guaranteed_reason="; ".join([r.guaranteed_reason, *reasons]) if reasons else r.guaranteed_reason,

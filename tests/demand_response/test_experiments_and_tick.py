@@ -111,3 +111,13 @@ def test_an_experiment_stops_when_its_interval_decides_the_price():
 def test_amplitude_is_bounded():
     with pytest.raises(ExperimentSettingsError):
         ExperimentSettings(amplitude=0.5)
+
+
+def test_the_price_book_names_an_experiment_price_as_such():
+    from market_pipeline.tick.live import price_source
+
+    tick, inputs = _tick(MARKET.reference)
+    moved, steps = perturb_tick(tick, inputs, PROMISES, KEYS, ExperimentSettings(), slot=1)
+    r = moved.pools[0]
+    assert price_source("converged", r.guaranteed_reason, r.shield_factor, r.certified) == "experiment"
+    assert price_source("converged", "as solved", 1.0, True) == "solver"
