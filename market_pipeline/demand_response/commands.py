@@ -144,7 +144,7 @@ def run_bench(args: argparse.Namespace) -> int:
     grid = run_grid(points, settings, ablation=not args.no_ablation)
     out = {"recovery": fits, "truth_grid": grid["summary"], "seed_table": seed_table(grid["points"]),
            "latent_demand_reference": LATENT_DEMAND_REFERENCE,
-           "held_out": "the judged points were never used to choose a setting; tuning points: "
+           "held_out": "no setting was fitted to the judged points (docs/demand_response.md); tuning points: "
                        + ", ".join(p.name for p in tuning_points()),
            "wall_s": {"recovery": round(recovery_s, 2), "truth_grid": round(time.perf_counter() - started
                                                                              - recovery_s, 2)}}
