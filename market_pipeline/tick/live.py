@@ -22,6 +22,7 @@ from market_pipeline.tick.market_tick import AS_SOLVED, MarketTick, PoolTickInpu
 from market_pipeline.tick.promises import Promises, guaranteed_window
 from market_pipeline.warehouse import Warehouse
 
+EXPERIMENT_REASON = "price experiment"
 TICK_SCHEMA = {
     "tick_at": pl.Datetime("us", "UTC"), "solve_id": pl.Utf8, "pool_id": pl.Utf8, "status": pl.Utf8,
     "list_price": pl.Float64, "solver_guaranteed": pl.Float64, "solver_drainable": pl.Float64,
@@ -105,11 +106,14 @@ def latest_tick(store: Warehouse, now: datetime) -> pl.DataFrame:
 
 def price_source(status: str, reason: str, shield_factor: float, certified: bool) -> str:
     """How the published price came about: solver, shield (it raised the price, or found no
-    price within the promises that certifies), promises (clipped), fallback or the solve's status."""
+    price within the promises that certifies), experiment (a bounded price experiment moved
+    it), promises (clipped), fallback or the solve's status."""
     if status not in ("converged", "list"):
         return "fallback" if status == "fallback" else status
     if shield_factor > 1 + 1e-9 or not certified:
         return "shield"
+    if EXPERIMENT_REASON in reason:  # a bounded price experiment (`demand_response.experiments`)
+        return "experiment"
     return "solver" if reason == AS_SOLVED else "promises"
 
 
