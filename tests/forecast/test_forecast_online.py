@@ -95,3 +95,33 @@ def test_online_settings_are_validated(bad: dict) -> None:
 
     with pytest.raises(ForecastSettingsError):
         ForecastSettings(**bad)
+
+
+def lumpy_residuals(seed: int, rows: int = 6000, burst: int = 12) -> np.ndarray:
+    """Demand that mostly does not change (~81% zero residuals); each change is a level jump
+    that 12 consecutive origins of a 1 h horizon all miss (the Helios vcLJZ pattern)."""
+    rng = np.random.default_rng(seed)
+    residuals = np.zeros(rows)
+    for start in rng.choice(rows - burst, size=rows * 2 // 10 // burst, replace=False):
+        residuals[start:start + burst] = rng.choice([-1.0, 1.0]) * rng.uniform(2.0, 6.0)
+    return residuals[:, None]
+
+
+def test_wound_up_state_keeps_a_lumpy_series_near_its_best_coverage(monkeypatch) -> None:
+    """An interval that keeps the point covers every zero residual, so ~81% is the least
+    coverage possible; a state clamped at the floor over-covers after every burst."""
+    from market_pipeline.forecast import online
+
+    def excess(windup: float) -> float:
+        monkeypatch.setattr(online, "WINDUP_WIDTHS", windup)
+        gaps = []
+        for seed in range(3):
+            residuals = lumpy_residuals(seed)
+            tracked = track(residuals, np.array([-2.0]), np.array([2.0]), np.array([12]),
+                            rate=0.05, width=np.array([4.0]))
+            gaps.append(tracked.inside(residuals)[1000:].mean() - np.mean(residuals == 0))
+        return float(np.mean(gaps))
+
+    wound, clamped = excess(1.0), excess(0.0)
+    assert wound < 0.02, wound
+    assert clamped > wound + 0.01, (clamped, wound)
