@@ -35,6 +35,10 @@ MIN_WIDTH_SHARE = 0.05
 DELAY_SLOWDOWN = 0.25
 # How far past its floor a side's state may wind (in reference widths); see track().
 WINDUP_WIDTHS = 1.0
+# The least reference width, in normalised units (residual / recent mean |1-step change|;
+# a random walk's 1-step 80% interval is ~3 wide): a pool calibrated while idle (every
+# residual 0) would otherwise step a share of ~0 per miss and never widen once busy.
+MIN_REFERENCE_WIDTH = 1.0
 # Feedback delay (rows) at which the step is exactly `rate` x width: 1 h of 5-minute steps.
 REFERENCE_DELAY = 12.0
 
@@ -71,7 +75,7 @@ def reference_width(lower0: np.ndarray, upper0: np.ndarray,
     width = np.asarray(upper0, float) - np.asarray(lower0, float)
     if normalised is not None and normalised.shape[0]:
         width = np.maximum(width, 2.0 * np.mean(np.abs(normalised), axis=0))
-    return np.maximum(width, 1e-6)
+    return np.maximum(width, MIN_REFERENCE_WIDTH)
 
 
 def track(normalised: np.ndarray, lower0: np.ndarray, upper0: np.ndarray,

@@ -125,3 +125,17 @@ def test_wound_up_state_keeps_a_lumpy_series_near_its_best_coverage(monkeypatch)
     wound, clamped = excess(1.0), excess(0.0)
     assert wound < 0.02, wound
     assert clamped > wound + 0.01, (clamped, wound)
+
+
+def test_a_pool_calibrated_while_idle_still_adapts_when_it_turns_busy() -> None:
+    """Calibrated on a spell where demand never changed (every residual 0, interval width 0),
+    then residuals of spread 1 (normalised): the step must not be a share of that zero width
+    (an openb series built from the Alibaba pod list covered 0.41 at 4 h that way)."""
+    from market_pipeline.forecast.online import reference_width
+
+    calm = np.zeros((500, 2))
+    busy = np.random.default_rng(3).normal(0.0, 1.0, (3000, 2))
+    width = reference_width(np.zeros(2), np.zeros(2), calm)
+    tracked = track(busy, np.zeros(2), np.zeros(2), np.array([1, 12]), rate=0.05, width=width)
+    cover = tracked.inside(busy)[1000:].mean(axis=0)
+    assert np.all((cover > 0.77) & (cover < 0.83)), cover
