@@ -126,7 +126,7 @@ def test_helios_targets(shared_data: Path, name: str) -> None:
     assert result.mae <= result.persistence_mae
     assert result.mae <= 0.5 * result.seasonal_naive_mae
     # vcLJZ: 81% of its 1 h changes are zero, and an interval keeping the median covers them
-    assert 0.77 <= result.coverage_80 <= 0.845
+    assert 0.77 <= result.coverage_80 <= 0.85
 
 
 @pytest.mark.slow
