@@ -98,6 +98,7 @@ def track(normalised: np.ndarray, lower0: np.ndarray, upper0: np.ndarray,
     eta = step_sizes(width, delays if horizon_steps is None else horizon_steps, rate)
     min_half = 0.5 * MIN_WIDTH_SHARE * width
     windup = WINDUP_WIDTHS * width
+    neg_windup, neg_min_half = -windup, -min_half
     lower = np.minimum(np.array(lower0, dtype=float), -min_half)
     upper = np.maximum(np.array(upper0, dtype=float), min_half)
     # History of offsets in force, padded in front by the longest delay so that "the row
@@ -131,12 +132,15 @@ def track(normalised: np.ndarray, lower0: np.ndarray, upper0: np.ndarray,
         # a drift), a side at its floor cannot miss more, and a state clamped there would
         # absorb the credit that should offset the next burst's over-wide interval; the
         # banked credit keeps the long-run miss rate at its level as far as it can be.
-        np.clip(upper, -windup, None, out=upper)
-        np.clip(lower, None, windup, out=lower)
-        upper_hist[pad + i] = np.maximum(upper, min_half)
-        lower_hist[pad + i] = np.minimum(lower, -min_half)
+        np.maximum(upper, neg_windup, out=upper)
+        np.minimum(lower, windup, out=lower)
+        np.maximum(upper, min_half, out=upper_hist[pad + i])
+        np.minimum(lower, neg_min_half, out=lower_hist[pad + i])
     used = slice(pad, pad + rows)
-    return Tracked(lower_hist[used].copy(), upper_hist[used].copy(), lower, upper, rows)
+    # The offsets handed on are the ones the next interval is issued with (the bank is not
+    # carried: a live forecast replays its window afresh each tick).
+    return Tracked(lower_hist[used].copy(), upper_hist[used].copy(),
+                   np.minimum(lower, neg_min_half), np.maximum(upper, min_half), rows)
 
 
 def rolling_coverage(inside: np.ndarray, window: int) -> np.ndarray:

@@ -57,6 +57,9 @@ def test_interval_always_contains_the_point_and_never_collapses() -> None:
                     np.array([1, 2]), rate=0.5)
     assert np.all(tracked.lower_used < 0) and np.all(tracked.upper_used > 0)
     assert tracked.inside(residuals).all()
+    # ... and the offsets handed on to the next (live) interval keep their band, whatever
+    # credit the state banked below it
+    assert np.all(tracked.lower < 0) and np.all(tracked.upper > 0)
 
 
 def test_rolling_backtest_holds_coverage_when_demand_doubles() -> None:
