@@ -5,7 +5,7 @@ stops what depends on its asset in the same run, so a bad decision does not flow
 | asset | check | blocks |
 |---|---|---|
 | equilibrium_prices | solve certified (status, KKT <= tolerance) | yes |
-| equilibrium_prices | negative margins answered by a capacity target | yes |
+| equilibrium_prices | negative margins answered by a capacity target | no (ERROR) |
 | price_book | prices within bounds, cap, band and max step (great-expectations) | yes |
 | scaling_plan | certificate margins >= 0 (targets, approved removals) | yes |
 | scaling_plan | no node cordoned or uncordoned more than twice a day | no (ERROR) |
@@ -56,7 +56,9 @@ EQUILIBRIUM_SPECS = [
                       description="The tick's equilibrium solve is certified: converged (or proved capacity "
                                   "short at price_max) with its KKT residual within market.solver_tolerance; "
                                   "a fallback solve fails."),
-    dg.AssetCheckSpec("equilibrium_margins", asset=EQUILIBRIUM, blocking=True,
+    # Not blocking: an uncertified pool needs the shielded price published and capacity
+    # planned, which is what runs downstream; stopping them would leave it worse.
+    dg.AssetCheckSpec("equilibrium_margins", asset=EQUILIBRIUM,
                       description="Backlog-certificate margins: each pool certifies at its serving capacity "
                                   "(margin >= 0) or its capacity target asks for the capacity that would."),
 ]

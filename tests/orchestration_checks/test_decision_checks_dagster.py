@@ -31,8 +31,8 @@ def test_every_decision_asset_has_its_checks_and_the_blocking_ones_block() -> No
         assert any(a == asset for a, _ in checks), asset
     assert {("demand_forecast", FORECAST_COVERAGE), ("demand_forecast", FORECAST_FALLBACK)} <= checks
     blocking = {spec.key.name for c in decision_checks for spec in c.check_specs if spec.blocking}
-    assert blocking == {"equilibrium_solve_certified", "equilibrium_margins", "price_book_promises",
-                        "scaling_plan_margins", "drain_requests_within_limits"}
+    assert blocking == {"equilibrium_solve_certified", "price_book_promises", "scaling_plan_margins",
+                        "drain_requests_within_limits"}
 
 
 def solve_and_tick(store, status: str, kkt: float) -> None:
