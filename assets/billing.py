@@ -11,7 +11,7 @@ hours, dbt rebuilds the whole range's window at once.
 import datetime as dt
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +25,12 @@ from dagster_dbt import (
     dbt_assets,
 )
 
+from assets.fleet import fleet_adapter
 from assets.resources import FleetAdapterResource, WarehouseResource
 from assets.telemetry import TELEMETRY_PARTITIONS
+from assets.metadata import ROW_COUNT, table_metadata
 from market_pipeline.billing.balances import post_invoice_window
+from market_pipeline.billing.dbt_metadata import model_description, row_counts, dbt_test_description
 from market_pipeline.billing.dbt_project import (
     DBT_PROJECT_DIR,
     UNIT_TESTS_EXCLUDED,
@@ -61,14 +64,6 @@ def _configured_warehouse() -> Path | None:
 ensure_manifest(DBT_PROJECT_DIR, _configured_warehouse())
 
 
-def _markdown(frame: pl.DataFrame, limit: int = 20) -> str:
-    if frame.is_empty():
-        return "_no rows_"
-    head = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
-    body = "".join("| " + " | ".join(str(v) for v in row) + " |\n" for row in frame.head(limit).iter_rows())
-    return head + body
-
-
 @dg.asset(group_name=GROUP, pool="warehouse",
           description="Billing rate card (time bands, zone coefficients, base prices, commitment "
                       "tiers, grace and SLA terms, capacity cost per GPU model) refreshed from the "
@@ -78,13 +73,14 @@ def billing_rate_card(warehouse: WarehouseResource, fleet: FleetAdapterResource)
     terms = card.terms.row(0, named=True)
     return dg.MaterializeResult(metadata={
         "grace_seconds": terms["grace_seconds"], "sla_credit_rate": float(terms["sla_credit_rate"]),
-        "zones": dg.MetadataValue.md(_markdown(card.zones)),
-        "gpu_costs": dg.MetadataValue.md(_markdown(card.gpu_costs)),
-        "commitment_tiers": dg.MetadataValue.md(_markdown(card.tiers)),
+        "zones": table_metadata(card.zones),
+        "gpu_costs": table_metadata(card.gpu_costs),
+        "commitment_tiers": table_metadata(card.tiers),
     })
 
 
 @dg.asset(partitions_def=HOURLY_PARTITIONS, backfill_policy=SINGLE_RUN, group_name=GROUP, pool="warehouse",
+          deps=[fleet_adapter],
           description="Per-second usage intervals per task, GPU and hour from the adapter's task "
                       "lifecycle events (fractional/MIG shares as their fraction, memory per GPU).")
 def usage_intervals(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
@@ -101,19 +97,32 @@ def usage_intervals(context: dg.AssetExecutionContext, warehouse: WarehouseResou
                                                      pl.col("task_id").n_unique().alias("tasks"))
                  .sort("tenant_id") if intervals.height else pl.DataFrame())
     return dg.MaterializeResult(metadata={
+        ROW_COUNT: intervals.height,
         "partitions": len(context.partition_keys),
         "intervals": intervals.height,
         "metered_seconds": metered_seconds(intervals),
         "gpu_seconds": float(gpu_seconds(intervals)) if intervals.height else 0.0,
         "drained_or_failed": int(intervals.filter(pl.col("end_reason").is_in(["drained", "failed"])).height)
         if intervals.height else 0,
-        "by_tenant": dg.MetadataValue.md(_markdown(by_tenant)),
+        "by_tenant": table_metadata(by_tenant),
     })
 
 
 class BillingDbtTranslator(DagsterDbtTranslator):
     def get_group_name(self, dbt_resource_props: dict[str, Any]) -> str | None:
         return GROUP
+
+    def get_description(self, dbt_resource_props: Mapping[str, Any]) -> str:
+        """The model's own description (dbt/models/**.yml), not its raw SQL."""
+        return model_description(dbt_resource_props)
+
+    def get_asset_check_spec(self, asset_spec: dg.AssetSpec, manifest: Mapping[str, Any], unique_id: str,
+                             project: DbtProject | None) -> dg.AssetCheckSpec | None:
+        spec = super().get_asset_check_spec(asset_spec, manifest, unique_id, project)
+        if spec is None:
+            return None
+        node = manifest["nodes"].get(unique_id, {})
+        return spec._replace(description=dbt_test_description(node))
 
 
 BILLING_DBT_TRANSLATOR = BillingDbtTranslator(settings=DagsterDbtTranslatorSettings(
@@ -131,7 +140,28 @@ def billing_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource,
     dbt_vars = billing_vars(fleet.config(), window.start, window.end)
     with environment_overrides({WAREHOUSE_ENV: str(Path(warehouse.path).resolve())}):
         invocation = dbt.cli(["build", *UNIT_TESTS_EXCLUDED, "--vars", json.dumps(dbt_vars)], context=context)
-    yield from invocation.stream()
+    yield from with_row_counts(invocation.stream(), warehouse)
+
+
+def with_row_counts(events: Iterable[Any], warehouse: WarehouseResource) -> Iterator[Any]:
+    """Each model's materialisation with its row count (`dagster/row_count`).
+
+    The equivalent of dagster-dbt's `fetch_row_counts()`, which queries while dbt runs: DuckDB
+    lets one process hold the file, so the counts are read once dbt has exited and let go."""
+    held = list(events)
+    names = {_model_name(e) for e in held if isinstance(e, (dg.Output, dg.AssetMaterialization))}
+    counts = row_counts(warehouse.reader(), (n for n in names if n))
+    for event in held:
+        name = _model_name(event) if isinstance(event, (dg.Output, dg.AssetMaterialization)) else None
+        if name in counts:
+            event = event.with_metadata({**event.metadata, ROW_COUNT: counts[name]})
+        yield event
+
+
+def _model_name(event: Any) -> str | None:
+    unique_id = event.metadata.get("unique_id")
+    value = getattr(unique_id, "value", unique_id)
+    return str(value).rsplit(".", 1)[-1] if value else None
 
 
 @dg.asset(partitions_def=HOURLY_PARTITIONS, backfill_policy=SINGLE_RUN, group_name=GROUP, pool="warehouse",
@@ -143,8 +173,8 @@ def billing_ledger(context: dg.AssetExecutionContext, warehouse: WarehouseResour
     store = warehouse.get()
     written = post_invoice_window(store, window.start, window.end)
     balances = store.query("SELECT tenant_id, sum(amount) AS balance FROM billing_ledger GROUP BY 1 ORDER BY 1")
-    return dg.MaterializeResult(metadata={"entries": written,
-                                          "balances": dg.MetadataValue.md(_markdown(balances))})
+    return dg.MaterializeResult(metadata={ROW_COUNT: written, "entries": written,
+                                          "balances": table_metadata(balances)})
 
 
 @dg.asset(partitions_def=HOURLY_PARTITIONS, backfill_policy=SINGLE_RUN, group_name=GROUP, pool="warehouse",
@@ -176,7 +206,7 @@ def budget_guard(context: dg.AssetExecutionContext, warehouse: WarehouseResource
         "blocked_tenants": sum(1 for v in run.verdicts if not v.admit_new_tasks),
         "drain_decisions": int(run.decisions.filter(pl.col("action") == "drain").height),
         "admission": dg.MetadataValue.text(admission),
-        "verdicts": dg.MetadataValue.md(_markdown(table)),
+        "verdicts": table_metadata(table),
     })
 
 

@@ -9,12 +9,13 @@ from datetime import datetime, timedelta, timezone
 
 import dagster as dg
 
+from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
 from assets.scaling import scaling_plan
 from market_pipeline.action_batches import batch_id_for, parse_tick
 from market_pipeline.drain_batches import DRAIN_KIND, execute_drain_batch
 from market_pipeline.guardrails.task_drain_service import (
-    decisions_markdown,
+    decision_rows,
     outcome_summary,
     plan_and_record,
 )
@@ -25,7 +26,9 @@ from sensors.batches import ActionBatchConfig, batch_output, run_is_live
 DRAIN_OP_NAME = "execute_drain_batch"
 
 
-@dg.asset(group_name="drain", pool="warehouse", deps=[scaling_plan], kinds={"duckdb"})
+# telemetry_samples: the planner reads the recent clean samples (telemetry_clean) it writes
+@dg.asset(group_name="drain", pool="warehouse", deps=[scaling_plan, dg.AssetKey("telemetry_samples")],
+          kinds={"duckdb"})
 def drain_requests(
     context: dg.AssetExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
@@ -46,6 +49,7 @@ def drain_requests(
     context.log.info("drain decisions: %d (%d approved, %d new rows), samples from %s",
                      len(decisions), len(approved), written, source)
     return dg.MaterializeResult(metadata={
+        ROW_COUNT: written,
         "decisions": len(decisions),
         "approved": len(approved),
         "blocked": len(decisions) - len(approved),
@@ -53,7 +57,7 @@ def drain_requests(
         "shadow": bool(config.loop.shadow_mode),
         "samples_from": source,
         "by_trigger": dg.MetadataValue.json(by_trigger),
-        "decision_table": dg.MetadataValue.md(decisions_markdown(decisions)),
+        "decision_table": table_metadata(decision_rows(decisions)),
         "outcomes_24h": dg.MetadataValue.json(recent),
     })
 

@@ -2,13 +2,21 @@
 
 import dagster as dg
 
+from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.demand import pool_snapshot
 from market_pipeline.inventory import gpus_frame, nodes_frame, tasks_frame, unpriced_nodes
 
 
-@dg.asset(group_name="fleet", pool="warehouse", kinds={"duckdb"})
+# The nodes themselves, read through the node hardware adapter: where the lineage begins.
+fleet_adapter = dg.AssetSpec(
+    "fleet_adapter", group_name="fleet", kinds={"python"},
+    description="The node hardware adapter (adapter.backend in the config): nodes, GPUs, tasks, "
+                "telemetry samples and task lifecycle events. External: read, never materialised here.")
+
+
+@dg.asset(group_name="fleet", pool="warehouse", deps=[fleet_adapter], kinds={"duckdb"})
 def fleet_inventory(
     context: dg.AssetExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
@@ -35,22 +43,21 @@ def fleet_inventory(
     by_state: dict[str, int] = {}
     for node in nodes:
         by_state[node.state.value] = by_state.get(node.state.value, 0) + 1
-    table = "| state | nodes |\n|---|---|\n" + "\n".join(
-        f"| {state} | {count} |" for state, count in sorted(by_state.items()))
     context.log.info("fleet: %d nodes, %d GPUs, %d tasks", len(nodes), len(gpus), len(tasks))
     unpriced = unpriced_nodes(nodes, set(fleet.config().pool_by_id))
     if unpriced:
         context.log.warning("GPUs in pools no configured pool prices: %s", unpriced)
     return dg.MaterializeResult(metadata={
         "observed_at": dg.MetadataValue.text(observed_at.isoformat()),
+        ROW_COUNT: len(nodes),
         "nodes": len(nodes),
+        **{f"nodes_{state}": count for state, count in sorted(by_state.items())},
         "gpus": len(gpus),
         "running_tasks": len(tasks),
-        "nodes_by_state": dg.MetadataValue.md(table),
-        "pools": dg.MetadataValue.md(snapshot.to_pandas().to_markdown(index=False)),
+        "pools": table_metadata(snapshot),
         "unpriced_gpus": sum(unpriced.values()),
         "unpriced_pools": dg.MetadataValue.json(unpriced),
     })
 
 
-fleet_assets = [fleet_inventory]
+fleet_assets = [fleet_adapter, fleet_inventory]

@@ -7,7 +7,9 @@ from datetime import datetime, timedelta, timezone
 import dagster as dg
 import polars as pl
 
+from assets.decision_checks import FORECAST_CHECK_SPECS, forecast_check_results
 from assets.fleet import fleet_inventory
+from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline import forecast as fc
 from market_pipeline.demand import demand_on_grid
@@ -38,7 +40,8 @@ BASE_PRICES_FROM = datetime(2024, 1, 1, tzinfo=timezone.utc)
 STEP_MINUTES = 5
 
 
-@dg.asset(group_name="market", pool="warehouse", deps=[fleet_inventory], kinds={"duckdb", "polars"})
+@dg.asset(group_name="market", pool="warehouse", deps=[fleet_inventory, dg.AssetKey("usage_intervals")],
+          kinds={"duckdb", "polars"})
 def demand_history(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
     """Requested GPUs (running + pending) per pool on a 5-minute grid over the last days,
     with the guaranteed price in force at each step."""
@@ -59,13 +62,15 @@ def demand_history(fleet: FleetAdapterResource, warehouse: WarehouseResource) ->
     latest = history.filter(pl.col("ts") == history["ts"].max())
     return dg.MaterializeResult(metadata={
         "window": dg.MetadataValue.text(f"{start.isoformat()} .. {end.isoformat()}"),
-        "rows": history.height,
+        ROW_COUNT: history.height,
         "usage_intervals_read": usage.height,
-        "latest_demand": dg.MetadataValue.md(latest.to_pandas().to_markdown(index=False)),
+        "demand_gpus_now": dg.MetadataValue.float(round(float(latest["demand"].sum() or 0.0), 3)),
+        "latest_demand": table_metadata(latest),
     })
 
 
-@dg.asset(group_name="market", pool="warehouse", deps=[demand_history], kinds={"sklearn", "duckdb"})
+@dg.asset(group_name="market", pool="warehouse", deps=[demand_history], kinds={"sklearn", "duckdb"},
+          check_specs=FORECAST_CHECK_SPECS)
 def demand_forecast(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
                     warehouse: WarehouseResource) -> dg.MaterializeResult:
     """Per pool: the chosen forecaster (never worse than persistence on validation), q10/q50/q90
@@ -79,21 +84,22 @@ def demand_forecast(context: dg.AssetExecutionContext, fleet: FleetAdapterResour
     results = fc.forecast_pool_results(demand, step_minutes=STEP_MINUTES, origin_ts=origin)
     frame = fc.results_frame(results, demand.schema["ts"])
     store.replace_where("demand_forecasts", "origin_ts = ?", [origin], frame)
-    summary = pl.DataFrame(fc.summary_rows(results))
+    operator = fc.operator_metadata(results)  # rolling coverage and how each model was chosen
+    operator.pop("forecast_operator_table")  # the same rows as a table below
     metadata: dict[str, object] = {
         "origin": dg.MetadataValue.text(origin.isoformat()),
         "pools": len(results),
+        ROW_COUNT: frame.height,
         "forecaster_version": fc.FORECASTER_VERSION,
-        "chosen_models": dg.MetadataValue.md(summary.to_pandas().to_markdown(index=False)),
+        **{k: dg.MetadataValue.json(v) if isinstance(v, dict) else v for k, v in operator.items()},
+        "chosen_models": table_metadata(fc.summary_rows(results)),
+        "forecast_operator": table_metadata(fc.operator_rows(results)),
     }
-    operator = fc.operator_metadata(results)  # rolling coverage and how each model was chosen
-    metadata["forecast_operator"] = dg.MetadataValue.md(str(operator.pop("forecast_operator_table")))
-    metadata.update({k: dg.MetadataValue.json(v) if isinstance(v, dict) else v for k, v in operator.items()})
     for result in fc.busiest_pools(results, 3):
         png = fc.plot_forecast_png(result.history, result.forecast, title=result.pool_id)
         metadata[f"forecast_{result.pool_id}"] = dg.MetadataValue.md(png_markdown(png, result.pool_id))
     context.log.info("forecast %d pools at %s", len(results), origin)
-    return dg.MaterializeResult(metadata=metadata)
+    return dg.MaterializeResult(metadata=metadata, check_results=forecast_check_results(results))
 
 
 @dg.asset(group_name="market", pool="warehouse", deps=[demand_forecast, fleet_inventory],
@@ -130,6 +136,9 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
     body = tick.report.to_dict()
     shielded = [r.pool_id for r in tick.pools if r.shielded]
     context.log.info("tick %s: solve %s, %d pools shielded", solve_id, tick.status, len(shielded))
+    # only a fallback solve has a reason: no entry reading "None" on a converged one
+    fallback = {"fallback_reason": dg.MetadataValue.text(str(body["fallback_reason"]))} \
+        if body.get("fallback_reason") else {}
     return dg.MaterializeResult(metadata={
         "solve_id": solve_id,
         "converged": tick.converged,
@@ -138,14 +147,16 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
         "kkt_residual": dg.MetadataValue.float(float(body["kkt_residual"] or 0.0)),
         "iterations": int(body["iterations"]),
         "seconds": dg.MetadataValue.float(float(body["seconds"])),
-        "fallback_reason": dg.MetadataValue.text(body.get("fallback_reason") or "none"),
+        "pools_shielded": len(shielded),
+        "pools_uncertified": sum(1 for r in tick.pools if not r.certified),
         "shielded_pools": dg.MetadataValue.json(shielded),
         "uncertified_pools": dg.MetadataValue.json([r.pool_id for r in tick.pools if not r.certified]),
         "global_resolve": resolve_due,
         "demand_response_fitted": len(response),
         "price_experiments": experiments.height,
         "shadow_mode": config.loop.shadow_mode,
-        "dagster/row_count": rows.height,
+        **fallback,
+        ROW_COUNT: rows.height,
         "tick": table_metadata(rows.select(
             "pool_id", "list_price", "solver_guaranteed", "guaranteed", "solver_drainable", "drainable",
             "guaranteed_reason", "margin", "serving_gpus", "capacity_target_gpus",
@@ -179,7 +190,7 @@ def price_book(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.
         "CAST(price_per_gpu_hour AS DOUBLE) AS price FROM price_book "
         "WHERE effective_from >= ? ORDER BY effective_from", [now - timedelta(days=HISTORY_DAYS)])
     metadata: dict[str, object] = {"published_rows": published, "shadow_mode": config.loop.shadow_mode,
-                                   "dagster/row_count": published}
+                                   ROW_COUNT: published}
     if rows is not None and rows.height:
         metadata["prices"] = table_metadata(rows.select(
             "pool_id", "resource_class", pl.col("price_per_gpu_hour").cast(pl.Float64),
@@ -189,15 +200,6 @@ def price_book(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.
     if png is not None:
         metadata["price_history"] = dg.MetadataValue.md(png_markdown(png, "price history"))
     return dg.MaterializeResult(metadata=metadata)
-
-
-def table_metadata(frame: pl.DataFrame) -> dg.TableMetadataValue:
-    """A frame as a Dagster table with its schema (floats rounded for reading)."""
-    kinds = {pl.Float64: "float", pl.Int64: "int", pl.Int32: "int", pl.Boolean: "bool"}
-    frame = frame.with_columns(pl.col(pl.Float64).round(4))
-    schema = dg.TableSchema(columns=[dg.TableColumn(name, kinds.get(dtype, "string"))
-                                     for name, dtype in frame.schema.items()])
-    return dg.MetadataValue.table(records=[dg.TableRecord(row) for row in frame.to_dicts()], schema=schema)
 
 
 market_assets = [demand_history, demand_forecast, equilibrium_prices, price_book]

@@ -3,12 +3,11 @@ actions are carried out per tick by scaling_actions_job, launched by the scaling
 (sensors/scaling.py)."""
 
 # No `from __future__ import annotations`: Dagster inspects the context annotations at runtime.
-import json
-
 import dagster as dg
 import polars as pl
 
 from assets.market import STEP_MINUTES, price_book
+from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.market_state import tick_origin
@@ -49,18 +48,30 @@ def scaling_plan(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
     rows = decision_rows(decisions, config.loop.shadow_mode, now)
     store.upsert("decisions", rows)
     store.upsert("scaler_memory", memory_frame(list(memories.values()), now))
-    margins = {d.pool: d.certificate_margin for d in decisions if d.certificate_margin is not None}
-    table = rows.select("pool_id", "action", "target", "allowed",
-                        pl.col("reasons").list.join("; ")) if rows.height else rows
-    context.log.info("scaling: %d decisions (%d allowed)", rows.height, int(rows["allowed"].sum() or 0))
+    margins = {d.pool: round(d.certificate_margin, 3) for d in decisions if d.certificate_margin is not None}
+    allowed = int(rows["allowed"].sum() or 0) if rows.height else 0
+    acts = rows.filter(pl.col("allowed") & (pl.col("action") != "hold")) if rows.height else rows
+    context.log.info("scaling: %d decisions (%d allowed)", rows.height, allowed)
     return dg.MaterializeResult(metadata={
-        "decisions": rows.height,
-        "allowed": int(rows["allowed"].sum() or 0) if rows.height else 0,
+        ROW_COUNT: rows.height,
+        "allowed": allowed,
+        "node_actions": acts.height,
         "shadow_mode": config.loop.shadow_mode,
+        "lowest_certificate_margin": dg.MetadataValue.float(min(margins.values()) if margins else 0.0),
         "certificate_margin_by_pool": dg.MetadataValue.json(margins),
-        "decision_table": dg.MetadataValue.md(table.to_pandas().to_markdown(index=False) if rows.height
-                                              else "_no decisions_"),
+        "decision_table": table_metadata(decision_table(rows)),
     })
+
+
+def decision_table(rows: pl.DataFrame) -> pl.DataFrame:
+    """The plan as an operator reads it: a pool-wide decision names no node (target empty)."""
+    if rows.is_empty():
+        return pl.DataFrame(schema={"pool_id": pl.Utf8, "action": pl.Utf8, "node": pl.Utf8,
+                                    "allowed": pl.Boolean, "count": pl.Int64, "reasons": pl.Utf8})
+    return rows.select(
+        "pool_id", "action", pl.col("target").fill_null("").alias("node"), "allowed",
+        pl.col("inputs").str.json_path_match("$.count").cast(pl.Int64, strict=False).fill_null(1).alias("count"),
+        pl.col("reasons").list.join("; "))
 
 
 scaling_assets = [scaling_plan]

@@ -7,6 +7,8 @@ from datetime import timedelta
 
 import dagster as dg
 
+from assets.fleet import fleet_adapter
+from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.telemetry.checks import (
@@ -16,7 +18,6 @@ from market_pipeline.telemetry.checks import (
     freshness,
     quarantine_rate_verdict,
     quarantine_stats,
-    reasons_markdown,
 )
 from market_pipeline.plots import png_markdown
 from market_pipeline.telemetry.heatmap import utilisation_heatmap_png
@@ -34,7 +35,7 @@ ADAPTER_SOURCE = "adapter"  # the asset owns what the adapter delivered into a p
 
 
 @dg.asset(partitions_def=TELEMETRY_PARTITIONS, pool="warehouse", group_name="telemetry",
-          kinds={"duckdb", "polars"})
+          deps=[fleet_adapter], kinds={"duckdb", "polars"})
 def telemetry_samples(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
                       warehouse: WarehouseResource) -> dg.MaterializeResult:
     """One hour of per-GPU samples: clean rows to telemetry_clean, rejected rows with their
@@ -54,11 +55,12 @@ def telemetry_samples(context: dg.AssetExecutionContext, fleet: FleetAdapterReso
     context.log.info("telemetry %s: %d in, %d clean, %d quarantined", window.key,
                      report.rows_in, report.clean, report.quarantined)
     metadata: dict[str, object] = {
+        ROW_COUNT: report.clean,
         "rows_in": report.rows_in,
         "clean": report.clean,
         "quarantined": report.quarantined,
         "quarantine_rate": dg.MetadataValue.float(report.quarantine_rate),
-        "quarantine_reasons": dg.MetadataValue.md(reasons_markdown(report.by_reason)),
+        "quarantine_reasons": reasons_table(report.by_reason),
         "ingest_id": report.ingest_id,
         "backend": adapter.backend,
         "ingest_seconds": dg.MetadataValue.float(round(report.seconds, 3)),
@@ -70,13 +72,20 @@ def telemetry_samples(context: dg.AssetExecutionContext, fleet: FleetAdapterReso
     return dg.MaterializeResult(metadata=metadata)
 
 
+def reasons_table(by_reason: dict[str, int]) -> dg.TableMetadataValue:
+    """Quarantine reasons by count, most frequent first (a row may have several reasons)."""
+    ordered = sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0]))
+    return table_metadata([{"reason": r, "rows": n} for r, n in ordered]
+                          or [{"reason": "no quarantined rows", "rows": 0}])
+
+
 def _stats_metadata(stats) -> dict[str, object]:
     return {
         "rows_in": stats.rows_in,
         "clean": stats.clean,
         "quarantined": stats.quarantined,
         "quarantine_rate": dg.MetadataValue.float(stats.rate),
-        "quarantine_reasons": dg.MetadataValue.md(reasons_markdown(stats.by_reason)),
+        "quarantine_reasons": reasons_table(stats.by_reason),
     }
 
 

@@ -6,6 +6,7 @@ import os
 import dagster as dg
 
 from assets.control_loop import control_loop_job, control_loop_schedule, telemetry_job, telemetry_schedule
+from assets.decision_checks import decision_checks
 from assets.billing import billing_assets, billing_job, billing_resources, billing_schedules
 from assets.demand_response import demand_response_assets, demand_response_job, demand_response_schedule
 from assets.drain import drain_assets, drain_job
@@ -33,7 +34,7 @@ def _resources() -> dict[str, object]:
 defs = dg.Definitions(
     assets=[*fleet_assets, *telemetry_assets, *market_assets, *scaling_assets, *drain_assets, *billing_assets,
             *simulation_assets, *demand_response_assets],
-    asset_checks=[*telemetry_checks],
+    asset_checks=[*telemetry_checks, *decision_checks],
     jobs=[telemetry_job, control_loop_job, drain_job, scaling_actions_job, billing_job, demand_response_job],
     schedules=[telemetry_schedule, control_loop_schedule, *billing_schedules, demand_response_schedule],
     sensors=[drain_sensor, scaling_sensor],

@@ -136,17 +136,12 @@ def execute_decision(warehouse: Warehouse, adapter: NodeAdapter, config: Any, de
 # -- operator views ------------------------------------------------------------------------
 
 
-def decisions_markdown(decisions: Sequence[DrainDecision], limit: int = 50) -> str:
-    lines = ["| decision | task | tenant | trigger | allowed | score | reasons |",
-             "|---|---|---|---|---|---|---|"]
-    for d in decisions[:limit]:
-        reasons = "; ".join(d.reasons[2:]) or d.reasons[0]
-        lines.append(f"| {d.decision_id} | {d.task.task_id} | {d.task.tenant_id} | "
-                     f"{d.reason.value} | {'yes' if d.allowed else 'no'} | "
-                     f"{d.score.score:.2f} | {reasons.replace('|', '/')} |")
-    if len(decisions) > limit:
-        lines.append(f"| ... {len(decisions) - limit} more | | | | | | |")
-    return "\n".join(lines)
+def decision_rows(decisions: Sequence[DrainDecision]) -> list[dict[str, Any]]:
+    """One row per drain decision, for the operator's table: the blockers, else the trigger."""
+    return [{"decision": d.decision_id, "task": d.task.task_id, "tenant": d.task.tenant_id,
+             "node": d.task.node_id, "trigger": d.reason.value, "allowed": d.allowed,
+             "score": round(d.score.score, 2), "reasons": "; ".join(d.reasons[2:]) or d.reasons[0]}
+            for d in decisions]
 
 
 def outcome_summary(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:

@@ -103,6 +103,7 @@ def _finish_drained(tick: Tick, node: NodeView) -> None:
                  margin, to=power_off_target(tick))
     else:
         tick.uncordoned += 1
+        tick.memory.note_uncordon(node.node_id, tick.t)
         tick.add("uncordon", node.node_id, True,
                  [f"certificate no longer holds without this node (margin {margin:.2f} GPUs)"], margin)
 
@@ -119,6 +120,7 @@ def _fail_drain(tick: Tick, node: NodeView, why: str) -> None:
     if failures >= tick.config.max_drain_attempts:
         memory.blocked[node.node_id] = tick.t
         reasons.append("blocked_drain: reported and skipped, not retried every tick")
+    memory.note_uncordon(node.node_id, tick.t)
     tick.add("uncordon", node.node_id, True, reasons, drain_failures=failures)
 
 

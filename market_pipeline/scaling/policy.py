@@ -92,7 +92,7 @@ def plan_pool(
         t=now.timestamp(), memory=memory, fleet=fleet, target=target, drain_status=drain_status,
         base_inputs=_base_inputs(pool_state, forecast_q90, price, fleet, target),
     )
-    _forget_gone_nodes(memory, nodes, tick.t)
+    _forget_gone_nodes(memory, nodes, tick.t, config)
     progress_drains(tick, {node.node_id: node for node in nodes})
     if target.need_nodes > tick.in_service:
         memory.surplus_since.clear()
@@ -130,12 +130,33 @@ def _base_inputs(
     }
 
 
-def _forget_gone_nodes(memory: ScalerMemory, nodes: list[NodeView], t: float) -> None:
+def _forget_gone_nodes(memory: ScalerMemory, nodes: list[NodeView], t: float, config: ScalingConfig) -> None:
     present = {node.node_id for node in nodes}
-    for book in (memory.drain_failures, memory.blocked, memory.drain_failed_at):
+    for book in (memory.drain_failures, memory.blocked, memory.drain_failed_at, memory.cordons, memory.uncordons):
         for node_id in [n for n in book if n not in present]:
             del book[node_id]
     memory.busy_drains = [r for r in memory.busy_drains if t - r < 24 * _HOUR]
+    window = flap_window_seconds(config)
+    for book in (memory.cordons, memory.uncordons):
+        for node_id in list(book):
+            book[node_id] = [c for c in book[node_id] if t - c < window]
+            if not book[node_id]:
+                del book[node_id]
+
+
+def flap_window_seconds(config: ScalingConfig) -> float:
+    """A cordon counts for a day plus the longest a node stays cordoned (a drain's timeout, a
+    wave's wait): its uncordon then also falls in the day the cordon is counted in."""
+    return 24 * _HOUR + 60.0 * (config.drain_timeout_minutes + config.scale_down_wave_minutes)
+
+
+def flapping(memory: ScalerMemory, config: ScalingConfig, t: float) -> set[str]:
+    """Nodes cordoned `max_cordons_per_day` times already whose drain failed in that time (the
+    task-drain guardrail would not empty them): not cordoned again for now. A cordon reversed
+    because demand came back is the policy answering demand, paced by the hysteresis."""
+    window = flap_window_seconds(config)
+    return {n for n, times in memory.cordons.items()
+            if len(times) >= config.max_cordons_per_day and t - memory.drain_failed_at.get(n, -math.inf) < window}
 
 
 def _scale_up_due(tick: Tick) -> bool:
@@ -176,6 +197,7 @@ def _scale_up(tick: Tick, needed: int) -> None:
     for node in leaving[:needed]:
         del memory.draining[node.node_id]
         tick.uncordoned += 1
+        memory.note_uncordon(node.node_id, tick.t)
         tick.add("uncordon", node.node_id, True, ["demand needs this node again: cancel its drain"])
     needed -= min(needed, len(leaving))
     standby = sorted(tick.fleet.standby, key=lambda n: n.node_id)
@@ -223,7 +245,17 @@ def _scale_down(tick: Tick, surplus: int) -> None:
             f"failed_scale_down_cooldown: its drain failed {ago:.0f} min ago; "
             f"skipped for {config.failed_scale_down_cooldown_minutes - ago:.0f} more min while other nodes stand in",
         ])
-    skipped = memory.blocked.keys() | cooling.keys()
+    # a node that would flap, or whose tasks the task-drain guardrail will not move (a
+    # protected task), is not cordoned: it would only be uncordoned again
+    protected = {n for n, status in tick.drain_status.items() if status.blocked}
+    flaps = flapping(memory, config, t)
+    reported = memory.blocked.keys() | cooling.keys()  # each already has its own decision
+    for node in sorted((n for n in tick.fleet.schedulable if n.node_id in flaps - reported), key=lambda n: n.node_id):
+        tick.add("scale_down", node.node_id, False, [
+            f"flap_guard: cordoned {len(memory.cordons[node.node_id])} times in the last day "
+            f"(max_cordons_per_day {config.max_cordons_per_day}); other nodes stand in",
+        ])
+    skipped = memory.blocked.keys() | cooling.keys() | flaps | protected
     candidates = sorted(
         (n for n in tick.fleet.schedulable if n.node_id not in skipped),
         key=lambda n: (n.used_gpus, n.node_id),
@@ -327,6 +359,7 @@ def _try_remove(tick: Tick, node: NodeView, leaving: list[NodeView]) -> bool:
         f"certified at {remaining} nodes (margin {margin:.2f} GPUs)",
     ], margin, saving=saving, cost=cost, **inputs)
     memory.draining[node.node_id] = t
+    memory.note_cordon(node.node_id, t)
     if node.used_gpus > 0 or node.task_gpus:
         memory.busy_drains.append(t)  # a drain that moves work: counts against the hourly budget
     return True
@@ -338,6 +371,7 @@ def _replace_unhealthy(tick: Tick) -> None:
             continue
         if len(tick.fleet.schedulable) + tick.uncordoned >= tick.target.nodes:
             tick.memory.draining[node.node_id] = tick.t
+            tick.memory.note_cordon(node.node_id, tick.t)
             tick.add("replace", node.node_id, True,
                      ["unhealthy: replacement capacity is up, drain then remove"])
         else:

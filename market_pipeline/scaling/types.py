@@ -134,6 +134,11 @@ class ScalingConfig:
     max_drain_attempts: int = 3  # then the node is reported as blocked_drain
     drain_timeout_minutes: float = 30.0
     blocked_recheck_minutes: float = 360.0  # one more attempt per period, never a loop
+    # no flapping: a node whose drain failed is cordoned at most this often a day; past it,
+    # other nodes stand in (the retries of a drain the task-drain guardrail kept refusing
+    # cycled one node 4x a day). A removal that completes (the node powers off), or one
+    # reversed because demand came back, is the pool's scaling, paced by the hysteresis.
+    max_cordons_per_day: int = 2
     drain_cost_per_gpu: float = 0.05
     replacement_cost_per_node: float = 2.0
     max_expected_off_hours: float = 4.0  # cap on the saving a removal is credited with
@@ -160,6 +165,7 @@ class ScalingConfig:
             value = getattr(self, name)
             _require(math.isfinite(value) and value >= 0, name, f"must be finite and >= 0, got {value!r}")
         _require(self.max_drain_attempts >= 1, "max_drain_attempts", "must be >= 1")
+        _require(self.max_cordons_per_day >= 1, "max_cordons_per_day", "must be >= 1")
         _require(self.failed_drains_to_pause_pool >= 1, "failed_drains_to_pause_pool", "must be >= 1")
         _require(self.interval_minutes > 0, "interval_minutes", "must be > 0")
         _require(self.drain_timeout_minutes > 0, "drain_timeout_minutes", "must be > 0")
@@ -216,7 +222,8 @@ class ScalerMemory:
     their median is the pool's typical demand step, the least keep band; `demand_rises` the
     last rises, whose largest the warm reserve holds above the recent peak. `drain_failed_at`
     holds when each node's last drain failed: its own cool-down, and, when enough nodes
-    fail within it, the pool's.
+    fail within it, the pool's. `cordons` and `uncordons` hold when the policy cordoned each
+    node and when it reversed a cordon (the last day and a drain's length): the no-flapping limit.
     """
 
     pool: str
@@ -227,11 +234,19 @@ class ScalerMemory:
     drain_failures: dict[str, int] = field(default_factory=dict)
     drain_failed_at: dict[str, float] = field(default_factory=dict)  # node -> its last failed drain
     blocked: dict[str, float] = field(default_factory=dict)
+    cordons: dict[str, list[float]] = field(default_factory=dict)  # node -> when the policy cordoned it
+    uncordons: dict[str, list[float]] = field(default_factory=dict)  # node -> when it reversed a cordon
     busy_drains: list[float] = field(default_factory=list)
     demand_peaks: dict[int, float] = field(default_factory=dict)
     last_demand: float | None = None
     demand_steps: list[float] = field(default_factory=list)  # recent non-zero demand changes, oldest first
     demand_rises: list[float] = field(default_factory=list)  # recent rises between ticks, oldest first
+
+    def note_cordon(self, node_id: str, t: float) -> None:
+        self.cordons.setdefault(node_id, []).append(t)
+
+    def note_uncordon(self, node_id: str, t: float) -> None:
+        self.uncordons.setdefault(node_id, []).append(t)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -251,6 +266,8 @@ class ScalerMemory:
                 drain_failures={str(k): int(v) for k, v in data.get("drain_failures", {}).items()},
                 drain_failed_at={str(k): float(v) for k, v in data.get("drain_failed_at", {}).items()},
                 blocked={str(k): float(v) for k, v in data.get("blocked", {}).items()},
+                cordons={str(k): [float(t) for t in v] for k, v in data.get("cordons", {}).items()},
+                uncordons={str(k): [float(t) for t in v] for k, v in data.get("uncordons", {}).items()},
                 busy_drains=[float(v) for v in data.get("busy_drains", [])],
                 demand_peaks={int(k): float(v) for k, v in data.get("demand_peaks", {}).items()},
                 last_demand=_opt_float(data.get("last_demand")),

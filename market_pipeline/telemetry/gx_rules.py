@@ -7,52 +7,18 @@ write from another path shows up as a failed check instead of bad prices downstr
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import polars as pl
 
+from market_pipeline.gx_frame import RuleOutcome, RulesReport, validate_frame
 from market_pipeline.telemetry.rules import MIG_INSTANCE_SEPARATOR
 
-# Keep GX offline and quiet: no usage statistics, no progress bars on stderr.
-os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+__all__ = ["RuleLimits", "RuleOutcome", "RulesReport", "run_clean_rules"]
 
 _FLOAT_MAX = sys.float_info.max  # an upper bound that only +inf exceeds
-
-
-@dataclass(frozen=True)
-class RuleOutcome:
-    expectation: str
-    column: str
-    success: bool
-    unexpected: int
-    examples: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RulesReport:
-    rows: int
-    rules: tuple[RuleOutcome, ...]
-    seconds: float
-
-    @property
-    def passed(self) -> bool:
-        return all(rule.success for rule in self.rules)
-
-    @property
-    def failed(self) -> tuple[RuleOutcome, ...]:
-        return tuple(rule for rule in self.rules if not rule.success)
-
-    def markdown(self) -> str:
-        lines = ["| rule | column | passed | unexpected | examples |", "|---|---|---|---|---|"]
-        for rule in self.rules:
-            examples = ", ".join(rule.examples[:3]).replace("|", "\\|")
-            lines.append(f"| {rule.expectation} | {rule.column} | {'yes' if rule.success else 'NO'}"
-                         f" | {rule.unexpected} | {examples} |")
-        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -66,27 +32,10 @@ class RuleLimits:
 
 def run_clean_rules(clean: pl.DataFrame, limits: RuleLimits) -> RulesReport:
     """Run the expectation suite on `clean` (SAMPLE_SCHEMA columns) with an ephemeral context."""
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    started = time.perf_counter()
     frame = _with_inventory_column(clean, limits.known_gpu_uuids)
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    batch_definition = (
-        context.data_sources.add_pandas("telemetry")
-        .add_dataframe_asset("clean_samples")
-        .add_batch_definition_whole_dataframe("partition")
-    )
-    suite = context.suites.add(gx.ExpectationSuite(name="telemetry_clean"))
-    for expectation in _expectations(limits):
-        suite.add_expectation(expectation)
     # Int64: GX vectorises range checks only on int64/float64 columns (else a Python loop).
-    pandas_frame = frame.with_columns(pl.col("gpu_index").cast(pl.Int64)).to_pandas()
-    batch = batch_definition.get_batch(batch_parameters={"dataframe": pandas_frame})
-    result = batch.validate(suite, result_format="SUMMARY")
-    outcomes = tuple(_outcome(item) for item in result.results)
-    return RulesReport(rows=clean.height, rules=outcomes, seconds=time.perf_counter() - started)
+    return validate_frame(frame.with_columns(pl.col("gpu_index").cast(pl.Int64)),
+                          _expectations(limits), "telemetry_clean")
 
 
 def _expectations(limits: RuleLimits) -> list[object]:
@@ -136,21 +85,3 @@ def _with_inventory_column(clean: pl.DataFrame, known: frozenset[str] | None) ->
             .join(inventory, left_on="_parent", right_on=INVENTORY_COLUMN, how="left",
                   coalesce=False, maintain_order="left")
             .drop("_parent"))
-
-
-def _outcome(item: object) -> RuleOutcome:
-    config = item.expectation_config
-    kwargs = config.kwargs
-    column = kwargs.get("column") or ",".join(
-        kwargs.get("column_list") or [kwargs.get("column_A", ""), kwargs.get("column_B", "")])
-    result = item.result or {}
-    unexpected = result.get("unexpected_count")
-    if unexpected is None:  # aggregate expectations (column max) report an observed value
-        unexpected = 0 if item.success else 1
-        examples = (str(result.get("observed_value")),) if "observed_value" in result else ()
-    else:
-        examples = tuple(str(v) for v in (result.get("partial_unexpected_list") or [])[:5])
-    if item.exception_info and item.exception_info.get("raised_exception"):
-        examples = (str(item.exception_info.get("exception_message")),)
-    return RuleOutcome(expectation=config.type, column=column, success=bool(item.success),
-                       unexpected=int(unexpected), examples=examples)

@@ -51,6 +51,11 @@ def test_billing_job_meters_rates_and_checks_a_partition_range(tmp_path):
     assert {"assert_focus_total_equals_invoice_total", "assert_billed_le_metered_seconds",
             "assert_every_interval_rated"} <= names
     assert checks and all(c.passed for c in checks)
+    # dbt models carry their row counts, read once dbt let go of the warehouse
+    events = {e.asset_key.to_user_string(): e.materialization for e in result.get_asset_materialization_events()}
+    lines = Warehouse(path).query("SELECT count(*) AS n FROM fct_invoice_lines")["n"].item()
+    assert lines > 0 and events["fct_invoice_lines"].metadata["dagster/row_count"].value == lines
+    assert events["usage_intervals"].metadata["dagster/row_count"].value > 0
     snapshot = invoice_snapshot(Warehouse(path))
     assert snapshot["credits"] and snapshot["invoice"]
     ledger = Warehouse(path).query("SELECT count(*) AS n FROM billing_ledger")
@@ -64,3 +69,16 @@ def test_billing_schedules_cover_the_hour_and_the_day():
     assert request.tags["dagster/asset_partition_range_end"] == "2026-03-02-23:00"
     assert billing_daily_schedule.job_name == "billing_job"
     assert {a.key.to_user_string() for a in billing_assets[:2]} == {"billing_rate_card", "usage_intervals"}
+
+
+def test_dbt_models_and_tests_read_as_descriptions_not_sql():
+    from market_pipeline.definitions import defs
+
+    graph = defs.get_repository_def().asset_graph
+    invoice = graph.get(dg.AssetKey("fct_invoice_lines")).description
+    assert invoice.startswith("Hourly and daily invoice lines") and "Raw SQL" not in invoice
+    specs = {s.name: s for a in defs.assets if isinstance(a, dg.AssetsDefinition) for s in a.check_specs}
+    assert specs["not_null_fct_invoice_lines_billed_cost"].description == "fct_invoice_lines.billed_cost is never null."
+    assert specs["assert_credits_not_above_affected_cost"].description == (
+        "An SLA credit never exceeds the cost it compensates, nor goes negative.")
+    assert all(s.description for s in specs.values())

@@ -71,7 +71,10 @@ def test_telemetry_asset_writes_the_partition_and_reports_for_the_operator(tmp_p
     metadata = materialization.metadata
     assert (metadata["rows_in"].value, metadata["clean"].value,
             metadata["quarantined"].value) == (960, 950, 10)
-    assert "| temp_c:out_of_range | 10 |" in metadata["quarantine_reasons"].value
+    reasons = metadata["quarantine_reasons"]  # a table with its schema, not Markdown
+    assert [c.name for c in reasons.schema.columns] == ["reason", "rows"]
+    assert {"reason": "temp_c:out_of_range", "rows": 10} in [r.data for r in reasons.records]
+    assert metadata["dagster/row_count"].value == 950
     assert metadata["utilisation_heatmap"].value.startswith("![SM utilisation](data:image/png;base64,")
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert set(checks) == {c.check_key.name for c in telemetry_checks}

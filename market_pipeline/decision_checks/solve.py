@@ -1,0 +1,43 @@
+"""The equilibrium solve behind the latest market tick is certified.
+
+Certified: the solve converged with its KKT residual within `market.solver_tolerance`; or it
+proved demand exceeds capacity even at price_max (`capacity_infeasible`) at a KKT residual
+within tolerance: its prices are the best achievable, and the tick's shield already asks
+the scaling plan for the capacity. A fallback solve (prices of the last certified tick), a
+residual over tolerance or a missing one is not certified.
+"""
+
+from __future__ import annotations
+
+import math
+
+from market_pipeline.decision_checks.verdict import Verdict
+from market_pipeline.warehouse import Warehouse
+
+CERTIFIED_STATUSES = ("converged", "capacity_infeasible")
+
+
+def latest_solve(store: Warehouse) -> dict[str, object] | None:
+    """The solve report of the latest market tick (None before the first tick)."""
+    frame = store.query(
+        "SELECT s.solve_id, s.solved_at, s.status, s.converged, s.kkt_residual, s.iterations, "
+        "s.fallback_reason, s.shadow FROM solve_reports s WHERE s.solve_id = ("
+        "SELECT any_value(solve_id) FROM market_ticks WHERE tick_at = (SELECT max(tick_at) FROM market_ticks))")
+    return frame.row(0, named=True) if frame.height else None
+
+
+def solve_verdict(solve: dict[str, object] | None, tolerance: float) -> Verdict:
+    if solve is None:
+        return Verdict(False, "no market tick has a solve report")
+    status, kkt = str(solve["status"]), solve["kkt_residual"]
+    numbers = {"kkt_residual": float(kkt) if kkt is not None else -1.0, "tolerance": tolerance}
+    where = f"solve {solve['solve_id']} ({status})"
+    if status not in CERTIFIED_STATUSES:
+        why = solve.get("fallback_reason") or "no reason recorded"
+        return Verdict(False, f"{where} is not certified: {why}", [dict(solve)], numbers)
+    if kkt is None or not math.isfinite(float(kkt)):
+        return Verdict(False, f"{where} reports no finite KKT residual", [dict(solve)], numbers)
+    if float(kkt) > tolerance:
+        return Verdict(False, f"{where}: KKT residual {float(kkt):.3g} > tolerance {tolerance:.3g}",
+                       [dict(solve)], numbers)
+    return Verdict(True, f"{where}: KKT residual {float(kkt):.3g} <= tolerance {tolerance:.3g}", [], numbers)
