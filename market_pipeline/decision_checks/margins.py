@@ -22,6 +22,12 @@ REMOVES_CAPACITY = ("cordon", "scale_down", "power_off")
 _EPS = 1e-9
 
 
+def _tick_reason(row: dict) -> str:
+    """The tick's own account (e.g. the pool is exhausted: every node already serves)."""
+    reason = row.get("guaranteed_reason")
+    return f": {reason}" if reason else ""
+
+
 def tick_margin_verdict(tick: pl.DataFrame) -> Verdict:
     """`tick`: the latest market tick's rows (pool_id, margin, serving_gpus, capacity_target_gpus)."""
     offenders = []
@@ -32,7 +38,7 @@ def tick_margin_verdict(tick: pl.DataFrame) -> Verdict:
         elif margin < -_EPS and r["capacity_target_gpus"] <= r["serving_gpus"] + _EPS:
             offenders.append({"pool_id": r["pool_id"], "margin": round(margin, 4),
                               "why": f"uncertified at {r['serving_gpus']:g} GPUs and no capacity asked "
-                                     f"(target {r['capacity_target_gpus']:g})"})
+                                     f"(target {r['capacity_target_gpus']:g})" + _tick_reason(r)})
     short = tick.filter(pl.col("margin") < -_EPS).height if tick.height else 0
     lowest = float(tick["margin"].min()) if tick.height else 0.0
     return Verdict.from_offenders(

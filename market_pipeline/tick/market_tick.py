@@ -230,7 +230,7 @@ def _pool_tick(p: PoolTickInput, solver_g: float, solver_d: float, promises: Pro
     if not result.feasible:
         guaranteed = window.high
         reasons.append(f"backlog shield: no price up to the {window.high_by} {window.high:.4g} drains the "
-                       f"backlog at {p.serving_gpus:g} GPUs; capacity must come")
+                       f"backlog at {p.serving_gpus:g} GPUs; {_capacity_answer(p)}")
     elif result.price > equilibrium * (1 + 1e-9):
         guaranteed = result.price
         reasons.append(f"backlog shield x{guaranteed / equilibrium:.3f}: {result.why[-1]}")
@@ -250,6 +250,14 @@ def _pool_tick(p: PoolTickInput, solver_g: float, solver_d: float, promises: Pro
         equilibrium_price=equilibrium, shield_factor=factor, demand_gpus=p.demand_gpus,
         backlog_gpus=p.backlog_gpus, forecast_upper_gpus=p.forecast_upper_gpus,
     )
+
+
+def _capacity_answer(p: PoolTickInput) -> str:
+    """What must answer an uncertified pool: more capacity, or (every node already serving)
+    nodes the pool does not have, which only an operator can add."""
+    if p.serving_gpus + 1e-9 < p.reachable_gpus:
+        return "capacity must come"
+    return f"pool exhausted: every node ({p.reachable_gpus:g} GPUs) already serves; add nodes to the pool"
 
 
 def _backlog_state(p: PoolTickInput, reference_price: float, max_capacity: float) -> BacklogState:

@@ -123,3 +123,13 @@ def test_a_scheduled_global_resolve_keeps_every_promise(config) -> None:
         assert record.guaranteed <= p.list_price * promises.guaranteed_cap + 1e-9
         band = 1 - record.drainable / record.guaranteed
         assert promises.discount_min - 1e-9 <= band <= promises.discount_max + 1e-9
+
+
+def test_an_exhausted_pool_says_so_instead_of_asking_for_capacity() -> None:
+    # every node already serves (serving == reachable): capacity cannot come; the operator must add nodes
+    record = run_market_tick([pool(forecast_upper_gpus=90.0, demand_gpus=90.0, backlog_gpus=26.0,
+                                   serving_gpus=64.0, reachable_gpus=64.0)], None,
+                             Promises(guaranteed_cap=1.04)).pools[0]
+    assert not record.certified
+    assert "pool exhausted" in record.guaranteed_reason and "capacity must come" not in record.guaranteed_reason
+    assert record.capacity_target_gpus == pytest.approx(64.0)
