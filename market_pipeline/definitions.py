@@ -5,7 +5,6 @@ import os
 
 import dagster as dg
 
-from assets.control_loop import control_loop_job, control_loop_schedule, telemetry_job, telemetry_schedule
 from assets.billing import billing_assets, billing_job, billing_resources, billing_schedules
 from assets.drain import drain_assets, drain_job
 from assets.fleet import fleet_assets
@@ -16,6 +15,7 @@ from assets.simulation import simulation_assets
 from assets.telemetry import telemetry_assets, telemetry_checks
 from market_pipeline.config import CONFIG_ENV, load_config
 from sensors.drain import drain_sensor
+from sensors.schedules import loop_jobs, loop_schedules
 from sensors.scaling import scaling_actions_job, scaling_sensor
 
 
@@ -33,8 +33,11 @@ defs = dg.Definitions(
     assets=[*fleet_assets, *telemetry_assets, *market_assets, *scaling_assets, *drain_assets, *billing_assets,
             *simulation_assets],
     asset_checks=[*telemetry_checks],
-    jobs=[telemetry_job, control_loop_job, drain_job, scaling_actions_job, billing_job],
-    schedules=[telemetry_schedule, control_loop_schedule, *billing_schedules],
+    jobs=[*loop_jobs, drain_job, scaling_actions_job, billing_job],
+    schedules=[*loop_schedules, *billing_schedules],
     sensors=[drain_sensor, scaling_sensor],
     resources=_resources(),
+    # A run's steps share one process: they queue on the `warehouse` pool anyway, and a
+    # process per step would load the solver and the twin again for each.
+    executor=dg.in_process_executor,
 )

@@ -23,7 +23,8 @@ def demo_home(tmp_path_factory):
     dagster_home = home / "dagster_home"
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
-    env = {**os.environ, "MARKET_PIPELINE_HOME": str(home), "DAGSTER_HOME": str(dagster_home)}
+    env = {**{k: v for k, v in os.environ.items() if k != "MARKET_PIPELINE_HISTORY_START"},
+           "MARKET_PIPELINE_HOME": str(home), "DAGSTER_HOME": str(dagster_home)}
     done = subprocess.run([sys.executable, "-m", "assets.control_loop", "--days", str(1 / 24)], cwd=REPO_ROOT,
                           env=env, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
