@@ -134,14 +134,20 @@ class SimulatedDaemon:
         """Every moment in [start, end) a running schedule's cron fires, in order."""
         moments: set[datetime] = set()
         for schedule in self.repository().get_schedules():
-            state = self.instance.get_instigator_state(schedule.get_remote_origin_id(), schedule.selector_id)
-            if not schedule.get_current_instigator_state(state).is_running:
-                continue
-            for moment in cron_string_iterator(start.timestamp(), schedule.cron_schedule, "UTC"):
-                if moment >= end:
-                    break
-                moments.add(moment.astimezone(timezone.utc))
+            moments.update(self.fire_times_of(schedule, start, end) or [])
         return sorted(moments)
+
+    def fire_times_of(self, schedule, start: datetime, end: datetime) -> list[datetime] | None:
+        """When this schedule fires in [start, end); None while it is stopped."""
+        state = self.instance.get_instigator_state(schedule.get_remote_origin_id(), schedule.selector_id)
+        if not schedule.get_current_instigator_state(state).is_running:
+            return None
+        moments = []
+        for moment in cron_string_iterator(start.timestamp(), schedule.cron_schedule, "UTC"):
+            if moment >= end:
+                break
+            moments.append(moment.astimezone(timezone.utc))
+        return moments
 
     # -- the daemons' iterations -------------------------------------------------------------
     def step(self, at: datetime) -> StepReport:
