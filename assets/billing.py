@@ -42,7 +42,7 @@ from market_pipeline.billing.metering_source import meter_partition
 from market_pipeline.billing.rate_card import refresh_rate_card
 from market_pipeline.config import ConfigError, load_config
 from market_pipeline.hardware.protocol import adapter_now
-from sensors.schedules import hourly_partition_schedule, tick_tags
+from sensors.schedules import default_status, hourly_partition_schedule, tick_tags
 
 HOURLY_PARTITIONS = TELEMETRY_PARTITIONS
 GROUP = "billing"
@@ -200,7 +200,7 @@ billing_hourly_schedule = hourly_partition_schedule(
 
 
 @dg.schedule(job=billing_job, cron_schedule="40 0 * * *", name="billing_daily_schedule",
-             execution_timezone="UTC", description="Close yesterday: re-bill its 24 hours in one run.")
+             execution_timezone="UTC", default_status=default_status(), description="Close yesterday: re-bill its 24 hours in one run.")
 def billing_daily_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
     request = daily_rerun_request(context.scheduled_execution_time)
     return request.with_replaced_attrs(tags={**request.tags, **tick_tags(context.scheduled_execution_time)})

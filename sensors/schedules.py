@@ -1,13 +1,14 @@
 """The control loop's jobs and schedules, on the fleet's time.
 
-Schedules start stopped: `make ui` only looks, `make up` (live) and the simulated daemon
-(`make demo`, `bench soak`) turn them on. Every run a schedule asks for carries TICK_TAG, the (simulated or wall) moment it serves:
+Schedules start stopped, so `make ui` only looks; `make up` (live) declares them running
+(LIVE_ENV=1), and the simulated daemon (`make demo`, `bench soak`) starts the ones it drives. Every run a schedule asks for carries TICK_TAG, the (simulated or wall) moment it serves:
 the schedule's execution time. The daemon on the simulated clock (sensors/sim_daemon.py)
 and the live daemon (`make up`) evaluate the same schedules, so a run's tick tag, its
 partition and the twin's clock agree. Hourly partitioned jobs ask for the hour that has
 just closed.
 """
 
+import os
 from datetime import datetime, timedelta, timezone
 
 import dagster as dg
@@ -16,7 +17,13 @@ from assets.telemetry import TELEMETRY_PARTITIONS
 from market_pipeline.config import LoopConfig, load_config
 
 TICK_TAG = "market_pipeline/tick"  # ISO time (UTC) of the tick a run serves
+LIVE_ENV = "MARKET_PIPELINE_LIVE"  # 1: every schedule is on from the start (`make up`)
 PARTITION_FORMAT = "%Y-%m-%d-%H:%M"  # the hourly partitions' key format
+
+
+def default_status() -> dg.DefaultScheduleStatus:
+    live = os.environ.get(LIVE_ENV) == "1"
+    return dg.DefaultScheduleStatus.RUNNING if live else dg.DefaultScheduleStatus.STOPPED
 
 
 def tick_tags(moment: datetime) -> dict[str, str]:
@@ -45,7 +52,8 @@ def hourly_partition_schedule(job, name: str, minute_of_hour: int, description: 
                              tags={**tick_tags(when), "dagster/priority": str(priority)})
 
     return dg.ScheduleDefinition(name=name, job=job, cron_schedule=f"{minute_of_hour} * * * *",
-                                 execution_fn=evaluate, execution_timezone="UTC", description=description)
+                                 execution_fn=evaluate, execution_timezone="UTC", description=description,
+                                 default_status=default_status())
 
 
 # One hour of telemetry per partition: samples in, checks on them.
@@ -89,7 +97,7 @@ def control_loop_schedule_for(loop: LoopConfig) -> dg.ScheduleDefinition:
 
     return dg.ScheduleDefinition(
         name="control_loop_tick", job=control_loop_job, cron_schedule=loop.tick_cron,
-        execution_fn=evaluate, execution_timezone="UTC",
+        execution_fn=evaluate, execution_timezone="UTC", default_status=default_status(),
         description=f"Reprice, plan scaling and request drains every {loop.tick_minutes} minutes "
                     "(loop.tick_minutes).")
 
