@@ -5,6 +5,7 @@ One simulated hour through real Dagster runs on SQLite storage, in a fresh home,
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -79,3 +80,40 @@ def test_published_prices_keep_every_promise(demo_home):
     ticks = store.query("SELECT pool_id, guaranteed, drainable FROM market_ticks")
     ratio = 1 - ticks["drainable"] / ticks["guaranteed"]
     assert ((ratio >= market.drainable_discount_min - 1e-9) & (ratio <= market.drainable_discount_max + 1e-9)).all()
+
+
+def test_every_demo_run_went_through_the_instance_under_its_job_schedule_sensor_or_backfill(demo_home):
+    """No orphan runs: each run has its job's origin (the code location's job, so the UI lists
+    it under the job and re-executes the same version), was launched by a schedule, a sensor
+    or a backfill, and carries the simulated tick it serves; the schedules' ticks are stored."""
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+    from dagster._core.scheduler.instigation import InstigatorType, TickStatus
+
+    home, _ = demo_home
+    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home / "dagster_home")))
+    runs = instance.get_runs()
+    assert runs
+    launched_by = {"dagster/schedule_name", "dagster/sensor_name", "dagster/backfill"}
+    for run in runs:
+        assert run.remote_job_origin is not None, run.job_name
+        assert run.remote_job_origin.location_name == "market_pipeline"
+        assert launched_by & set(run.tags), (run.job_name, run.tags)
+        assert "market_pipeline/tick" in run.tags, (run.job_name, run.tags)
+        assert run.status == dg.DagsterRunStatus.SUCCESS, run.job_name
+    jobs = {run.job_name for run in runs}
+    assert {"telemetry_job", "metering_job", "control_loop_job"} <= jobs
+    # billing: an asset backfill over the demo's hours, as the UI's "Materialize" of a range
+    backfilled = [run for run in runs if "dagster/backfill" in run.tags]
+    assert backfilled and all(run.job_name == "__ASSET_JOB" for run in backfilled)
+    [backfill] = instance.get_backfills()
+    assert backfill.status.value == "COMPLETED_SUCCESS"
+    schedules = {state.instigator_name: state for state in
+                 instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE)}
+    tick = schedules["control_loop_tick"]
+    ticks = instance.get_ticks(tick.instigator_origin_id, tick.selector_id)
+    assert any(t.status == TickStatus.SUCCESS and t.run_ids for t in ticks)
+    # the control tick serves the simulated hour, in the fleet's time, not the wall clock's
+    served = {run.tags["market_pipeline/tick"] for run in runs if run.job_name == "control_loop_job"}
+    epoch = Warehouse(home / "var" / "warehouse.duckdb").query("SELECT min(ts) FROM telemetry_clean").row(0)[0]
+    assert all(abs((dt.datetime.fromisoformat(t) - epoch).total_seconds()) <= 3600 for t in served), served
