@@ -22,7 +22,6 @@ What it reports, one JSON object:
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 import time
 import uuid
@@ -95,16 +94,10 @@ def run_soak(minutes: float, *, admin_url: str = PG_ADMIN_URL, logger: logging.L
         dagster_home = Path(home) / "dagster_home"
         dagster_home.mkdir()
         (dagster_home / "dagster.yaml").write_text(INSTANCE_YAML.format(url=url))
-        previous = {name: os.environ.get(name) for name in ("MARKET_PIPELINE_HOME", "DAGSTER_HOME")}
-        os.environ.update(MARKET_PIPELINE_HOME=home, DAGSTER_HOME=str(dagster_home))
-        try:
+        from market_pipeline.billing.dbt_project import environment_overrides
+
+        with environment_overrides({"MARKET_PIPELINE_HOME": home, "DAGSTER_HOME": str(dagster_home)}):
             return _soak(minutes, dagster_home, logger or logging.getLogger("market_pipeline.soak"))
-        finally:
-            for name, value in previous.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 def _soak(minutes: float, dagster_home: Path, logger: logging.Logger) -> SoakResult:
