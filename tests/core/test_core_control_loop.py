@@ -117,3 +117,33 @@ def test_every_demo_run_went_through_the_instance_under_its_job_schedule_sensor_
     served = {run.tags["market_pipeline/tick"] for run in runs if run.job_name == "control_loop_job"}
     epoch = Warehouse(home / "var" / "warehouse.duckdb").query("SELECT min(ts) FROM telemetry_clean").row(0)[0]
     assert all(abs((dt.datetime.fromisoformat(t) - epoch).total_seconds()) <= 3600 for t in served), served
+
+
+SNAPSHOT_IDS = """
+import json
+from market_pipeline.definitions import defs
+print(json.dumps({name: defs.resolve_job_def(name).get_job_snapshot_id() for name in
+                  ("telemetry_job", "metering_job", "control_loop_job", "drain_job", "scaling_actions_job")}))
+"""
+
+
+def test_the_ui_re_executes_demo_runs_as_the_same_version(demo_home):
+    """The job snapshots of the demo's runs are the ones `make ui` loads (its environment: no
+    demo tick override), so re-execute does not warn of a different version."""
+    import json
+
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    home, _ = demo_home
+    env = {k: v for k, v in os.environ.items() if k != "MARKET_PIPELINE_HISTORY_START" and not k.startswith("MP__")}
+    env.update(MARKET_PIPELINE_HOME=str(home), DAGSTER_HOME=str(home / "dagster_home"))
+    done = subprocess.run([sys.executable, "-c", SNAPSHOT_IDS], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    current = json.loads(done.stdout.strip().splitlines()[-1])
+    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home / "dagster_home")))
+    runs = [run for run in instance.get_runs() if run.job_name in current]
+    assert {run.job_name for run in runs} >= {"telemetry_job", "metering_job", "control_loop_job"}
+    for run in runs:
+        assert run.job_snapshot_id == current[run.job_name], run.job_name
