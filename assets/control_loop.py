@@ -105,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
         print("error: set DAGSTER_HOME to a folder holding dagster.yaml (make demo copies the "
               "repository's dagster.yaml to var/dagster_home)", file=sys.stderr)
         return 2
-    summary = run_control_loop(args.days, Path(home))
+    try:
+        summary = run_control_loop(args.days, Path(home))
+    except (RuntimeError, ValueError) as exc:  # the code location did not load, a stuck backfill
+        print(f"error: {' '.join(str(exc).split())[:500]}", file=sys.stderr)
+        return 1
     from market_pipeline.loop_summary import render
 
     print(render(summary))
