@@ -69,6 +69,8 @@ def run_control_loop(days: float, dagster_home: Path) -> dict:
         daemon.backfill("billing_job", hours, title="billing rollup")
         daemon.clock.set(end + timedelta(minutes=5))
         daemon.backfills()
+        # stopped again: `make ui` over this instance looks, and its daemon moves nothing
+        daemon.turn_on(())
     summary = summarise(Warehouse(config.warehouse_path), config, start, end)
     failed = instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
     tick_seconds = [record.end_time - record.start_time for record in instance.get_run_records(

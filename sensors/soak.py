@@ -121,6 +121,7 @@ def _soak(minutes: float, dagster_home: Path, logger: logging.Logger) -> SoakRes
             daemon.step(at)
             steps += 1
         fired = _fire_times(daemon, start, at)
+        daemon.turn_on(())
     store = Warehouse(config.warehouse_path)
     ticks = _control_tick_seconds(instance)
     return SoakResult(

@@ -110,6 +110,8 @@ def test_every_demo_run_went_through_the_instance_under_its_job_schedule_sensor_
     assert backfill.status.value == "COMPLETED_SUCCESS"
     schedules = {state.instigator_name: state for state in
                  instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE)}
+    # the demo leaves its schedules stopped: `make ui` over this instance only looks
+    assert not any(state.is_running for state in schedules.values())
     tick = schedules["control_loop_tick"]
     ticks = instance.get_ticks(tick.instigator_origin_id, tick.selector_id)
     assert any(t.status == TickStatus.SUCCESS and t.run_ids for t in ticks)
