@@ -36,8 +36,6 @@ import dagster as dg
 from sensors.sim_daemon import simulated_daemon, simulated_instance
 
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
-ALL_SCHEDULES = ("telemetry_hourly", "metering_hourly", "control_loop_tick", "billing_hourly_schedule",
-                 "billing_daily_schedule")
 EXECUTED = frozenset({"ok", "failed", "error", "infeasible", "running", "aborted"})  # the adapter was asked
 LOCK_WORDS = ("could not set lock", "conflicting lock", "database is locked", "stayed locked", "lock on file")
 BATCH_JOBS = ("drain_job", "scaling_actions_job")
@@ -114,7 +112,7 @@ def _soak(minutes: float, dagster_home: Path, logger: logging.Logger) -> SoakRes
     deadline = began + minutes * 60
     steps, at = 0, start
     with simulated_daemon(instance, start, logger) as daemon:
-        daemon.turn_on(ALL_SCHEDULES)
+        daemon.turn_on([schedule.name for schedule in daemon.repository().get_schedules()])  # all
         while time.monotonic() < deadline:
             upcoming = daemon.fire_times(at + timedelta(seconds=1), at + timedelta(days=1))
             at = upcoming[0]
