@@ -11,6 +11,7 @@ from assets.fleet import fleet_inventory
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline import forecast as fc
 from market_pipeline.demand import demand_on_grid
+from market_pipeline.demand_response.live import run_experiments, tick_response
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.market_state import (
     capacity_by_pool,
@@ -113,14 +114,19 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
     market = config.market
     resolve_due = market.global_resolve_minutes > 0 and (
         (now.hour * 60 + now.minute) % market.global_resolve_minutes < config.loop.tick_minutes)
-    tick = run_market_tick(pool_tick_inputs(config, store, now, in_force, serving), inputs.problem,
-                           Promises.from_config(config), solver_settings(config),
-                           global_resolve=resolve_due, switch_threshold=market.global_switch_threshold)
+    response, running = tick_response(config, store, now)  # the demand-response fit, its experiments
+    pools = pool_tick_inputs(config, store, now, in_force, serving)
+    tick = run_market_tick(pools, inputs.problem, Promises.from_config(config), solver_settings(config),
+                           global_resolve=resolve_due, switch_threshold=market.global_switch_threshold,
+                           response=response)
+    tick, experiments = run_experiments(config, tick, pools, inputs.problem, response, running, now,
+                                        config.loop.shadow_mode)
     record = solve_record(tick.report, now, shadow=config.loop.shadow_mode)
     solve_id = record["solve_id"][0]
     store.append("solve_reports", record)
     rows = tick_rows(tick, now, solve_id, config.loop.shadow_mode)
     store.replace_where("market_ticks", "tick_at = ?", [now], rows)
+    store.replace_where("price_experiments", "tick_at = ?", [now], experiments)
     body = tick.report.to_dict()
     shielded = [r.pool_id for r in tick.pools if r.shielded]
     context.log.info("tick %s: solve %s, %d pools shielded", solve_id, tick.status, len(shielded))
@@ -136,6 +142,8 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
         "shielded_pools": dg.MetadataValue.json(shielded),
         "uncertified_pools": dg.MetadataValue.json([r.pool_id for r in tick.pools if not r.certified]),
         "global_resolve": resolve_due,
+        "demand_response_fitted": len(response),
+        "price_experiments": experiments.height,
         "shadow_mode": config.loop.shadow_mode,
         "dagster/row_count": rows.height,
         "tick": table_metadata(rows.select(

@@ -185,6 +185,20 @@ class CommitmentTier(_Strict):
     discount: float = Field(ge=0, lt=1)
 
 
+class DemandResponseConfig(_Strict):
+    """How the loop learns the tenants' price response (`market_pipeline.demand_response`)."""
+
+    enabled: bool = True  # the tick calibrates the tenants to the latest fit
+    refit_hours: Literal[1, 2, 3, 4, 6, 8, 12, 24] = 1  # the refit schedule: cron "0 */refit_hours * * *"
+    history_days: float = Field(14.0, gt=0, le=90)
+    interval_level: float = Field(0.8, gt=0, lt=1)
+    prior_sd: float = Field(1.0, gt=0, le=20)  # around market.reference_elasticity (the claims)
+    experiments: bool = True  # bounded price experiments (recorded only in loop.shadow_mode)
+    amplitude: float = Field(0.05, gt=0, le=0.25)
+    stop_relative_width: float = Field(0.3, gt=0, le=10)
+    stop_absolute_width: float = Field(0.2, gt=0, le=10)
+
+
 class BillingConfig(_Strict):
     grace_seconds: int = Field(10, ge=0, le=3600)
     currency: str = "USD"
@@ -221,6 +235,7 @@ class MarketPipelineConfig(_Strict):
     scaling: ScalingConfigSection = ScalingConfigSection()
     telemetry: TelemetryConfig = TelemetryConfig()
     billing: BillingConfig = BillingConfig()
+    demand_response: DemandResponseConfig = DemandResponseConfig()
     gpu_models: list[GpuModel] = Field(min_length=1)
     zones: list[Zone] = Field(min_length=1)
     pools: list[Pool] = Field(min_length=1)

@@ -14,6 +14,7 @@ warnings.filterwarnings("ignore", message="Parameter `backfill_policy` of functi
 warnings.filterwarnings("ignore", message="Parameter `owners` of initializer `SensorDefinition", category=dg.BetaWarning)
 
 from assets.billing import billing_assets, billing_job, billing_resources, billing_schedules
+from assets.demand_response import demand_response_assets, demand_response_job, demand_response_schedule
 from assets.drain import drain_assets, drain_job
 from assets.fleet import fleet_assets
 from assets.market import market_assets
@@ -39,10 +40,10 @@ def _resources() -> dict[str, object]:
 
 defs = dg.Definitions(
     assets=[*fleet_assets, *telemetry_assets, *market_assets, *scaling_assets, *drain_assets, *billing_assets,
-            *simulation_assets],
+            *simulation_assets, *demand_response_assets],
     asset_checks=[*telemetry_checks],
-    jobs=[*loop_jobs, drain_job, scaling_actions_job, billing_job],
-    schedules=[*loop_schedules, *billing_schedules],
+    jobs=[*loop_jobs, drain_job, scaling_actions_job, billing_job, demand_response_job],
+    schedules=[*loop_schedules, *billing_schedules, demand_response_schedule],
     sensors=[drain_sensor, scaling_sensor],
     resources=_resources(),
     # A run's steps share one process: they queue on the `warehouse` pool anyway, and a

@@ -90,16 +90,22 @@ control_loop_job = dg.define_asset_job(
 )
 
 
-def control_loop_schedule_for(loop: LoopConfig) -> dg.ScheduleDefinition:
-    def evaluate(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-        when = context.scheduled_execution_time
-        return dg.RunRequest(run_key=tick_tags(when)[TICK_TAG], tags=tick_tags(when))
+def tick_schedule(name: str, job, cron_schedule: str, description: str) -> dg.ScheduleDefinition:
+    """A schedule whose runs serve its fire time: tagged with it, run_key = it."""
 
-    return dg.ScheduleDefinition(
-        name="control_loop_tick", job=control_loop_job, cron_schedule=loop.tick_cron,
-        execution_fn=evaluate, execution_timezone="UTC", default_status=default_status(),
-        description=f"Reprice, plan scaling and request drains every {loop.tick_minutes} minutes "
-                    "(loop.tick_minutes).")
+    def evaluate(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+        tags = tick_tags(context.scheduled_execution_time)
+        return dg.RunRequest(run_key=tags[TICK_TAG], tags=tags)
+
+    return dg.ScheduleDefinition(name=name, job=job, cron_schedule=cron_schedule, execution_fn=evaluate,
+                                 execution_timezone="UTC", default_status=default_status(),
+                                 description=description)
+
+
+def control_loop_schedule_for(loop: LoopConfig) -> dg.ScheduleDefinition:
+    return tick_schedule("control_loop_tick", control_loop_job, loop.tick_cron,
+                         f"Reprice, plan scaling and request drains every {loop.tick_minutes} minutes "
+                         "(loop.tick_minutes).")
 
 
 # The tick follows loop.tick_minutes (the scaling policy and the backlog certificate are

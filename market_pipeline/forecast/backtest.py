@@ -132,13 +132,22 @@ def _rolling_points(values: np.ndarray, origins: np.ndarray, horizons: np.ndarra
                     settings: ForecastSettings) -> tuple[np.ndarray, np.ndarray, FittedGroup, list[str]]:
     """Point forecasts and interval scales per origin, refitting on data up to each block."""
     whole = Series(values, period)
-    points, scales, names, first = [], [], [], None
+    points, scales, names, first, last = [], [], [], None, None
     for start in range(0, origins.size, refit_every):
         block = origins[start:start + refit_every]
         # The live loop fits on at most `max_history_points`; so does each refit here.
         window = values[max(0, block[0] + 1 - settings.max_history_points):block[0] + 1]
-        group = fit_group(Series(window, period), horizons, settings, step_minutes=step_minutes)
-        first = first or group
+        # A constant window (an idle spell) has nothing to calibrate on: it keeps the last
+        # refit's calibration; with none yet, the series cannot be judged (one clear line).
+        try:
+            group = fit_group(Series(window, period), horizons, settings,
+                              None if last is None else last.calibration,
+                              step_minutes=step_minutes)
+        except ValueError:
+            raise ForecastInputError(
+                f"demand is constant over the {window.size} points before origin {block[0]}: "
+                "nothing to calibrate intervals on") from None
+        first, last = first or group, group
         names.append(group.model_name)
         point = group.model.predict(whole, block, horizons)
         points.append(np.maximum(point, 0.0) if settings.clip_at_zero else point)

@@ -28,6 +28,21 @@ from market_pipeline.forecast.settings import LOWER_QUANTILE, UPPER_QUANTILE
 # forecast, so a quiet spell cannot collapse an interval to a point; and since the issued
 # interval always contains the point (Calibration.bounds), the offsets never cross it.
 MIN_WIDTH_SHARE = 0.05
+# Exponent of the step's slowdown with the feedback delay. Chosen on the first half of each
+# Helios month (`--head-fraction 0.5`) with a 1-width bank: 0.5 (a 4 h step of rate/2) left
+# 4 h coverage at 0.83-0.85 on two of four clusters, 0 (no slowdown) raised the 4 h pinball
+# loss by up to 15%; 0.25 kept every 4 h cell within 0.78-0.83. See docs/forecast_tuning.md.
+DELAY_SLOWDOWN = 0.25
+# How far past its floor a side's state may wind (in reference widths); see track(). The
+# bank is also a delay when a quiet pool turns busy (the banked misses are forgiven first):
+# 1 width held lumpy clusters closest to 0.8 but left a 1 h interval at 15% coverage 4-8 h
+# after a quiet week ended (synthetic); 0.5 keeps ~40% there (no bank: ~55%) and costs
+# lumpy clusters ~0.01 of coverage (first half of each Helios month; docs/forecast_tuning.md).
+WINDUP_WIDTHS = 0.5
+# The least reference width, in normalised units (residual / recent mean |1-step change|;
+# a random walk's 1-step 80% interval is ~3 wide): a pool calibrated while idle (every
+# residual 0) would otherwise step a share of ~0 per miss and never widen once busy.
+MIN_REFERENCE_WIDTH = 1.0
 # Feedback delay (rows) at which the step is exactly `rate` x width: 1 h of 5-minute steps.
 REFERENCE_DELAY = 12.0
 
@@ -48,10 +63,11 @@ class Tracked:
 
 
 def step_sizes(width: np.ndarray, delays: np.ndarray, rate: float) -> np.ndarray:
-    """rate x reference width, slowed by sqrt(delay / REFERENCE_DELAY): a long horizon's misses
-    arrive in clumps as long as its delay, and a fast step then overshoots (on the tuning
-    halves a 4 h step of rate/2 gave the steadiest coverage and the lowest pinball loss)."""
-    return rate * np.asarray(width) / np.sqrt(np.maximum(np.asarray(delays, float), 1.0) / REFERENCE_DELAY)
+    """rate x reference width, slowed by (delay / REFERENCE_DELAY) ** DELAY_SLOWDOWN: a long
+    horizon's misses arrive in clumps as long as its delay, and a fast step then overshoots;
+    too slow a step, though, leaves a 4 h interval over-covering for days after a shift."""
+    delays = np.maximum(np.asarray(delays, float), 1.0)
+    return rate * np.asarray(width) / (delays / REFERENCE_DELAY) ** DELAY_SLOWDOWN
 
 
 def reference_width(lower0: np.ndarray, upper0: np.ndarray,
@@ -63,7 +79,7 @@ def reference_width(lower0: np.ndarray, upper0: np.ndarray,
     width = np.asarray(upper0, float) - np.asarray(lower0, float)
     if normalised is not None and normalised.shape[0]:
         width = np.maximum(width, 2.0 * np.mean(np.abs(normalised), axis=0))
-    return np.maximum(width, 1e-6)
+    return np.maximum(width, MIN_REFERENCE_WIDTH)
 
 
 def track(normalised: np.ndarray, lower0: np.ndarray, upper0: np.ndarray,
@@ -81,6 +97,8 @@ def track(normalised: np.ndarray, lower0: np.ndarray, upper0: np.ndarray,
     width = reference_width(lower0, upper0) if width is None else np.asarray(width, float)
     eta = step_sizes(width, delays if horizon_steps is None else horizon_steps, rate)
     min_half = 0.5 * MIN_WIDTH_SHARE * width
+    windup = WINDUP_WIDTHS * width
+    neg_windup, neg_min_half = -windup, -min_half
     lower = np.minimum(np.array(lower0, dtype=float), -min_half)
     upper = np.maximum(np.array(upper0, dtype=float), min_half)
     # History of offsets in force, padded in front by the longest delay so that "the row
@@ -108,13 +126,21 @@ def track(normalised: np.ndarray, lower0: np.ndarray, upper0: np.ndarray,
         # even with the feedback delay.
         upper += eta_i * ((r > up_flat[index]) - high_rate)
         lower -= eta_i * ((r < low_flat[index]) - low_rate)
-        # The issued interval always contains the point forecast (offset 0), so an offset
-        # past 0 changes nothing issued and would only wind up; keep a minimal band.
-        np.maximum(upper, min_half, out=upper)
-        np.minimum(lower, -min_half, out=lower)
-        upper_hist[pad + i], lower_hist[pad + i] = upper, lower
+        # The issued interval always contains the point forecast and a minimal band, but the
+        # state may pass it, down to `WINDUP_WIDTHS` widths: where fewer than 10% of
+        # residuals fall on one side (a lumpy series whose demand mostly does not change,
+        # a drift), a side at its floor cannot miss more, and a state clamped there would
+        # absorb the credit that should offset the next burst's over-wide interval; the
+        # banked credit keeps the long-run miss rate at its level as far as it can be.
+        np.maximum(upper, neg_windup, out=upper)
+        np.minimum(lower, windup, out=lower)
+        np.maximum(upper, min_half, out=upper_hist[pad + i])
+        np.minimum(lower, neg_min_half, out=lower_hist[pad + i])
     used = slice(pad, pad + rows)
-    return Tracked(lower_hist[used].copy(), upper_hist[used].copy(), lower, upper, rows)
+    # The offsets handed on are the ones the next interval is issued with (the bank is not
+    # carried: a live forecast replays its window afresh each tick).
+    return Tracked(lower_hist[used].copy(), upper_hist[used].copy(),
+                   np.minimum(lower, neg_min_half), np.maximum(upper, min_half), rows)
 
 
 def rolling_coverage(inside: np.ndarray, window: int) -> np.ndarray:

@@ -16,12 +16,14 @@ import polars as pl
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.guardrails.backlog import backlog_params_from_config
 from market_pipeline.market import DRAINABLE, GUARANTEED
-from market_pipeline.market_state import FORECAST_HORIZON_MIN, last_certified_prices
+from market_pipeline.market_state import last_certified_prices
 from market_pipeline.pricing import mid_band_discount, resource_name
+from market_pipeline.scaling.settings import capacity_horizon_minutes
 from market_pipeline.tick.market_tick import AS_SOLVED, MarketTick, PoolTickInput
 from market_pipeline.tick.promises import Promises, guaranteed_window
 from market_pipeline.warehouse import Warehouse
 
+EXPERIMENT_REASON = "price experiment"
 TICK_SCHEMA = {
     "tick_at": pl.Datetime("us", "UTC"), "solve_id": pl.Utf8, "pool_id": pl.Utf8, "status": pl.Utf8,
     "list_price": pl.Float64, "solver_guaranteed": pl.Float64, "solver_drainable": pl.Float64,
@@ -54,7 +56,8 @@ def prices_in_force(config: MarketPipelineConfig, store: Warehouse) -> dict[str,
 def pool_tick_inputs(config: MarketPipelineConfig, store: Warehouse, now: datetime,
                      in_force: dict[str, float], serving: dict[str, float]) -> list[PoolTickInput]:
     """What the tick needs per configured pool: powered GPUs, every GPU the pool can reach,
-    demand and backlog now, the forecast's upper quantile over the next hour."""
+    demand and backlog now, the forecast's upper quantile over the horizon the policy needs
+    (`capacity_horizon_minutes`: an hour with the default settings)."""
     observed = store.query(
         "SELECT pool_id, arg_max(demand, ts) AS demand, arg_max(pending_gpus, ts) AS pending "
         "FROM demand_history WHERE ts < ? GROUP BY pool_id", [now])
@@ -62,7 +65,7 @@ def pool_tick_inputs(config: MarketPipelineConfig, store: Warehouse, now: dateti
     upper = dict(store.query(
         "SELECT pool_id, max(q90) AS q90 FROM demand_forecasts WHERE origin_ts = "
         "(SELECT max(origin_ts) FROM demand_forecasts WHERE origin_ts <= ?) AND horizon_min <= ? "
-        "GROUP BY pool_id", [now, FORECAST_HORIZON_MIN]).iter_rows())
+        "GROUP BY pool_id", [now, capacity_horizon_minutes(config)]).iter_rows())
     reachable = dict(store.query(
         "SELECT pool_id, sum(gpus)::DOUBLE FROM fleet_nodes GROUP BY pool_id").iter_rows())
     out = []
@@ -105,11 +108,14 @@ def latest_tick(store: Warehouse, now: datetime) -> pl.DataFrame:
 
 def price_source(status: str, reason: str, shield_factor: float, certified: bool) -> str:
     """How the published price came about: solver, shield (it raised the price, or found no
-    price within the promises that certifies), promises (clipped), fallback or the solve's status."""
+    price within the promises that certifies), experiment (a bounded price experiment moved
+    it), promises (clipped), fallback or the solve's status."""
     if status not in ("converged", "list"):
         return "fallback" if status == "fallback" else status
     if shield_factor > 1 + 1e-9 or not certified:
         return "shield"
+    if EXPERIMENT_REASON in reason:  # a bounded price experiment (`demand_response.experiments`)
+        return "experiment"
     return "solver" if reason == AS_SOLVED else "promises"
 
 

@@ -6,6 +6,9 @@ other copy of this chain. The caller brings what it knows (the fleet state, the 
 forecast made from its history, the prices in force) and, where tenants are modelled, the
 calibrated market; the tick returns the prices to publish and a record of why:
 
+0. where a demand-response fit is given (`response`: elasticity per "<pool>/<class>", from
+   `demand_response`), calibrate the tenant population to it (`tick.response`): the
+   forecast sets the level, the fit the slope;
 1. solve the Stackelberg equilibrium warm-started from the prices in force, the max step
    counted from them and the guaranteed cap as the upper bound (no market modelled, as in
    the scaling replay, whose demand is demand at the list price: the list price);
@@ -20,6 +23,7 @@ calibrated market; the tick returns the prices to publish and a record of why:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -132,14 +136,18 @@ class MarketTick:
 
 def run_market_tick(pools: list[PoolTickInput] | tuple[PoolTickInput, ...], problem: MarketProblem | None,
                     promises: Promises, solver: SolverSettings | None = None, *,
-                    global_resolve: bool = False, switch_threshold: float = 1e-3) -> MarketTick:
+                    global_resolve: bool = False, switch_threshold: float = 1e-3,
+                    response: Mapping[str, float] | None = None) -> MarketTick:
     """One tick over every pool; `problem`'s resources are the pools' (guaranteed, drainable)
     pairs in `pools` order, or None where no market is modelled (the list prices are the
     equilibrium, drainable at the middle of the band).
 
     `global_resolve` (the live loop's schedule, hourly by default) also solves cold with the
     global phase (`market.resolve`); when that optimum earns `switch_threshold` more profit
-    than the warm one, the tick walks toward it within the max step instead."""
+    than the warm one, the tick walks toward it within the max step instead.
+
+    `response` (elasticity per "<pool>/<class>", the demand-response fit) calibrates the
+    tenants to the fit before the solve (`tick.response`); resources without one keep the claims."""
     pools = tuple(pools)
     in_force = np.array([v for p in pools for v in (p.in_force_guaranteed, p.in_force_drainable)])
     report: SolveReport | None = None
@@ -152,6 +160,13 @@ def run_market_tick(pools: list[PoolTickInput] | tuple[PoolTickInput, ...], prob
         from market_pipeline.market import solve_equilibrium
 
         _check_layout(problem, pools)
+        if response:
+            from market_pipeline.tick.response import calibrated_to_response, reference_prices
+
+            lists = np.array([p.list_price for p in pools for _ in (GUARANTEED, DRAINABLE)])
+            mid = 0.5 * (promises.discount_min + promises.discount_max)
+            problem = calibrated_to_response(
+                problem, reference_prices(lists, problem.resources.resource_class, mid), response)
         bounded = _within_promises(problem, pools, promises)
         report = solve_equilibrium(bounded, last_prices=in_force, max_step=promises.max_step, settings=solver)
         solved, status, converged = np.asarray(report.prices, dtype=np.float64), report.status, report.converged

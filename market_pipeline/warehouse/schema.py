@@ -198,4 +198,24 @@ MIGRATIONS: tuple[Migration, ...] = (
         """CREATE TABLE billing_rate_card_gpu_costs (
             gpu_model VARCHAR PRIMARY KEY, cost_per_gpu_hour DECIMAL(18, 6) NOT NULL)""",
     )),
+    Migration(420, "demand response: the fit per pool x class per refit, with its diagnostics", (
+        # One row per pool x class per refit (`demand_response` asset): the elasticity with
+        # its interval, how it was fitted, and whether that pool x class runs a price experiment.
+        """CREATE TABLE demand_response (
+            fitted_at TIMESTAMPTZ NOT NULL, pool_id VARCHAR NOT NULL, resource_class VARCHAR NOT NULL,
+            elasticity DOUBLE, elasticity_low DOUBLE, elasticity_high DOUBLE, interval_level DOUBLE NOT NULL,
+            std_error DOUBLE, data_std_error DOUBLE, observations INTEGER NOT NULL, method VARCHAR NOT NULL,
+            hour_bins INTEGER NOT NULL, price_spread DOUBLE NOT NULL, r2 DOUBLE, clusters INTEGER NOT NULL,
+            reason VARCHAR NOT NULL, history_start TIMESTAMPTZ NOT NULL, history_end TIMESTAMPTZ NOT NULL,
+            experiment VARCHAR NOT NULL, experiment_id VARCHAR,
+            PRIMARY KEY (fitted_at, pool_id, resource_class))""",
+    )),
+    Migration(421, "price experiments: each tick's experiment price beside the tick's own, with its cost", (
+        """CREATE TABLE price_experiments (
+            tick_at TIMESTAMPTZ NOT NULL, experiment_id VARCHAR NOT NULL, pool_id VARCHAR NOT NULL,
+            resource_class VARCHAR NOT NULL, sign INTEGER NOT NULL, amplitude DOUBLE NOT NULL,
+            base_price DOUBLE NOT NULL, experiment_price DOUBLE NOT NULL, clipped_by VARCHAR NOT NULL,
+            published BOOLEAN NOT NULL, estimated_cost_per_hour DOUBLE NOT NULL,
+            PRIMARY KEY (tick_at, pool_id, resource_class))""",
+    )),
 )

@@ -125,7 +125,8 @@ def test_helios_targets(shared_data: Path, name: str) -> None:
     result = backtest_series(load_helios_series(path), horizon_steps=12)
     assert result.mae <= result.persistence_mae
     assert result.mae <= 0.5 * result.seasonal_naive_mae
-    assert 0.75 <= result.coverage_80 <= 0.87  # vcLJZ: 81% of its 1 h changes are zero
+    # vcLJZ: 81% of its 1 h changes are zero, and an interval keeping the median covers them
+    assert 0.77 <= result.coverage_80 <= 0.85
 
 
 @pytest.mark.slow
@@ -136,4 +137,17 @@ def test_helios_four_hour_coverage(shared_data: Path, name: str) -> None:
         pytest.skip(f"{path} is not present")
     result = backtest_series(load_helios_series(path), horizon_steps=48)
     assert result.mae <= result.persistence_mae
-    assert 0.75 <= result.coverage_80 <= 0.85
+    assert 0.77 <= result.coverage_80 <= 0.84
+
+
+def test_backtest_through_an_idle_spell_keeps_the_last_calibration() -> None:
+    """A pool idle for longer than the fit window (constant demand) is forecast with the
+    previous refit's calibration; with no calibration yet the series cannot be judged."""
+    rng = np.random.default_rng(11)
+    busy = job_demand(rng, 4 * 288, mean_gpus=60.0)
+    idle = np.full(15 * 288, busy[-1])
+    values = np.concatenate([busy, idle, job_demand(rng, 3 * 288, mean_gpus=60.0)])
+    result = backtest_series(values, horizon_steps=12, train_fraction=0.25)
+    assert result.origins > 0 and 0.0 <= result.coverage_80 <= 1.0
+    with pytest.raises(ForecastInputError, match="constant over"):
+        backtest_series(np.concatenate([np.full(20 * 288, 5.0), busy]), horizon_steps=12)

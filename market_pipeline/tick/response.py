@@ -1,0 +1,99 @@
+"""The tick's demand-response step: the tenant population calibrated to the fitted response.
+
+The forecast says how much the tenants buy at the reference prices (each pool's list price,
+drainable at the middle of the band); the demand-response fit (`demand_response`, per pool x
+class) says how that demand answers the price. Where a resource has a fitted elasticity, the
+configured claims stop speaking for its price response: their weight on it is set to zero and
+one representative isoelastic tenant takes its demand (`market.utility`: s = d0, eta = 2 / e,
+w = p0 * s * 2**eta, so that at the reference price p0 it buys exactly d0, the population's
+demand there, with local elasticity e). The level (the forecast's calibration) is unchanged;
+the slope is the data's. Only own-price responses are identified by the experiments, so the
+representative has no cross-resource budget coupling: its budget never binds. Resources
+without a fit keep the claims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from market_pipeline.market import DRAINABLE, MarketProblem, TenantPopulation, demand_at
+
+# The isoelastic family needs e > 0; a rigid class fitted at ~0 is priced as nearly inelastic.
+ELASTICITY_FLOOR = 0.02
+ELASTICITY_CEILING = 20.0
+BUDGET_MARGIN = 4.0  # the representative's budget: this times its spend at the top price and lowest demand's price
+
+
+def response_key(pool_id: str, resource_class: str) -> str:
+    return f"{pool_id}/{resource_class}"
+
+
+def reference_prices(list_prices: np.ndarray, classes: tuple[str, ...], mid_discount: float) -> np.ndarray:
+    """Per resource, the price the forecast's level is stated at: the list price (drainable:
+    the middle of the band below it)."""
+    return np.array([p * (1 - mid_discount) if c == DRAINABLE else p for p, c in zip(list_prices, classes)])
+
+
+def calibrated_to_response(problem: MarketProblem, reference: np.ndarray,
+                           elasticity: Mapping[str, float]) -> MarketProblem:
+    """`problem` with every resource named in `elasticity` (key "<pool>/<class>") answering its
+    price with that elasticity at the reference price, at the demand the population buys there."""
+    res = problem.resources
+    fitted = [(r, float(elasticity[response_key(res.pool[r], res.resource_class[r])]))
+              for r in range(res.size) if response_key(res.pool[r], res.resource_class[r]) in elasticity]
+    fitted = [(r, e) for r, e in fitted if np.isfinite(e)]
+    if not fitted:
+        return problem
+    d0 = np.maximum(np.nan_to_num(demand_at(problem, reference)), 0.0)
+    fitted = [(r, e) for r, e in fitted if d0[r] > 0]
+    if not fitted:
+        return problem
+    weight = problem.tenants.weight.numpy().copy()
+    for r, _ in fitted:
+        weight[:, r] = 0.0  # the claims no longer answer this resource's price
+    return MarketProblem(res, response_population(res, reference, d0, fitted, problem.tenants, weight))
+
+
+def response_population(res, reference: np.ndarray, d0: np.ndarray, fitted: list[tuple[int, float]],
+                        base: TenantPopulation | None = None, base_weight: np.ndarray | None = None,
+                        latent_ratio: float = 0.0) -> TenantPopulation:
+    """`base`'s tenants (with `base_weight`) plus one representative isoelastic tenant per
+    (resource, elasticity) in `fitted`, buying d0[r] at reference[r] with local elasticity e.
+    `latent_ratio` > 0 adds, per drainable representative, a latent twin that buys nothing at
+    the reference price and `latent_ratio` x d0 at half of it (the simulator's latent elastic
+    demand, `simulate.tenants` step 5), for a hidden truth only: the tick never adds one."""
+    m = res.size
+    rows: list[tuple[str, int, float, float, float, float]] = []  # (id, r, eta, s, w, budget)
+    for r, e in fitted:
+        eta = 2.0 / min(max(e, ELASTICITY_FLOOR), ELASTICITY_CEILING)
+        most = d0[r] * 2.0 * (reference[r] / max(float(res.price_min[r]), 1e-9)) ** (1.0 / eta)
+        budget = BUDGET_MARGIN * float(res.price_max[r]) * most
+        key = response_key(res.pool[r], res.resource_class[r])
+        rows.append((f"response:{key}", r, eta, d0[r], reference[r] * d0[r] * 2.0 ** eta, budget))
+        if latent_ratio > 0 and res.resource_class[r] == DRAINABLE:
+            size = latent_ratio * d0[r] / (2.0 ** (1.0 / eta) - 1.0)
+            rows.append((f"latent:{key}", r, eta, size, reference[r] * size, budget * (1 + latent_ratio)))
+    new_w, new_s = np.zeros((len(rows), m)), np.ones((len(rows), m))
+    for i, (_, r, _, size, w, _) in enumerate(rows):
+        new_s[i, r], new_w[i, r] = size, w
+    n = 0 if base is None else base.size
+    families = [] if base is None else [f for f, start, stop in base.family_spans for _ in range(start, stop)]
+    delay = None if base is None or base.delay_cost is None else np.vstack([base.delay_cost.numpy(),
+                                                                              np.zeros((len(rows), m))])
+    mult = None if base is None or base.multiplicity is None else np.concatenate(
+        [base.multiplicity.numpy(), np.ones(len(rows))])
+    weight = base.weight.numpy() if base_weight is None and base is not None else base_weight
+    return TenantPopulation.build(
+        ids=[*(base.ids if base is not None else ()), *(row[0] for row in rows)],
+        families=[*families, *(["isoelastic"] * len(rows))],
+        weight=np.vstack([weight, new_w]) if n else new_w,
+        saturation=np.vstack([base.saturation.numpy(), new_s]) if n else new_s,
+        budget=np.concatenate([base.budget.numpy() if n else np.zeros(0), [row[5] for row in rows]]),
+        drainable_mask=np.array([c == DRAINABLE for c in res.resource_class]),
+        eta=np.concatenate([base.eta.numpy() if n else np.zeros(0), [row[2] for row in rows]]),
+        delay_cost=delay, multiplicity=mult,
+        drain_tolerant=np.concatenate([base.drain_tolerant.numpy() if n else np.zeros(0, dtype=bool),
+                                       [res.resource_class[row[1]] == DRAINABLE for row in rows]]),
+    )

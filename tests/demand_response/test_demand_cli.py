@@ -1,0 +1,52 @@
+"""`market-pipeline demand fit --history CSV --json`: the issue's output, one line on bad input."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from market_pipeline.cli import main
+from market_pipeline.demand_response.synthetic import synthetic_history
+
+
+def _csv(tmp_path, frame: pl.DataFrame):
+    path = tmp_path / "history.csv"
+    frame.with_columns(pl.col("ts").dt.strftime("%Y-%m-%dT%H:%M:%SZ")).write_csv(path)
+    return path
+
+
+def test_fit_prints_one_object_keyed_by_pool_and_class(tmp_path, capsys):
+    frame = pl.concat([synthetic_history(1.5, seed=1),
+                       synthetic_history(0.4, seed=2, pool_id="T4@b", resource_class="guaranteed")])
+    assert main(["demand", "fit", "--history", str(_csv(tmp_path, frame)), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"A100@synthetic/drainable", "T4@b/guaranteed"}
+    for key, truth in (("A100@synthetic/drainable", 1.5), ("T4@b/guaranteed", 0.4)):
+        row = out[key]
+        assert {"elasticity", "elasticity_low", "elasticity_high", "observations"} <= set(row)
+        assert row["observations"] == 14 * 24
+        assert row["elasticity_low"] < row["elasticity"] < row["elasticity_high"]
+        assert abs(row["elasticity"] / truth - 1) < 0.3
+
+
+@pytest.mark.parametrize("text, message", [
+    ("ts,pool_id,price,demand\n2026-01-01T00:00:00Z,a,1,2\n", "missing column(s) resource_class"),
+    ("ts,pool_id,resource_class,price,demand\n2026-01-01T00:00:00Z,a,g,abc,2\n", "price 'abc' is not a finite"),
+    ("ts,pool_id,resource_class,price,demand\nyesterday,a,g,1,2\n", "is not an ISO UTC time"),
+    ("ts,pool_id,resource_class,price,demand\n", "no rows"),
+    ("ts,pool_id,resource_class,price,demand\n2026-01-01T00:00:00Z,a,g,1,2\n2026-01-01T00:00:00Z,a,g,1,3\n",
+     "two rows for a/g"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, text, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    assert main(["demand", "fit", "--history", str(path), "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_missing_file(tmp_path, capsys):
+    assert main(["demand", "fit", "--history", str(tmp_path / "none.csv")]) == 2
+    assert "no such file" in capsys.readouterr().err

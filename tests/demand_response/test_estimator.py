@@ -1,0 +1,69 @@
+"""The fixed-effects estimator recovers a known elasticity where the price leans into the load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from market_pipeline.demand_response.estimator import DemandResponseInputError, fit_elasticity
+from market_pipeline.demand_response.history import fit_history
+from market_pipeline.demand_response.synthetic import synthetic_history
+
+
+def _fit(frame, **kw):
+    return next(iter(fit_history(frame, **kw).values()))
+
+
+@pytest.mark.parametrize("elasticity", [0.2, 0.5, 1.0, 2.0, 3.0])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_recovers_each_constant_elasticity_within_15_percent(elasticity, seed):
+    """Target 1: 14 days of 5-minute steps, the price leaning into the load, +-5% dither."""
+    fit = _fit(synthetic_history(elasticity, days=14, step_minutes=5, dither=0.05, seed=seed))
+    assert fit.observations == 14 * 288
+    assert abs(fit.elasticity / elasticity - 1) <= 0.15, fit
+    assert fit.elasticity_low < fit.elasticity < fit.elasticity_high
+    assert fit.hour_bins == 24 and fit.clusters == 14
+
+
+def test_a_fit_ignoring_the_calendar_gets_the_sign_wrong():
+    """Why the controls: demand on price alone reads the lean as 'price up, demand up'."""
+    frame = synthetic_history(0.5, days=14, step_minutes=60, seed=3)
+    naive = -np.polyfit(np.log(frame["price"].to_numpy()), np.log(frame["demand"].to_numpy()), 1)[0]
+    assert naive < 0
+    assert abs(_fit(frame).elasticity / 0.5 - 1) < 0.5
+
+
+def test_the_80_percent_interval_covers_about_80_percent():
+    hits = 0
+    for seed in range(100):
+        fit = _fit(synthetic_history(1.0, days=14, step_minutes=60, seed=seed))
+        hits += fit.elasticity_low <= 1.0 <= fit.elasticity_high
+    assert 0.7 <= hits / 100 <= 0.9
+
+
+def test_a_price_that_never_moves_identifies_nothing_and_falls_back_to_the_prior():
+    frame = synthetic_history(1.0, days=7, step_minutes=60, dither=0.0, lean=0.0)
+    bare = _fit(frame)
+    assert bare.elasticity is None and bare.method == "none" and "barely varies" in bare.reason
+    with_prior = _fit(frame, priors={"A100@synthetic/drainable": (2.0, 1.0)})
+    assert with_prior.method == "prior" and with_prior.elasticity == 2.0
+    assert with_prior.elasticity_low < 2.0 < with_prior.elasticity_high
+
+
+def test_the_prior_pulls_a_short_noisy_fit_toward_the_claims():
+    frame = synthetic_history(1.0, days=2, step_minutes=60, seed=5, noise=0.2)
+    data = _fit(frame)
+    shrunk = _fit(frame, priors={"A100@synthetic/drainable": (3.0, 0.5)})
+    assert shrunk.method == "fe-ols+prior"
+    assert min(data.elasticity, 3.0) <= shrunk.elasticity <= max(data.elasticity, 3.0)
+    assert shrunk.width < data.width and shrunk.data_std_error == pytest.approx(data.std_error)
+
+
+def test_rows_without_a_log_are_left_out_and_bad_shapes_are_refused():
+    ts = np.arange(10) * 3600.0
+    fit = fit_elasticity(ts, np.r_[np.ones(8), 0.0, -1.0], np.ones(10))
+    assert fit.observations == 8
+    with pytest.raises(DemandResponseInputError):
+        fit_elasticity(ts, np.ones(9), np.ones(10))
+    with pytest.raises(DemandResponseInputError):
+        fit_elasticity(ts, np.ones(10), np.ones(10), level=1.5)

@@ -1,0 +1,123 @@
+"""Price experiments stay inside every promise; the tick calibrates the tenants to the fit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from market_pipeline.demand_response.estimator import ResponseFit
+from market_pipeline.demand_response.experiments import (
+    ExperimentSettings,
+    ExperimentSettingsError,
+    dither_sign,
+    interval_narrow,
+    perturb_tick,
+)
+from market_pipeline.demand_response.truth import grid_market
+from market_pipeline.demand_response.truth_grid import pool_inputs, promise_breaches
+from market_pipeline.market import MarketProblem, demand_at
+from market_pipeline.tick import Promises, run_market_tick
+from market_pipeline.tick.response import calibrated_to_response
+
+PROMISES = Promises()
+MARKET = grid_market(PROMISES.discount_min, PROMISES.discount_max)
+KEYS = set(MARKET.keys)
+
+
+def _problem(elasticity, scale=1.0):
+    pop = MARKET.population(np.asarray(elasticity, dtype=float), scale)
+    return MARKET.with_capacity(MarketProblem(MARKET.resources, pop), MARKET.capacity(scale * MARKET.base_demand[0::2]))
+
+
+def _tick(in_force, elasticity=(0.2, 2.0, 0.2, 2.0), response=None):
+    inputs = pool_inputs(MARKET, in_force, MARKET.base_demand, MARKET.base_demand, PROMISES)
+    return run_market_tick(inputs, _problem(elasticity), PROMISES, response=response), inputs
+
+
+def test_calibration_keeps_the_level_and_takes_the_fitted_slope():
+    claims = _problem([0.2, 2.0, 0.2, 2.0])
+    fitted = {"A100@grid/drainable": 0.7, "T4@grid/guaranteed": 0.05}
+    problem = calibrated_to_response(claims, MARKET.reference, fitted)
+    at_ref = demand_at(problem, MARKET.reference)
+    assert at_ref == pytest.approx(demand_at(claims, MARKET.reference), rel=1e-6)
+    bump = MARKET.reference * np.exp(np.where(np.arange(4) >= 0, 1e-4, 0))
+    local = -(np.log(demand_at(problem, bump)) - np.log(at_ref)) / 1e-4
+    assert local[1] == pytest.approx(0.7, rel=1e-2) and local[2] == pytest.approx(0.05, rel=2e-2)
+    assert local[0] == pytest.approx(0.2, rel=1e-2) and local[3] == pytest.approx(2.0, rel=1e-2)  # claims kept
+
+
+def test_the_tick_prices_the_fit_not_the_claims():
+    """An elastic class fitted far less elastic than the claims is priced higher."""
+    claims_tick, _ = _tick(MARKET.reference)
+    fitted_tick, _ = _tick(MARKET.reference, response={"A100@grid/drainable": 0.3, "T4@grid/drainable": 0.3})
+    assert fitted_tick.prices()[1::2].sum() > claims_tick.prices()[1::2].sum() * 1.05
+    assert fitted_tick.prices()[0::2] == pytest.approx(claims_tick.prices()[0::2], rel=1e-3)
+
+
+@pytest.mark.parametrize("level", [0.6, 1.0, 1.04])
+def test_experiment_prices_keep_every_promise(level):
+    """From prices in force at, below and at the cap, every experiment price keeps the cap,
+    the max step and the band; the dither moves the price where the window allows."""
+    in_force = MARKET.reference * np.repeat([level, level], 2)
+    tick, inputs = _tick(in_force)
+    moved_any = 0
+    for slot in range(40):
+        moved, steps = perturb_tick(tick, inputs, PROMISES, KEYS, ExperimentSettings(amplitude=0.05), slot)
+        assert promise_breaches(MARKET, PROMISES, in_force, moved.prices()) == 0
+        assert len(steps) == 4
+        for s in steps:
+            assert abs(s.price / s.base_price - 1) <= 0.05 + 1e-12
+            moved_any += s.price != s.base_price
+    assert moved_any > 40
+
+
+def test_no_experiment_goes_below_a_shielded_price():
+    tick, inputs = _tick(MARKET.reference)
+    shielded = replace(tick, pools=tuple(replace(r, shield_factor=1.2) for r in tick.pools))
+    for slot in range(20):
+        moved, _ = perturb_tick(shielded, inputs, PROMISES, KEYS, ExperimentSettings(), slot)
+        assert (moved.prices()[0::2] >= shielded.prices()[0::2] - 1e-12).all()
+
+
+def test_signs_are_randomised_across_pools_and_hours():
+    signs = np.array([[dither_sign(0, k, h) for k in sorted(KEYS)] for h in range(400)])
+    assert abs(signs.mean()) < 0.1
+    assert abs(np.corrcoef(signs[:, 0], signs[:, 1])[0, 1]) < 0.15
+    assert abs(np.corrcoef(signs[:-1, 0], signs[1:, 0])[0, 1]) < 0.15
+
+
+def test_an_experiment_stops_when_the_datas_interval_is_narrow():
+    settings = ExperimentSettings(stop_relative_width=0.3, stop_absolute_width=0.2)
+    wide = ResponseFit("p", "drainable", 2.0, 1.0, 3.0, 100, std_error=0.1, data_std_error=0.5, data_elasticity=2.0)
+    narrow = replace(wide, data_std_error=0.2)  # 80%: 2 x 1.28 x 0.2 = 0.51 <= 0.3 x 2
+    assert not interval_narrow(wide, settings) and interval_narrow(narrow, settings)
+    assert not interval_narrow(replace(wide, data_std_error=None, method="prior"), settings)
+
+
+def test_an_experiment_stops_when_its_interval_decides_the_price():
+    """Every elasticity in [e - 1.28 se, e + 1.28 se] puts the Lerner price above the ceiling:
+    the price is the ceiling whatever the truth, so the experiment stops."""
+    settings = ExperimentSettings()
+    inelastic = ResponseFit("p", "guaranteed", 0.3, None, None, 50, data_std_error=0.4, data_elasticity=0.3)
+    assert not interval_narrow(inelastic, settings)  # wide: 1.02 > max(0.09, 0.2)
+    assert interval_narrow(inelastic, settings, unit_cost=1.0, ceiling=3.12)  # e_high 0.81 <= 1
+    elastic = replace(inelastic, data_elasticity=2.0)  # e_high 2.51: Lerner 1.66 x cost
+    assert not interval_narrow(elastic, settings, unit_cost=1.0, ceiling=3.12)
+    assert interval_narrow(elastic, settings, unit_cost=2.0, ceiling=3.12)
+
+
+def test_amplitude_is_bounded():
+    with pytest.raises(ExperimentSettingsError):
+        ExperimentSettings(amplitude=0.5)
+
+
+def test_the_price_book_names_an_experiment_price_as_such():
+    from market_pipeline.tick.live import price_source
+
+    tick, inputs = _tick(MARKET.reference)
+    moved, steps = perturb_tick(tick, inputs, PROMISES, KEYS, ExperimentSettings(), slot=1)
+    r = moved.pools[0]
+    assert price_source("converged", r.guaranteed_reason, r.shield_factor, r.certified) == "experiment"
+    assert price_source("converged", "as solved", 1.0, True) == "solver"
