@@ -87,7 +87,9 @@ def soak_database(admin_url: str = PG_ADMIN_URL) -> Iterator[str]:
 
 
 def run_soak(minutes: float, *, admin_url: str = PG_ADMIN_URL, logger: logging.Logger | None = None) -> SoakResult:
-    """Soak the loop for `minutes` of wall time in a fresh home and database."""
+    """Soak the loop for `minutes` of wall time in a fresh home and database. Call it in a
+    fresh process (the `bench soak` command): the runs execute here and load the definitions,
+    whose resources must name this soak's home."""
     with tempfile.TemporaryDirectory(prefix="soak-") as home, soak_database(admin_url) as url:
         dagster_home = Path(home) / "dagster_home"
         dagster_home.mkdir()
