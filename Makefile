@@ -1,5 +1,7 @@
-# The README's two commands: `make demo` (the control loop on the embedded default) and
-# `make test` (the whole suite). Both create/refresh .venv from pyproject.toml.
+# The README's commands: `make demo` (a simulated day through the Dagster instance on the
+# embedded default), `make ui` (look at it), `make up` / `make down` (the live loop on the wall
+# clock, webserver and daemon, schedules and sensors on) and `make test` (the whole suite).
+# All create/refresh .venv from pyproject.toml.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -8,7 +10,14 @@ DAYS ?= 1
 export MARKET_PIPELINE_HOME ?= $(CURDIR)
 export DAGSTER_HOME ?= $(CURDIR)/var/dagster_home
 
-.PHONY: demo test ui install clean postgres-home
+# The live loop keeps its own home: its twin follows the wall clock, the demo's lives a week back.
+LIVE_HOME := $(CURDIR)/var/live
+LIVE_DAGSTER_HOME := $(LIVE_HOME)/dagster_home
+LIVE_PID := $(LIVE_HOME)/dagster-dev.pid
+LIVE_LOG := $(LIVE_HOME)/dagster-dev.log
+PORT ?= 3000
+
+.PHONY: demo test ui up down install clean postgres-home
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,8 +43,39 @@ demo: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
 test: $(VENV)/.installed
 	$(VENV)/bin/pytest
 
+# dagster dev runs from DAGSTER_HOME: started next to the repository's dagster.yaml it would
+# warn that this file is not the instance's (DAGSTER_HOME's copy is).
 ui: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
-	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	cd $(DAGSTER_HOME) && $(abspath $(VENV))/bin/python -c "$$RUN_DAGSTER" $(abspath $(VENV))/bin/dagster dev -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(PORT)
+
+# Live: webserver + daemon in the background, every schedule and sensor on, the simulated
+# twin on the wall clock (its epoch the hour it was first started; each control tick moves it
+# to the tick's time). `make down` stops it.
+# dagster dev, run from this one-liner: a background job starts with SIGINT ignored and
+# dagster dev stops on SIGINT (Ctrl-C), so it restores SIGINT for `make down`; and it hides
+# the notice that Dagster 1.13 prefers `dg dev` (dagster-dg-cli, not a dependency here).
+export RUN_DAGSTER := import runpy, signal, sys, warnings; signal.signal(signal.SIGINT, signal.SIG_DFL); warnings.filterwarnings("ignore", message="Function .dev_command. is superseded"); sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name="__main__")
+
+up: $(VENV)/.installed
+	@if [ -f $(LIVE_PID) ] && kill -0 $$(cat $(LIVE_PID)) 2>/dev/null; then \
+		echo "already up (pid $$(cat $(LIVE_PID))): http://127.0.0.1:$(PORT); make down stops it"; exit 0; fi; \
+	mkdir -p $(LIVE_DAGSTER_HOME) && cp dagster.yaml $(LIVE_DAGSTER_HOME)/dagster.yaml; \
+	if [ ! -f $(LIVE_HOME)/var/fleet_state.json ]; then \
+		export MP__ADAPTER__SIM_EPOCH=$$(date -u +%Y-%m-%dT%H:00:00Z); fi; \
+	cd $(LIVE_DAGSTER_HOME) && MARKET_PIPELINE_HOME=$(LIVE_HOME) DAGSTER_HOME=$(LIVE_DAGSTER_HOME) \
+		MARKET_PIPELINE_LIVE=1 setsid nohup $(abspath $(VENV))/bin/python -c "$$RUN_DAGSTER" \
+		$(abspath $(VENV))/bin/dagster dev -w $(CURDIR)/workspace.yaml \
+		-h 127.0.0.1 -p $(PORT) > $(LIVE_LOG) 2>&1 & echo $$! > $(LIVE_PID); \
+	echo "live loop up (pid $$(cat $(LIVE_PID))): http://127.0.0.1:$(PORT), log $(LIVE_LOG); make down stops it"
+
+down:
+	@if [ ! -f $(LIVE_PID) ] || ! kill -0 $$(cat $(LIVE_PID)) 2>/dev/null; then \
+		rm -f $(LIVE_PID); echo "not running"; exit 0; fi; \
+	pid=$$(cat $(LIVE_PID)); kill -INT $$pid; \
+	for i in $$(seq 90); do pgrep -g $$pid > /dev/null || break; sleep 1; done; \
+	if pgrep -g $$pid > /dev/null; then echo "dagster dev did not stop in 90 s; stopping its process group"; \
+		/bin/kill -TERM -- -$$pid; sleep 2; /bin/kill -KILL -- -$$pid 2>/dev/null; fi; \
+	rm -f $(LIVE_PID); echo "live loop stopped"
 
 clean:
 	rm -rf var dbt/target dbt/logs

@@ -45,6 +45,7 @@ from market_pipeline.billing.metering_source import meter_partition
 from market_pipeline.billing.rate_card import refresh_rate_card
 from market_pipeline.config import ConfigError, load_config
 from market_pipeline.hardware.protocol import adapter_now
+from sensors.schedules import default_status, hourly_partition_schedule, tick_tags
 
 HOURLY_PARTITIONS = TELEMETRY_PARTITIONS
 GROUP = "billing"
@@ -220,19 +221,19 @@ billing_resources = {"dbt": DbtCliResource(project_dir=DBT_PROJECT, dbt_executab
 billing_job = dg.define_asset_job(
     "billing_job",
     selection=dg.AssetSelection.assets(*billing_assets),
-    partitions_def=HOURLY_PARTITIONS,
     description="Meter, rate (dbt build with tests), post balances and evaluate budget guards.",
 )
 
-billing_hourly_schedule = dg.build_schedule_from_partitioned_job(
-    billing_job, name="billing_hourly_schedule", minute_of_hour=15,
-    description="Bill the hour that just closed.")
+billing_hourly_schedule = hourly_partition_schedule(
+    billing_job, "billing_hourly_schedule", 15, "Bill the hour that just closed.",
+    first_hour=HOURLY_PARTITIONS.start)
 
 
 @dg.schedule(job=billing_job, cron_schedule="40 0 * * *", name="billing_daily_schedule",
-             execution_timezone="UTC", description="Close yesterday: re-bill its 24 hours in one run.")
+             execution_timezone="UTC", default_status=default_status(), description="Close yesterday: re-bill its 24 hours in one run.")
 def billing_daily_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-    return daily_rerun_request(context.scheduled_execution_time)
+    request = daily_rerun_request(context.scheduled_execution_time)
+    return request.with_replaced_attrs(tags={**request.tags, **tick_tags(context.scheduled_execution_time)})
 
 
 def billing_range_tags(start: dt.datetime, end: dt.datetime) -> dict[str, str]:

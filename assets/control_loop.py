@@ -1,13 +1,17 @@
-"""The control loop: its jobs and schedules, and `python -m assets.control_loop`, which runs
-the loop on the embedded default the way the Dagster daemon would (the README's `make demo`).
+"""`python -m assets.control_loop` (the README's `make demo`): the control loop over simulated
+days on the embedded default, through the Dagster instance the way the daemon runs it.
 
-Per simulated hour: the telemetry partition (samples + usage intervals), then one control tick
-(inventory -> demand -> forecast -> prices -> price book -> scaling plan -> drain requests),
-then the sensors' run requests (drains, scaling actions). Billing rolls the day up at the end.
+The simulated daemon (sensors/sim_daemon.py) fires the loop's schedules on the fleet's clock:
+per simulated hour the telemetry and metering partitions of the hour that closed, then the
+control tick (inventory -> demand -> forecast -> prices -> price book -> scaling plan -> drain
+requests); after each, the sensors' run requests (drains, scaling actions). Billing rolls the
+days up at the end as one backfill over their hourly partitions. Every run is queued by its
+schedule, sensor or backfill and carries the simulated tick it serves.
 """
 
 import argparse
 import json
+import os
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -15,112 +19,65 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.telemetry import TELEMETRY_PARTITIONS
-from market_pipeline.config import ConfigError, LoopConfig, load_config
+from market_pipeline.config import ConfigError, load_config
 from market_pipeline.loop_summary import wall_summary
-
-# One hour of telemetry and metering per partition.
-telemetry_job = dg.define_asset_job(
-    "telemetry_job",
-    selection=dg.AssetSelection.assets("telemetry_samples", "usage_intervals"),
-    partitions_def=TELEMETRY_PARTITIONS,
-    description="Ingest and check one hour of per-GPU samples; meter that hour's usage.",
-)
-telemetry_schedule = dg.build_schedule_from_partitioned_job(
-    telemetry_job, name="telemetry_hourly", minute_of_hour=2)
-
-# The repricing tick: inventory -> demand -> forecast -> prices -> price book -> scaling
-# plan -> drain requests. Drains and scaling actions run in their own sensor-launched jobs.
-control_loop_job = dg.define_asset_job(
-    "control_loop_job",
-    selection=dg.AssetSelection.groups("fleet", "market", "scaling", "drain"),
-    description="One control-loop tick over the whole fleet.",
+from sensors.schedules import (  # noqa: F401 - the loop's jobs and schedules, where they were
+    control_loop_job,
+    control_loop_schedule,
+    control_loop_schedule_for,
+    telemetry_job,
+    telemetry_schedule,
 )
 
-
-def control_loop_schedule_for(loop: LoopConfig) -> dg.ScheduleDefinition:
-    return dg.ScheduleDefinition(
-        name="control_loop_tick", job=control_loop_job, cron_schedule=loop.tick_cron,
-        description=f"Reprice, plan scaling and request drains every {loop.tick_minutes} minutes "
-                    "(loop.tick_minutes).")
-
-
-# The tick follows loop.tick_minutes (the scaling policy and the backlog certificate are
-# sized for that interval); the config rejects a tick that does not divide the hour.
-# (the loop section only: the fleet's market is resolved, and checked, when a run starts)
-control_loop_schedule = control_loop_schedule_for(load_config(resolve_fleet=False).loop)
+# The demo's schedules: billing runs as one backfill at the end instead of 24 hourly dbt builds.
+DEMO_SCHEDULES = ("telemetry_hourly", "metering_hourly", "control_loop_tick")
+# One control tick per simulated hour keeps a simulated day within minutes (live, the tick
+# follows loop.tick_minutes); set MP__LOOP__TICK_MINUTES to run the demo at another tick.
+DEMO_TICK_MINUTES = "60"
+PARTITION_FORMAT = "%Y-%m-%d-%H:%M"
 
 
-def run_control_loop(days: float, instance: dg.DagsterInstance) -> dict:
-    """Advance the fleet by `days` simulated days through Dagster runs; return a summary."""
-    from market_pipeline.definitions import defs
+def run_control_loop(days: float, dagster_home: Path) -> dict:
+    """Advance the fleet by `days` simulated days through the instance; return a summary."""
+    from market_pipeline.hardware import make_adapter
     from market_pipeline.loop_summary import summarise
+    from market_pipeline.warehouse import Warehouse
+    from sensors.sim_daemon import simulated_daemon, simulated_instance
 
-    fleet = defs.resources["fleet"]
-    adapter = fleet.get()
-    start = _hour_floor(_now(adapter))
+    config = load_config()
+    start = _hour_floor(_now(make_adapter(config)))
     wall_limit = _hour_floor(datetime.now(timezone.utc))
     end = min(start + timedelta(days=days), wall_limit)
     if end <= start:
         raise SystemExit(
             f"the simulated fleet's clock ({start.isoformat()}) has caught up with the wall clock; "
             "remove var/ (make clean) to start a new simulated history")
-    telemetry_job = defs.resolve_job_def("telemetry_job")
-    tick_job = defs.resolve_job_def("control_loop_job")
-    began, tick_seconds, hour_seconds = time.perf_counter(), [], []
-    hour = start
-    while hour < end:
-        key = hour.strftime("%Y-%m-%d-%H:%M")
+    instance = simulated_instance(dagster_home)
+    began, hour_seconds = time.perf_counter(), []
+    with simulated_daemon(instance, start) as daemon:
+        daemon.turn_on(DEMO_SCHEDULES)
         hour_began = time.perf_counter()
-        _check(telemetry_job.execute_in_process(partition_key=key, instance=instance), f"telemetry {key}")
-        tick_began = time.perf_counter()
-        _check(tick_job.execute_in_process(instance=instance), f"control tick after {key}")
-        tick_seconds.append(time.perf_counter() - tick_began)
-        _run_sensor_requests(defs, instance)
-        hour_seconds.append(time.perf_counter() - hour_began)
-        print(f"  simulated {key} UTC ({hour_seconds[-1]:.1f} s)", file=sys.stderr)
-        hour += timedelta(hours=1)
-    billing = defs.resolve_job_def("billing_job")
-    last_hour = (end - timedelta(hours=1)).strftime("%Y-%m-%d-%H:%M")
-    _check(billing.execute_in_process(instance=instance, tags={
-        "dagster/asset_partition_range_start": start.strftime("%Y-%m-%d-%H:%M"),
-        "dagster/asset_partition_range_end": last_hour}), "billing rollup")
-    summary = summarise(defs.resources["warehouse"].reader(), fleet.config(), start, end)
+        for at in daemon.fire_times(start, end + timedelta(seconds=1)):
+            report = daemon.step(at)
+            if at.minute == 0 and at > start:
+                hour_seconds.append(time.perf_counter() - hour_began)
+                hour_began = time.perf_counter()
+                print(f"  simulated {at - timedelta(hours=1):%Y-%m-%d %H:%M} UTC ({hour_seconds[-1]:.1f} s, "
+                      f"{len(report.run_ids)} runs at the tick)", file=sys.stderr)
+        hours = [(start + timedelta(hours=h)).strftime(PARTITION_FORMAT)
+                 for h in range(int((end - start).total_seconds() // 3600))]
+        daemon.backfill("billing_job", hours, title="billing rollup")
+        daemon.clock.set(end + timedelta(minutes=5))
+        daemon.backfills()
+        # stopped again: `make ui` over this instance looks, and its daemon moves nothing
+        daemon.turn_on(())
+    summary = summarise(Warehouse(config.warehouse_path), config, start, end)
     failed = instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
+    tick_seconds = [record.end_time - record.start_time for record in instance.get_run_records(
+        dg.RunsFilter(job_name="control_loop_job", statuses=[dg.DagsterRunStatus.SUCCESS]))
+        if record.start_time and record.end_time]
     return {**summary, "failed_runs": failed,
             "wall": wall_summary(time.perf_counter() - began, tick_seconds, hour_seconds)}
-
-
-def _run_sensor_requests(defs: dg.Definitions, instance: dg.DagsterInstance) -> None:
-    """Evaluate the run-request sensors once and execute what they ask for, in process: one
-    run per batch (a tick's drains, a tick's scaling actions). A run key that already has a
-    run is skipped, as the daemon would."""
-    for sensor_name in ("drain_sensor", "scaling_sensor"):
-        sensor = defs.resolve_sensor_def(sensor_name)
-        with dg.build_sensor_context(instance=instance, resources=defs.resources,
-                                     definitions=defs) as context:
-            result = sensor(context)
-        requests = result.run_requests if hasattr(result, "run_requests") else list(result or [])
-        for request in requests or []:
-            if not isinstance(request, dg.RunRequest) or _run_key_used(instance, request.run_key):
-                continue
-            job = defs.resolve_job_def(sensor.job_name)
-            tags = {**(request.tags or {}), "dagster/run_key": request.run_key or ""}
-            run = job.execute_in_process(run_config=request.run_config, instance=instance, tags=tags,
-                                         raise_on_error=False)
-            if not run.success:
-                print(f"  {sensor.job_name} run {request.run_key} failed; see the run in the Dagster UI",
-                      file=sys.stderr)
-
-
-def _run_key_used(instance: dg.DagsterInstance, run_key: str | None) -> bool:
-    return bool(run_key) and bool(instance.get_run_ids(
-        filters=dg.RunsFilter(tags={"dagster/run_key": run_key}), limit=1))
-
-
-def _check(result: dg.ExecuteInProcessResult, what: str) -> None:
-    if not result.success:
-        raise SystemExit(f"{what} failed; see the run in the Dagster UI")
 
 
 def _now(adapter) -> datetime:
@@ -144,8 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    instance = dg.DagsterInstance.get()
-    summary = run_control_loop(args.days, instance)
+    os.environ.setdefault("MP__LOOP__TICK_MINUTES", DEMO_TICK_MINUTES)
+    home = os.environ.get("DAGSTER_HOME")
+    if not home or not (Path(home) / "dagster.yaml").is_file():
+        print("error: set DAGSTER_HOME to a folder holding dagster.yaml (make demo copies the "
+              "repository's dagster.yaml to var/dagster_home)", file=sys.stderr)
+        return 2
+    try:
+        summary = run_control_loop(args.days, Path(home))
+    except (RuntimeError, ValueError) as exc:  # the code location did not load, a stuck backfill
+        print(f"error: {' '.join(str(exc).split())[:500]}", file=sys.stderr)
+        return 1
     from market_pipeline.loop_summary import render
 
     print(render(summary))

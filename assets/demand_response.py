@@ -14,6 +14,7 @@ from market_pipeline.demand_response.live import RUNNING, refit_rows
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.market_state import tick_origin
 from market_pipeline.plots import lines_png, png_markdown
+from sensors.schedules import tick_schedule
 
 STEP_MINUTES = 5
 
@@ -62,10 +63,8 @@ demand_response_job = dg.define_asset_job("demand_response_job", selection=[dema
 
 
 def demand_response_schedule_for(settings: DemandResponseConfig) -> dg.ScheduleDefinition:
-    return dg.ScheduleDefinition(name="demand_response_refit", job=demand_response_job,
-                                 cron_schedule=f"0 */{settings.refit_hours} * * *",
-                                 description=f"Refit the demand response every {settings.refit_hours} h "
-                                             "(demand_response.refit_hours).")
+    return tick_schedule("demand_response_refit", demand_response_job, f"0 */{settings.refit_hours} * * *",
+                         f"Refit the demand response every {settings.refit_hours} h (demand_response.refit_hours).")
 
 
 demand_response_schedule = demand_response_schedule_for(load_config(resolve_fleet=False).demand_response)

@@ -1,9 +1,12 @@
 """Fleet inventory: what the node hardware adapter reports, as warehouse tables."""
 
+from datetime import datetime
+
 import dagster as dg
 
 from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
+from assets.tags import TICK_TAG
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.demand import pool_snapshot
 from market_pipeline.inventory import gpus_frame, nodes_frame, tasks_frame, unpriced_nodes
@@ -22,6 +25,7 @@ def fleet_inventory(
 ) -> dg.MaterializeResult:
     """Nodes, GPUs and running tasks as the adapter sees them now (fleet_nodes, fleet_gpus, tasks)."""
     adapter = fleet.get()
+    _follow_the_tick(adapter, context.run.tags.get(TICK_TAG))
     observed_at = adapter_now(adapter)
     nodes = adapter.list_nodes()
     gpus = adapter.list_gpus()
@@ -58,6 +62,15 @@ def fleet_inventory(
         "unpriced_gpus": sum(unpriced.values()),
         "unpriced_pools": dg.MetadataValue.json(unpriced),
     })
+
+
+def _follow_the_tick(adapter, tick: str | None) -> None:
+    """A simulated twin moves on to the tick the run serves (a schedule's tag), so the fleet
+    lives on Dagster's clock: the simulated daemon's in `make demo`, the wall clock live.
+    Real fleets live on the wall clock anyway; a twin already past the tick stays."""
+    advance = getattr(adapter, "advance", None)
+    if tick and advance is not None:
+        advance(datetime.fromisoformat(tick))
 
 
 fleet_assets = [fleet_adapter, fleet_inventory]

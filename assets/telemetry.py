@@ -10,6 +10,7 @@ import dagster as dg
 from assets.fleet import fleet_adapter
 from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
+from market_pipeline.fleet.history import configured_history_start
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.telemetry.checks import (
     accounting,
@@ -30,7 +31,10 @@ from market_pipeline.telemetry.rules import ValidationPolicy
 warnings.filterwarnings("ignore", message="Specifying a partitions_def on an AssetCheckSpec",
                         category=dg.PreviewWarning)
 
-TELEMETRY_PARTITIONS = dg.HourlyPartitionsDefinition(start_date="2024-01-01-00:00")
+# Partitions begin where the fleet's history begins (the simulated twin's epoch), so the UI
+# shows the hours the fleet lived and a backfill of "all" is that history.
+TELEMETRY_PARTITIONS = dg.HourlyPartitionsDefinition(
+    start_date=configured_history_start().strftime("%Y-%m-%d-%H:%M"))
 ADAPTER_SOURCE = "adapter"  # the asset owns what the adapter delivered into a partition
 
 

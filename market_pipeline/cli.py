@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "market_pipeline.billing.export",
     "market_pipeline.tick.commands",
     "market_pipeline.demand_response.commands",
+    "sensors.commands",  # demo, bench soak: they drive the Dagster instance
 )
 
 

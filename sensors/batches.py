@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 import dagster as dg
 
+from sensors.schedules import tick_tags
 from market_pipeline.action_batches import ActionBatch, ActionResult, counts_by_status, failing
 
 RESUME_LIMIT = 3
@@ -48,7 +49,7 @@ def batch_requests(context: dg.SensorEvaluationContext, batches: Sequence[Action
         requests.append(dg.RunRequest(
             run_key=run_key,
             run_config=dg.RunConfig(ops={op_name: ActionBatchConfig(tick=tick)}),
-            tags={f"{prefix}/batch_id": batch.batch_id, f"{prefix}/tick": tick,
+            tags={f"{prefix}/batch_id": batch.batch_id, f"{prefix}/tick": tick, **tick_tags(batch.tick),
                   f"{prefix}/decisions": str(len(batch.decision_ids))}))
     return requests, given_up
 

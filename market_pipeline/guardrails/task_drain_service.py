@@ -56,6 +56,10 @@ def recent_samples(warehouse: Warehouse, adapter: NodeAdapter, fleet_now: dateti
     """Samples of the last `minutes`: the clean telemetry table when it covers the window,
     else straight from the adapter (telemetry not ingested yet, or stale)."""
     start = fleet_now - timedelta(minutes=minutes)
+    # a fleet younger than the window has no samples before its first moment (the twin's epoch)
+    epoch_time = getattr(adapter, "epoch_time", None)
+    if callable(epoch_time):
+        start = max(start, epoch_time())
     if table_exists(warehouse, TELEMETRY_TABLE):
         frame = warehouse.query(
             f"SELECT ts, node_id, gpu_uuid, sm_util_pct, task_id, tenant_id FROM {TELEMETRY_TABLE}"

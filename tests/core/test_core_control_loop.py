@@ -5,6 +5,7 @@ One simulated hour through real Dagster runs on SQLite storage, in a fresh home,
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -23,7 +24,8 @@ def demo_home(tmp_path_factory):
     dagster_home = home / "dagster_home"
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
-    env = {**os.environ, "MARKET_PIPELINE_HOME": str(home), "DAGSTER_HOME": str(dagster_home)}
+    env = {**{k: v for k, v in os.environ.items() if k != "MARKET_PIPELINE_HISTORY_START"},
+           "MARKET_PIPELINE_HOME": str(home), "DAGSTER_HOME": str(dagster_home)}
     done = subprocess.run([sys.executable, "-m", "assets.control_loop", "--days", str(1 / 24)], cwd=REPO_ROOT,
                           env=env, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -78,3 +80,72 @@ def test_published_prices_keep_every_promise(demo_home):
     ticks = store.query("SELECT pool_id, guaranteed, drainable FROM market_ticks")
     ratio = 1 - ticks["drainable"] / ticks["guaranteed"]
     assert ((ratio >= market.drainable_discount_min - 1e-9) & (ratio <= market.drainable_discount_max + 1e-9)).all()
+
+
+def test_every_demo_run_went_through_the_instance_under_its_job_schedule_sensor_or_backfill(demo_home):
+    """No orphan runs: each run has its job's origin (the code location's job, so the UI lists
+    it under the job and re-executes the same version), was launched by a schedule, a sensor
+    or a backfill, and carries the simulated tick it serves; the schedules' ticks are stored."""
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+    from dagster._core.scheduler.instigation import InstigatorType, TickStatus
+
+    home, _ = demo_home
+    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home / "dagster_home")))
+    runs = instance.get_runs()
+    assert runs
+    launched_by = {"dagster/schedule_name", "dagster/sensor_name", "dagster/backfill"}
+    for run in runs:
+        assert run.remote_job_origin is not None, run.job_name
+        assert run.remote_job_origin.location_name == "market_pipeline"
+        assert launched_by & set(run.tags), (run.job_name, run.tags)
+        assert "market_pipeline/tick" in run.tags, (run.job_name, run.tags)
+        assert run.status == dg.DagsterRunStatus.SUCCESS, run.job_name
+    jobs = {run.job_name for run in runs}
+    assert {"telemetry_job", "metering_job", "control_loop_job"} <= jobs
+    # billing: an asset backfill over the demo's hours, as the UI's "Materialize" of a range
+    backfilled = [run for run in runs if "dagster/backfill" in run.tags]
+    assert backfilled and all(run.job_name == "__ASSET_JOB" for run in backfilled)
+    [backfill] = instance.get_backfills()
+    assert backfill.status.value == "COMPLETED_SUCCESS"
+    schedules = {state.instigator_name: state for state in
+                 instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE)}
+    # the demo leaves its schedules stopped: `make ui` over this instance only looks
+    assert not any(state.is_running for state in schedules.values())
+    tick = schedules["control_loop_tick"]
+    ticks = instance.get_ticks(tick.instigator_origin_id, tick.selector_id)
+    assert any(t.status == TickStatus.SUCCESS and t.run_ids for t in ticks)
+    # the control tick serves the simulated hour, in the fleet's time, not the wall clock's
+    served = {run.tags["market_pipeline/tick"] for run in runs if run.job_name == "control_loop_job"}
+    epoch = Warehouse(home / "var" / "warehouse.duckdb").query("SELECT min(ts) FROM telemetry_clean").row(0)[0]
+    assert all(abs((dt.datetime.fromisoformat(t) - epoch).total_seconds()) <= 3600 for t in served), served
+
+
+SNAPSHOT_IDS = """
+import json
+from market_pipeline.definitions import defs
+print(json.dumps({name: defs.resolve_job_def(name).get_job_snapshot_id() for name in
+                  ("telemetry_job", "metering_job", "control_loop_job", "drain_job", "scaling_actions_job")}))
+"""
+
+
+def test_the_ui_re_executes_demo_runs_as_the_same_version(demo_home):
+    """The job snapshots of the demo's runs are the ones `make ui` loads (its environment: no
+    demo tick override), so re-execute does not warn of a different version."""
+    import json
+
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    home, _ = demo_home
+    env = {k: v for k, v in os.environ.items() if k != "MARKET_PIPELINE_HISTORY_START" and not k.startswith("MP__")}
+    env.update(MARKET_PIPELINE_HOME=str(home), DAGSTER_HOME=str(home / "dagster_home"))
+    done = subprocess.run([sys.executable, "-c", SNAPSHOT_IDS], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    current = json.loads(done.stdout.strip().splitlines()[-1])
+    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home / "dagster_home")))
+    runs = [run for run in instance.get_runs() if run.job_name in current]
+    assert {run.job_name for run in runs} >= {"telemetry_job", "metering_job", "control_loop_job"}
+    for run in runs:
+        assert run.job_snapshot_id == current[run.job_name], run.job_name

@@ -110,5 +110,7 @@ def test_telemetry_adapter_failure_fails_the_run_with_its_reason(tmp_path: Path)
 
 def test_telemetry_partitions_are_hourly_and_shared() -> None:
     assert isinstance(TELEMETRY_PARTITIONS, dg.HourlyPartitionsDefinition)
-    assert TELEMETRY_PARTITIONS.get_first_partition_key() == "2024-01-01-00:00"
+    from market_pipeline.fleet.history import configured_history_start
+
+    assert TELEMETRY_PARTITIONS.get_first_partition_key() == configured_history_start().strftime("%Y-%m-%d-%H:%M")
     assert telemetry_samples.partitions_def == TELEMETRY_PARTITIONS

@@ -1,0 +1,221 @@
+"""`market-pipeline bench soak`: the whole loop on dagster-postgres storage, every schedule and
+sensor on, the simulated fleet on an accelerated clock, for N wall minutes.
+
+The simulated daemon (sensors/sim_daemon.py) jumps from one schedule fire time to the next
+as soon as the previous step's runs and sensor runs are done, so in N minutes each schedule
+and sensor ticks many times. Storage is a PostgreSQL database made for the soak and dropped
+after it; the warehouse and the twin live in a temporary project home.
+
+What it reports, one JSON object:
+- runs, failed_runs: every run the soak's instance holds, and those that failed;
+- skipped_ticks: schedule fire times in the soak without a successful tick (skipped, failed
+  or never evaluated);
+- duplicate_actions: scaling or drain decisions carried out (not skipped) by two runs, from
+  the batch runs' outcome tables;
+- lock_errors: runs or ticks whose error names a lock (DuckDB's single writer, the twin's
+  state lock);
+- lost_rows: telemetry rows neither clean nor quarantined (telemetry_ingests against the two
+  tables, per partition), plus metered seconds of billed hours missing from billing;
+- tick_p50_s, tick_p95_s: wall seconds of the control-loop ticks (control_loop_job runs).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import dagster as dg
+
+from sensors.sim_daemon import simulated_daemon, simulated_instance
+
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+EXECUTED = frozenset({"ok", "failed", "error", "infeasible", "running", "aborted"})  # the adapter was asked
+LOCK_WORDS = ("could not set lock", "conflicting lock", "database is locked", "stayed locked", "lock on file")
+BATCH_JOBS = ("drain_job", "scaling_actions_job")
+INSTANCE_YAML = """storage:
+  postgres:
+    postgres_url: "{url}"
+concurrency:
+  pools:
+    default_limit: 1
+telemetry:
+  enabled: false
+"""
+
+
+@dataclass
+class SoakResult:
+    runs: int
+    failed_runs: int
+    skipped_ticks: int
+    duplicate_actions: int
+    lock_errors: int
+    lost_rows: int
+    tick_p50_s: float
+    tick_p95_s: float
+    simulated_hours: float
+    steps: int
+    wall_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@contextmanager
+def soak_database(admin_url: str = PG_ADMIN_URL) -> Iterator[str]:
+    """A uniquely named PostgreSQL database for the soak's Dagster storage, dropped after."""
+    import psycopg2
+
+    name = f"mp_soak_{uuid.uuid4().hex[:12]}"
+    admin = psycopg2.connect(admin_url)
+    admin.autocommit = True
+    try:
+        admin.cursor().execute(f"CREATE DATABASE {name}")
+        yield admin_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg2://", 1) + f"/{name}"
+    finally:
+        cursor = admin.cursor()
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.close()
+
+
+def run_soak(minutes: float, *, admin_url: str = PG_ADMIN_URL, logger: logging.Logger | None = None) -> SoakResult:
+    """Soak the loop for `minutes` of wall time in a fresh home and database. Call it in a
+    fresh process (the `bench soak` command): the runs execute here and load the definitions,
+    whose resources must name this soak's home."""
+    with tempfile.TemporaryDirectory(prefix="soak-") as home, soak_database(admin_url) as url:
+        dagster_home = Path(home) / "dagster_home"
+        dagster_home.mkdir()
+        (dagster_home / "dagster.yaml").write_text(INSTANCE_YAML.format(url=url))
+        from market_pipeline.billing.dbt_project import environment_overrides
+
+        with environment_overrides({"MARKET_PIPELINE_HOME": home, "DAGSTER_HOME": str(dagster_home)}):
+            return _soak(minutes, dagster_home, logger or logging.getLogger("market_pipeline.soak"))
+
+
+def _soak(minutes: float, dagster_home: Path, logger: logging.Logger) -> SoakResult:
+    from market_pipeline.config import load_config
+    from market_pipeline.hardware import make_adapter
+    from market_pipeline.warehouse import Warehouse
+
+    config = load_config()
+    # the daemon starts an hour into the fleet's history: every schedule's first tick then has
+    # a closed hour to serve, so a skipped tick means the daemon missed one
+    start = make_adapter(config).now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    instance = simulated_instance(dagster_home)
+    began = time.monotonic()
+    deadline = began + minutes * 60
+    steps, at = 0, start
+    with simulated_daemon(instance, start, logger) as daemon:
+        daemon.turn_on([schedule.name for schedule in daemon.repository().get_schedules()])  # all
+        while time.monotonic() < deadline:
+            upcoming = daemon.fire_times(at + timedelta(seconds=1), at + timedelta(days=1))
+            at = upcoming[0]
+            daemon.step(at)
+            steps += 1
+        fired = _fire_times(daemon, start, at)
+        daemon.turn_on(())
+    store = Warehouse(config.warehouse_path)
+    ticks = _control_tick_seconds(instance)
+    return SoakResult(
+        runs=instance.get_runs_count(), failed_runs=instance.get_runs_count(
+            dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE])),
+        skipped_ticks=_skipped_ticks(instance, fired), duplicate_actions=_duplicate_actions(instance),
+        lock_errors=_lock_errors(instance), lost_rows=_lost_rows(store),
+        tick_p50_s=_quantile(ticks, 0.5), tick_p95_s=_quantile(ticks, 0.95),
+        simulated_hours=round((at - start).total_seconds() / 3600, 2), steps=steps,
+        wall_s=round(time.monotonic() - began, 1))
+
+
+def _fire_times(daemon, start: datetime, end: datetime) -> dict[str, list[datetime]]:
+    """Per running schedule, every fire time in (start, end]."""
+    out: dict[str, list[datetime]] = {}
+    for schedule in daemon.repository().get_schedules():
+        times = daemon.fire_times_of(schedule, start + timedelta(seconds=1), end + timedelta(seconds=1))
+        if times is not None:
+            out[schedule.name] = times
+    return out
+
+
+def _skipped_ticks(instance: dg.DagsterInstance, fired: dict[str, list[datetime]]) -> int:
+    from dagster._core.scheduler.instigation import TickStatus
+
+    skipped = 0
+    for name, times in fired.items():
+        ticks = [t for t in instance.get_ticks(*_schedule_ids(instance, name)) if t.status == TickStatus.SUCCESS]
+        done = {datetime.fromtimestamp(t.timestamp, timezone.utc).replace(second=0, microsecond=0) for t in ticks}
+        skipped += sum(1 for moment in times if moment not in done)
+    return skipped
+
+
+def _schedule_ids(instance: dg.DagsterInstance, name: str) -> tuple[str, str]:
+    from dagster._core.scheduler.instigation import InstigatorType
+
+    for state in instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE):
+        if state.instigator_name == name:
+            return state.instigator_origin_id, state.selector_id
+    raise LookupError(f"schedule {name} has no state")
+
+
+def _duplicate_actions(instance: dg.DagsterInstance) -> int:
+    """Decisions two batch runs both carried out (an outcome other than skipped/superseded)."""
+    executed_by: dict[str, set[str]] = {}
+    for job_name in BATCH_JOBS:
+        for run in instance.get_runs(dg.RunsFilter(job_name=job_name)):
+            for entry in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_OUTPUT):
+                table = entry.dagster_event.event_specific_data.metadata.get("outcomes")
+                for record in getattr(table, "records", []) if table is not None else []:
+                    row = record.data
+                    if row.get("status") in EXECUTED:
+                        executed_by.setdefault(str(row["decision_id"]), set()).add(run.run_id)
+    return sum(1 for runs in executed_by.values() if len(runs) > 1)
+
+
+def _lock_errors(instance: dg.DagsterInstance) -> int:
+    count = 0
+    for run in instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE])):
+        text = " ".join(str(entry.dagster_event.event_specific_data)
+                        for entry in instance.all_logs(run.run_id, of_type={
+                            dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE}))
+        count += any(word in text.lower() for word in LOCK_WORDS)
+    return count
+
+
+def _lost_rows(store) -> int:
+    """Telemetry rows neither clean nor quarantined, and metered seconds of billed hours
+    that billing does not hold."""
+    telemetry = store.query("""
+        WITH ins AS (SELECT partition_key, sum(rows_in) AS rows_in FROM telemetry_ingests GROUP BY 1),
+             clean AS (SELECT partition_key, count(*) AS n FROM telemetry_clean GROUP BY 1),
+             quarantine AS (SELECT partition_key, count(*) AS n FROM telemetry_quarantine GROUP BY 1)
+        SELECT coalesce(sum(abs(ins.rows_in - coalesce(clean.n, 0) - coalesce(quarantine.n, 0))), 0)
+        FROM ins LEFT JOIN clean USING (partition_key) LEFT JOIN quarantine USING (partition_key)""").row(0)[0]
+    from market_pipeline.warehouse import WarehouseError
+
+    try:
+        billing = store.query("""
+        SELECT coalesce(sum(u.metered_seconds), 0) FROM usage_intervals u
+        WHERE u.partition_key IN (SELECT DISTINCT partition_key FROM fct_rated_usage)
+          AND NOT EXISTS (SELECT 1 FROM fct_rated_usage r WHERE r.interval_id = u.interval_id)""").row(0)[0]
+    except WarehouseError:  # no hour billed yet (dbt has not built the mart)
+        billing = 0
+    return int(telemetry) + int(billing)
+
+
+def _control_tick_seconds(instance: dg.DagsterInstance) -> list[float]:
+    return sorted(record.end_time - record.start_time for record in instance.get_run_records(
+        dg.RunsFilter(job_name="control_loop_job")) if record.start_time and record.end_time)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
