@@ -186,21 +186,23 @@ class SimulatedDaemon:
         raise RuntimeError("a backfill did not settle; see Overview > Backfills in the Dagster UI")
 
     def backfill(self, job_name: str, partition_keys: Sequence[str], *, title: str) -> str:
-        """Request an asset backfill of the job's assets over these partitions, as the UI's
-        "Materialize" over a partition range does; the next step's backfill daemon runs it."""
-        request_context = self.context.create_request_context()
-        asset_graph = request_context.asset_graph
-        keys = [node.key for node in asset_graph.asset_nodes if job_name in node.job_names]
-        if not keys:
-            raise ValueError(f"job {job_name} materializes no asset")
+        """Request a backfill of the job over these partitions, as the UI's job "Backfill"
+        does; the next step's backfill daemon runs it. A job backfill runs the job's whole
+        selection, in one ranged run where every asset's backfill policy is single-run. (An
+        asset backfill would hold back each asset with an ancestor in the range reached
+        through assets outside it: the dbt models on the price book, which the market tick
+        derives from metering.)"""
+        repo = self.repository()
+        partition_set = next((ps for ps in repo.get_partition_sets() if ps.job_name == job_name), None)
+        if partition_set is None:
+            raise ValueError(f"job {job_name} has no partitions to backfill")
         backfill_id = f"{title}-{self.clock.now():%Y%m%dT%H%M%S}".replace(" ", "-")
-        backfill = PartitionBackfill.from_asset_partitions(
-            backfill_id=backfill_id, asset_graph=asset_graph, partition_names=list(partition_keys),
-            asset_selection=keys, backfill_timestamp=self.clock.now().timestamp(),
-            tags=tick_tags(self.clock.now()), dynamic_partitions_store=self.instance, all_partitions=False,
+        self.instance.add_backfill(PartitionBackfill(
+            backfill_id=backfill_id, status=BulkActionStatus.REQUESTED, from_failure=False,
+            tags=tick_tags(self.clock.now()), backfill_timestamp=self.clock.now().timestamp(),
+            partition_set_origin=partition_set.get_remote_origin(), partition_names=list(partition_keys),
             title=title, description=f"{len(partition_keys)} hourly partitions, {partition_keys[0]} .. "
-                                     f"{partition_keys[-1]}", run_config=None)
-        self.instance.add_backfill(backfill)
+                                     f"{partition_keys[-1]}"))
         return backfill_id
 
     def _run_ids(self) -> list[str]:
