@@ -88,6 +88,9 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     _add_model_options(bench)
     bench.add_argument("--json", help="also write the full report here")
     bench.set_defaults(handler=run_bench)
+    from market_pipeline.simulate.job_grid_commands import register_bench as register_truth
+
+    register_truth(bench_sub, str(REPO_DATA))
 
 
 def _settings(args: argparse.Namespace) -> Any:
