@@ -56,7 +56,7 @@ class RunInputs:
     typical: TypicalPods
     load_index: np.ndarray  # (warm-up + ticks,) true load index k
     index_history: np.ndarray  # observed index before the window
-    floor_demand: np.ndarray  # (T, R) at the lowest reachable prices, k = 1
+    floor_demand: np.ndarray  # (T, R) at the lowest reachable prices, k = 1 (the highest over the day)
     initial: InitialJobs
     epoch: dt.datetime
     sla_wait_s: float
@@ -65,13 +65,8 @@ class RunInputs:
     # runs on another model it fits rather than queueing behind a 2-GPU pool.
     spill: tuple[tuple[tuple[int, ...], ...], ...] = ()
     initial_index: float = 1.0  # the load index the snapshot `initial` was drawn at
-    # (24, T, R) the floor demand hour by hour where the true response varies over the day
-    floor_by_hour: np.ndarray | None = None
     claims: TenantModel | None = None  # what a learning strategy prices with (not the tenants)
     base_requested: np.ndarray | None = None  # (2R,) GPUs requested per hour at list prices, index 1
-
-    def floor_at(self, hour: int) -> np.ndarray:
-        return self.floor_demand if self.floor_by_hour is None else self.floor_by_hour[hour % 24]
 
 
 class StrategyRun(RigidService):
@@ -132,7 +127,7 @@ class StrategyRun(RigidService):
             self._control(t0, prune=True)
             hour = int(((self.epoch_s + t0) % 86_400) // 3600)  # the true response's hour of day
             wanted = best_response(inputs.model, prices, hour)
-            floor = inputs.floor_at(hour)
+            floor = inputs.floor_demand
             k = float(inputs.load_index[tick])
             ratio = buy_ratio(wanted, floor)  # the load index k cancels out
             late = self.deferred.release(ratio, t0)

@@ -70,8 +70,9 @@ def build_inputs(config: MarketPipelineConfig, settings: SimulationSettings, pod
     requests = tuple(pod_requests(pods))
     resources = resource_set(pools)
     floor = best_response(model, resources.price_min)
-    floor_by_hour = (np.stack([best_response(model, resources.price_min, h) for h in range(24)])
-                     if model.hourly else None)
+    if model.hourly:  # the envelope over the day: one candidate stream whose thinning ratio at a
+        # given price is the same at every hour (static's list price never serves deferred work)
+        floor = np.max([best_response(model, resources.price_min, h) for h in range(24)], axis=0)
     base = requested_at_list(claims.base_demand, claims.mean_gpu_hours, claims.elastic, claims.pods_by_cell,
                              claims.cell_weights, pods.gpus)
     initial = initial_population(model, pods, model.base_demand * window.initial_index, settings.seed)
@@ -79,7 +80,7 @@ def build_inputs(config: MarketPipelineConfig, settings: SimulationSettings, pod
     epoch = HELIOS_EPOCH + dt.timedelta(days=settings.load_start_day - settings.warmup_ticks * settings.tick_minutes / 1440)
     return RunInputs(config, settings, pods, nodes, pools, model, requests, typical_pods(list(requests)),
                      window.index, window.history, floor, initial, epoch, float(sla),
-                     spill_order(pods, nodes, pools), window.initial_index, floor_by_hour, claims, base)
+                     spill_order(pods, nodes, pools), window.initial_index, claims, base)
 
 
 def spill_order(pods: PodTable, nodes: FleetNodes, pools: tuple[Pool, ...]) -> tuple[tuple[tuple[int, ...], ...], ...]:
