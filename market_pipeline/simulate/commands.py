@@ -198,20 +198,29 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def trace_files(data_dir: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """(openb pod list, openb node list, Helios loads) under the shared traces folder; None
+    (after printing the bench's one-line skip) where they are absent."""
+    data = Path(data_dir)
+    openb, helios = data / "alibaba-gpu-2023", data / "helios-earth"
+    loads = tuple(sorted(str(p) for p in helios.glob("vc*.csv")))
+    if not (openb / "openb_pod_list_default.csv").is_file() or not loads:
+        print(json.dumps({"skipped": f"traces not found under {data}"}))
+        return None
+    return str(openb / "openb_pod_list_default.csv"), str(openb / "openb_node_list_gpu_node.csv"), loads
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from market_pipeline.config import load_config
     from market_pipeline.simulate.simulation import simulate_files
 
-    data = Path(args.data)
-    openb, helios = data / "alibaba-gpu-2023", data / "helios-earth"
-    loads = sorted(str(p) for p in helios.glob("vc*.csv"))
-    if not (openb / "openb_pod_list_default.csv").is_file() or not loads:
-        print(json.dumps({"skipped": f"traces not found under {data}"}))
+    files = trace_files(args.data)
+    if files is None:
         return 0
+    pods, nodes, loads = files
     try:
         _check_args(args, (args.json,))
-        report = simulate_files(load_config(args.config), _settings(args), pods=str(openb / "openb_pod_list_default.csv"),
-                                nodes=str(openb / "openb_node_list_gpu_node.csv"), loads=tuple(loads),
+        report = simulate_files(load_config(args.config), _settings(args), pods=pods, nodes=nodes, loads=loads,
                                 placement=tuple(p for p in args.placement if p != "none"), workers=args.workers,
                                 progress=_progress(not args.no_progress))
     except SimulationInputError as exc:

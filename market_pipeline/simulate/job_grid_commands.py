@@ -37,16 +37,15 @@ def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> 
 
 def run_bench_truth(args: argparse.Namespace) -> int:
     from market_pipeline.config import load_config
+    from market_pipeline.simulate.commands import trace_files
     from market_pipeline.simulate.inputs import load_helios, load_nodes, load_pods
     from market_pipeline.simulate.job_grid import job_grid_points, run_job_grid
     from market_pipeline.simulate.settings import SimulationSettings
 
-    data = Path(args.data)
-    openb, helios = data / "alibaba-gpu-2023", data / "helios-earth"
-    loads = sorted(str(p) for p in helios.glob("vc*.csv"))
-    if not (openb / "openb_pod_list_default.csv").is_file() or not loads:
-        print(json.dumps({"skipped": f"traces not found under {data}"}))
+    files = trace_files(args.data)
+    if files is None:
         return 0
+    pod_file, node_file, loads = files
     try:
         points = job_grid_points()
         wanted = [p.strip() for p in args.points.split(",") if p.strip()]
@@ -56,9 +55,8 @@ def run_bench_truth(args: argparse.Namespace) -> int:
         points = tuple(p for p in points if not wanted or p.name in wanted)
         settings = SimulationSettings(days=args.days, seed=args.seed, warmup_days=args.warmup_days)
         config = load_config()
-        pods = load_pods(str(openb / "openb_pod_list_default.csv"))
-        nodes = load_nodes(str(openb / "openb_node_list_gpu_node.csv"), config)
-        load = load_helios(loads, settings.tick_minutes)
+        pods, nodes = load_pods(pod_file), load_nodes(node_file, config)
+        load = load_helios(list(loads), settings.tick_minutes)
         report = run_job_grid(config, settings, points, pods, nodes, load, workers=args.workers)
     except SimulationInputError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -118,3 +118,13 @@ def test_elasticity_errors_and_breaches_are_measured_not_assumed():
 
     # 2.5 is above the cap (1.04 x 2.0) and the first step is +25% (= the max step, allowed)
     assert promise_breaches(Inputs(), Result()) == 2
+
+
+def test_bench_simulate_truth_skips_without_traces_and_refuses_an_unknown_point(tmp_path, capsys, shared_data):
+    from market_pipeline.cli import main
+
+    assert main(["bench", "simulate-truth", "--data", str(tmp_path)]) == 0
+    assert "skipped" in capsys.readouterr().out
+    assert main(["bench", "simulate-truth", "--data", str(shared_data), "--points", "e9/r9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --points ['e9/r9']") and "\n" not in err
