@@ -36,7 +36,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tick-minutes", type=int, default=60, help="pricing tick (default 60)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--strategies", type=_csv_list, default=("static", "utilization", "stackelberg"),
-                        help="comma list of static, utilization, stackelberg")
+                        help="comma list of static, utilization, stackelberg (learning), clairvoyant (knows the truth), claims (the claims alone)")
     parser.add_argument("--placement", type=_csv_list, default=("round_robin", "best_fit", "fragment_aware"),
                         help="policies compared at saturation (FGD experiment); 'none' skips it")
     parser.add_argument("--policy", default="best_fit", help="placement policy of the strategy runs")

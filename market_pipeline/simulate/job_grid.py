@@ -7,7 +7,8 @@ elastic demand); the tenants keep their +-25% spread around the class elasticity
 runs the same trace, fleet, seed and settings with three strategies:
 - static: the list prices;
 - stackelberg: the live loop's learning (`simulate.learning`), the claims as the prior;
-- clairvoyant: the same tick on the true population, hour by hour, no experiments.
+- clairvoyant: the same tick on the true population, hour by hour, no experiments;
+- claims: the same tick on the claims alone, no fit, no experiment (what learning is worth).
 
 Per point: revenue, profit, utilisation, elastic and rigid cost per GPU-hour against static;
 the regret (clairvoyant profit - loop profit) / clairvoyant profit over the measured window;
@@ -34,7 +35,7 @@ from market_pipeline.simulate.runner import build_inputs, run_strategies
 from market_pipeline.simulate.settings import SimulationSettings
 from market_pipeline.simulate.tenants import ELASTICITY_FLOOR, best_response
 
-STRATEGIES = ("static", "stackelberg", "clairvoyant")
+STRATEGIES = ("static", "stackelberg", "clairvoyant", "claims")
 COMPARED = ("revenue", "profit", "elastic_cost_per_gpu_hour", "rigid_cost_per_gpu_hour")
 
 
@@ -77,6 +78,8 @@ def point_report(point: TruthPoint, inputs: RunInputs, results: dict[str, Strate
         "loop_vs_static": vs_static(loop), "clairvoyant_vs_static": vs_static(best),
         "static_utilisation": static["gpu_utilization"],
         "regret_share": (best["profit"] - loop["profit"]) / best["profit"],
+        "claims_only_regret_share": (best["profit"] - m["claims"]["profit"]) / best["profit"],
+        "claims_only_vs_static": vs_static(m["claims"]),
         "experiment_cost_share": true_cost / loop["revenue"],
         "experiment_cost_model_share": _measured_model_cost(inputs, learning) / loop["revenue"],
         "experiment_ticks": learning.get("experiment_ticks", {}),
@@ -163,6 +166,8 @@ def run_job_grid(config, base: SimulationSettings, points: tuple[TruthPoint, ...
         "revenue_ge_static_everywhere": all(r["revenue_ge_static"] for r in rows),
         "promise_breaches": sum(r["promise_breaches"] for r in rows),
         "rigid_sla_violations": sum(r["rigid_sla_violations"] for r in rows),
+        "claims_only_regret_median": median(r["claims_only_regret_share"] for r in rows),
+        "claims_only_regret_worst": max(r["claims_only_regret_share"] for r in rows),
     }
     summary["targets"] = grid_targets(summary)
     return {"summary": summary, "points": rows}

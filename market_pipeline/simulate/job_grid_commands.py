@@ -16,7 +16,7 @@ from pathlib import Path
 
 from market_pipeline.simulate.errors import SimulationInputError
 
-BRIEF_KEYS = ("point", "regret_share", "experiment_cost_share", "experiment_cost_model_share", "loop_vs_static",
+BRIEF_KEYS = ("point", "regret_share", "claims_only_regret_share", "experiment_cost_share", "experiment_cost_model_share", "loop_vs_static",
               "clairvoyant_vs_static", "revenue_ge_static", "promise_breaches", "rigid_sla_violations",
               "elasticity_error_over_time", "seconds")
 

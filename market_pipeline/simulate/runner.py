@@ -112,6 +112,9 @@ def make_strategy(name: str, inputs: RunInputs) -> PricingStrategy:
     if name == "clairvoyant":  # the same tick on the true population, hour by hour
         return StackelbergPricing(inputs.model, inputs.pools, inputs.config, inputs.settings, epoch=inputs.epoch,
                                   name="clairvoyant")
+    if name == "claims":  # the tick on the claims alone: no fit, no experiment
+        return StackelbergPricing(inputs.claims or inputs.model, inputs.pools, inputs.config, inputs.settings,
+                                  epoch=inputs.epoch, name="claims")
     if name == "stackelberg":
         return learning_strategy(inputs)
     raise SimulationInputError(f"unknown strategy {name!r}")

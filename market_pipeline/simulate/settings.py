@@ -15,7 +15,7 @@ from market_pipeline.fleet.gpu_catalog import load_gpu_catalog, unpriced_model_m
 from market_pipeline.fleet.workload import WorkloadParams
 from market_pipeline.simulate.errors import SimulationInputError
 
-STRATEGY_NAMES = ("static", "utilization", "stackelberg", "clairvoyant")
+STRATEGY_NAMES = ("static", "utilization", "stackelberg", "clairvoyant", "claims")
 DEFAULT_STRATEGIES = ("static", "utilization", "stackelberg")
 PLACEMENT_NAMES = ("round_robin", "best_fit", "fragment_aware")
 
@@ -164,7 +164,8 @@ class SimulationSettings:
     # experiments. The claims are the aggregate truth grid's (`demand_response.truth_grid`),
     # fixed before this work: elastic 2.0 (sd 1.0), rigid 0.2 (sd 0.3). `learn_response`
     # False prices with the claims alone (no fit, no experiment); the strategy "clairvoyant"
-    # runs the same tick on the true population hour by hour (the regret's yardstick).
+    # runs the same tick on the true population hour by hour (the regret's yardstick); the
+    # strategy "claims" is the tick on the claims alone beside them (the ablation).
     learn_response: bool = True
     claims_elastic: tuple[float, float] = (2.0, 1.0)
     claims_rigid: tuple[float, float] = (0.2, 0.3)
