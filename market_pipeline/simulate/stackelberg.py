@@ -23,15 +23,15 @@ own load index, and the running experiments move the published prices. Without o
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.demand_response.experiments import ExperimentSettings
 from market_pipeline.forecast import fit_and_forecast
 from market_pipeline.guardrails.backlog import BacklogParams
-from market_pipeline.demand_response.experiments import ExperimentSettings
 from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem, demand_at, solve_followers
 from market_pipeline.pricing import solver_settings
 from market_pipeline.simulate.learning import ResponseLearner
@@ -39,6 +39,9 @@ from market_pipeline.simulate.pricing import ELASTIC, RIGID, MarketView, PriceDe
 from market_pipeline.simulate.settings import SimulationSettings
 from market_pipeline.simulate.tenants import Pool, TenantModel, resource_set
 from market_pipeline.tick import PoolTickInput, Promises, run_market_tick
+
+if TYPE_CHECKING:
+    from market_pipeline.simulate.engine import RunInputs
 
 MIN_INDEX = 1e-3
 DRAINABLE_CAPACITY_FLOOR = 0.02  # share of the pool: the drainable class is never sold out by rule
@@ -155,7 +158,7 @@ class StackelbergPricing:
         return out
 
 
-def learning_strategy(inputs) -> StackelbergPricing:
+def learning_strategy(inputs: RunInputs) -> StackelbergPricing:
     """The Stackelberg strategy as the live loop runs it: the claims as the prior, the response
     learned from its own prices (`learner`), bounded experiments; `learn_response` False: the
     claims alone."""
