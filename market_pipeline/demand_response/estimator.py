@@ -32,6 +32,7 @@ DAY_SECONDS = 86_400.0
 HOUR_BIN_CHOICES = (24, 12, 8, 6, 4, 3, 2, 1)
 MIN_PER_BIN = 6  # observations per time-of-day bin before a finer bin is used
 MIN_CLUSTERS = 8  # days before the interval is clustered by day
+MIN_STD_ERROR = 1e-9
 MIN_PRICE_SPREAD = 1e-4  # residual log-price std below which the price says nothing
 
 
@@ -101,7 +102,7 @@ def _design(ts: np.ndarray, level_col: np.ndarray | None) -> tuple[np.ndarray, i
     """Controls: intercept, time-of-day bins, calendar days (so days of week), the load."""
     n = ts.size
     hour = np.floor((ts % DAY_SECONDS) / 3600.0).astype(np.int64)
-    bins = next(b for b in HOUR_BIN_CHOICES if n >= MIN_PER_BIN * b)
+    bins = next((b for b in HOUR_BIN_CHOICES if n >= MIN_PER_BIN * b), 1)  # 4-5 rows: one bin
     hour_bin = hour * bins // 24
     day = np.floor(ts / DAY_SECONDS).astype(np.int64)
     cols = [np.ones(n)]
@@ -143,6 +144,9 @@ def _regress(ts: np.ndarray, x: np.ndarray, y: np.ndarray, level_col: np.ndarray
         var = (n / dof) * float((rx * rx) @ (resid * resid)) / sxx ** 2
         t_dof = dof
     se = math.sqrt(max(var, 0.0))
+    if se < MIN_STD_ERROR:  # residuals vanish: as many controls as rows, not a measurement
+        return _prior_only({**base, "hour_bins": bins, "price_spread": spread}, prior, level,
+                           f"a perfect fit: {n} observations leave no residual to measure the error")
     total = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float(resid @ resid) / total if total > 0 else None
     fit = {**base, "hour_bins": bins, "price_spread": spread, "r2": r2,

@@ -135,6 +135,19 @@ def _moved(base: float, sign: int, amplitude: float, low: float, low_by: str, hi
     return target, ""
 
 
+def dither_cost(problem, list_prices: np.ndarray, promises: Promises, response: dict[str, float],
+                tick_prices: np.ndarray, moved_prices: np.ndarray) -> float:
+    """The profit per hour the loop's own model (the tenants calibrated to `response` at the
+    reference prices) says the experiment prices give up against the tick's: the cost the
+    live loop records with each experiment row and the simulator reports."""
+    from market_pipeline.tick.response import calibrated_to_response, reference_prices
+
+    mid = 0.5 * (promises.discount_min + promises.discount_max)
+    reference = reference_prices(np.asarray(list_prices, dtype=np.float64), problem.resources.resource_class, mid)
+    calibrated = calibrated_to_response(problem, reference, response)
+    return model_profit(calibrated, tick_prices) - model_profit(calibrated, moved_prices)
+
+
 def model_profit(problem, prices: np.ndarray) -> float:
     """Profit per hour the model expects at `prices`: sum (p - c) min(D, C)."""
     from market_pipeline.market import demand_at

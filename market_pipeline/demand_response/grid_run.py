@@ -183,12 +183,17 @@ def run_grid(points: tuple[TruthPoint, ...], settings: GridSettings = GridSettin
     if ablation:
         claims = [r["claims_only_regret_share"] for r in rows]
         summary["claims_only_regret_median"], summary["claims_only_regret_worst"] = median(claims), max(claims)
-    summary["targets"] = {
+    summary["targets"] = grid_targets(summary)
+    return {"summary": summary, "points": rows}
+
+
+def grid_targets(summary: dict[str, Any]) -> dict[str, bool]:
+    """The issue's targets over a grid's summary (this grid's and the job-level simulator's)."""
+    return {
         "regret_median_le_3pct": summary["regret_median"] <= 0.03,
         "regret_worst_le_8pct": summary["regret_worst"] <= 0.08,
         "experiment_cost_le_1pct_of_revenue": summary["experiment_cost_share_worst"] <= 0.01,
         "revenue_ge_static_at_every_point": summary["revenue_ge_static_everywhere"],
         "rigid_promise_holds": summary["promise_breaches"] == 0,
     }
-    return {"summary": summary, "points": rows}
 

@@ -15,14 +15,13 @@ from market_pipeline.demand_response.estimator import ResponseFit
 from market_pipeline.demand_response.experiments import (
     ExperimentSettings,
     ExperimentStep,
+    dither_cost,
     interval_narrow,
-    model_profit,
     perturb_tick,
 )
 from market_pipeline.demand_response.history import fit_history, warehouse_history
 from market_pipeline.market import DRAINABLE, GUARANTEED
 from market_pipeline.tick import MarketTick, PoolTickInput, Promises
-from market_pipeline.tick.response import calibrated_to_response, reference_prices
 
 RUNNING, STOPPED, OFF = "running", "stopped", "off"
 FIT_SCHEMA = {
@@ -124,11 +123,8 @@ def run_experiments(config: MarketPipelineConfig, tick: MarketTick, pools: list[
     moved, steps = perturb_tick(tick, pools, promises, set(running), settings, slot)
     cost = 0.0
     if problem is not None and steps:
-        res = problem.resources
         lists = np.array([p.list_price for p in pools for _ in (GUARANTEED, DRAINABLE)])
-        mid = 0.5 * (promises.discount_min + promises.discount_max)
-        calibrated = calibrated_to_response(problem, reference_prices(lists, res.resource_class, mid), response)
-        cost = model_profit(calibrated, tick.prices()) - model_profit(calibrated, moved.prices())
+        cost = dither_cost(problem, lists, promises, response, tick.prices(), moved.prices())
     rows = [_experiment_row(s, running[s.key], now, settings.amplitude, not shadow, cost / len(steps))
             for s in steps]
     return (tick if shadow else moved), pl.DataFrame(rows, schema=EXPERIMENT_SCHEMA)

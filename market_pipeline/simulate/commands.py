@@ -36,7 +36,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tick-minutes", type=int, default=60, help="pricing tick (default 60)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--strategies", type=_csv_list, default=("static", "utilization", "stackelberg"),
-                        help="comma list of static, utilization, stackelberg")
+                        help="comma list of static, utilization, stackelberg (learning), clairvoyant (knows the truth), claims (the claims alone)")
     parser.add_argument("--placement", type=_csv_list, default=("round_robin", "best_fit", "fragment_aware"),
                         help="policies compared at saturation (FGD experiment); 'none' skips it")
     parser.add_argument("--policy", default="best_fit", help="placement policy of the strategy runs")
@@ -88,6 +88,9 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     _add_model_options(bench)
     bench.add_argument("--json", help="also write the full report here")
     bench.set_defaults(handler=run_bench)
+    from market_pipeline.simulate.job_grid_commands import register_bench as register_truth
+
+    register_truth(bench_sub, str(REPO_DATA))
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -195,20 +198,29 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def trace_files(data_dir: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """(openb pod list, openb node list, Helios loads) under the shared traces folder; None
+    (after printing the bench's one-line skip) where they are absent."""
+    data = Path(data_dir)
+    openb, helios = data / "alibaba-gpu-2023", data / "helios-earth"
+    loads = tuple(sorted(str(p) for p in helios.glob("vc*.csv")))
+    if not (openb / "openb_pod_list_default.csv").is_file() or not loads:
+        print(json.dumps({"skipped": f"traces not found under {data}"}))
+        return None
+    return str(openb / "openb_pod_list_default.csv"), str(openb / "openb_node_list_gpu_node.csv"), loads
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from market_pipeline.config import load_config
     from market_pipeline.simulate.simulation import simulate_files
 
-    data = Path(args.data)
-    openb, helios = data / "alibaba-gpu-2023", data / "helios-earth"
-    loads = sorted(str(p) for p in helios.glob("vc*.csv"))
-    if not (openb / "openb_pod_list_default.csv").is_file() or not loads:
-        print(json.dumps({"skipped": f"traces not found under {data}"}))
+    files = trace_files(args.data)
+    if files is None:
         return 0
+    pods, nodes, loads = files
     try:
         _check_args(args, (args.json,))
-        report = simulate_files(load_config(args.config), _settings(args), pods=str(openb / "openb_pod_list_default.csv"),
-                                nodes=str(openb / "openb_node_list_gpu_node.csv"), loads=tuple(loads),
+        report = simulate_files(load_config(args.config), _settings(args), pods=pods, nodes=nodes, loads=loads,
                                 placement=tuple(p for p in args.placement if p != "none"), workers=args.workers,
                                 progress=_progress(not args.no_progress))
     except SimulationInputError as exc:

@@ -56,7 +56,7 @@ class RunInputs:
     typical: TypicalPods
     load_index: np.ndarray  # (warm-up + ticks,) true load index k
     index_history: np.ndarray  # observed index before the window
-    floor_demand: np.ndarray  # (T, R) at the lowest reachable prices, k = 1
+    floor_demand: np.ndarray  # (T, R) at the lowest reachable prices, k = 1 (the highest over the day)
     initial: InitialJobs
     epoch: dt.datetime
     sla_wait_s: float
@@ -65,6 +65,8 @@ class RunInputs:
     # runs on another model it fits rather than queueing behind a 2-GPU pool.
     spill: tuple[tuple[tuple[int, ...], ...], ...] = ()
     initial_index: float = 1.0  # the load index the snapshot `initial` was drawn at
+    claims: TenantModel | None = None  # what a learning strategy prices with (not the tenants)
+    base_requested: np.ndarray | None = None  # (2R,) GPUs requested per hour at list prices, index 1
 
 
 class StrategyRun(RigidService):
@@ -103,6 +105,9 @@ class StrategyRun(RigidService):
         self.control_s = 60.0 * min(inputs.config.loop.tick_minutes, s.tick_minutes)
         self.control_step = 0
         self.spilled = 0  # rigid jobs placed on another pool than the one they were drawn for
+        self.epoch_s = inputs.epoch.timestamp()
+        self.bought = np.zeros(2 * len(inputs.pools))  # GPUs requested this tick per resource
+        self.bought_last: np.ndarray | None = None
 
     # -- event loop ---------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> StrategyResult:
@@ -120,13 +125,15 @@ class StrategyRun(RigidService):
             decision = self.strategy.decide(self._view(tick, t0, prices))
             prices = decision.prices
             self._control(t0, prune=True)
-            wanted = best_response(inputs.model, prices)
+            hour = int(((self.epoch_s + t0) % 86_400) // 3600)  # the true response's hour of day
+            wanted = best_response(inputs.model, prices, hour)
+            floor = inputs.floor_demand
             k = float(inputs.load_index[tick])
-            ratio = buy_ratio(wanted, inputs.floor_demand)  # the load index k cancels out
+            ratio = buy_ratio(wanted, floor)  # the load index k cancels out
             late = self.deferred.release(ratio, t0)
             for i in range(late.size):  # deferred elastic work that buys at this tick's price
                 self._arrive(int(late.tenant[i]), int(late.pool[i]), int(late.pod[i]), t0)
-            cands = candidates(inputs.model, inputs.floor_demand * k, t0, self.tick_s, s.seed, tick)
+            cands = candidates(inputs.model, floor * k, t0, self.tick_s, s.seed, tick)
             kept, turned_away, overflow = split(cands, ratio)
             self.deferred.add(turned_away)
             self.meter.thinning_overflow += overflow
@@ -146,6 +153,7 @@ class StrategyRun(RigidService):
             self.meter.close_tick(tick, t0 + self.tick_s, self.tick_s, prices, self.capacity, self.unit_cost,
                                  self.serve_cost)
             self.meter.arrivals[tick] = kept.size + late.size
+            self.bought_last, self.bought = self.bought, np.zeros_like(self.bought)
             self.history.append(kept.size / max(self._expected_arrivals(wanted), 1e-9))
             if progress is not None:
                 progress(tick)
@@ -173,7 +181,8 @@ class StrategyRun(RigidService):
 
     def _view(self, tick: int, t0: float, prices: np.ndarray) -> MarketView:
         return MarketView(tick, t0, self.capacity, self.meter.allocated(), self.meter.waiting(),
-                          np.asarray(self.history, dtype=np.float64), prices.copy())
+                          np.asarray(self.history, dtype=np.float64), prices.copy(),
+                          None if self.bought_last is None else self.bought_last.copy())
 
     def _push(self, t: float, kind: int, job: int) -> None:
         self.seq += 1
@@ -211,6 +220,7 @@ class StrategyRun(RigidService):
     def _arrive(self, tenant: int, pool: int, pod: int, t: float) -> None:
         cls = ELASTIC if self.inputs.model.elastic[tenant] else RIGID
         job = self.jobs.add(tenant, pool, pod, cls, self.pod_gpus[pod], t, self.pod_runtime[pod])
+        self.bought[2 * pool + cls] += self.pod_gpus[pod]
         self._place_or_queue(job, t, allow_drain=True)
 
     def _place_or_queue(self, job: int, t: float, allow_drain: bool) -> None:

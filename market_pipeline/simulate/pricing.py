@@ -36,6 +36,9 @@ class MarketView:
     pending: np.ndarray  # (R, 2)
     index_history: np.ndarray  # observed load index per past tick (oldest first)
     last_prices: np.ndarray  # (2R,) resource order
+    # (2R,) GPUs requested by the jobs submitted over the last tick (None before the first):
+    # the demand the last prices met, what a learning strategy observes
+    bought: np.ndarray | None = None
 
     @property
     def demand(self) -> np.ndarray:

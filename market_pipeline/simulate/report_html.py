@@ -19,7 +19,8 @@ from market_pipeline.simulate.report import (  # noqa: E402
     targets_table_markdown,
 )
 
-COLORS = {"static": "#7f7f7f", "utilization": "#1f77b4", "stackelberg": "#d62728"}
+COLORS = {"static": "#7f7f7f", "utilization": "#1f77b4", "stackelberg": "#d62728", "clairvoyant": "#2ca02c",
+          "claims": "#ff7f0e"}
 
 
 def _png(fig: Any) -> bytes:

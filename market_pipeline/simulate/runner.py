@@ -8,7 +8,7 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -19,11 +19,12 @@ from market_pipeline.simulate.arrivals import initial_population
 from market_pipeline.simulate.cluster import pod_requests, typical_pods
 from market_pipeline.simulate.engine import RunInputs, StrategyRun
 from market_pipeline.simulate.errors import SimulationInputError
+from market_pipeline.simulate.learning import requested_at_list
 from market_pipeline.simulate.inputs import FleetNodes, LoadProfile, PodTable
 from market_pipeline.simulate.metrics import StrategyResult
 from market_pipeline.simulate.pricing import PricingStrategy, StaticPricing, UtilizationPricing
 from market_pipeline.simulate.settings import SimulationSettings, pool_prices
-from market_pipeline.simulate.stackelberg import StackelbergPricing
+from market_pipeline.simulate.stackelberg import StackelbergPricing, learning_strategy
 from market_pipeline.simulate.tenants import Pool, best_response, build_pools, calibrate, pod_fits_pool, resource_set
 
 HELIOS_EPOCH = dt.datetime(2020, 5, 1, tzinfo=dt.UTC)  # first minute of the Helios Earth files
@@ -62,15 +63,24 @@ def build_inputs(config: MarketPipelineConfig, settings: SimulationSettings, pod
     pools = build_pools(nodes, prices)
     window = load_window(load, settings, nodes.total_gpus)
     model = calibrate(pods, nodes, pools, window.level_gpus, settings.economics)
+    # the claims a learning strategy prices with: the class claims, no spread, no swing, no latent demand
+    claims = calibrate(pods, nodes, pools, window.level_gpus, replace(
+        settings.economics, elastic_elasticity=settings.claims_elastic[0], rigid_elasticity=settings.claims_rigid[0],
+        elasticity_spread=0.0, elasticity_tod_swing=0.0, latent_elastic_ratio=0.0))
     requests = tuple(pod_requests(pods))
     resources = resource_set(pools)
     floor = best_response(model, resources.price_min)
+    if model.hourly:  # the envelope over the day: one candidate stream whose thinning ratio at a
+        # given price is the same at every hour (static's list price never serves deferred work)
+        floor = np.max([best_response(model, resources.price_min, h) for h in range(24)], axis=0)
+    base = requested_at_list(claims.base_demand, claims.mean_gpu_hours, claims.elastic, claims.pods_by_cell,
+                             claims.cell_weights, pods.gpus)
     initial = initial_population(model, pods, model.base_demand * window.initial_index, settings.seed)
     sla = settings.rigid_sla_wait_s or config.guardrails.task_drain.max_total_seconds
     epoch = HELIOS_EPOCH + dt.timedelta(days=settings.load_start_day - settings.warmup_ticks * settings.tick_minutes / 1440)
     return RunInputs(config, settings, pods, nodes, pools, model, requests, typical_pods(list(requests)),
                      window.index, window.history, floor, initial, epoch, float(sla),
-                     spill_order(pods, nodes, pools), window.initial_index)
+                     spill_order(pods, nodes, pools), window.initial_index, claims, base)
 
 
 def spill_order(pods: PodTable, nodes: FleetNodes, pools: tuple[Pool, ...]) -> tuple[tuple[tuple[int, ...], ...], ...]:
@@ -99,8 +109,14 @@ def make_strategy(name: str, inputs: RunInputs) -> PricingStrategy:
         return StaticPricing(inputs.pools)
     if name == "utilization":
         return UtilizationPricing(inputs.pools, inputs.settings.economics)
+    if name == "clairvoyant":  # the same tick on the true population, hour by hour
+        return StackelbergPricing(inputs.model, inputs.pools, inputs.config, inputs.settings, epoch=inputs.epoch,
+                                  name="clairvoyant")
+    if name == "claims":  # the tick on the claims alone: no fit, no experiment
+        return StackelbergPricing(inputs.claims or inputs.model, inputs.pools, inputs.config, inputs.settings,
+                                  epoch=inputs.epoch, name="claims")
     if name == "stackelberg":
-        return StackelbergPricing(inputs.model, inputs.pools, inputs.config, inputs.settings)
+        return learning_strategy(inputs)
     raise SimulationInputError(f"unknown strategy {name!r}")
 
 

@@ -15,7 +15,8 @@ from market_pipeline.fleet.gpu_catalog import load_gpu_catalog, unpriced_model_m
 from market_pipeline.fleet.workload import WorkloadParams
 from market_pipeline.simulate.errors import SimulationInputError
 
-STRATEGY_NAMES = ("static", "utilization", "stackelberg")
+STRATEGY_NAMES = ("static", "utilization", "stackelberg", "clairvoyant", "claims")
+DEFAULT_STRATEGIES = ("static", "utilization", "stackelberg")
 PLACEMENT_NAMES = ("round_robin", "best_fit", "fragment_aware")
 
 
@@ -91,6 +92,10 @@ class EconomicAssumptions:
     # claim (utilisation 65% -> 80%+ by filling idle GPUs off-peak) rests on. 1.0 = "as much
     # again as the trace's elastic work, at a 50% discount"; 0 disables it (the trace alone).
     latent_elastic_ratio: float = 1.0
+    # The tenants' elasticity swings by +-this share over the day (most elastic at 03:00,
+    # `tenants.tod_factor`): the hidden truth varies by time of day, which an hour-of-day
+    # fixed effect does not remove from a single own-price elasticity (the fit averages it).
+    elasticity_tod_swing: float = 0.3
     utilization_threshold: float = 0.85  # seed 000 §2.3: the premium starts at 85%
     utilization_doubling: float = 0.15  # ... and doubles the price 15 points above it
     packing_efficiency: float = 0.95  # share of a pool the engine may sell (fragmentation)
@@ -108,7 +113,8 @@ class EconomicAssumptions:
         checks = {
             "tenants_per_class": self.tenants_per_class >= 1,
             "elastic_elasticity": 0 < self.elastic_elasticity <= 20,
-            "rigid_elasticity": 0 < self.rigid_elasticity <= 20,
+            "rigid_elasticity": 0 <= self.rigid_elasticity <= 20,
+            "elasticity_tod_swing": 0 <= self.elasticity_tod_swing < 1,
             "elasticity_spread": 0 <= self.elasticity_spread < 1,
             "budget_headroom": self.budget_headroom > 0,
             "unit_cost_share": 0 <= self.unit_cost_share < 1,
@@ -136,7 +142,7 @@ class SimulationSettings:
     days: float = 7.0
     tick_minutes: int = 60
     seed: int = 0
-    strategies: tuple[str, ...] = STRATEGY_NAMES
+    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
     placement_policy: str = "best_fit"  # the policy the strategy runs place jobs with
     load_start_day: float = 14.0  # the days before it are the forecaster's history
     # Days of the load trace just before the window that every strategy runs through first,
@@ -152,8 +158,23 @@ class SimulationSettings:
     forecast_every_ticks: int = 6
     rigid_sla_wait_s: float | None = None  # None: the longest a task drain may take (config)
     economics: EconomicAssumptions = field(default_factory=EconomicAssumptions)
+    # The Stackelberg strategy does not read `economics`' tenant response (the hidden truth):
+    # it prices with the claims below as the prior, learns the response from its own prices
+    # and the demand they met (`simulate.learning`), and dithers its prices by bounded
+    # experiments. The claims are the aggregate truth grid's (`demand_response.truth_grid`),
+    # fixed before this work: elastic 2.0 (sd 1.0), rigid 0.2 (sd 0.3). `learn_response`
+    # False prices with the claims alone (no fit, no experiment); the strategy "clairvoyant"
+    # runs the same tick on the true population hour by hour (the regret's yardstick); the
+    # strategy "claims" is the tick on the claims alone beside them (the ablation).
+    learn_response: bool = True
+    claims_elastic: tuple[float, float] = (2.0, 1.0)
+    claims_rigid: tuple[float, float] = (0.2, 0.3)
+    refit_every_ticks: int = 6
+    experiment_amplitude: float = 0.05
 
     def __post_init__(self) -> None:
+        if self.refit_every_ticks < 1 or not 0 < self.experiment_amplitude <= 0.25:
+            raise SimulationInputError("refit_every_ticks must be >= 1 and experiment_amplitude in (0, 0.25]")
         if not 0 < self.days <= 31:
             raise SimulationInputError(f"days={self.days}: must be in (0, 31]")
         if self.tick_minutes < 1 or 1440 % self.tick_minutes:

@@ -13,36 +13,50 @@
    `EconomicAssumptions.guaranteed_cap`), then shields each pool at its fixed fleet with the
    forecast's upper quantile of demand at the prices in force and the waiting GPUs as the
    backlog; a raised price lifts both classes of the pool by the same factor.
+
+With a `learner` (`simulate.learning`, the default "stackelberg"), `model` is the claims, not
+the tenants: the tick is given the learned response (`response=`), the forecast the learner's
+own load index, and the running experiments move the published prices. Without one
+("clairvoyant"), `model` is the true population, hour by hour: the regret's yardstick.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import datetime as dt
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.demand_response.experiments import ExperimentSettings
 from market_pipeline.forecast import fit_and_forecast
 from market_pipeline.guardrails.backlog import BacklogParams
-from market_pipeline.market import MarketProblem, demand_at, solve_followers
+from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem, demand_at, solve_followers
 from market_pipeline.pricing import solver_settings
+from market_pipeline.simulate.learning import ResponseLearner
 from market_pipeline.simulate.pricing import ELASTIC, RIGID, MarketView, PriceDecision
 from market_pipeline.simulate.settings import SimulationSettings
 from market_pipeline.simulate.tenants import Pool, TenantModel, resource_set
 from market_pipeline.tick import PoolTickInput, Promises, run_market_tick
+
+if TYPE_CHECKING:
+    from market_pipeline.simulate.engine import RunInputs
 
 MIN_INDEX = 1e-3
 DRAINABLE_CAPACITY_FLOOR = 0.02  # share of the pool: the drainable class is never sold out by rule
 
 
 class StackelbergPricing:
-    name = "stackelberg"
     drains = True
 
     def __init__(self, model: TenantModel, pools: tuple[Pool, ...], config: MarketPipelineConfig,
-                 settings: SimulationSettings) -> None:
+                 settings: SimulationSettings, *, learner: ResponseLearner | None = None,
+                 epoch: dt.datetime | None = None, name: str = "stackelberg") -> None:
+        self.name = name
         self.model = model
+        self.learner = learner
+        self.epoch_s = 0.0 if epoch is None else epoch.timestamp()
         self.pools = pools
         self.config = config
         self.settings = settings
@@ -72,6 +86,8 @@ class StackelbergPricing:
         every = self.settings.forecast_every_ticks
         if self._forecast is None or view.tick - self._forecast[0] >= every:
             history = view.index_history
+            if self.learner is not None:  # the trace before the window, then the loop's own estimate
+                history = np.concatenate([history[:history.size - view.tick], self.learner.index])
             fc = fit_and_forecast(history, step_minutes=self.settings.tick_minutes, horizon_steps=every,
                                   prior=float(np.nanmean(history)) if np.isfinite(history).any() else 1.0)
             self._forecast = (view.tick, fc.q50, fc.q90)
@@ -82,10 +98,21 @@ class StackelbergPricing:
 
     # -- the tick ---------------------------------------------------------------------------
     def decide(self, view: MarketView) -> PriceDecision:
+        hour = int(((self.epoch_s + view.time_s) % 86_400) // 3600)
+        response: dict[str, float] = {}
+        if self.learner is not None:
+            self.learner.observe(view.tick, view.time_s - self.settings.tick_seconds, view.last_prices, view.bought,
+                                 self.settings.tick_seconds / 3600.0)
+            self.learner.maybe_refit(view.tick)
+            response = self.learner.response()
         median, upper = self._index_forecast(view)
         capacity = np.maximum(self._capacities(view), median * self._demand_at_max * (1.0 + 1e-3))
-        problem = MarketProblem(resource_set(self.pools, capacity), self.model.population).with_demand_scale(median)
-        tick = run_market_tick(self._pool_inputs(view, problem, upper / median), problem, self.promises, self.solver)
+        population = self.model.population if self.learner is not None else self.model.population_at(hour)
+        problem = MarketProblem(resource_set(self.pools, capacity), population).with_demand_scale(median)
+        inputs = self._pool_inputs(view, problem, upper / median)
+        tick = run_market_tick(inputs, problem, self.promises, self.solver, response=response)
+        if self.learner is not None and view.bought is not None:  # not in the opening rounds
+            tick = self.learner.experiment(view.tick, hour, tick, inputs, problem, response)
         self.solves[tick.status] = self.solves.get(tick.status, 0) + 1
         self.solve_seconds += tick.report.seconds if tick.report is not None else 0.0
         self.shielded += sum(r.shielded for r in tick.pools)
@@ -124,8 +151,31 @@ class StackelbergPricing:
         return out
 
     def summary(self) -> dict[str, Any]:
-        return {"solves": dict(self.solves), "shielded_ticks": self.shielded,
-                "undrainable_pool_ticks": self.undrainable, "solve_seconds": round(self.solve_seconds, 3)}
+        out = {"solves": dict(self.solves), "shielded_ticks": self.shielded,
+               "undrainable_pool_ticks": self.undrainable, "solve_seconds": round(self.solve_seconds, 3)}
+        if self.learner is not None:
+            out["learning"] = self.learner.summary()
+        return out
 
 
-__all__ = ["ELASTIC", "RIGID", "StackelbergPricing"]
+def learning_strategy(inputs: RunInputs) -> StackelbergPricing:
+    """The Stackelberg strategy as the live loop runs it: the claims as the prior, the response
+    learned from its own prices (`learner`), bounded experiments; `learn_response` False: the
+    claims alone."""
+    s, pools = inputs.settings, inputs.pools
+    claims = inputs.claims if inputs.claims is not None else inputs.model
+    if not s.learn_response:
+        return StackelbergPricing(claims, pools, inputs.config, s, epoch=inputs.epoch)
+    res = resource_set(pools)
+    dr = inputs.config.demand_response
+    experiments = ExperimentSettings(amplitude=s.experiment_amplitude, stop_relative_width=dr.stop_relative_width,
+                                     stop_absolute_width=dr.stop_absolute_width, level=dr.interval_level, seed=s.seed)
+    strategy = StackelbergPricing(claims, pools, inputs.config, s, epoch=inputs.epoch)
+    strategy.learner = ResponseLearner(
+        tuple(p.pool_id for p in pools), np.repeat([p.prices.list_price for p in pools], 2), res.unit_cost,
+        res.price_max, inputs.base_requested, inputs.epoch, {GUARANTEED: s.claims_rigid, DRAINABLE: s.claims_elastic},
+        s.refit_every_ticks, experiments, strategy.promises)
+    return strategy
+
+
+__all__ = ["ELASTIC", "RIGID", "StackelbergPricing", "learning_strategy"]

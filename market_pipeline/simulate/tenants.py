@@ -73,6 +73,12 @@ class TenantModel:
     population: TenantPopulation  # at load index 1
     level_gpus: float  # L
     latent: np.ndarray | None = None  # (T,) bool: a latent elastic twin (no demand at list price)
+    # The population hour by hour (24, UTC hour of day) where the elasticity swings over the day
+    # (`EconomicAssumptions.elasticity_tod_swing`); empty: `population` at every hour.
+    hourly: tuple[TenantPopulation, ...] = ()
+
+    def population_at(self, hour: int | None) -> TenantPopulation:
+        return self.hourly[int(hour) % 24] if self.hourly and hour is not None else self.population
 
     @property
     def latent_mask(self) -> np.ndarray:
@@ -132,13 +138,22 @@ def resource_set(pools: tuple[Pool, ...], capacity: np.ndarray | None = None) ->
                        tuple(pool_ids), np.array(dmin), np.array(dmax))
 
 
+ELASTICITY_FLOOR = 0.02  # the isoelastic family needs e > 0: a class stated at 0 is nearly inelastic
+
+
+def tod_factor(hour: float, swing: float) -> float:
+    """The elasticity's time-of-day factor: 1 + swing at 03:00 (night work is the most
+    price-sensitive), 1 - swing at 15:00; the same shape as the aggregate truth grid's."""
+    return 1.0 + swing * float(np.cos(2 * np.pi * (hour % 24 - 3) / 24))
+
+
 def _elasticities(elastic: np.ndarray, economics: EconomicAssumptions) -> np.ndarray:
     """Class elasticity, spread evenly over the class's tenants by +-spread (deterministic)."""
     out = np.empty(elastic.size)
     for flag, centre in ((True, economics.elastic_elasticity), (False, economics.rigid_elasticity)):
         rows = np.flatnonzero(elastic == flag)
         spread = np.linspace(-1.0, 1.0, rows.size) if rows.size > 1 else np.zeros(rows.size)
-        out[rows] = centre * (1.0 + economics.elasticity_spread * spread)
+        out[rows] = np.maximum(centre * (1.0 + economics.elasticity_spread * spread), ELASTICITY_FLOOR)
     return out
 
 
@@ -193,9 +208,12 @@ def calibrate(pods: PodTable, nodes: FleetNodes, pools: tuple[Pool, ...], level_
     elastic_arr = np.concatenate([elastic_arr, np.ones(twins.size, dtype=bool)])
     elasticity = np.concatenate([elasticity, elasticity[twins]])
     population = _population(ids, elastic_arr, elasticity, d0, pools, economics, twins)
+    swing = economics.elasticity_tod_swing
+    hourly = tuple(_population(ids, elastic_arr, np.maximum(elasticity * tod_factor(h, swing), ELASTICITY_FLOOR),
+                               d0, pools, economics, twins) for h in range(24)) if swing > 0 else ()
     d0 = np.concatenate([d0, np.zeros((twins.size, d0.shape[1]))])
     model = TenantModel(tuple(ids), elastic_arr, elasticity, tuple(cells), tuple(chances), np.array(mean_gh),
-                        d0, population, float(level_gpus), latent)
+                        d0, population, float(level_gpus), latent, hourly)
     _check_calibration(model, pools)
     return model
 
@@ -232,10 +250,12 @@ def _population(ids: list[str], elastic: np.ndarray, elasticity: np.ndarray, d0:
                                   budget=budget, drainable_mask=drainable, eta=eta, drain_tolerant=elastic)
 
 
-def best_response(model: TenantModel, prices: np.ndarray) -> np.ndarray:
+def best_response(model: TenantModel, prices: np.ndarray, hour: int | None = None) -> np.ndarray:
     """(T, R) GPUs each tenant wants of its class's resource in each pool at `prices`
-    (resource order, load index 1; a uniform load index k scales it by exactly k)."""
-    state = solve_followers(model.population.on("cpu"), torch.as_tensor(np.asarray(prices, dtype=np.float64)))
+    (resource order, load index 1; a uniform load index k scales it by exactly k), at the
+    UTC hour of day `hour` where the response varies over the day."""
+    population = model.population_at(hour)
+    state = solve_followers(population.on("cpu"), torch.as_tensor(np.asarray(prices, dtype=np.float64)))
     demand = state.demand.numpy()
     rows = np.arange(model.size)[:, None]
     cols = 2 * np.arange(demand.shape[1] // 2)[None, :] + model.class_column()[:, None]
@@ -248,7 +268,9 @@ def list_price_vector(pools: tuple[Pool, ...]) -> np.ndarray:
 
 def _check_calibration(model: TenantModel, pools: tuple[Pool, ...]) -> None:
     """The calibration's contract: at the list prices every tenant demands d0."""
-    got = np.maximum(best_response(model, list_price_vector(pools)), 0.0)
-    gap = np.abs(got - model.base_demand).max() / max(model.base_demand.max(), 1e-12)
+    gap = 0.0
+    for hour in (None, *range(len(model.hourly))):
+        got = np.maximum(best_response(model, list_price_vector(pools), hour), 0.0)
+        gap = max(gap, np.abs(got - model.base_demand).max() / max(model.base_demand.max(), 1e-12))
     if gap > 1e-6:
         raise SimulationInputError(f"calibration failed: demand at the list price is off by {gap:.2e} (relative)")

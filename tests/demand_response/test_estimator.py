@@ -67,3 +67,20 @@ def test_rows_without_a_log_are_left_out_and_bad_shapes_are_refused():
         fit_elasticity(ts, np.ones(9), np.ones(10))
     with pytest.raises(DemandResponseInputError):
         fit_elasticity(ts, np.ones(10), np.ones(10), level=1.5)
+
+
+def test_a_perfect_fit_is_not_a_measurement():
+    """Rows the controls and the price explain exactly leave no residual: the standard error
+    would be 0 and swamp the prior, so the fit keeps the prior (seen on a sparse pool of the
+    job-level simulator, whose demand did not move)."""
+    import numpy as np
+
+    from market_pipeline.demand_response.estimator import fit_elasticity
+
+    ts = 3600.0 * np.arange(30)
+    price = 1.0 + 0.05 * np.sin(np.arange(30))
+    fit = fit_elasticity(ts, price, 3.0 * price ** -1.0, prior=(0.2, 0.3))
+    assert fit.method == "prior" and fit.elasticity == 0.2 and "perfect fit" in fit.reason
+    noisy = fit_elasticity(ts, price, 3.0 * price ** -1.0 * np.exp(np.random.default_rng(0).normal(0, 0.01, 30)),
+                           prior=(0.2, 0.3))
+    assert noisy.method == "fe-ols+prior" and noisy.data_elasticity is not None

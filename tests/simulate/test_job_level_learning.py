@@ -1,0 +1,130 @@
+"""The job-level simulator's Stackelberg strategy learns the tenants' hidden response like the
+live loop (issue #21 follow-up): hidden truth by time of day, the shared estimator and
+experiments, the fit passed to the shared tick, and the truth grid's per-point report."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from market_pipeline.demand_response.experiments import ExperimentSettings
+from market_pipeline.demand_response.truth import TruthPoint
+from market_pipeline.market import DRAINABLE, GUARANTEED
+from market_pipeline.simulate.job_grid import elasticity_errors, point_report, point_settings, promise_breaches
+from market_pipeline.simulate.learning import ResponseLearner
+from market_pipeline.simulate.runner import make_strategy, run_strategies
+from market_pipeline.simulate.settings import EconomicAssumptions
+from market_pipeline.simulate.tenants import best_response, list_price_vector, tod_factor
+from market_pipeline.tick import Promises
+from tests.simulate import simulate_testkit as kit
+
+EPOCH = dt.datetime(2026, 3, 2, tzinfo=dt.UTC)
+
+
+def _learner(refit_every: int = 6) -> ResponseLearner:
+    return ResponseLearner(("P",), np.array([2.0, 2.0]), np.array([0.1, 0.1]), np.array([2.08, 1.66]),
+                           np.array([10.0, 5.0]), EPOCH, {GUARANTEED: (0.2, 0.3), DRAINABLE: (2.0, 1.0)},
+                           refit_every, ExperimentSettings(), Promises())
+
+
+def test_learner_recovers_a_hidden_elasticity_from_its_own_dithered_prices():
+    rng = np.random.default_rng(0)
+    learner, true_e = _learner(), np.array([0.3, 1.5])
+    for tick in range(1, 24 * 8 + 1):
+        hour = (tick - 1) % 24
+        load = 1.0 + 0.4 * np.sin(2 * np.pi * hour / 24)
+        prices = np.array([2.0, 1.2]) * (1 + 0.1 * (load - 1)) * (1 + 0.05 * rng.choice([-1, 1], 2))
+        bought = load * np.array([10.0, 5.0]) * (prices / np.array([2.0, 2.0])) ** -true_e
+        learner.observe(tick, 3600.0 * (tick - 1), prices, bought * np.exp(rng.normal(0, 0.02, 2)), 1.0)
+        learner.maybe_refit(tick)
+    fits = learner.response()
+    assert fits["P/guaranteed"] == pytest.approx(0.3, abs=0.1)
+    assert fits["P/drainable"] == pytest.approx(1.5, rel=0.15)
+    assert learner.fit_log and learner.fit_log[-1]["tick"] > learner.fit_log[0]["tick"]
+    # before its first observation the learner has nothing to give the tick: the claims price
+    assert _learner().response() == {}
+
+
+def test_truth_varies_by_hour_of_day_but_every_hour_buys_d0_at_the_list_price():
+    run_inputs = kit.inputs(economics=EconomicAssumptions(tenants_per_class=4, elasticity_tod_swing=0.3))
+    model = run_inputs.model
+    assert len(model.hourly) == 24
+    lists = list_price_vector(run_inputs.pools)
+    for hour in (3, 15):
+        assert np.allclose(best_response(model, lists, hour), model.base_demand, rtol=1e-6, atol=1e-9)
+    cheaper = lists * 0.7
+    night, afternoon = best_response(model, cheaper, 3), best_response(model, cheaper, 15)
+    elastic = model.elastic & (model.base_demand.sum(axis=1) > 0)
+    assert (night[elastic].sum() > afternoon[elastic].sum() * 1.05)
+    assert tod_factor(3, 0.3) == pytest.approx(1.3) and tod_factor(15, 0.3) == pytest.approx(0.7)
+
+
+def test_the_learning_strategy_prices_with_the_claims_never_the_truth():
+    truths = [EconomicAssumptions(tenants_per_class=4, elastic_elasticity=e, rigid_elasticity=r)
+              for e, r in ((0.5, 0.0), (3.0, 0.5))]
+    strategies = [make_strategy("stackelberg", kit.inputs(economics=t)) for t in truths]
+    for strategy, truth in zip(strategies, truths):
+        assert strategy.learner is not None
+        assert strategy.model.elasticity[strategy.model.elastic] == pytest.approx(2.0)  # the claims
+        assert not strategy.model.latent_mask.any() and not strategy.model.hourly
+    # the same claims whatever the truth: only observations can move the strategy apart
+    a, b = (s.model.population for s in strategies)
+    assert np.allclose(a.eta.numpy(), b.eta.numpy()) and np.allclose(a.weight.numpy(), b.weight.numpy())
+    clairvoyant = make_strategy("clairvoyant", kit.inputs(economics=truths[0]))
+    assert clairvoyant.learner is None and clairvoyant.model.elasticity[clairvoyant.model.elastic].max() < 1.0
+
+
+def test_a_job_level_truth_point_learns_experiments_and_keeps_the_promises():
+    base = kit.inputs(days=1.0, economics=EconomicAssumptions(tenants_per_class=4)).settings
+    point = TruthPoint("e0.5/r0.1", 0.5, 0.1)
+    settings = replace(point_settings(base, point), warmup_days=1.0)
+    from market_pipeline.simulate.runner import build_inputs
+    from market_pipeline.simulate.synthetic import flat_load, synthetic_fleet, synthetic_pods
+
+    run_inputs = build_inputs(kit.config(), settings, synthetic_pods(400, seed=0, max_gpus=8, median_runtime_s=1800.0),
+                              synthetic_fleet(kit.FLEET), flat_load(4))
+    results, _ = run_strategies(run_inputs, workers=1)
+    row = point_report(point, run_inputs, results, 0.0)
+    learning = results["stackelberg"].extra["learning"]
+    assert learning["refits"] >= 4 and learning["observations"] >= 40
+    assert sum(learning["experiment_ticks"].values()) > 0  # the prior's interval is wide: experiments ran
+    assert row["promise_breaches"] == 0
+    assert abs(row["experiment_cost_share"]) < 0.05
+    errors = row["elasticity_error_over_time"]
+    assert errors and errors[-1]["elastic_mae"] is not None
+    # the fit moved from the claims (2.0) toward the truth (0.5)
+    assert errors[-1]["elastic_mae"] < abs(2.0 - 0.5)
+    assert set(row["loop_vs_static"]) >= {"revenue_x", "profit_x", "utilisation", "elastic_cost_per_gpu_hour_x",
+                                          "rigid_cost_per_gpu_hour_x"}
+
+
+def test_elasticity_errors_and_breaches_are_measured_not_assumed():
+    point = TruthPoint("p", 1.0, 0.0)
+    log = [{"tick": 30, "A/drainable": (1.5, 1.0, 2.0), "A/guaranteed": (0.3, 0.0, 0.6)},
+           {"tick": 40, "A/drainable": (1.2, 1.0, 1.4), "A/guaranteed": (0.1, 0.0, 0.2)}]
+    rows = elasticity_errors(point, log, warmup_ticks=24)
+    assert rows == [{"day": 0, "tick": 40, "elastic_mae": 0.2, "rigid_mae": pytest.approx(0.08)}]
+
+    class Result:
+        series = {"prices": np.array([[2.0, 1.0], [2.5, 1.0], [2.2, 1.0]])}
+
+    class Inputs:
+        config = kit.config()
+        settings = kit.inputs().settings
+        pools = (type("P", (), {"prices": type("Q", (), {"list_price": 2.0})()})(),)
+
+    # 2.5 is above the cap (1.04 x 2.0) and the first step is +25% (= the max step, allowed)
+    assert promise_breaches(Inputs(), Result()) == 2
+
+
+def test_bench_simulate_truth_skips_without_traces_and_refuses_an_unknown_point(tmp_path, capsys, shared_data):
+    from market_pipeline.cli import main
+
+    assert main(["bench", "simulate-truth", "--data", str(tmp_path)]) == 0
+    assert "skipped" in capsys.readouterr().out
+    assert main(["bench", "simulate-truth", "--data", str(shared_data), "--points", "e9/r9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --points ['e9/r9']") and "\n" not in err
