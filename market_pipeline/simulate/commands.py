@@ -58,7 +58,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                         help="hours priced-out elastic work waits for a price it accepts (default 24; 0: lost)")
     parser.add_argument("--avoidable-cost-share", type=float,
                         help="share of the unit cost a sold GPU-hour adds, what the leader prices against "
-                             "(default 1; the rest is charged on the powered fleet)")
+                             "(default 0.05; the rest is charged on the powered fleet)")
     parser.add_argument("--latent-elastic-ratio", type=float,
                         help="latent elastic demand at half the list price / the trace's elastic demand at list "
                              "(default 1; 0: the trace alone)")

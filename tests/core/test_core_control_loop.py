@@ -103,9 +103,10 @@ def test_every_demo_run_went_through_the_instance_under_its_job_schedule_sensor_
         assert run.status == dg.DagsterRunStatus.SUCCESS, run.job_name
     jobs = {run.job_name for run in runs}
     assert {"telemetry_job", "metering_job", "control_loop_job"} <= jobs
-    # billing: an asset backfill over the demo's hours, as the UI's "Materialize" of a range
+    # billing: a job backfill over the demo's hours, one ranged run of billing_job (its Runs tab lists it)
     backfilled = [run for run in runs if "dagster/backfill" in run.tags]
-    assert backfilled and all(run.job_name == "__ASSET_JOB" for run in backfilled)
+    assert len(backfilled) == 1 and backfilled[0].job_name == "billing_job"
+    assert "dagster/asset_partition_range_start" in backfilled[0].tags
     [backfill] = instance.get_backfills()
     assert backfill.status.value == "COMPLETED_SUCCESS"
     schedules = {state.instigator_name: state for state in
