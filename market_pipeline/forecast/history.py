@@ -1,7 +1,8 @@
 """Turning a raw (possibly gappy) demand history into a fit-ready series, or a fallback reason.
 
 Short gaps are carried forward; a gap longer than `max_gap_steps` cuts the history, so the
-models only see the contiguous stretch since the last outage. A pool whose usable stretch is
+models only see the contiguous stretch since the last outage. Zero demand before a pool's
+first demand is not history either (see `_first_demand`). A pool whose usable stretch is
 short, constant or stale gets a fallback forecast with the reason recorded instead of a fit.
 """
 
@@ -59,6 +60,7 @@ def prepare_history(history: object, price: object | None,
                                f"stale history: newest observation is {stale} steps old "
                                f"(limit {settings.max_stale_steps})")
     start, cut_gap = _stretch_start(values, observed, settings.max_gap_steps)
+    start = max(start, _first_demand(values))
     stretch = _carry_forward(values[start:])
     stretch_price = None if prices is None else _fill_price(prices[start:])
     mean_step = float(np.mean(np.abs(np.diff(stretch)))) if stretch.size > 1 else 0.0
@@ -74,6 +76,21 @@ def _stretch_start(values: np.ndarray, observed: np.ndarray, max_gap: int) -> tu
         return int(observed[0]), 0
     run = int(long_runs[-1])
     return int(observed[run + 1]), int(missing_runs[run])
+
+
+def _first_demand(values: np.ndarray) -> int:
+    """Index of the first non-zero demand (0 when there is none).
+
+    A demand grid is zero-filled back to its window's start, so a pool created (or a fleet
+    started) inside the window shows days of exact zeros first. Those are not a quiet pool:
+    every interval covers them, so they set the calibration and fill the rolling coverage
+    with ties (the demo's check read 1.0 at 4 h off three idle days before six live hours).
+    The step from 0 to the first demand is dropped too: it is the pool starting, and one
+    such jump would set the volatility floor of a short history. A pool that has never had
+    demand keeps its whole (constant) history and falls back as before.
+    """
+    demand = np.flatnonzero(np.nan_to_num(values) > 0.0)
+    return int(demand[0]) if demand.size else 0
 
 
 def _carry_forward(values: np.ndarray) -> np.ndarray:

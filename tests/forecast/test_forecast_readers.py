@@ -10,6 +10,7 @@ import pytest
 from market_pipeline.forecast import (
     DemandContext,
     ForecastInputError,
+    ForecastSettings,
     coverage_check,
     fit_and_forecast,
     forecast_pool_results,
@@ -130,3 +131,38 @@ def test_coverage_check_warns_on_fallback_persistence(results: list) -> None:
     checked = coverage_check([_with_coverage(results[0], 0.8, reason="short history")])
     assert checked.passed
     assert checked.warnings == [f"{results[0].pool_id}: persistence by fallback (short history)"]
+
+
+def _pool(forecast, name: str = "pool-a"):
+    import datetime as dt
+
+    from market_pipeline.forecast.pools import PoolResult
+
+    return PoolResult(name, dt.datetime(2026, 1, 1), np.zeros(1), None, forecast)
+
+
+def test_zero_demand_before_a_pool_first_had_demand_is_not_history() -> None:
+    """The demo's demand grid is zero-filled for days before the fleet started: those ties
+    were the calibration and the rolling coverage (1.0 at 4 h). They are dropped."""
+    live = job_demand(np.random.default_rng(7), 2 * 288, mean_gpus=40.0)
+    padded = fit_and_forecast(np.concatenate([np.zeros(3 * 288), live]))
+    alone = fit_and_forecast(live)
+    assert padded.history_points == alone.history_points == live.size
+    np.testing.assert_allclose(padded.q90, alone.q90)
+    np.testing.assert_allclose(padded.recent_coverage, alone.recent_coverage)
+    # a pool that never had demand still falls back on its (constant) history
+    idle = fit_and_forecast(np.zeros(600))
+    assert idle.chosen_by == "fallback" and "constant" in idle.fallback_reason
+
+
+def test_coverage_check_fails_on_a_truly_miscalibrated_forecast() -> None:
+    """Demand whose volatility quadruples for its last day, intervals calibrated on the
+    calm days and (almost) not adapting: its own rolling coverage puts it outside the band;
+    the same demand with the default tracking passes."""
+    rng = np.random.default_rng(11)
+    steps = np.concatenate([rng.normal(0.0, 1.0, 5 * 288), rng.normal(0.0, 4.0, 288)])
+    demand = 200.0 + np.cumsum(steps)
+    frozen = ForecastSettings(online_rate=1e-6)
+    miscalibrated = coverage_check([_pool(fit_and_forecast(demand, settings=frozen))])
+    assert not miscalibrated.passed and "60 min" in miscalibrated.reason
+    assert coverage_check([_pool(fit_and_forecast(demand))]).passed
