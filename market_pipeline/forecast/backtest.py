@@ -85,6 +85,8 @@ class BacktestResult:
     chosen_models: dict[str, int] = field(default_factory=dict)  # refits that chose each model
     coverage_80_daily_min: float | None = None  # worst 1-day window at the horizon step
     coverage_80_daily_max: float | None = None
+    tie_share: float | None = None  # targets exactly equal to the median forecast
+    coverage_80_tie_floor: float | None = None  # see tie_floor()
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -155,6 +157,22 @@ def _rolling_points(values: np.ndarray, origins: np.ndarray, horizons: np.ndarra
     return np.vstack(points), np.vstack(scales), first, names
 
 
+def tie_floor(residuals: np.ndarray, period: int) -> float | None:
+    """The least coverage of any interval that contains the median and lets each side miss
+    at most its 10% within every day: mean over whole days of 1 - min(0.1, share above) -
+    min(0.1, share below). A target equal to the median (a tie: demand that did not move)
+    is covered by every such interval, so on a lumpy series (quiet days with fewer than
+    10% of moves on a side) coverage cannot fall to 0.8 without letting busy days' sides
+    miss more than 10%; None when the window is shorter than a day."""
+    days = residuals.size // period
+    if days == 0:
+        return None
+    daily = residuals[:days * period].reshape(days, period)
+    above = np.minimum(np.mean(daily > 0, axis=1), 1.0 - UPPER_QUANTILE)
+    below = np.minimum(np.mean(daily < 0, axis=1), LOWER_QUANTILE)
+    return float(np.mean(1.0 - above - below))
+
+
 def _result(values: np.ndarray, origins: np.ndarray, horizons: np.ndarray,
             steps: tuple[int, int], targets: np.ndarray,
             bands: tuple[np.ndarray, np.ndarray, np.ndarray], first: FittedGroup,
@@ -195,4 +213,6 @@ def _result(values: np.ndarray, origins: np.ndarray, horizons: np.ndarray,
         chosen_models=counts,
         coverage_80_daily_min=min(daily) if daily else None,
         coverage_80_daily_max=max(daily) if daily else None,
+        tie_share=float(np.mean(target == mid[:, last])),
+        coverage_80_tie_floor=tie_floor(target - mid[:, last], period),
     )
