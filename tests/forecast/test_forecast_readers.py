@@ -166,3 +166,11 @@ def test_coverage_check_fails_on_a_truly_miscalibrated_forecast() -> None:
     miscalibrated = coverage_check([_pool(fit_and_forecast(demand, settings=frozen))])
     assert not miscalibrated.passed and "60 min" in miscalibrated.reason
     assert coverage_check([_pool(fit_and_forecast(demand))]).passed
+
+
+def test_coverage_check_names_the_horizons_it_could_not_judge() -> None:
+    """Under a day of demand: the 1 h path is tracked, the hourly curve (4 h) is not yet."""
+    young = fit_and_forecast(job_demand(np.random.default_rng(5), 250, mean_gpus=30.0))
+    assert young.recent_coverage is not None and young.coarse_recent_coverage is None
+    checked = coverage_check([_pool(young)])
+    assert "60 min" in checked.reason and "not tracked yet: 240 min" in checked.reason
