@@ -19,9 +19,16 @@ import numpy as np
 
 from market_pipeline.forecast.pool import PoolForecast
 from market_pipeline.forecast.pools import PoolResult
+from market_pipeline.forecast.settings import DEFAULT_SETTINGS
 
 COVERAGE_LOW, COVERAGE_HIGH = 0.7, 0.9  # the check's band around the 0.8 target
 CHECK_HORIZONS_MIN = (60, 240)
+# The check judges a horizon only on at least this many independent targets, pooled over
+# pools: consecutive origins' targets overlap, so a window of R rows holds R / (horizon in
+# rows) of them. At 16 one standard error of an 80% coverage, sqrt(0.16 / n), is the band's
+# half-width (0.1); a 6-hour-old pool has ~5 at 1 h, where two demand jumps move its
+# coverage by 0.2 (derived from the band, not tuned).
+MIN_INDEPENDENT_TARGETS = 16
 
 
 def coverage_at(forecast: PoolForecast, minutes: int) -> float | None:
@@ -34,6 +41,23 @@ def coverage_at(forecast: PoolForecast, minutes: int) -> float | None:
         if hit.size and np.isfinite(coverage[hit[0]]):
             return float(coverage[hit[0]])
     return None
+
+
+def independent_targets(forecast: PoolForecast, minutes: int, window_rows: int) -> float:
+    """Non-overlapping targets behind `coverage_at(forecast, minutes)` (0 when not tracked):
+    the rolling window's rows over the horizon in rows (fine rows are one step apart, the
+    hourly curve's one coarse step)."""
+    for horizons, coverage, steps, row_minutes in (
+            (forecast.horizon_minutes, forecast.recent_coverage, forecast.online_steps,
+             forecast.step_minutes),
+            (forecast.coarse_horizon_minutes, forecast.coarse_recent_coverage,
+             forecast.coarse_online_steps, forecast.coarse_step_minutes)):
+        if coverage is None:
+            continue
+        hit = np.flatnonzero(horizons == minutes)
+        if hit.size and np.isfinite(coverage[hit[0]]):
+            return min(steps, window_rows) / max(minutes / row_minutes, 1.0)
+    return 0.0
 
 
 def operator_rows(results: Sequence[PoolResult]) -> list[dict[str, object]]:
@@ -101,12 +125,14 @@ class CoverageCheck:
 
 
 def coverage_check(results: Sequence[PoolResult], *, low: float = COVERAGE_LOW,
-                   high: float = COVERAGE_HIGH) -> CoverageCheck:
+                   high: float = COVERAGE_HIGH,
+                   window_rows: int = DEFAULT_SETTINGS.coverage_window_rows) -> CoverageCheck:
     """Pass when the pools' mean rolling 80% coverage is within [low, high] at 1 h and 4 h.
 
     One pool's day of coverage is noisy (a handful of demand jumps decide it), so the check is
     on the mean over pools and names the pools outside the band as warnings; a pool whose
-    persistence forecast came from a fallback (no fit) is a warning too.
+    persistence forecast came from a fallback (no fit) is a warning too. A horizon with
+    fewer than MIN_INDEPENDENT_TARGETS independent targets is not judged (and says so).
     """
     warnings = [f"{r.pool_id}: persistence by fallback ({r.forecast.fallback_reason})"
                 for r in results if r.forecast.chosen_by == "fallback"]
@@ -115,6 +141,11 @@ def coverage_check(results: Sequence[PoolResult], *, low: float = COVERAGE_LOW,
         pooled = _pooled_coverage(results, minutes)
         if pooled is None:
             untracked.append(f"{minutes} min")
+            continue
+        targets = sum(independent_targets(r.forecast, minutes, window_rows) for r in results)
+        if targets < MIN_INDEPENDENT_TARGETS:
+            untracked.append(f"{minutes} min ({pooled:.3f} on {targets:.0f} independent "
+                             f"targets, too few to judge; need {MIN_INDEPENDENT_TARGETS})")
             continue
         measured.append(f"{minutes} min {pooled:.3f}")
         if not low <= pooled <= high:
@@ -127,10 +158,11 @@ def coverage_check(results: Sequence[PoolResult], *, low: float = COVERAGE_LOW,
     if failures:
         return CoverageCheck(False, "; ".join(failures), warnings)
     if not measured:
-        return CoverageCheck(True, "no pool has tracked coverage yet (all fallbacks or short "
-                             "histories)", warnings)
+        return CoverageCheck(True, "no pool has enough tracked coverage yet (fallbacks or "
+                             "short histories)" + "".join(f"; {u}" for u in untracked),
+                             warnings)
     # A young pool (under a day of demand, as in the demo) has no hourly-curve residuals yet:
     # say which horizons the pass does not cover rather than let it read as all of them.
-    note = f"; not tracked yet: {', '.join(untracked)}" if untracked else ""
+    note = f"; not judged yet: {', '.join(untracked)}" if untracked else ""
     return CoverageCheck(True, "rolling 80% coverage " + ", ".join(measured) + f" within "
                          f"[{low}, {high}]" + note, warnings)

@@ -173,4 +173,20 @@ def test_coverage_check_names_the_horizons_it_could_not_judge() -> None:
     young = fit_and_forecast(job_demand(np.random.default_rng(5), 250, mean_gpus=30.0))
     assert young.recent_coverage is not None and young.coarse_recent_coverage is None
     checked = coverage_check([_pool(young)])
-    assert "60 min" in checked.reason and "not tracked yet: 240 min" in checked.reason
+    assert "60 min" in checked.reason and "not judged yet: 240 min" in checked.reason
+
+
+def test_coverage_check_does_not_judge_a_handful_of_independent_targets() -> None:
+    """Six hours of demand: ~60 rows at 1 h are ~5 non-overlapping targets, too few to tell
+    0.8 from 0.3; a day's rows (24 of them) are judged and fail the same coverage."""
+    young = fit_and_forecast(job_demand(np.random.default_rng(6), 80, mean_gpus=30.0))
+    day = fit_and_forecast(job_demand(np.random.default_rng(6), 300, mean_gpus=30.0))
+    assert 0 < young.online_steps < 100 and day.online_steps >= 200
+
+    def at(forecast, value: float):
+        return _pool(dataclasses.replace(forecast,
+                                         recent_coverage=np.full(forecast.q50.size, value)))
+
+    unjudged = coverage_check([at(young, 0.3)])
+    assert unjudged.passed and "too few to judge" in unjudged.reason
+    assert not coverage_check([at(day, 0.3)]).passed
