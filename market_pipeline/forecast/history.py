@@ -84,7 +84,7 @@ def _first_demand(values: np.ndarray) -> int:
     A demand grid is zero-filled back to its window's start, so a pool created (or a fleet
     started) inside the window shows days of exact zeros first. Those are not a quiet pool:
     every interval covers them, so they set the calibration and fill the rolling coverage
-    with ties (the demo's check read 1.0 at 4 h off three idle days before six live hours).
+    with ties (the demo's check read 0.94-1.0 at 4 h off the zeros before its first hour).
     The step from 0 to the first demand is dropped too: it is the pool starting, and one
     such jump would set the volatility floor of a short history. A pool that has never had
     demand keeps its whole (constant) history and falls back as before.

@@ -31,22 +31,9 @@ CHECK_HORIZONS_MIN = (60, 240)
 MIN_INDEPENDENT_TARGETS = 16
 
 
-def coverage_at(forecast: PoolForecast, minutes: int) -> float | None:
-    """Rolling coverage of the stored horizon `minutes`, or None when not tracked there."""
-    for horizons, coverage in ((forecast.horizon_minutes, forecast.recent_coverage),
-                               (forecast.coarse_horizon_minutes, forecast.coarse_recent_coverage)):
-        if coverage is None:
-            continue
-        hit = np.flatnonzero(horizons == minutes)
-        if hit.size and np.isfinite(coverage[hit[0]]):
-            return float(coverage[hit[0]])
-    return None
-
-
-def independent_targets(forecast: PoolForecast, minutes: int, window_rows: int) -> float:
-    """Non-overlapping targets behind `coverage_at(forecast, minutes)` (0 when not tracked):
-    the rolling window's rows over the horizon in rows (fine rows are one step apart, the
-    hourly curve's one coarse step)."""
+def _tracked(forecast: PoolForecast, minutes: int) -> tuple[float, int, int] | None:
+    """(rolling coverage, rows the tracker saw, minutes between rows) of the stored horizon
+    `minutes`, fine path first; None when not tracked there."""
     for horizons, coverage, steps, row_minutes in (
             (forecast.horizon_minutes, forecast.recent_coverage, forecast.online_steps,
              forecast.step_minutes),
@@ -56,8 +43,25 @@ def independent_targets(forecast: PoolForecast, minutes: int, window_rows: int) 
             continue
         hit = np.flatnonzero(horizons == minutes)
         if hit.size and np.isfinite(coverage[hit[0]]):
-            return min(steps, window_rows) / max(minutes / row_minutes, 1.0)
-    return 0.0
+            return float(coverage[hit[0]]), steps, row_minutes
+    return None
+
+
+def coverage_at(forecast: PoolForecast, minutes: int) -> float | None:
+    """Rolling coverage of the stored horizon `minutes`, or None when not tracked there."""
+    tracked = _tracked(forecast, minutes)
+    return None if tracked is None else tracked[0]
+
+
+def independent_targets(forecast: PoolForecast, minutes: int, window_rows: int) -> float:
+    """Non-overlapping targets behind `coverage_at(forecast, minutes)` (0 when not tracked):
+    the rolling window's rows over the horizon in rows (fine rows are one step apart, the
+    hourly curve's one coarse step)."""
+    tracked = _tracked(forecast, minutes)
+    if tracked is None:
+        return 0.0
+    _, steps, row_minutes = tracked
+    return min(steps, window_rows) / max(minutes / row_minutes, 1.0)
 
 
 def operator_rows(results: Sequence[PoolResult]) -> list[dict[str, object]]:
