@@ -12,7 +12,7 @@ from typing import Any
 
 # Bumped whenever a change alters what the forecaster outputs for the same input, so every
 # stored forecast names the code that produced it (together with the settings hash).
-FORECASTER_VERSION = "1.2.0"
+FORECASTER_VERSION = "1.2.1"
 
 KNOWN_LEARNED_MODELS = ("ridge", "gbm", "survival")
 # The stored columns are named q10/q50/q90, so the interval levels are fixed, not settings.
