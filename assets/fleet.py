@@ -10,6 +10,7 @@ from assets.tags import TICK_TAG
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.demand import pool_snapshot
 from market_pipeline.inventory import gpus_frame, nodes_frame, tasks_frame, unpriced_nodes
+from market_pipeline.warehouse.writers import close_unseen_tasks
 
 
 # The nodes themselves, read through the node hardware adapter: where the lineage begins.
@@ -39,11 +40,7 @@ def fleet_inventory(
     store.replace_where("fleet_nodes", "true", [], nodes_frame(nodes, observed_at))
     store.replace_where("fleet_gpus", "true", [], gpus_frame(gpus, observed_at))
     store.upsert("tasks", tasks_frame(tasks, observed_at))
-    store.execute(
-        "UPDATE tasks SET ended_at = last_seen_at, end_reason = 'not_seen' "
-        "WHERE ended_at IS NULL AND last_seen_at < ?",
-        [observed_at],
-    )
+    close_unseen_tasks(store, observed_at)
     by_state: dict[str, int] = {}
     for node in nodes:
         by_state[node.state.value] = by_state.get(node.state.value, 0) + 1
