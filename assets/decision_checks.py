@@ -33,8 +33,7 @@ from market_pipeline.decision_checks.margins import latest_plan, plan_margin_ver
 from market_pipeline.decision_checks.prices import offending_prices, price_rules, promise_frame, published_with_previous
 from market_pipeline.decision_checks.solve import latest_solve, solve_verdict
 from market_pipeline.guardrails.task_drain_limits import DrainLimits
-from market_pipeline.tick.live import latest_tick
-from market_pipeline.warehouse.readers import latest_tick_at
+from market_pipeline.warehouse.readers import latest_tick, latest_tick_at
 
 EQUILIBRIUM, PRICE_BOOK = dg.AssetKey("equilibrium_prices"), dg.AssetKey("price_book")
 SCALING_PLAN, DRAIN_REQUESTS = dg.AssetKey("scaling_plan"), dg.AssetKey("drain_requests")

@@ -13,7 +13,7 @@ from market_pipeline.demand_response.live import RUNNING, refit_rows
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.plots import lines_png, png_markdown
 from market_pipeline.tick.state import tick_origin
-from market_pipeline.warehouse import readers
+from market_pipeline.warehouse import readers, writers
 
 
 # Its own group: the control_loop_job (groups fleet, market, ...) does not refit every tick.
@@ -29,7 +29,7 @@ def demand_response(context: dg.AssetExecutionContext, fleet: FleetAdapterResour
     now = tick_origin(adapter_now(fleet.get()), config.loop.tick_minutes)
     store = warehouse.get()
     rows = refit_rows(config, store, now)
-    store.replace_where("demand_response", "fitted_at = ?", [now], rows)
+    writers.write_demand_response(store, now, rows)
     experiments = readers.experiments_of_fit(store, now, RUNNING, config.loop.tick_minutes)
     history = readers.elasticity_history(store, now - timedelta(days=config.demand_response.history_days))
     running = rows.filter(pl.col("experiment") == RUNNING).height

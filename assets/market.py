@@ -18,7 +18,6 @@ from market_pipeline.plots import lines_png, png_markdown
 from market_pipeline.tick import Promises, run_market_tick
 from market_pipeline.tick.live import (
     base_price_rows,
-    latest_tick,
     pool_tick_inputs,
     prices_in_force,
     published_rows,
@@ -32,7 +31,7 @@ from market_pipeline.tick.state import (
     solve_record,
     tick_origin,
 )
-from market_pipeline.warehouse import readers
+from market_pipeline.warehouse import readers, writers
 
 HISTORY_DAYS = 3
 BASE_PRICES_FROM = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -51,7 +50,7 @@ def demand_history(fleet: FleetAdapterResource, warehouse: WarehouseResource) ->
     usage = readers.usage_overlapping(store, start, end)
     history = demand_on_grid([p.pool_id for p in config.pools], usage, readers.pending_snapshots_before(store, end),
                              readers.guaranteed_prices_before(store, end), start, end, GRID_MINUTES)
-    store.replace_where("demand_history", "ts >= ? AND ts < ?", [start, end], history)
+    writers.write_demand_history(store, start, end, history)
     latest = history.filter(pl.col("ts") == history["ts"].max())
     return dg.MaterializeResult(metadata={
         "window": dg.MetadataValue.text(f"{start.isoformat()} .. {end.isoformat()}"),
@@ -75,7 +74,7 @@ def demand_forecast(context: dg.AssetExecutionContext, fleet: FleetAdapterResour
         raise dg.Failure("demand_history is empty: materialise telemetry and usage first")
     results = fc.forecast_pool_results(demand, step_minutes=GRID_MINUTES, origin_ts=origin)
     frame = fc.results_frame(results, demand.schema["ts"])
-    store.replace_where("demand_forecasts", "origin_ts = ?", [origin], frame)
+    writers.write_forecasts(store, origin, frame)
     operator = fc.operator_metadata(results)  # rolling coverage and how each model was chosen
     operator.pop("forecast_operator_table")  # the same rows as a table below
     metadata: dict[str, object] = {
@@ -121,10 +120,8 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
                                         config.loop.shadow_mode)
     record = solve_record(tick.report, now, shadow=config.loop.shadow_mode)
     solve_id = record["solve_id"][0]
-    store.append("solve_reports", record)
     rows = tick_rows(tick, now, solve_id, config.loop.shadow_mode)
-    store.replace_where("market_ticks", "tick_at = ?", [now], rows)
-    store.replace_where("price_experiments", "tick_at = ?", [now], experiments)
+    writers.write_market_tick(store, now, record, rows, experiments)
     body = tick.report.to_dict()
     shielded = [r.pool_id for r in tick.pools if r.shielded]
     context.log.info("tick %s: solve %s, %d pools shielded", solve_id, tick.status, len(shielded))
@@ -168,15 +165,14 @@ def price_book(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.
     published = 0
     if readers.price_book_is_empty(store):
         # Usage before the first tick is rated at the list prices.
-        published += store.append("price_book", base_price_rows(config, BASE_PRICES_FROM))
-    tick = latest_tick(store, now)
+        published += writers.append_prices(store, base_price_rows(config, BASE_PRICES_FROM))
+    tick = readers.latest_tick(store, now)
     rows = published_rows(config, tick) if tick.height else None
     if rows is not None and rows.height:
         if config.loop.shadow_mode:
-            store.upsert("decisions", shadow_price_decisions(rows, now))
+            writers.record_decisions(store, shadow_price_decisions(rows, now))
         else:
-            published += store.replace_where("price_book", "effective_from = ?",
-                                             [rows["effective_from"][0]], rows)
+            published += writers.publish_prices(store, rows)
     history = readers.price_history(store, now - timedelta(days=HISTORY_DAYS))
     metadata: dict[str, object] = {"published_rows": published, "shadow_mode": config.loop.shadow_mode,
                                    ROW_COUNT: published}

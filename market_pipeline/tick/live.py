@@ -99,13 +99,6 @@ def tick_rows(tick: MarketTick, tick_at: datetime, solve_id: str, shadow: bool) 
     return pl.DataFrame(rows, schema=TICK_SCHEMA) if rows else pl.DataFrame(schema=TICK_SCHEMA)
 
 
-def latest_tick(store: Warehouse, now: datetime) -> pl.DataFrame:
-    """The `market_ticks` rows of the latest tick at or before `now`."""
-    return store.query(
-        "SELECT * FROM market_ticks WHERE tick_at = (SELECT max(tick_at) FROM market_ticks WHERE tick_at <= ?) "
-        "ORDER BY pool_id", [now])
-
-
 def price_source(status: str, reason: str, shield_factor: float, certified: bool) -> str:
     """How the published price came about: solver, shield (it raised the price, or found no
     price within the promises that certifies), experiment (a bounded price experiment moved

@@ -98,6 +98,15 @@ def last_certified_prices(store: Warehouse) -> dict[str, float]:
     return {row["resource"]: row["price"] for row in frame.iter_rows(named=True)}
 
 
+def latest_tick(store: Warehouse, at: datetime) -> pl.DataFrame:
+    """The latest market tick at or before `at`, one row per pool (the `market_ticks` columns:
+    the published, solver and list prices with the reasons, the certificate, the capacity
+    target, the forecast the tick sized to); empty before the first tick."""
+    return store.query(
+        "SELECT * FROM market_ticks WHERE tick_at = (SELECT max(tick_at) FROM market_ticks WHERE tick_at <= ?) "
+        "ORDER BY pool_id", [at])
+
+
 def latest_tick_at(store: Warehouse) -> datetime | None:
     """When the latest market tick was stored; None before the first."""
     return store.query("SELECT max(tick_at) AS t FROM market_ticks")["t"][0]
