@@ -22,7 +22,7 @@ from dagster_dbt import (
 )
 
 from assets.metadata import ROW_COUNT
-from assets.partitions import HOURLY_PARTITIONS
+from assets.partitions import HOURLY_PARTITIONS, SINGLE_RUN
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.billing.dbt_metadata import dbt_test_description, model_description, row_counts
 from market_pipeline.billing.dbt_project import (
@@ -35,8 +35,7 @@ from market_pipeline.billing.dbt_project import (
 )
 from market_pipeline.config import ConfigError, load_config
 
-GROUP = "billing"
-SINGLE_RUN = dg.BackfillPolicy.single_run()
+GROUP = "billing"  # with the billing assets (assets/billing.py): billing_job selects the group
 
 
 def _configured_warehouse() -> Path | None:

@@ -18,7 +18,7 @@ warnings.filterwarnings("ignore", message="Parameter `backfill_policy` of functi
 warnings.filterwarnings("ignore", message="Parameter `owners` of initializer `SensorDefinition", category=dg.BetaWarning)
 
 from assets.billing import billing_assets  # noqa: E402 - after the filters above
-from assets.billing_dbt import dbt_resource  # noqa: E402
+from assets.billing_dbt import billing_dbt_models, dbt_resource  # noqa: E402
 from assets.decision_checks import decision_checks  # noqa: E402
 from assets.demand_response import demand_response_assets  # noqa: E402
 from assets.drain import drain_assets  # noqa: E402
@@ -42,7 +42,7 @@ def build_definitions() -> dg.Definitions:
     config = load_config(config_path or None)
     return dg.Definitions(
         assets=[*fleet_assets, *telemetry_assets, *market_assets, *scaling_assets, *drain_assets,
-                *billing_assets(), *simulation_assets, *demand_response_assets],
+                *billing_assets, billing_dbt_models(), *simulation_assets, *demand_response_assets],
         asset_checks=[*telemetry_checks, *decision_checks],
         jobs=loop_jobs,
         schedules=loop_schedules(config),

@@ -8,7 +8,7 @@ import dagster as dg
 from billing_testkit import HOURS, LOW_TIERS, invoice_snapshot, price_book, scenario
 
 from assets.billing import billing_assets
-from assets.billing_dbt import dbt_resource
+from assets.billing_dbt import billing_dbt_models, dbt_resource
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.billing.rate_card import refresh_rate_card
 from market_pipeline.config import load_config
@@ -32,7 +32,7 @@ def test_billing_job_meters_rates_and_checks_a_partition_range(tmp_path):
     warehouse = open_warehouse(path)
     warehouse.append("price_book", price_book())
     refresh_rate_card(warehouse, ScriptedFleetResource().config())
-    defs = dg.Definitions(assets=billing_assets(), jobs=[billing_job],
+    defs = dg.Definitions(assets=[*billing_assets, billing_dbt_models()], jobs=[billing_job],
                           resources={"warehouse": WarehouseResource(path=str(path)),
                                      "fleet": ScriptedFleetResource(), "dbt": dbt_resource()})
     job = defs.resolve_job_def("billing_job")
@@ -64,7 +64,7 @@ def test_billing_schedules_cover_the_hour_and_the_day():
     assert request.tags["dagster/asset_partition_range_start"] == "2026-03-02-00:00"
     assert request.tags["dagster/asset_partition_range_end"] == "2026-03-02-23:00"
     assert billing_daily_schedule().job_name == "billing_job"
-    assert {a.key.to_user_string() for a in billing_assets()[:2]} == {"billing_rate_card", "usage_intervals"}
+    assert {a.key.to_user_string() for a in billing_assets[:2]} == {"billing_rate_card", "usage_intervals"}
 
 
 def test_dbt_models_and_tests_read_as_descriptions_not_sql():
