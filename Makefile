@@ -38,7 +38,7 @@ postgres-home:
 	cp market_pipeline/defaults/dagster.postgres.yaml var/dagster_home_pg/dagster.yaml
 
 demo: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
-	$(PY) -m assets.control_loop --days $(DAYS)
+	$(PY) -m sensors.demo --days $(DAYS)
 
 test: $(VENV)/.installed
 	$(VENV)/bin/pytest

@@ -33,7 +33,7 @@ from market_pipeline.decision_checks.margins import latest_plan, plan_margin_ver
 from market_pipeline.decision_checks.prices import offending_prices, price_rules, promise_frame, published_with_previous
 from market_pipeline.decision_checks.solve import latest_solve, solve_verdict
 from market_pipeline.guardrails.task_drain_limits import DrainLimits
-from market_pipeline.tick.live import latest_tick
+from market_pipeline.warehouse.readers import latest_tick, latest_tick_at
 
 EQUILIBRIUM, PRICE_BOOK = dg.AssetKey("equilibrium_prices"), dg.AssetKey("price_book")
 SCALING_PLAN, DRAIN_REQUESTS = dg.AssetKey("scaling_plan"), dg.AssetKey("drain_requests")
@@ -72,7 +72,7 @@ def equilibrium_checks(fleet: FleetAdapterResource, warehouse: WarehouseResource
     extra = {"status": str(solve["status"]), "solve_id": str(solve["solve_id"])} if solve else {}
     yield verdict_result(solve_verdict(solve, fleet.config().market.solver_tolerance),
                          check_name="equilibrium_solve_certified", **extra)
-    tick_at = store.query("SELECT max(tick_at) AS t FROM market_ticks")["t"][0]
+    tick_at = latest_tick_at(store)
     tick = latest_tick(store, tick_at) if tick_at is not None else pl.DataFrame()
     yield verdict_result(tick_margin_verdict(tick) if tick.height else Verdict(False, "no market tick stored"),
                          check_name="equilibrium_margins")

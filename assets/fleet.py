@@ -10,6 +10,7 @@ from assets.tags import TICK_TAG
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.demand import pool_snapshot
 from market_pipeline.inventory import gpus_frame, nodes_frame, tasks_frame, unpriced_nodes
+from market_pipeline.warehouse.writers import write_fleet_inventory
 
 
 # The nodes themselves, read through the node hardware adapter: where the lineage begins.
@@ -34,16 +35,8 @@ def fleet_inventory(
     pending_summary = getattr(adapter, "pending_summary", None)
     pending = {model: row["gpus"] for model, row in (pending_summary() if pending_summary else {}).items()}
     snapshot = pool_snapshot(fleet.config(), nodes, tasks, pending, observed_at)
-    store = warehouse.get()
-    store.replace_where("pool_demand_snapshots", "ts = ?", [observed_at], snapshot)
-    store.replace_where("fleet_nodes", "true", [], nodes_frame(nodes, observed_at))
-    store.replace_where("fleet_gpus", "true", [], gpus_frame(gpus, observed_at))
-    store.upsert("tasks", tasks_frame(tasks, observed_at))
-    store.execute(
-        "UPDATE tasks SET ended_at = last_seen_at, end_reason = 'not_seen' "
-        "WHERE ended_at IS NULL AND last_seen_at < ?",
-        [observed_at],
-    )
+    write_fleet_inventory(warehouse.get(), observed_at, snapshot, nodes_frame(nodes, observed_at),
+                          gpus_frame(gpus, observed_at), tasks_frame(tasks, observed_at))
     by_state: dict[str, int] = {}
     for node in nodes:
         by_state[node.state.value] = by_state.get(node.state.value, 0) + 1

@@ -8,57 +8,49 @@ import dagster as dg
 import polars as pl
 
 from assets.decision_checks import FORECAST_CHECK_SPECS, forecast_check_results
-from assets.fleet import fleet_inventory
 from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline import forecast as fc
 from market_pipeline.demand import demand_on_grid
 from market_pipeline.demand_response.live import run_experiments, tick_response
 from market_pipeline.hardware.protocol import adapter_now
-from market_pipeline.market_state import (
-    capacity_by_pool,
-    expected_demand_by_pool,
-    shadow_price_decisions,
-    solve_record,
-    tick_origin,
-    typical_demand_by_pool,
-)
 from market_pipeline.plots import lines_png, png_markdown
-from market_pipeline.pricing import build_market_problem, solver_settings
 from market_pipeline.tick import Promises, run_market_tick
 from market_pipeline.tick.live import (
     base_price_rows,
-    latest_tick,
     pool_tick_inputs,
     prices_in_force,
     published_rows,
     tick_rows,
 )
+from market_pipeline.tick.pricing import build_market_problem, solver_settings
+from market_pipeline.tick.state import (
+    FORECAST_HORIZON_MIN,
+    GRID_MINUTES,
+    shadow_price_decisions,
+    solve_record,
+    tick_origin,
+)
+from market_pipeline.warehouse import readers, writers
 
 HISTORY_DAYS = 3
 BASE_PRICES_FROM = datetime(2024, 1, 1, tzinfo=timezone.utc)
-STEP_MINUTES = 5
+FLEET_INVENTORY = dg.AssetKey("fleet_inventory")
 
 
-@dg.asset(group_name="market", pool="warehouse", deps=[fleet_inventory, dg.AssetKey("usage_intervals")],
+@dg.asset(group_name="market", pool="warehouse", deps=[FLEET_INVENTORY, dg.AssetKey("usage_intervals")],
           kinds={"duckdb", "polars"})
 def demand_history(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
     """Requested GPUs (running + pending) per pool on a 5-minute grid over the last days,
     with the guaranteed price in force at each step."""
     config = fleet.config()
-    end = tick_origin(adapter_now(fleet.get()), STEP_MINUTES)
+    end = tick_origin(adapter_now(fleet.get()), GRID_MINUTES)
     start = end - timedelta(days=HISTORY_DAYS)
     store = warehouse.get()
-    usage = store.query(
-        "SELECT pool_id, started_at, ended_at, gpu_fraction FROM usage_intervals "
-        "WHERE ended_at > ? AND started_at < ?", [start, end])
-    snapshots = store.query("SELECT ts, pool_id, pending_gpus FROM pool_demand_snapshots WHERE ts < ?", [end])
-    prices = store.query(
-        "SELECT effective_from, pool_id, CAST(price_per_gpu_hour AS DOUBLE) AS price FROM price_book "
-        "WHERE resource_class = 'guaranteed' AND effective_from < ?", [end])
-    history = demand_on_grid([p.pool_id for p in config.pools], usage, snapshots, prices, start, end,
-                             STEP_MINUTES)
-    store.replace_where("demand_history", "ts >= ? AND ts < ?", [start, end], history)
+    usage = readers.usage_overlapping(store, start, end)
+    history = demand_on_grid([p.pool_id for p in config.pools], usage, readers.pending_snapshots_before(store, end),
+                             readers.guaranteed_prices_before(store, end), start, end, GRID_MINUTES)
+    writers.write_demand_history(store, start, end, history)
     latest = history.filter(pl.col("ts") == history["ts"].max())
     return dg.MaterializeResult(metadata={
         "window": dg.MetadataValue.text(f"{start.isoformat()} .. {end.isoformat()}"),
@@ -76,14 +68,13 @@ def demand_forecast(context: dg.AssetExecutionContext, fleet: FleetAdapterResour
     """Per pool: the chosen forecaster (never worse than persistence on validation), q10/q50/q90
     for the next hour in 5-minute steps and a coarse 24 h curve; model and version recorded."""
     store = warehouse.get()
-    origin = tick_origin(adapter_now(fleet.get()), STEP_MINUTES)
-    demand = store.query(
-        "SELECT pool_id, ts, demand, price FROM demand_history WHERE ts < ? ORDER BY pool_id, ts", [origin])
+    origin = tick_origin(adapter_now(fleet.get()), GRID_MINUTES)
+    demand = readers.demand_history_before(store, origin)
     if demand.is_empty():
         raise dg.Failure("demand_history is empty: materialise telemetry and usage first")
-    results = fc.forecast_pool_results(demand, step_minutes=STEP_MINUTES, origin_ts=origin)
+    results = fc.forecast_pool_results(demand, step_minutes=GRID_MINUTES, origin_ts=origin)
     frame = fc.results_frame(results, demand.schema["ts"])
-    store.replace_where("demand_forecasts", "origin_ts = ?", [origin], frame)
+    writers.write_forecasts(store, origin, frame)
     operator = fc.operator_metadata(results)  # rolling coverage and how each model was chosen
     operator.pop("forecast_operator_table")  # the same rows as a table below
     metadata: dict[str, object] = {
@@ -102,7 +93,7 @@ def demand_forecast(context: dg.AssetExecutionContext, fleet: FleetAdapterResour
     return dg.MaterializeResult(metadata=metadata, check_results=forecast_check_results(results))
 
 
-@dg.asset(group_name="market", pool="warehouse", deps=[demand_forecast, fleet_inventory],
+@dg.asset(group_name="market", pool="warehouse", deps=[demand_forecast, FLEET_INVENTORY],
           kinds={"torch", "duckdb"})
 def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
                        warehouse: WarehouseResource) -> dg.MaterializeResult:
@@ -111,12 +102,12 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
     guaranteed cap, the drainable band), then the backlog shield at the capacity serving the
     interval, and each pool's capacity target. Stored in solve_reports and market_ticks."""
     config = fleet.config()
-    now = tick_origin(adapter_now(fleet.get()), STEP_MINUTES)
+    now = tick_origin(adapter_now(fleet.get()), config.loop.tick_minutes)
     store = warehouse.get()
-    serving = capacity_by_pool(store)
+    serving = readers.capacity_by_pool(store)
     in_force = prices_in_force(config, store)
-    inputs = build_market_problem(config, serving, expected_demand_by_pool(store, now),
-                                  typical_demand_by_pool(store, now))
+    inputs = build_market_problem(config, serving, readers.expected_demand_by_pool(store, now, FORECAST_HORIZON_MIN),
+                                  readers.typical_demand_by_pool(store, now))
     market = config.market
     resolve_due = market.global_resolve_minutes > 0 and (
         (now.hour * 60 + now.minute) % market.global_resolve_minutes < config.loop.tick_minutes)
@@ -129,10 +120,8 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
                                         config.loop.shadow_mode)
     record = solve_record(tick.report, now, shadow=config.loop.shadow_mode)
     solve_id = record["solve_id"][0]
-    store.append("solve_reports", record)
     rows = tick_rows(tick, now, solve_id, config.loop.shadow_mode)
-    store.replace_where("market_ticks", "tick_at = ?", [now], rows)
-    store.replace_where("price_experiments", "tick_at = ?", [now], experiments)
+    writers.write_market_tick(store, now, record, rows, experiments)
     body = tick.report.to_dict()
     shielded = [r.pool_id for r in tick.pools if r.shielded]
     context.log.info("tick %s: solve %s, %d pools shielded", solve_id, tick.status, len(shielded))
@@ -172,23 +161,19 @@ def price_book(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.
     list prices); in shadow mode records the prices it would publish instead."""
     config = fleet.config()
     store = warehouse.get()
-    now = tick_origin(adapter_now(fleet.get()), STEP_MINUTES)
+    now = tick_origin(adapter_now(fleet.get()), config.loop.tick_minutes)
     published = 0
-    if store.query("SELECT count(*) AS n FROM price_book")["n"][0] == 0:
+    if readers.price_book_is_empty(store):
         # Usage before the first tick is rated at the list prices.
-        published += store.append("price_book", base_price_rows(config, BASE_PRICES_FROM))
-    tick = latest_tick(store, now)
+        published += writers.append_prices(store, base_price_rows(config, BASE_PRICES_FROM))
+    tick = readers.latest_tick(store, now)
     rows = published_rows(config, tick) if tick.height else None
     if rows is not None and rows.height:
         if config.loop.shadow_mode:
-            store.upsert("decisions", shadow_price_decisions(rows, now))
+            writers.record_decisions(store, shadow_price_decisions(rows, now))
         else:
-            published += store.replace_where("price_book", "effective_from = ?",
-                                             [rows["effective_from"][0]], rows)
-    history = store.query(
-        "SELECT effective_from, pool_id || '/' || resource_class AS resource, "
-        "CAST(price_per_gpu_hour AS DOUBLE) AS price FROM price_book "
-        "WHERE effective_from >= ? ORDER BY effective_from", [now - timedelta(days=HISTORY_DAYS)])
+            published += writers.publish_prices(store, rows)
+    history = readers.price_history(store, now - timedelta(days=HISTORY_DAYS))
     metadata: dict[str, object] = {"published_rows": published, "shadow_mode": config.loop.shadow_mode,
                                    ROW_COUNT: published}
     if rows is not None and rows.height:

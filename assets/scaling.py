@@ -6,22 +6,22 @@ actions are carried out per tick by scaling_actions_job, launched by the scaling
 import dagster as dg
 import polars as pl
 
-from assets.market import STEP_MINUTES, price_book
 from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.hardware.protocol import adapter_now
-from market_pipeline.market_state import tick_origin
-from market_pipeline.tick.live import latest_tick, next_price_ceilings, prices_in_force
-from market_pipeline.scaling_live import (
+from market_pipeline.scaling.live import (
     decision_rows,
     failed_drains_by_node,
     load_memory,
     memory_frame,
     plan_fleet,
 )
+from market_pipeline.tick.live import next_price_ceilings, prices_in_force
+from market_pipeline.tick.state import tick_origin
+from market_pipeline.warehouse import readers, writers
 
 
-@dg.asset(group_name="scaling", pool="warehouse", deps=[price_book], kinds={"duckdb"})
+@dg.asset(group_name="scaling", pool="warehouse", deps=[dg.AssetKey("price_book")], kinds={"duckdb"})
 def scaling_plan(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
                  warehouse: WarehouseResource) -> dg.MaterializeResult:
     """Per pool: target capacity from the forecast's q90, or demand plus headroom if higher,
@@ -31,9 +31,9 @@ def scaling_plan(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
     (decisions, kind 'scale')."""
     config = fleet.config()
     adapter = fleet.get()
-    now = tick_origin(adapter_now(adapter), STEP_MINUTES)
+    now = tick_origin(adapter_now(adapter), config.loop.tick_minutes)
     store = warehouse.get()
-    tick = latest_tick(store, now)  # the market tick this plan sizes to: its forecast, prices, targets
+    tick = readers.latest_tick(store, now)  # the market tick this plan sizes to: its forecast, prices, targets
     if tick.is_empty():
         raise dg.Failure(f"no market tick at or before {now.isoformat()}: materialise equilibrium_prices first")
     memories = {p.pool_id: load_memory(store, p.pool_id) for p in config.pools}
@@ -46,8 +46,8 @@ def scaling_plan(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
         {p: r["capacity_target_gpus"] for p, r in by_pool.items()},
         next_price_ceilings(config, prices_in_force(config, store)))
     rows = decision_rows(decisions, config.loop.shadow_mode, now)
-    store.upsert("decisions", rows)
-    store.upsert("scaler_memory", memory_frame(list(memories.values()), now))
+    writers.record_decisions(store, rows)
+    writers.write_scaler_memory(store, memory_frame(list(memories.values()), now))
     margins = {d.pool: round(d.certificate_margin, 3) for d in decisions if d.certificate_margin is not None}
     allowed = int(rows["allowed"].sum() or 0) if rows.height else 0
     acts = rows.filter(pl.col("allowed") & (pl.col("action") != "hold")) if rows.height else rows

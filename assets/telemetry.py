@@ -7,10 +7,9 @@ from datetime import timedelta
 
 import dagster as dg
 
-from assets.fleet import fleet_adapter
 from assets.metadata import ROW_COUNT, table_metadata
+from assets.partitions import HOURLY_PARTITIONS
 from assets.resources import FleetAdapterResource, WarehouseResource
-from market_pipeline.fleet.history import configured_history_start
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.telemetry.checks import (
     accounting,
@@ -31,15 +30,11 @@ from market_pipeline.telemetry.rules import ValidationPolicy
 warnings.filterwarnings("ignore", message="Specifying a partitions_def on an AssetCheckSpec",
                         category=dg.PreviewWarning)
 
-# Partitions begin where the fleet's history begins (the simulated twin's epoch), so the UI
-# shows the hours the fleet lived and a backfill of "all" is that history.
-TELEMETRY_PARTITIONS = dg.HourlyPartitionsDefinition(
-    start_date=configured_history_start().strftime("%Y-%m-%d-%H:%M"))
 ADAPTER_SOURCE = "adapter"  # the asset owns what the adapter delivered into a partition
 
 
-@dg.asset(partitions_def=TELEMETRY_PARTITIONS, pool="warehouse", group_name="telemetry",
-          deps=[fleet_adapter], kinds={"duckdb", "polars"})
+@dg.asset(partitions_def=HOURLY_PARTITIONS, pool="warehouse", group_name="telemetry",
+          deps=[dg.AssetKey("fleet_adapter")], kinds={"duckdb", "polars"})
 def telemetry_samples(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
                       warehouse: WarehouseResource) -> dg.MaterializeResult:
     """One hour of per-GPU samples: clean rows to telemetry_clean, rejected rows with their
@@ -93,7 +88,7 @@ def _stats_metadata(stats) -> dict[str, object]:
     }
 
 
-@dg.asset_check(asset=telemetry_samples, partitions_def=TELEMETRY_PARTITIONS, blocking=True,
+@dg.asset_check(asset=telemetry_samples, partitions_def=HOURLY_PARTITIONS, blocking=True,
                 description="Fails the partition when its quarantine rate passes "
                             "telemetry.quarantine_block_rate.")
 def telemetry_quarantine_rate_blocking(context: dg.AssetCheckExecutionContext,
@@ -108,7 +103,7 @@ def telemetry_quarantine_rate_blocking(context: dg.AssetCheckExecutionContext,
         metadata={"threshold": dg.MetadataValue.float(threshold), **_stats_metadata(verdict.stats)})
 
 
-@dg.asset_check(asset=telemetry_samples, partitions_def=TELEMETRY_PARTITIONS,
+@dg.asset_check(asset=telemetry_samples, partitions_def=HOURLY_PARTITIONS,
                 description="Warns when the quarantine rate passes telemetry.quarantine_warn_rate.")
 def telemetry_quarantine_rate_warning(context: dg.AssetCheckExecutionContext,
                                       fleet: FleetAdapterResource,
@@ -122,7 +117,7 @@ def telemetry_quarantine_rate_warning(context: dg.AssetCheckExecutionContext,
         metadata={"threshold": dg.MetadataValue.float(threshold), **_stats_metadata(verdict.stats)})
 
 
-@dg.asset_check(asset=telemetry_samples, partitions_def=TELEMETRY_PARTITIONS, blocking=True,
+@dg.asset_check(asset=telemetry_samples, partitions_def=HOURLY_PARTITIONS, blocking=True,
                 description="raw = clean + quarantined: the ledger's rows in equal the rows "
                             "stored in the clean and quarantine tables.")
 def telemetry_accounting(context: dg.AssetCheckExecutionContext,
@@ -136,7 +131,7 @@ def telemetry_accounting(context: dg.AssetCheckExecutionContext,
                   "quarantined": result.quarantined_rows})
 
 
-@dg.asset_check(asset=telemetry_samples, partitions_def=TELEMETRY_PARTITIONS, blocking=True,
+@dg.asset_check(asset=telemetry_samples, partitions_def=HOURLY_PARTITIONS, blocking=True,
                 description="great-expectations rules on the clean rows: ranges, non-null keys, "
                             "unique (node, GPU, ts), no future timestamps, known GPUs.")
 def telemetry_clean_rules(context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource,
@@ -152,7 +147,7 @@ def telemetry_clean_rules(context: dg.AssetCheckExecutionContext, fleet: FleetAd
                   "seconds": dg.MetadataValue.float(round(report.seconds, 3))})
 
 
-@dg.asset_check(asset=telemetry_samples, partitions_def=TELEMETRY_PARTITIONS,
+@dg.asset_check(asset=telemetry_samples, partitions_def=HOURLY_PARTITIONS,
                 description="The newest clean sample is at most telemetry.freshness_minutes old.")
 def telemetry_freshness(context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource,
                         warehouse: WarehouseResource) -> dg.AssetCheckResult:

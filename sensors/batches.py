@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import dagster as dg
 
-from sensors.schedules import tick_tags
+from assets.tags import tick_tags
 from market_pipeline.action_batches import ActionBatch, ActionResult, counts_by_status, failing
 
 RESUME_LIMIT = 3

@@ -33,7 +33,7 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from assets.control_loop import main
+    from sensors.demo import main
 
     return main(["--days", str(args.days), *(["--json", args.json] if args.json else [])])
 

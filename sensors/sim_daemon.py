@@ -36,7 +36,7 @@ from dagster._daemon.sensor import execute_sensor_iteration
 from dagster._scheduler.scheduler import launch_scheduled_runs
 from dagster._utils.schedules import cron_string_iterator
 
-from sensors.schedules import tick_tags
+from assets.tags import tick_tags
 
 WORKSPACE_FILE = Path(__file__).resolve().parents[1] / "workspace.yaml"
 SENSOR_DELAY = timedelta(seconds=31)  # sensors tick after the schedules' runs (min interval 30 s)

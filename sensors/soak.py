@@ -191,22 +191,9 @@ def _lock_errors(instance: dg.DagsterInstance) -> int:
 def _lost_rows(store) -> int:
     """Telemetry rows neither clean nor quarantined, and metered seconds of billed hours
     that billing does not hold."""
-    telemetry = store.query("""
-        WITH ins AS (SELECT partition_key, sum(rows_in) AS rows_in FROM telemetry_ingests GROUP BY 1),
-             clean AS (SELECT partition_key, count(*) AS n FROM telemetry_clean GROUP BY 1),
-             quarantine AS (SELECT partition_key, count(*) AS n FROM telemetry_quarantine GROUP BY 1)
-        SELECT coalesce(sum(abs(ins.rows_in - coalesce(clean.n, 0) - coalesce(quarantine.n, 0))), 0)
-        FROM ins LEFT JOIN clean USING (partition_key) LEFT JOIN quarantine USING (partition_key)""").row(0)[0]
-    from market_pipeline.warehouse import WarehouseError
+    from market_pipeline.warehouse.readers import metered_seconds_unbilled, telemetry_rows_unaccounted
 
-    try:
-        billing = store.query("""
-        SELECT coalesce(sum(u.metered_seconds), 0) FROM usage_intervals u
-        WHERE u.partition_key IN (SELECT DISTINCT partition_key FROM fct_rated_usage)
-          AND NOT EXISTS (SELECT 1 FROM fct_rated_usage r WHERE r.interval_id = u.interval_id)""").row(0)[0]
-    except WarehouseError:  # no hour billed yet (dbt has not built the mart)
-        billing = 0
-    return int(telemetry) + int(billing)
+    return telemetry_rows_unaccounted(store) + metered_seconds_unbilled(store)
 
 
 def _control_tick_seconds(instance: dg.DagsterInstance) -> list[float]:

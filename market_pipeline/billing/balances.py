@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from market_pipeline.billing.errors import BillingError
 from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow, decisions_frame
 
 UTC = dt.timezone.utc
 POSTED_KINDS = ("usage", "sla_credit")
@@ -257,23 +258,14 @@ def guard_decisions(verdicts: Sequence[GuardVerdict], running: Mapping[str, Sequ
         for task_id, pool_id in running.get(verdict.tenant_id, ()):
             rows.append(_decision(f"budget:{verdict.tenant_id}:drain:{task_id}:{hour}", pool_id, task_id,
                                   "drain", verdict, {**inputs, "tenant_id": verdict.tenant_id}, now, shadow))
-    return pl.DataFrame(rows, schema=DECISION_SCHEMA, orient="row") if rows else pl.DataFrame(schema=DECISION_SCHEMA)
-
-
-DECISION_SCHEMA = {
-    "decision_id": pl.Utf8, "kind": pl.Utf8, "pool_id": pl.Utf8, "target": pl.Utf8, "action": pl.Utf8,
-    "allowed": pl.Boolean, "shadow": pl.Boolean, "reasons": pl.List(pl.Utf8), "inputs": pl.Utf8,
-    "decided_at": pl.Datetime("us", "UTC"),
-}
+    return decisions_frame(rows)
 
 
 def _decision(decision_id: str, pool_id: str | None, target: str, action: str, verdict: GuardVerdict,
-              inputs: dict, now: dt.datetime, shadow: bool) -> dict:
-    import json
-
-    return {"decision_id": decision_id, "kind": "budget_guard", "pool_id": pool_id, "target": target,
-            "action": action, "allowed": True, "shadow": shadow, "reasons": list(verdict.reasons),
-            "inputs": json.dumps(inputs), "decided_at": now}
+              inputs: dict, now: dt.datetime, shadow: bool) -> DecisionRow:
+    return DecisionRow(decision_id=decision_id, kind=DecisionKind.BUDGET_GUARD, action=action, decided_at=now,
+                       allowed=True, shadow=shadow, pool_id=pool_id, target=target,
+                       reasons=tuple(verdict.reasons), inputs=inputs)
 
 
 def tenant_admission(warehouse: Warehouse, tenant_id: str, now: dt.datetime) -> tuple[bool, list[str]]:

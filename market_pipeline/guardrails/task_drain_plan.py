@@ -12,7 +12,6 @@ The same function runs live and in the simulator.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,6 +37,8 @@ from market_pipeline.guardrails.task_drain_score import (
     task_utilisation,
 )
 from market_pipeline.hardware.protocol import NodeInfo, NodeState, TaskInfo
+from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow
+from market_pipeline.warehouse.decisions import decisions_frame as warehouse_decisions_frame
 
 
 SCORE_EXEMPT = frozenset({DrainReason.MANUAL, DrainReason.BUDGET})
@@ -226,16 +227,8 @@ def node_is_drained(node_id: str, running: Sequence[TaskInfo]) -> tuple[bool, li
 
 def decisions_frame(decisions: Sequence[DrainDecision]) -> pl.DataFrame:
     """Rows for the warehouse `decisions` table (kind = 'drain')."""
-    return pl.DataFrame(
-        [{"decision_id": d.decision_id, "kind": "drain", "pool_id": d.task.pool_id,
-          "target": d.task.task_id, "action": "drain_task", "allowed": d.allowed,
-          "shadow": d.shadow, "reasons": list(d.reasons), "inputs": json.dumps(d.inputs_json()),
-          "decided_at": d.decided_at, "executed_at": None, "outcome": None}
-         for d in decisions],
-        schema={"decision_id": pl.Utf8, "kind": pl.Utf8, "pool_id": pl.Utf8, "target": pl.Utf8,
-                "action": pl.Utf8, "allowed": pl.Boolean, "shadow": pl.Boolean,
-                "reasons": pl.List(pl.Utf8), "inputs": pl.Utf8,
-                "decided_at": pl.Datetime("us", "UTC"), "executed_at": pl.Datetime("us", "UTC"),
-                "outcome": pl.Utf8},
-    )
+    return warehouse_decisions_frame(DecisionRow(
+        decision_id=d.decision_id, kind=DecisionKind.DRAIN, action="drain_task", decided_at=d.decided_at,
+        allowed=d.allowed, shadow=d.shadow, pool_id=d.task.pool_id, target=d.task.task_id,
+        reasons=tuple(d.reasons), inputs=d.inputs_json()) for d in decisions)
 

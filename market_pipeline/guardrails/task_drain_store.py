@@ -144,9 +144,9 @@ def write_decisions(warehouse: Warehouse, decisions: Sequence[DrainDecision]) ->
         try:
             con.execute(
                 "INSERT INTO decisions (decision_id, kind, pool_id, target, action, allowed,"
-                " shadow, reasons, inputs, decided_at, executed_at, outcome)"
+                " shadow, reasons, inputs, decided_at)"
                 " SELECT decision_id, kind, pool_id, target, action, allowed, shadow, reasons,"
-                " CAST(inputs AS JSON), decided_at, executed_at, outcome"
+                " CAST(inputs AS JSON), decided_at"
                 " FROM _drain_decisions ON CONFLICT DO NOTHING")
         finally:
             con.unregister("_drain_decisions")

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from market_pipeline.guardrails.backlog import BacklogParams, backlog_params_from_config
-from market_pipeline.market_state import FORECAST_HORIZON_MIN
+from market_pipeline.tick.state import FORECAST_HORIZON_MIN
 from market_pipeline.scaling.types import ScalingConfig, ScalingError
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from market_pipeline.demand_response.experiments import ExperimentSettings
 from market_pipeline.forecast import fit_and_forecast
 from market_pipeline.guardrails.backlog import BacklogParams
 from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem, demand_at, solve_followers
-from market_pipeline.pricing import solver_settings
+from market_pipeline.tick.pricing import solver_settings
 from market_pipeline.simulate.learning import ResponseLearner
 from market_pipeline.simulate.pricing import ELASTIC, RIGID, MarketView, PriceDecision
 from market_pipeline.simulate.settings import SimulationSettings

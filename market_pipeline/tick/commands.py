@@ -55,7 +55,7 @@ def run_loop_bench(args: argparse.Namespace) -> int:
 
 
 def _run(fleet_source: str, workload_source: str, hours: float) -> dict[str, Any]:
-    """One run of `python -m assets.control_loop` in a fresh home; its JSON summary."""
+    """One run of `python -m sensors.demo` in a fresh home; its JSON summary."""
     with tempfile.TemporaryDirectory(prefix="loop-bench-") as home:
         dagster_home = Path(home) / "dagster_home"
         dagster_home.mkdir()
@@ -65,7 +65,7 @@ def _run(fleet_source: str, workload_source: str, hours: float) -> dict[str, Any
                "MP__ADAPTER__FLEET_SOURCE": str(Path(fleet_source).resolve()) if fleet_source != "config" else "config",
                "MP__ADAPTER__WORKLOAD_SOURCE": (str(Path(workload_source).resolve())
                                                 if workload_source != "builtin" else "builtin")}
-        done = subprocess.run([sys.executable, "-m", "assets.control_loop", "--days", str(hours / 24),
+        done = subprocess.run([sys.executable, "-m", "sensors.demo", "--days", str(hours / 24),
                                "--json", str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
         if not out.exists():
             lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]

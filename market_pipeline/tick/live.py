@@ -16,12 +16,12 @@ import polars as pl
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.guardrails.backlog import backlog_params_from_config
 from market_pipeline.market import DRAINABLE, GUARANTEED
-from market_pipeline.market_state import last_certified_prices
-from market_pipeline.pricing import mid_band_discount, resource_name
+from market_pipeline.tick.pricing import mid_band_discount, resource_name
 from market_pipeline.scaling.settings import capacity_horizon_minutes
 from market_pipeline.tick.market_tick import AS_SOLVED, MarketTick, PoolTickInput
 from market_pipeline.tick.promises import Promises, guaranteed_window
 from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse.readers import last_certified_prices
 
 EXPERIMENT_REASON = "price experiment"
 TICK_SCHEMA = {
@@ -97,13 +97,6 @@ def tick_rows(tick: MarketTick, tick_at: datetime, solve_id: str, shadow: bool) 
     rows = [{**r.to_dict(), "tick_at": tick_at, "solve_id": solve_id, "status": tick.status, "shadow": shadow}
             for r in tick.pools]
     return pl.DataFrame(rows, schema=TICK_SCHEMA) if rows else pl.DataFrame(schema=TICK_SCHEMA)
-
-
-def latest_tick(store: Warehouse, now: datetime) -> pl.DataFrame:
-    """The `market_ticks` rows of the latest tick at or before `now`."""
-    return store.query(
-        "SELECT * FROM market_ticks WHERE tick_at = (SELECT max(tick_at) FROM market_ticks WHERE tick_at <= ?) "
-        "ORDER BY pool_id", [now])
 
 
 def price_source(status: str, reason: str, shield_factor: float, certified: bool) -> str:

@@ -7,19 +7,14 @@ import datetime as dt
 import dagster as dg
 from billing_testkit import HOURS, LOW_TIERS, invoice_snapshot, price_book, scenario
 
-from assets.billing import (
-    billing_assets,
-    billing_daily_schedule,
-    billing_job,
-    billing_range_tags,
-    billing_resources,
-    billing_schedules,
-    daily_rerun_request,
-)
+from assets.billing import billing_assets
+from assets.billing_dbt import billing_dbt_models, dbt_resource
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.billing.rate_card import refresh_rate_card
 from market_pipeline.config import load_config
 from market_pipeline.warehouse import Warehouse, open_warehouse
+from sensors.jobs import billing_job
+from sensors.schedules import billing_daily_schedule, billing_range_tags, daily_rerun_request, loop_schedules
 
 FLEET = scenario()
 
@@ -37,9 +32,9 @@ def test_billing_job_meters_rates_and_checks_a_partition_range(tmp_path):
     warehouse = open_warehouse(path)
     warehouse.append("price_book", price_book())
     refresh_rate_card(warehouse, ScriptedFleetResource().config())
-    defs = dg.Definitions(assets=billing_assets, jobs=[billing_job], schedules=billing_schedules,
+    defs = dg.Definitions(assets=[*billing_assets, billing_dbt_models()], jobs=[billing_job],
                           resources={"warehouse": WarehouseResource(path=str(path)),
-                                     "fleet": ScriptedFleetResource(), **billing_resources})
+                                     "fleet": ScriptedFleetResource(), "dbt": dbt_resource()})
     job = defs.resolve_job_def("billing_job")
     result = job.execute_in_process(tags=billing_range_tags(HOURS[0].start, HOURS[1].end))
     assert result.success
@@ -63,16 +58,17 @@ def test_billing_job_meters_rates_and_checks_a_partition_range(tmp_path):
 
 
 def test_billing_schedules_cover_the_hour_and_the_day():
-    assert {s.name for s in billing_schedules} == {"billing_hourly_schedule", "billing_daily_schedule"}
+    billing = [s for s in loop_schedules(load_config()) if s.job_name == "billing_job"]
+    assert {s.name for s in billing} == {"billing_hourly_schedule", "billing_daily_schedule"}
     request = daily_rerun_request(dt.datetime(2026, 3, 3, 0, 40, tzinfo=dt.timezone.utc))
     assert request.tags["dagster/asset_partition_range_start"] == "2026-03-02-00:00"
     assert request.tags["dagster/asset_partition_range_end"] == "2026-03-02-23:00"
-    assert billing_daily_schedule.job_name == "billing_job"
+    assert billing_daily_schedule().job_name == "billing_job"
     assert {a.key.to_user_string() for a in billing_assets[:2]} == {"billing_rate_card", "usage_intervals"}
 
 
 def test_dbt_models_and_tests_read_as_descriptions_not_sql():
-    from market_pipeline.definitions import defs
+    from sensors.definitions import defs
 
     graph = defs.get_repository_def().asset_graph
     invoice = graph.get(dg.AssetKey("fct_invoice_lines")).description

@@ -26,7 +26,7 @@ def demo_home(tmp_path_factory):
     (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
     env = {**{k: v for k, v in os.environ.items() if k != "MARKET_PIPELINE_HISTORY_START"},
            "MARKET_PIPELINE_HOME": str(home), "DAGSTER_HOME": str(dagster_home)}
-    done = subprocess.run([sys.executable, "-m", "assets.control_loop", "--days", str(1 / 24)], cwd=REPO_ROOT,
+    done = subprocess.run([sys.executable, "-m", "sensors.demo", "--days", str(1 / 24)], cwd=REPO_ROOT,
                           env=env, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     return home, done.stdout
@@ -124,7 +124,7 @@ def test_every_demo_run_went_through_the_instance_under_its_job_schedule_sensor_
 
 SNAPSHOT_IDS = """
 import json
-from market_pipeline.definitions import defs
+from sensors.definitions import defs
 print(json.dumps({name: defs.resolve_job_def(name).get_job_snapshot_id() for name in
                   ("telemetry_job", "metering_job", "control_loop_job", "drain_job", "scaling_actions_job")}))
 """

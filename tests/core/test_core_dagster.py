@@ -20,12 +20,12 @@ PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 def test_workspace_yaml_points_at_the_definitions_module():
     workspace = yaml.safe_load((REPO_ROOT / "workspace.yaml").read_text())
     [location] = workspace["load_from"]
-    assert location["python_module"]["module_name"] == "market_pipeline.definitions"
+    assert location["python_module"]["module_name"] == "sensors.definitions"
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     # Dagster would prefer these over workspace.yaml; workspace.yaml stays the single source.
     assert "dagster" not in pyproject.get("tool", {}) and "dg" not in pyproject.get("tool", {})
 
-    from market_pipeline.definitions import defs
+    from sensors.definitions import defs
 
     repo = defs.get_repository_def()
     assert {"telemetry_job", "control_loop_job", "drain_job", "scaling_actions_job",
@@ -38,7 +38,7 @@ def test_workspace_yaml_points_at_the_definitions_module():
 
 
 def test_writers_take_the_warehouse_pool():
-    from market_pipeline.definitions import defs
+    from sensors.definitions import defs
 
     graph = defs.get_repository_def().asset_graph
     writers = ["telemetry_samples", "usage_intervals", "price_book", "equilibrium_prices", "scaling_plan",
@@ -56,9 +56,9 @@ def project_home(tmp_path, monkeypatch):
 
 def _materialise_slice(instance: dg.DagsterInstance, home: Path, with_dbt: bool = True) -> str:
     from market_pipeline.config import load_config
-    from assets.billing import billing_dbt_models
+    from assets.billing_dbt import billing_dbt_models
     from assets.resources import FleetAdapterResource, WarehouseResource
-    from market_pipeline.definitions import defs
+    from sensors.definitions import defs
 
     config = load_config()
     fleet = FleetAdapterResource()
@@ -67,7 +67,7 @@ def _materialise_slice(instance: dg.DagsterInstance, home: Path, with_dbt: bool 
                  "warehouse": WarehouseResource(path=str(config.warehouse_path))}
     result = dg.materialize(
         [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)],
-        selection=(dg.AssetSelection.assets(*SLICE[:3]) | dg.AssetSelection.assets(billing_dbt_models)
+        selection=(dg.AssetSelection.assets(*SLICE[:3]) | dg.AssetSelection.assets(billing_dbt_models())
                    if with_dbt else dg.AssetSelection.assets(*SLICE[:2])),
         partition_key=partition, resources=resources, instance=instance)
     assert result.success

@@ -13,7 +13,8 @@ def project_home(tmp_path, monkeypatch):
 
 
 def test_refit_asset_writes_a_row_per_pool_and_class_and_its_metadata(project_home):
-    from assets.demand_response import demand_response, demand_response_schedule
+    from assets.demand_response import demand_response
+    from sensors.schedules import demand_response_schedule_for
     from assets.resources import FleetAdapterResource, WarehouseResource
     from market_pipeline.config import load_config
     from market_pipeline.warehouse import Warehouse
@@ -32,11 +33,11 @@ def test_refit_asset_writes_a_row_per_pool_and_class_and_its_metadata(project_ho
     assert metadata["dagster/row_count"].value == rows.height
     assert {"elasticity", "experiments", "experiments_running", "experiments_cost",
             "elasticity_over_time"} <= set(metadata)
-    assert demand_response_schedule.cron_schedule == "0 */1 * * *"
+    assert demand_response_schedule_for(config.demand_response).cron_schedule == "0 */1 * * *"
 
 
 def test_the_refit_is_not_part_of_every_control_tick():
-    from market_pipeline.definitions import defs
+    from sensors.definitions import defs
 
     job = defs.resolve_job_def("control_loop_job")
     assert dg.AssetKey("demand_response") not in job.asset_layer.selected_asset_keys

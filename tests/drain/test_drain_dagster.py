@@ -8,7 +8,9 @@ from datetime import datetime, timezone
 import dagster as dg
 import pytest
 
-from assets.drain import drain_job, drain_requests, drain_run_config
+from assets.drain import drain_requests
+from sensors.jobs import drain_job
+from sensors.ops import drain_run_config
 from assets.resources import FleetAdapterResource, WarehouseResource
 from drain_testkit import make_task
 from market_pipeline.action_batches import batch_id_for, batch_rows, carry_out, result_for

@@ -51,7 +51,7 @@ def test_slow_ridge_market_converges_within_the_shipped_iteration_cap():
     """Budget kinks all along the path: the leader needs a few hundred iterations here. The
     shipped `market.solver_max_iterations` must allow them (the old 200 fell back every tick)."""
     from market_pipeline.config import load_config
-    from market_pipeline.pricing import solver_settings
+    from market_pipeline.tick.pricing import solver_settings
 
     problem, last, max_step, tolerance = _fixture("slow_ridge_market.json")
     settings = solver_settings(load_config())

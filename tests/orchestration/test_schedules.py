@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from datetime import UTC, datetime
 
 import dagster as dg
 import pytest
 
-from sensors.schedules import LIVE_ENV, TICK_TAG, closed_hour_key, hourly_partition_schedule, telemetry_job
+from assets.tags import TICK_TAG
+from market_pipeline.config import load_config
+from sensors.jobs import telemetry_job
+from sensors.schedules import LIVE_ENV, closed_hour_key, hourly_partition_schedule, loop_schedules
 
 
 def _evaluate(schedule: dg.ScheduleDefinition, when: datetime):
-    from market_pipeline.definitions import defs
+    from sensors.definitions import defs
 
     with dg.build_schedule_context(scheduled_execution_time=when, repository_def=defs.get_repository_def()) as context:
         return schedule.evaluate_tick(context)
@@ -37,13 +39,12 @@ def test_an_hour_before_the_fleets_history_is_skipped_with_its_reason():
 
 
 def test_the_control_tick_and_the_daily_billing_carry_the_tick_they_serve():
-    from assets.billing import billing_daily_schedule
-    from sensors.schedules import control_loop_schedule
+    from sensors.definitions import defs
 
     when = datetime(2026, 11, 3, 0, 40, tzinfo=UTC)
-    [tick] = _evaluate(control_loop_schedule, when).run_requests
+    [tick] = _evaluate(defs.resolve_schedule_def("control_loop_tick"), when).run_requests
     assert tick.tags[TICK_TAG] == when.isoformat() and tick.run_key == when.isoformat()
-    [daily] = _evaluate(billing_daily_schedule, when).run_requests
+    [daily] = _evaluate(defs.resolve_schedule_def("billing_daily_schedule"), when).run_requests
     assert daily.tags[TICK_TAG] == when.isoformat()
     assert daily.tags["dagster/asset_partition_range_start"] == "2026-11-02-00:00"
 
@@ -53,20 +54,16 @@ def test_schedules_are_off_unless_live_and_on_when_live(monkeypatch):
 
     monkeypatch.delenv(LIVE_ENV, raising=False)
     assert schedules.default_status() == dg.DefaultScheduleStatus.STOPPED
+    assert {s.default_status for s in loop_schedules(load_config())} == {dg.DefaultScheduleStatus.STOPPED}
     monkeypatch.setenv(LIVE_ENV, "1")
     assert schedules.default_status() == dg.DefaultScheduleStatus.RUNNING
-    live = importlib.reload(schedules)
-    try:
-        assert {s.default_status for s in live.loop_schedules} == {dg.DefaultScheduleStatus.RUNNING}
-    finally:
-        monkeypatch.delenv(LIVE_ENV)
-        importlib.reload(schedules)
+    assert {s.default_status for s in loop_schedules(load_config())} == {dg.DefaultScheduleStatus.RUNNING}
 
 
 def test_the_loop_jobs_resolve_without_a_warning():
     """`telemetry_job` used to mix backfill policies (one hour per run and single-run
     metering), and Dagster warned about it at every start."""
-    from market_pipeline.definitions import defs
+    from sensors.definitions import defs
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
@@ -76,7 +73,33 @@ def test_the_loop_jobs_resolve_without_a_warning():
 
 @pytest.mark.parametrize("job", ["telemetry_job", "metering_job", "billing_job"])
 def test_partitioned_jobs_begin_where_the_fleets_history_begins(job):
-    from assets.telemetry import TELEMETRY_PARTITIONS
-    from market_pipeline.definitions import defs
+    from assets.partitions import HOURLY_PARTITIONS
+    from sensors.definitions import defs
 
-    assert defs.resolve_job_def(job).partitions_def == TELEMETRY_PARTITIONS
+    assert defs.resolve_job_def(job).partitions_def == HOURLY_PARTITIONS
+
+
+def test_the_loops_modules_import_without_a_loadable_config():
+    """Nothing runs at import: the jobs, schedules, sensors and asset modules load with a
+    config path that does not exist (the schedules' module used to load the config, and fail,
+    on import); the config is read when the definitions are composed."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import assets.billing_dbt, sensors.jobs, sensors.ops, sensors.schedules, sensors.scaling, "
+            "sensors.drain, assets.billing, assets.market, assets.scaling, assets.demand_response, assets.drain\n"
+            "print('loaded')")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(root),
+                               "MARKET_PIPELINE_CONFIG": str(root / "no-such-config.toml")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "loaded" in done.stdout
+
+
+def test_the_configured_tick_sets_the_control_schedule():
+    three = load_config(environ={"MP__LOOP__TICK_MINUTES": "3"})
+    [tick] = [s for s in loop_schedules(three) if s.name == "control_loop_tick"]
+    assert tick.cron_schedule == "*/3 * * * *"

@@ -22,7 +22,7 @@ T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 
 
 def test_every_decision_asset_has_its_checks_and_the_blocking_ones_block() -> None:
-    from market_pipeline.definitions import defs
+    from sensors.definitions import defs
 
     checks = {(k.asset_key.to_user_string(), k.name) for a in defs.assets if isinstance(a, dg.AssetsDefinition)
               for k in a.check_keys}

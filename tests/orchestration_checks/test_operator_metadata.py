@@ -31,7 +31,7 @@ def test_a_hold_shows_no_node_rather_than_nan() -> None:
 
 
 def test_lineage_is_complete() -> None:
-    from market_pipeline.definitions import defs
+    from sensors.definitions import defs
 
     graph = defs.get_repository_def().asset_graph
 

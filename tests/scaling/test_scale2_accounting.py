@@ -93,9 +93,10 @@ def test_a_tick_that_does_not_divide_the_hour_is_a_config_error() -> None:
 
 
 def test_control_loop_schedule_uses_the_configured_tick() -> None:
-    from assets.control_loop import control_loop_schedule, control_loop_schedule_for
+    from sensors.definitions import defs
+    from sensors.schedules import control_loop_schedule_for
 
-    assert control_loop_schedule.cron_schedule == load_config().loop.tick_cron
+    assert defs.resolve_schedule_def("control_loop_tick").cron_schedule == load_config().loop.tick_cron
     three = load_config(DEFAULT_CONFIG_PATH, environ={"MP__LOOP__TICK_MINUTES": "3"}).loop
     assert control_loop_schedule_for(three).cron_schedule == "*/3 * * * *"
 

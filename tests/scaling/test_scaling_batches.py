@@ -15,9 +15,10 @@ from market_pipeline.action_batches import batch_id_for, batch_rows, carry_out, 
 from market_pipeline.config import load_config
 from market_pipeline.hardware import make_adapter
 from market_pipeline.hardware.protocol import NodeInfo, NodeState, Outcome, OutcomeStatus
-from market_pipeline.scaling_live import execute_scaling_batch
+from market_pipeline.scaling.live import execute_scaling_batch
 from market_pipeline.warehouse import Warehouse, open_warehouse
-from sensors.scaling import scaling_actions_job, scaling_sensor
+from sensors.jobs import scaling_actions_job
+from sensors.scaling import scaling_sensor
 
 T1 = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
 T2 = T1 + timedelta(minutes=5)

@@ -8,9 +8,9 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from assets.partitions import HOURLY_PARTITIONS
 from assets.resources import FleetAdapterResource, WarehouseResource
 from assets.telemetry import (
-    TELEMETRY_PARTITIONS,
     telemetry_assets,
     telemetry_checks,
     telemetry_quarantine_rate_blocking,
@@ -109,8 +109,8 @@ def test_telemetry_adapter_failure_fails_the_run_with_its_reason(tmp_path: Path)
 
 
 def test_telemetry_partitions_are_hourly_and_shared() -> None:
-    assert isinstance(TELEMETRY_PARTITIONS, dg.HourlyPartitionsDefinition)
+    assert isinstance(HOURLY_PARTITIONS, dg.HourlyPartitionsDefinition)
     from market_pipeline.fleet.history import configured_history_start
 
-    assert TELEMETRY_PARTITIONS.get_first_partition_key() == configured_history_start().strftime("%Y-%m-%d-%H:%M")
-    assert telemetry_samples.partitions_def == TELEMETRY_PARTITIONS
+    assert HOURLY_PARTITIONS.get_first_partition_key() == configured_history_start().strftime("%Y-%m-%d-%H:%M")
+    assert telemetry_samples.partitions_def == HOURLY_PARTITIONS

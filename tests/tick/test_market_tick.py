@@ -7,7 +7,7 @@ import pytest
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, load_config
 from market_pipeline.guardrails.backlog import BacklogParams
-from market_pipeline.pricing import build_market_problem, solver_settings
+from market_pipeline.tick.pricing import build_market_problem, solver_settings
 from market_pipeline.tick import AS_SOLVED, MarketTickError, PoolTickInput, Promises, guaranteed_window, run_market_tick
 
 PARAMS = BacklogParams(residual_share=0.15, min_margin_gpus=0.25, margin_fraction=0.0)

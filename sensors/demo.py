@@ -1,4 +1,4 @@
-"""`python -m assets.control_loop` (the README's `make demo`): the control loop over simulated
+"""`python -m sensors.demo` (the README's `make demo`): the control loop over simulated
 days on the embedded default, through the Dagster instance the way the daemon runs it.
 
 The simulated daemon (sensors/sim_daemon.py) fires the loop's schedules on the fleet's clock:
@@ -21,20 +21,13 @@ import dagster as dg
 
 from market_pipeline.config import ConfigError, load_config
 from market_pipeline.loop_summary import wall_summary
-from sensors.schedules import (  # noqa: F401 - the loop's jobs and schedules, where they were
-    control_loop_job,
-    control_loop_schedule,
-    control_loop_schedule_for,
-    telemetry_job,
-    telemetry_schedule,
-)
+from market_pipeline.telemetry.partitions import PARTITION_FORMAT
 
 # The demo's schedules: billing runs as one backfill at the end instead of 24 hourly dbt builds.
 DEMO_SCHEDULES = ("telemetry_hourly", "metering_hourly", "control_loop_tick")
 # One control tick per simulated hour keeps a simulated day within minutes (live, the tick
 # follows loop.tick_minutes); set MP__LOOP__TICK_MINUTES to run the demo at another tick.
 DEMO_TICK_MINUTES = "60"
-PARTITION_FORMAT = "%Y-%m-%d-%H:%M"
 
 
 def run_control_loop(days: float, dagster_home: Path) -> dict:

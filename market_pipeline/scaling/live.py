@@ -38,8 +38,9 @@ from market_pipeline.scaling.settings import scaling_config_from_config
 from market_pipeline.scaling.types import DrainStatus, NodeView, PoolState, ScalerMemory, ScalingDecision
 from market_pipeline.scaling.types import NodeState as ScalingNodeState
 from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow, decisions_frame
 
-SCALE_KIND = "scale"
+SCALE_KIND = DecisionKind.SCALE.value
 # The actions scaling_actions_job carries out through the adapter (the rest only record).
 NODE_ACTIONS = ("power_on", "scale_up", "power_off", "scale_down", "cordon", "uncordon")
 
@@ -134,16 +135,12 @@ def plan_fleet(config: MarketPipelineConfig, nodes: Sequence[NodeInfo], tasks: S
 
 
 def decision_rows(decisions: Sequence[ScalingDecision], shadow: bool, decided_at: datetime) -> pl.DataFrame:
-    rows = [{
-        "decision_id": f"scale-{d.decision_id}", "kind": "scale", "pool_id": d.pool, "target": d.node_id,
-        "action": d.action, "allowed": d.allowed, "shadow": shadow,
-        "reasons": list(d.reasons) + (["shadow mode: recorded, not executed"] if shadow else []),
-        "inputs": json.dumps({**d.inputs, "count": d.count, "certificate_margin": d.certificate_margin},
-                             default=str),
-        "decided_at": decided_at,
-    } for d in decisions]
-    return pl.DataFrame(rows, schema_overrides={"decided_at": pl.Datetime("us", "UTC"),
-                                                "reasons": pl.List(pl.Utf8), "target": pl.Utf8})
+    return decisions_frame(DecisionRow(
+        decision_id=f"scale-{d.decision_id}", kind=DecisionKind.SCALE, action=d.action, decided_at=decided_at,
+        allowed=d.allowed, shadow=shadow, pool_id=d.pool, target=d.node_id,
+        reasons=(*d.reasons, *(["shadow mode: recorded, not executed"] if shadow else [])),
+        inputs={**d.inputs, "count": d.count, "certificate_margin": d.certificate_margin},
+    ) for d in decisions)
 
 
 def pending_scaling_batches(store: Warehouse) -> list[ActionBatch]:

@@ -1,0 +1,162 @@
+"""Typed readers of what the loop's steps read back from the warehouse.
+
+The assets and sensors hold no SQL: each read they need is one function here, named for what
+it returns (a frame with the columns its docstring lists, a mapping, a scalar). Readers open
+the warehouse read-only.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+
+from market_pipeline.warehouse.store import Warehouse, WarehouseError
+
+# -- demand ------------------------------------------------------------------------------
+
+
+def usage_overlapping(store: Warehouse, start: datetime, end: datetime) -> pl.DataFrame:
+    """Usage intervals overlapping [start, end): pool_id, started_at, ended_at, gpu_fraction."""
+    return store.query("SELECT pool_id, started_at, ended_at, gpu_fraction FROM usage_intervals "
+                       "WHERE ended_at > ? AND started_at < ?", [start, end])
+
+
+def pending_snapshots_before(store: Warehouse, end: datetime) -> pl.DataFrame:
+    """GPUs waiting per pool at each fleet snapshot before `end`: ts, pool_id, pending_gpus."""
+    return store.query("SELECT ts, pool_id, pending_gpus FROM pool_demand_snapshots WHERE ts < ?", [end])
+
+
+def demand_history_before(store: Warehouse, origin: datetime) -> pl.DataFrame:
+    """The demand grid before `origin`, by pool and time: pool_id, ts, demand, price."""
+    return store.query("SELECT pool_id, ts, demand, price FROM demand_history WHERE ts < ? "
+                       "ORDER BY pool_id, ts", [origin])
+
+
+def expected_demand_by_pool(store: Warehouse, origin: datetime, horizon_min: int) -> dict[str, float]:
+    """GPUs each pool is expected to need `horizon_min` ahead: the latest forecast's median
+    there, else (no forecast yet) the latest observed demand."""
+    frame = store.query(
+        """
+        WITH f AS (SELECT pool_id, q50 FROM demand_forecasts
+                   WHERE origin_ts = (SELECT max(origin_ts) FROM demand_forecasts WHERE origin_ts <= ?)
+                     AND horizon_min = ?),
+             d AS (SELECT pool_id, arg_max(demand, ts) AS demand_now FROM demand_history
+                   WHERE ts < ? GROUP BY pool_id)
+        SELECT pool_id, coalesce(f.q50, d.demand_now) AS expected
+        FROM f FULL OUTER JOIN d USING (pool_id)
+        """, [origin, horizon_min, origin])
+    return {row["pool_id"]: max(float(row["expected"]), 0.0) for row in frame.iter_rows(named=True)
+            if row["expected"] is not None}
+
+
+def typical_demand_by_pool(store: Warehouse, origin: datetime) -> dict[str, float]:
+    """Each pool's usual load: its mean demand over the demand history before `origin` (the
+    days `demand_history` keeps), from the fleet's first snapshot on (the grid before it is
+    no observation, not zero demand). Pools with no history yet are left out."""
+    frame = store.query(
+        "SELECT pool_id, avg(demand) AS typical FROM demand_history WHERE ts < ? "
+        "AND ts >= (SELECT min(ts) FROM pool_demand_snapshots) GROUP BY pool_id", [origin])
+    return {r["pool_id"]: float(r["typical"]) for r in frame.iter_rows(named=True)
+            if r["typical"] is not None and r["typical"] > 0}
+
+
+def capacity_by_pool(store: Warehouse) -> dict[str, float]:
+    """GPUs powered on per pool, from the latest fleet inventory."""
+    frame = store.query("SELECT pool_id, sum(gpus) AS gpus FROM fleet_nodes WHERE state = 'on' GROUP BY pool_id")
+    return {row["pool_id"]: float(row["gpus"]) for row in frame.iter_rows(named=True)}
+
+
+# -- prices ------------------------------------------------------------------------------
+
+
+def guaranteed_prices_before(store: Warehouse, end: datetime) -> pl.DataFrame:
+    """The guaranteed price book before `end`: effective_from, pool_id, price (float)."""
+    return store.query("SELECT effective_from, pool_id, CAST(price_per_gpu_hour AS DOUBLE) AS price "
+                       "FROM price_book WHERE resource_class = 'guaranteed' AND effective_from < ?", [end])
+
+
+def price_book_is_empty(store: Warehouse) -> bool:
+    return store.query("SELECT count(*) AS n FROM price_book")["n"][0] == 0
+
+
+def price_history(store: Warehouse, since: datetime) -> pl.DataFrame:
+    """Published prices from `since` on, oldest first: effective_from, resource
+    (`<pool>/<class>`), price (float)."""
+    return store.query(
+        "SELECT effective_from, pool_id || '/' || resource_class AS resource, "
+        "CAST(price_per_gpu_hour AS DOUBLE) AS price FROM price_book "
+        "WHERE effective_from >= ? ORDER BY effective_from", [since])
+
+
+def last_certified_prices(store: Warehouse) -> dict[str, float]:
+    """The prices in force per resource (`<pool>/<class>`), from the price book."""
+    frame = store.query(
+        "SELECT pool_id || '/' || resource_class AS resource, "
+        "CAST(arg_max(price_per_gpu_hour, effective_from) AS DOUBLE) AS price "
+        "FROM price_book GROUP BY 1")
+    return {row["resource"]: row["price"] for row in frame.iter_rows(named=True)}
+
+
+def latest_tick(store: Warehouse, at: datetime) -> pl.DataFrame:
+    """The latest market tick at or before `at`, one row per pool (the `market_ticks` columns:
+    the published, solver and list prices with the reasons, the certificate, the capacity
+    target, the forecast the tick sized to); empty before the first tick."""
+    return store.query(
+        "SELECT * FROM market_ticks WHERE tick_at = (SELECT max(tick_at) FROM market_ticks WHERE tick_at <= ?) "
+        "ORDER BY pool_id", [at])
+
+
+def latest_tick_at(store: Warehouse) -> datetime | None:
+    """When the latest market tick was stored; None before the first."""
+    return store.query("SELECT max(tick_at) AS t FROM market_ticks")["t"][0]
+
+
+# -- demand response ---------------------------------------------------------------------
+
+
+def experiments_of_fit(store: Warehouse, fitted_at: datetime, status: str, tick_minutes: int) -> pl.DataFrame:
+    """The price experiments the fit at `fitted_at` left in `status`: experiment_id, pool_id,
+    resource_class, ticks, since, estimated_cost (over their ticks of `tick_minutes`), published."""
+    return store.query(
+        "SELECT experiment_id, pool_id, resource_class, count(*) AS ticks, min(tick_at) AS since, "
+        "sum(estimated_cost_per_hour) * ? / 60.0 AS estimated_cost, bool_and(published) AS published "
+        "FROM price_experiments WHERE experiment_id IN (SELECT experiment_id FROM demand_response "
+        "WHERE fitted_at = ? AND experiment = ?) GROUP BY ALL ORDER BY experiment_id",
+        [tick_minutes, fitted_at, status])
+
+
+def elasticity_history(store: Warehouse, since: datetime) -> pl.DataFrame:
+    """Fitted elasticities from `since` on, oldest first: fitted_at, resource, elasticity."""
+    return store.query(
+        "SELECT fitted_at, pool_id || '/' || resource_class AS resource, elasticity FROM demand_response "
+        "WHERE fitted_at >= ? AND elasticity IS NOT NULL ORDER BY fitted_at", [since])
+
+
+# -- billing and soak accounting ---------------------------------------------------------
+
+
+def tenant_balances(store: Warehouse) -> pl.DataFrame:
+    """Each tenant's ledger balance: tenant_id, balance."""
+    return store.query("SELECT tenant_id, sum(amount) AS balance FROM billing_ledger GROUP BY 1 ORDER BY 1")
+
+
+def telemetry_rows_unaccounted(store: Warehouse) -> int:
+    """Telemetry rows an ingest took in that are neither clean nor quarantined, over all partitions."""
+    return int(store.query("""
+        WITH ins AS (SELECT partition_key, sum(rows_in) AS rows_in FROM telemetry_ingests GROUP BY 1),
+             clean AS (SELECT partition_key, count(*) AS n FROM telemetry_clean GROUP BY 1),
+             quarantine AS (SELECT partition_key, count(*) AS n FROM telemetry_quarantine GROUP BY 1)
+        SELECT coalesce(sum(abs(ins.rows_in - coalesce(clean.n, 0) - coalesce(quarantine.n, 0))), 0)
+        FROM ins LEFT JOIN clean USING (partition_key) LEFT JOIN quarantine USING (partition_key)""").row(0)[0])
+
+
+def metered_seconds_unbilled(store: Warehouse) -> int:
+    """Metered seconds of billed hours that the rated usage does not hold (0 before dbt built it)."""
+    try:
+        return int(store.query("""
+        SELECT coalesce(sum(u.metered_seconds), 0) FROM usage_intervals u
+        WHERE u.partition_key IN (SELECT DISTINCT partition_key FROM fct_rated_usage)
+          AND NOT EXISTS (SELECT 1 FROM fct_rated_usage r WHERE r.interval_id = u.interval_id)""").row(0)[0])
+    except WarehouseError:  # no hour billed yet (dbt has not built the mart)
+        return 0
