@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.config.model import MarketPipelineConfig
 from market_pipeline.fleet.gpu_models import ALIASES, GpuModelSpec, known_spec, spec_from_config
 from market_pipeline.hardware.protocol import GpuInfo, NodeState
 from market_pipeline.placement.capacity import ClusterCapacity

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from market_pipeline.config import Tenant
+from market_pipeline.config.model import Tenant
 from market_pipeline.fleet.arrivals import ArrivalProfile
 from market_pipeline.fleet.catalog import FleetCatalog
 from market_pipeline.fleet.shapes import QOS_VALUES, JobShapes, WorkloadError
