@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from market_pipeline.scaling.replay_options import add_replay_options, build_settings
 from market_pipeline.scaling.replay import DemandLoad, ReplaySettings, forecast_series, replay_baseline, replay_policy
 
 HELIOS_FILES = ("vc6YE", "vcLJZ", "vchbv", "vcvlY")
@@ -162,8 +163,6 @@ def _init_worker(loads: dict[str, DemandLoad], args: argparse.Namespace) -> None
 
 
 def _settings(load: DemandLoad, tick: int) -> ReplaySettings:
-    from market_pipeline.scaling.commands import build_settings  # the same settings as scaling-eval
-
     assert _ARGS is not None
     return build_settings(argparse.Namespace(**{**vars(_ARGS), "tick_minutes": tick}), load.initial_gpus)
 
@@ -250,7 +249,7 @@ def _row(policy: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def register(sub: argparse._SubParsersAction, add_replay_options) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("scaling-tune", help="choose scaling defaults on days 1-15, report days 16-31")
     parser.add_argument("--data-dir", default="../shared/data/helios-earth", help="folder of the Helios vc*.csv files")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")

@@ -198,20 +198,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def trace_files(data_dir: str) -> tuple[str, str, tuple[str, ...]] | None:
-    """(openb pod list, openb node list, Helios loads) under the shared traces folder; None
-    (after printing the bench's one-line skip) where they are absent."""
-    data = Path(data_dir)
-    openb, helios = data / "alibaba-gpu-2023", data / "helios-earth"
-    loads = tuple(sorted(str(p) for p in helios.glob("vc*.csv")))
-    if not (openb / "openb_pod_list_default.csv").is_file() or not loads:
-        print(json.dumps({"skipped": f"traces not found under {data}"}))
-        return None
-    return str(openb / "openb_pod_list_default.csv"), str(openb / "openb_node_list_gpu_node.csv"), loads
-
-
 def run_bench(args: argparse.Namespace) -> int:
     from market_pipeline.config import load_config
+    from market_pipeline.simulate.inputs import trace_files
     from market_pipeline.simulate.simulation import simulate_files
 
     files = trace_files(args.data)

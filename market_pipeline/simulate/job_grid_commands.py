@@ -37,7 +37,7 @@ def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> 
 
 def run_bench_truth(args: argparse.Namespace) -> int:
     from market_pipeline.config import load_config
-    from market_pipeline.simulate.commands import trace_files
+    from market_pipeline.simulate.inputs import trace_files
     from market_pipeline.simulate.inputs import load_helios, load_nodes, load_pods
     from market_pipeline.simulate.job_grid import job_grid_points, run_job_grid
     from market_pipeline.simulate.settings import SimulationSettings
