@@ -20,7 +20,7 @@ from pathlib import Path
 import dagster as dg
 
 from market_pipeline.config import ConfigError, load_config
-from market_pipeline.loop_summary import wall_summary
+from market_pipeline.report.loop_summary import wall_summary
 from sensors.schedules import (  # noqa: F401 - the loop's jobs and schedules, where they were
     control_loop_job,
     control_loop_schedule,
@@ -40,7 +40,7 @@ PARTITION_FORMAT = "%Y-%m-%d-%H:%M"
 def run_control_loop(days: float, dagster_home: Path) -> dict:
     """Advance the fleet by `days` simulated days through the instance; return a summary."""
     from market_pipeline.hardware import make_adapter
-    from market_pipeline.loop_summary import summarise
+    from market_pipeline.report.loop_summary import summarise
     from market_pipeline.warehouse import Warehouse
     from sensors.sim_daemon import simulated_daemon, simulated_instance
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, ValueError) as exc:  # the code location did not load, a stuck backfill
         print(f"error: {' '.join(str(exc).split())[:500]}", file=sys.stderr)
         return 1
-    from market_pipeline.loop_summary import render
+    from market_pipeline.report.loop_summary import render
 
     print(render(summary))
     if args.json:

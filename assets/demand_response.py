@@ -13,7 +13,7 @@ from market_pipeline.config import DemandResponseConfig, load_config
 from market_pipeline.demand_response.live import RUNNING, refit_rows
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.market_state import tick_origin
-from market_pipeline.plots import lines_png, png_markdown
+from market_pipeline.report.plots import lines_png, png_markdown
 from sensors.schedules import tick_schedule
 
 STEP_MINUTES = 5

@@ -13,7 +13,7 @@ from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
 from assets.scaling import scaling_plan
 from market_pipeline.action_batches import batch_id_for, parse_tick
-from market_pipeline.drain_batches import DRAIN_KIND, execute_drain_batch
+from market_pipeline.guardrails.task_drain_batches import DRAIN_KIND, execute_drain_batch
 from market_pipeline.guardrails.task_drain_service import (
     decision_rows,
     outcome_summary,

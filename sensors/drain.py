@@ -12,7 +12,7 @@ import dagster as dg
 
 from assets.drain import DRAIN_OP_NAME, drain_job
 from assets.resources import WarehouseResource
-from market_pipeline.drain_batches import pending_drain_batches
+from market_pipeline.guardrails.task_drain_batches import pending_drain_batches
 from sensors.batches import sensor_result
 
 TAG_PREFIX = "drain"

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from market_pipeline.cli.support import input_error
 from market_pipeline.config import ConfigError
 from market_pipeline.scaling import tuning
 from market_pipeline.scaling.replay_options import add_replay_options, build_settings
@@ -78,8 +79,7 @@ def run_scaling_eval(args: argparse.Namespace) -> int:
         load = _load(args.load, args.minutes)
         result = evaluate(load, build_settings(args, load.initial_gpus))
     except (LoadFileError, ConfigError, ScalingError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -93,8 +93,7 @@ def run_scaling_bench(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir)
     missing = [name for name in HELIOS_FILES if not (data_dir / name).is_file()]
     if missing:
-        print(f"error: {data_dir}: missing {', '.join(missing)}", file=sys.stderr)
-        return 2
+        return input_error(f"{data_dir}: missing {', '.join(missing)}")
     report: dict[str, Any] = {}
     try:
         for name in HELIOS_FILES:
@@ -103,8 +102,7 @@ def run_scaling_bench(args: argparse.Namespace) -> int:
             result = evaluate(load, settings)
             report[Path(name).stem] = {**result, "targets": targets(result)}
     except (LoadFileError, ConfigError, ScalingError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     report["all_targets_met"] = all(all(r["targets"].values()) for r in report.values())
     report["settings"] = {
         "fleet": asdict(settings.fleet), "baseline": asdict(settings.baseline),

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from market_pipeline.cli.support import input_error
 from market_pipeline.scaling.replay_options import add_replay_options, build_settings
 from market_pipeline.scaling.replay import DemandLoad, ReplaySettings, forecast_series, replay_baseline, replay_policy
 
@@ -264,11 +265,9 @@ def run_tune(args: argparse.Namespace) -> int:
     try:
         loads = {name: load_helios_demand(Path(args.data_dir) / f"{name}.csv") for name in HELIOS_FILES}
     except LoadFileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     if args.jobs < 1:
-        print("error: --jobs must be >= 1", file=sys.stderr)
-        return 2
+        return input_error("--jobs must be >= 1")
     report = tune(loads, args, jobs=args.jobs)
     report["wall_seconds"] = round(time.time() - started, 1)
     report["parent_cpu_seconds"] = round(time.process_time() - cpu0, 1)

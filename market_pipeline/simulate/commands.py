@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from market_pipeline.cli.support import input_error
 from market_pipeline.simulate.errors import SimulationInputError
 
 REPO_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -191,8 +192,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                                 placement=tuple(p for p in args.placement if p != "none"),
                                 workers=args.workers, progress=_progress(not args.no_progress))
     except (SimulationInputError, ConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     _write(report, args.json, args.html, args.publish)
     print(json.dumps(_summary(report, {"json": args.json, "html": args.html})))
     return 0
@@ -213,8 +213,7 @@ def run_bench(args: argparse.Namespace) -> int:
                                 placement=tuple(p for p in args.placement if p != "none"), workers=args.workers,
                                 progress=_progress(not args.no_progress))
     except SimulationInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     _write(report, args.json, None, False)
     print(json.dumps(_summary(report, {"json": args.json, "loads": loads})))
     return 0
