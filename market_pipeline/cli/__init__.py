@@ -34,7 +34,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "market_pipeline.simulate.commands",
     "market_pipeline.billing.commands",
     "market_pipeline.billing.export",
-    "market_pipeline.tick.commands",
     "market_pipeline.demand_response.commands",
 )
 # Layers above the domain (sensors/: demo, bench soak drive the Dagster instance) add theirs

@@ -1,5 +1,5 @@
-"""`market-pipeline bench loop`: the control loop operators run (`make demo`'s runner, real
-Dagster runs) on a fleet, timed: the median control tick, a simulated day projected from the
+"""`market-pipeline bench loop`: the control loop operators run (`market-pipeline demo`, real
+Dagster runs, in a child process with a fresh home) on a fleet, timed: the median control tick, a simulated day projected from the
 hours run, failed runs and the billing reconciliation, against the embedded default fleet
 run the same way (`--baseline`)."""
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from market_pipeline.cli.support import input_error
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # no top-level command of its own
@@ -55,7 +55,7 @@ def run_loop_bench(args: argparse.Namespace) -> int:
 
 
 def _run(fleet_source: str, workload_source: str, hours: float) -> dict[str, Any]:
-    """One run of `python -m assets.control_loop` in a fresh home; its JSON summary."""
+    """One run of `market-pipeline demo` in a fresh home; its JSON summary."""
     with tempfile.TemporaryDirectory(prefix="loop-bench-") as home:
         dagster_home = Path(home) / "dagster_home"
         dagster_home.mkdir()
@@ -65,7 +65,7 @@ def _run(fleet_source: str, workload_source: str, hours: float) -> dict[str, Any
                "MP__ADAPTER__FLEET_SOURCE": str(Path(fleet_source).resolve()) if fleet_source != "config" else "config",
                "MP__ADAPTER__WORKLOAD_SOURCE": (str(Path(workload_source).resolve())
                                                 if workload_source != "builtin" else "builtin")}
-        done = subprocess.run([sys.executable, "-m", "assets.control_loop", "--days", str(hours / 24),
+        done = subprocess.run([sys.executable, "-m", "market_pipeline.cli", "demo", "--days", str(hours / 24),
                                "--json", str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
         if not out.exists():
             lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
