@@ -85,8 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get(TRACEBACK_ENV):
             raise
         text = " ".join(str(exc).split())[:300]
-        print(f"error: internal error in {args.command} ({type(exc).__name__}: {text});"
-              f" set {TRACEBACK_ENV}=1 for the traceback", file=sys.stderr)
+        print(
+            f"error: internal error in {args.command} ({type(exc).__name__}: {text});"
+            f" set {TRACEBACK_ENV}=1 for the traceback",
+            file=sys.stderr,
+        )
         return INTERNAL_ERROR
 
 

@@ -8,15 +8,20 @@ import decimal
 import json
 
 from market_pipeline.cli.support import input_error
-from market_pipeline.cli.warehouse_options import add_limit_arguments, add_warehouse_argument, limits_from, warehouse_path
+from market_pipeline.cli.warehouse_options import (
+    add_limit_arguments,
+    add_warehouse_argument,
+    limits_from,
+    warehouse_path,
+)
 from market_pipeline.config import ConfigError, load_config
+from market_pipeline.warehouse import WarehouseError, open_warehouse
 from market_pipeline.warehouse.sql_guard import (
     SqlRefused,
     check_read_only,
     locked_warehouse,
     run_limited,
 )
-from market_pipeline.warehouse import WarehouseError, open_warehouse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,8 +75,9 @@ def run_migrate(args: argparse.Namespace) -> int:
     path = warehouse_path(args.warehouse)
     warehouse = open_warehouse(path, migrate=False)
     applied = warehouse.migrate()
-    print(json.dumps({"warehouse": str(path), "applied": applied,
-                      "schema_version": warehouse.schema_version()}))
+    print(
+        json.dumps({"warehouse": str(path), "applied": applied, "schema_version": warehouse.schema_version()})
+    )
     return 0
 
 

@@ -35,14 +35,24 @@ def warehouse_path(explicit: str | None, config: MarketPipelineConfig | None = N
 
 def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     """The time, memory and row limits of a hand-typed query (see warehouse/sql_guard.py)."""
-    parser.add_argument("--timeout-seconds", type=float, default=DEFAULT_TIMEOUT_SECONDS,
-                        help="interrupt the query after this long")
-    parser.add_argument("--memory-limit-mb", type=int, default=DEFAULT_MEMORY_LIMIT_MB,
-                        help="DuckDB memory limit for the query")
-    parser.add_argument("--row-limit", type=int, default=DEFAULT_MAX_ROWS,
-                        help="refuse results with more rows than this")
+    parser.add_argument(
+        "--timeout-seconds",
+        type=float,
+        default=DEFAULT_TIMEOUT_SECONDS,
+        help="interrupt the query after this long",
+    )
+    parser.add_argument(
+        "--memory-limit-mb",
+        type=int,
+        default=DEFAULT_MEMORY_LIMIT_MB,
+        help="DuckDB memory limit for the query",
+    )
+    parser.add_argument(
+        "--row-limit", type=int, default=DEFAULT_MAX_ROWS, help="refuse results with more rows than this"
+    )
 
 
 def limits_from(args: argparse.Namespace) -> SqlLimits:
-    return SqlLimits(timeout_seconds=args.timeout_seconds, memory_limit_mb=args.memory_limit_mb,
-                     max_rows=args.row_limit)
+    return SqlLimits(
+        timeout_seconds=args.timeout_seconds, memory_limit_mb=args.memory_limit_mb, max_rows=args.row_limit
+    )

@@ -18,7 +18,8 @@ def _choices(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
 def test_the_orchestration_commands_come_from_the_entry_point_group() -> None:
     names = [m.__name__ for m in command_modules()]
     assert "sensors.commands" in names, (
-        f"no {COMMAND_ENTRY_POINTS!r} entry point: reinstall the project (pip install -e . --no-deps)")
+        f"no {COMMAND_ENTRY_POINTS!r} entry point: reinstall the project (pip install -e . --no-deps)"
+    )
     parser = build_parser()
     assert "demo" in _choices(parser)
     assert "soak" in _choices(_choices(parser)["bench"])
