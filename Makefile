@@ -1,7 +1,7 @@
 # The README's commands: `make demo` (a simulated day through the Dagster instance on the
 # embedded default), `make ui` (look at it), `make up` / `make down` (the live loop on the wall
 # clock, webserver and daemon, schedules and sensors on) and `make test` (the whole suite).
-# All create/refresh .venv from pyproject.toml.
+# All create/refresh .venv from requirements.lock (`make lock` refreshes it from pyproject.toml).
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -17,12 +17,15 @@ LIVE_PID := $(LIVE_HOME)/dagster-dev.pid
 LIVE_LOG := $(LIVE_HOME)/dagster-dev.log
 PORT ?= 3000
 
-.PHONY: demo test ui up down install clean postgres-home
+.PHONY: demo test lint lock ui up down install clean postgres-home
 
-$(VENV)/.installed: pyproject.toml
+# The lock pins every package (the test extra's included), so installs reproduce; the project
+# itself goes in editable, without re-resolving its dependencies.
+$(VENV)/.installed: pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q -e . --no-deps
 	touch $@
 
 install: $(VENV)/.installed
@@ -40,8 +43,29 @@ postgres-home:
 demo: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
 	$(PY) -m sensors.demo --days $(DAYS)
 
-test: $(VENV)/.installed
+test: lint
 	$(VENV)/bin/pytest
+
+# The house's checks: lint and format, the import layers and cycles, declared dependencies, dead
+# code (vulture's whitelist says why each name it keeps stays).
+# Every check runs, so one pass lists every finding; any failure fails the target.
+LINT_CHECKS := "ruff check ." "ruff format --check ." "lint-imports" "deptry ." "vulture"
+lint: $(VENV)/.installed
+	@failed=""; for check in $(LINT_CHECKS); do echo "== $$check"; \
+		$(VENV)/bin/$$check || failed="$$failed, $$check"; done; \
+	if [ -n "$$failed" ]; then echo "lint failed: $${failed#, }"; exit 1; fi
+
+# Refresh the lock after editing pyproject.toml: keeps the pins it can, adds what is new
+# (`make lock LOCK_FLAGS=--upgrade` moves every pin to the newest allowed). torch must stay the
+# CPU build from /opt/wheels: the check below refuses a lock that pulls CUDA packages.
+LOCK_FLAGS ?=
+lock: $(VENV)/.installed
+	$(VENV)/bin/uv pip compile pyproject.toml --extra test --python-version 3.11 \
+		--python-platform x86_64-unknown-linux-gnu --find-links /opt/wheels \
+		--custom-compile-command "make lock" -q $(LOCK_FLAGS) -o requirements.lock
+	@if grep -E '^(triton|nvidia-)' requirements.lock | grep -v '^nvidia-ml-py=='; then \
+		echo "error: requirements.lock pulls CUDA packages; torch must be the CPU wheel"; exit 1; fi
+	@grep -q '^torch==.*+cpu$$' requirements.lock || { echo "error: torch in requirements.lock is not the +cpu wheel"; exit 1; }
 
 # dagster dev runs from DAGSTER_HOME: started next to the repository's dagster.yaml it would
 # warn that this file is not the instance's (DAGSTER_HOME's copy is).

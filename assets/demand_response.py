@@ -11,7 +11,7 @@ from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.demand_response.live import RUNNING, refit_rows
 from market_pipeline.hardware.protocol import adapter_now
-from market_pipeline.plots import lines_png, png_markdown
+from market_pipeline.report.plots import lines_png, png_markdown
 from market_pipeline.tick.state import tick_origin
 from market_pipeline.warehouse import readers, writers
 

@@ -8,8 +8,8 @@ from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
 from assets.tags import TICK_TAG
 from market_pipeline.hardware.protocol import adapter_now
-from market_pipeline.demand import pool_snapshot
-from market_pipeline.inventory import gpus_frame, nodes_frame, tasks_frame, unpriced_nodes
+from market_pipeline.fleet.demand import pool_snapshot
+from market_pipeline.fleet.inventory import gpus_frame, nodes_frame, tasks_frame, unpriced_nodes
 from market_pipeline.warehouse.writers import write_fleet_inventory
 
 

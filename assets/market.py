@@ -11,10 +11,10 @@ from assets.decision_checks import FORECAST_CHECK_SPECS, forecast_check_results
 from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline import forecast as fc
-from market_pipeline.demand import demand_on_grid
+from market_pipeline.fleet.demand import demand_on_grid
 from market_pipeline.demand_response.live import run_experiments, tick_response
 from market_pipeline.hardware.protocol import adapter_now
-from market_pipeline.plots import lines_png, png_markdown
+from market_pipeline.report.plots import lines_png, png_markdown
 from market_pipeline.tick import Promises, run_market_tick
 from market_pipeline.tick.live import (
     base_price_rows,

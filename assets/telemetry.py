@@ -19,7 +19,7 @@ from market_pipeline.telemetry.checks import (
     quarantine_rate_verdict,
     quarantine_stats,
 )
-from market_pipeline.plots import png_markdown
+from market_pipeline.report.plots import png_markdown
 from market_pipeline.telemetry.heatmap import utilisation_heatmap_png
 from market_pipeline.telemetry.ingest import ingest_samples, known_gpu_uuids
 from market_pipeline.telemetry.partitions import partition_window
@@ -88,19 +88,23 @@ def _stats_metadata(stats) -> dict[str, object]:
     }
 
 
+def _quarantine_rate_result(partition_key: str, warehouse: WarehouseResource, threshold: float,
+                            severity: dg.AssetCheckSeverity) -> dg.AssetCheckResult:
+    """The quarantine-rate check at one threshold: blocking at the block rate, a warning at the warn rate."""
+    verdict = quarantine_rate_verdict(quarantine_stats(warehouse.reader(), partition_key), threshold)
+    return dg.AssetCheckResult(
+        passed=verdict.passed, severity=severity, description=verdict.description,
+        metadata={"threshold": dg.MetadataValue.float(threshold), **_stats_metadata(verdict.stats)})
+
+
 @dg.asset_check(asset=telemetry_samples, partitions_def=HOURLY_PARTITIONS, blocking=True,
                 description="Fails the partition when its quarantine rate passes "
                             "telemetry.quarantine_block_rate.")
 def telemetry_quarantine_rate_blocking(context: dg.AssetCheckExecutionContext,
                                        fleet: FleetAdapterResource,
                                        warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    threshold = fleet.config().telemetry.quarantine_block_rate
-    verdict = quarantine_rate_verdict(quarantine_stats(warehouse.reader(), context.partition_key),
-                                      threshold)
-    return dg.AssetCheckResult(
-        passed=verdict.passed, severity=dg.AssetCheckSeverity.ERROR,
-        description=verdict.description,
-        metadata={"threshold": dg.MetadataValue.float(threshold), **_stats_metadata(verdict.stats)})
+    return _quarantine_rate_result(context.partition_key, warehouse,
+                                   fleet.config().telemetry.quarantine_block_rate, dg.AssetCheckSeverity.ERROR)
 
 
 @dg.asset_check(asset=telemetry_samples, partitions_def=HOURLY_PARTITIONS,
@@ -108,13 +112,8 @@ def telemetry_quarantine_rate_blocking(context: dg.AssetCheckExecutionContext,
 def telemetry_quarantine_rate_warning(context: dg.AssetCheckExecutionContext,
                                       fleet: FleetAdapterResource,
                                       warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    threshold = fleet.config().telemetry.quarantine_warn_rate
-    verdict = quarantine_rate_verdict(quarantine_stats(warehouse.reader(), context.partition_key),
-                                      threshold)
-    return dg.AssetCheckResult(
-        passed=verdict.passed, severity=dg.AssetCheckSeverity.WARN,
-        description=verdict.description,
-        metadata={"threshold": dg.MetadataValue.float(threshold), **_stats_metadata(verdict.stats)})
+    return _quarantine_rate_result(context.partition_key, warehouse,
+                                   fleet.config().telemetry.quarantine_warn_rate, dg.AssetCheckSeverity.WARN)
 
 
 @dg.asset_check(asset=telemetry_samples, partitions_def=HOURLY_PARTITIONS, blocking=True,

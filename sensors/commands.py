@@ -1,5 +1,5 @@
 """`market-pipeline demo` and `market-pipeline bench soak`: the commands that drive the Dagster
-instance (registered in market_pipeline/cli.py; Dagster is imported only when they run)."""
+instance (registered in market_pipeline/cli/__init__.py; Dagster is imported only when they run)."""
 
 from __future__ import annotations
 

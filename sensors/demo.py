@@ -20,7 +20,7 @@ from pathlib import Path
 import dagster as dg
 
 from market_pipeline.config import ConfigError, load_config
-from market_pipeline.loop_summary import wall_summary
+from market_pipeline.report.loop_summary import wall_summary
 from market_pipeline.telemetry.partitions import PARTITION_FORMAT
 
 # The demo's schedules: billing runs as one backfill at the end instead of 24 hourly dbt builds.
@@ -33,7 +33,7 @@ DEMO_TICK_MINUTES = "60"
 def run_control_loop(days: float, dagster_home: Path) -> dict:
     """Advance the fleet by `days` simulated days through the instance; return a summary."""
     from market_pipeline.hardware import make_adapter
-    from market_pipeline.loop_summary import summarise
+    from market_pipeline.report.loop_summary import summarise
     from market_pipeline.warehouse import Warehouse
     from sensors.sim_daemon import simulated_daemon, simulated_instance
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, ValueError) as exc:  # the code location did not load, a stuck backfill
         print(f"error: {' '.join(str(exc).split())[:500]}", file=sys.stderr)
         return 1
-    from market_pipeline.loop_summary import render
+    from market_pipeline.report.loop_summary import render
 
     print(render(summary))
     if args.json:

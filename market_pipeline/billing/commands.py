@@ -10,9 +10,9 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from market_pipeline.billing.errors import BillingError
-from market_pipeline.commands import add_limit_arguments, limits_from
+from market_pipeline.cli.warehouse_options import add_limit_arguments, add_warehouse_argument, limits_from, warehouse_path
 from market_pipeline.config import ConfigError, load_config
-from market_pipeline.sql_guard import SqlRefused
+from market_pipeline.warehouse.sql_guard import SqlRefused
 from market_pipeline.warehouse import Warehouse, WarehouseError, open_warehouse
 
 
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     quote.add_argument("--class", dest="resource_class", choices=("guaranteed", "drainable"),
                        default="guaranteed")
     quote.add_argument("--start", help="ISO start time (default: now, UTC)")
-    quote.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    add_warehouse_argument(quote)
     quote.add_argument("--json", action="store_true")
     quote.set_defaults(handler=run_quote)
 
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     report.add_argument("--tenant", required=True)
     report.add_argument("--format", choices=("html", "png"), default="html")
     report.add_argument("--out", help="output file (default: reports/cost-report-TENANT.FORMAT)")
-    report.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    add_warehouse_argument(report)
     report.add_argument("--json", action="store_true")
     report.set_defaults(handler=run_cost_report)
 
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     rollup.add_argument("--start", help="ISO hour, window start (default: all hours)")
     rollup.add_argument("--end", help="ISO hour, window end (exclusive)")
     rollup.add_argument("--no-tests", action="store_true", help="dbt run instead of dbt build")
-    rollup.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    add_warehouse_argument(rollup)
     rollup.set_defaults(handler=run_rollup)
 
     balance = sub.add_parser("balance", help="show or manage a tenant's billing account and balance")
@@ -52,13 +52,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     balance.add_argument("--credit-limit")
     balance.add_argument("--hard-cap-daily", help="daily spend cap, or 'none' to remove it")
     balance.add_argument("--hard-cap-monthly", help="monthly spend cap, or 'none' to remove it")
-    balance.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    add_warehouse_argument(balance)
     balance.set_defaults(handler=run_balance)
 
     tenant_sql = sub.add_parser("tenant-sql", help="run SQL that can only see one tenant's billing rows")
     tenant_sql.add_argument("--tenant", required=True)
     tenant_sql.add_argument("query")
-    tenant_sql.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    add_warehouse_argument(tenant_sql)
     add_limit_arguments(tenant_sql)
     tenant_sql.set_defaults(handler=run_tenant_sql)
 
@@ -73,10 +73,6 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
                        help="rounds of one hand query then one dbt rollup (the fastest of each is reported)")
     bench.add_argument("--json", action="store_true")
     bench.set_defaults(handler=run_bench)
-
-
-def _warehouse(explicit: str | None) -> Path:
-    return Path(explicit) if explicit else load_config().warehouse_path
 
 
 def _time(text: str | None, name: str) -> dt.datetime | None:
@@ -126,7 +122,7 @@ def run_quote(args: argparse.Namespace) -> int:
 
     try:
         config = load_config()
-        path = _warehouse(args.warehouse)
+        path = warehouse_path(args.warehouse)
         warehouse = Warehouse(path) if path.exists() else None
         result = quote(config, warehouse, args.tenant, args.pool, args.gpus, args.hours,
                        args.resource_class, _time(args.start, "start"))
@@ -146,7 +142,7 @@ def run_cost_report(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else Path("reports") / f"cost-report-{args.tenant}.{args.format}"
     try:
-        path = write_report(Warehouse(_warehouse(args.warehouse)), args.tenant, out, args.format)
+        path = write_report(Warehouse(warehouse_path(args.warehouse)), args.tenant, out, args.format)
     except (BillingError, ConfigError, WarehouseError) as exc:
         return _fail(exc)
     print(json.dumps({"tenant": args.tenant, "format": args.format, "path": str(path)}) if args.json
@@ -159,7 +155,7 @@ def run_rollup(args: argparse.Namespace) -> int:
 
     try:
         config = load_config()
-        warehouse = open_warehouse(_warehouse(args.warehouse))
+        warehouse = open_warehouse(warehouse_path(args.warehouse))
         result = rollup_window(warehouse, config, _time(args.start, "start"), _time(args.end, "end"),
                                run_tests=not args.no_tests)
     except (BillingError, ConfigError, WarehouseError) as exc:
@@ -177,7 +173,7 @@ def run_balance(args: argparse.Namespace) -> int:
         top_up = _decimal(args.top_up, "top-up")
         credit_limit = _decimal(args.credit_limit, "credit-limit")
         changes = [args.prepaid, args.credit_limit, args.hard_cap_daily, args.hard_cap_monthly]
-        warehouse = open_warehouse(_warehouse(args.warehouse))
+        warehouse = open_warehouse(warehouse_path(args.warehouse))
         known = {t.id for t in load_config().tenants} | {a.tenant_id for a in accounts(warehouse)}
         if (top_up is not None or any(v is not None for v in changes)) and args.tenant not in known:
             raise BillingError(f"unknown tenant {args.tenant!r}; known: {sorted(known)}")
@@ -217,7 +213,7 @@ def run_tenant_sql(args: argparse.Namespace) -> int:
     from market_pipeline.billing.tenant_scope import tenant_query
 
     try:
-        frame = tenant_query(Warehouse(_warehouse(args.warehouse)), args.tenant, args.query,
+        frame = tenant_query(Warehouse(warehouse_path(args.warehouse)), args.tenant, args.query,
                              limits=limits_from(args))
     except (BillingError, ConfigError, WarehouseError, SqlRefused) as exc:
         return _fail(exc)

@@ -26,7 +26,6 @@ from market_pipeline.config import MarketPipelineConfig
 DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt"
 WAREHOUSE_ENV = "MARKET_PIPELINE_WAREHOUSE"
 DBT_FILE_LOG_ENV = "DBT_LOG_LEVEL_FILE"
-ROLLUP_SELECTOR = "+fct_invoice_lines"  # rated usage, SLA credits and invoice lines
 # dbt unit tests check the SQL of the money macros on fixed inputs: they run in the test
 # suite (`dbt test --select test_type:unit`), not in every hourly production build.
 UNIT_TESTS_EXCLUDED = ("--exclude-resource-type", "unit_test")

@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,9 @@ from pathlib import Path
 import duckdb
 
 from market_pipeline.billing.errors import BillingError
-from market_pipeline.config import ConfigError, load_config
+from market_pipeline.cli.support import input_error
+from market_pipeline.cli.warehouse_options import add_warehouse_argument, warehouse_path
+from market_pipeline.config import ConfigError
 from market_pipeline.warehouse import Warehouse, WarehouseError
 
 FOCUS_VERSION = "1.2"
@@ -246,18 +247,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--to", dest="end", required=True, help="ISO hour, window end (exclusive)")
     parser.add_argument("--format", choices=FORMATS, default="csv")
     parser.add_argument("--out", required=True, help="export directory (created, or an earlier export replaced)")
-    parser.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    add_warehouse_argument(parser)
     parser.set_defaults(handler=run_export)
 
 
 def run_export(args: argparse.Namespace) -> int:
     try:
         start, end = parse_window(args.start, args.end)
-        path = Path(args.warehouse) if args.warehouse else load_config().warehouse_path
+        path = warehouse_path(args.warehouse)
         result = export(Warehouse(path), args.what, start, end, args.format, Path(args.out))
     except (BillingError, ConfigError, WarehouseError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     print(json.dumps({"export": result.what, "out": str(result.out), "files": len(result.files),
                       "rows": result.rows}))
     return 0

@@ -14,7 +14,6 @@ interval of the task: rating stops billing at `drain_signal_at + grace`.
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -264,9 +263,3 @@ def gpu_seconds(intervals: pl.DataFrame) -> Decimal:
     return total
 
 
-def hours_between(start: dt.datetime, end: dt.datetime) -> list[HourWindow]:
-    """The hourly windows covering [start, end)."""
-    first = HourWindow.containing(start)
-    count = max(0, math.ceil((_as_utc(end, "end") - first.start).total_seconds() / 3600))
-    return [HourWindow(first.start + dt.timedelta(hours=i), first.start + dt.timedelta(hours=i + 1))
-            for i in range(count)]

@@ -41,9 +41,6 @@ class UnitPrice:
     commitment_discount: Decimal
     price_source: str
 
-    @property
-    def list_unit_price(self) -> Decimal:
-        return to_money(self.list_price * self.time_coefficient * self.location_coefficient)
 
     @property
     def effective_unit_price(self) -> Decimal:

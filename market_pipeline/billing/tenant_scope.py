@@ -20,7 +20,7 @@ import duckdb
 import polars as pl
 
 from market_pipeline.billing.errors import BillingError
-from market_pipeline.sql_guard import SqlLimits, SqlRefused, check_read_only, lock_down, run_limited
+from market_pipeline.warehouse.sql_guard import SqlLimits, SqlRefused, check_read_only, lock_down, run_limited
 from market_pipeline.warehouse import Warehouse
 
 # Table -> the column naming the tenant that owns a row.

@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from typing import Any
+
+from market_pipeline.cli.support import input_error
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 RECOVERY_ELASTICITIES = (0.2, 0.5, 1.0, 2.0, 3.0)
@@ -59,8 +60,7 @@ def run_fit(args: argparse.Namespace) -> int:
             raise DemandResponseInputError(f"--level must be in (0, 1), got {args.level}")
         fits = fit_history(read_history_csv(args.history), level=args.level)
     except DemandResponseInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return input_error(exc)
     out = {key: fit_json(f) for key, f in fits.items()}
     if args.json:
         print(json.dumps(out, indent=2))
@@ -127,13 +127,11 @@ def run_bench(args: argparse.Namespace) -> int:
     from market_pipeline.demand_response.truth_grid import GridSettings
 
     if not (1 <= args.days <= 14 and 1 <= args.history_days <= 28):
-        print("error: --days must be in 1..14 and --history-days in 1..28", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return input_error("--days must be in 1..14 and --history-days in 1..28")
     try:
         experiments = replace(ExperimentSettings(), amplitude=args.amplitude)
     except ExperimentSettingsError as exc:
-        print(f"error: --amplitude: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return input_error(f"--amplitude: {exc}")
     points = {"judged": judged_points(), "tuning": tuning_points(),
               "all": judged_points() + tuning_points()}[args.points]
     settings = GridSettings(days=args.days, history_days=args.history_days, seed=args.seed, shadow=args.shadow,

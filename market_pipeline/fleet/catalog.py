@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.config.model import MarketPipelineConfig
 from market_pipeline.fleet.gpu_models import ALIASES, GpuModelSpec, known_spec, spec_from_config
 from market_pipeline.hardware.protocol import GpuInfo, NodeState
 from market_pipeline.placement.capacity import ClusterCapacity
@@ -267,15 +267,4 @@ def build_catalog(config: MarketPipelineConfig, source: str | None = None,
         return catalog_from_pools(config)
     return catalog_from_node_csv(config.resolve_path(source), config, zone)
 
-
-def catalog_summary(catalog: FleetCatalog) -> list[dict[str, object]]:
-    """Nodes and GPUs per pool and initial state, for reports."""
-    rows: dict[tuple[str, str], dict[str, object]] = {}
-    for node in catalog.nodes:
-        key = (node.pool_id, node.initial_state.value)
-        row = rows.setdefault(key, {"pool_id": node.pool_id, "state": node.initial_state.value,
-                                    "nodes": 0, "gpus": 0})
-        row["nodes"] = int(row["nodes"]) + 1  # type: ignore[arg-type]
-        row["gpus"] = int(row["gpus"]) + node.gpus  # type: ignore[arg-type]
-    return [rows[k] for k in sorted(rows)]
 

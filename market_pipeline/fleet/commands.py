@@ -112,7 +112,7 @@ def scaled_config(config: MarketPipelineConfig, nodes: int, gpus_per_node: int) 
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from market_pipeline.config_checks import MAX_POOL_NODES
+    from market_pipeline.config.checks import MAX_POOL_NODES
 
     if not (1 <= args.nodes <= MAX_POOL_NODES and 1 <= args.gpus_per_node <= 16
             and math.isfinite(args.hours) and 0 < args.hours <= 24 * 7):

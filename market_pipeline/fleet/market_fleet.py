@@ -24,7 +24,7 @@ import numpy as np
 
 from pydantic import ValidationError
 
-from market_pipeline.config import Claim, ConfigError, GpuModel, MarketPipelineConfig, Pool, Tenant
+from market_pipeline.config.model import Claim, ConfigError, GpuModel, MarketPipelineConfig, Pool, Tenant
 from market_pipeline.fleet.catalog import FleetSourceError, NodeSpec, build_catalog
 from market_pipeline.fleet.gpu_catalog import UnpricedModelError, load_gpu_catalog, unpriced_model_message
 from market_pipeline.fleet.shapes import QOS_VALUES, WorkloadError, load_shapes

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from market_pipeline.config import Tenant
+from market_pipeline.config.model import Tenant
 from market_pipeline.fleet.arrivals import ArrivalProfile
 from market_pipeline.fleet.catalog import FleetCatalog
 from market_pipeline.fleet.shapes import QOS_VALUES, JobShapes, WorkloadError
@@ -244,7 +244,3 @@ class WorkloadModel:
             ))
         return jobs
 
-    def expected_busy_gpus(self, seconds_since_epoch: float) -> dict[str, float]:
-        """The demand the profile aims at, per GPU model (for reports and tests)."""
-        factor = float(self.profile.factor(np.array([seconds_since_epoch]))[0])
-        return {m: self.params.target_utilisation * self.baseline_gpus[m] * factor for m in self.models}

@@ -27,7 +27,7 @@ coverage per pool, plus counts and pooled coverage) and `coverage_check(results)
 on a fallback persistence forecast are warnings).
 """
 
-import importlib
+from market_pipeline import lazy_exports
 
 # Exported name -> submodule. Loaded on first use so that importing a light submodule (the CLI
 # reads `settings` to build its parser) does not pull in scikit-learn and SciPy.
@@ -49,10 +49,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

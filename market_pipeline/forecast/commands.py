@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from collections import Counter
 from pathlib import Path
+
+from market_pipeline.cli.support import input_error
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 STEP_MINUTES = 5
@@ -108,8 +109,7 @@ def run_backtest(args: argparse.Namespace) -> int:
                                  train_fraction=args.train_fraction,
                                  refit_every=args.refit_every, settings=settings)
     except (ForecastInputError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return input_error(exc)
     payload = {"series": str(args.series), **result.to_json()}
     if args.json:
         print(json.dumps(payload))
@@ -138,8 +138,7 @@ def run_pools(args: argparse.Namespace) -> int:
         table = _read_table(Path(args.demand))
         results = forecast_pool_results(table, horizon_steps=args.horizon)
     except (ForecastInputError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return input_error(exc)
     frame = results_frame(results, table.schema["ts"])
     if args.out:
         out = Path(args.out)
@@ -168,8 +167,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from market_pipeline.forecast.bench import run_forecast_bench
 
     if args.pools < 1 or args.days <= 0:
-        print("error: --pools must be >= 1 and --days > 0", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return input_error("--pools must be >= 1 and --days > 0")
     report = run_forecast_bench(args.pools, days=args.days, seed=args.seed)
     if args.json:
         print(json.dumps(report))

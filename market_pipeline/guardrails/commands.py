@@ -14,10 +14,11 @@ import argparse
 import contextlib
 import json
 import math
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from market_pipeline.cli.support import input_error
 
 EXIT_OK, EXIT_DRAIN_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_DRAIN_SECONDS = 86_400.0  # a CLI drain's waits are bounded by a day
@@ -209,8 +210,7 @@ def run_drain(args: argparse.Namespace) -> int:
         result = _drain_pid(args, config) if args.pid is not None else _drain_decision(args, config)
     except (ValueError, WarehouseError, OSError) as exc:
         # ConfigError, DrainRefused, DrainBusy, no such / protected pid, ... all name the problem
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return input_error(exc)
     if args.json:
         print(json.dumps(result))
     else:
@@ -239,8 +239,7 @@ def run_drain_plan(args: argparse.Namespace) -> int:
                                 DrainLimits.from_config(config))
         written = 0 if args.dry_run else write_decisions(warehouse, decisions)
     except (ValueError, WarehouseError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return input_error(exc)
     rows = [{"decision_id": d.decision_id, "task_id": d.task.task_id, "trigger": d.reason.value,
              "allowed": d.allowed, "shadow": d.shadow, "reasons": list(d.reasons)}
             for d in decisions]

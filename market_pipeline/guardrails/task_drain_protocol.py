@@ -17,7 +17,7 @@ import enum
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Protocol
 
 from market_pipeline.hardware.protocol import ResourceClass, TaskInfo, TaskKind
@@ -94,10 +94,6 @@ class DrainTransition:
     @property
     def status(self) -> str | None:
         return self.detail.get("status")
-
-    @property
-    def completes_step(self) -> bool:
-        return self.phase is not Phase.BEGIN
 
 
 def check_transition(history: Sequence[DrainTransition], new: DrainTransition) -> None:
@@ -217,5 +213,3 @@ def task_from_dict(data: Mapping[str, Any]) -> TaskInfo:
         raise DrainProtocolError(f"task snapshot is malformed: {exc!r}") from exc
 
 
-def utc_now() -> datetime:
-    return datetime.now(timezone.utc)

@@ -5,10 +5,32 @@ from __future__ import annotations
 import dataclasses
 import enum
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from market_pipeline.hardware.nvml import NvmlAdapter
+import polars as pl
+
+from market_pipeline.hardware.nvml_devices import DeviceReading
+from market_pipeline.hardware.nvml_processes import ProcessIdentity
+from market_pipeline.hardware.protocol import NodeAdapter, Outcome
+
+
+class NvmlView(NodeAdapter, Protocol):
+    """What the snapshot reads of the nvml backend: the node protocol plus its raw readings.
+    Typed here, not against `NvmlAdapter`, so that nvml.py may import this module without a
+    cycle."""
+
+    backend: str
+    node_id: str
+    unsupported: dict[str, str]
+
+    def now(self) -> datetime: ...
+    def probe(self) -> Outcome: ...
+    def _library(self) -> Any | None: ...
+    def _read(self) -> list[DeviceReading] | None: ...
+    def _identities(self, devices: list[DeviceReading]) -> dict[int, ProcessIdentity]: ...
+    def _take_xid_counts(self) -> dict[str, int] | None: ...
+    def _samples(self, devices: list[DeviceReading], xids: dict[str, int] | None,
+                 now: datetime) -> pl.DataFrame: ...
 
 
 def json_ready(value: Any) -> Any:
@@ -25,7 +47,7 @@ def json_ready(value: Any) -> Any:
     return value
 
 
-def _versions(adapter: "NvmlAdapter") -> dict[str, str | None]:
+def _versions(adapter: NvmlView) -> dict[str, str | None]:
     nvml = adapter._library()
     found: dict[str, str | None] = {"driver": None, "nvml": None}
     if nvml is None:
@@ -39,7 +61,7 @@ def _versions(adapter: "NvmlAdapter") -> dict[str, str | None]:
     return found
 
 
-def build_snapshot(adapter: "NvmlAdapter") -> dict[str, object]:
+def build_snapshot(adapter: NvmlView) -> dict[str, object]:
     outcome = adapter.probe()
     snapshot: dict[str, object] = {
         "backend": adapter.backend, "node_id": adapter.node_id,

@@ -7,11 +7,9 @@ past the adapter.
 
 from __future__ import annotations
 
-import concurrent.futures
 import enum
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -44,7 +42,6 @@ REQUIRED_SAMPLE_COLUMNS: tuple[str, ...] = (
     "power_w",
     "temp_c",
 )
-OPTIONAL_SAMPLE_COLUMNS: tuple[str, ...] = ("mig_profile", "task_id", "tenant_id", "xid_errors")
 
 
 def empty_samples() -> pl.DataFrame:
@@ -205,34 +202,6 @@ class NodeAdapter(Protocol):
 
 
 T = TypeVar("T")
-
-
-@dataclass
-class TimedCall:
-    """Runs one adapter call on a worker thread with a deadline."""
-
-    timeout_seconds: float
-    _pool: concurrent.futures.ThreadPoolExecutor = field(
-        default_factory=lambda: concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    )
-
-    def outcome(self, fn: Callable[[], Outcome]) -> Outcome:
-        started = time.monotonic()
-        future = self._pool.submit(fn)
-        try:
-            result = future.result(timeout=self.timeout_seconds)
-        except concurrent.futures.TimeoutError:
-            # The stuck call keeps its thread; a fresh pool keeps later calls unblocked.
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-            return Outcome(OutcomeStatus.TIMEOUT, f"no answer within {self.timeout_seconds}s",
-                           time.monotonic() - started)
-        except Exception as exc:  # an adapter bug or a vanished peer is an outcome, too
-            return Outcome(OutcomeStatus.FAILED, f"{type(exc).__name__}: {exc}",
-                           time.monotonic() - started)
-        if result.seconds:
-            return result
-        return Outcome(result.status, result.detail, time.monotonic() - started)
 
 
 def adapter_now(adapter: object) -> datetime:

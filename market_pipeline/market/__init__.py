@@ -33,7 +33,7 @@ CPU by default (one torch thread, see ``SolverSettings.threads``); ``device="cud
 same code on a GPU.
 """
 
-import importlib
+from market_pipeline import lazy_exports
 
 # Exported name -> submodule, loaded on first use: the CLI reads the light modules (errors,
 # report) to build its parser without paying for torch.
@@ -64,10 +64,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -18,7 +18,6 @@ needs the tenants who buy that resource (the others' best response does not depe
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from market_pipeline.market.followers import solve_followers

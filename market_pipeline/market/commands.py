@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from market_pipeline.cli.support import input_error
 from market_pipeline.market.errors import InstanceError
 from market_pipeline.market.report import SolverSettings
 
@@ -163,8 +164,7 @@ def run_solve(args: argparse.Namespace) -> int:
                                    max_step=args.max_step, settings=SolverSettings(tolerance=args.tolerance),
                                    device=args.device)
     except InstanceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     failed = report.status == "fallback"
     if args.json:
         # the status is in the JSON; a fallback (last prices, not an equilibrium) exits 1
@@ -235,8 +235,7 @@ def run_bench(args: argparse.Namespace) -> int:
             if args.baseline:
                 runs.append(_timed(lambda: solve_baseline(problem)))
     except InstanceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     report = min((r for r, _ in timed), key=lambda r: r.seconds)
     reports = [r for r, _ in timed]
     out = {"tenants": args.tenants, "resources": args.resources, "seconds": report.seconds,
@@ -292,8 +291,7 @@ def _global_case(tenants: int, resources: int, seed: int, tight: bool, drainable
 
 def run_bench_global(args: argparse.Namespace) -> int:
     if args.starts < 1 or args.tenants < 1 or args.resources < 1 or args.seeds < 1:
-        print("error: --starts, --tenants, --resources and --seeds must be >= 1", file=sys.stderr)
-        return 2
+        return input_error("--starts, --tenants, --resources and --seeds must be >= 1")
     if args.suite:
         cases = [(n, m, seed, tight, m >= 4 and seed % 2 == 1) for m, n in SUITE for tight in (False, True)
                  for seed in range(args.seeds)]

@@ -181,14 +181,14 @@ def parse_tenants(items: Any, resources: ResourceSet) -> TenantPopulation:
     )
 
 
-def parse_instance(data: Any):
-    from market_pipeline.market.problem import MarketProblem
-
+def parse_instance(data: Any) -> tuple[ResourceSet, TenantPopulation]:
+    """The instance's resources and tenants; `MarketProblem.from_instance_json` joins them
+    (so this module needs no import of problem.py, which imports it)."""
     _check_keys("instance", data, TOP_KEYS, {"resources", "tenants"})
     band = _band("drainable_discount_band", data["drainable_discount_band"]) if "drainable_discount_band" in data \
         else DEFAULT_BAND
     resources = parse_resources(data["resources"], band)
-    return MarketProblem(resources, parse_tenants(data["tenants"], resources))
+    return resources, parse_tenants(data["tenants"], resources)
 
 
 def _json_number(value: float) -> float | None:

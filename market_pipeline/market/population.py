@@ -140,8 +140,6 @@ class TenantPopulation:
             out.extend([family] * (stop - start))
         return tuple(out)
 
-    def total_multiplicity(self) -> float:
-        return float(self.size if self.multiplicity is None else self.multiplicity.sum())
 
     def on(self, device: str | torch.device) -> DevicePopulation:
         """Tensors on ``device`` (cached per device)."""

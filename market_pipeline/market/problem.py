@@ -29,7 +29,7 @@ class MarketProblem:
     @staticmethod
     def from_instance_json(data: Mapping[str, Any]) -> "MarketProblem":
         """Build from the instance JSON object (see ``market_pipeline.market.instance``)."""
-        return parse_instance(data)
+        return MarketProblem(*parse_instance(data))
 
     def to_instance_json(self) -> dict:
         return instance_json(self)

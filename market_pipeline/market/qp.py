@@ -107,7 +107,7 @@ def solve_qp(Q: np.ndarray, q: np.ndarray, G: np.ndarray, h: np.ndarray, *, tol:
     guessed = solve_with_active_set(Q, q, G, h, active_guess)
     if guessed is not None:
         return guessed
-    n, m = q.shape[0], h.shape[0]
+    m = h.shape[0]
     row_scale = np.maximum(np.abs(G).max(axis=1), 1e-300)
     Gs, hs = G / row_scale[:, None], h / row_scale
     obj_scale = max(float(np.abs(Q).max()), float(np.abs(q).max()), 1e-300)

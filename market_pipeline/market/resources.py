@@ -114,9 +114,6 @@ class ResourceSet:
     def drainable_mask(self) -> np.ndarray:
         return np.array([cls == DRAINABLE for cls in self.resource_class])
 
-    @property
-    def guaranteed_mask(self) -> np.ndarray:
-        return ~self.drainable_mask
 
     def index(self, name: str) -> int:
         try:

@@ -15,7 +15,6 @@ import numpy as np
 from market_pipeline.fleet.gpu_models import MIG_SLICES, MIG_STARTS
 
 MILLI = 1000
-FULL_MASK = (1 << MIG_SLICES) - 1
 _OCC_STATES = 1 << MIG_SLICES
 
 

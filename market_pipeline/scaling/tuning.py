@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from market_pipeline.cli.support import input_error
+from market_pipeline.scaling.replay_options import add_replay_options, build_settings
 from market_pipeline.scaling.replay import DemandLoad, ReplaySettings, forecast_series, replay_baseline, replay_policy
 
 HELIOS_FILES = ("vc6YE", "vcLJZ", "vchbv", "vcvlY")
@@ -162,8 +164,6 @@ def _init_worker(loads: dict[str, DemandLoad], args: argparse.Namespace) -> None
 
 
 def _settings(load: DemandLoad, tick: int) -> ReplaySettings:
-    from market_pipeline.scaling.commands import build_settings  # the same settings as scaling-eval
-
     assert _ARGS is not None
     return build_settings(argparse.Namespace(**{**vars(_ARGS), "tick_minutes": tick}), load.initial_gpus)
 
@@ -250,7 +250,7 @@ def _row(policy: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def register(sub: argparse._SubParsersAction, add_replay_options) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("scaling-tune", help="choose scaling defaults on days 1-15, report days 16-31")
     parser.add_argument("--data-dir", default="../shared/data/helios-earth", help="folder of the Helios vc*.csv files")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
@@ -265,11 +265,9 @@ def run_tune(args: argparse.Namespace) -> int:
     try:
         loads = {name: load_helios_demand(Path(args.data_dir) / f"{name}.csv") for name in HELIOS_FILES}
     except LoadFileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     if args.jobs < 1:
-        print("error: --jobs must be >= 1", file=sys.stderr)
-        return 2
+        return input_error("--jobs must be >= 1")
     report = tune(loads, args, jobs=args.jobs)
     report["wall_seconds"] = round(time.time() - started, 1)
     report["parent_cpu_seconds"] = round(time.process_time() - cpu0, 1)

@@ -15,8 +15,7 @@ budgets, the leader's cost), `deferral` for time shifting of priced-out elastic 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from market_pipeline import lazy_exports
 
 # Public names and their modules; loaded on first use so that `market-pipeline --help`
 # (which imports every command module) does not pay for torch and the solver.
@@ -36,8 +35,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -7,7 +7,7 @@ Best-fit on pools without MIG GPUs (every openb pool) takes an incremental path,
 `IncrementalBestFit`: the live `BestFit` rule (same score expression, evaluated only on the
 feasible nodes; same slot choice) over per-node counters kept in step with every allocation
 and release, instead of re-deriving them from the (nodes x slots) arrays on every call. It
-picks exactly the placement `BestFit.choose` picks (tests/simulate/test_sim2_cluster.py
+picks exactly the placement `BestFit.choose` picks (tests/simulate/test_simulate_cluster.py
 replays random arrivals and releases through both); the simulator spends most of its time
 placing jobs, and this path is ~5x cheaper.
 """
@@ -133,10 +133,6 @@ class PoolCluster:
             room &= self.node_full >= req.num_gpu
         return room
 
-    def might_fit(self, req: PodRequest) -> bool:
-        """Whether some node has the GPUs, CPU and memory (exact off MIG; on MIG nodes the
-        slice geometry can still refuse, and the policy has the last word)."""
-        return bool(self._room(req).any())
 
     def fits_node(self, req: PodRequest, row: int) -> bool:
         """The same test on one node (after a release there, only it can have new room)."""
@@ -180,5 +176,3 @@ class PoolCluster:
     def node_count(self) -> int:
         return self.cap.n_nodes
 
-    def gpu_free_row(self, row: int) -> np.ndarray:
-        return self.cap.gpu_free[row]

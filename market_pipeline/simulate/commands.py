@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from market_pipeline.cli.support import input_error
 from market_pipeline.simulate.errors import SimulationInputError
 
 REPO_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -191,27 +192,15 @@ def run_simulate(args: argparse.Namespace) -> int:
                                 placement=tuple(p for p in args.placement if p != "none"),
                                 workers=args.workers, progress=_progress(not args.no_progress))
     except (SimulationInputError, ConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     _write(report, args.json, args.html, args.publish)
     print(json.dumps(_summary(report, {"json": args.json, "html": args.html})))
     return 0
 
 
-def trace_files(data_dir: str) -> tuple[str, str, tuple[str, ...]] | None:
-    """(openb pod list, openb node list, Helios loads) under the shared traces folder; None
-    (after printing the bench's one-line skip) where they are absent."""
-    data = Path(data_dir)
-    openb, helios = data / "alibaba-gpu-2023", data / "helios-earth"
-    loads = tuple(sorted(str(p) for p in helios.glob("vc*.csv")))
-    if not (openb / "openb_pod_list_default.csv").is_file() or not loads:
-        print(json.dumps({"skipped": f"traces not found under {data}"}))
-        return None
-    return str(openb / "openb_pod_list_default.csv"), str(openb / "openb_node_list_gpu_node.csv"), loads
-
-
 def run_bench(args: argparse.Namespace) -> int:
     from market_pipeline.config import load_config
+    from market_pipeline.simulate.inputs import trace_files
     from market_pipeline.simulate.simulation import simulate_files
 
     files = trace_files(args.data)
@@ -224,8 +213,7 @@ def run_bench(args: argparse.Namespace) -> int:
                                 placement=tuple(p for p in args.placement if p != "none"), workers=args.workers,
                                 progress=_progress(not args.no_progress))
     except SimulationInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     _write(report, args.json, None, False)
     print(json.dumps(_summary(report, {"json": args.json, "loads": loads})))
     return 0

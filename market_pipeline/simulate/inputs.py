@@ -14,6 +14,7 @@ out (the market sells GPU time) and counted in `PodTable.excluded`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,3 +246,15 @@ def load_helios(paths: Sequence[str | Path], step_minutes: int = 60) -> LoadProf
     seen = (~np.isnan(blocks)).sum(axis=1)
     per_step = np.where(seen > 0, np.nansum(blocks, axis=1) / np.maximum(seen, 1), np.nan)
     return LoadProfile(per_step, step_minutes, ", ".join(str(p) for p in paths))
+
+
+def trace_files(data_dir: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """(openb pod list, openb node list, Helios loads) under the shared traces folder; None
+    (after printing the bench's one-line skip) where they are absent."""
+    data = Path(data_dir)
+    openb, helios = data / "alibaba-gpu-2023", data / "helios-earth"
+    loads = tuple(sorted(str(p) for p in helios.glob("vc*.csv")))
+    if not (openb / "openb_pod_list_default.csv").is_file() or not loads:
+        print(json.dumps({"skipped": f"traces not found under {data}"}))
+        return None
+    return str(openb / "openb_pod_list_default.csv"), str(openb / "openb_node_list_gpu_node.csv"), loads

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
+from market_pipeline.cli.support import input_error
 from market_pipeline.simulate.errors import SimulationInputError
 
 BRIEF_KEYS = ("point", "regret_share", "claims_only_regret_share", "experiment_cost_share", "experiment_cost_model_share", "loop_vs_static",
@@ -37,7 +37,7 @@ def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> 
 
 def run_bench_truth(args: argparse.Namespace) -> int:
     from market_pipeline.config import load_config
-    from market_pipeline.simulate.commands import trace_files
+    from market_pipeline.simulate.inputs import trace_files
     from market_pipeline.simulate.inputs import load_helios, load_nodes, load_pods
     from market_pipeline.simulate.job_grid import job_grid_points, run_job_grid
     from market_pipeline.simulate.settings import SimulationSettings
@@ -59,8 +59,7 @@ def run_bench_truth(args: argparse.Namespace) -> int:
         load = load_helios(list(loads), settings.tick_minutes)
         report = run_job_grid(config, settings, points, pods, nodes, load, workers=args.workers)
     except SimulationInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report))

@@ -8,6 +8,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from market_pipeline.cli.warehouse_options import add_warehouse_argument, warehouse_path
 from market_pipeline.config import ConfigError, load_config
 from market_pipeline.telemetry.partitions import PartitionKeyError, partition_window
 from market_pipeline.telemetry.schema import TelemetryInputError
@@ -21,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ingest = tsub.add_parser("ingest", help="validate a CSV/Parquet/dcgm file into the warehouse")
     ingest.add_argument("--file", required=True, help="CSV or Parquet in the canonical sample "
                         "schema, or a dcgm-exporter text exposition (.txt/.prom)")
-    ingest.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    add_warehouse_argument(ingest)
     ingest.add_argument("--source", help="source name (default: file:<absolute path>); "
                         "re-ingesting a source replaces what it wrote to those partitions")
     ingest.add_argument("--partition", help="hourly partition key (YYYY-MM-DD-HH:00): all rows "
@@ -31,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     check = tsub.add_parser("check", help="run the data-quality checks of one partition")
     check.add_argument("--partition", required=True, help="hourly partition key")
-    check.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    add_warehouse_argument(check)
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(handler=run_check)
 
@@ -80,10 +81,6 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def _warehouse_path(explicit: str | None, config) -> Path:
-    return Path(explicit) if explicit else config.warehouse_path
-
-
 def run_ingest(args: argparse.Namespace) -> int:
     from market_pipeline.telemetry.ingest import ingest_samples, known_gpu_uuids
     from market_pipeline.telemetry.rules import ValidationPolicy
@@ -95,7 +92,7 @@ def run_ingest(args: argparse.Namespace) -> int:
         window = partition_window(args.partition) if args.partition else None
         path = Path(args.file)
         frame = read_sample_file(path)
-        warehouse = open_warehouse(_warehouse_path(args.warehouse, config))
+        warehouse = open_warehouse(warehouse_path(args.warehouse, config))
         policy = ValidationPolicy.from_config(
             config.telemetry, now=datetime.now(timezone.utc), window=window,
             known_gpu_uuids=known_gpu_uuids(warehouse))
@@ -121,7 +118,7 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         config = load_config()
         partition_window(args.partition)
-        warehouse = Warehouse(_warehouse_path(args.warehouse, config))
+        warehouse = Warehouse(warehouse_path(args.warehouse, config))
         result = evaluate_partition(warehouse, args.partition, config.telemetry,
                                     datetime.now(timezone.utc))
     except PartitionKeyError as exc:

@@ -24,7 +24,6 @@ from market_pipeline.hardware.protocol import REQUIRED_SAMPLE_COLUMNS, SAMPLE_SC
 FLOAT_COLUMNS: tuple[str, ...] = ("sm_util_pct", "mem_used_mib", "mem_total_mib", "power_w", "temp_c")
 INT_COLUMNS: tuple[str, ...] = ("gpu_index", "xid_errors")
 KEY_TEXT_COLUMNS: tuple[str, ...] = ("node_id", "gpu_uuid")
-TEXT_COLUMNS: tuple[str, ...] = ("node_id", "gpu_uuid", "mig_profile", "task_id", "tenant_id")
 SAMPLE_COLUMNS: tuple[str, ...] = tuple(SAMPLE_SCHEMA)
 # Numeric timestamps are Unix epoch seconds; beyond this they are not plausible.
 _MAX_EPOCH_SECONDS = 1e11
@@ -115,10 +114,6 @@ def coerce_samples(frame: pl.DataFrame, where: str = "input") -> CoercedSamples:
     order = list(SAMPLE_COLUMNS) + [c for c in typed.columns if c.startswith("unparsed__")] + [NAIVE_FLAG]
     ignored = tuple(c for c in frame.columns if c not in SAMPLE_SCHEMA)
     return CoercedSamples(typed=typed.select(order), as_read=as_read, ignored_columns=ignored)
-
-
-def _is_blank(column: str) -> pl.Expr:
-    return pl.col(column).str.strip_chars().str.len_bytes() == 0
 
 
 def _float_exprs(column: str, dtype: pl.DataType) -> list[pl.Expr]:

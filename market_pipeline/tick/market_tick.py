@@ -125,9 +125,6 @@ class MarketTick:
         """Published prices in resource order (pool by pool: guaranteed, drainable)."""
         return np.array([v for r in self.pools for v in (r.guaranteed, r.drainable)], dtype=np.float64)
 
-    def solver_prices(self) -> np.ndarray:
-        return np.array([v for r in self.pools for v in (r.solver_guaranteed, r.solver_drainable)],
-                        dtype=np.float64)
 
     @property
     def record(self) -> dict[str, object]:

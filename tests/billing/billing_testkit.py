@@ -18,7 +18,6 @@ from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.hardware.protocol import (
     TASK_EVENT_SCHEMA,
     NodeInfo,
-    NodeState,
     ResourceClass,
     TaskInfo,
     TaskKind,

@@ -6,7 +6,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
 
 from market_pipeline.config import load_config
 from market_pipeline.guardrails.task_drain_calls import AdvancingClock, SystemClock, clock_for

@@ -42,7 +42,7 @@ def limits(cap=4, budget_pct=100.0, cooldown=15.0, extra=()):
                        decision_ttl_seconds=900)
 
 
-def samples_for(util_by_task: dict[str, float], gpus_by_task=None, minutes=6) -> pl.DataFrame:
+def samples_for(util_by_task: dict[str, float], minutes=6) -> pl.DataFrame:
     rows = []
     for task_id, util in util_by_task.items():
         for m in range(minutes + 1):

@@ -9,7 +9,7 @@ import pytest
 from attacks import run_attacks
 from hardening_kit import OTHER, TENANT, USAGE_ROWS, build_warehouse, checksum, run_cli
 
-from market_pipeline.sql_guard import SqlLimits, SqlRefused, check_read_only
+from market_pipeline.warehouse.sql_guard import SqlLimits, SqlRefused, check_read_only
 
 
 @pytest.fixture()

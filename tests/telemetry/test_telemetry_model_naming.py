@@ -62,7 +62,7 @@ def test_dcgm_backend_maps_model_names_too():
 
 def test_inventory_counts_gpus_no_configured_pool_prices():
     from market_pipeline.hardware.protocol import NodeInfo, NodeState
-    from market_pipeline.inventory import unpriced_nodes
+    from market_pipeline.fleet.inventory import unpriced_nodes
 
     nodes = [NodeInfo(node_id="a", pool_id="H800@cn-beijing-b", gpu_model="H800", zone="cn-beijing-b", gpus=8,
                       state=NodeState.ON),

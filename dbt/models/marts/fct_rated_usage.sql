@@ -50,12 +50,7 @@ select
     {{ nano_to_money(list_unit_nano('r')) }} as list_unit_price,
     {{ nano_to_money(contracted_unit_nano('r')) }} as contracted_unit_price,
     {{ nano_to_money(effective_unit_nano('r')) }} as effective_unit_price,
-    {{ nano_to_money('r.base_nano') }} as base_cost,
-    {{ nano_to_money('r.timed_nano - r.base_nano') }} as time_premium,
-    {{ nano_to_money('r.list_nano - r.timed_nano') }} as location_premium,
-    {{ nano_to_money('r.contracted_nano - r.list_nano') }} as drainability_discount,
-    {{ nano_to_money('r.billed_nano - r.contracted_nano') }} as commitment_discount,
-    {{ nano_to_money('r.list_nano') }} as list_cost,
+    {{ cost_components_from_nano('r') }},
     {{ nano_to_money('r.contracted_nano') }} as contracted_cost,
     {{ nano_to_money('r.billed_nano') }} as billed_cost,
     (select currency from {{ ref('stg_billing_terms') }}) as currency

@@ -6,45 +6,40 @@ import argparse
 import datetime as dt
 import decimal
 import json
-import sys
-from pathlib import Path
 
+from market_pipeline.cli.support import input_error
+from market_pipeline.cli.warehouse_options import (
+    add_limit_arguments,
+    add_warehouse_argument,
+    limits_from,
+    warehouse_path,
+)
 from market_pipeline.config import ConfigError, load_config
-from market_pipeline.sql_guard import (
-    DEFAULT_MAX_ROWS,
-    DEFAULT_MEMORY_LIMIT_MB,
-    DEFAULT_TIMEOUT_SECONDS,
-    SqlLimits,
+from market_pipeline.warehouse import WarehouseError, open_warehouse
+from market_pipeline.warehouse.sql_guard import (
     SqlRefused,
     check_read_only,
     locked_warehouse,
     run_limited,
 )
-from market_pipeline.warehouse import WarehouseError, open_warehouse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     sql = sub.add_parser("sql", help="run a read-only SQL query against the warehouse")
     sql.add_argument("query", help="the SQL text")
-    sql.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    add_warehouse_argument(sql)
     sql.add_argument("--json", action="store_true", help="print a JSON list of row objects")
     sql.add_argument("--max-rows", type=int, default=100, help="rows shown in the table view")
     add_limit_arguments(sql)
     sql.set_defaults(handler=run_sql)
 
     migrate = sub.add_parser("migrate", help="create or upgrade the warehouse schema")
-    migrate.add_argument("--warehouse", help="warehouse file (default: the configured one)")
+    add_warehouse_argument(migrate)
     migrate.set_defaults(handler=run_migrate)
 
     config = sub.add_parser("config", help="validate and print the effective configuration")
     config.add_argument("--file", help="TOML file (default: shipped defaults or MARKET_PIPELINE_CONFIG)")
     config.set_defaults(handler=run_config)
-
-
-def resolve_warehouse_path(explicit: str | None) -> Path:
-    if explicit:
-        return Path(explicit)
-    return load_config().warehouse_path
 
 
 def _json_default(value: object) -> object:
@@ -57,31 +52,15 @@ def _json_default(value: object) -> object:
     return str(value)
 
 
-def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
-    """The time, memory and row limits of a hand-typed query (see sql_guard)."""
-    parser.add_argument("--timeout-seconds", type=float, default=DEFAULT_TIMEOUT_SECONDS,
-                        help="interrupt the query after this long")
-    parser.add_argument("--memory-limit-mb", type=int, default=DEFAULT_MEMORY_LIMIT_MB,
-                        help="DuckDB memory limit for the query")
-    parser.add_argument("--row-limit", type=int, default=DEFAULT_MAX_ROWS,
-                        help="refuse results with more rows than this")
-
-
-def limits_from(args: argparse.Namespace) -> SqlLimits:
-    return SqlLimits(timeout_seconds=args.timeout_seconds, memory_limit_mb=args.memory_limit_mb,
-                     max_rows=args.row_limit)
-
-
 def run_sql(args: argparse.Namespace) -> int:
     """One read-only query, checked by DuckDB's parser, in a connection cut off from files."""
     try:
         limits = limits_from(args)
         check_read_only(args.query)
-        with locked_warehouse(resolve_warehouse_path(args.warehouse), limits) as con:
+        with locked_warehouse(warehouse_path(args.warehouse), limits) as con:
             frame = run_limited(con, args.query, limits)
     except (SqlRefused, WarehouseError, ConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     if args.json:
         print(json.dumps(frame.to_dicts(), default=_json_default))
         return 0
@@ -93,11 +72,12 @@ def run_sql(args: argparse.Namespace) -> int:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    path = resolve_warehouse_path(args.warehouse)
+    path = warehouse_path(args.warehouse)
     warehouse = open_warehouse(path, migrate=False)
     applied = warehouse.migrate()
-    print(json.dumps({"warehouse": str(path), "applied": applied,
-                      "schema_version": warehouse.schema_version()}))
+    print(
+        json.dumps({"warehouse": str(path), "applied": applied, "schema_version": warehouse.schema_version()})
+    )
     return 0
 
 
@@ -105,7 +85,6 @@ def run_config(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.file)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return input_error(exc)
     print(config.model_dump_json(indent=2))
     return 0

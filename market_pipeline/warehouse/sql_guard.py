@@ -34,7 +34,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from market_pipeline.warehouse import LOCK_RETRY_SECONDS  # the store's wait on a writer's lock
+from market_pipeline.warehouse.store import LOCK_RETRY_SECONDS  # the store's wait on a writer's lock
 
 # First keywords of the read-only statement forms DuckDB parses as SELECT.
 READ_ONLY_KEYWORDS = frozenset({"select", "with", "describe", "desc", "show", "summarize", "from",

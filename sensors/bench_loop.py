@@ -1,5 +1,5 @@
-"""`market-pipeline bench loop`: the control loop operators run (`make demo`'s runner, real
-Dagster runs) on a fleet, timed: the median control tick, a simulated day projected from the
+"""`market-pipeline bench loop`: the control loop operators run (`market-pipeline demo`, real
+Dagster runs, in a child process with a fresh home) on a fleet, timed: the median control tick, a simulated day projected from the
 hours run, failed runs and the billing reconciliation, against the embedded default fleet
 run the same way (`--baseline`)."""
 
@@ -14,7 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from market_pipeline.cli.support import input_error
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # no top-level command of its own
@@ -34,12 +36,10 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
 
 def run_loop_bench(args: argparse.Namespace) -> int:
     if not 0 < args.hours <= 48:
-        print(f"error: --hours must be in (0, 48], got {args.hours}", file=sys.stderr)
-        return 2
+        return input_error(f"--hours must be in (0, 48], got {args.hours}")
     result: dict[str, Any] = {"fleet": _run(args.fleet_source, args.workload_source, args.hours)}
     if "error" in result["fleet"]:
-        print(f"error: {result['fleet']['error']}", file=sys.stderr)
-        return 2
+        return input_error(f"{result['fleet']['error']}")
     if args.baseline:
         result["baseline"] = _run("config", "builtin", args.hours)
     wall = result["fleet"]["wall"]

@@ -11,16 +11,19 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
+from types import ModuleType
 
-# Exit statuses: 2 is bad input (one line on stderr, from the command itself); 70 (EX_SOFTWARE)
-# is a defect that escaped a command, reported as one line unless TRACEBACK_ENV is set.
-INPUT_ERROR = 2
+from market_pipeline.cli.support import INPUT_ERROR
+
+# Exit statuses: INPUT_ERROR (2) is bad input (one line on stderr, from the command itself); 70
+# (EX_SOFTWARE) is a defect that escaped a command, reported as one line unless TRACEBACK_ENV is set.
 INTERNAL_ERROR = 70
 TRACEBACK_ENV = "MARKET_PIPELINE_TRACEBACK"
 
-# Modules exposing `register(sub)` and optionally `register_bench(bench_sub)`.
+# The domain's modules exposing `register(sub)` and optionally `register_bench(bench_sub)`.
 COMMAND_MODULES: tuple[str, ...] = (
-    "market_pipeline.commands",
+    "market_pipeline.cli.core",
     "market_pipeline.guardrails.commands",
     "market_pipeline.forecast.commands",
     "market_pipeline.market.commands",
@@ -31,10 +34,19 @@ COMMAND_MODULES: tuple[str, ...] = (
     "market_pipeline.simulate.commands",
     "market_pipeline.billing.commands",
     "market_pipeline.billing.export",
-    "market_pipeline.tick.commands",
     "market_pipeline.demand_response.commands",
-    "sensors.commands",  # demo, bench soak: they drive the Dagster instance
 )
+# Layers above the domain (sensors/: demo, bench soak drive the Dagster instance) add theirs
+# as entry points of this group (pyproject.toml), so the domain never imports them.
+COMMAND_ENTRY_POINTS = "market_pipeline.commands"
+
+
+def command_modules() -> list[ModuleType]:
+    """The domain's command modules, then those registered as entry points (by name)."""
+    modules = [importlib.import_module(name) for name in COMMAND_MODULES]
+    for entry_point in sorted(entry_points(group=COMMAND_ENTRY_POINTS), key=lambda ep: ep.name):
+        modules.append(entry_point.load())
+    return modules
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,8 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="benchmarks against a baseline, JSON output")
     bench_sub = bench.add_subparsers(dest="bench_target", required=True)
-    for module_name in COMMAND_MODULES:
-        module = importlib.import_module(module_name)
+    for module in command_modules():
         module.register(sub)
         register_bench = getattr(module, "register_bench", None)
         if register_bench is not None:
@@ -74,8 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get(TRACEBACK_ENV):
             raise
         text = " ".join(str(exc).split())[:300]
-        print(f"error: internal error in {args.command} ({type(exc).__name__}: {text});"
-              f" set {TRACEBACK_ENV}=1 for the traceback", file=sys.stderr)
+        print(
+            f"error: internal error in {args.command} ({type(exc).__name__}: {text});"
+            f" set {TRACEBACK_ENV}=1 for the traceback",
+            file=sys.stderr,
+        )
         return INTERNAL_ERROR
 
 
