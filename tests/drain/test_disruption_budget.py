@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from drain_testkit import T0, make_task, node
+from drain_testkit import T0, make_task, node, samples_for
 from market_pipeline.guardrails.backlog import BacklogParams
 from market_pipeline.guardrails.disruption_budget import (
     BudgetRule,
@@ -22,7 +22,6 @@ from market_pipeline.guardrails.task_drain_triggers import DRAIN_METHODS
 from market_pipeline.scaling.disruption import SCALER_METHODS
 from market_pipeline.scaling.policy import plan_pool
 from market_pipeline.scaling.types import NodeState, NodeView, PoolState, ScalerMemory, ScalingConfig, ScalingReason
-from test_drain_limits import samples_for
 
 POLICY = SelectionPolicy(under_use_util_pct=20, under_use_minutes=5, pressure_util_pct=92,
                          min_score=0.4, sample_interval_seconds=60, tick_minutes=5)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 import pytest
 
-from drain_testkit import T0, make_task, node
+from drain_testkit import T0, make_task, node, samples_for
 from market_pipeline.config import load_config
 from market_pipeline.guardrails.disruption_budget import BudgetRule, BudgetRuleError
 from market_pipeline.guardrails.task_drain_limits import (
@@ -39,17 +39,6 @@ def limits(cap=4, budget_pct=100.0, cooldown=15.0, extra=()):
     return DrainLimits(tenant_max_drains_per_day=cap, landing_cooldown_minutes=cooldown,
                        budgets=(BudgetRule(percent=budget_pct), *extra),
                        decision_ttl_seconds=900)
-
-
-def samples_for(util_by_task: dict[str, float], gpus_by_task=None, minutes=6) -> pl.DataFrame:
-    rows = []
-    for task_id, util in util_by_task.items():
-        for m in range(minutes + 1):
-            rows.append({"ts": T0 - timedelta(minutes=m), "sm_util_pct": util, "task_id": task_id,
-                         "node_id": "n1", "gpu_uuid": f"g-{task_id}"})
-    return pl.DataFrame(rows, schema={"ts": pl.Datetime("us", "UTC"), "sm_util_pct": pl.Float64,
-                                      "task_id": pl.Utf8, "node_id": pl.Utf8,
-                                      "gpu_uuid": pl.Utf8})
 
 
 def inputs(tasks, nodes=None, samples=None, ledger=None, **kw) -> PlanningInputs:
