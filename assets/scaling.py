@@ -3,11 +3,14 @@ actions are carried out per tick by scaling_actions_job, launched by the scaling
 (sensors/scaling.py)."""
 
 # No `from __future__ import annotations`: Dagster inspects the context annotations at runtime.
+from datetime import datetime, timezone
+
 import dagster as dg
 import polars as pl
 
 from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
+from market_pipeline.guardrails.task_drain_service import tick_budget
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.scaling.live import (
     decision_rows,
@@ -44,7 +47,9 @@ def scaling_plan(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
         {p: r["forecast_upper_gpus"] for p, r in by_pool.items()},
         {p: r["equilibrium_price"] for p, r in by_pool.items()}, memories, failed_drains_by_node(store), now,
         {p: r["capacity_target_gpus"] for p, r in by_pool.items()},
-        next_price_ceilings(config, prices_in_force(config, store)))
+        next_price_ceilings(config, prices_in_force(config, store)),
+        # the tick's one disruption budget: open drains count against the scaler's too
+        tick_budget(store, adapter, config, wall_now=datetime.now(timezone.utc)))
     rows = decision_rows(decisions, config.loop.shadow_mode, now)
     writers.record_decisions(store, rows)
     writers.write_scaler_memory(store, memory_frame(list(memories.values()), now))

@@ -122,9 +122,9 @@ class DisruptionBudgetConfig(_Strict):
 
     @model_validator(mode="after")
     def _parses(self) -> "DisruptionBudgetConfig":
-        from market_pipeline.guardrails.task_drain_limits import DisruptionBudget
+        from market_pipeline.guardrails.disruption_budget import BudgetRule
 
-        DisruptionBudget.parse(self.model_dump(exclude_none=True))
+        BudgetRule.parse(self.model_dump(exclude_none=True))
         return self
 
 

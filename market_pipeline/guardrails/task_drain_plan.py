@@ -1,12 +1,10 @@
 """Which tasks to drain this tick: triggers, ordering and limits -> drain decisions.
 
-Triggers, most urgent first: pool pressure (allocation above the threshold: free GPUs until
-it is back under, lowest priority and most drainable first), operator requests, budget
-(the tenant's billing budget guard blocked it and the grace period is over: all its running
-tasks), scale-down (the scaler asked for a node to be emptied), under-use (a task below the
-utilisation threshold for the whole window). Each triggered task gets one decision, approved or blocked with its reasons; an
-approval counts against the caps and budgets of the decisions after it in the same batch.
-The same function runs live and in the simulator.
+The triggers are disruption methods (`task_drain_triggers.DRAIN_METHODS`), most urgent
+first: pool pressure, operator requests, the billing budget guard, the scaler's scale-down,
+under-use. Each triggered task gets one decision, approved or blocked with its reasons; an
+approval counts against the caps of the decisions after it and consumes from the tick's one
+disruption budget (`disruption_budget`), which the scaler's methods consume from as well.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from market_pipeline.guardrails.disruption_budget import DisruptionBudget, run_methods
 from market_pipeline.guardrails.task_drain_limits import (
     DrainLedger,
     DrainLimits,
@@ -33,9 +32,9 @@ from market_pipeline.guardrails.task_drain_score import (
     candidate_order,
     drainability_score,
     history_for,
-    is_under_used,
     task_utilisation,
 )
+from market_pipeline.guardrails.task_drain_triggers import DRAIN_METHODS
 from market_pipeline.hardware.protocol import NodeInfo, NodeState, TaskInfo
 from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow
 from market_pipeline.warehouse.decisions import decisions_frame as warehouse_decisions_frame
@@ -127,25 +126,31 @@ def pool_capacity(nodes: Sequence[NodeInfo]) -> dict[str, tuple[int, float]]:
 
 
 class _Batch:
-    """One planning pass: remembers choices so later checks see earlier approvals."""
+    """One planning pass (a `task_drain_triggers.DrainPass`): remembers choices so later
+    checks see earlier approvals."""
 
     def __init__(self, inputs: PlanningInputs, policy: SelectionPolicy, limits: DrainLimits,
-                 scores: Mapping[str, DrainabilityScore],
-                 util: Mapping[str, UtilisationStats]) -> None:
+                 scores: Mapping[str, DrainabilityScore], util: Mapping[str, UtilisationStats],
+                 ordered: Sequence[TaskInfo]) -> None:
         self.inputs, self.policy, self.limits = inputs, policy, limits
-        self.scores, self.util = scores, util
+        self.scores, self.util, self.ordered = scores, util, ordered
+        self.running = inputs.tasks
+        self.manual_task_ids = inputs.manual_task_ids
+        self.budget_blocked_tenants = inputs.budget_blocked_tenants
+        self.scale_down_nodes = inputs.scale_down_nodes
         self.ledger = DrainLedger(list(inputs.ledger.entries))
         self.ledger_now = inputs.ledger_now or inputs.fleet_now
-        self.capacity = pool_capacity(inputs.nodes)
+        self.gpus_on = {pool: gpus for pool, (_, gpus) in pool_capacity(inputs.nodes).items()}
         self.decisions: list[DrainDecision] = []
         self.chosen: set[str] = set()
 
-    def consider(self, task: TaskInfo, reason: DrainReason, trigger: str) -> bool:
+    def consider(self, task: TaskInfo, reason: DrainReason, trigger: str, budget: DisruptionBudget) -> bool:
         self.chosen.add(task.task_id)
-        pool_nodes = self.capacity.get(task.pool_id, (0, 0.0))[0]
-        blockers = self.limits.blockers(task, reason, fleet_now=self.inputs.fleet_now,
-                                        ledger_now=self.ledger_now, ledger=self.ledger,
-                                        pool_nodes=pool_nodes)
+        blockers = self.limits.task_blockers(task, reason, fleet_now=self.inputs.fleet_now,
+                                             ledger_now=self.ledger_now, ledger=self.ledger)
+        pool = budget.pool(task.pool_id)
+        over = pool.blocker(reason, task.node_id)
+        blockers.extend([over] if over else [])
         score = self.scores[task.task_id]
         # an operator's or a budget drain is not about how cheap the task is to drain
         if reason not in SCORE_EXEMPT and score.score < self.policy.min_score:
@@ -160,11 +165,15 @@ class _Batch:
         self.decisions.append(decision)
         if decision.allowed:
             self.ledger.add(decision.ledger_entry())
+            pool.consume(task.node_id)
         return decision.allowed
 
 
-def plan_drains(inputs: PlanningInputs, policy: SelectionPolicy,
-                limits: DrainLimits) -> list[DrainDecision]:
+def plan_drains(inputs: PlanningInputs, policy: SelectionPolicy, limits: DrainLimits,
+                budget: DisruptionBudget | None = None) -> list[DrainDecision]:
+    """This tick's drain decisions; each trigger (`DRAIN_METHODS`, in order) consumes from
+    `budget`, the tick's one disruption budget (built from the fleet and the ledger if not
+    given: pass the scaler's to share it)."""
     ledger_now = inputs.ledger_now or inputs.fleet_now
     busy = inputs.ledger.open_task_ids(ledger_now, limits.decision_ttl_seconds)
     tasks = [t for t in inputs.tasks if t.task_id not in busy]
@@ -174,49 +183,11 @@ def plan_drains(inputs: PlanningInputs, policy: SelectionPolicy,
                                             history_for(t, inputs.history_by_task,
                                                         inputs.history_by_tenant))
               for t in tasks}
-    batch = _Batch(inputs, policy, limits, scores, util)
-    ordered = candidate_order(tasks, scores)
-    _pressure(batch, ordered)
-    for task_id in inputs.manual_task_ids:
-        for task in (t for t in ordered if t.task_id == task_id and t.task_id not in batch.chosen):
-            batch.consider(task, DrainReason.MANUAL, "operator request")
-    for task in ordered:
-        why = inputs.budget_blocked_tenants.get(task.tenant_id)
-        if why is not None and task.task_id not in batch.chosen:
-            batch.consider(task, DrainReason.BUDGET, why)
-    for node_id in inputs.scale_down_nodes:
-        for task in (t for t in ordered if t.node_id == node_id and t.task_id not in batch.chosen):
-            batch.consider(task, DrainReason.SCALE_DOWN, f"scaler empties node {node_id}")
-    for task in ordered:
-        stats = util.get(task.task_id)
-        if task.task_id not in batch.chosen and is_under_used(
-                stats, policy.under_use_util_pct, policy.under_use_minutes,
-                policy.sample_interval_seconds):
-            assert stats is not None
-            batch.consider(task, DrainReason.UNDER_USED,
-                           f"peak util {stats.max_pct:.1f}% of request < "
-                           f"{policy.under_use_util_pct:g}% for {policy.under_use_minutes:g} min")
+    if budget is None:
+        budget = limits.tick_budget(inputs.nodes, inputs.tasks, inputs.ledger, ledger_now)
+    batch = _Batch(inputs, policy, limits, scores, util, candidate_order(tasks, scores))
+    run_methods(DRAIN_METHODS, batch, budget)
     return batch.decisions
-
-
-def _pressure(batch: _Batch, ordered: Sequence[TaskInfo]) -> None:
-    allocated: dict[str, float] = {}
-    for task in batch.inputs.tasks:  # every running task holds capacity, drained or not
-        allocated[task.pool_id] = allocated.get(task.pool_id, 0.0) + task.gpus
-    threshold = batch.policy.pressure_util_pct / 100.0
-    for pool_id in sorted(allocated):
-        capacity = batch.capacity.get(pool_id, (0, 0.0))[1]
-        if capacity <= 0 or allocated[pool_id] / capacity <= threshold:
-            continue
-        need = allocated[pool_id] - threshold * capacity
-        freed = 0.0
-        trigger = (f"pool {pool_id} allocation {allocated[pool_id] / capacity:.0%} "
-                   f"> {batch.policy.pressure_util_pct:g}%")
-        for task in (t for t in ordered if t.pool_id == pool_id):
-            if freed >= need:
-                break
-            if batch.consider(task, DrainReason.PRESSURE, trigger):
-                freed += task.gpus
 
 
 def node_is_drained(node_id: str, running: Sequence[TaskInfo]) -> tuple[bool, list[str]]:

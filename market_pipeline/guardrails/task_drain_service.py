@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from market_pipeline.guardrails.disruption_budget import DisruptionBudget
 from market_pipeline.guardrails.task_drain_budget import budget_triggers, load_budget_blocks
 from market_pipeline.guardrails.task_drain_calls import clock_for
 from market_pipeline.guardrails.task_drain_executor import (
@@ -94,15 +95,27 @@ def gather_planning_inputs(warehouse: Warehouse, adapter: NodeAdapter, config: A
     return inputs, source
 
 
+def tick_budget(warehouse: Warehouse, adapter: NodeAdapter, config: Any, *,
+                wall_now: datetime) -> DisruptionBudget:
+    """The tick's one disruption budget from the fleet and the drain ledger: build it once and
+    pass it to the scaler (`scaling_live.plan_fleet`) and to `plan_and_record`."""
+    limits = DrainLimits.from_config(config)
+    ledger = load_ledger(warehouse, bool(config.loop.shadow_mode),
+                         ledger_window_start(wall_now, limits.decision_ttl_seconds))
+    return limits.tick_budget(adapter.list_nodes(), adapter.list_tasks(), ledger, wall_now)
+
+
 def plan_and_record(warehouse: Warehouse, adapter: NodeAdapter, config: Any, *,
                     wall_now: datetime, scale_down_nodes: Sequence[str] = (),
-                    manual_task_ids: Sequence[str] = ()) -> tuple[list[DrainDecision], int, str]:
-    """Plan this tick's drains and write them to `decisions`; (decisions, new rows, source)."""
+                    manual_task_ids: Sequence[str] = (),
+                    budget: DisruptionBudget | None = None) -> tuple[list[DrainDecision], int, str]:
+    """Plan this tick's drains and write them to `decisions`; (decisions, new rows, source).
+    Without the tick's shared `budget`, one is built from the fleet and the ledger."""
     inputs, source = gather_planning_inputs(warehouse, adapter, config, wall_now=wall_now,
                                             scale_down_nodes=scale_down_nodes,
                                             manual_task_ids=manual_task_ids)
     decisions = plan_drains(inputs, SelectionPolicy.from_config(config),
-                            DrainLimits.from_config(config))
+                            DrainLimits.from_config(config), budget)
     return decisions, write_decisions(warehouse, decisions), source
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from market_pipeline.scaling.planning import Tick
-from market_pipeline.scaling.types import NodeState, NodeView
+from market_pipeline.scaling.types import NodeState, NodeView, ScalingReason, Why
 from market_pipeline.scaling.warm_pool import power_off_target
 
 _FIT_EPS = 1e-9
@@ -57,7 +57,7 @@ def progress_drains(tick: Tick, by_id: dict[str, NodeView]) -> None:
             _fail_drain(tick, node, status.reason if status is not None and status.blocked else "drain timed out")
         else:
             waiting += 1
-            tick.add("hold", node_id, True, [f"drain_in_progress: {(t - started) / 60:.1f} min"])
+            tick.add("hold", node_id, True, [Why(ScalingReason.DRAIN_IN_PROGRESS, f"{(t - started) / 60:.1f} min")])
     if waiting:
         for node in drained:
             tick.add("hold", node.node_id, True, [f"drained; waiting for {waiting} more of its batch"])
@@ -116,10 +116,10 @@ def _fail_drain(tick: Tick, node: NodeView, why: str) -> None:
     memory.drain_failed_at[node.node_id] = tick.t
     if node.healthy:
         tick.uncordoned += 1
-    reasons = [f"scale-down failed: {why}", f"attempt {failures}/{tick.config.max_drain_attempts}"]
+    reasons: list[str | Why] = [f"scale-down failed: {why}", f"attempt {failures}/{tick.config.max_drain_attempts}"]
     if failures >= tick.config.max_drain_attempts:
         memory.blocked[node.node_id] = tick.t
-        reasons.append("blocked_drain: reported and skipped, not retried every tick")
+        reasons.append(Why(ScalingReason.BLOCKED_DRAIN, "reported and skipped, not retried every tick"))
     memory.note_uncordon(node.node_id, tick.t)
     tick.add("uncordon", node.node_id, True, reasons, drain_failures=failures)
 

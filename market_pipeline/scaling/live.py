@@ -31,6 +31,7 @@ from market_pipeline.action_batches import (
     result_for,
 )
 from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.guardrails.disruption_budget import DisruptionBudget
 from market_pipeline.guardrails.task_drain_plan import node_is_drained
 from market_pipeline.hardware.protocol import NodeAdapter, NodeInfo, NodeState, Outcome, OutcomeStatus, TaskInfo
 from market_pipeline.scaling.policy import plan_pool
@@ -105,12 +106,14 @@ def plan_fleet(config: MarketPipelineConfig, nodes: Sequence[NodeInfo], tasks: S
                demand_now: dict[str, tuple[float, float]], forecast_q90: dict[str, float],
                prices: dict[str, float], memories: dict[str, ScalerMemory], drain_failures: dict[str, int],
                now: datetime, capacity_targets: dict[str, float] | None = None,
-               price_ceilings: dict[str, float] | None = None) -> list[ScalingDecision]:
+               price_ceilings: dict[str, float] | None = None,
+               budget: DisruptionBudget | None = None) -> list[ScalingDecision]:
     """One tick of the scaling policy for every configured pool (memories updated in place).
 
     `prices` are the market tick's equilibrium prices and `capacity_targets` the capacity its
     shield certified there: the plan sizes each pool to at least that; `price_ceilings` the
-    most the next tick may publish (a shortfall above it is scaled, not priced)."""
+    most the next tick may publish (a shortfall above it is scaled, not priced); `budget` the
+    tick's one disruption budget, shared with the drain planner (`task_drain_service.tick_budget`)."""
     statuses = drain_statuses(nodes, tasks, drain_failures)
     grouped = tasks_by_node(tasks)
     nodes_of_pool: dict[str, list[NodeInfo]] = {}
@@ -130,7 +133,7 @@ def plan_fleet(config: MarketPipelineConfig, nodes: Sequence[NodeInfo], tasks: S
             state, forecast_q90.get(pool.pool_id, demand), prices.get(pool.pool_id, pool.base_price),
             [node_view(n, grouped.get(n.node_id, [])) for n in pool_nodes],
             {n.node_id: statuses[n.node_id] for n in pool_nodes},
-            scaling_config_from_config(config, pool.pool_id), now, memory=memories[pool.pool_id]))
+            scaling_config_from_config(config, pool.pool_id), now, memory=memories[pool.pool_id], budget=budget))
     return decisions
 
 

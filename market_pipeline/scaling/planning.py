@@ -1,5 +1,7 @@
 """One planning call's state (`Tick`): what `policy.plan_pool` knows about a pool this tick,
-and the decisions made so far. The gates (`drain_gates`, `warm_pool`) read and extend it."""
+and the decisions made so far. The gates (`drain_gates`, `warm_pool`) and the disruption
+methods (`disruption`) read and extend it; policy, gates and methods all import it from here,
+none from each other's callers (no import circle)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from market_pipeline.scaling.types import (
     ScalerMemory,
     ScalingConfig,
     ScalingDecision,
+    Why,
     decision_id,
 )
 
@@ -40,6 +43,7 @@ class Tick:
     decisions: list[ScalingDecision] = field(default_factory=list)
     uncordoned: int = 0
     drained: list[NodeView] = field(default_factory=list)  # cordoned, empty, batch complete
+    surplus: int = 0  # nodes in service above the target, when the tick does not scale up
 
     @property
     def in_service(self) -> int:
@@ -53,16 +57,17 @@ class Tick:
         return cert.admissible, cert.margin
 
     def add(
-        self, action: Action, node_id: str | None, allowed: bool, reasons: list[str],
+        self, action: Action, node_id: str | None, allowed: bool, reasons: list[str | Why],
         margin: float | None = None, count: int = 1, **extra: Any,
     ) -> ScalingDecision:
         seq = len(self.decisions)
         decision = ScalingDecision(
             decision_id=decision_id(self.pool_state.pool, self.now, action, node_id, seq),
             pool=self.pool_state.pool, action=action, node_id=node_id, allowed=allowed,
-            reasons=reasons, inputs={**self.base_inputs, **extra},
+            reasons=[str(r) for r in reasons], inputs={**self.base_inputs, **extra},
             certificate_margin=margin if margin is not None else self.target.shielded.certificate.margin,
             decided_at=self.now.isoformat(), count=count,
+            codes=tuple(r.code for r in reasons if isinstance(r, Why)),
         )
         self.decisions.append(decision)
         return decision

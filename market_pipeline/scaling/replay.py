@@ -42,6 +42,7 @@ from market_pipeline.scaling.types import (
     ScalerMemory,
     ScalingConfig,
     ScalingDecision,
+    ScalingReason,
 )
 
 
@@ -265,7 +266,7 @@ def execute_decisions(fleet: Fleet, decisions: list[ScalingDecision], minute: in
     """Carry out the allowed decisions; return whether any node changed state."""
     scaled_up = scaled_down = changed = False
     for d in decisions:
-        if "blocked_drain" in d.reasons and d.node_id is not None:
+        if ScalingReason.BLOCKED_DRAIN in d.codes and d.node_id is not None:
             metrics.blocked_drain_nodes.add(d.node_id)
         if not d.allowed or d.action == "hold":
             continue

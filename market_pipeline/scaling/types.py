@@ -181,6 +181,39 @@ class ScalingConfig:
         _require(self.min_scale_down_nodes >= 1, "min_scale_down_nodes", "must be >= 1")
 
 
+class ScalingReason(StrEnum):
+    """Why a scaling decision was held, blocked or taken: the typed code of a reason; the
+    stored reason text starts with the value (what operators and older rows read)."""
+
+    TRANSIENT = "transient"  # a shortfall the price absorbs while it lasts
+    ANTICIPATORY = "anticipatory"  # a shortfall only the headroom or the forecast asks for
+    BATCH_IN_PROGRESS = "batch_in_progress"
+    SCALE_UP_COOLDOWN = "scale_up_cooldown"
+    FAILED_SCALE_DOWN_COOLDOWN = "failed_scale_down_cooldown"
+    HYSTERESIS = "hysteresis"
+    FLAP_GUARD = "flap_guard"
+    DISRUPTION_BUDGET = "disruption_budget"
+    NO_SAVING = "no_saving"
+    NO_ROOM = "no_room"
+    DRAIN_IN_PROGRESS = "drain_in_progress"
+    BLOCKED_DRAIN = "blocked_drain"
+    UNHEALTHY = "unhealthy"
+    PREWARM = "prewarm"
+
+
+@dataclass(frozen=True)
+class Why:
+    """A typed reason: renders as `code (aside): detail`, the text stored with the decision."""
+
+    code: ScalingReason
+    detail: str = ""
+    aside: str = ""
+
+    def __str__(self) -> str:
+        head = f"{self.code.value} ({self.aside})" if self.aside else self.code.value
+        return f"{head}: {self.detail}" if self.detail else head
+
+
 @dataclass
 class ScalingDecision:
     decision_id: str
@@ -193,6 +226,7 @@ class ScalingDecision:
     certificate_margin: float | None
     decided_at: str
     count: int = 1
+    codes: tuple[ScalingReason, ...] = ()  # the typed codes among `reasons`, in order
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

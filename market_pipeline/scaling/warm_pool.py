@@ -19,7 +19,7 @@ import math
 from market_pipeline.guardrails.backlog import certify
 from market_pipeline.scaling.capacity import backlog_state, serving_capacity_gpus, warm_share
 from market_pipeline.scaling.planning import Tick
-from market_pipeline.scaling.types import NodeView
+from market_pipeline.scaling.types import NodeView, ScalingReason, Why
 
 
 def warm_target(tick: Tick, freeing: int = 0) -> int:
@@ -64,9 +64,9 @@ def stock_warm_pool(tick: Tick) -> None:
     )
     count = min(target - stock, physical_free)
     if count > 0:
-        tick.add("power_on", None, True, [
-            f"prewarm: warm pool {stock} < {target} node(s) (keeps a typical recent peak "
-            f"drainable at price_max with {tick.in_service} in service)",
+        tick.add("power_on", None, True, [Why(
+            ScalingReason.PREWARM, f"warm pool {stock} < {target} node(s) (keeps a typical recent peak "
+            f"drainable at price_max with {tick.in_service} in service)"),
         ], count=count, to="standby")
 
 

@@ -301,3 +301,15 @@ class CrashingStore:
 
 def node(node_id: str, pool: str = "p1", gpus: int = 8) -> NodeInfo:
     return NodeInfo(node_id, pool, "A100-80GB", "z1", gpus, NodeState.ON)
+
+
+def samples_for(util_by_task: dict[str, float], gpus_by_task=None, minutes=6) -> pl.DataFrame:
+    """Per-minute SM utilisation samples up to T0, one GPU per task."""
+    rows = []
+    for task_id, util in util_by_task.items():
+        for m in range(minutes + 1):
+            rows.append({"ts": T0 - timedelta(minutes=m), "sm_util_pct": util, "task_id": task_id,
+                         "node_id": "n1", "gpu_uuid": f"g-{task_id}"})
+    return pl.DataFrame(rows, schema={"ts": pl.Datetime("us", "UTC"), "sm_util_pct": pl.Float64,
+                                      "task_id": pl.Utf8, "node_id": pl.Utf8,
+                                      "gpu_uuid": pl.Utf8})

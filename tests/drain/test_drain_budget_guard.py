@@ -27,7 +27,7 @@ from market_pipeline.billing.guards import run_budget_guards
 from market_pipeline.config import load_config
 from market_pipeline.guardrails.task_drain_budget import BUDGET_DECISION_TTL, load_budget_blocks
 from market_pipeline.guardrails.task_drain_limits import DrainReason
-from market_pipeline.guardrails.task_drain_service import plan_and_record
+from market_pipeline.guardrails.task_drain_service import plan_and_record, tick_budget
 from market_pipeline.guardrails.task_drain_store import pending_drain_decisions
 from market_pipeline.hardware.protocol import ResourceClass
 from market_pipeline.warehouse import open_warehouse
@@ -110,6 +110,10 @@ def test_drain2_zero_balance_drains_only_that_tenant_after_grace(scenario):
     assert pending == {"broke-1", "broke-3"}  # what the drain sensor launches
     stored = warehouse.query("SELECT inputs FROM decisions WHERE kind = 'drain' AND target = 'broke-1'")
     assert json.loads(stored.item())["trigger"] == "budget"
+    # the next tick's one disruption budget (the scaler's too) sees those drains as disrupting
+    shared = tick_budget(warehouse, adapter, config, wall_now=later)
+    assert shared.pool(A100).disrupting == {"n1"} and shared.pool(H800).disrupting == {"n3"}
+    assert not shared.pool(A100).allows(DrainReason.SCALE_DOWN, "n2")
 
 
 def test_drain2_budget_blocks_respect_grace_ttl_and_shadow(scenario):

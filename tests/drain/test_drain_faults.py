@@ -33,6 +33,7 @@ from drain_testkit import (
     make_task,
     node,
 )
+from market_pipeline.guardrails.disruption_budget import BudgetRule
 from market_pipeline.guardrails.task_drain_executor import (
     DrainExecutor,
     DrainRequest,
@@ -40,7 +41,6 @@ from market_pipeline.guardrails.task_drain_executor import (
 )
 from market_pipeline.guardrails.task_drain_limits import (
     TENANT_CAP_WINDOW,
-    DisruptionBudget,
     DrainLedger,
     DrainLimits,
     LedgerEntry,
@@ -111,8 +111,8 @@ def build(seed: int) -> Scenario:
     adapter = FakeFleetAdapter(clock, tasks, nodes, rng=rng, faults=faults)
     store = CrashingStore(rng, crash_before=rng.choice([0.0, 0.05]),
                           crash_after=rng.choice([0.0, 0.05]))
-    budget = (DisruptionBudget(percent=rng.choice([0.0, 10.0, 34.0, 50.0, 100.0]))
-              if rng.random() < 0.7 else DisruptionBudget(nodes=rng.randint(0, 2)))
+    budget = (BudgetRule(percent=rng.choice([0.0, 10.0, 34.0, 50.0, 100.0]))
+              if rng.random() < 0.7 else BudgetRule(nodes=rng.randint(0, 2)))
     limits = DrainLimits(tenant_max_drains_per_day=rng.randint(1, 3), landing_cooldown_minutes=10,
                          budgets=(budget,), decision_ttl_seconds=3600)
     policy = SelectionPolicy(under_use_util_pct=20, under_use_minutes=5,

@@ -7,13 +7,12 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 import pytest
 
-from drain_testkit import T0, make_task, node
+from drain_testkit import T0, make_task, node, samples_for
 from market_pipeline.config import load_config
+from market_pipeline.guardrails.disruption_budget import BudgetRule, BudgetRuleError
 from market_pipeline.guardrails.task_drain_limits import (
-    DisruptionBudget,
     DrainLedger,
     DrainLimits,
-    DrainLimitsError,
     DrainReason,
     LedgerEntry,
 )
@@ -38,19 +37,8 @@ POLICY = SelectionPolicy(under_use_util_pct=20, under_use_minutes=5, pressure_ut
 
 def limits(cap=4, budget_pct=100.0, cooldown=15.0, extra=()):
     return DrainLimits(tenant_max_drains_per_day=cap, landing_cooldown_minutes=cooldown,
-                       budgets=(DisruptionBudget(percent=budget_pct), *extra),
+                       budgets=(BudgetRule(percent=budget_pct), *extra),
                        decision_ttl_seconds=900)
-
-
-def samples_for(util_by_task: dict[str, float], minutes=6) -> pl.DataFrame:
-    rows = []
-    for task_id, util in util_by_task.items():
-        for m in range(minutes + 1):
-            rows.append({"ts": T0 - timedelta(minutes=m), "sm_util_pct": util, "task_id": task_id,
-                         "node_id": "n1", "gpu_uuid": f"g-{task_id}"})
-    return pl.DataFrame(rows, schema={"ts": pl.Datetime("us", "UTC"), "sm_util_pct": pl.Float64,
-                                      "task_id": pl.Utf8, "node_id": pl.Utf8,
-                                      "gpu_uuid": pl.Utf8})
 
 
 def inputs(tasks, nodes=None, samples=None, ledger=None, **kw) -> PlanningInputs:
@@ -133,7 +121,7 @@ def test_drain_pool_budget_counts_nodes_and_rounds_percent_up():
 
 def test_drain_budget_by_reason_and_cron_window():
     monday_10 = datetime(2026, 3, 2, 10, 0, tzinfo=timezone.utc)  # a Monday
-    business = DisruptionBudget.parse({"nodes": "0", "reasons": ["under_used"],
+    business = BudgetRule.parse({"nodes": "0", "reasons": ["under_used"],
                                        "schedule": "0 9 * * 1-5", "duration_minutes": 480})
     assert business.active(monday_10)
     assert not business.active(monday_10 + timedelta(hours=8))
@@ -142,14 +130,14 @@ def test_drain_budget_by_reason_and_cron_window():
     assert lim.pool_allowance(DrainReason.UNDER_USED, 10, monday_10) == 0
     assert lim.pool_allowance(DrainReason.PRESSURE, 10, monday_10) == 10
     assert lim.pool_allowance(DrainReason.UNDER_USED, 10, monday_10 + timedelta(hours=9)) == 10
-    with pytest.raises(DrainLimitsError, match="cron"):
-        DisruptionBudget.parse({"nodes": "1", "schedule": "every day", "duration_minutes": 5})
-    with pytest.raises(DrainLimitsError, match="exactly one"):
-        DisruptionBudget()
-    with pytest.raises(DrainLimitsError, match="nodes"):
-        DisruptionBudget.parse({"nodes": "lots"})
-    with pytest.raises(DrainLimitsError, match="reasons"):
-        DisruptionBudget.parse({"nodes": "1", "reasons": ["boredom"]})
+    with pytest.raises(BudgetRuleError, match="cron"):
+        BudgetRule.parse({"nodes": "1", "schedule": "every day", "duration_minutes": 5})
+    with pytest.raises(BudgetRuleError, match="exactly one"):
+        BudgetRule()
+    with pytest.raises(BudgetRuleError, match="nodes"):
+        BudgetRule.parse({"nodes": "lots"})
+    with pytest.raises(BudgetRuleError, match="reasons"):
+        BudgetRule.parse({"nodes": "1", "reasons": ["boredom"]})
 
 
 def test_drain_pressure_frees_lowest_priority_first_until_under_threshold():
