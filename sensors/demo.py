@@ -24,7 +24,10 @@ from market_pipeline.report.loop_summary import wall_summary
 from market_pipeline.telemetry.partitions import PARTITION_FORMAT
 
 # The demo's schedules: billing runs as one backfill at the end instead of 24 hourly dbt builds.
-DEMO_SCHEDULES = ("telemetry_hourly", "metering_hourly", "control_loop_tick")
+DEMO_SCHEDULES = ("telemetry_hourly", "metering_hourly", "control_loop_tick", "demand_response_refit")
+# The demand-response refit every 6 simulated hours (live: demand_response.refit_hours, 1), so
+# the demo shows the fit and its experiments for a few seconds of a simulated day.
+DEMO_REFIT_HOURS = "6"
 # One control tick per simulated hour keeps a simulated day within minutes (live, the tick
 # follows loop.tick_minutes); set MP__LOOP__TICK_MINUTES to run the demo at another tick.
 DEMO_TICK_MINUTES = "60"
@@ -95,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     os.environ.setdefault("MP__LOOP__TICK_MINUTES", DEMO_TICK_MINUTES)
+    os.environ.setdefault("MP__DEMAND_RESPONSE__REFIT_HOURS", DEMO_REFIT_HOURS)
     home = os.environ.get("DAGSTER_HOME")
     if not home or not (Path(home) / "dagster.yaml").is_file():
         print("error: set DAGSTER_HOME to a folder holding dagster.yaml (make demo copies the "

@@ -126,7 +126,8 @@ SNAPSHOT_IDS = """
 import json
 from sensors.definitions import defs
 print(json.dumps({name: defs.resolve_job_def(name).get_job_snapshot_id() for name in
-                  ("telemetry_job", "metering_job", "control_loop_job", "drain_job", "scaling_actions_job")}))
+                  ("telemetry_job", "metering_job", "control_loop_job", "drain_job", "scaling_actions_job",
+                   "demand_response_job")}))
 """
 
 
