@@ -18,7 +18,7 @@ def _rated(warehouse) -> dict:
     return {**row, "invoice_usage": usage}
 
 
-def test_bill2_rate_card_changes_do_not_rerate_rated_hours(warehouse_copy):
+def test_rate_card_changes_do_not_rerate_rated_hours(warehouse_copy):
     before = _rated(warehouse_copy)
     assert before["c"] == before["parts"] == before["invoice_usage"] and before["n"] > 0
     with duckdb.connect(str(warehouse_copy.path)) as con:

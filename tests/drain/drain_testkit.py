@@ -303,7 +303,7 @@ def node(node_id: str, pool: str = "p1", gpus: int = 8) -> NodeInfo:
     return NodeInfo(node_id, pool, "A100-80GB", "z1", gpus, NodeState.ON)
 
 
-def samples_for(util_by_task: dict[str, float], gpus_by_task=None, minutes=6) -> pl.DataFrame:
+def samples_for(util_by_task: dict[str, float], minutes=6) -> pl.DataFrame:
     """Per-minute SM utilisation samples up to T0, one GPU per task."""
     rows = []
     for task_id, util in util_by_task.items():

@@ -82,7 +82,7 @@ def _budget(decisions):
     return {d.task.task_id: d for d in decisions if d.reason is DrainReason.BUDGET}
 
 
-def test_drain2_zero_balance_drains_only_that_tenant_after_grace(scenario):
+def test_zero_balance_drains_only_that_tenant_after_grace(scenario):
     config, warehouse, adapter, clock, tasks = scenario
     guard = run_budget_guards(warehouse, config, tasks, T0)
     verdicts = {v.tenant_id: v for v in guard.verdicts}
@@ -116,7 +116,7 @@ def test_drain2_zero_balance_drains_only_that_tenant_after_grace(scenario):
     assert not shared.pool(A100).allows(DrainReason.SCALE_DOWN, "n2")
 
 
-def test_drain2_budget_blocks_respect_grace_ttl_and_shadow(scenario):
+def test_budget_blocks_respect_grace_ttl_and_shadow(scenario):
     config, warehouse, adapter, clock, tasks = scenario
     run_budget_guards(warehouse, config, tasks, T0)
     grace = timedelta(seconds=config.billing.grace_seconds)

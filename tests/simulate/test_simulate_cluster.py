@@ -23,7 +23,7 @@ def _cluster(policy: str, model: str = "G2") -> PoolCluster:
 
 
 @pytest.mark.parametrize("seed,model", [(0, "G2"), (1, "V100M16"), (2, "G3")])  # NVLink domains 1, 4, 8
-def test_sim2_incremental_best_fit_matches_the_live_policy(seed, model):
+def test_incremental_best_fit_matches_the_live_policy(seed, model):
     rng = np.random.default_rng(seed)
     cluster = _cluster("best_fit", model)
     assert isinstance(cluster.fast, IncrementalBestFit)
@@ -48,7 +48,7 @@ def test_sim2_incremental_best_fit_matches_the_live_policy(seed, model):
     assert placed > 300 and refused > 10  # both paths exercised, including a full cluster
 
 
-def test_sim2_counters_follow_the_capacity_after_every_change():
+def test_counters_follow_the_capacity_after_every_change():
     cluster = _cluster("best_fit")
     req = PodRequest(1, 300, 1000, 1000)
     placements = [cluster.place(req) for _ in range(5)]
@@ -58,5 +58,5 @@ def test_sim2_counters_follow_the_capacity_after_every_change():
     np.testing.assert_array_equal(cluster.node_full, (cluster.cap.gpu_free == 1000).sum(axis=1))
 
 
-def test_sim2_other_policies_use_the_live_policy():
+def test_other_policies_use_the_live_policy():
     assert _cluster("round_robin").fast is None

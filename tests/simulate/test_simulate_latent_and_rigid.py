@@ -29,7 +29,7 @@ def _model(ratio: float):
     return calibrate(synthetic_pods(500, seed=3), nodes, pools, 40.0, economics), pools
 
 
-def test_sim3_latent_twins_buy_nothing_at_list_and_the_ratio_at_half_price():
+def test_latent_twins_buy_nothing_at_list_and_the_ratio_at_half_price():
     model, pools = _model(1.5)
     latent = model.latent_mask
     assert latent.sum() == model.elastic[~latent].sum() == 4  # one twin per elastic tenant
@@ -46,7 +46,7 @@ def test_sim3_latent_twins_buy_nothing_at_list_and_the_ratio_at_half_price():
     assert not none.latent_mask.any() and none.size == model.size - 4
 
 
-def test_sim3_static_run_is_unchanged_by_latent_demand():
+def test_static_run_is_unchanged_by_latent_demand():
     with_latent = inputs(days=0.5, economics=EconomicAssumptions(tenants_per_class=4, latent_elastic_ratio=1.0))
     without = inputs(days=0.5, economics=EconomicAssumptions(tenants_per_class=4, latent_elastic_ratio=0.0))
     a = StrategyRun(with_latent, make_strategy("static", with_latent)).run().metrics
@@ -56,7 +56,7 @@ def test_sim3_static_run_is_unchanged_by_latent_demand():
     assert a["latent_elastic_gpu_hours"] == 0.0
 
 
-def test_sim3_stackelberg_sells_latent_work_below_list_and_reports_it_apart():
+def test_stackelberg_sells_latent_work_below_list_and_reports_it_apart():
     run_inputs = inputs(days=1.0, ratio=0.4, economics=EconomicAssumptions(tenants_per_class=4))
     m = StrategyRun(run_inputs, make_strategy("stackelberg", run_inputs)).run().metrics
     assert m["latent_elastic_gpu_hours"] > 0
@@ -65,7 +65,7 @@ def test_sim3_stackelberg_sells_latent_work_below_list_and_reports_it_apart():
     assert m["latent_elastic_revenue"] / m["latent_elastic_gpu_hours"] < max(lists)  # bought below list
 
 
-def test_sim3_meter_splits_latent_billing_and_restarts_after_warmup():
+def test_meter_splits_latent_billing_and_restarts_after_warmup():
     meter = Meter(1, 4)
     meter.change(0, 0.0, ELASTIC, alloc=2.0, bill=2.0)
     meter.change(0, 0.0, ELASTIC, alloc=1.0, bill=1.0, latent=True)
@@ -83,7 +83,7 @@ def test_sim3_meter_splits_latent_billing_and_restarts_after_warmup():
     assert meter.prices.shape[0] == 3
 
 
-def test_sim3_warmup_is_run_but_not_measured():
+def test_warmup_is_run_but_not_measured():
     cold = inputs(days=0.5, economics=EconomicAssumptions(tenants_per_class=4))
     warm = inputs(days=0.5, economics=EconomicAssumptions(tenants_per_class=4))
     warm = dataclasses.replace(warm, settings=warm.settings.with_(warmup_days=0.25))
@@ -108,7 +108,7 @@ class _Halving:
         return PriceDecision(prices)
 
 
-def test_sim3_each_run_opens_from_its_own_prices_steady_state():
+def test_each_run_opens_from_its_own_prices_steady_state():
     run_inputs = inputs(days=0.5, economics=EconomicAssumptions(tenants_per_class=4))
     model, pools = run_inputs.model, run_inputs.pools
     lists = list_price_vector(pools)
@@ -127,7 +127,7 @@ def test_sim3_each_run_opens_from_its_own_prices_steady_state():
     assert not elastic[cheap.tenant][:np.argmax(elastic[cheap.tenant])].any()  # rigid jobs placed first
 
 
-def test_sim3_initial_cells_draw_independently_of_other_cells():
+def test_initial_cells_draw_independently_of_other_cells():
     run_inputs = inputs(days=0.5, economics=EconomicAssumptions(tenants_per_class=4))
     model = run_inputs.model
     demand = model.base_demand.copy()
@@ -156,7 +156,7 @@ def _add(run: StrategyRun, tenant: int, pool: int, pod: int, t: float, allow_dra
     return job
 
 
-def test_sim3_a_rigid_job_spills_to_another_model_and_pays_its_own_pools_price():
+def test_a_rigid_job_spills_to_another_model_and_pays_its_own_pools_price():
     run_inputs = inputs(days=0.5, fleet={"A10": (1, 1), "G2": (2, 8)}, strategies=("static",))
     run = StrategyRun(run_inputs, make_strategy("static", run_inputs))  # not run: empty fleet
     a10, g2 = (next(p.index for p in run_inputs.pools if p.model == m) for m in ("A10", "G2"))
@@ -174,7 +174,7 @@ def test_sim3_a_rigid_job_spills_to_another_model_and_pays_its_own_pools_price()
     assert run.meter.utilization[0, g2] == pytest.approx(1.0 / 16.0)  # ... though one runs on a G2
 
 
-def test_sim3_drains_hold_the_room_for_the_rigid_job():
+def test_drains_hold_the_room_for_the_rigid_job():
     economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)  # every node may fill
     run_inputs = inputs(days=0.5, fleet={"G2": (10, 8)}, strategies=("stackelberg",), economics=economics)
     run = StrategyRun(run_inputs, make_strategy("stackelberg", run_inputs))
@@ -194,7 +194,7 @@ def test_sim3_drains_hold_the_room_for_the_rigid_job():
     assert all(run.jobs.state[v] == QUEUED for v in drained)  # the fleet is full: they wait
 
 
-def test_sim3_elastic_work_leaves_the_last_whole_node_to_rigid_work():
+def test_elastic_work_leaves_the_last_whole_node_to_rigid_work():
     run_inputs = inputs(days=0.5, fleet={"G2": (10, 8)}, strategies=("static",))
     pool = run_inputs.pools[0]
     one = next(r for r in run_inputs.requests if r.num_gpu == 1 and r.gpu_milli == 1000)
@@ -213,7 +213,7 @@ def test_sim3_elastic_work_leaves_the_last_whole_node_to_rigid_work():
     assert PoolCluster(small.pools[0], small.nodes, "best_fit", small.typical, list(small.requests), 1).reserve == 0
 
 
-def test_sim3_rigid_price_index_holds_the_static_mix_fixed():
+def test_rigid_price_index_holds_the_static_mix_fixed():
     static = {"extra": {"rigid_gpu_hours_by_pool": [100.0, 100.0], "rigid_revenue_by_pool": [100.0, 200.0]}}
     stack = {"extra": {"rigid_gpu_hours_by_pool": [50.0, 150.0], "rigid_revenue_by_pool": [52.5, 315.0]}}
     assert rigid_price_index(stack, static) == pytest.approx(1.05)

@@ -37,7 +37,7 @@ def _alternating(patience_hours: float, high: float = 1.6):
     return strategy_run, strategy_run.run()
 
 
-def test_sim2_deferred_elastic_work_is_served_at_the_next_cheaper_tick():
+def test_deferred_elastic_work_is_served_at_the_next_cheaper_tick():
     run, result = _alternating(patience_hours=24.0)
     extra = result.extra
     assert extra["elastic_deferred_served"] > 50
@@ -52,13 +52,13 @@ def test_sim2_deferred_elastic_work_is_served_at_the_next_cheaper_tick():
     assert result.metrics["rigid_gpu_hours"] == pytest.approx(lost.metrics["rigid_gpu_hours"], rel=0.05)
 
 
-def test_sim2_static_price_never_serves_deferred_work():
+def test_static_price_never_serves_deferred_work():
     scenario = inputs(days=1.0, ratio=0.4, runtime_s=900.0)
     result = StrategyRun(scenario, make_strategy("static", scenario)).run()
     assert result.extra["elastic_deferred"] > 0 and result.extra["elastic_deferred_served"] == 0
 
 
-def test_sim2_deferred_work_expires_after_its_patience():
+def test_deferred_work_expires_after_its_patience():
     backlog = DeferredDemand(np.array([True, False]), patience_s=3600.0)
     one = np.array([0, 1])
     backlog.add(Candidates(np.array([10.0, 20.0]), one, np.zeros(2, dtype=np.int64), one, np.array([0.5, 0.5])))
@@ -70,7 +70,7 @@ def test_sim2_deferred_work_expires_after_its_patience():
 
 
 @pytest.mark.parametrize("strategy", ["utilization", "stackelberg"])
-def test_sim2_guaranteed_price_never_exceeds_the_cap(strategy):
+def test_guaranteed_price_never_exceeds_the_cap(strategy):
     # congested: demand at the list price is 1.3 x capacity, so both strategies want more
     scenario = inputs(days=1.0, ratio=1.3, runtime_s=1800.0,
                       economics=EconomicAssumptions(tenants_per_class=4, guaranteed_cap=1.05))
@@ -83,7 +83,7 @@ def test_sim2_guaranteed_price_never_exceeds_the_cap(strategy):
     assert result.metrics["rigid_cost_per_gpu_hour"] <= 1.05 * list_price.max() + 1e-9
 
 
-def test_sim2_solver_guaranteed_price_max_is_the_cap():
+def test_solver_guaranteed_price_max_is_the_cap():
     scenario = inputs(economics=EconomicAssumptions(tenants_per_class=2, guaranteed_cap=1.05))
     resources = resource_set(scenario.pools)
     list_price = list_price_vector(scenario.pools)
@@ -93,7 +93,7 @@ def test_sim2_solver_guaranteed_price_max_is_the_cap():
     np.testing.assert_allclose(util.high, 1.05 * list_price[0::2])
 
 
-def test_sim2_fixed_fleet_cost_is_charged_on_idle_capacity():
+def test_fixed_fleet_cost_is_charged_on_idle_capacity():
     full = inputs(days=0.5, ratio=0.3, economics=EconomicAssumptions(tenants_per_class=2, avoidable_cost_share=1.0))
     split = inputs(days=0.5, ratio=0.3, economics=EconomicAssumptions(tenants_per_class=2, avoidable_cost_share=0.1))
     a = StrategyRun(full, make_strategy("static", full)).run().metrics

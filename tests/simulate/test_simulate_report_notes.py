@@ -8,7 +8,7 @@ from market_pipeline.cli import main
 from test_simulate_cli import _write_traces
 
 
-def test_sim2_report_carries_model_notes_and_cpu_seconds(tmp_path, capsys):
+def test_report_carries_model_notes_and_cpu_seconds(tmp_path, capsys):
     pods, nodes, load = _write_traces(tmp_path)
     out = tmp_path / "r.json"
     html = tmp_path / "r.html"
