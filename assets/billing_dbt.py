@@ -65,8 +65,13 @@ class BillingDbtTranslator(DagsterDbtTranslator):
         """The model's own description (dbt/models/**.yml), not its raw SQL."""
         return model_description(dbt_resource_props)
 
-    def get_asset_check_spec(self, asset_spec: dg.AssetSpec, manifest: Mapping[str, Any], unique_id: str,
-                             project: DbtProject | None) -> dg.AssetCheckSpec | None:
+    def get_asset_check_spec(
+        self,
+        asset_spec: dg.AssetSpec,
+        manifest: Mapping[str, Any],
+        unique_id: str,
+        project: DbtProject | None,
+    ) -> dg.AssetCheckSpec | None:
         spec = super().get_asset_check_spec(asset_spec, manifest, unique_id, project)
         if spec is None:
             return None
@@ -78,20 +83,35 @@ class BillingDbtTranslator(DagsterDbtTranslator):
 def billing_dbt_models() -> dg.AssetsDefinition:
     """The dbt models of the billing marts, one asset each, their tests as asset checks."""
     project = billing_dbt_project()
-    translator = BillingDbtTranslator(settings=DagsterDbtTranslatorSettings(
-        enable_asset_checks=True, enable_duplicate_source_asset_keys=True))
+    translator = BillingDbtTranslator(
+        settings=DagsterDbtTranslatorSettings(
+            enable_asset_checks=True, enable_duplicate_source_asset_keys=True
+        )
+    )
 
-    @dbt_assets(manifest=project.manifest_path, project=project, partitions_def=HOURLY_PARTITIONS,
-                backfill_policy=SINGLE_RUN, pool="warehouse", dagster_dbt_translator=translator,
-                name="billing_dbt_models")
-    def models(context: dg.AssetExecutionContext, dbt: DbtCliResource,
-               warehouse: WarehouseResource, fleet: FleetAdapterResource) -> Iterator[Any]:
+    @dbt_assets(
+        manifest=project.manifest_path,
+        project=project,
+        partitions_def=HOURLY_PARTITIONS,
+        backfill_policy=SINGLE_RUN,
+        pool="warehouse",
+        dagster_dbt_translator=translator,
+        name="billing_dbt_models",
+    )
+    def models(
+        context: dg.AssetExecutionContext,
+        dbt: DbtCliResource,
+        warehouse: WarehouseResource,
+        fleet: FleetAdapterResource,
+    ) -> Iterator[Any]:
         """dbt build of the billing marts for the run's hours (window_table: the window's rows
         replaced at once), with the config's billing vars (idle-cost allocation)."""
         window = context.partition_time_window
         dbt_vars = billing_vars(fleet.config(), window.start, window.end)
         with environment_overrides({WAREHOUSE_ENV: str(Path(warehouse.path).resolve())}):
-            invocation = dbt.cli(["build", *UNIT_TESTS_EXCLUDED, "--vars", json.dumps(dbt_vars)], context=context)
+            invocation = dbt.cli(
+                ["build", *UNIT_TESTS_EXCLUDED, "--vars", json.dumps(dbt_vars)], context=context
+            )
         yield from with_row_counts(invocation.stream(), warehouse)
 
     return models
@@ -121,4 +141,6 @@ def _model_name(event: Any) -> str | None:
 def dbt_resource() -> DbtCliResource:
     """The dbt CLI next to this interpreter (a venv's bin/ need not be on PATH)."""
     beside = Path(sys.executable).parent / "dbt"
-    return DbtCliResource(project_dir=billing_dbt_project(), dbt_executable=str(beside) if beside.exists() else "dbt")
+    return DbtCliResource(
+        project_dir=billing_dbt_project(), dbt_executable=str(beside) if beside.exists() else "dbt"
+    )

@@ -30,7 +30,12 @@ from market_pipeline.decision_checks import Verdict
 from market_pipeline.decision_checks.drains import approved_drains, drain_limits_verdict, pool_nodes_on
 from market_pipeline.decision_checks.flapping import MAX_PER_DAY, flapping_verdict, node_actions
 from market_pipeline.decision_checks.margins import latest_plan, plan_margin_verdict, tick_margin_verdict
-from market_pipeline.decision_checks.prices import offending_prices, price_rules, promise_frame, published_with_previous
+from market_pipeline.decision_checks.prices import (
+    offending_prices,
+    price_rules,
+    promise_frame,
+    published_with_previous,
+)
 from market_pipeline.decision_checks.solve import latest_solve, solve_verdict
 from market_pipeline.guardrails.task_drain_limits import DrainLimits
 from market_pipeline.warehouse.readers import latest_tick, latest_tick_at
@@ -41,47 +46,73 @@ DEMAND_FORECAST = dg.AssetKey("demand_forecast")
 FORECAST_COVERAGE, FORECAST_FALLBACK = "forecast_coverage_80", "forecast_no_fallback"
 
 
-def verdict_result(verdict: Verdict, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
-                   check_name: str | None = None, **extra: object) -> dg.AssetCheckResult:
+def verdict_result(
+    verdict: Verdict,
+    severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+    check_name: str | None = None,
+    **extra: object,
+) -> dg.AssetCheckResult:
     """A verdict as the check result: its key numbers top-level, the offenders as a table."""
     metadata: dict[str, object] = {**verdict.numbers, **extra, "offenders": len(verdict.offenders)}
     if verdict.offenders:
         metadata["offending"] = table_metadata(verdict.offenders)
-    return dg.AssetCheckResult(passed=verdict.passed, severity=severity, description=verdict.description,
-                               metadata=metadata, check_name=check_name)
+    return dg.AssetCheckResult(
+        passed=verdict.passed,
+        severity=severity,
+        description=verdict.description,
+        metadata=metadata,
+        check_name=check_name,
+    )
 
 
 EQUILIBRIUM_SPECS = [
-    dg.AssetCheckSpec("equilibrium_solve_certified", asset=EQUILIBRIUM, blocking=True,
-                      description="The tick's equilibrium solve is certified: converged (or proved capacity "
-                                  "short at price_max) with its KKT residual within market.solver_tolerance; "
-                                  "a fallback solve fails."),
+    dg.AssetCheckSpec(
+        "equilibrium_solve_certified",
+        asset=EQUILIBRIUM,
+        blocking=True,
+        description="The tick's equilibrium solve is certified: converged (or proved capacity "
+        "short at price_max) with its KKT residual within market.solver_tolerance; "
+        "a fallback solve fails.",
+    ),
     # Not blocking: an uncertified pool needs the shielded price published and capacity
     # planned, which is what runs downstream; stopping them would leave it worse.
-    dg.AssetCheckSpec("equilibrium_margins", asset=EQUILIBRIUM,
-                      description="Backlog-certificate margins: each pool certifies at its serving capacity "
-                                  "(margin >= 0) or its capacity target asks for the capacity that would."),
+    dg.AssetCheckSpec(
+        "equilibrium_margins",
+        asset=EQUILIBRIUM,
+        description="Backlog-certificate margins: each pool certifies at its serving capacity "
+        "(margin >= 0) or its capacity target asks for the capacity that would.",
+    ),
 ]
 
 
 # One step per asset for its checks: each step costs the control tick about half a second.
 @dg.multi_asset_check(specs=EQUILIBRIUM_SPECS, name="equilibrium_prices_checks")
-def equilibrium_checks(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> Iterator[dg.AssetCheckResult]:
+def equilibrium_checks(
+    fleet: FleetAdapterResource, warehouse: WarehouseResource
+) -> Iterator[dg.AssetCheckResult]:
     store = warehouse.reader()
     solve = latest_solve(store)
     extra = {"status": str(solve["status"]), "solve_id": str(solve["solve_id"])} if solve else {}
-    yield verdict_result(solve_verdict(solve, fleet.config().market.solver_tolerance),
-                         check_name="equilibrium_solve_certified", **extra)
+    yield verdict_result(
+        solve_verdict(solve, fleet.config().market.solver_tolerance),
+        check_name="equilibrium_solve_certified",
+        **extra,
+    )
     tick_at = latest_tick_at(store)
     tick = latest_tick(store, tick_at) if tick_at is not None else pl.DataFrame()
-    yield verdict_result(tick_margin_verdict(tick) if tick.height else Verdict(False, "no market tick stored"),
-                         check_name="equilibrium_margins")
+    yield verdict_result(
+        tick_margin_verdict(tick) if tick.height else Verdict(False, "no market tick stored"),
+        check_name="equilibrium_margins",
+    )
 
 
-@dg.asset_check(asset=PRICE_BOOK, blocking=True,
-                description="great-expectations rules on the latest published prices: within "
-                            "price_min..price_max, the guaranteed cap against list, the drainable band "
-                            "and the max step from the price in force.")
+@dg.asset_check(
+    asset=PRICE_BOOK,
+    blocking=True,
+    description="great-expectations rules on the latest published prices: within "
+    "price_min..price_max, the guaranteed cap against list, the drainable band "
+    "and the max step from the price in force.",
+)
 def price_book_promises(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
     published = published_with_previous(warehouse.reader())
     if published.is_empty():
@@ -90,20 +121,34 @@ def price_book_promises(fleet: FleetAdapterResource, warehouse: WarehouseResourc
     report = price_rules(frame)
     broken = offending_prices(frame)
     failed = ", ".join(f"{r.expectation}({r.column})" for r in report.failed)
-    verdict = Verdict(report.passed, f"{len(report.rules)} rules on {report.rows} published prices"
-                      + (f"; failed: {failed}" if failed else ""), broken.to_dicts(),
-                      {"prices": report.rows, "rules_failed": len(report.failed)})
-    return verdict_result(verdict, rules=dg.MetadataValue.md(report.markdown()),
-                          effective_from=str(published["effective_from"][0]))
+    verdict = Verdict(
+        report.passed,
+        f"{len(report.rules)} rules on {report.rows} published prices"
+        + (f"; failed: {failed}" if failed else ""),
+        broken.to_dicts(),
+        {"prices": report.rows, "rules_failed": len(report.failed)},
+    )
+    return verdict_result(
+        verdict,
+        rules=dg.MetadataValue.md(report.markdown()),
+        effective_from=str(published["effective_from"][0]),
+    )
 
 
 SCALING_SPECS = [
-    dg.AssetCheckSpec("scaling_plan_margins", asset=SCALING_PLAN, blocking=True,
-                      description="Certificate margins >= 0: every pool's capacity target certifies (below "
-                                  "max_nodes) and no approved cordon or scale-down takes capacity it needs."),
-    dg.AssetCheckSpec("scaling_plan_no_flapping", asset=SCALING_PLAN,
-                      description=f"No flapping: no node cordoned or uncordoned more than {MAX_PER_DAY} times "
-                                  "in the last 24 h of approved live scaling decisions."),
+    dg.AssetCheckSpec(
+        "scaling_plan_margins",
+        asset=SCALING_PLAN,
+        blocking=True,
+        description="Certificate margins >= 0: every pool's capacity target certifies (below "
+        "max_nodes) and no approved cordon or scale-down takes capacity it needs.",
+    ),
+    dg.AssetCheckSpec(
+        "scaling_plan_no_flapping",
+        asset=SCALING_PLAN,
+        description=f"No flapping: no node cordoned or uncordoned more than {MAX_PER_DAY} times "
+        "in the last 24 h of approved live scaling decisions.",
+    ),
 ]
 
 
@@ -114,12 +159,16 @@ def scaling_checks(warehouse: WarehouseResource) -> Iterator[dg.AssetCheckResult
     yield verdict_result(flapping_verdict(node_actions(store)), check_name="scaling_plan_no_flapping")
 
 
-@dg.asset_check(asset=DRAIN_REQUESTS, blocking=True,
-                description="Approved drains within their limits: per tenant at most "
-                            "guardrails.task_drain.tenant_max_drains_per_day in 24 h, per pool the open "
-                            "drains within the disruption budget.")
-def drain_requests_within_limits(fleet: FleetAdapterResource,
-                                 warehouse: WarehouseResource) -> dg.AssetCheckResult:
+@dg.asset_check(
+    asset=DRAIN_REQUESTS,
+    blocking=True,
+    description="Approved drains within their limits: per tenant at most "
+    "guardrails.task_drain.tenant_max_drains_per_day in 24 h, per pool the open "
+    "drains within the disruption budget.",
+)
+def drain_requests_within_limits(
+    fleet: FleetAdapterResource, warehouse: WarehouseResource
+) -> dg.AssetCheckResult:
     store = warehouse.reader()
     drains, now = approved_drains(store)
     limits = DrainLimits.from_config(fleet.config())
@@ -127,11 +176,16 @@ def drain_requests_within_limits(fleet: FleetAdapterResource,
 
 
 FORECAST_CHECK_SPECS = [
-    dg.AssetCheckSpec(FORECAST_COVERAGE, asset=DEMAND_FORECAST,
-                      description="Rolling 80% interval coverage (mean over pools, at 1 h and 4 h) within "
-                                  "0.7-0.9."),
-    dg.AssetCheckSpec(FORECAST_FALLBACK, asset=DEMAND_FORECAST,
-                      description="Warns when a pool's persistence forecast was chosen by fallback (no fit)."),
+    dg.AssetCheckSpec(
+        FORECAST_COVERAGE,
+        asset=DEMAND_FORECAST,
+        description="Rolling 80% interval coverage (mean over pools, at 1 h and 4 h) within 0.7-0.9.",
+    ),
+    dg.AssetCheckSpec(
+        FORECAST_FALLBACK,
+        asset=DEMAND_FORECAST,
+        description="Warns when a pool's persistence forecast was chosen by fallback (no fit).",
+    ),
 ]
 
 
@@ -142,15 +196,24 @@ def forecast_check_results(results: Sequence[fc.PoolResult]) -> list[dg.AssetChe
     pooled = fc.operator_metadata(results)
     numbers = {k: v for k, v in pooled.items() if k.startswith("rolling_coverage")}
     return [
-        dg.AssetCheckResult(check_name=FORECAST_COVERAGE, passed=check.passed, description=check.reason,
-                            severity=dg.AssetCheckSeverity.ERROR,
-                            metadata={**numbers, "pools_outside_band": dg.MetadataValue.json(
-                                [w for w in check.warnings if "coverage" in w])}),
-        dg.AssetCheckResult(check_name=FORECAST_FALLBACK, passed=not fallbacks,
-                            severity=dg.AssetCheckSeverity.WARN,
-                            description="; ".join(fallbacks) or f"{len(results)} pool(s) forecast by a fitted "
-                                                                "or validated model",
-                            metadata={"fallback_pools": len(fallbacks)}),
+        dg.AssetCheckResult(
+            check_name=FORECAST_COVERAGE,
+            passed=check.passed,
+            description=check.reason,
+            severity=dg.AssetCheckSeverity.ERROR,
+            metadata={
+                **numbers,
+                "pools_outside_band": dg.MetadataValue.json([w for w in check.warnings if "coverage" in w]),
+            },
+        ),
+        dg.AssetCheckResult(
+            check_name=FORECAST_FALLBACK,
+            passed=not fallbacks,
+            severity=dg.AssetCheckSeverity.WARN,
+            description="; ".join(fallbacks)
+            or f"{len(results)} pool(s) forecast by a fitted or validated model",
+            metadata={"fallback_pools": len(fallbacks)},
+        ),
     ]
 
 

@@ -17,10 +17,15 @@ from market_pipeline.warehouse import readers, writers
 
 
 # Its own group: the control_loop_job (groups fleet, market, ...) does not refit every tick.
-@dg.asset(group_name="demand_response", pool="warehouse", deps=[dg.AssetKey("price_book")],
-          kinds={"duckdb", "numpy"})
-def demand_response(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
-                    warehouse: WarehouseResource) -> dg.MaterializeResult:
+@dg.asset(
+    group_name="demand_response",
+    pool="warehouse",
+    deps=[dg.AssetKey("price_book")],
+    kinds={"duckdb", "numpy"},
+)
+def demand_response(
+    context: dg.AssetExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     """Per pool and class: the price elasticity of demand fitted on the loop's own prices (a
     fixed-effects log-log fit controlling for the hour of day and the calendar day, the claims
     as the prior) with its 80% interval, and whether its bounded price experiment still runs
@@ -33,12 +38,24 @@ def demand_response(context: dg.AssetExecutionContext, fleet: FleetAdapterResour
     experiments = readers.experiments_of_fit(store, now, RUNNING, config.loop.tick_minutes)
     history = readers.elasticity_history(store, now - timedelta(days=config.demand_response.history_days))
     running = rows.filter(pl.col("experiment") == RUNNING).height
-    context.log.info("demand response refit at %s: %d pool x class, %d experiments running", now, rows.height, running)
+    context.log.info(
+        "demand response refit at %s: %d pool x class, %d experiments running", now, rows.height, running
+    )
     metadata: dict[str, object] = {
         ROW_COUNT: rows.height,
-        "elasticity": table_metadata(rows.select(
-            "pool_id", "resource_class", "elasticity", "elasticity_low", "elasticity_high", "observations",
-            "method", "experiment", "reason")),
+        "elasticity": table_metadata(
+            rows.select(
+                "pool_id",
+                "resource_class",
+                "elasticity",
+                "elasticity_low",
+                "elasticity_high",
+                "observations",
+                "method",
+                "experiment",
+                "reason",
+            )
+        ),
         "experiments_running": running,
         "experiments": table_metadata(experiments.with_columns(pl.col("since").cast(pl.Utf8))),
         "experiments_cost": dg.MetadataValue.float(float(experiments["estimated_cost"].sum() or 0.0)),

@@ -20,8 +20,12 @@ from market_pipeline.guardrails.task_drain_store import recent_drain_outcomes
 
 
 # telemetry_samples: the planner reads the recent clean samples (telemetry_clean) it writes
-@dg.asset(group_name="drain", pool="warehouse", kinds={"duckdb"},
-          deps=[dg.AssetKey("scaling_plan"), dg.AssetKey("telemetry_samples")])
+@dg.asset(
+    group_name="drain",
+    pool="warehouse",
+    kinds={"duckdb"},
+    deps=[dg.AssetKey("scaling_plan"), dg.AssetKey("telemetry_samples")],
+)
 def drain_requests(
     context: dg.AssetExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
@@ -32,27 +36,35 @@ def drain_requests(
     adapter = fleet.get()
     # Nodes the scaler cordoned for removal get their tasks drained (reason scale_down).
     cordoned = [n.node_id for n in adapter.list_nodes() if n.cordoned]
-    decisions, written, source = plan_and_record(store, adapter, config, wall_now=now,
-                                                 scale_down_nodes=cordoned)
+    decisions, written, source = plan_and_record(
+        store, adapter, config, wall_now=now, scale_down_nodes=cordoned
+    )
     approved = [d for d in decisions if d.allowed]
     by_trigger: dict[str, int] = {}
     for d in decisions:
         by_trigger[d.reason.value] = by_trigger.get(d.reason.value, 0) + 1
     recent = outcome_summary(recent_drain_outcomes(store, now - timedelta(hours=24)))
-    context.log.info("drain decisions: %d (%d approved, %d new rows), samples from %s",
-                     len(decisions), len(approved), written, source)
-    return dg.MaterializeResult(metadata={
-        ROW_COUNT: written,
-        "decisions": len(decisions),
-        "approved": len(approved),
-        "blocked": len(decisions) - len(approved),
-        "new_rows": written,
-        "shadow": bool(config.loop.shadow_mode),
-        "samples_from": source,
-        "by_trigger": dg.MetadataValue.json(by_trigger),
-        "decision_table": table_metadata(decision_rows(decisions)),
-        "outcomes_24h": dg.MetadataValue.json(recent),
-    })
+    context.log.info(
+        "drain decisions: %d (%d approved, %d new rows), samples from %s",
+        len(decisions),
+        len(approved),
+        written,
+        source,
+    )
+    return dg.MaterializeResult(
+        metadata={
+            ROW_COUNT: written,
+            "decisions": len(decisions),
+            "approved": len(approved),
+            "blocked": len(decisions) - len(approved),
+            "new_rows": written,
+            "shadow": bool(config.loop.shadow_mode),
+            "samples_from": source,
+            "by_trigger": dg.MetadataValue.json(by_trigger),
+            "decision_table": table_metadata(decision_rows(decisions)),
+            "outcomes_24h": dg.MetadataValue.json(recent),
+        }
+    )
 
 
 drain_assets = [drain_requests]

@@ -11,8 +11,8 @@ from assets.decision_checks import FORECAST_CHECK_SPECS, forecast_check_results
 from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline import forecast as fc
-from market_pipeline.fleet.demand import demand_on_grid
 from market_pipeline.demand_response.live import run_experiments, tick_response
+from market_pipeline.fleet.demand import demand_on_grid
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.report.plots import lines_png, png_markdown
 from market_pipeline.tick import Promises, run_market_tick
@@ -38,8 +38,12 @@ BASE_PRICES_FROM = datetime(2024, 1, 1, tzinfo=timezone.utc)
 FLEET_INVENTORY = dg.AssetKey("fleet_inventory")
 
 
-@dg.asset(group_name="market", pool="warehouse", deps=[FLEET_INVENTORY, dg.AssetKey("usage_intervals")],
-          kinds={"duckdb", "polars"})
+@dg.asset(
+    group_name="market",
+    pool="warehouse",
+    deps=[FLEET_INVENTORY, dg.AssetKey("usage_intervals")],
+    kinds={"duckdb", "polars"},
+)
 def demand_history(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
     """Requested GPUs (running + pending) per pool on a 5-minute grid over the last days,
     with the guaranteed price in force at each step."""
@@ -48,23 +52,38 @@ def demand_history(fleet: FleetAdapterResource, warehouse: WarehouseResource) ->
     start = end - timedelta(days=HISTORY_DAYS)
     store = warehouse.get()
     usage = readers.usage_overlapping(store, start, end)
-    history = demand_on_grid([p.pool_id for p in config.pools], usage, readers.pending_snapshots_before(store, end),
-                             readers.guaranteed_prices_before(store, end), start, end, GRID_MINUTES)
+    history = demand_on_grid(
+        [p.pool_id for p in config.pools],
+        usage,
+        readers.pending_snapshots_before(store, end),
+        readers.guaranteed_prices_before(store, end),
+        start,
+        end,
+        GRID_MINUTES,
+    )
     writers.write_demand_history(store, start, end, history)
     latest = history.filter(pl.col("ts") == history["ts"].max())
-    return dg.MaterializeResult(metadata={
-        "window": dg.MetadataValue.text(f"{start.isoformat()} .. {end.isoformat()}"),
-        ROW_COUNT: history.height,
-        "usage_intervals_read": usage.height,
-        "demand_gpus_now": dg.MetadataValue.float(round(float(latest["demand"].sum() or 0.0), 3)),
-        "latest_demand": table_metadata(latest),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "window": dg.MetadataValue.text(f"{start.isoformat()} .. {end.isoformat()}"),
+            ROW_COUNT: history.height,
+            "usage_intervals_read": usage.height,
+            "demand_gpus_now": dg.MetadataValue.float(round(float(latest["demand"].sum() or 0.0), 3)),
+            "latest_demand": table_metadata(latest),
+        }
+    )
 
 
-@dg.asset(group_name="market", pool="warehouse", deps=[demand_history], kinds={"sklearn", "duckdb"},
-          check_specs=FORECAST_CHECK_SPECS)
-def demand_forecast(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
-                    warehouse: WarehouseResource) -> dg.MaterializeResult:
+@dg.asset(
+    group_name="market",
+    pool="warehouse",
+    deps=[demand_history],
+    kinds={"sklearn", "duckdb"},
+    check_specs=FORECAST_CHECK_SPECS,
+)
+def demand_forecast(
+    context: dg.AssetExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     """Per pool: the chosen forecaster (never worse than persistence on validation), q10/q50/q90
     for the next hour in 5-minute steps and a coarse 24 h curve; model and version recorded."""
     store = warehouse.get()
@@ -93,10 +112,12 @@ def demand_forecast(context: dg.AssetExecutionContext, fleet: FleetAdapterResour
     return dg.MaterializeResult(metadata=metadata, check_results=forecast_check_results(results))
 
 
-@dg.asset(group_name="market", pool="warehouse", deps=[demand_forecast, FLEET_INVENTORY],
-          kinds={"torch", "duckdb"})
-def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
-                       warehouse: WarehouseResource) -> dg.MaterializeResult:
+@dg.asset(
+    group_name="market", pool="warehouse", deps=[demand_forecast, FLEET_INVENTORY], kinds={"torch", "duckdb"}
+)
+def equilibrium_prices(
+    context: dg.AssetExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     """One market tick (`market_pipeline.tick`): the Stackelberg equilibrium for the next
     interval, warm-started from the prices in force and within the promises (max step, the
     guaranteed cap, the drainable band), then the backlog shield at the capacity serving the
@@ -106,18 +127,30 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
     store = warehouse.get()
     serving = readers.capacity_by_pool(store)
     in_force = prices_in_force(config, store)
-    inputs = build_market_problem(config, serving, readers.expected_demand_by_pool(store, now, FORECAST_HORIZON_MIN),
-                                  readers.typical_demand_by_pool(store, now))
+    inputs = build_market_problem(
+        config,
+        serving,
+        readers.expected_demand_by_pool(store, now, FORECAST_HORIZON_MIN),
+        readers.typical_demand_by_pool(store, now),
+    )
     market = config.market
     resolve_due = market.global_resolve_minutes > 0 and (
-        (now.hour * 60 + now.minute) % market.global_resolve_minutes < config.loop.tick_minutes)
+        (now.hour * 60 + now.minute) % market.global_resolve_minutes < config.loop.tick_minutes
+    )
     response, running = tick_response(config, store, now)  # the demand-response fit, its experiments
     pools = pool_tick_inputs(config, store, now, in_force, serving)
-    tick = run_market_tick(pools, inputs.problem, Promises.from_config(config), solver_settings(config),
-                           global_resolve=resolve_due, switch_threshold=market.global_switch_threshold,
-                           response=response)
-    tick, experiments = run_experiments(config, tick, pools, inputs.problem, response, running, now,
-                                        config.loop.shadow_mode)
+    tick = run_market_tick(
+        pools,
+        inputs.problem,
+        Promises.from_config(config),
+        solver_settings(config),
+        global_resolve=resolve_due,
+        switch_threshold=market.global_switch_threshold,
+        response=response,
+    )
+    tick, experiments = run_experiments(
+        config, tick, pools, inputs.problem, response, running, now, config.loop.shadow_mode
+    )
     record = solve_record(tick.report, now, shadow=config.loop.shadow_mode)
     solve_id = record["solve_id"][0]
     rows = tick_rows(tick, now, solve_id, config.loop.shadow_mode)
@@ -126,32 +159,50 @@ def equilibrium_prices(context: dg.AssetExecutionContext, fleet: FleetAdapterRes
     shielded = [r.pool_id for r in tick.pools if r.shielded]
     context.log.info("tick %s: solve %s, %d pools shielded", solve_id, tick.status, len(shielded))
     # only a fallback solve has a reason: no entry reading "None" on a converged one
-    fallback = {"fallback_reason": dg.MetadataValue.text(str(body["fallback_reason"]))} \
-        if body.get("fallback_reason") else {}
-    return dg.MaterializeResult(metadata={
-        "solve_id": solve_id,
-        "converged": tick.converged,
-        "status": tick.status,
-        "profit_per_hour": dg.MetadataValue.float(float(body["profit"] or 0.0)),
-        "kkt_residual": dg.MetadataValue.float(float(body["kkt_residual"] or 0.0)),
-        "iterations": int(body["iterations"]),
-        "seconds": dg.MetadataValue.float(float(body["seconds"])),
-        "pools_shielded": len(shielded),
-        "pools_uncertified": sum(1 for r in tick.pools if not r.certified),
-        "shielded_pools": dg.MetadataValue.json(shielded),
-        "uncertified_pools": dg.MetadataValue.json([r.pool_id for r in tick.pools if not r.certified]),
-        "global_resolve": resolve_due,
-        "demand_response_fitted": len(response),
-        "price_experiments": experiments.height,
-        "shadow_mode": config.loop.shadow_mode,
-        **fallback,
-        ROW_COUNT: rows.height,
-        "tick": table_metadata(rows.select(
-            "pool_id", "list_price", "solver_guaranteed", "guaranteed", "solver_drainable", "drainable",
-            "guaranteed_reason", "margin", "serving_gpus", "capacity_target_gpus",
-            pl.Series("valuation_factor", [round(inputs.demand_scale_by_pool.get(p, 1.0), 3)
-                                           for p in rows["pool_id"]]))),
-    })
+    fallback = (
+        {"fallback_reason": dg.MetadataValue.text(str(body["fallback_reason"]))}
+        if body.get("fallback_reason")
+        else {}
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "solve_id": solve_id,
+            "converged": tick.converged,
+            "status": tick.status,
+            "profit_per_hour": dg.MetadataValue.float(float(body["profit"] or 0.0)),
+            "kkt_residual": dg.MetadataValue.float(float(body["kkt_residual"] or 0.0)),
+            "iterations": int(body["iterations"]),
+            "seconds": dg.MetadataValue.float(float(body["seconds"])),
+            "pools_shielded": len(shielded),
+            "pools_uncertified": sum(1 for r in tick.pools if not r.certified),
+            "shielded_pools": dg.MetadataValue.json(shielded),
+            "uncertified_pools": dg.MetadataValue.json([r.pool_id for r in tick.pools if not r.certified]),
+            "global_resolve": resolve_due,
+            "demand_response_fitted": len(response),
+            "price_experiments": experiments.height,
+            "shadow_mode": config.loop.shadow_mode,
+            **fallback,
+            ROW_COUNT: rows.height,
+            "tick": table_metadata(
+                rows.select(
+                    "pool_id",
+                    "list_price",
+                    "solver_guaranteed",
+                    "guaranteed",
+                    "solver_drainable",
+                    "drainable",
+                    "guaranteed_reason",
+                    "margin",
+                    "serving_gpus",
+                    "capacity_target_gpus",
+                    pl.Series(
+                        "valuation_factor",
+                        [round(inputs.demand_scale_by_pool.get(p, 1.0), 3) for p in rows["pool_id"]],
+                    ),
+                )
+            ),
+        }
+    )
 
 
 @dg.asset(group_name="market", pool="warehouse", deps=[equilibrium_prices], kinds={"duckdb"})
@@ -174,13 +225,23 @@ def price_book(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.
         else:
             published += writers.publish_prices(store, rows)
     history = readers.price_history(store, now - timedelta(days=HISTORY_DAYS))
-    metadata: dict[str, object] = {"published_rows": published, "shadow_mode": config.loop.shadow_mode,
-                                   ROW_COUNT: published}
+    metadata: dict[str, object] = {
+        "published_rows": published,
+        "shadow_mode": config.loop.shadow_mode,
+        ROW_COUNT: published,
+    }
     if rows is not None and rows.height:
-        metadata["prices"] = table_metadata(rows.select(
-            "pool_id", "resource_class", pl.col("price_per_gpu_hour").cast(pl.Float64),
-            pl.col("list_price_per_gpu_hour").cast(pl.Float64), pl.col("solver_price_per_gpu_hour").cast(pl.Float64),
-            "source", "intervention_reason"))
+        metadata["prices"] = table_metadata(
+            rows.select(
+                "pool_id",
+                "resource_class",
+                pl.col("price_per_gpu_hour").cast(pl.Float64),
+                pl.col("list_price_per_gpu_hour").cast(pl.Float64),
+                pl.col("solver_price_per_gpu_hour").cast(pl.Float64),
+                "source",
+                "intervention_reason",
+            )
+        )
     png = lines_png(history, "effective_from", "price", "resource", "Price history", "per GPU-hour")
     if png is not None:
         metadata["price_history"] = dg.MetadataValue.md(png_markdown(png, "price history"))

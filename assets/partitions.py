@@ -11,7 +11,9 @@ import dagster as dg
 from market_pipeline.fleet.history import configured_history_start
 from market_pipeline.telemetry.partitions import PARTITION_FORMAT
 
-HOURLY_PARTITIONS = dg.HourlyPartitionsDefinition(start_date=configured_history_start().strftime(PARTITION_FORMAT))
+HOURLY_PARTITIONS = dg.HourlyPartitionsDefinition(
+    start_date=configured_history_start().strftime(PARTITION_FORMAT)
+)
 # Backfills of the billing assets run as one run per range: metering loops over the hours,
 # dbt rebuilds the whole range's window at once.
 SINGLE_RUN = dg.BackfillPolicy.single_run()

@@ -29,7 +29,9 @@ class SimulationReportConfig(dg.Config):
 
 
 @dg.asset(group_name="simulation", kinds={"python"})
-def simulation_report(context: dg.AssetExecutionContext, config: SimulationReportConfig) -> dg.MaterializeResult:
+def simulation_report(
+    context: dg.AssetExecutionContext, config: SimulationReportConfig
+) -> dg.MaterializeResult:
     """Strategy comparison (static, utilisation-based, Stackelberg + guardrails) and placement
     policies at saturation, from the latest published report or a small fresh simulation."""
     from market_pipeline.simulate.report_html import summary_png  # matplotlib: load when materialising
@@ -46,20 +48,26 @@ def simulation_report(context: dg.AssetExecutionContext, config: SimulationRepor
         source = "small simulation (configured pools, built-in workload)"
     image = base64.b64encode(summary_png(report)).decode()
     strategies = report.get("strategies", {})
-    return dg.MaterializeResult(metadata={
-        "source": dg.MetadataValue.text(source),
-        "generated_at": dg.MetadataValue.text(str(report.get("generated_at"))),
-        "strategies": dg.MetadataValue.md(strategy_table_markdown(report)),
-        "targets": dg.MetadataValue.md(targets_table_markdown(report)),
-        "placement": dg.MetadataValue.md(placement_table_markdown(report) if report.get("placement") else "not run"),
-        "summary_plot": dg.MetadataValue.md(f"![summary](data:image/png;base64,{image})"),
-        # what the comparison rests on (latent demand, sunk idle cost, caps...): the figures
-        # above are only as good as these
-        "assumptions": dg.MetadataValue.md("\n".join(f"- {note}" for note in report.get("model_notes", []))
-                                           or "not stated in this report"),
-        "strategy_count": len(strategies),
-        "simulated_days": float(report.get("settings", {}).get("days", 0.0)),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            "source": dg.MetadataValue.text(source),
+            "generated_at": dg.MetadataValue.text(str(report.get("generated_at"))),
+            "strategies": dg.MetadataValue.md(strategy_table_markdown(report)),
+            "targets": dg.MetadataValue.md(targets_table_markdown(report)),
+            "placement": dg.MetadataValue.md(
+                placement_table_markdown(report) if report.get("placement") else "not run"
+            ),
+            "summary_plot": dg.MetadataValue.md(f"![summary](data:image/png;base64,{image})"),
+            # what the comparison rests on (latent demand, sunk idle cost, caps...): the figures
+            # above are only as good as these
+            "assumptions": dg.MetadataValue.md(
+                "\n".join(f"- {note}" for note in report.get("model_notes", []))
+                or "not stated in this report"
+            ),
+            "strategy_count": len(strategies),
+            "simulated_days": float(report.get("settings", {}).get("days", 0.0)),
+        }
+    )
 
 
 simulation_assets = [simulation_report]

@@ -11,6 +11,7 @@ from assets.metadata import ROW_COUNT, table_metadata
 from assets.partitions import HOURLY_PARTITIONS
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.hardware.protocol import adapter_now
+from market_pipeline.report.plots import png_markdown
 from market_pipeline.telemetry.checks import (
     accounting,
     clean_partition,
@@ -19,7 +20,6 @@ from market_pipeline.telemetry.checks import (
     quarantine_rate_verdict,
     quarantine_stats,
 )
-from market_pipeline.report.plots import png_markdown
 from market_pipeline.telemetry.heatmap import utilisation_heatmap_png
 from market_pipeline.telemetry.ingest import ingest_samples, known_gpu_uuids
 from market_pipeline.telemetry.partitions import partition_window
@@ -27,16 +27,23 @@ from market_pipeline.telemetry.rules import ValidationPolicy
 
 # Partitioned asset checks are a Dagster preview feature; they are what lets each check judge
 # exactly the partition that was materialised, so the preview warning is expected here.
-warnings.filterwarnings("ignore", message="Specifying a partitions_def on an AssetCheckSpec",
-                        category=dg.PreviewWarning)
+warnings.filterwarnings(
+    "ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning
+)
 
 ADAPTER_SOURCE = "adapter"  # the asset owns what the adapter delivered into a partition
 
 
-@dg.asset(partitions_def=HOURLY_PARTITIONS, pool="warehouse", group_name="telemetry",
-          deps=[dg.AssetKey("fleet_adapter")], kinds={"duckdb", "polars"})
-def telemetry_samples(context: dg.AssetExecutionContext, fleet: FleetAdapterResource,
-                      warehouse: WarehouseResource) -> dg.MaterializeResult:
+@dg.asset(
+    partitions_def=HOURLY_PARTITIONS,
+    pool="warehouse",
+    group_name="telemetry",
+    deps=[dg.AssetKey("fleet_adapter")],
+    kinds={"duckdb", "polars"},
+)
+def telemetry_samples(
+    context: dg.AssetExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     """One hour of per-GPU samples: clean rows to telemetry_clean, rejected rows with their
     reasons to telemetry_quarantine, counts to telemetry_ingests. Re-running replaces it."""
     window = partition_window(context.partition_key)
@@ -47,12 +54,21 @@ def telemetry_samples(context: dg.AssetExecutionContext, fleet: FleetAdapterReso
         raise dg.Failure(f"{adapter.backend} adapter could not read samples: {adapter_error}")
     store = warehouse.get()
     policy = ValidationPolicy.from_config(
-        fleet.config().telemetry, now=adapter_now(adapter), window=window,
-        known_gpu_uuids=known_gpu_uuids(store))
-    report = ingest_samples(store, frame, source=ADAPTER_SOURCE, policy=policy,
-                            where=f"{adapter.backend} adapter samples")
-    context.log.info("telemetry %s: %d in, %d clean, %d quarantined", window.key,
-                     report.rows_in, report.clean, report.quarantined)
+        fleet.config().telemetry,
+        now=adapter_now(adapter),
+        window=window,
+        known_gpu_uuids=known_gpu_uuids(store),
+    )
+    report = ingest_samples(
+        store, frame, source=ADAPTER_SOURCE, policy=policy, where=f"{adapter.backend} adapter samples"
+    )
+    context.log.info(
+        "telemetry %s: %d in, %d clean, %d quarantined",
+        window.key,
+        report.rows_in,
+        report.clean,
+        report.quarantined,
+    )
     metadata: dict[str, object] = {
         ROW_COUNT: report.clean,
         "rows_in": report.rows_in,
@@ -64,8 +80,9 @@ def telemetry_samples(context: dg.AssetExecutionContext, fleet: FleetAdapterReso
         "backend": adapter.backend,
         "ingest_seconds": dg.MetadataValue.float(round(report.seconds, 3)),
     }
-    png = utilisation_heatmap_png(clean_partition(store, window.key),
-                                  title=f"SM utilisation (%) {window.key} UTC")
+    png = utilisation_heatmap_png(
+        clean_partition(store, window.key), title=f"SM utilisation (%) {window.key} UTC"
+    )
     if png is not None:
         metadata["utilisation_heatmap"] = dg.MetadataValue.md(png_markdown(png, "SM utilisation"))
     return dg.MaterializeResult(metadata=metadata)
@@ -74,8 +91,9 @@ def telemetry_samples(context: dg.AssetExecutionContext, fleet: FleetAdapterReso
 def reasons_table(by_reason: dict[str, int]) -> dg.TableMetadataValue:
     """Quarantine reasons by count, most frequent first (a row may have several reasons)."""
     ordered = sorted(by_reason.items(), key=lambda kv: (-kv[1], kv[0]))
-    return table_metadata([{"reason": r, "rows": n} for r, n in ordered]
-                          or [{"reason": "no quarantined rows", "rows": 0}])
+    return table_metadata(
+        [{"reason": r, "rows": n} for r, n in ordered] or [{"reason": "no quarantined rows", "rows": 0}]
+    )
 
 
 def _stats_metadata(stats) -> dict[str, object]:
@@ -88,78 +106,128 @@ def _stats_metadata(stats) -> dict[str, object]:
     }
 
 
-def _quarantine_rate_result(partition_key: str, warehouse: WarehouseResource, threshold: float,
-                            severity: dg.AssetCheckSeverity) -> dg.AssetCheckResult:
+def _quarantine_rate_result(
+    partition_key: str, warehouse: WarehouseResource, threshold: float, severity: dg.AssetCheckSeverity
+) -> dg.AssetCheckResult:
     """The quarantine-rate check at one threshold: blocking at the block rate, a warning at the warn rate."""
     verdict = quarantine_rate_verdict(quarantine_stats(warehouse.reader(), partition_key), threshold)
     return dg.AssetCheckResult(
-        passed=verdict.passed, severity=severity, description=verdict.description,
-        metadata={"threshold": dg.MetadataValue.float(threshold), **_stats_metadata(verdict.stats)})
+        passed=verdict.passed,
+        severity=severity,
+        description=verdict.description,
+        metadata={"threshold": dg.MetadataValue.float(threshold), **_stats_metadata(verdict.stats)},
+    )
 
 
-@dg.asset_check(asset=telemetry_samples, partitions_def=HOURLY_PARTITIONS, blocking=True,
-                description="Fails the partition when its quarantine rate passes "
-                            "telemetry.quarantine_block_rate.")
-def telemetry_quarantine_rate_blocking(context: dg.AssetCheckExecutionContext,
-                                       fleet: FleetAdapterResource,
-                                       warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    return _quarantine_rate_result(context.partition_key, warehouse,
-                                   fleet.config().telemetry.quarantine_block_rate, dg.AssetCheckSeverity.ERROR)
+@dg.asset_check(
+    asset=telemetry_samples,
+    partitions_def=HOURLY_PARTITIONS,
+    blocking=True,
+    description="Fails the partition when its quarantine rate passes telemetry.quarantine_block_rate.",
+)
+def telemetry_quarantine_rate_blocking(
+    context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
+) -> dg.AssetCheckResult:
+    return _quarantine_rate_result(
+        context.partition_key,
+        warehouse,
+        fleet.config().telemetry.quarantine_block_rate,
+        dg.AssetCheckSeverity.ERROR,
+    )
 
 
-@dg.asset_check(asset=telemetry_samples, partitions_def=HOURLY_PARTITIONS,
-                description="Warns when the quarantine rate passes telemetry.quarantine_warn_rate.")
-def telemetry_quarantine_rate_warning(context: dg.AssetCheckExecutionContext,
-                                      fleet: FleetAdapterResource,
-                                      warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    return _quarantine_rate_result(context.partition_key, warehouse,
-                                   fleet.config().telemetry.quarantine_warn_rate, dg.AssetCheckSeverity.WARN)
+@dg.asset_check(
+    asset=telemetry_samples,
+    partitions_def=HOURLY_PARTITIONS,
+    description="Warns when the quarantine rate passes telemetry.quarantine_warn_rate.",
+)
+def telemetry_quarantine_rate_warning(
+    context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
+) -> dg.AssetCheckResult:
+    return _quarantine_rate_result(
+        context.partition_key,
+        warehouse,
+        fleet.config().telemetry.quarantine_warn_rate,
+        dg.AssetCheckSeverity.WARN,
+    )
 
 
-@dg.asset_check(asset=telemetry_samples, partitions_def=HOURLY_PARTITIONS, blocking=True,
-                description="raw = clean + quarantined: the ledger's rows in equal the rows "
-                            "stored in the clean and quarantine tables.")
-def telemetry_accounting(context: dg.AssetCheckExecutionContext,
-                         warehouse: WarehouseResource) -> dg.AssetCheckResult:
+@dg.asset_check(
+    asset=telemetry_samples,
+    partitions_def=HOURLY_PARTITIONS,
+    blocking=True,
+    description="raw = clean + quarantined: the ledger's rows in equal the rows "
+    "stored in the clean and quarantine tables.",
+)
+def telemetry_accounting(
+    context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource
+) -> dg.AssetCheckResult:
     result = accounting(warehouse.reader(), context.partition_key)
     return dg.AssetCheckResult(
-        passed=result.passed, severity=dg.AssetCheckSeverity.ERROR,
-        description=(f"{result.rows_in} rows in; {result.clean_rows} clean + "
-                     f"{result.quarantined_rows} quarantined stored"),
-        metadata={"rows_in": result.rows_in, "clean": result.clean_rows,
-                  "quarantined": result.quarantined_rows})
+        passed=result.passed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=(
+            f"{result.rows_in} rows in; {result.clean_rows} clean + "
+            f"{result.quarantined_rows} quarantined stored"
+        ),
+        metadata={
+            "rows_in": result.rows_in,
+            "clean": result.clean_rows,
+            "quarantined": result.quarantined_rows,
+        },
+    )
 
 
-@dg.asset_check(asset=telemetry_samples, partitions_def=HOURLY_PARTITIONS, blocking=True,
-                description="great-expectations rules on the clean rows: ranges, non-null keys, "
-                            "unique (node, GPU, ts), no future timestamps, known GPUs.")
-def telemetry_clean_rules(context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource,
-                          warehouse: WarehouseResource) -> dg.AssetCheckResult:
+@dg.asset_check(
+    asset=telemetry_samples,
+    partitions_def=HOURLY_PARTITIONS,
+    blocking=True,
+    description="great-expectations rules on the clean rows: ranges, non-null keys, "
+    "unique (node, GPU, ts), no future timestamps, known GPUs.",
+)
+def telemetry_clean_rules(
+    context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
+) -> dg.AssetCheckResult:
     now = adapter_now(fleet.get())
     report = clean_rules(warehouse.reader(), context.partition_key, fleet.config().telemetry, now)
     failed = ", ".join(f"{r.expectation}({r.column})" for r in report.failed)
     return dg.AssetCheckResult(
-        passed=report.passed, severity=dg.AssetCheckSeverity.ERROR,
+        passed=report.passed,
+        severity=dg.AssetCheckSeverity.ERROR,
         description=f"{len(report.rules)} rules on {report.rows} clean rows"
-                    + (f"; failed: {failed}" if failed else ""),
-        metadata={"rules": dg.MetadataValue.md(report.markdown()), "rows": report.rows,
-                  "seconds": dg.MetadataValue.float(round(report.seconds, 3))})
+        + (f"; failed: {failed}" if failed else ""),
+        metadata={
+            "rules": dg.MetadataValue.md(report.markdown()),
+            "rows": report.rows,
+            "seconds": dg.MetadataValue.float(round(report.seconds, 3)),
+        },
+    )
 
 
-@dg.asset_check(asset=telemetry_samples, partitions_def=HOURLY_PARTITIONS,
-                description="The newest clean sample is at most telemetry.freshness_minutes old.")
-def telemetry_freshness(context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource,
-                        warehouse: WarehouseResource) -> dg.AssetCheckResult:
+@dg.asset_check(
+    asset=telemetry_samples,
+    partitions_def=HOURLY_PARTITIONS,
+    description="The newest clean sample is at most telemetry.freshness_minutes old.",
+)
+def telemetry_freshness(
+    context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
+) -> dg.AssetCheckResult:
     config = fleet.config().telemetry
-    result = freshness(warehouse.reader(), adapter_now(fleet.get()),
-                       timedelta(minutes=config.freshness_minutes))
+    result = freshness(
+        warehouse.reader(), adapter_now(fleet.get()), timedelta(minutes=config.freshness_minutes)
+    )
     age = result.age
     return dg.AssetCheckResult(
-        passed=result.passed, severity=dg.AssetCheckSeverity.WARN,
+        passed=result.passed,
+        severity=dg.AssetCheckSeverity.WARN,
         description=result.description,
-        metadata={"latest_partition": result.latest_partition or "",
-                  "age_minutes": dg.MetadataValue.float(
-                      round(age.total_seconds() / 60, 2) if age is not None else -1.0)})
+        metadata={
+            "latest_partition": result.latest_partition or "",
+            "age_minutes": dg.MetadataValue.float(
+                round(age.total_seconds() / 60, 2) if age is not None else -1.0
+            ),
+        },
+    )
 
 
 telemetry_assets = [telemetry_samples]

@@ -97,22 +97,33 @@ def pending_batches(store: Warehouse, kind: str, actions: Sequence[str] | None =
         "SELECT decided_at, list(decision_id ORDER BY decision_id) AS ids FROM decisions "
         "WHERE kind = ? AND allowed AND NOT shadow AND executed_at IS NULL "
         f"{_ACTION_FILTER if actions is not None else ''} GROUP BY decided_at ORDER BY decided_at",
-        [kind, *([list(actions)] if actions is not None else [])])
-    return [ActionBatch(kind, _utc(row["decided_at"]), tuple(row["ids"])) for row in frame.iter_rows(named=True)]
+        [kind, *([list(actions)] if actions is not None else [])],
+    )
+    return [
+        ActionBatch(kind, _utc(row["decided_at"]), tuple(row["ids"])) for row in frame.iter_rows(named=True)
+    ]
 
 
-def batch_rows(store: Warehouse, kind: str, tick: datetime,
-               actions: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def batch_rows(
+    store: Warehouse, kind: str, tick: datetime, actions: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
     """Every approved, live decision of the batch, executed or not, in decision-id order."""
     frame = store.query(
         f"SELECT {_BATCH_COLUMNS} FROM decisions WHERE kind = ? AND allowed AND NOT shadow "
         f"AND decided_at = ? {_ACTION_FILTER if actions is not None else ''} ORDER BY decision_id",
-        [kind, tick, *([list(actions)] if actions is not None else [])])
+        [kind, tick, *([list(actions)] if actions is not None else [])],
+    )
     return frame.to_dicts()
 
 
-def claim(store: Warehouse, decision_ids: Sequence[str], batch_id: str, run_id: str, now: datetime,
-          take_over: Sequence[str] = ()) -> set[str]:
+def claim(
+    store: Warehouse,
+    decision_ids: Sequence[str],
+    batch_id: str,
+    run_id: str,
+    now: datetime,
+    take_over: Sequence[str] = (),
+) -> set[str]:
     """Take the decisions for `run_id` in one statement; return those taken (not executed,
     and unclaimed, or held by this run or by a dead run named in `take_over`)."""
     if not decision_ids:
@@ -123,7 +134,8 @@ def claim(store: Warehouse, decision_ids: Sequence[str], batch_id: str, run_id: 
                 "UPDATE decisions SET claimed_by = ?, claimed_at = ?, batch_id = ? "
                 "WHERE list_contains(?, decision_id) AND executed_at IS NULL "
                 "AND (claimed_by IS NULL OR list_contains(?, claimed_by)) RETURNING decision_id",
-                [run_id, now, batch_id, list(decision_ids), [run_id, *take_over]]).fetchall()
+                [run_id, now, batch_id, list(decision_ids), [run_id, *take_over]],
+            ).fetchall()
         except duckdb.Error as exc:
             raise WarehouseError(f"claiming the decisions of batch {batch_id} failed: {exc}") from exc
     return {row[0] for row in taken}
@@ -138,8 +150,11 @@ def record_outcomes(store: Warehouse, outcomes: Sequence[tuple[str, str]], now: 
     with store.connect() as con:
         con.register("_outcomes", frame)
         try:
-            con.execute("UPDATE decisions SET executed_at = ?, outcome = o.outcome FROM _outcomes o "
-                        "WHERE decisions.decision_id = o.decision_id AND decisions.executed_at IS NULL", [now])
+            con.execute(
+                "UPDATE decisions SET executed_at = ?, outcome = o.outcome FROM _outcomes o "
+                "WHERE decisions.decision_id = o.decision_id AND decisions.executed_at IS NULL",
+                [now],
+            )
         except duckdb.Error as exc:
             raise WarehouseError(f"recording {len(outcomes)} action outcomes failed: {exc}") from exc
         finally:
@@ -150,10 +165,19 @@ def record_outcome(store: Warehouse, decision_id: str, now: datetime, outcome: s
     record_outcomes(store, [(decision_id, outcome)], now)
 
 
-def carry_out(store: Warehouse, rows: Sequence[dict[str, Any]], *, batch_id: str, run_id: str,
-              now: datetime, run_is_live: Callable[[str], bool], resumable: bool,
-              act: Callable[[dict[str, Any]], ActionResult], record: bool = True,
-              checkpoint: Callable[[], None] = lambda: None) -> list[ActionResult]:
+def carry_out(
+    store: Warehouse,
+    rows: Sequence[dict[str, Any]],
+    *,
+    batch_id: str,
+    run_id: str,
+    now: datetime,
+    run_is_live: Callable[[str], bool],
+    resumable: bool,
+    act: Callable[[dict[str, Any]], ActionResult],
+    record: bool = True,
+    checkpoint: Callable[[], None] = lambda: None,
+) -> list[ActionResult]:
     """Claim the batch's open decisions, carry each claimed one out once; return what
     happened to every decision of the batch.
 
@@ -175,8 +199,10 @@ def carry_out(store: Warehouse, rows: Sequence[dict[str, Any]], *, batch_id: str
             settled[row["decision_id"]] = result_for(row, SKIPPED, f"in flight in run {holder}")
         elif holder is not None and not resumable:
             settled[row["decision_id"]] = result_for(
-                row, ABANDONED, f"run {holder} stopped before recording an outcome; "
-                                "the next plan re-decides from the fleet")
+                row,
+                ABANDONED,
+                f"run {holder} stopped before recording an outcome; the next plan re-decides from the fleet",
+            )
         else:
             open_rows.append(row)
             dead.update([holder] if holder is not None else [])
@@ -210,9 +236,11 @@ def carry_out(store: Warehouse, rows: Sequence[dict[str, Any]], *, batch_id: str
 
 def release(store: Warehouse, decision_ids: Sequence[str], run_id: str) -> None:
     if decision_ids:
-        store.execute("UPDATE decisions SET claimed_by = NULL, claimed_at = NULL WHERE "
-                      "list_contains(?, decision_id) AND claimed_by = ? AND executed_at IS NULL",
-                      [list(decision_ids), run_id])
+        store.execute(
+            "UPDATE decisions SET claimed_by = NULL, claimed_at = NULL WHERE "
+            "list_contains(?, decision_id) AND claimed_by = ? AND executed_at IS NULL",
+            [list(decision_ids), run_id],
+        )
 
 
 def counts_by_status(results: Sequence[ActionResult]) -> dict[str, int]:

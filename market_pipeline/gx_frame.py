@@ -42,8 +42,10 @@ class RulesReport:
         lines = ["| rule | column | passed | unexpected | examples |", "|---|---|---|---|---|"]
         for rule in self.rules:
             examples = ", ".join(rule.examples[:3]).replace("|", "\\|")
-            lines.append(f"| {rule.expectation} | {rule.column} | {'yes' if rule.success else 'NO'}"
-                         f" | {rule.unexpected} | {examples} |")
+            lines.append(
+                f"| {rule.expectation} | {rule.column} | {'yes' if rule.success else 'NO'}"
+                f" | {rule.unexpected} | {examples} |"
+            )
         return "\n".join(lines)
 
 
@@ -73,7 +75,8 @@ def _outcome(item: object) -> RuleOutcome:
     config = item.expectation_config
     kwargs = config.kwargs
     column = kwargs.get("column") or ",".join(
-        kwargs.get("column_list") or [kwargs.get("column_A", ""), kwargs.get("column_B", "")])
+        kwargs.get("column_list") or [kwargs.get("column_A", ""), kwargs.get("column_B", "")]
+    )
     result = item.result or {}
     unexpected = result.get("unexpected_count")
     if unexpected is None:  # aggregate expectations (column max) report an observed value
@@ -83,5 +86,10 @@ def _outcome(item: object) -> RuleOutcome:
         examples = tuple(str(v) for v in (result.get("partial_unexpected_list") or [])[:5])
     if item.exception_info and item.exception_info.get("raised_exception"):
         examples = (str(item.exception_info.get("exception_message")),)
-    return RuleOutcome(expectation=config.type, column=column, success=bool(item.success),
-                       unexpected=int(unexpected), examples=examples)
+    return RuleOutcome(
+        expectation=config.type,
+        column=column,
+        success=bool(item.success),
+        unexpected=int(unexpected),
+        examples=examples,
+    )

@@ -29,7 +29,9 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--workload-source", default="builtin", help="openb pod-list CSV or 'builtin'")
     parser.add_argument("--hours", type=float, default=3.0, help="simulated hours to run (default 3)")
     parser.add_argument("--tick-target-s", type=float, default=30.0, help="target median control tick (s)")
-    parser.add_argument("--day-target-s", type=float, default=1200.0, help="target wall per simulated day (s)")
+    parser.add_argument(
+        "--day-target-s", type=float, default=1200.0, help="target wall per simulated day (s)"
+    )
     parser.add_argument("--baseline", action="store_true", help="also run the embedded default fleet")
     parser.set_defaults(handler=run_loop_bench)
 
@@ -48,7 +50,8 @@ def run_loop_bench(args: argparse.Namespace) -> int:
         "control_tick_median_le_target": wall["control_tick_median_s"] <= args.tick_target_s,
         "simulated_day_le_target": wall["simulated_day_projected_s"] <= args.day_target_s,
         "no_failed_runs": result["fleet"]["failed_runs"] == 0,
-        "billing_reconciles": rec["unrated_intervals"] == 0 and rec["rated_seconds"] == rec["metered_seconds"],
+        "billing_reconciles": rec["unrated_intervals"] == 0
+        and rec["rated_seconds"] == rec["metered_seconds"],
     }
     print(json.dumps(result))
     return 0
@@ -61,15 +64,35 @@ def _run(fleet_source: str, workload_source: str, hours: float) -> dict[str, Any
         dagster_home.mkdir()
         (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
         out = Path(home) / "summary.json"
-        env = {**os.environ, "MARKET_PIPELINE_HOME": home, "DAGSTER_HOME": str(dagster_home),
-               "MP__ADAPTER__FLEET_SOURCE": str(Path(fleet_source).resolve()) if fleet_source != "config" else "config",
-               "MP__ADAPTER__WORKLOAD_SOURCE": (str(Path(workload_source).resolve())
-                                                if workload_source != "builtin" else "builtin")}
-        done = subprocess.run([sys.executable, "-m", "sensors.demo", "--days", str(hours / 24),
-                               "--json", str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+        env = {
+            **os.environ,
+            "MARKET_PIPELINE_HOME": home,
+            "DAGSTER_HOME": str(dagster_home),
+            "MP__ADAPTER__FLEET_SOURCE": str(Path(fleet_source).resolve())
+            if fleet_source != "config"
+            else "config",
+            "MP__ADAPTER__WORKLOAD_SOURCE": (
+                str(Path(workload_source).resolve()) if workload_source != "builtin" else "builtin"
+            ),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "sensors.demo", "--days", str(hours / 24), "--json", str(out)],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if not out.exists():
             lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
-            return {"error": lines[-1][len("error: "):] if lines else f"the loop exited {done.returncode}"}
+            return {"error": lines[-1][len("error: ") :] if lines else f"the loop exited {done.returncode}"}
         summary = json.loads(out.read_text())
-        keep = ("nodes", "gpus", "solves", "solves_converged", "failed_runs", "wall", "billing_reconciliation")
+        keep = (
+            "nodes",
+            "gpus",
+            "solves",
+            "solves_converged",
+            "failed_runs",
+            "wall",
+            "billing_reconciliation",
+        )
         return {"source": fleet_source, **{k: summary[k] for k in keep}}

@@ -14,21 +14,28 @@ SOAK_TARGETS = {"runs_min": 100, "tick_p95_max_s": 30.0}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("demo", help="the control loop over simulated days through the Dagster instance "
-                                         "(what `make demo` runs)")
+    parser = sub.add_parser(
+        "demo",
+        help="the control loop over simulated days through the Dagster instance (what `make demo` runs)",
+    )
     parser.add_argument("--days", type=float, default=1.0, help="simulated days (default 1)")
     parser.add_argument("--json", help="also write the summary to this JSON file")
     parser.set_defaults(handler=_demo)
 
 
 def register_bench(bench_sub: argparse._SubParsersAction) -> None:
-    parser = bench_sub.add_parser("soak", help="the loop on dagster-postgres, every schedule and sensor on, "
-                                               "the fleet on an accelerated clock")
+    parser = bench_sub.add_parser(
+        "soak",
+        help="the loop on dagster-postgres, every schedule and sensor on, the fleet on an accelerated clock",
+    )
     parser.add_argument("--minutes", type=float, default=20.0, help="wall minutes to soak (default 20)")
     parser.add_argument("--json", action="store_true", help="print one JSON object (the default output)")
-    parser.add_argument("--pg-admin-url", default=None,
-                        help="PostgreSQL URL of a database to CREATE/DROP the soak's database from "
-                             "(default postgresql://postgres@127.0.0.1:5432/test)")
+    parser.add_argument(
+        "--pg-admin-url",
+        default=None,
+        help="PostgreSQL URL of a database to CREATE/DROP the soak's database from "
+        "(default postgresql://postgres@127.0.0.1:5432/test)",
+    )
     parser.set_defaults(handler=_soak)
 
 
@@ -49,8 +56,11 @@ def _soak(args: argparse.Namespace) -> int:
 
         psycopg2.connect(args.pg_admin_url or PG_ADMIN_URL).close()
     except Exception as exc:  # noqa: BLE001 - any connection problem is the user's to fix
-        print(f"error: PostgreSQL not reachable at {args.pg_admin_url or PG_ADMIN_URL}: "
-              f"{' '.join(str(exc).split())}", file=sys.stderr)
+        print(
+            f"error: PostgreSQL not reachable at {args.pg_admin_url or PG_ADMIN_URL}: "
+            f"{' '.join(str(exc).split())}",
+            file=sys.stderr,
+        )
         return 2
     with _stdout_to_stderr():  # runs and dbt print; stdout carries the JSON only
         result = run_soak(args.minutes, admin_url=args.pg_admin_url or PG_ADMIN_URL).as_dict()

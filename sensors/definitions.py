@@ -14,8 +14,12 @@ import dagster as dg
 # in Dagster 1.13 (single-run backfills of the billing assets; sensor `owners`, which Dagster
 # itself passes when it binds resources); nothing an operator can act on. Set before the
 # asset modules load, where the first is raised.
-warnings.filterwarnings("ignore", message="Parameter `backfill_policy` of function `asset`", category=dg.BetaWarning)
-warnings.filterwarnings("ignore", message="Parameter `owners` of initializer `SensorDefinition", category=dg.BetaWarning)
+warnings.filterwarnings(
+    "ignore", message="Parameter `backfill_policy` of function `asset`", category=dg.BetaWarning
+)
+warnings.filterwarnings(
+    "ignore", message="Parameter `owners` of initializer `SensorDefinition", category=dg.BetaWarning
+)
 
 from assets.billing import billing_assets  # noqa: E402 - after the filters above
 from assets.billing_dbt import billing_dbt_models, dbt_resource  # noqa: E402
@@ -41,8 +45,17 @@ def build_definitions() -> dg.Definitions:
     config_path = os.environ.get(CONFIG_ENV, "")
     config = load_config(config_path or None)
     return dg.Definitions(
-        assets=[*fleet_assets, *telemetry_assets, *market_assets, *scaling_assets, *drain_assets,
-                *billing_assets, billing_dbt_models(), *simulation_assets, *demand_response_assets],
+        assets=[
+            *fleet_assets,
+            *telemetry_assets,
+            *market_assets,
+            *scaling_assets,
+            *drain_assets,
+            *billing_assets,
+            billing_dbt_models(),
+            *simulation_assets,
+            *demand_response_assets,
+        ],
         asset_checks=[*telemetry_checks, *decision_checks],
         jobs=loop_jobs,
         schedules=loop_schedules(config),

@@ -47,7 +47,8 @@ def run_control_loop(days: float, dagster_home: Path) -> dict:
     if end <= start:
         raise SystemExit(
             f"the simulated fleet's clock ({start.isoformat()}) has caught up with the wall clock; "
-            "remove var/ (make clean) to start a new simulated history")
+            "remove var/ (make clean) to start a new simulated history"
+        )
     instance = simulated_instance(dagster_home)
     began, hour_seconds = time.perf_counter(), []
     with simulated_daemon(instance, start) as daemon:
@@ -58,10 +59,15 @@ def run_control_loop(days: float, dagster_home: Path) -> dict:
             if at.minute == 0 and at > start:
                 hour_seconds.append(time.perf_counter() - hour_began)
                 hour_began = time.perf_counter()
-                print(f"  simulated {at - timedelta(hours=1):%Y-%m-%d %H:%M} UTC ({hour_seconds[-1]:.1f} s, "
-                      f"{len(report.run_ids)} runs at the tick)", file=sys.stderr)
-        hours = [(start + timedelta(hours=h)).strftime(PARTITION_FORMAT)
-                 for h in range(int((end - start).total_seconds() // 3600))]
+                print(
+                    f"  simulated {at - timedelta(hours=1):%Y-%m-%d %H:%M} UTC ({hour_seconds[-1]:.1f} s, "
+                    f"{len(report.run_ids)} runs at the tick)",
+                    file=sys.stderr,
+                )
+        hours = [
+            (start + timedelta(hours=h)).strftime(PARTITION_FORMAT)
+            for h in range(int((end - start).total_seconds() // 3600))
+        ]
         daemon.backfill("billing_job", hours, title="billing rollup")
         daemon.clock.set(end + timedelta(minutes=5))
         daemon.backfills()
@@ -69,11 +75,18 @@ def run_control_loop(days: float, dagster_home: Path) -> dict:
         daemon.turn_on(())
     summary = summarise(Warehouse(config.warehouse_path), config, start, end)
     failed = instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
-    tick_seconds = [record.end_time - record.start_time for record in instance.get_run_records(
-        dg.RunsFilter(job_name="control_loop_job", statuses=[dg.DagsterRunStatus.SUCCESS]))
-        if record.start_time and record.end_time]
-    return {**summary, "failed_runs": failed,
-            "wall": wall_summary(time.perf_counter() - began, tick_seconds, hour_seconds)}
+    tick_seconds = [
+        record.end_time - record.start_time
+        for record in instance.get_run_records(
+            dg.RunsFilter(job_name="control_loop_job", statuses=[dg.DagsterRunStatus.SUCCESS])
+        )
+        if record.start_time and record.end_time
+    ]
+    return {
+        **summary,
+        "failed_runs": failed,
+        "wall": wall_summary(time.perf_counter() - began, tick_seconds, hour_seconds),
+    }
 
 
 def _now(adapter) -> datetime:
@@ -101,8 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MP__DEMAND_RESPONSE__REFIT_HOURS", DEMO_REFIT_HOURS)
     home = os.environ.get("DAGSTER_HOME")
     if not home or not (Path(home) / "dagster.yaml").is_file():
-        print("error: set DAGSTER_HOME to a folder holding dagster.yaml (make demo copies the "
-              "repository's dagster.yaml to var/dagster_home)", file=sys.stderr)
+        print(
+            "error: set DAGSTER_HOME to a folder holding dagster.yaml (make demo copies the "
+            "repository's dagster.yaml to var/dagster_home)",
+            file=sys.stderr,
+        )
         return 2
     try:
         summary = run_control_loop(args.days, Path(home))

@@ -20,10 +20,14 @@ TAG_PREFIX = "drain"
 BATCH_TAG = f"{TAG_PREFIX}/batch_id"
 
 
-@dg.sensor(job=drain_job, minimum_interval_seconds=30,
-           default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(job=drain_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
 def drain_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
     """One run per tick with approved, live, not yet executed drains."""
-    return sensor_result(context, lambda: pending_drain_batches(warehouse.reader()), prefix=TAG_PREFIX,
-                         op_name=DRAIN_OP_NAME, what="drain",
-                         given_up_hint="left to an operator: `market-pipeline drain --decision-id ID`")
+    return sensor_result(
+        context,
+        lambda: pending_drain_batches(warehouse.reader()),
+        prefix=TAG_PREFIX,
+        op_name=DRAIN_OP_NAME,
+        what="drain",
+        given_up_hint="left to an operator: `market-pipeline drain --decision-id ID`",
+    )

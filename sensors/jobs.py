@@ -37,7 +37,8 @@ billing_job = dg.define_asset_job(
 
 # Its own job: the control tick does not refit the demand response every tick.
 demand_response_job = dg.define_asset_job(
-    "demand_response_job", selection=dg.AssetSelection.assets("demand_response"))
+    "demand_response_job", selection=dg.AssetSelection.assets("demand_response")
+)
 
 
 @dg.job(name="drain_job", tags={"concern": "task_drain"})
@@ -50,5 +51,12 @@ def scaling_actions_job() -> None:
     execute_scaling_batch_op()
 
 
-loop_jobs = [telemetry_job, metering_job, control_loop_job, billing_job, demand_response_job, drain_job,
-             scaling_actions_job]
+loop_jobs = [
+    telemetry_job,
+    metering_job,
+    control_loop_job,
+    billing_job,
+    demand_response_job,
+    drain_job,
+    scaling_actions_job,
+]

@@ -26,26 +26,45 @@ def _tick(config: ActionBatchConfig) -> datetime:
 
 @dg.op(name=DRAIN_OP_NAME, pool="warehouse", tags={"concern": "task_drain"})
 def execute_drain_batch_op(
-    context: dg.OpExecutionContext, config: ActionBatchConfig,
-    fleet: FleetAdapterResource, warehouse: WarehouseResource,
+    context: dg.OpExecutionContext,
+    config: ActionBatchConfig,
+    fleet: FleetAdapterResource,
+    warehouse: WarehouseResource,
 ) -> dg.Output[None]:
     """Run (or resume) the drain protocol for each approved drain of one tick, once each."""
     tick = _tick(config)
     adapter = fleet.get()
-    results = execute_drain_batch(warehouse.get(), adapter, fleet.config(), tick, run_id=context.run_id,
-                                  now=adapter_now(adapter), run_is_live=run_is_live(context.instance))
+    results = execute_drain_batch(
+        warehouse.get(),
+        adapter,
+        fleet.config(),
+        tick,
+        run_id=context.run_id,
+        now=adapter_now(adapter),
+        run_is_live=run_is_live(context.instance),
+    )
     # A failed drain is recorded and terminal: a rerun reports it without touching the task.
     return batch_output(context, "drain batch", batch_id_for(DRAIN_KIND, tick), results)
 
 
 @dg.op(name=SCALING_OP_NAME, pool="warehouse", tags={"concern": "scaling"})
-def execute_scaling_batch_op(context: dg.OpExecutionContext, config: ActionBatchConfig,
-                             fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.Output[None]:
+def execute_scaling_batch_op(
+    context: dg.OpExecutionContext,
+    config: ActionBatchConfig,
+    fleet: FleetAdapterResource,
+    warehouse: WarehouseResource,
+) -> dg.Output[None]:
     """Power on/off, cordon or uncordon nodes for one tick's approved scaling decisions."""
     tick = _tick(config)
     adapter = fleet.get()
-    results = execute_scaling_batch(warehouse.get(), adapter, tick, run_id=context.run_id,
-                                    now=adapter_now(adapter), run_is_live=run_is_live(context.instance))
+    results = execute_scaling_batch(
+        warehouse.get(),
+        adapter,
+        tick,
+        run_id=context.run_id,
+        now=adapter_now(adapter),
+        run_is_live=run_is_live(context.instance),
+    )
     return batch_output(context, "scaling batch", batch_id_for(SCALE_KIND, tick), results)
 
 

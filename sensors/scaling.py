@@ -19,8 +19,16 @@ TAG_PREFIX = "scaling"
 BATCH_TAG = f"{TAG_PREFIX}/batch_id"
 
 
-@dg.sensor(job=scaling_actions_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    job=scaling_actions_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING
+)
 def scaling_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
     """One run per tick with approved, live, not yet executed scaling actions."""
-    return sensor_result(context, lambda: pending_scaling_batches(warehouse.reader()), prefix=TAG_PREFIX,
-                         op_name=SCALING_OP_NAME, what="scaling", given_up_hint="the next plan re-decides")
+    return sensor_result(
+        context,
+        lambda: pending_scaling_batches(warehouse.reader()),
+        prefix=TAG_PREFIX,
+        op_name=SCALING_OP_NAME,
+        what="scaling",
+        given_up_hint="the next plan re-decides",
+    )

@@ -21,8 +21,8 @@ import dagster as dg
 from assets.partitions import HOURLY_PARTITIONS
 from assets.tags import TICK_TAG, tick_tags
 from market_pipeline.billing.metering import HourWindow
-from market_pipeline.telemetry.partitions import PARTITION_FORMAT
 from market_pipeline.config import DemandResponseConfig, LoopConfig, MarketPipelineConfig
+from market_pipeline.telemetry.partitions import PARTITION_FORMAT
 from sensors.jobs import billing_job, control_loop_job, demand_response_job, metering_job, telemetry_job
 
 LIVE_ENV = "MARKET_PIPELINE_LIVE"  # 1: every schedule is on from the start (`make up`)
@@ -39,8 +39,9 @@ def closed_hour_key(moment: datetime) -> str:
     return (hour - timedelta(hours=1)).strftime(PARTITION_FORMAT)
 
 
-def hourly_partition_schedule(job, name: str, minute_of_hour: int, description: str, *,
-                              first_hour: datetime, priority: int = 0) -> dg.ScheduleDefinition:
+def hourly_partition_schedule(
+    job, name: str, minute_of_hour: int, description: str, *, first_hour: datetime, priority: int = 0
+) -> dg.ScheduleDefinition:
     """At minute `minute_of_hour` of every hour: one run of `job` for the hour that closed,
     tagged with the tick it serves (run_key = the partition, so an hour runs once per schedule).
     Hours before `first_hour` (the partitions' start) are skipped. A higher `priority` leaves
@@ -51,12 +52,19 @@ def hourly_partition_schedule(job, name: str, minute_of_hour: int, description: 
         key = closed_hour_key(when)
         if datetime.strptime(key, PARTITION_FORMAT).replace(tzinfo=timezone.utc) < first_hour:
             return dg.SkipReason(f"hour {key} is before the fleet's history ({first_hour.isoformat()})")
-        return dg.RunRequest(run_key=key, partition_key=key,
-                             tags={**tick_tags(when), "dagster/priority": str(priority)})
+        return dg.RunRequest(
+            run_key=key, partition_key=key, tags={**tick_tags(when), "dagster/priority": str(priority)}
+        )
 
-    return dg.ScheduleDefinition(name=name, job=job, cron_schedule=f"{minute_of_hour} * * * *",
-                                 execution_fn=evaluate, execution_timezone="UTC", description=description,
-                                 default_status=default_status())
+    return dg.ScheduleDefinition(
+        name=name,
+        job=job,
+        cron_schedule=f"{minute_of_hour} * * * *",
+        execution_fn=evaluate,
+        execution_timezone="UTC",
+        description=description,
+        default_status=default_status(),
+    )
 
 
 def tick_schedule(name: str, job, cron_schedule: str, description: str) -> dg.ScheduleDefinition:
@@ -66,9 +74,15 @@ def tick_schedule(name: str, job, cron_schedule: str, description: str) -> dg.Sc
         tags = tick_tags(context.scheduled_execution_time)
         return dg.RunRequest(run_key=tags[TICK_TAG], tags=tags)
 
-    return dg.ScheduleDefinition(name=name, job=job, cron_schedule=cron_schedule, execution_fn=evaluate,
-                                 execution_timezone="UTC", default_status=default_status(),
-                                 description=description)
+    return dg.ScheduleDefinition(
+        name=name,
+        job=job,
+        cron_schedule=cron_schedule,
+        execution_fn=evaluate,
+        execution_timezone="UTC",
+        default_status=default_status(),
+        description=description,
+    )
 
 
 def hourly_schedules() -> list[dg.ScheduleDefinition]:
@@ -77,27 +91,47 @@ def hourly_schedules() -> list[dg.ScheduleDefinition]:
     follows at a quarter past."""
     first = HOURLY_PARTITIONS.start
     return [
-        hourly_partition_schedule(telemetry_job, "telemetry_hourly", 0, "Ingest and check the hour that just "
-                                  "closed.", first_hour=first, priority=1),
-        hourly_partition_schedule(metering_job, "metering_hourly", 0, "Meter the hour that just closed "
-                                  "(usage_intervals), for the control ticks' demand history and for billing.",
-                                  first_hour=first, priority=1),
-        hourly_partition_schedule(billing_job, "billing_hourly_schedule", 15, "Bill the hour that just closed.",
-                                  first_hour=first),
+        hourly_partition_schedule(
+            telemetry_job,
+            "telemetry_hourly",
+            0,
+            "Ingest and check the hour that just closed.",
+            first_hour=first,
+            priority=1,
+        ),
+        hourly_partition_schedule(
+            metering_job,
+            "metering_hourly",
+            0,
+            "Meter the hour that just closed "
+            "(usage_intervals), for the control ticks' demand history and for billing.",
+            first_hour=first,
+            priority=1,
+        ),
+        hourly_partition_schedule(
+            billing_job, "billing_hourly_schedule", 15, "Bill the hour that just closed.", first_hour=first
+        ),
     ]
 
 
 def control_loop_schedule_for(loop: LoopConfig) -> dg.ScheduleDefinition:
     """Every loop.tick_minutes (the scaling policy and the backlog certificate are sized for
     that interval; the config rejects a tick that does not divide the hour)."""
-    return tick_schedule("control_loop_tick", control_loop_job, loop.tick_cron,
-                         f"Reprice, plan scaling and request drains every {loop.tick_minutes} minutes "
-                         "(loop.tick_minutes).")
+    return tick_schedule(
+        "control_loop_tick",
+        control_loop_job,
+        loop.tick_cron,
+        f"Reprice, plan scaling and request drains every {loop.tick_minutes} minutes (loop.tick_minutes).",
+    )
 
 
 def demand_response_schedule_for(settings: DemandResponseConfig) -> dg.ScheduleDefinition:
-    return tick_schedule("demand_response_refit", demand_response_job, f"0 */{settings.refit_hours} * * *",
-                         f"Refit the demand response every {settings.refit_hours} h (demand_response.refit_hours).")
+    return tick_schedule(
+        "demand_response_refit",
+        demand_response_job,
+        f"0 */{settings.refit_hours} * * *",
+        f"Refit the demand response every {settings.refit_hours} h (demand_response.refit_hours).",
+    )
 
 
 def billing_range_tags(start: dt.datetime, end: dt.datetime) -> dict[str, str]:
@@ -107,8 +141,10 @@ def billing_range_tags(start: dt.datetime, end: dt.datetime) -> dict[str, str]:
     last = HourWindow.containing(end - dt.timedelta(microseconds=1)).start
     if last < first:
         raise ValueError(f"billing range [{start.isoformat()}, {end.isoformat()}) holds no hour")
-    return {"dagster/asset_partition_range_start": first.strftime(PARTITION_FORMAT),
-            "dagster/asset_partition_range_end": last.strftime(PARTITION_FORMAT)}
+    return {
+        "dagster/asset_partition_range_start": first.strftime(PARTITION_FORMAT),
+        "dagster/asset_partition_range_end": last.strftime(PARTITION_FORMAT),
+    }
 
 
 def daily_rerun_request(when: dt.datetime) -> dg.RunRequest:
@@ -123,14 +159,26 @@ def billing_daily_schedule() -> dg.ScheduleDefinition:
 
     def evaluate(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
         request = daily_rerun_request(context.scheduled_execution_time)
-        return request.with_replaced_attrs(tags={**request.tags, **tick_tags(context.scheduled_execution_time)})
+        return request.with_replaced_attrs(
+            tags={**request.tags, **tick_tags(context.scheduled_execution_time)}
+        )
 
-    return dg.ScheduleDefinition(name="billing_daily_schedule", job=billing_job, cron_schedule="40 0 * * *",
-                                 execution_fn=evaluate, execution_timezone="UTC", default_status=default_status(),
-                                 description="Close yesterday: re-bill its 24 hours in one run.")
+    return dg.ScheduleDefinition(
+        name="billing_daily_schedule",
+        job=billing_job,
+        cron_schedule="40 0 * * *",
+        execution_fn=evaluate,
+        execution_timezone="UTC",
+        default_status=default_status(),
+        description="Close yesterday: re-bill its 24 hours in one run.",
+    )
 
 
 def loop_schedules(config: MarketPipelineConfig) -> list[dg.ScheduleDefinition]:
     """Every schedule of the loop, the configured ones built from `config`."""
-    return [*hourly_schedules(), control_loop_schedule_for(config.loop), billing_daily_schedule(),
-            demand_response_schedule_for(config.demand_response)]
+    return [
+        *hourly_schedules(),
+        control_loop_schedule_for(config.loop),
+        billing_daily_schedule(),
+        demand_response_schedule_for(config.demand_response),
+    ]

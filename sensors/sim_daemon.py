@@ -44,8 +44,10 @@ BACKFILL_ITERATIONS = 20  # a backfill settles in a few daemon iterations; more 
 # The daemon process queues runs and launches them here, in order.
 SIMULATED_DAEMON_OVERRIDES = {
     "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"},
-    "run_launcher": {"module": "dagster._core.launcher.sync_in_memory_run_launcher",
-                     "class": "SyncInMemoryRunLauncher"},
+    "run_launcher": {
+        "module": "dagster._core.launcher.sync_in_memory_run_launcher",
+        "class": "SyncInMemoryRunLauncher",
+    },
 }
 
 
@@ -98,8 +100,13 @@ class StepReport:
 class SimulatedDaemon:
     """One instance, the workspace's code location, and the daemons' iterations on a clock."""
 
-    def __init__(self, instance: dg.DagsterInstance, context: WorkspaceProcessContext, clock: SimulatedClock,
-                 logger: logging.Logger) -> None:
+    def __init__(
+        self,
+        instance: dg.DagsterInstance,
+        context: WorkspaceProcessContext,
+        clock: SimulatedClock,
+        logger: logging.Logger,
+    ) -> None:
         self.instance, self.context, self.clock, self.logger = instance, context, clock, logger
         self._iteration_times: dict = {}
         self._queue = QueuedRunCoordinatorDaemon(interval_seconds=1)
@@ -109,8 +116,10 @@ class SimulatedDaemon:
         entries = self.context.create_request_context().get_code_location_entries()
         for entry in entries.values():
             if entry.load_error:
-                raise RuntimeError(f"code location {entry.origin.location_name} did not load: "
-                                   f"{entry.load_error.message.strip().splitlines()[-1]}")
+                raise RuntimeError(
+                    f"code location {entry.origin.location_name} did not load: "
+                    f"{entry.load_error.message.strip().splitlines()[-1]}"
+                )
             for repo in entry.code_location.get_repositories().values():
                 return repo
         raise RuntimeError(f"{WORKSPACE_FILE} names no code location")
@@ -197,12 +206,20 @@ class SimulatedDaemon:
         if partition_set is None:
             raise ValueError(f"job {job_name} has no partitions to backfill")
         backfill_id = f"{title}-{self.clock.now():%Y%m%dT%H%M%S}".replace(" ", "-")
-        self.instance.add_backfill(PartitionBackfill(
-            backfill_id=backfill_id, status=BulkActionStatus.REQUESTED, from_failure=False,
-            tags=tick_tags(self.clock.now()), backfill_timestamp=self.clock.now().timestamp(),
-            partition_set_origin=partition_set.get_remote_origin(), partition_names=list(partition_keys),
-            title=title, description=f"{len(partition_keys)} hourly partitions, {partition_keys[0]} .. "
-                                     f"{partition_keys[-1]}"))
+        self.instance.add_backfill(
+            PartitionBackfill(
+                backfill_id=backfill_id,
+                status=BulkActionStatus.REQUESTED,
+                from_failure=False,
+                tags=tick_tags(self.clock.now()),
+                backfill_timestamp=self.clock.now().timestamp(),
+                partition_set_origin=partition_set.get_remote_origin(),
+                partition_names=list(partition_keys),
+                title=title,
+                description=f"{len(partition_keys)} hourly partitions, {partition_keys[0]} .. "
+                f"{partition_keys[-1]}",
+            )
+        )
         return backfill_id
 
     def _run_ids(self) -> list[str]:
@@ -218,12 +235,15 @@ def _requested_backfills():
 def simulated_instance(dagster_home: Path) -> dg.DagsterInstance:
     """The instance of `dagster_home` (its storage: SQLite or PostgreSQL), with the run queue
     and an in-process launcher for the simulated daemon."""
-    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(dagster_home), overrides=SIMULATED_DAEMON_OVERRIDES))
+    return dg.DagsterInstance.from_ref(
+        InstanceRef.from_dir(str(dagster_home), overrides=SIMULATED_DAEMON_OVERRIDES)
+    )
 
 
 @contextmanager
-def simulated_daemon(instance: dg.DagsterInstance, start: datetime,
-                     logger: logging.Logger | None = None) -> Iterator[SimulatedDaemon]:
+def simulated_daemon(
+    instance: dg.DagsterInstance, start: datetime, logger: logging.Logger | None = None
+) -> Iterator[SimulatedDaemon]:
     """The workspace's code location served as the daemon serves it (a gRPC code server),
     and Dagster's clock at `start`."""
     logger = logger or logging.getLogger("market_pipeline.sim_daemon")
@@ -231,6 +251,9 @@ def simulated_daemon(instance: dg.DagsterInstance, start: datetime,
     with ExitStack() as stack:
         stack.enter_context(clock.installed())
         registry = stack.enter_context(create_daemon_grpc_server_registry(instance))
-        context = stack.enter_context(WorkspaceProcessContext(
-            instance, WorkspaceFileTarget(paths=[str(WORKSPACE_FILE)]), grpc_server_registry=registry))
+        context = stack.enter_context(
+            WorkspaceProcessContext(
+                instance, WorkspaceFileTarget(paths=[str(WORKSPACE_FILE)]), grpc_server_registry=registry
+            )
+        )
         yield SimulatedDaemon(instance, context, clock, logger)

@@ -86,7 +86,9 @@ def soak_database(admin_url: str = PG_ADMIN_URL) -> Iterator[str]:
         admin.close()
 
 
-def run_soak(minutes: float, *, admin_url: str = PG_ADMIN_URL, logger: logging.Logger | None = None) -> SoakResult:
+def run_soak(
+    minutes: float, *, admin_url: str = PG_ADMIN_URL, logger: logging.Logger | None = None
+) -> SoakResult:
     """Soak the loop for `minutes` of wall time in a fresh home and database. Call it in a
     fresh process (the `bench soak` command): the runs execute here and load the definitions,
     whose resources must name this soak's home."""
@@ -125,13 +127,18 @@ def _soak(minutes: float, dagster_home: Path, logger: logging.Logger) -> SoakRes
     store = Warehouse(config.warehouse_path)
     ticks = _control_tick_seconds(instance)
     return SoakResult(
-        runs=instance.get_runs_count(), failed_runs=instance.get_runs_count(
-            dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE])),
-        skipped_ticks=_skipped_ticks(instance, fired), duplicate_actions=_duplicate_actions(instance),
-        lock_errors=_lock_errors(instance), lost_rows=_lost_rows(store),
-        tick_p50_s=_quantile(ticks, 0.5), tick_p95_s=_quantile(ticks, 0.95),
-        simulated_hours=round((at - start).total_seconds() / 3600, 2), steps=steps,
-        wall_s=round(time.monotonic() - began, 1))
+        runs=instance.get_runs_count(),
+        failed_runs=instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE])),
+        skipped_ticks=_skipped_ticks(instance, fired),
+        duplicate_actions=_duplicate_actions(instance),
+        lock_errors=_lock_errors(instance),
+        lost_rows=_lost_rows(store),
+        tick_p50_s=_quantile(ticks, 0.5),
+        tick_p95_s=_quantile(ticks, 0.95),
+        simulated_hours=round((at - start).total_seconds() / 3600, 2),
+        steps=steps,
+        wall_s=round(time.monotonic() - began, 1),
+    )
 
 
 def _fire_times(daemon, start: datetime, end: datetime) -> dict[str, list[datetime]]:
@@ -149,8 +156,12 @@ def _skipped_ticks(instance: dg.DagsterInstance, fired: dict[str, list[datetime]
 
     skipped = 0
     for name, times in fired.items():
-        ticks = [t for t in instance.get_ticks(*_schedule_ids(instance, name)) if t.status == TickStatus.SUCCESS]
-        done = {datetime.fromtimestamp(t.timestamp, timezone.utc).replace(second=0, microsecond=0) for t in ticks}
+        ticks = [
+            t for t in instance.get_ticks(*_schedule_ids(instance, name)) if t.status == TickStatus.SUCCESS
+        ]
+        done = {
+            datetime.fromtimestamp(t.timestamp, timezone.utc).replace(second=0, microsecond=0) for t in ticks
+        }
         skipped += sum(1 for moment in times if moment not in done)
     return skipped
 
@@ -181,9 +192,12 @@ def _duplicate_actions(instance: dg.DagsterInstance) -> int:
 def _lock_errors(instance: dg.DagsterInstance) -> int:
     count = 0
     for run in instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE])):
-        text = " ".join(str(entry.dagster_event.event_specific_data)
-                        for entry in instance.all_logs(run.run_id, of_type={
-                            dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE}))
+        text = " ".join(
+            str(entry.dagster_event.event_specific_data)
+            for entry in instance.all_logs(
+                run.run_id, of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE}
+            )
+        )
         count += any(word in text.lower() for word in LOCK_WORDS)
     return count
 
@@ -197,8 +211,11 @@ def _lost_rows(store) -> int:
 
 
 def _control_tick_seconds(instance: dg.DagsterInstance) -> list[float]:
-    return sorted(record.end_time - record.start_time for record in instance.get_run_records(
-        dg.RunsFilter(job_name="control_loop_job")) if record.start_time and record.end_time)
+    return sorted(
+        record.end_time - record.start_time
+        for record in instance.get_run_records(dg.RunsFilter(job_name="control_loop_job"))
+        if record.start_time and record.end_time
+    )
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -73,18 +73,36 @@ def check_account(account: Account) -> Account:
 
 def set_account(warehouse: Warehouse, account: Account, now: dt.datetime | None = None) -> None:
     check_account(account)
-    warehouse.upsert("billing_accounts", pl.DataFrame([{
-        "tenant_id": account.tenant_id, "prepaid": account.prepaid,
-        "credit_limit": account.credit_limit, "hard_cap_daily": account.hard_cap_daily,
-        "hard_cap_monthly": account.hard_cap_monthly, "updated_at": now or dt.datetime.now(UTC),
-    }], schema={"tenant_id": pl.Utf8, "prepaid": pl.Boolean, "credit_limit": pl.Decimal(20, 9),
-                "hard_cap_daily": pl.Decimal(20, 9), "hard_cap_monthly": pl.Decimal(20, 9),
-                "updated_at": pl.Datetime("us", "UTC")}))
+    warehouse.upsert(
+        "billing_accounts",
+        pl.DataFrame(
+            [
+                {
+                    "tenant_id": account.tenant_id,
+                    "prepaid": account.prepaid,
+                    "credit_limit": account.credit_limit,
+                    "hard_cap_daily": account.hard_cap_daily,
+                    "hard_cap_monthly": account.hard_cap_monthly,
+                    "updated_at": now or dt.datetime.now(UTC),
+                }
+            ],
+            schema={
+                "tenant_id": pl.Utf8,
+                "prepaid": pl.Boolean,
+                "credit_limit": pl.Decimal(20, 9),
+                "hard_cap_daily": pl.Decimal(20, 9),
+                "hard_cap_monthly": pl.Decimal(20, 9),
+                "updated_at": pl.Datetime("us", "UTC"),
+            },
+        ),
+    )
 
 
 def accounts(warehouse: Warehouse) -> list[Account]:
-    frame = warehouse.query("SELECT tenant_id, prepaid, credit_limit, hard_cap_daily, hard_cap_monthly"
-                            " FROM billing_accounts ORDER BY tenant_id")
+    frame = warehouse.query(
+        "SELECT tenant_id, prepaid, credit_limit, hard_cap_daily, hard_cap_monthly"
+        " FROM billing_accounts ORDER BY tenant_id"
+    )
     return [Account(*row) for row in frame.iter_rows()]
 
 
@@ -104,9 +122,15 @@ def check_amount(amount: Decimal, name: str = "amount") -> Decimal:
     return amount
 
 
-def record_payment(warehouse: Warehouse, tenant_id: str, amount: Decimal, reference: str,
-                   kind: str = "top_up", now: dt.datetime | None = None,
-                   known_tenants: Collection[str] | None = None) -> str:
+def record_payment(
+    warehouse: Warehouse,
+    tenant_id: str,
+    amount: Decimal,
+    reference: str,
+    kind: str = "top_up",
+    now: dt.datetime | None = None,
+    known_tenants: Collection[str] | None = None,
+) -> str:
     """A top-up (or signed adjustment), keyed by `reference`. Returns the entry id.
 
     The reference is an idempotency key, never an update: replaying it with the same amount
@@ -127,41 +151,58 @@ def record_payment(warehouse: Warehouse, tenant_id: str, amount: Decimal, refere
     if not reference or not reference.strip():
         raise BillingError("a payment needs a reference (it makes the entry idempotent)")
     entry_id = f"{kind}:{tenant_id}:{reference}"
-    row = pa.table({
-        "entry_id": [entry_id], "tenant_id": [tenant_id], "kind": [kind], "amount": [str(amount)],
-        "period_start": pa.array([None], pa.timestamp("us", "UTC")),
-        "recorded_at": pa.array([now or dt.datetime.now(UTC)], pa.timestamp("us", "UTC")),
-        "reference": [reference]})
+    row = pa.table(
+        {
+            "entry_id": [entry_id],
+            "tenant_id": [tenant_id],
+            "kind": [kind],
+            "amount": [str(amount)],
+            "period_start": pa.array([None], pa.timestamp("us", "UTC")),
+            "recorded_at": pa.array([now or dt.datetime.now(UTC)], pa.timestamp("us", "UTC")),
+            "reference": [reference],
+        }
+    )
     with warehouse.connect() as con:
         con.execute("BEGIN")
         try:
-            booked = con.execute("SELECT amount FROM billing_ledger WHERE entry_id = ?", [entry_id]).fetchone()
+            booked = con.execute(
+                "SELECT amount FROM billing_ledger WHERE entry_id = ?", [entry_id]
+            ).fetchone()
             if booked is None:
                 con.register("_payment", row)
-                con.execute("INSERT INTO billing_ledger SELECT entry_id, tenant_id, kind,"
-                            " CAST(amount AS DECIMAL(20, 9)), period_start, recorded_at, reference FROM _payment")
+                con.execute(
+                    "INSERT INTO billing_ledger SELECT entry_id, tenant_id, kind,"
+                    " CAST(amount AS DECIMAL(20, 9)), period_start, recorded_at, reference FROM _payment"
+                )
                 con.unregister("_payment")
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
     if booked is not None and Decimal(booked[0]) != amount:
-        raise BillingError(f"reference {reference!r} of tenant {tenant_id!r} is already booked as"
-                           f" {format(Decimal(booked[0]).normalize(), 'f')}; refusing {format(amount, 'f')}"
-                           " (a payment cannot be rewritten; use a new reference)")
+        raise BillingError(
+            f"reference {reference!r} of tenant {tenant_id!r} is already booked as"
+            f" {format(Decimal(booked[0]).normalize(), 'f')}; refusing {format(amount, 'f')}"
+            " (a payment cannot be rewritten; use a new reference)"
+        )
     return entry_id
 
 
-def post_invoice_window(warehouse: Warehouse, start: dt.datetime, end: dt.datetime,
-                        now: dt.datetime | None = None) -> int:
+def post_invoice_window(
+    warehouse: Warehouse, start: dt.datetime, end: dt.datetime, now: dt.datetime | None = None
+) -> int:
     """Replace the ledger's posted entries for hours in [start, end) from the invoice lines."""
     now = now or dt.datetime.now(UTC)
     with warehouse.connect() as con:
         con.execute("BEGIN")
         try:
-            con.execute("DELETE FROM billing_ledger WHERE kind IN ('usage', 'sla_credit')"
-                        " AND period_start >= ? AND period_start < ?", [start, end])
-            con.execute("""
+            con.execute(
+                "DELETE FROM billing_ledger WHERE kind IN ('usage', 'sla_credit')"
+                " AND period_start >= ? AND period_start < ?",
+                [start, end],
+            )
+            con.execute(
+                """
                 INSERT INTO billing_ledger
                 SELECT CASE charge_category WHEN 'Usage' THEN 'usage' ELSE 'sla_credit' END
                            || ':' || tenant_id || ':' || strftime(period_start_utc, '%Y-%m-%dT%H:%M:%S'),
@@ -171,10 +212,14 @@ def post_invoice_window(warehouse: Warehouse, start: dt.datetime, end: dt.dateti
                 FROM fct_invoice_lines
                 WHERE period_grain = 'hour' AND period_start >= ? AND period_start < ?
                 GROUP BY tenant_id, charge_category, period_start, period_start_utc
-            """, [now, start, end])
+            """,
+                [now, start, end],
+            )
             written = con.execute(
                 "SELECT count(*) FROM billing_ledger WHERE kind IN ('usage', 'sla_credit')"
-                " AND period_start >= ? AND period_start < ?", [start, end]).fetchone()[0]
+                " AND period_start >= ? AND period_start < ?",
+                [start, end],
+            ).fetchone()[0]
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")
@@ -186,13 +231,19 @@ def tenant_spend(warehouse: Warehouse, now: dt.datetime) -> dict[str, TenantSpen
     """Balance and rated spend (today, this month) of every tenant with ledger or usage."""
     day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     month = day.replace(day=1)
-    rated = not warehouse.query("SELECT 1 FROM information_schema.tables WHERE table_schema = 'main'"
-                                " AND table_name = 'fct_invoice_lines'").is_empty()
+    rated = not warehouse.query(
+        "SELECT 1 FROM information_schema.tables WHERE table_schema = 'main'"
+        " AND table_name = 'fct_invoice_lines'"
+    ).is_empty()
     # before the first billing rollup there are no invoice lines yet: nothing is spent
-    lines = ("fct_invoice_lines" if rated else
-             "(SELECT NULL::VARCHAR AS tenant_id, NULL::VARCHAR AS period_grain,"
-             " NULL::TIMESTAMPTZ AS period_start, NULL::DECIMAL(20, 9) AS billed_cost WHERE false)")
-    frame = warehouse.query(f"""
+    lines = (
+        "fct_invoice_lines"
+        if rated
+        else "(SELECT NULL::VARCHAR AS tenant_id, NULL::VARCHAR AS period_grain,"
+        " NULL::TIMESTAMPTZ AS period_start, NULL::DECIMAL(20, 9) AS billed_cost WHERE false)"
+    )
+    frame = warehouse.query(
+        f"""
         WITH ledger AS (SELECT tenant_id, sum(amount) AS balance FROM billing_ledger GROUP BY 1),
         spend AS (
             SELECT tenant_id,
@@ -205,18 +256,25 @@ def tenant_spend(warehouse: Warehouse, now: dt.datetime) -> dict[str, TenantSpen
                coalesce(l.balance, 0) AS balance, coalesce(s.today, 0) AS today,
                coalesce(s.month, 0) AS month
         FROM ledger l FULL OUTER JOIN spend s USING (tenant_id)
-    """, [day, month, now])
+    """,
+        [day, month, now],
+    )
     return {t: TenantSpend(Decimal(b), Decimal(d), Decimal(m)) for t, b, d, m in frame.iter_rows()}
 
 
-def evaluate_guards(accounts_: Iterable[Account], spend: Mapping[str, TenantSpend],
-                    burn_per_hour: Mapping[str, Decimal], now: dt.datetime,
-                    interval_seconds: int, grace_seconds: int) -> list[GuardVerdict]:
+def evaluate_guards(
+    accounts_: Iterable[Account],
+    spend: Mapping[str, TenantSpend],
+    burn_per_hour: Mapping[str, Decimal],
+    now: dt.datetime,
+    interval_seconds: int,
+    grace_seconds: int,
+) -> list[GuardVerdict]:
     """One verdict per guarded tenant: may it start tasks, must its running tasks drain?"""
     verdicts = []
     for account in accounts_:
         s = spend.get(account.tenant_id, TenantSpend(Decimal(0), Decimal(0), Decimal(0)))
-        next_cost = (burn_per_hour.get(account.tenant_id, Decimal(0)) * interval_seconds / 3600)
+        next_cost = burn_per_hour.get(account.tenant_id, Decimal(0)) * interval_seconds / 3600
         reasons = []
         available = None
         if account.prepaid:
@@ -224,22 +282,37 @@ def evaluate_guards(accounts_: Iterable[Account], spend: Mapping[str, TenantSpen
             if available <= 0 or available < next_cost:
                 reasons.append(f"balance {available:.2f} cannot cover the next interval ({next_cost:.2f})")
         if account.hard_cap_daily is not None and s.spent_today + next_cost > account.hard_cap_daily:
-            reasons.append(f"daily hard cap {account.hard_cap_daily:.2f} reached"
-                           f" (spent {s.spent_today:.2f} + next {next_cost:.2f})")
+            reasons.append(
+                f"daily hard cap {account.hard_cap_daily:.2f} reached"
+                f" (spent {s.spent_today:.2f} + next {next_cost:.2f})"
+            )
         if account.hard_cap_monthly is not None and s.spent_month + next_cost > account.hard_cap_monthly:
-            reasons.append(f"monthly hard cap {account.hard_cap_monthly:.2f} reached"
-                           f" (spent {s.spent_month:.2f} + next {next_cost:.2f})")
+            reasons.append(
+                f"monthly hard cap {account.hard_cap_monthly:.2f} reached"
+                f" (spent {s.spent_month:.2f} + next {next_cost:.2f})"
+            )
         blocked = bool(reasons)
-        verdicts.append(GuardVerdict(
-            tenant_id=account.tenant_id, admit_new_tasks=not blocked, drain_running=blocked,
-            drain_after=now + dt.timedelta(seconds=grace_seconds) if blocked else None,
-            balance=s.balance, available=available, next_interval_cost=next_cost,
-            reasons=tuple(reasons)))
+        verdicts.append(
+            GuardVerdict(
+                tenant_id=account.tenant_id,
+                admit_new_tasks=not blocked,
+                drain_running=blocked,
+                drain_after=now + dt.timedelta(seconds=grace_seconds) if blocked else None,
+                balance=s.balance,
+                available=available,
+                next_interval_cost=next_cost,
+                reasons=tuple(reasons),
+            )
+        )
     return verdicts
 
 
-def guard_decisions(verdicts: Sequence[GuardVerdict], running: Mapping[str, Sequence[tuple[str, str]]],
-                    now: dt.datetime, shadow: bool) -> pl.DataFrame:
+def guard_decisions(
+    verdicts: Sequence[GuardVerdict],
+    running: Mapping[str, Sequence[tuple[str, str]]],
+    now: dt.datetime,
+    shadow: bool,
+) -> pl.DataFrame:
     """`decisions` rows: refuse_new_tasks per blocked tenant, drain per running task.
 
     `running` maps tenant -> [(task_id, pool_id)]. Ids are stable within the hour, so
@@ -250,22 +323,62 @@ def guard_decisions(verdicts: Sequence[GuardVerdict], running: Mapping[str, Sequ
     for verdict in verdicts:
         if not verdict.drain_running:
             continue
-        inputs = {"balance": str(verdict.balance), "available": None if verdict.available is None
-                  else str(verdict.available), "next_interval_cost": str(verdict.next_interval_cost),
-                  "drain_after": verdict.drain_after.isoformat() if verdict.drain_after else None}
-        rows.append(_decision(f"budget:{verdict.tenant_id}:refuse:{hour}", None, verdict.tenant_id,
-                              "refuse_new_tasks", verdict, inputs, now, shadow))
+        inputs = {
+            "balance": str(verdict.balance),
+            "available": None if verdict.available is None else str(verdict.available),
+            "next_interval_cost": str(verdict.next_interval_cost),
+            "drain_after": verdict.drain_after.isoformat() if verdict.drain_after else None,
+        }
+        rows.append(
+            _decision(
+                f"budget:{verdict.tenant_id}:refuse:{hour}",
+                None,
+                verdict.tenant_id,
+                "refuse_new_tasks",
+                verdict,
+                inputs,
+                now,
+                shadow,
+            )
+        )
         for task_id, pool_id in running.get(verdict.tenant_id, ()):
-            rows.append(_decision(f"budget:{verdict.tenant_id}:drain:{task_id}:{hour}", pool_id, task_id,
-                                  "drain", verdict, {**inputs, "tenant_id": verdict.tenant_id}, now, shadow))
+            rows.append(
+                _decision(
+                    f"budget:{verdict.tenant_id}:drain:{task_id}:{hour}",
+                    pool_id,
+                    task_id,
+                    "drain",
+                    verdict,
+                    {**inputs, "tenant_id": verdict.tenant_id},
+                    now,
+                    shadow,
+                )
+            )
     return decisions_frame(rows)
 
 
-def _decision(decision_id: str, pool_id: str | None, target: str, action: str, verdict: GuardVerdict,
-              inputs: dict, now: dt.datetime, shadow: bool) -> DecisionRow:
-    return DecisionRow(decision_id=decision_id, kind=DecisionKind.BUDGET_GUARD, action=action, decided_at=now,
-                       allowed=True, shadow=shadow, pool_id=pool_id, target=target,
-                       reasons=tuple(verdict.reasons), inputs=inputs)
+def _decision(
+    decision_id: str,
+    pool_id: str | None,
+    target: str,
+    action: str,
+    verdict: GuardVerdict,
+    inputs: dict,
+    now: dt.datetime,
+    shadow: bool,
+) -> DecisionRow:
+    return DecisionRow(
+        decision_id=decision_id,
+        kind=DecisionKind.BUDGET_GUARD,
+        action=action,
+        decided_at=now,
+        allowed=True,
+        shadow=shadow,
+        pool_id=pool_id,
+        target=target,
+        reasons=tuple(verdict.reasons),
+        inputs=inputs,
+    )
 
 
 def tenant_admission(warehouse: Warehouse, tenant_id: str, now: dt.datetime) -> tuple[bool, list[str]]:
@@ -273,7 +386,9 @@ def tenant_admission(warehouse: Warehouse, tenant_id: str, now: dt.datetime) -> 
     hour = now.astimezone(UTC).strftime("%Y-%m-%dT%H")
     frame = warehouse.query(
         "SELECT reasons FROM decisions WHERE kind = 'budget_guard' AND action = 'refuse_new_tasks'"
-        " AND decision_id = ? AND NOT shadow", [f"budget:{tenant_id}:refuse:{hour}"])
+        " AND decision_id = ? AND NOT shadow",
+        [f"budget:{tenant_id}:refuse:{hour}"],
+    )
     if frame.is_empty():
         return True, []
     return False, list(frame["reasons"][0])

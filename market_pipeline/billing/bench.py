@@ -42,8 +42,13 @@ DEFAULT_INTERVAL_SECONDS = 100
 # over the factors) are DDL only and are created beforehand (SETUP_MODELS; the factor tables
 # are created empty then, since a DuckDB view needs the tables it names).
 ROLLUP_MODELS = ("int_rated_segments", "int_commitment_tiers", "fct_sla_credits", "fct_invoice_lines")
-SETUP_MODELS = ("stg_usage_intervals", "stg_price_book", "stg_billing_terms", "int_usage_billed",
-                "int_price_segments")
+SETUP_MODELS = (
+    "stg_usage_intervals",
+    "stg_price_book",
+    "stg_billing_terms",
+    "int_usage_billed",
+    "int_price_segments",
+)
 SETUP_VIEWS_OVER_ROLLUP = ("int_rated_usage",)
 
 
@@ -75,8 +80,9 @@ def _fleet_gpus(config: MarketPipelineConfig) -> int:
     return max(1, sum(pool.nodes * pool.gpus_per_node for pool in config.pools))
 
 
-def generate_usage(con: duckdb.DuckDBPyConnection, config: MarketPipelineConfig,
-                   usage_seconds: int, interval_seconds: int) -> int:
+def generate_usage(
+    con: duckdb.DuckDBPyConnection, config: MarketPipelineConfig, usage_seconds: int, interval_seconds: int
+) -> int:
     """Insert intervals totalling exactly `usage_seconds` metered seconds; return the count."""
     if usage_seconds < 1:
         raise BillingError(f"--usage-seconds must be >= 1, got {usage_seconds}")
@@ -91,12 +97,16 @@ def generate_usage(con: duckdb.DuckDBPyConnection, config: MarketPipelineConfig,
     tenants = [t.id for t in config.tenants]
     tolerant = [t.drain_tolerant for t in config.tenants]
     pools = [(p.pool_id, p.gpu_model, p.zone) for p in config.pools]
-    con.execute("CREATE TEMP TABLE bench_tenants AS SELECT * FROM (VALUES "
-                + ", ".join(f"({i}, '{t}', {str(d).lower()})" for i, (t, d) in enumerate(zip(tenants, tolerant)))
-                + ") v(k, tenant_id, tolerant)")
-    con.execute("CREATE TEMP TABLE bench_pools AS SELECT * FROM (VALUES "
-                + ", ".join(f"({i}, '{p}', '{m}', '{z}')" for i, (p, m, z) in enumerate(pools))
-                + ") v(k, pool_id, gpu_model, zone)")
+    con.execute(
+        "CREATE TEMP TABLE bench_tenants AS SELECT * FROM (VALUES "
+        + ", ".join(f"({i}, '{t}', {str(d).lower()})" for i, (t, d) in enumerate(zip(tenants, tolerant)))
+        + ") v(k, tenant_id, tolerant)"
+    )
+    con.execute(
+        "CREATE TEMP TABLE bench_pools AS SELECT * FROM (VALUES "
+        + ", ".join(f"({i}, '{p}', '{m}', '{z}')" for i, (p, m, z) in enumerate(pools))
+        + ") v(k, pool_id, gpu_model, zone)"
+    )
     # Lengths come in pairs (m + d, m - d) so that full intervals sum to exactly full * m.
     con.execute(f"""
         INSERT INTO usage_intervals
@@ -131,8 +141,7 @@ def generate_usage(con: duckdb.DuckDBPyConnection, config: MarketPipelineConfig,
     return count
 
 
-def _generate_price_book(con: duckdb.DuckDBPyConnection, config: MarketPipelineConfig,
-                         hours: int) -> None:
+def _generate_price_book(con: duckdb.DuckDBPyConnection, config: MarketPipelineConfig, hours: int) -> None:
     ticks = hours * 60 // PRICE_TICK_MINUTES + 1
     for k, pool in enumerate(config.pools):
         con.execute(f"""
@@ -160,15 +169,21 @@ def _compare(con: duckdb.DuckDBPyConnection) -> tuple[bool, int, Decimal]:
         WHERE dbt.billed IS DISTINCT FROM h.billed_cost
     """).fetchone()[0]
     lines, dbt_total = con.execute(
-        "SELECT count(*), sum(billed_cost) FROM fct_invoice_lines WHERE period_grain = 'hour'").fetchone()
+        "SELECT count(*), sum(billed_cost) FROM fct_invoice_lines WHERE period_grain = 'hour'"
+    ).fetchone()
     hand_total = con.execute(
-        "SELECT sum(billed_cost) FROM hand_invoice_totals WHERE period_grain = 'hour'").fetchone()[0]
+        "SELECT sum(billed_cost) FROM hand_invoice_totals WHERE period_grain = 'hour'"
+    ).fetchone()[0]
     return mismatches == 0 and dbt_total == hand_total, int(lines), Decimal(dbt_total or 0)
 
 
-def run_billing_bench(config: MarketPipelineConfig, usage_seconds: int,
-                      interval_seconds: int = DEFAULT_INTERVAL_SECONDS,
-                      workdir: Path | None = None, rounds: int = 5) -> BenchResult:
+def run_billing_bench(
+    config: MarketPipelineConfig,
+    usage_seconds: int,
+    interval_seconds: int = DEFAULT_INTERVAL_SECONDS,
+    workdir: Path | None = None,
+    rounds: int = 5,
+) -> BenchResult:
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     with tempfile.TemporaryDirectory(prefix="billing-bench-", dir=workdir) as tmp:
@@ -183,7 +198,9 @@ def run_billing_bench(config: MarketPipelineConfig, usage_seconds: int,
             ).fetchone()[0]
         manifest = cached_manifest()  # parsed once per process; independent of the file
         run_dbt(["run", "--select", *SETUP_MODELS, "--no-write-json"], path, manifest=manifest)
-        run_dbt(["run", "--select", *ROLLUP_MODELS[:2], "--empty", "--no-write-json"], path, manifest=manifest)
+        run_dbt(
+            ["run", "--select", *ROLLUP_MODELS[:2], "--empty", "--no-write-json"], path, manifest=manifest
+        )
         run_dbt(["run", "--select", *SETUP_VIEWS_OVER_ROLLUP, "--no-write-json"], path, manifest=manifest)
         prepare = time.perf_counter() - started
 
@@ -200,18 +217,34 @@ def run_billing_bench(config: MarketPipelineConfig, usage_seconds: int,
             baselines.append(time.perf_counter() - baseline_started)
             baseline_cpus.append(time.process_time() - baseline_cpu)
             rollup_cpu = time.process_time()
-            rollups.append(run_dbt(["run", "--select", *ROLLUP_MODELS, "--full-refresh", "--no-write-json"],
-                                   path, manifest=manifest))
+            rollups.append(
+                run_dbt(
+                    ["run", "--select", *ROLLUP_MODELS, "--full-refresh", "--no-write-json"],
+                    path,
+                    manifest=manifest,
+                )
+            )
             rollup_cpus.append(time.process_time() - rollup_cpu)
         rollup = min(rollups, key=lambda r: r.seconds)
         baseline, rollup_cpu, baseline_cpu = min(baselines), min(rollup_cpus), min(baseline_cpus)
         with duckdb.connect(str(path), read_only=True) as con:
             equal, lines, total = _compare(con)
     return BenchResult(
-        usage_seconds=usage_seconds, seconds=round(rollup.seconds, 3),
-        baseline_seconds=round(baseline, 3), ratio=round(rollup.seconds / baseline, 3),
-        cpu_seconds=round(rollup_cpu, 3), baseline_cpu_seconds=round(baseline_cpu, 3),
-        equal=equal, intervals=count, gpu_seconds=str(gpu_seconds), invoice_lines=lines,
-        billed_total=str(total), prepare_seconds=round(prepare, 3), interval_seconds=interval_seconds,
-        model_seconds=dict(rollup.node_seconds), rounds=rounds,
-        seconds_all=tuple(round(r.seconds, 3) for r in rollups), baseline_seconds_all=tuple(round(b, 3) for b in baselines))
+        usage_seconds=usage_seconds,
+        seconds=round(rollup.seconds, 3),
+        baseline_seconds=round(baseline, 3),
+        ratio=round(rollup.seconds / baseline, 3),
+        cpu_seconds=round(rollup_cpu, 3),
+        baseline_cpu_seconds=round(baseline_cpu, 3),
+        equal=equal,
+        intervals=count,
+        gpu_seconds=str(gpu_seconds),
+        invoice_lines=lines,
+        billed_total=str(total),
+        prepare_seconds=round(prepare, 3),
+        interval_seconds=interval_seconds,
+        model_seconds=dict(rollup.node_seconds),
+        rounds=rounds,
+        seconds_all=tuple(round(r.seconds, 3) for r in rollups),
+        baseline_seconds_all=tuple(round(b, 3) for b in baselines),
+    )

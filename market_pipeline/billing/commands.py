@@ -10,10 +10,15 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from market_pipeline.billing.errors import BillingError
-from market_pipeline.cli.warehouse_options import add_limit_arguments, add_warehouse_argument, limits_from, warehouse_path
+from market_pipeline.cli.warehouse_options import (
+    add_limit_arguments,
+    add_warehouse_argument,
+    limits_from,
+    warehouse_path,
+)
 from market_pipeline.config import ConfigError, load_config
-from market_pipeline.warehouse.sql_guard import SqlRefused
 from market_pipeline.warehouse import Warehouse, WarehouseError, open_warehouse
+from market_pipeline.warehouse.sql_guard import SqlRefused
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,8 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     quote.add_argument("--pool", required=True, help="pool id, e.g. A100-80GB@cn-hangzhou-a")
     quote.add_argument("--gpus", type=float, required=True)
     quote.add_argument("--hours", type=float, required=True)
-    quote.add_argument("--class", dest="resource_class", choices=("guaranteed", "drainable"),
-                       default="guaranteed")
+    quote.add_argument(
+        "--class", dest="resource_class", choices=("guaranteed", "drainable"), default="guaranteed"
+    )
     quote.add_argument("--start", help="ISO start time (default: now, UTC)")
     add_warehouse_argument(quote)
     quote.add_argument("--json", action="store_true")
@@ -66,11 +72,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     bench = bench_sub.add_parser("billing", help="dbt rollup vs one hand-written DuckDB query")
     bench.add_argument("--usage-seconds", type=int, default=100_000_000)
-    bench.add_argument("--interval-seconds", type=int, default=None,
-                       help="mean usage interval length (default: see bench.DEFAULT_INTERVAL_SECONDS)")
+    bench.add_argument(
+        "--interval-seconds",
+        type=int,
+        default=None,
+        help="mean usage interval length (default: see bench.DEFAULT_INTERVAL_SECONDS)",
+    )
     bench.add_argument("--workdir", help="where the scratch warehouse goes (default: system temp)")
-    bench.add_argument("--rounds", type=int, default=5,
-                       help="rounds of one hand query then one dbt rollup (the fastest of each is reported)")
+    bench.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="rounds of one hand query then one dbt rollup (the fastest of each is reported)",
+    )
     bench.add_argument("--json", action="store_true")
     bench.set_defaults(handler=run_bench)
 
@@ -124,16 +138,26 @@ def run_quote(args: argparse.Namespace) -> int:
         config = load_config()
         path = warehouse_path(args.warehouse)
         warehouse = Warehouse(path) if path.exists() else None
-        result = quote(config, warehouse, args.tenant, args.pool, args.gpus, args.hours,
-                       args.resource_class, _time(args.start, "start"))
+        result = quote(
+            config,
+            warehouse,
+            args.tenant,
+            args.pool,
+            args.gpus,
+            args.hours,
+            args.resource_class,
+            _time(args.start, "start"),
+        )
     except (BillingError, ConfigError, WarehouseError) as exc:
         return _fail(exc)
     if args.json:
         print(json.dumps(result.as_json()))
     else:
-        print(f"{result.tenant_id} {result.gpus} x {result.pool_id} ({result.resource_class}) for"
-              f" {result.hours} h: {result.expected_cost} {result.currency}"
-              f" (90%: {result.low_90} .. {result.high_90}, {result.band_method})")
+        print(
+            f"{result.tenant_id} {result.gpus} x {result.pool_id} ({result.resource_class}) for"
+            f" {result.hours} h: {result.expected_cost} {result.currency}"
+            f" (90%: {result.low_90} .. {result.high_90}, {result.band_method})"
+        )
     return 0
 
 
@@ -145,8 +169,11 @@ def run_cost_report(args: argparse.Namespace) -> int:
         path = write_report(Warehouse(warehouse_path(args.warehouse)), args.tenant, out, args.format)
     except (BillingError, ConfigError, WarehouseError) as exc:
         return _fail(exc)
-    print(json.dumps({"tenant": args.tenant, "format": args.format, "path": str(path)}) if args.json
-          else f"wrote {path}")
+    print(
+        json.dumps({"tenant": args.tenant, "format": args.format, "path": str(path)})
+        if args.json
+        else f"wrote {path}"
+    )
     return 0
 
 
@@ -156,8 +183,9 @@ def run_rollup(args: argparse.Namespace) -> int:
     try:
         config = load_config()
         warehouse = open_warehouse(warehouse_path(args.warehouse))
-        result = rollup_window(warehouse, config, _time(args.start, "start"), _time(args.end, "end"),
-                               run_tests=not args.no_tests)
+        result = rollup_window(
+            warehouse, config, _time(args.start, "start"), _time(args.end, "end"), run_tests=not args.no_tests
+        )
     except (BillingError, ConfigError, WarehouseError) as exc:
         return _fail(exc)
     print(json.dumps({"seconds": round(result.dbt.seconds, 3), "ledger_entries": result.ledger_entries}))
@@ -166,7 +194,13 @@ def run_rollup(args: argparse.Namespace) -> int:
 
 def run_balance(args: argparse.Namespace) -> int:
     from market_pipeline.billing.balances import (
-        Account, accounts, check_account, record_payment, set_account, tenant_spend)
+        Account,
+        accounts,
+        check_account,
+        record_payment,
+        set_account,
+        tenant_spend,
+    )
 
     try:
         # every argument is checked before anything is written: nothing is half-applied
@@ -179,14 +213,17 @@ def run_balance(args: argparse.Namespace) -> int:
             raise BillingError(f"unknown tenant {args.tenant!r}; known: {sorted(known)}")
         account_change = None
         if any(value is not None for value in changes):
-            current = next((a for a in accounts(warehouse) if a.tenant_id == args.tenant),
-                           Account(args.tenant, prepaid=True))
+            current = next(
+                (a for a in accounts(warehouse) if a.tenant_id == args.tenant),
+                Account(args.tenant, prepaid=True),
+            )
             account_change = Account(
                 args.tenant,
                 prepaid=current.prepaid if args.prepaid is None else args.prepaid == "yes",
                 credit_limit=_keep(credit_limit, current.credit_limit),
                 hard_cap_daily=_cap(args.hard_cap_daily, "hard-cap-daily", current.hard_cap_daily),
-                hard_cap_monthly=_cap(args.hard_cap_monthly, "hard-cap-monthly", current.hard_cap_monthly))
+                hard_cap_monthly=_cap(args.hard_cap_monthly, "hard-cap-monthly", current.hard_cap_monthly),
+            )
             check_account(account_change)
         if top_up is not None:
             record_payment(warehouse, args.tenant, top_up, args.reference or "", known_tenants=known)
@@ -196,16 +233,21 @@ def run_balance(args: argparse.Namespace) -> int:
         account = next((a for a in accounts(warehouse) if a.tenant_id == args.tenant), None)
     except (BillingError, ConfigError, WarehouseError) as exc:
         return _fail(exc)
-    print(json.dumps({
-        "tenant": args.tenant, "guarded": account is not None,
-        "prepaid": account.prepaid if account else None,
-        "balance": _plain(spend.balance) if spend else "0",
-        "spent_today": _plain(spend.spent_today) if spend else "0",
-        "spent_month": _plain(spend.spent_month) if spend else "0",
-        "credit_limit": _plain(account.credit_limit) if account else None,
-        "hard_cap_daily": _plain(account.hard_cap_daily) if account else None,
-        "hard_cap_monthly": _plain(account.hard_cap_monthly) if account else None,
-    }))
+    print(
+        json.dumps(
+            {
+                "tenant": args.tenant,
+                "guarded": account is not None,
+                "prepaid": account.prepaid if account else None,
+                "balance": _plain(spend.balance) if spend else "0",
+                "spent_today": _plain(spend.spent_today) if spend else "0",
+                "spent_month": _plain(spend.spent_month) if spend else "0",
+                "credit_limit": _plain(account.credit_limit) if account else None,
+                "hard_cap_daily": _plain(account.hard_cap_daily) if account else None,
+                "hard_cap_monthly": _plain(account.hard_cap_monthly) if account else None,
+            }
+        )
+    )
     return 0
 
 
@@ -213,8 +255,9 @@ def run_tenant_sql(args: argparse.Namespace) -> int:
     from market_pipeline.billing.tenant_scope import tenant_query
 
     try:
-        frame = tenant_query(Warehouse(warehouse_path(args.warehouse)), args.tenant, args.query,
-                             limits=limits_from(args))
+        frame = tenant_query(
+            Warehouse(warehouse_path(args.warehouse)), args.tenant, args.query, limits=limits_from(args)
+        )
     except (BillingError, ConfigError, WarehouseError, SqlRefused) as exc:
         return _fail(exc)
     print(json.dumps(frame.to_dicts(), default=str))
@@ -225,9 +268,13 @@ def run_bench(args: argparse.Namespace) -> int:
     from market_pipeline.billing.bench import DEFAULT_INTERVAL_SECONDS, run_billing_bench
 
     try:
-        result = run_billing_bench(load_config(), args.usage_seconds,
-                                   args.interval_seconds or DEFAULT_INTERVAL_SECONDS,
-                                   Path(args.workdir) if args.workdir else None, rounds=args.rounds)
+        result = run_billing_bench(
+            load_config(),
+            args.usage_seconds,
+            args.interval_seconds or DEFAULT_INTERVAL_SECONDS,
+            Path(args.workdir) if args.workdir else None,
+            rounds=args.rounds,
+        )
     except (BillingError, ConfigError, WarehouseError, ValueError) as exc:
         return _fail(exc)
     print(json.dumps(result.as_json()))

@@ -21,8 +21,14 @@ from market_pipeline.billing.errors import BillingError
 from market_pipeline.billing.tenant_scope import tenant_query
 from market_pipeline.warehouse import Warehouse
 
-COMPONENTS = ("base_cost", "time_premium", "location_premium", "drainability_discount",
-              "commitment_discount", "sla_credits")
+COMPONENTS = (
+    "base_cost",
+    "time_premium",
+    "location_premium",
+    "drainability_discount",
+    "commitment_discount",
+    "sla_credits",
+)
 
 
 @dataclass(frozen=True)
@@ -35,22 +41,32 @@ class CostReportData:
 
 
 def collect(warehouse: Warehouse, tenant_id: str) -> CostReportData:
-    daily = tenant_query(warehouse, tenant_id,
-                         "SELECT * FROM agg_tenant_daily_cost ORDER BY day")
-    pools = tenant_query(warehouse, tenant_id,
-                         "SELECT DISTINCT pool_id FROM fct_invoice_lines WHERE charge_category = 'Usage'")
+    daily = tenant_query(warehouse, tenant_id, "SELECT * FROM agg_tenant_daily_cost ORDER BY day")
+    pools = tenant_query(
+        warehouse, tenant_id, "SELECT DISTINCT pool_id FROM fct_invoice_lines WHERE charge_category = 'Usage'"
+    )
     pool_ids = pools["pool_id"].to_list()
-    prices = tenant_query(
-        warehouse, tenant_id,
-        "SELECT effective_from, pool_id, resource_class, price_per_gpu_hour FROM price_book"
-        " WHERE list_contains(?, pool_id) ORDER BY effective_from", [pool_ids]) if pool_ids else \
-        pl.DataFrame()
+    prices = (
+        tenant_query(
+            warehouse,
+            tenant_id,
+            "SELECT effective_from, pool_id, resource_class, price_per_gpu_hour FROM price_book"
+            " WHERE list_contains(?, pool_id) ORDER BY effective_from",
+            [pool_ids],
+        )
+        if pool_ids
+        else pl.DataFrame()
+    )
     credits = tenant_query(
-        warehouse, tenant_id,
+        warehouse,
+        tenant_id,
         "SELECT fault_at, task_id, pool_id, end_reason, affected_cost, sla_credit_rate, credit_amount"
-        " FROM fct_sla_credits ORDER BY fault_at")
-    totals = {c: Decimal(daily[c].sum() or 0) if daily.height else Decimal(0)
-              for c in (*COMPONENTS, "billed_cost", "gpu_hours")}
+        " FROM fct_sla_credits ORDER BY fault_at",
+    )
+    totals = {
+        c: Decimal(daily[c].sum() or 0) if daily.height else Decimal(0)
+        for c in (*COMPONENTS, "billed_cost", "gpu_hours")
+    }
     return CostReportData(tenant_id, daily, prices, credits, totals)
 
 
@@ -84,8 +100,12 @@ def charts(data: CostReportData):
     top.axhline(0, color="grey", linewidth=0.5)
     if data.prices.height:
         for (pool, cls), group in data.prices.group_by(["pool_id", "resource_class"], maintain_order=True):
-            bottom.step(group["effective_from"].to_list(), [float(v) for v in group["price_per_gpu_hour"]],
-                        where="post", label=f"{pool} {cls}")
+            bottom.step(
+                group["effective_from"].to_list(),
+                [float(v) for v in group["price_per_gpu_hour"]],
+                where="post",
+                label=f"{pool} {cls}",
+            )
         bottom.legend(fontsize=8)
     bottom.set_title("price per GPU-hour (price book) in the pools used")
     fig.tight_layout()
@@ -96,8 +116,10 @@ def _table(frame: pl.DataFrame) -> str:
     if frame.is_empty():
         return "<p>none</p>"
     head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
-                   for row in frame.iter_rows())
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
+        for row in frame.iter_rows()
+    )
     return f"<table><tr>{head}</tr>{rows}</table>"
 
 
@@ -107,11 +129,15 @@ def render_html(data: CostReportData) -> str:
     fig = charts(data)
     image = base64.b64encode(_figure_png(fig)).decode()
     plt.close(fig)
-    totals = "".join(f"<tr><td>{k.replace('_', ' ')}</td><td>{v:.2f}</td></tr>" for k, v in data.totals.items())
-    explain = ("base = list price x GPU-hours; time premium = base x (time coefficient - 1); location"
-               " premium = the zone coefficient on top; drainability discount = the gap to the drainable"
-               " class price; commitment discount = your month-to-date tier; SLA credits = platform-caused"
-               " failures, credited at the SLA rate.")
+    totals = "".join(
+        f"<tr><td>{k.replace('_', ' ')}</td><td>{v:.2f}</td></tr>" for k, v in data.totals.items()
+    )
+    explain = (
+        "base = list price x GPU-hours; time premium = base x (time coefficient - 1); location"
+        " premium = the zone coefficient on top; drainability discount = the gap to the drainable"
+        " class price; commitment discount = your month-to-date tier; SLA credits = platform-caused"
+        " failures, credited at the SLA rate."
+    )
     return f"""<!doctype html><html><head><meta charset="utf-8">
 <title>Cost report {html.escape(data.tenant_id)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0}}

@@ -19,8 +19,10 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def model_description(props: Mapping[str, Any]) -> str:
-    return str(props.get("description") or "").strip() or f"dbt {props.get('resource_type', 'model')} " \
-                                                          f"{props.get('name', '')}"
+    return (
+        str(props.get("description") or "").strip()
+        or f"dbt {props.get('resource_type', 'model')} {props.get('name', '')}"
+    )
 
 
 def dbt_test_description(props: Mapping[str, Any]) -> str:
@@ -29,10 +31,16 @@ def dbt_test_description(props: Mapping[str, Any]) -> str:
         return own
     metadata = props.get("test_metadata") or {}
     if metadata:
-        return _generic_sentence(str(metadata.get("name", "")), metadata.get("kwargs") or {},
-                                 str(props.get("column_name") or (metadata.get("kwargs") or {}).get("column_name")
-                                     or ""), _model_of(props))
-    return _leading_comment(str(props.get("raw_code") or props.get("raw_sql") or "")) or f"dbt test {props.get('name')}"
+        return _generic_sentence(
+            str(metadata.get("name", "")),
+            metadata.get("kwargs") or {},
+            str(props.get("column_name") or (metadata.get("kwargs") or {}).get("column_name") or ""),
+            _model_of(props),
+        )
+    return (
+        _leading_comment(str(props.get("raw_code") or props.get("raw_sql") or ""))
+        or f"dbt test {props.get('name')}"
+    )
 
 
 def _model_of(props: Mapping[str, Any]) -> str:
@@ -81,8 +89,11 @@ def row_counts(store: Warehouse, relations: Iterable[str]) -> dict[str, int]:
     wanted = sorted({r for r in relations if _NAME.match(r)})
     if not wanted:
         return {}
-    present = set(store.query(
-        "SELECT table_name FROM information_schema.tables WHERE list_contains(?, table_name)", [wanted])["table_name"])
+    present = set(
+        store.query(
+            "SELECT table_name FROM information_schema.tables WHERE list_contains(?, table_name)", [wanted]
+        )["table_name"]
+    )
     counts = {}
     for name in wanted:
         if name in present:

@@ -63,8 +63,9 @@ def config_vars(config: MarketPipelineConfig) -> dict[str, str]:
     return {"idle_cost_allocation": config.billing.idle_cost_allocation}
 
 
-def billing_vars(config: MarketPipelineConfig, start: dt.datetime | None = None,
-                 end: dt.datetime | None = None) -> dict[str, str]:
+def billing_vars(
+    config: MarketPipelineConfig, start: dt.datetime | None = None, end: dt.datetime | None = None
+) -> dict[str, str]:
     """The config vars plus, when both bounds are given, the window vars."""
     window = window_vars(start, end) if start is not None and end is not None else {}
     return {**config_vars(config), **window}
@@ -99,8 +100,10 @@ def _failures(result: object) -> tuple[str, ...]:
 
 def _node_seconds(result: object) -> tuple[tuple[str, float], ...]:
     nodes = getattr(getattr(result, "result", None), "results", None) or []
-    return tuple((getattr(getattr(n, "node", None), "name", "?"), round(float(getattr(n, "execution_time", 0.0)), 3))
-                 for n in nodes)
+    return tuple(
+        (getattr(getattr(n, "node", None), "name", "?"), round(float(getattr(n, "execution_time", 0.0)), 3))
+        for n in nodes
+    )
 
 
 def _release_duckdb() -> None:
@@ -128,8 +131,12 @@ def _scratch_target() -> Path:
 
 
 def _sources_stamp(project_dir: Path) -> float:
-    files = [p for pattern in ("*.yml", "models/**/*", "macros/**/*", "tests/**/*")
-             for p in project_dir.glob(pattern) if p.is_file()]
+    files = [
+        p
+        for pattern in ("*.yml", "models/**/*", "macros/**/*", "tests/**/*")
+        for p in project_dir.glob(pattern)
+        if p.is_file()
+    ]
     return max((p.stat().st_mtime for p in files), default=0.0)
 
 
@@ -145,17 +152,24 @@ def cached_manifest(project_dir: Path = DBT_PROJECT_DIR) -> object:
         hit = _MANIFESTS.get(project_dir)
         if hit is not None and hit[0] == stamp:
             return hit[1]
-        manifest = parse_manifest(_scratch_target() / "parse.duckdb", project_dir,
-                                  target_path=_scratch_target())
+        manifest = parse_manifest(
+            _scratch_target() / "parse.duckdb", project_dir, target_path=_scratch_target()
+        )
         _MANIFESTS[project_dir] = (stamp, manifest)
         return manifest
 
 
-def run_dbt(command: Sequence[str], warehouse_path: str | Path, *,
-            dbt_vars: Mapping[str, str] | None = None,
-            project_dir: Path = DBT_PROJECT_DIR, target_path: Path | None = None,
-            raise_on_failure: bool = True, manifest: object | None = None,
-            reuse_manifest: bool = True) -> DbtRun:
+def run_dbt(
+    command: Sequence[str],
+    warehouse_path: str | Path,
+    *,
+    dbt_vars: Mapping[str, str] | None = None,
+    project_dir: Path = DBT_PROJECT_DIR,
+    target_path: Path | None = None,
+    raise_on_failure: bool = True,
+    manifest: object | None = None,
+    reuse_manifest: bool = True,
+) -> DbtRun:
     """Run one dbt command (e.g. ["build", "--select", "+focus_export"]) on a warehouse.
 
     By default the process-wide parsed manifest is reused (`cached_manifest`); pass
@@ -168,32 +182,49 @@ def run_dbt(command: Sequence[str], warehouse_path: str | Path, *,
     if manifest is not None:
         # a run mutates the manifest (compiled nodes, injected ephemeral CTEs): copy it
         manifest = manifest.deepcopy()
-    args = [*command, "--project-dir", str(project_dir), "--profiles-dir", str(project_dir),
-            "--quiet", "--target-path", str(target_path or _scratch_target())]
+    args = [
+        *command,
+        "--project-dir",
+        str(project_dir),
+        "--profiles-dir",
+        str(project_dir),
+        "--quiet",
+        "--target-path",
+        str(target_path or _scratch_target()),
+    ]
     if dbt_vars:
         args += ["--vars", json.dumps(dict(dbt_vars))]
-    env = {WAREHOUSE_ENV: str(Path(warehouse_path).resolve()),
-           "DBT_LOG_PATH": str(project_dir / "logs"), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
-           # dbt's debug file log (every event and statement, appended to dbt/logs/dbt.log)
-           # cost ~10% of a billing rollup; failures come back in the RatingError either way.
-           # DBT_LOG_LEVEL_FILE=debug turns it back on.
-           DBT_FILE_LOG_ENV: os.environ.get(DBT_FILE_LOG_ENV, "none")}
+    env = {
+        WAREHOUSE_ENV: str(Path(warehouse_path).resolve()),
+        "DBT_LOG_PATH": str(project_dir / "logs"),
+        "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+        # dbt's debug file log (every event and statement, appended to dbt/logs/dbt.log)
+        # cost ~10% of a billing rollup; failures come back in the RatingError either way.
+        # DBT_LOG_LEVEL_FILE=debug turns it back on.
+        DBT_FILE_LOG_ENV: os.environ.get(DBT_FILE_LOG_ENV, "none"),
+    }
     started = time.perf_counter()
     with _DBT_LOCK, environment_overrides(env):
         try:
             result = dbtRunner(manifest=manifest).invoke(args)
         finally:
             _release_duckdb()
-    run = DbtRun(tuple(args), bool(result.success), time.perf_counter() - started, _failures(result),
-                 _node_seconds(result))
+    run = DbtRun(
+        tuple(args),
+        bool(result.success),
+        time.perf_counter() - started,
+        _failures(result),
+        _node_seconds(result),
+    )
     if raise_on_failure and not run.success:
         detail = "; ".join(run.failures) or str(getattr(result, "exception", "unknown error"))
         raise RatingError(f"dbt {' '.join(command)} failed on {warehouse_path}: {detail}")
     return run
 
 
-def parse_manifest(warehouse_path: str | Path, project_dir: Path = DBT_PROJECT_DIR,
-                   target_path: Path | None = None) -> object:
+def parse_manifest(
+    warehouse_path: str | Path, project_dir: Path = DBT_PROJECT_DIR, target_path: Path | None = None
+) -> object:
     """Parse the project for one warehouse; returns dbt's Manifest for `run_dbt(manifest=)`."""
     from dbt.cli.main import dbtRunner
 
@@ -211,8 +242,9 @@ def parse_manifest(warehouse_path: str | Path, project_dir: Path = DBT_PROJECT_D
     return result.result
 
 
-def prepare_manifest(project_dir: Path = DBT_PROJECT_DIR, target_dir: Path | None = None,
-                     warehouse_path: Path | None = None) -> Path:
+def prepare_manifest(
+    project_dir: Path = DBT_PROJECT_DIR, target_dir: Path | None = None, warehouse_path: Path | None = None
+) -> Path:
     """`dbt parse` into a scratch dir, then move manifest.json into place atomically.
 
     Concurrent preparers (tests, Dagster code servers) never see a half-written manifest.

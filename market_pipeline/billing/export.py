@@ -62,14 +62,36 @@ class Dataset:
 
 
 DATASETS: dict[str, tuple[Dataset, ...]] = {
-    "focus": (Dataset("focus", "focus_export", "x_FocusRowId",
-                      "x_ChargeHourUtc", "x_ChargeHourUtc + INTERVAL 1 HOUR"),),
-    "invoices": (Dataset("invoice_lines", "fct_invoice_lines", "invoice_line_id",
-                         "period_start_utc", "make_timestamp(epoch_us(period_end))"),),
-    "economics": (Dataset("pool_economics", "agg_pool_economics", "economics_row_id",
-                          "period_start_utc", "make_timestamp(epoch_us(period_end))"),
-                  Dataset("tenant_capacity_cost", "agg_tenant_capacity_cost", "allocation_row_id",
-                          "period_start_utc", "make_timestamp(epoch_us(period_end))")),
+    "focus": (
+        Dataset(
+            "focus", "focus_export", "x_FocusRowId", "x_ChargeHourUtc", "x_ChargeHourUtc + INTERVAL 1 HOUR"
+        ),
+    ),
+    "invoices": (
+        Dataset(
+            "invoice_lines",
+            "fct_invoice_lines",
+            "invoice_line_id",
+            "period_start_utc",
+            "make_timestamp(epoch_us(period_end))",
+        ),
+    ),
+    "economics": (
+        Dataset(
+            "pool_economics",
+            "agg_pool_economics",
+            "economics_row_id",
+            "period_start_utc",
+            "make_timestamp(epoch_us(period_end))",
+        ),
+        Dataset(
+            "tenant_capacity_cost",
+            "agg_tenant_capacity_cost",
+            "allocation_row_id",
+            "period_start_utc",
+            "make_timestamp(epoch_us(period_end))",
+        ),
+    ),
 }
 
 
@@ -129,7 +151,7 @@ def focus_metadata(con: duckdb.DuckDBPyConnection) -> dict:
         kind = kind.upper()
         entry: dict = {"ColumnName": name}
         if kind.startswith("DECIMAL"):
-            precision, scale = kind[len("DECIMAL("):-1].split(",")
+            precision, scale = kind[len("DECIMAL(") : -1].split(",")
             entry |= {"DataType": "DECIMAL", "NumericPrecision": int(precision), "NumberScale": int(scale)}
         elif kind.startswith("TIMESTAMP"):
             entry["DataType"] = "DATETIME"
@@ -143,20 +165,31 @@ def focus_metadata(con: duckdb.DuckDBPyConnection) -> dict:
             entry |= {"DataType": "STRING", "StringEncoding": "UTF-8"}
         definitions.append(entry)
     schema_id = hashlib.sha256(json.dumps(definitions, sort_keys=True).encode()).hexdigest()[:32]
-    return {"SchemaId": schema_id, "FocusVersion": FOCUS_VERSION, "CreationDate": FOCUS_SCHEMA_CREATED,
-            "DataGenerator": DATA_GENERATOR, "ColumnDefinition": definitions}
+    return {
+        "SchemaId": schema_id,
+        "FocusVersion": FOCUS_VERSION,
+        "CreationDate": FOCUS_SCHEMA_CREATED,
+        "DataGenerator": DATA_GENERATOR,
+        "ColumnDefinition": definitions,
+    }
 
 
-def _write_dataset(con: duckdb.DuckDBPyConnection, dataset: Dataset, lo: str, hi: str, fmt: str,
-                   staging: Path) -> list[dict]:
+def _write_dataset(
+    con: duckdb.DuckDBPyConnection, dataset: Dataset, lo: str, hi: str, fmt: str, staging: Path
+) -> list[dict]:
     where = f"{dataset.period_start} >= TIMESTAMP '{lo}' AND {dataset.period_end} <= TIMESTAMP '{hi}'"
     try:
-        periods = [row[0] for row in con.execute(
-            f"SELECT DISTINCT strftime(date_trunc('month', {dataset.period_start}), '%Y-%m') AS p"
-            f" FROM {dataset.table} WHERE {where} ORDER BY p").fetchall()]
+        periods = [
+            row[0]
+            for row in con.execute(
+                f"SELECT DISTINCT strftime(date_trunc('month', {dataset.period_start}), '%Y-%m') AS p"
+                f" FROM {dataset.table} WHERE {where} ORDER BY p"
+            ).fetchall()
+        ]
     except duckdb.CatalogException:
-        raise ExportError(f"table {dataset.table} is not in the warehouse: run `market-pipeline "
-                          f"billing-rollup` first") from None
+        raise ExportError(
+            f"table {dataset.table} is not in the warehouse: run `market-pipeline billing-rollup` first"
+        ) from None
     select = _select_list(con, dataset.table, fmt)
     options = "FORMAT csv, HEADER true" if fmt == "csv" else "FORMAT parquet, COMPRESSION zstd"
     files = []
@@ -164,12 +197,20 @@ def _write_dataset(con: duckdb.DuckDBPyConnection, dataset: Dataset, lo: str, hi
         folder = staging / f"billing_period={period}"
         folder.mkdir(exist_ok=True)
         target = folder / f"{dataset.name}.{fmt}"
-        query = (f"SELECT {select} FROM {dataset.table} WHERE {where} AND strftime(date_trunc('month', "
-                 f"{dataset.period_start}), '%Y-%m') = '{period}' ORDER BY {dataset.row_id}")
+        query = (
+            f"SELECT {select} FROM {dataset.table} WHERE {where} AND strftime(date_trunc('month', "
+            f"{dataset.period_start}), '%Y-%m') = '{period}' ORDER BY {dataset.row_id}"
+        )
         con.execute(f"COPY ({query}) TO '{target}' ({options})")
         rows = con.execute(f"SELECT count(*) FROM ({query})").fetchone()[0]
-        files.append({"billing_period": period, "path": str(target.relative_to(staging)), "rows": int(rows),
-                      "sha256": _sha256(target)})
+        files.append(
+            {
+                "billing_period": period,
+                "path": str(target.relative_to(staging)),
+                "rows": int(rows),
+                "sha256": _sha256(target),
+            }
+        )
     return files
 
 
@@ -178,8 +219,10 @@ def _claim_target(out: Path) -> Path:
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {out} is a file, not a directory")
     if out.exists() and any(out.iterdir()) and not (out / MANIFEST).is_file():
-        raise ExportError(f"--out {out} is a non-empty directory that is not an export (no {MANIFEST}); "
-                          "choose a new or an earlier export's directory")
+        raise ExportError(
+            f"--out {out} is a non-empty directory that is not an export (no {MANIFEST}); "
+            "choose a new or an earlier export's directory"
+        )
     parent = out.resolve().parent
     if not parent.is_dir():
         problem = "is not a directory" if parent.exists() else "does not exist"
@@ -206,8 +249,9 @@ def _swap_into_place(staging: Path, out: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def export(warehouse: Warehouse, what: str, start: dt.datetime, end: dt.datetime, fmt: str,
-           out: Path) -> ExportResult:
+def export(
+    warehouse: Warehouse, what: str, start: dt.datetime, end: dt.datetime, fmt: str, out: Path
+) -> ExportResult:
     """Write dataset `what` (focus, invoices, economics) for [start, end) under `out`."""
     if what not in DATASETS:
         raise ExportError(f"unknown export {what!r}; choose one of {', '.join(DATASETS)}")
@@ -222,9 +266,16 @@ def export(warehouse: Warehouse, what: str, start: dt.datetime, end: dt.datetime
     try:
         with warehouse.connect(read_only=True) as con:
             con.execute("SET threads = 1")  # one writer thread: the same bytes on every rerun
-            files = [f for dataset in DATASETS[what] for f in _write_dataset(con, dataset, lo, hi, fmt, staging)]
-            manifest = {"export": what, "format": fmt, "from": start.isoformat(), "to": end.isoformat(),
-                        "files": sorted(files, key=lambda f: f["path"])}
+            files = [
+                f for dataset in DATASETS[what] for f in _write_dataset(con, dataset, lo, hi, fmt, staging)
+            ]
+            manifest = {
+                "export": what,
+                "format": fmt,
+                "from": start.isoformat(),
+                "to": end.isoformat(),
+                "files": sorted(files, key=lambda f: f["path"]),
+            }
             if what == "focus":
                 metadata = focus_metadata(con)
                 (staging / "focus-metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
@@ -241,12 +292,16 @@ def export(warehouse: Warehouse, what: str, start: dt.datetime, end: dt.datetime
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("export", help="billing marts to files per billing period (FOCUS, invoices, economics)")
+    parser = sub.add_parser(
+        "export", help="billing marts to files per billing period (FOCUS, invoices, economics)"
+    )
     parser.add_argument("what", choices=tuple(DATASETS))
     parser.add_argument("--from", dest="start", required=True, help="ISO hour, window start (UTC if naive)")
     parser.add_argument("--to", dest="end", required=True, help="ISO hour, window end (exclusive)")
     parser.add_argument("--format", choices=FORMATS, default="csv")
-    parser.add_argument("--out", required=True, help="export directory (created, or an earlier export replaced)")
+    parser.add_argument(
+        "--out", required=True, help="export directory (created, or an earlier export replaced)"
+    )
     add_warehouse_argument(parser)
     parser.set_defaults(handler=run_export)
 
@@ -258,6 +313,9 @@ def run_export(args: argparse.Namespace) -> int:
         result = export(Warehouse(path), args.what, start, end, args.format, Path(args.out))
     except (BillingError, ConfigError, WarehouseError) as exc:
         return input_error(exc)
-    print(json.dumps({"export": result.what, "out": str(result.out), "files": len(result.files),
-                      "rows": result.rows}))
+    print(
+        json.dumps(
+            {"export": result.what, "out": str(result.out), "files": len(result.files), "rows": result.rows}
+        )
+    )
     return 0

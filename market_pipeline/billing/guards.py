@@ -30,8 +30,9 @@ class GuardRun:
     burn_per_hour: dict[str, Decimal]
 
 
-def burn_rates(warehouse: Warehouse, config: MarketPipelineConfig, tasks: Sequence[TaskInfo],
-               now: dt.datetime) -> dict[str, Decimal]:
+def burn_rates(
+    warehouse: Warehouse, config: MarketPipelineConfig, tasks: Sequence[TaskInfo], now: dt.datetime
+) -> dict[str, Decimal]:
     """Cost per hour of each tenant's running tasks at the prices in force now."""
     card = RateCard.from_config(config)
     histories = {}
@@ -49,15 +50,26 @@ def burn_rates(warehouse: Warehouse, config: MarketPipelineConfig, tasks: Sequen
     return burn
 
 
-def run_budget_guards(warehouse: Warehouse, config: MarketPipelineConfig, running: Sequence[TaskInfo],
-                      now: dt.datetime, write: bool = True) -> GuardRun:
+def run_budget_guards(
+    warehouse: Warehouse,
+    config: MarketPipelineConfig,
+    running: Sequence[TaskInfo],
+    now: dt.datetime,
+    write: bool = True,
+) -> GuardRun:
     """Evaluate every guarded tenant; write `budget_guard` decisions for blocked ones."""
     guarded = accounts(warehouse)
-    burn = burn_rates(warehouse, config, [t for t in running if t.tenant_id in {a.tenant_id for a in guarded}],
-                      now)
-    verdicts = evaluate_guards(guarded, tenant_spend(warehouse, now), burn, now,
-                               interval_seconds=config.loop.tick_minutes * 60,
-                               grace_seconds=config.billing.grace_seconds)
+    burn = burn_rates(
+        warehouse, config, [t for t in running if t.tenant_id in {a.tenant_id for a in guarded}], now
+    )
+    verdicts = evaluate_guards(
+        guarded,
+        tenant_spend(warehouse, now),
+        burn,
+        now,
+        interval_seconds=config.loop.tick_minutes * 60,
+        grace_seconds=config.billing.grace_seconds,
+    )
     by_tenant: dict[str, list[tuple[str, str]]] = {}
     for task in running:
         by_tenant.setdefault(task.tenant_id, []).append((task.task_id, task.pool_id))
@@ -70,4 +82,6 @@ def run_budget_guards(warehouse: Warehouse, config: MarketPipelineConfig, runnin
 def refused_tenants(run: GuardRun) -> dict[str, str]:
     """Tenant -> why, for every guarded tenant whose new tasks are refused now (the admission
     list a fleet that can refuse work is given)."""
-    return {v.tenant_id: "; ".join(v.reasons) or "budget guard" for v in run.verdicts if not v.admit_new_tasks}
+    return {
+        v.tenant_id: "; ".join(v.reasons) or "budget guard" for v in run.verdicts if not v.admit_new_tasks
+    }

@@ -20,8 +20,10 @@ def _scale(nano: str, factor_e6: str) -> str:
 
 
 def _money(nano: str) -> str:
-    return (f"(cast(({nano}) // 1000000000 as decimal(18, 9))"
-            f" + cast(({nano}) % 1000000000 as decimal(9, 0)) * 0.000000001::decimal(9, 9))")
+    return (
+        f"(cast(({nano}) // 1000000000 as decimal(18, 9))"
+        f" + cast(({nano}) % 1000000000 as decimal(9, 0)) * 0.000000001::decimal(9, 9))"
+    )
 
 
 def _e6(x: str) -> str:

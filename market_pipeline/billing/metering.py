@@ -67,9 +67,7 @@ class HourWindow:
         try:
             start = dt.datetime.strptime(key, PARTITION_KEY_FORMAT).replace(tzinfo=UTC)
         except ValueError as exc:
-            raise MeteringError(
-                f"partition key {key!r} is not an hourly key like 2026-01-01-13:00"
-            ) from exc
+            raise MeteringError(f"partition key {key!r} is not an hourly key like 2026-01-01-13:00") from exc
         if start.minute or start.second:
             raise MeteringError(f"partition key {key!r} does not start on the hour")
         return cls(start, start + dt.timedelta(hours=1))
@@ -123,11 +121,13 @@ def validate_events(events: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(pl.col("platform_fault").fill_null(False))
 
 
-def task_lifecycles(events: pl.DataFrame, catalog: Mapping[str, TaskInfo],
-                    before: dt.datetime,
-                    carried_drain_signals: Mapping[str, dt.datetime] | None = None,
-                    platform_faults: Iterable[str] = (),
-                    ) -> dict[str, TaskLifecycle]:
+def task_lifecycles(
+    events: pl.DataFrame,
+    catalog: Mapping[str, TaskInfo],
+    before: dt.datetime,
+    carried_drain_signals: Mapping[str, dt.datetime] | None = None,
+    platform_faults: Iterable[str] = (),
+) -> dict[str, TaskLifecycle]:
     """Each catalogued task's lifecycle as known from events with ts < `before`.
 
     `platform_faults` names tasks whose end the drain records attribute to the platform
@@ -151,14 +151,20 @@ def task_lifecycles(events: pl.DataFrame, catalog: Mapping[str, TaskInfo],
     }
 
 
-def _lifecycle(task: TaskInfo, rows: Sequence[dict], carried_signal: dt.datetime | None,
-               fault_recorded: bool = False) -> TaskLifecycle:
+def _lifecycle(
+    task: TaskInfo, rows: Sequence[dict], carried_signal: dt.datetime | None, fault_recorded: bool = False
+) -> TaskLifecycle:
     starts = [r["ts"] for r in rows if r["event"] == "start"]
     started_at = starts[0] if starts else _as_utc(task.started_at, f"task {task.task_id} started_at")
     terminal = next((r for r in rows if r["event"] in TERMINAL_EVENTS and r["ts"] >= started_at), None)
     ended_at = terminal["ts"] if terminal else None
-    signals = [r["ts"] for r in rows if r["event"] == "drain_signal" and r["ts"] >= started_at
-               and (ended_at is None or r["ts"] <= ended_at)]
+    signals = [
+        r["ts"]
+        for r in rows
+        if r["event"] == "drain_signal"
+        and r["ts"] >= started_at
+        and (ended_at is None or r["ts"] <= ended_at)
+    ]
     if carried_signal is not None:
         signals.append(_as_utc(carried_signal, f"carried drain signal of {task.task_id}"))
     return TaskLifecycle(
@@ -184,8 +190,9 @@ def _split_memory(total_mib: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-def task_intervals(task: TaskInfo, life: TaskLifecycle, window: HourWindow,
-                   pools: Mapping[str, tuple[str, str]]) -> list[dict]:
+def task_intervals(
+    task: TaskInfo, life: TaskLifecycle, window: HourWindow, pools: Mapping[str, tuple[str, str]]
+) -> list[dict]:
     """The task's usage interval rows in the window, one per GPU (empty if it did not run)."""
     if not task.gpu_uuids:
         raise MeteringError(f"task {task.task_id} holds no GPU (empty gpu_uuids)")
@@ -227,11 +234,14 @@ def task_intervals(task: TaskInfo, life: TaskLifecycle, window: HourWindow,
     ]
 
 
-def meter_window(events: pl.DataFrame, catalog: Iterable[TaskInfo], window: HourWindow,
-                 pools: Mapping[str, tuple[str, str]],
-                 carried_drain_signals: Mapping[str, dt.datetime] | None = None,
-                 platform_faults: Iterable[str] = (),
-                 ) -> pl.DataFrame:
+def meter_window(
+    events: pl.DataFrame,
+    catalog: Iterable[TaskInfo],
+    window: HourWindow,
+    pools: Mapping[str, tuple[str, str]],
+    carried_drain_signals: Mapping[str, dt.datetime] | None = None,
+    platform_faults: Iterable[str] = (),
+) -> pl.DataFrame:
     """Usage intervals of every catalogued task in the window, USAGE_INTERVAL_SCHEMA.
 
     `pools` maps pool_id -> (gpu_model, zone). `carried_drain_signals` holds drain signals
@@ -243,8 +253,11 @@ def meter_window(events: pl.DataFrame, catalog: Iterable[TaskInfo], window: Hour
     rows: list[dict] = []
     for task_id in sorted(by_id):
         rows.extend(task_intervals(by_id[task_id], lives[task_id], window, pools))
-    return pl.DataFrame(rows, schema=USAGE_INTERVAL_SCHEMA, orient="row") if rows else \
-        pl.DataFrame(schema=USAGE_INTERVAL_SCHEMA)
+    return (
+        pl.DataFrame(rows, schema=USAGE_INTERVAL_SCHEMA, orient="row")
+        if rows
+        else pl.DataFrame(schema=USAGE_INTERVAL_SCHEMA)
+    )
 
 
 def metered_seconds(intervals: pl.DataFrame) -> int:
@@ -261,5 +274,3 @@ def gpu_seconds(intervals: pl.DataFrame) -> Decimal:
     for start, end, fraction in intervals.select("started_at", "ended_at", "gpu_fraction").iter_rows():
         total += Decimal(int((end - start).total_seconds())) * fraction
     return total
-
-

@@ -33,8 +33,9 @@ class MeteredPartition:
     written: int
 
 
-def pool_directory(config: MarketPipelineConfig, nodes: Iterable[NodeInfo] = ()
-                   ) -> dict[str, tuple[str, str]]:
+def pool_directory(
+    config: MarketPipelineConfig, nodes: Iterable[NodeInfo] = ()
+) -> dict[str, tuple[str, str]]:
     """pool_id -> (gpu_model, zone) from the config, plus pools the fleet reports."""
     pools = {pool.pool_id: (pool.gpu_model, pool.zone) for pool in config.pools}
     for node in nodes:
@@ -55,8 +56,9 @@ def carried_from_previous(warehouse: Warehouse, window: HourWindow) -> dict[str,
     return dict(zip(frame["task_id"].to_list(), frame["drain_signal_at"].to_list()))
 
 
-def drain_records(warehouse: Warehouse, window: HourWindow, task_ids: Iterable[str]
-                  ) -> tuple[dict[str, dt.datetime], set[str]]:
+def drain_records(
+    warehouse: Warehouse, window: HourWindow, task_ids: Iterable[str]
+) -> tuple[dict[str, dt.datetime], set[str]]:
     """Drain signals and platform faults the task-drain guardrail recorded before the
     window's end (table `drain_billing_events`); empty when that table is absent."""
     ids = sorted(set(task_ids))
@@ -68,7 +70,8 @@ def drain_records(warehouse: Warehouse, window: HourWindow, task_ids: Iterable[s
             " bool_or(platform_fault AND task_ended_at < ?) AS fault"
             " FROM drain_billing_events WHERE list_contains(?, task_id)"
             " AND (drain_signal_at < ? OR task_ended_at < ?) GROUP BY task_id",
-            [window.end, ids, window.end, window.end])
+            [window.end, ids, window.end, window.end],
+        )
     except WarehouseError:
         return {}, set()  # the task-drain migration is not applied in this warehouse
     signals = {t: s for t, s, _ in frame.iter_rows() if s is not None and s < window.end}
@@ -76,8 +79,9 @@ def drain_records(warehouse: Warehouse, window: HourWindow, task_ids: Iterable[s
     return signals, faults
 
 
-def collect_tasks(adapter: NodeAdapter, window: HourWindow, events: pl.DataFrame,
-                  carried_ids: Iterable[str]) -> list[TaskInfo]:
+def collect_tasks(
+    adapter: NodeAdapter, window: HourWindow, events: pl.DataFrame, carried_ids: Iterable[str]
+) -> list[TaskInfo]:
     """The catalog of every task that may have run in the window."""
     running = [t for t in adapter.list_tasks() if t.started_at < window.end]
     wanted = set(events.get_column("task_id").unique().to_list()) if events.height else set()
@@ -94,8 +98,13 @@ def collect_tasks(adapter: NodeAdapter, window: HourWindow, events: pl.DataFrame
     return running + catalog
 
 
-def meter_partition(adapter: NodeAdapter, warehouse: Warehouse, config: MarketPipelineConfig,
-                    window: HourWindow, lookback: dt.timedelta = DEFAULT_LOOKBACK) -> MeteredPartition:
+def meter_partition(
+    adapter: NodeAdapter,
+    warehouse: Warehouse,
+    config: MarketPipelineConfig,
+    window: HourWindow,
+    lookback: dt.timedelta = DEFAULT_LOOKBACK,
+) -> MeteredPartition:
     """Meter one hourly partition from the adapter and replace it in `usage_intervals`."""
     events = adapter.read_task_events(window.start - lookback, window.end)
     carried = carried_from_previous(warehouse, window)
@@ -107,15 +116,14 @@ def meter_partition(adapter: NodeAdapter, warehouse: Warehouse, config: MarketPi
     pools = pool_directory(config, adapter.list_nodes())
     intervals = meter_window(events, catalog, window, pools, signals, faults)
     written = write_partition(warehouse, window.partition_key, intervals)
-    return MeteredPartition(window.partition_key, intervals,
-                            intervals["task_id"].n_unique() if intervals.height else 0, written)
+    return MeteredPartition(
+        window.partition_key, intervals, intervals["task_id"].n_unique() if intervals.height else 0, written
+    )
 
 
 def write_partition(warehouse: Warehouse, partition_key: str, intervals: pl.DataFrame) -> int:
     """Delete the partition's rows and insert the new ones in one transaction (exactly once)."""
     stray = intervals.filter(pl.col("partition_key") != partition_key)
     if stray.height:
-        raise MeteringError(
-            f"{stray.height} interval(s) belong to another partition than {partition_key}"
-        )
+        raise MeteringError(f"{stray.height} interval(s) belong to another partition than {partition_key}")
     return warehouse.replace_where("usage_intervals", "partition_key = ?", [partition_key], intervals)

@@ -41,11 +41,14 @@ class UnitPrice:
     commitment_discount: Decimal
     price_source: str
 
-
     @property
     def effective_unit_price(self) -> Decimal:
-        return to_money(self.class_price * self.time_coefficient * self.location_coefficient
-                        * (1 - self.commitment_discount))
+        return to_money(
+            self.class_price
+            * self.time_coefficient
+            * self.location_coefficient
+            * (1 - self.commitment_discount)
+        )
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,9 @@ class PriceHistory:
     frame: pl.DataFrame  # effective_from, resource_class, price_per_gpu_hour
 
     def latest(self, resource_class: str, at: dt.datetime) -> Decimal | None:
-        rows = self.frame.filter((pl.col("resource_class") == resource_class)
-                                 & (pl.col("effective_from") <= at))
+        rows = self.frame.filter(
+            (pl.col("resource_class") == resource_class) & (pl.col("effective_from") <= at)
+        )
         if rows.is_empty():
             return None
         return rows.sort("effective_from")["price_per_gpu_hour"][-1]
@@ -67,14 +71,21 @@ class PriceHistory:
 
 
 def load_price_history(warehouse: Warehouse | None, pool_id: str) -> PriceHistory:
-    empty = pl.DataFrame(schema={"effective_from": pl.Datetime("us", "UTC"), "resource_class": pl.Utf8,
-                                 "price_per_gpu_hour": pl.Decimal(18, 6)})
+    empty = pl.DataFrame(
+        schema={
+            "effective_from": pl.Datetime("us", "UTC"),
+            "resource_class": pl.Utf8,
+            "price_per_gpu_hour": pl.Decimal(18, 6),
+        }
+    )
     if warehouse is None or not warehouse.path.exists():
         return PriceHistory(pool_id, empty)
     try:
         frame = warehouse.query(
             "SELECT effective_from, resource_class, price_per_gpu_hour FROM price_book"
-            " WHERE pool_id = ? ORDER BY effective_from", [pool_id])
+            " WHERE pool_id = ? ORDER BY effective_from",
+            [pool_id],
+        )
     except WarehouseError:
         return PriceHistory(pool_id, empty)
     return PriceHistory(pool_id, frame.with_columns(pl.col("effective_from").dt.convert_time_zone("UTC")))
@@ -92,7 +103,8 @@ def month_to_date_gpu_hours(warehouse: Warehouse | None, tenant_id: str, at: dt.
             "SELECT coalesce(sum(consumed_gpu_hours), 0) AS h FROM fct_invoice_lines"
             " WHERE tenant_id = ? AND period_grain = 'hour' AND charge_category = 'Usage'"
             " AND period_start >= ? AND period_start < ?",
-            [tenant_id, month, at])
+            [tenant_id, month, at],
+        )
     except WarehouseError:
         return Decimal(0)
     return Decimal(frame["h"][0])
@@ -106,8 +118,14 @@ def commitment_discount(card: RateCard, gpu_hours: Decimal) -> Decimal:
     return discount
 
 
-def unit_price(config: MarketPipelineConfig, card: RateCard, history: PriceHistory,
-               resource_class: str, at: dt.datetime, gpu_hours_mtd: Decimal = Decimal(0)) -> UnitPrice:
+def unit_price(
+    config: MarketPipelineConfig,
+    card: RateCard,
+    history: PriceHistory,
+    resource_class: str,
+    at: dt.datetime,
+    gpu_hours_mtd: Decimal = Decimal(0),
+) -> UnitPrice:
     """The price of one GPU-hour of `history.pool_id` in `resource_class` at `at`."""
     pool = config.pool_by_id.get(history.pool_id)
     if pool is None:
@@ -122,14 +140,26 @@ def unit_price(config: MarketPipelineConfig, card: RateCard, history: PriceHisto
     if resource_class == "drainable":
         drainable = history.latest("drainable", at)
         default = card.terms["drainable_default_discount"][0]
-        class_price = drainable if drainable is not None else (list_price * (1 - default)).quantize(
-            Decimal("0.000001"), rounding=ROUND_HALF_UP)
-    band_row = card.time.filter((pl.col("day_of_week") == at.isoweekday()) & (pl.col("hour_of_day") == at.hour))
+        class_price = (
+            drainable
+            if drainable is not None
+            else (list_price * (1 - default)).quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
+        )
+    band_row = card.time.filter(
+        (pl.col("day_of_week") == at.isoweekday()) & (pl.col("hour_of_day") == at.hour)
+    )
     zone_row = card.zones.filter(pl.col("zone") == pool.zone)
     if band_row.is_empty() or zone_row.is_empty():
         raise BillingError(f"rate card lacks time band for {at.isoformat()} or zone {pool.zone!r}")
     return UnitPrice(
-        pool_id=history.pool_id, resource_class=resource_class, at=at, list_price=list_price,
-        class_price=class_price, time_band=band_row["band"][0], time_coefficient=band_row["coefficient"][0],
+        pool_id=history.pool_id,
+        resource_class=resource_class,
+        at=at,
+        list_price=list_price,
+        class_price=class_price,
+        time_band=band_row["band"][0],
+        time_coefficient=band_row["coefficient"][0],
         location_coefficient=zone_row["location_coefficient"][0],
-        commitment_discount=commitment_discount(card, gpu_hours_mtd), price_source=source)
+        commitment_discount=commitment_discount(card, gpu_hours_mtd),
+        price_source=source,
+    )

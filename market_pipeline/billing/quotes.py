@@ -84,8 +84,9 @@ def _band_empirical(history: PriceHistory, resource_class: str, hours: float) ->
     return float(min(low, 1.0)), float(max(high, 1.0)), len(ratios)
 
 
-def _band_bounds(config: MarketPipelineConfig, pool_id: str, price_now: Decimal, hours: float
-                 ) -> tuple[float, float]:
+def _band_bounds(
+    config: MarketPipelineConfig, pool_id: str, price_now: Decimal, hours: float
+) -> tuple[float, float]:
     """The reachable price range: at most max_price_step per tick, inside the pool's bounds."""
     pool = config.pool_by_id[pool_id]
     ticks = max(1.0, hours * 60 / config.loop.tick_minutes)
@@ -100,9 +101,16 @@ def _money(value: Decimal) -> Decimal:
     return value.quantize(CENT, rounding=ROUND_HALF_UP)
 
 
-def quote(config: MarketPipelineConfig, warehouse: Warehouse | None, tenant_id: str, pool_id: str,
-          gpus: float, hours: float, resource_class: str | None = None,
-          start: dt.datetime | None = None) -> Quote:
+def quote(
+    config: MarketPipelineConfig,
+    warehouse: Warehouse | None,
+    tenant_id: str,
+    pool_id: str,
+    gpus: float,
+    hours: float,
+    resource_class: str | None = None,
+    start: dt.datetime | None = None,
+) -> Quote:
     tenant = next((t for t in config.tenants if t.id == tenant_id), None)
     if tenant is None:
         raise QuoteError(f"unknown tenant {tenant_id!r}; known: {[t.id for t in config.tenants]}")
@@ -115,7 +123,9 @@ def quote(config: MarketPipelineConfig, warehouse: Warehouse | None, tenant_id: 
     if not 0 < hours <= MAX_QUOTE_HOURS:
         raise QuoteError(f"--hours must be in (0, {MAX_QUOTE_HOURS}], got {hours}")
     if start is not None and not QUOTE_YEARS[0] <= start.astimezone(dt.timezone.utc).year <= QUOTE_YEARS[1]:
-        raise QuoteError(f"--start {start.isoformat()} is outside the years {QUOTE_YEARS[0]}..{QUOTE_YEARS[1]}")
+        raise QuoteError(
+            f"--start {start.isoformat()} is outside the years {QUOTE_YEARS[0]}..{QUOTE_YEARS[1]}"
+        )
     resource_class = resource_class or "guaranteed"
     if resource_class == "drainable" and not tenant.drain_tolerant:
         raise QuoteError(f"tenant {tenant_id!r} is not drain tolerant: it cannot buy the drainable class")
@@ -124,8 +134,13 @@ def quote(config: MarketPipelineConfig, warehouse: Warehouse | None, tenant_id: 
     history = load_price_history(warehouse, pool_id)
     mtd = month_to_date_gpu_hours(warehouse, tenant_id, start)
     now_price = unit_price(config, card, history, resource_class, start, mtd)
-    totals = {"base": Decimal(0), "time_premium": Decimal(0), "location_premium": Decimal(0),
-              "drainability_discount": Decimal(0), "commitment_discount": Decimal(0)}
+    totals = {
+        "base": Decimal(0),
+        "time_premium": Decimal(0),
+        "location_premium": Decimal(0),
+        "drainability_discount": Decimal(0),
+        "commitment_discount": Decimal(0),
+    }
     gpu_dec = Decimal(repr(float(gpus)))
     for hour_start, fraction in _hour_slices(start, hours):
         p = unit_price(config, card, history, resource_class, hour_start, mtd)
@@ -149,11 +164,21 @@ def quote(config: MarketPipelineConfig, warehouse: Warehouse | None, tenant_id: 
         low, high = _band_bounds(config, pool_id, now_price.list_price, hours)
         method = "price_bounds"
     return Quote(
-        tenant_id=tenant_id, pool_id=pool_id, resource_class=resource_class, gpus=gpus, hours=hours,
-        start=start.isoformat(), currency=config.billing.currency, expected_cost=_money(expected),
-        low_90=_money(expected * Decimal(repr(low))), high_90=_money(expected * Decimal(repr(high))),
-        unit_price_now=_money(now_price.effective_unit_price), band_method=method, band_samples=samples,
-        components={k: _money(v) for k, v in totals.items()})
+        tenant_id=tenant_id,
+        pool_id=pool_id,
+        resource_class=resource_class,
+        gpus=gpus,
+        hours=hours,
+        start=start.isoformat(),
+        currency=config.billing.currency,
+        expected_cost=_money(expected),
+        low_90=_money(expected * Decimal(repr(low))),
+        high_90=_money(expected * Decimal(repr(high))),
+        unit_price_now=_money(now_price.effective_unit_price),
+        band_method=method,
+        band_samples=samples,
+        components={k: _money(v) for k, v in totals.items()},
+    )
 
 
 def _hour_slices(start: dt.datetime, hours: float) -> list[tuple[dt.datetime, Decimal]]:

@@ -14,8 +14,12 @@ from market_pipeline.billing.rate_card import refresh_rate_card
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.warehouse import Warehouse
 
-BILLING_SELECTOR = ("+focus_export", "+agg_tenant_daily_cost", "+agg_revenue_by_pool",
-                    "+agg_tenant_capacity_cost")
+BILLING_SELECTOR = (
+    "+focus_export",
+    "+agg_tenant_daily_cost",
+    "+agg_revenue_by_pool",
+    "+agg_tenant_capacity_cost",
+)
 
 
 @dataclass(frozen=True)
@@ -24,14 +28,22 @@ class RollupResult:
     ledger_entries: int
 
 
-def rollup_window(warehouse: Warehouse, config: MarketPipelineConfig, start: dt.datetime | None,
-                  end: dt.datetime | None, run_tests: bool = True, post_ledger: bool = True
-                  ) -> RollupResult:
+def rollup_window(
+    warehouse: Warehouse,
+    config: MarketPipelineConfig,
+    start: dt.datetime | None,
+    end: dt.datetime | None,
+    run_tests: bool = True,
+    post_ledger: bool = True,
+) -> RollupResult:
     """Build (and test) the billing marts for [start, end); all hours when both are None."""
     refresh_rate_card(warehouse, config)
     dbt_vars = billing_vars(config, start, end)
-    command = (["build", "--select", *BILLING_SELECTOR, *UNIT_TESTS_EXCLUDED] if run_tests
-               else ["run", "--select", *BILLING_SELECTOR])
+    command = (
+        ["build", "--select", *BILLING_SELECTOR, *UNIT_TESTS_EXCLUDED]
+        if run_tests
+        else ["run", "--select", *BILLING_SELECTOR]
+    )
     result = run_dbt(command, warehouse.path, dbt_vars=dbt_vars)
     entries = 0
     if post_ledger:

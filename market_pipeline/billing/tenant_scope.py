@@ -20,8 +20,8 @@ import duckdb
 import polars as pl
 
 from market_pipeline.billing.errors import BillingError
-from market_pipeline.warehouse.sql_guard import SqlLimits, SqlRefused, check_read_only, lock_down, run_limited
 from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse.sql_guard import SqlLimits, SqlRefused, check_read_only, lock_down, run_limited
 
 # Table -> the column naming the tenant that owns a row.
 TENANT_TABLES: Mapping[str, str] = {
@@ -54,14 +54,14 @@ def _referenced(sql: str, tables: list[str]) -> list[str]:
 
 
 def _existing(warehouse: Warehouse, names: list[str]) -> set[str]:
-    frame = warehouse.query(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'")
+    frame = warehouse.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'")
     present = set(frame["table_name"].to_list())
     return {n for n in names if n in present}
 
 
-def scoped_connection(warehouse: Warehouse, tenant_id: str, sql: str,
-                      limits: SqlLimits | None = None) -> duckdb.DuckDBPyConnection:
+def scoped_connection(
+    warehouse: Warehouse, tenant_id: str, sql: str, limits: SqlLimits | None = None
+) -> duckdb.DuckDBPyConnection:
     """A locked in-memory database holding only `tenant_id`'s rows of the tables `sql` names."""
     if not tenant_id:
         raise TenantScopeError("tenant id must be a non-empty string")
@@ -75,7 +75,8 @@ def scoped_connection(warehouse: Warehouse, tenant_id: str, sql: str,
             if table in TENANT_TABLES:
                 column = TENANT_TABLES[table]
                 copies[table] = source.execute(
-                    f'SELECT * FROM main."{table}" WHERE "{column}" = ?', [tenant_id]).to_arrow_table()
+                    f'SELECT * FROM main."{table}" WHERE "{column}" = ?', [tenant_id]
+                ).to_arrow_table()
             else:
                 copies[table] = source.execute(f'SELECT * FROM main."{table}"').to_arrow_table()
     con = duckdb.connect(":memory:")
@@ -91,8 +92,13 @@ def scoped_connection(warehouse: Warehouse, tenant_id: str, sql: str,
     return con
 
 
-def tenant_query(warehouse: Warehouse, tenant_id: str, sql: str,
-                 params: list[object] | None = None, limits: SqlLimits | None = None) -> pl.DataFrame:
+def tenant_query(
+    warehouse: Warehouse,
+    tenant_id: str,
+    sql: str,
+    params: list[object] | None = None,
+    limits: SqlLimits | None = None,
+) -> pl.DataFrame:
     """Run `sql` as tenant `tenant_id`: it sees only that tenant's billing rows."""
     limits = limits or SqlLimits()
     try:

@@ -42,8 +42,11 @@ def _numbers(value: Any, path: str) -> Iterator[tuple[str, float]]:
 
 
 def non_finite(config: BaseModel) -> list[str]:
-    return [f"{path}: must be a finite number, got {value}"
-            for path, value in _numbers(config, "") if isinstance(value, float) and not math.isfinite(value)]
+    return [
+        f"{path}: must be a finite number, got {value}"
+        for path, value in _numbers(config, "")
+        if isinstance(value, float) and not math.isfinite(value)
+    ]
 
 
 def _at_most(problems: list[str], path: str, value: float, bound: float, what: str) -> None:
@@ -59,15 +62,21 @@ def physical(config: Any) -> list[str]:
         for name in ("nodes", "warm_nodes", "max_nodes"):
             _at_most(problems, f"pools.{i}.{name}", getattr(pool, name), MAX_POOL_NODES, "nodes per pool")
         for name in ("price_min", "price_max", "base_price"):
-            _at_most(problems, f"pools.{i}.{name}", getattr(pool, name), MAX_PRICE_PER_GPU_HOUR,
-                     "per GPU-hour")
+            _at_most(
+                problems, f"pools.{i}.{name}", getattr(pool, name), MAX_PRICE_PER_GPU_HOUR, "per GPU-hour"
+            )
         fleet_gpus += min(pool.max_nodes, MAX_POOL_NODES) * pool.gpus_per_node
     if fleet_gpus > MAX_FLEET_GPUS:
         problems.append(f"pools: {fleet_gpus} GPUs at max_nodes; at most {MAX_FLEET_GPUS}")
     for i, model in enumerate(getattr(config, "gpu_models", ())):
         _at_most(problems, f"gpu_models.{i}.memory_mib", model.memory_mib, MAX_GPU_MEMORY_MIB, "1 TiB")
-        _at_most(problems, f"gpu_models.{i}.cost_per_gpu_hour", model.cost_per_gpu_hour,
-                 MAX_PRICE_PER_GPU_HOUR, "per GPU-hour")
+        _at_most(
+            problems,
+            f"gpu_models.{i}.cost_per_gpu_hour",
+            model.cost_per_gpu_hour,
+            MAX_PRICE_PER_GPU_HOUR,
+            "per GPU-hour",
+        )
     telemetry = getattr(config, "telemetry", None)
     if telemetry is not None:
         low, high = TEMPERATURE_RANGE_C
@@ -77,16 +86,25 @@ def physical(config: Any) -> list[str]:
                 problems.append(f"telemetry.{name}: {value:g} C is outside [{low:g}, {high:g}] C")
         zone = getattr(telemetry, "naive_timezone", None)
         if zone is not None and not _is_zone(zone):
-            problems.append(f"telemetry.naive_timezone: {zone!r} is not an IANA time zone (e.g. 'Asia/Shanghai')")
+            problems.append(
+                f"telemetry.naive_timezone: {zone!r} is not an IANA time zone (e.g. 'Asia/Shanghai')"
+            )
         if telemetry.temp_min_c >= telemetry.temp_max_c:
-            problems.append(f"telemetry: temp_min_c ({telemetry.temp_min_c:g}) must be below"
-                            f" temp_max_c ({telemetry.temp_max_c:g})")
+            problems.append(
+                f"telemetry: temp_min_c ({telemetry.temp_min_c:g}) must be below"
+                f" temp_max_c ({telemetry.temp_max_c:g})"
+            )
     market = getattr(config, "market", None)
     if market is not None:
         if math.isfinite(market.solver_tolerance) and market.solver_tolerance >= 1:
             problems.append(f"market.solver_tolerance: {market.solver_tolerance:g} must be below 1")
-        _at_most(problems, "market.solver_max_iterations", market.solver_max_iterations,
-                 MAX_SOLVER_ITERATIONS, "iterations")
+        _at_most(
+            problems,
+            "market.solver_max_iterations",
+            market.solver_max_iterations,
+            MAX_SOLVER_ITERATIONS,
+            "iterations",
+        )
     return problems
 
 

@@ -26,12 +26,20 @@ def node_actions(store: Warehouse, until: datetime | None = None) -> pl.DataFram
     if until is None:
         until = store.query("SELECT max(decided_at) AS t FROM decisions WHERE kind = 'scale'")["t"][0]
         if until is None:
-            return pl.DataFrame(schema={"target": pl.Utf8, "action": pl.Utf8,
-                                        "decided_at": pl.Datetime("us", "UTC"), "outcome": pl.Utf8})
+            return pl.DataFrame(
+                schema={
+                    "target": pl.Utf8,
+                    "action": pl.Utf8,
+                    "decided_at": pl.Datetime("us", "UTC"),
+                    "outcome": pl.Utf8,
+                }
+            )
     return store.query(
         "SELECT target, action, decided_at, outcome FROM decisions WHERE kind = 'scale' AND allowed "
         "AND NOT shadow AND target IS NOT NULL AND action IN ('cordon', 'replace', 'uncordon') "
-        "AND decided_at > ? AND decided_at <= ? ORDER BY decided_at", [until - WINDOW, until])
+        "AND decided_at > ? AND decided_at <= ? ORDER BY decided_at",
+        [until - WINDOW, until],
+    )
 
 
 def flapping_verdict(actions: pl.DataFrame, limit: int = MAX_PER_DAY) -> Verdict:
@@ -39,19 +47,39 @@ def flapping_verdict(actions: pl.DataFrame, limit: int = MAX_PER_DAY) -> Verdict
     `actions` (one day of them: `node_actions`)."""
     status = pl.col("outcome").str.split(":").list.first().str.strip_chars()  # "<status>: <detail>"
     counted = actions.filter(pl.col("outcome").is_null() | ~status.is_in(NOT_CARRIED_OUT))
-    per_node = (counted.group_by("target").agg(
-        pl.col("action").is_in(CORDONS).sum().alias("cordons"),
-        (pl.col("action") == "uncordon").sum().alias("uncordons"),
-        pl.col("decided_at").min().alias("first"), pl.col("decided_at").max().alias("last"))
-        .sort("target"))
-    offenders = [{"node_id": r["target"], "cordons": int(r["cordons"]), "uncordons": int(r["uncordons"]),
-                  "first": r["first"].isoformat(), "last": r["last"].isoformat()}
-                 for r in per_node.iter_rows(named=True) if max(r["cordons"], r["uncordons"]) > limit]
-    busiest = int(per_node.select(pl.max_horizontal("cordons", "uncordons").max()).item() or 0) \
-        if per_node.height else 0
+    per_node = (
+        counted.group_by("target")
+        .agg(
+            pl.col("action").is_in(CORDONS).sum().alias("cordons"),
+            (pl.col("action") == "uncordon").sum().alias("uncordons"),
+            pl.col("decided_at").min().alias("first"),
+            pl.col("decided_at").max().alias("last"),
+        )
+        .sort("target")
+    )
+    offenders = [
+        {
+            "node_id": r["target"],
+            "cordons": int(r["cordons"]),
+            "uncordons": int(r["uncordons"]),
+            "first": r["first"].isoformat(),
+            "last": r["last"].isoformat(),
+        }
+        for r in per_node.iter_rows(named=True)
+        if max(r["cordons"], r["uncordons"]) > limit
+    ]
+    busiest = (
+        int(per_node.select(pl.max_horizontal("cordons", "uncordons").max()).item() or 0)
+        if per_node.height
+        else 0
+    )
     return Verdict.from_offenders(
-        offenders, f"{per_node.height} node(s) cordoned or uncordoned in 24 h, at most {busiest} times each "
-                   f"(limit {limit})",
-        "{n} node(s) cordoned or uncordoned more than " + f"{limit} times in 24 h: "
+        offenders,
+        f"{per_node.height} node(s) cordoned or uncordoned in 24 h, at most {busiest} times each "
+        f"(limit {limit})",
+        "{n} node(s) cordoned or uncordoned more than "
+        + f"{limit} times in 24 h: "
         + ", ".join(f"{o['node_id']} ({o['cordons']}+{o['uncordons']})" for o in offenders),
-        nodes_acted_on=per_node.height, most_actions_per_node=busiest)
+        nodes_acted_on=per_node.height,
+        most_actions_per_node=busiest,
+    )

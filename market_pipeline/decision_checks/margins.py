@@ -36,24 +36,34 @@ def tick_margin_verdict(tick: pl.DataFrame) -> Verdict:
         if margin is None or not math.isfinite(margin):
             offenders.append({"pool_id": r["pool_id"], "margin": str(margin), "why": "no finite margin"})
         elif margin < -_EPS and r["capacity_target_gpus"] <= r["serving_gpus"] + _EPS:
-            offenders.append({"pool_id": r["pool_id"], "margin": round(margin, 4),
-                              "why": f"uncertified at {r['serving_gpus']:g} GPUs and no capacity asked "
-                                     f"(target {r['capacity_target_gpus']:g})" + _tick_reason(r)})
+            offenders.append(
+                {
+                    "pool_id": r["pool_id"],
+                    "margin": round(margin, 4),
+                    "why": f"uncertified at {r['serving_gpus']:g} GPUs and no capacity asked "
+                    f"(target {r['capacity_target_gpus']:g})" + _tick_reason(r),
+                }
+            )
     short = tick.filter(pl.col("margin") < -_EPS).height if tick.height else 0
     lowest = float(tick["margin"].min()) if tick.height else 0.0
     return Verdict.from_offenders(
-        offenders, f"{tick.height} pool(s): {tick.height - short} certified at their serving capacity, "
-                   f"{short} short with capacity asked",
+        offenders,
+        f"{tick.height} pool(s): {tick.height - short} certified at their serving capacity, "
+        f"{short} short with capacity asked",
         "{n} pool(s) with a negative margin and no capacity asked: "
         + ", ".join(str(o["pool_id"]) for o in offenders),
-        pools=tick.height, uncertified_pools=short, lowest_margin=round(lowest, 4))
+        pools=tick.height,
+        uncertified_pools=short,
+        lowest_margin=round(lowest, 4),
+    )
 
 
 def latest_plan(store: Warehouse) -> pl.DataFrame:
     """The latest scaling plan's decisions (pool_id, target, action, allowed, inputs)."""
     return store.query(
         "SELECT pool_id, target, action, allowed, shadow, inputs FROM decisions WHERE kind = 'scale' "
-        "AND decided_at = (SELECT max(decided_at) FROM decisions WHERE kind = 'scale') ORDER BY pool_id")
+        "AND decided_at = (SELECT max(decided_at) FROM decisions WHERE kind = 'scale') ORDER BY pool_id"
+    )
 
 
 def plan_margin_verdict(plan: pl.DataFrame) -> Verdict:
@@ -70,12 +80,31 @@ def plan_margin_verdict(plan: pl.DataFrame) -> Verdict:
             pools.add(pool)
             at_max = int(inputs.get("target_nodes", 0)) >= int(inputs.get("max_nodes", 0) or 0)
             if not inputs["target_certified"] and not at_max:
-                offenders.append({"pool_id": pool, "target": "", "action": "target", "margin": margin,
-                                  "why": f"target {inputs.get('target_nodes')} nodes not certified below max_nodes"})
+                offenders.append(
+                    {
+                        "pool_id": pool,
+                        "target": "",
+                        "action": "target",
+                        "margin": margin,
+                        "why": f"target {inputs.get('target_nodes')} nodes not certified below max_nodes",
+                    }
+                )
         if r["allowed"] and r["action"] in REMOVES_CAPACITY and margin is not None and margin < -_EPS:
-            offenders.append({"pool_id": pool, "target": r["target"], "action": r["action"],
-                              "margin": round(float(margin), 4), "why": "takes capacity the certificate needs"})
+            offenders.append(
+                {
+                    "pool_id": pool,
+                    "target": r["target"],
+                    "action": r["action"],
+                    "margin": round(float(margin), 4),
+                    "why": "takes capacity the certificate needs",
+                }
+            )
     return Verdict.from_offenders(
-        offenders, f"{len(pools)} pool target(s) certified; approved removals keep margin >= 0",
-        "{n} decision(s) break the certificate: " + ", ".join(f"{o['pool_id']} {o['action']}" for o in offenders),
-        pools=len(pools), decisions=plan.height, lowest_margin=round(min(margins), 4) if margins else 0.0)
+        offenders,
+        f"{len(pools)} pool target(s) certified; approved removals keep margin >= 0",
+        "{n} decision(s) break the certificate: "
+        + ", ".join(f"{o['pool_id']} {o['action']}" for o in offenders),
+        pools=len(pools),
+        decisions=plan.height,
+        lowest_margin=round(min(margins), 4) if margins else 0.0,
+    )

@@ -37,15 +37,19 @@ def published_with_previous(store, at: datetime | None = None) -> pl.DataFrame:
         " WHERE q.pool_id = p.pool_id AND q.resource_class = p.resource_class "
         " AND q.effective_from < p.effective_from) AS previous "
         "FROM price_book p, latest WHERE p.effective_from = latest.t ORDER BY p.pool_id, p.resource_class",
-        [at])
+        [at],
+    )
 
 
 def promise_frame(published: pl.DataFrame, config: MarketPipelineConfig) -> pl.DataFrame:
     """Each published price beside the low and high end every promise allows it."""
     promises = Promises.from_config(config)
     rows = []
-    guaranteed = {r["pool_id"]: r["price"] for r in published.iter_rows(named=True)
-                  if r["resource_class"] == "guaranteed"}
+    guaranteed = {
+        r["pool_id"]: r["price"]
+        for r in published.iter_rows(named=True)
+        if r["resource_class"] == "guaranteed"
+    }
     for r in published.iter_rows(named=True):
         pool = config.pool_by_id.get(r["pool_id"])
         if pool is None:
@@ -57,21 +61,39 @@ def promise_frame(published: pl.DataFrame, config: MarketPipelineConfig) -> pl.D
             band = (0.0, _BIG)
         else:
             g = guaranteed.get(r["pool_id"], float("nan"))
-            bound = (pool.price_min * (1 - promises.discount_max), min(pool.price_max, cap) * (1 - promises.discount_min))
+            bound = (
+                pool.price_min * (1 - promises.discount_max),
+                min(pool.price_max, cap) * (1 - promises.discount_min),
+            )
             band = (g * (1 - promises.discount_max), g * (1 - promises.discount_min))
         fixed = (max(bound[0], band[0]), min(bound[1], band[1]))
         step = _step_window(r["previous"], promises.max_step, fixed)
-        rows.append({**_row(r), "bound_low": bound[0], "bound_high": bound[1], "band_low": band[0],
-                     "band_high": band[1], "step_low": step[0], "step_high": step[1]})
+        rows.append(
+            {
+                **_row(r),
+                "bound_low": bound[0],
+                "bound_high": bound[1],
+                "band_low": band[0],
+                "band_high": band[1],
+                "step_low": step[0],
+                "step_high": step[1],
+            }
+        )
     frame = pl.DataFrame(rows, infer_schema_length=None)
     # the book's rounding: a price 1e-6 past an end keeps its promise
-    return frame.with_columns([pl.col(lo) - TOLERANCE for lo, _ in PROMISE_RULES if lo in frame.columns]
-                              + [pl.col(hi) + TOLERANCE for _, hi in PROMISE_RULES if hi in frame.columns])
+    return frame.with_columns(
+        [pl.col(lo) - TOLERANCE for lo, _ in PROMISE_RULES if lo in frame.columns]
+        + [pl.col(hi) + TOLERANCE for _, hi in PROMISE_RULES if hi in frame.columns]
+    )
 
 
 def _row(r: dict) -> dict:
-    return {"resource": f"{r['pool_id']}/{r['resource_class']}", "price": r["price"],
-            "previous": r["previous"], "source": r["source"]}
+    return {
+        "resource": f"{r['pool_id']}/{r['resource_class']}",
+        "price": r["price"],
+        "previous": r["previous"],
+        "source": r["source"],
+    }
 
 
 def _step_window(previous: float | None, step: float, fixed: tuple[float, float]) -> tuple[float, float]:
@@ -106,6 +128,14 @@ def offending_prices(frame: pl.DataFrame) -> pl.DataFrame:
         if low in frame.columns:
             name = low.removesuffix("_low")
             bad = frame.filter(~pl.col("price").is_between(pl.col(low), pl.col(high)))
-            broken.append(bad.select("resource", "price", "previous", pl.lit(name).alias("promise"),
-                                     pl.col(low).alias("low"), pl.col(high).alias("high")))
+            broken.append(
+                bad.select(
+                    "resource",
+                    "price",
+                    "previous",
+                    pl.lit(name).alias("promise"),
+                    pl.col(low).alias("low"),
+                    pl.col(high).alias("high"),
+                )
+            )
     return pl.concat(broken) if broken else pl.DataFrame()

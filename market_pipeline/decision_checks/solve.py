@@ -22,7 +22,8 @@ def latest_solve(store: Warehouse) -> dict[str, object] | None:
     frame = store.query(
         "SELECT s.solve_id, s.solved_at, s.status, s.converged, s.kkt_residual, s.iterations, "
         "s.fallback_reason, s.shadow FROM solve_reports s WHERE s.solve_id = ("
-        "SELECT any_value(solve_id) FROM market_ticks WHERE tick_at = (SELECT max(tick_at) FROM market_ticks))")
+        "SELECT any_value(solve_id) FROM market_ticks WHERE tick_at = (SELECT max(tick_at) FROM market_ticks))"
+    )
     return frame.row(0, named=True) if frame.height else None
 
 
@@ -38,6 +39,10 @@ def solve_verdict(solve: dict[str, object] | None, tolerance: float) -> Verdict:
     if kkt is None or not math.isfinite(float(kkt)):
         return Verdict(False, f"{where} reports no finite KKT residual", [dict(solve)], numbers)
     if float(kkt) > tolerance:
-        return Verdict(False, f"{where}: KKT residual {float(kkt):.3g} > tolerance {tolerance:.3g}",
-                       [dict(solve)], numbers)
+        return Verdict(
+            False,
+            f"{where}: KKT residual {float(kkt):.3g} > tolerance {tolerance:.3g}",
+            [dict(solve)],
+            numbers,
+        )
     return Verdict(True, f"{where}: KKT residual {float(kkt):.3g} <= tolerance {tolerance:.3g}", [], numbers)

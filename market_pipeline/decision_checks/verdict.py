@@ -13,9 +13,12 @@ class Verdict:
     numbers: dict[str, float | int] = field(default_factory=dict)  # top-level metadata entries
 
     @classmethod
-    def from_offenders(cls, offenders: list[dict[str, object]], ok: str, bad: str,
-                       **numbers: float | int) -> "Verdict":
+    def from_offenders(
+        cls, offenders: list[dict[str, object]], ok: str, bad: str, **numbers: float | int
+    ) -> "Verdict":
         """Passed when nothing offends; `bad` may use {n}, the count of offenders."""
         if offenders:
-            return cls(False, bad.replace("{n}", str(len(offenders))), offenders, dict(numbers))  # names may hold braces
+            return cls(
+                False, bad.replace("{n}", str(len(offenders))), offenders, dict(numbers)
+            )  # names may hold braces
         return cls(True, ok, [], dict(numbers))

@@ -24,8 +24,13 @@ EXIT_OK, EXIT_BAD_INPUT = 0, 2
 RECOVERY_ELASTICITIES = (0.2, 0.5, 1.0, 2.0, 3.0)
 RECOVERY_TOLERANCE = 0.15
 # last turn's `market-pipeline simulate --latent-elastic-ratio 1`, 7 days openb (README)
-LATENT_DEMAND_REFERENCE = {"revenue_x": 1.19, "utilisation": 0.872, "elastic_cost_x": 0.525, "rigid_cost_x": 1.04,
-                           "source": "simulate --latent-elastic-ratio 1, 7 days openb (issue #20's run)"}
+LATENT_DEMAND_REFERENCE = {
+    "revenue_x": 1.19,
+    "utilisation": 0.872,
+    "elastic_cost_x": 0.525,
+    "rigid_cost_x": 1.04,
+    "source": "simulate --latent-elastic-ratio 1, 7 days openb (issue #20's run)",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,8 +74,10 @@ def run_fit(args: argparse.Namespace) -> int:
     for key, row in out.items():
         e, lo, hi = row["elasticity"], row["elasticity_low"], row["elasticity_high"]
         interval = "-" if lo is None else f"[{lo:.3f}, {hi:.3f}]"
-        print(f"{key:40s} {'-' if e is None else f'{e:.3f}':>10s} {interval:>20s} {row['observations']:>7d}  "
-              f"{row['method']}{' (' + row['reason'] + ')' if row['reason'] else ''}")
+        print(
+            f"{key:40s} {'-' if e is None else f'{e:.3f}':>10s} {interval:>20s} {row['observations']:>7d}  "
+            f"{row['method']}{' (' + row['reason'] + ')' if row['reason'] else ''}"
+        )
     return EXIT_OK
 
 
@@ -78,10 +85,17 @@ def fit_json(fit) -> dict[str, Any]:
     def num(v: float | None) -> float | None:
         return None if v is None or not math.isfinite(v) else round(float(v), 6)
 
-    return {"elasticity": num(fit.elasticity), "elasticity_low": num(fit.elasticity_low),
-            "elasticity_high": num(fit.elasticity_high), "observations": fit.observations,
-            "std_error": num(fit.std_error), "method": fit.method, "hour_bins": fit.hour_bins,
-            "price_spread": num(fit.price_spread), "reason": fit.reason}
+    return {
+        "elasticity": num(fit.elasticity),
+        "elasticity_low": num(fit.elasticity_low),
+        "elasticity_high": num(fit.elasticity_high),
+        "observations": fit.observations,
+        "std_error": num(fit.std_error),
+        "method": fit.method,
+        "hour_bins": fit.hour_bins,
+        "price_spread": num(fit.price_spread),
+        "reason": fit.reason,
+    }
 
 
 def recovery(step_minutes: int = 5, seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, Any]:
@@ -93,25 +107,42 @@ def recovery(step_minutes: int = 5, seeds: tuple[int, ...] = (0, 1, 2)) -> dict[
     for e in RECOVERY_ELASTICITIES:
         for seed in seeds:
             fit = next(iter(fit_history(synthetic_history(e, step_minutes=step_minutes, seed=seed)).values()))
-            rows.append({"true": e, "seed": seed, "fit": round(fit.elasticity, 4),
-                         "low": round(fit.elasticity_low, 4), "high": round(fit.elasticity_high, 4),
-                         "relative_error": round(abs(fit.elasticity / e - 1), 4)})
-    return {"step_minutes": step_minutes, "days": 14, "dither": 0.05, "fits": rows,
-            "worst_relative_error": max(r["relative_error"] for r in rows),
-            "interval_coverage": sum(r["low"] <= r["true"] <= r["high"] for r in rows) / len(rows),
-            "within_15pct": all(r["relative_error"] <= RECOVERY_TOLERANCE for r in rows)}
+            rows.append(
+                {
+                    "true": e,
+                    "seed": seed,
+                    "fit": round(fit.elasticity, 4),
+                    "low": round(fit.elasticity_low, 4),
+                    "high": round(fit.elasticity_high, 4),
+                    "relative_error": round(abs(fit.elasticity / e - 1), 4),
+                }
+            )
+    return {
+        "step_minutes": step_minutes,
+        "days": 14,
+        "dither": 0.05,
+        "fits": rows,
+        "worst_relative_error": max(r["relative_error"] for r in rows),
+        "interval_coverage": sum(r["low"] <= r["true"] <= r["high"] for r in rows) / len(rows),
+        "within_15pct": all(r["relative_error"] <= RECOVERY_TOLERANCE for r in rows),
+    }
 
 
 def seed_table(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The seed's table per truth point: the loop (and the clairvoyant) against static."""
     out = []
     for p in points:
-        row = {"point": p["point"], "regret": round(p["regret_share"], 4),
-               "experiment_cost_share": round(p["experiment_cost_share"], 4)}
+        row = {
+            "point": p["point"],
+            "regret": round(p["regret_share"], 4),
+            "experiment_cost_share": round(p["experiment_cost_share"], 4),
+        }
         for who in ("loop", "clairvoyant"):
             v = p[f"{who}_vs_static"]
-            row[who] = {k: round(v[k], 3) for k in ("revenue_x", "profit_x", "utilisation", "elastic_cost_x",
-                                                    "rigid_cost_x")}
+            row[who] = {
+                k: round(v[k], 3)
+                for k in ("revenue_x", "profit_x", "utilisation", "elastic_cost_x", "rigid_cost_x")
+            }
         if "claims_only_regret_share" in p:
             row["claims_only_regret"] = round(p["claims_only_regret_share"], 4)
         out.append(row)
@@ -132,20 +163,32 @@ def run_bench(args: argparse.Namespace) -> int:
         experiments = replace(ExperimentSettings(), amplitude=args.amplitude)
     except ExperimentSettingsError as exc:
         return input_error(f"--amplitude: {exc}")
-    points = {"judged": judged_points(), "tuning": tuning_points(),
-              "all": judged_points() + tuning_points()}[args.points]
-    settings = GridSettings(days=args.days, history_days=args.history_days, seed=args.seed, shadow=args.shadow,
-                            experiments=experiments)
+    points = {"judged": judged_points(), "tuning": tuning_points(), "all": judged_points() + tuning_points()}[
+        args.points
+    ]
+    settings = GridSettings(
+        days=args.days,
+        history_days=args.history_days,
+        seed=args.seed,
+        shadow=args.shadow,
+        experiments=experiments,
+    )
     started = time.perf_counter()
     fits = recovery()
     recovery_s = time.perf_counter() - started
     grid = run_grid(points, settings, ablation=not args.no_ablation)
-    out = {"recovery": fits, "truth_grid": grid["summary"], "seed_table": seed_table(grid["points"]),
-           "latent_demand_reference": LATENT_DEMAND_REFERENCE,
-           "held_out": "no setting was fitted to the judged points (docs/demand_response.md); tuning points: "
-                       + ", ".join(p.name for p in tuning_points()),
-           "wall_s": {"recovery": round(recovery_s, 2), "truth_grid": round(time.perf_counter() - started
-                                                                             - recovery_s, 2)}}
+    out = {
+        "recovery": fits,
+        "truth_grid": grid["summary"],
+        "seed_table": seed_table(grid["points"]),
+        "latent_demand_reference": LATENT_DEMAND_REFERENCE,
+        "held_out": "no setting was fitted to the judged points (docs/demand_response.md); tuning points: "
+        + ", ".join(p.name for p in tuning_points()),
+        "wall_s": {
+            "recovery": round(recovery_s, 2),
+            "truth_grid": round(time.perf_counter() - started - recovery_s, 2),
+        },
+    }
     out["targets"] = {"recovery_within_15pct": fits["within_15pct"], **grid["summary"]["targets"]}
     if args.full:
         out["points"] = grid["points"]

@@ -75,9 +75,17 @@ class ResponseFit:
         return asdict(self)
 
 
-def fit_elasticity(ts_seconds: np.ndarray, price: np.ndarray, demand: np.ndarray, *,
-                   pool_id: str = "", resource_class: str = "", load: np.ndarray | None = None,
-                   prior: tuple[float, float] | None = None, level: float = 0.8) -> ResponseFit:
+def fit_elasticity(
+    ts_seconds: np.ndarray,
+    price: np.ndarray,
+    demand: np.ndarray,
+    *,
+    pool_id: str = "",
+    resource_class: str = "",
+    load: np.ndarray | None = None,
+    prior: tuple[float, float] | None = None,
+    level: float = 0.8,
+) -> ResponseFit:
     """Fit one pool x class. `ts_seconds` are UTC epoch seconds; rows with a non-positive or
     non-finite price or demand carry no log and are left out (counted out of `observations`)."""
     ts = np.asarray(ts_seconds, dtype=np.float64)
@@ -113,8 +121,16 @@ def _design(ts: np.ndarray, level_col: np.ndarray | None) -> tuple[np.ndarray, i
     return np.column_stack(cols), bins, day
 
 
-def _regress(ts: np.ndarray, x: np.ndarray, y: np.ndarray, level_col: np.ndarray | None, pool_id: str,
-             resource_class: str, prior: tuple[float, float] | None, level: float) -> ResponseFit:
+def _regress(
+    ts: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    level_col: np.ndarray | None,
+    pool_id: str,
+    resource_class: str,
+    prior: tuple[float, float] | None,
+    level: float,
+) -> ResponseFit:
     n = ts.size
     base = {"pool_id": pool_id, "resource_class": resource_class, "observations": int(n)}
     if n < 4:
@@ -128,8 +144,12 @@ def _regress(ts: np.ndarray, x: np.ndarray, y: np.ndarray, level_col: np.ndarray
     dof = n - rank - 1
     spread = float(np.sqrt(np.mean(rx * rx)))
     if dof < 2 or spread < MIN_PRICE_SPREAD:
-        why = (f"the price barely varies once the calendar and load are held fixed (residual log-price std "
-               f"{spread:.1e})" if dof >= 2 else f"{n} observations for {rank + 1} parameters")
+        why = (
+            f"the price barely varies once the calendar and load are held fixed (residual log-price std "
+            f"{spread:.1e})"
+            if dof >= 2
+            else f"{n} observations for {rank + 1} parameters"
+        )
         return _prior_only({**base, "hour_bins": bins, "price_spread": spread}, prior, level, why)
     sxx = float(rx @ rx)
     slope = float(rx @ ry) / sxx
@@ -138,33 +158,56 @@ def _regress(ts: np.ndarray, x: np.ndarray, y: np.ndarray, level_col: np.ndarray
     if clusters.size >= MIN_CLUSTERS:  # CR1 by day: a day's errors move together
         scores = np.array([float(rx[day == c] @ resid[day == c]) for c in clusters])
         g = clusters.size
-        var = (g / (g - 1)) * ((n - 1) / (n - rank - 1)) * float(scores @ scores) / sxx ** 2
+        var = (g / (g - 1)) * ((n - 1) / (n - rank - 1)) * float(scores @ scores) / sxx**2
         t_dof = g - 1
     else:  # HC1
-        var = (n / dof) * float((rx * rx) @ (resid * resid)) / sxx ** 2
+        var = (n / dof) * float((rx * rx) @ (resid * resid)) / sxx**2
         t_dof = dof
     se = math.sqrt(max(var, 0.0))
     if se < MIN_STD_ERROR:  # residuals vanish: as many controls as rows, not a measurement
-        return _prior_only({**base, "hour_bins": bins, "price_spread": spread}, prior, level,
-                           f"a perfect fit: {n} observations leave no residual to measure the error")
+        return _prior_only(
+            {**base, "hour_bins": bins, "price_spread": spread},
+            prior,
+            level,
+            f"a perfect fit: {n} observations leave no residual to measure the error",
+        )
     total = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float(resid @ resid) / total if total > 0 else None
-    fit = {**base, "hour_bins": bins, "price_spread": spread, "r2": r2,
-           "clusters": int(clusters.size) if clusters.size >= MIN_CLUSTERS else 0}
+    fit = {
+        **base,
+        "hour_bins": bins,
+        "price_spread": spread,
+        "r2": r2,
+        "clusters": int(clusters.size) if clusters.size >= MIN_CLUSTERS else 0,
+    }
     estimate = -slope  # elasticity: demand falls as the price rises
     if prior is not None:
         mean, sd = _check_prior(prior)
-        w_data, w_prior = 1.0 / max(se, 1e-12) ** 2, 1.0 / sd ** 2
+        w_data, w_prior = 1.0 / max(se, 1e-12) ** 2, 1.0 / sd**2
         post = (estimate * w_data + mean * w_prior) / (w_data + w_prior)
         post_se = math.sqrt(1.0 / (w_data + w_prior))
         z = float(stats.norm.ppf(0.5 + level / 2))
-        return ResponseFit(**fit, elasticity=post, elasticity_low=post - z * post_se,
-                           elasticity_high=post + z * post_se, std_error=post_se, method="fe-ols+prior",
-                           data_std_error=se, data_elasticity=estimate)
+        return ResponseFit(
+            **fit,
+            elasticity=post,
+            elasticity_low=post - z * post_se,
+            elasticity_high=post + z * post_se,
+            std_error=post_se,
+            method="fe-ols+prior",
+            data_std_error=se,
+            data_elasticity=estimate,
+        )
     t = float(stats.t.ppf(0.5 + level / 2, t_dof))
-    return ResponseFit(**fit, elasticity=estimate, elasticity_low=estimate - t * se,
-                       elasticity_high=estimate + t * se, std_error=se, method="fe-ols",
-                       data_std_error=se, data_elasticity=estimate)
+    return ResponseFit(
+        **fit,
+        elasticity=estimate,
+        elasticity_low=estimate - t * se,
+        elasticity_high=estimate + t * se,
+        std_error=se,
+        method="fe-ols",
+        data_std_error=se,
+        data_elasticity=estimate,
+    )
 
 
 def _check_prior(prior: tuple[float, float]) -> tuple[float, float]:
@@ -176,9 +219,17 @@ def _check_prior(prior: tuple[float, float]) -> tuple[float, float]:
 
 def _prior_only(base: dict, prior: tuple[float, float] | None, level: float, why: str) -> ResponseFit:
     if prior is None:
-        return ResponseFit(**base, elasticity=None, elasticity_low=None, elasticity_high=None, method="none",
-                           reason=why)
+        return ResponseFit(
+            **base, elasticity=None, elasticity_low=None, elasticity_high=None, method="none", reason=why
+        )
     mean, sd = _check_prior(prior)
     z = float(stats.norm.ppf(0.5 + level / 2))
-    return ResponseFit(**base, elasticity=mean, elasticity_low=mean - z * sd, elasticity_high=mean + z * sd,
-                       std_error=sd, method="prior", reason=why)
+    return ResponseFit(
+        **base,
+        elasticity=mean,
+        elasticity_low=mean - z * sd,
+        elasticity_high=mean + z * sd,
+        std_error=sd,
+        method="prior",
+        reason=why,
+    )

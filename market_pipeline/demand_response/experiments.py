@@ -73,8 +73,12 @@ def dither_sign(seed: int, key: str, slot: int) -> int:
     return 1 if hashlib.blake2b(f"{seed}|{key}|{slot}".encode(), digest_size=1).digest()[0] & 1 else -1
 
 
-def interval_narrow(fit: ResponseFit | None, settings: ExperimentSettings, unit_cost: float | None = None,
-                    ceiling: float | None = None) -> bool:
+def interval_narrow(
+    fit: ResponseFit | None,
+    settings: ExperimentSettings,
+    unit_cost: float | None = None,
+    ceiling: float | None = None,
+) -> bool:
     """Whether the data alone (no prior) pin the elasticity down well enough to stop: narrow
     enough, or (given the resource's unit cost and price ceiling) enough to decide its price."""
     if fit is None or fit.data_std_error is None or fit.data_elasticity is None:
@@ -89,8 +93,14 @@ def interval_narrow(fit: ResponseFit | None, settings: ExperimentSettings, unit_
     return high <= 1 or unit_cost * high / (high - 1) >= ceiling
 
 
-def perturb_tick(tick: MarketTick, pools: Sequence[PoolTickInput], promises: Promises, running: Collection[str],
-                 settings: ExperimentSettings, slot: int) -> tuple[MarketTick, list[ExperimentStep]]:
+def perturb_tick(
+    tick: MarketTick,
+    pools: Sequence[PoolTickInput],
+    promises: Promises,
+    running: Collection[str],
+    settings: ExperimentSettings,
+    slot: int,
+) -> tuple[MarketTick, list[ExperimentStep]]:
     """The tick with each running experiment's price moved inside its promise window, and the
     experiment steps (the tick's own price beside the experiment's)."""
     records, steps = [], []
@@ -106,27 +116,47 @@ def perturb_tick(tick: MarketTick, pools: Sequence[PoolTickInput], promises: Pro
         guaranteed, reasons = r.guaranteed, []
         if g_key in running:
             sign = dither_sign(settings.seed, g_key, slot)
-            guaranteed, by = _moved(r.guaranteed, sign, settings.amplitude, low, low_by, window.high, window.high_by)
+            guaranteed, by = _moved(
+                r.guaranteed, sign, settings.amplitude, low, low_by, window.high, window.high_by
+            )
             steps.append(ExperimentStep(g_key, sign, r.guaranteed, guaranteed, by))
             reasons.append(f"{EXPERIMENT_REASON} {guaranteed / r.guaranteed - 1:+.1%}")
-        d_window = drainable_window(p.in_force_drainable, guaranteed, p.price_min * (1 - promises.discount_max),
-                                    promises)
+        d_window = drainable_window(
+            p.in_force_drainable, guaranteed, p.price_min * (1 - promises.discount_max), promises
+        )
         drainable, d_reasons = d_window.clip(r.drainable)[0], []
         if d_key in running:
             sign = dither_sign(settings.seed, d_key, slot)
-            drainable, by = _moved(r.drainable, sign, settings.amplitude, d_window.low, d_window.low_by,
-                                   d_window.high, d_window.high_by)
+            drainable, by = _moved(
+                r.drainable,
+                sign,
+                settings.amplitude,
+                d_window.low,
+                d_window.low_by,
+                d_window.high,
+                d_window.high_by,
+            )
             steps.append(ExperimentStep(d_key, sign, r.drainable, drainable, by))
             d_reasons.append(f"{EXPERIMENT_REASON} {drainable / r.drainable - 1:+.1%}")
-        records.append(replace(
-            r, guaranteed=guaranteed, drainable=drainable,
-            guaranteed_reason="; ".join([r.guaranteed_reason, *reasons]) if reasons else r.guaranteed_reason,
-            drainable_reason="; ".join([r.drainable_reason, *d_reasons]) if d_reasons else r.drainable_reason))
+        records.append(
+            replace(
+                r,
+                guaranteed=guaranteed,
+                drainable=drainable,
+                guaranteed_reason="; ".join([r.guaranteed_reason, *reasons])
+                if reasons
+                else r.guaranteed_reason,
+                drainable_reason="; ".join([r.drainable_reason, *d_reasons])
+                if d_reasons
+                else r.drainable_reason,
+            )
+        )
     return replace(tick, pools=tuple(records)), steps
 
 
-def _moved(base: float, sign: int, amplitude: float, low: float, low_by: str, high: float,
-           high_by: str) -> tuple[float, str]:
+def _moved(
+    base: float, sign: int, amplitude: float, low: float, low_by: str, high: float, high_by: str
+) -> tuple[float, str]:
     target = base * (1 + sign * amplitude)
     if target > high:
         return max(high, min(base, high)), high_by
@@ -135,15 +165,23 @@ def _moved(base: float, sign: int, amplitude: float, low: float, low_by: str, hi
     return target, ""
 
 
-def dither_cost(problem, list_prices: np.ndarray, promises: Promises, response: dict[str, float],
-                tick_prices: np.ndarray, moved_prices: np.ndarray) -> float:
+def dither_cost(
+    problem,
+    list_prices: np.ndarray,
+    promises: Promises,
+    response: dict[str, float],
+    tick_prices: np.ndarray,
+    moved_prices: np.ndarray,
+) -> float:
     """The profit per hour the loop's own model (the tenants calibrated to `response` at the
     reference prices) says the experiment prices give up against the tick's: the cost the
     live loop records with each experiment row and the simulator reports."""
     from market_pipeline.tick.response import calibrated_to_response, reference_prices
 
     mid = 0.5 * (promises.discount_min + promises.discount_max)
-    reference = reference_prices(np.asarray(list_prices, dtype=np.float64), problem.resources.resource_class, mid)
+    reference = reference_prices(
+        np.asarray(list_prices, dtype=np.float64), problem.resources.resource_class, mid
+    )
     calibrated = calibrated_to_response(problem, reference, response)
     return model_profit(calibrated, tick_prices) - model_profit(calibrated, moved_prices)
 

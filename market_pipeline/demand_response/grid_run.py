@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from market_pipeline.demand_response.experiments import interval_narrow, model_profit, perturb_tick
 from market_pipeline.demand_response.estimator import ResponseFit, fit_elasticity
+from market_pipeline.demand_response.experiments import interval_narrow, model_profit, perturb_tick
 from market_pipeline.demand_response.truth import TruthPoint, grid_market
 from market_pipeline.demand_response.truth_grid import (
     HOUR,
@@ -44,16 +44,22 @@ class LoopLearner:
 
     def elasticity(self) -> np.ndarray:
         res = self.market.resources
-        return np.array([self.fits[k].elasticity if k in self.fits else self.settings.priors[c][0]
-                         for k, c in zip(self.market.keys, res.resource_class)], dtype=np.float64)
+        return np.array(
+            [
+                self.fits[k].elasticity if k in self.fits else self.settings.priors[c][0]
+                for k, c in zip(self.market.keys, res.resource_class)
+            ],
+            dtype=np.float64,
+        )
 
     def refit(self) -> None:
         ts = EPOCH + HOUR * np.arange(len(self.prices))
         p, d = np.array(self.prices), np.array(self.demand)
         res = self.market.resources
         for r, (key, cls) in enumerate(zip(self.market.keys, res.resource_class)):
-            self.fits[key] = fit_elasticity(ts, p[:, r], d[:, r], pool_id=res.pool[r], resource_class=cls,
-                                            prior=self.settings.priors[cls])
+            self.fits[key] = fit_elasticity(
+                ts, p[:, r], d[:, r], pool_id=res.pool[r], resource_class=cls, prior=self.settings.priors[cls]
+            )
 
     def load_index(self, hour: int) -> tuple[float, float]:
         """The forecast's (median, upper) load index for `hour` (the next one to price)."""
@@ -92,15 +98,25 @@ def run_point(point: TruthPoint, settings: GridSettings = GridSettings()) -> dic
             errors.append(_errors(h - first, loop.fits, world, market))
         # -- the loop: forecast -> demand response -> solve -> shield -> experiments
         k50, k90 = loop.load_index(h)
-        claims = market.population(np.array([settings.priors[c][0] for c in market.resources.resource_class]), k50)
-        problem = market.with_capacity(MarketProblem(market.resources, claims),
-                                       market.capacity(k50 * market.base_demand[0::2]))
+        claims = market.population(
+            np.array([settings.priors[c][0] for c in market.resources.resource_class]), k50
+        )
+        problem = market.with_capacity(
+            MarketProblem(market.resources, claims), market.capacity(k50 * market.base_demand[0::2])
+        )
         response = {k: f.elasticity for k, f in loop.fits.items() if f.elasticity is not None}
-        inputs = pool_inputs(market, in_force["loop"], k50 * market.base_demand, k90 * market.base_demand, promises)
+        inputs = pool_inputs(
+            market, in_force["loop"], k50 * market.base_demand, k90 * market.base_demand, promises
+        )
         tick = run_market_tick(inputs, problem, promises, settings.solver, response=response)
-        running = {k for r, (k, f) in enumerate(zip(market.keys, map(loop.fits.get, market.keys)))
-                   if f is not None and not interval_narrow(f, settings.experiments, float(market.resources.unit_cost[r]),
-                                                            ceilings[r])}
+        running = {
+            k
+            for r, (k, f) in enumerate(zip(market.keys, map(loop.fits.get, market.keys)))
+            if f is not None
+            and not interval_narrow(
+                f, settings.experiments, float(market.resources.unit_cost[r]), ceilings[r]
+            )
+        }
         perturbed, steps = perturb_tick(tick, inputs, promises, running, settings.experiments, slot=h)
         published = tick.prices() if settings.shadow else perturbed.prices()
         for s in steps:
@@ -122,8 +138,17 @@ def run_point(point: TruthPoint, settings: GridSettings = GridSettings()) -> dic
         c_prices = run_market_tick(c_inputs, truth, promises, settings.solver).prices()
         books["clairvoyant"].book(market, c_prices, world.demand(h, c_prices))
         in_force["clairvoyant"] = c_prices
-    return _point_report(point, books, cost_model, cost_true, breaches, experiment_ticks, errors, loop,
-                         time.perf_counter() - started)
+    return _point_report(
+        point,
+        books,
+        cost_model,
+        cost_true,
+        breaches,
+        experiment_ticks,
+        errors,
+        loop,
+        time.perf_counter() - started,
+    )
 
 
 def _errors(tick: int, fits: dict[str, ResponseFit], world: TruthWorld, market) -> dict[str, Any]:
@@ -136,34 +161,62 @@ def _errors(tick: int, fits: dict[str, ResponseFit], world: TruthWorld, market) 
     return out
 
 
-def _point_report(point: TruthPoint, books: dict[str, Books], cost_model: float, cost_true: float, breaches: int,
-                  experiment_ticks: dict[str, int], errors: list, loop: LoopLearner, seconds: float) -> dict[str, Any]:
+def _point_report(
+    point: TruthPoint,
+    books: dict[str, Books],
+    cost_model: float,
+    cost_true: float,
+    breaches: int,
+    experiment_ticks: dict[str, int],
+    errors: list,
+    loop: LoopLearner,
+    seconds: float,
+) -> dict[str, Any]:
     s = {name: b.summary() for name, b in books.items()}
     static, ours, best = s["static"], s["loop"], s["clairvoyant"]
 
     def vs_static(row: dict[str, float]) -> dict[str, float]:
-        return {"revenue_x": row["revenue"] / static["revenue"], "profit_x": row["profit"] / static["profit"],
-                "utilisation": row["utilisation"],
-                "elastic_cost_x": row["elastic_cost_per_gpu_hour"] / static["elastic_cost_per_gpu_hour"],
-                "rigid_cost_x": row["rigid_cost_per_gpu_hour"] / static["rigid_cost_per_gpu_hour"]}
+        return {
+            "revenue_x": row["revenue"] / static["revenue"],
+            "profit_x": row["profit"] / static["profit"],
+            "utilisation": row["utilisation"],
+            "elastic_cost_x": row["elastic_cost_per_gpu_hour"] / static["elastic_cost_per_gpu_hour"],
+            "rigid_cost_x": row["rigid_cost_per_gpu_hour"] / static["rigid_cost_per_gpu_hour"],
+        }
 
     return {
-        "point": point.name, "elastic": point.elastic, "rigid": point.rigid, "latent_ratio": point.latent_ratio,
-        "static": static, "loop": ours, "clairvoyant": best,
-        "loop_vs_static": vs_static(ours), "clairvoyant_vs_static": vs_static(best),
+        "point": point.name,
+        "elastic": point.elastic,
+        "rigid": point.rigid,
+        "latent_ratio": point.latent_ratio,
+        "static": static,
+        "loop": ours,
+        "clairvoyant": best,
+        "loop_vs_static": vs_static(ours),
+        "clairvoyant_vs_static": vs_static(best),
         "regret_share": (best["profit"] - ours["profit"]) / best["profit"],
         "experiment_cost_share": cost_true / ours["revenue"],
         "experiment_cost_model_share": cost_model / ours["revenue"],
-        "experiment_ticks": experiment_ticks, "promise_breaches": breaches,
+        "experiment_ticks": experiment_ticks,
+        "promise_breaches": breaches,
         "revenue_ge_static": ours["revenue"] >= static["revenue"],
-        "final_fits": {k: {"elasticity": f.elasticity, "low": f.elasticity_low, "high": f.elasticity_high,
-                           "method": f.method} for k, f in loop.fits.items()},
-        "elasticity_error_over_time": errors, "seconds": round(seconds, 2),
+        "final_fits": {
+            k: {
+                "elasticity": f.elasticity,
+                "low": f.elasticity_low,
+                "high": f.elasticity_high,
+                "method": f.method,
+            }
+            for k, f in loop.fits.items()
+        },
+        "elasticity_error_over_time": errors,
+        "seconds": round(seconds, 2),
     }
 
 
-def run_grid(points: tuple[TruthPoint, ...], settings: GridSettings = GridSettings(),
-             ablation: bool = True) -> dict[str, Any]:
+def run_grid(
+    points: tuple[TruthPoint, ...], settings: GridSettings = GridSettings(), ablation: bool = True
+) -> dict[str, Any]:
     """Every point, and the targets over them; with `ablation`, also the loop on the claims
     alone (no fit, no experiment) at each point: what learning the response is worth."""
     rows = [run_point(p, settings) for p in points]
@@ -174,15 +227,21 @@ def run_grid(points: tuple[TruthPoint, ...], settings: GridSettings = GridSettin
             row["claims_only_vs_static"] = claims["loop_vs_static"]
     regrets = [r["regret_share"] for r in rows]
     summary = {
-        "points": len(rows), "days": settings.days, "history_days": settings.history_days,
-        "regret_median": median(regrets), "regret_worst": max(regrets),
+        "points": len(rows),
+        "days": settings.days,
+        "history_days": settings.history_days,
+        "regret_median": median(regrets),
+        "regret_worst": max(regrets),
         "experiment_cost_share_worst": max(r["experiment_cost_share"] for r in rows),
         "revenue_ge_static_everywhere": all(r["revenue_ge_static"] for r in rows),
         "promise_breaches": sum(r["promise_breaches"] for r in rows),
     }
     if ablation:
         claims = [r["claims_only_regret_share"] for r in rows]
-        summary["claims_only_regret_median"], summary["claims_only_regret_worst"] = median(claims), max(claims)
+        summary["claims_only_regret_median"], summary["claims_only_regret_worst"] = (
+            median(claims),
+            max(claims),
+        )
     summary["targets"] = grid_targets(summary)
     return {"summary": summary, "points": rows}
 
@@ -196,4 +255,3 @@ def grid_targets(summary: dict[str, Any]) -> dict[str, bool]:
         "revenue_ge_static_at_every_point": summary["revenue_ge_static_everywhere"],
         "rigid_promise_holds": summary["promise_breaches"] == 0,
     }
-

@@ -12,8 +12,13 @@ import polars as pl
 from market_pipeline.demand_response.estimator import DemandResponseInputError, ResponseFit, fit_elasticity
 
 COLUMNS = ("ts", "pool_id", "resource_class", "price", "demand")
-HISTORY_SCHEMA = {"ts": pl.Datetime("us", "UTC"), "pool_id": pl.Utf8, "resource_class": pl.Utf8,
-                  "price": pl.Float64, "demand": pl.Float64}
+HISTORY_SCHEMA = {
+    "ts": pl.Datetime("us", "UTC"),
+    "pool_id": pl.Utf8,
+    "resource_class": pl.Utf8,
+    "price": pl.Float64,
+    "demand": pl.Float64,
+}
 
 
 def read_history_csv(path: str | Path) -> pl.DataFrame:
@@ -24,40 +29,54 @@ def read_history_csv(path: str | Path) -> pl.DataFrame:
     try:
         raw = pl.read_csv(path, infer_schema=False)
     except (pl.exceptions.PolarsError, UnicodeDecodeError, OSError) as exc:
-        raise DemandResponseInputError(f"{path}: not a readable CSV ({' '.join(str(exc).split())[:120]})") from None
+        raise DemandResponseInputError(
+            f"{path}: not a readable CSV ({' '.join(str(exc).split())[:120]})"
+        ) from None
     missing = [c for c in COLUMNS if c not in raw.columns]
     if missing:
-        raise DemandResponseInputError(f"{path}: missing column(s) {', '.join(missing)} "
-                                       f"(need {', '.join(COLUMNS)})")
+        raise DemandResponseInputError(
+            f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(COLUMNS)})"
+        )
     if raw.is_empty():
         raise DemandResponseInputError(f"{path}: no rows")
     ts = raw["ts"].str.to_datetime(time_zone="UTC", strict=False)
     bad = raw.filter(ts.is_null())
     if bad.height:
         raise DemandResponseInputError(f"{path}: ts {bad['ts'][0]!r} is not an ISO UTC time")
-    frame = raw.with_columns(ts=ts, price=pl.col("price").cast(pl.Float64, strict=False),
-                             demand=pl.col("demand").cast(pl.Float64, strict=False))
+    frame = raw.with_columns(
+        ts=ts,
+        price=pl.col("price").cast(pl.Float64, strict=False),
+        demand=pl.col("demand").cast(pl.Float64, strict=False),
+    )
     for col in ("price", "demand"):
         bad = frame.filter(pl.col(col).is_null() | ~pl.col(col).is_finite())
         if bad.height:
-            raise DemandResponseInputError(f"{path}: {col} {raw[col][_row_of(frame, bad)]!r} is not a finite number")
+            raise DemandResponseInputError(
+                f"{path}: {col} {raw[col][_row_of(frame, bad)]!r} is not a finite number"
+            )
     for col in ("pool_id", "resource_class"):
         if frame[col].is_null().any() or (frame[col].str.strip_chars() == "").any():
             raise DemandResponseInputError(f"{path}: empty {col}")
     dup = frame.select("ts", "pool_id", "resource_class").is_duplicated()
     if dup.any():
         row = frame.filter(dup).row(0, named=True)
-        raise DemandResponseInputError(f"{path}: two rows for {row['pool_id']}/{row['resource_class']} at {row['ts']}")
+        raise DemandResponseInputError(
+            f"{path}: two rows for {row['pool_id']}/{row['resource_class']} at {row['ts']}"
+        )
     return frame.select(COLUMNS).cast(HISTORY_SCHEMA)
 
 
 def _row_of(frame: pl.DataFrame, bad: pl.DataFrame) -> int:
-    return int(frame.with_row_index().join(bad.with_row_index("_b").select("_b", *COLUMNS).head(1),
-                                           on=list(COLUMNS), nulls_equal=True)["index"][0])
+    return int(
+        frame.with_row_index().join(
+            bad.with_row_index("_b").select("_b", *COLUMNS).head(1), on=list(COLUMNS), nulls_equal=True
+        )["index"][0]
+    )
 
 
-def fit_history(history: pl.DataFrame, *, priors: Mapping[str, tuple[float, float]] | None = None,
-                level: float = 0.8) -> dict[str, ResponseFit]:
+def fit_history(
+    history: pl.DataFrame, *, priors: Mapping[str, tuple[float, float]] | None = None, level: float = 0.8
+) -> dict[str, ResponseFit]:
     """The fit of every pool x class in `history` (columns as `HISTORY_SCHEMA`, optionally
     `load`), keyed "<pool_id>/<resource_class>"; `priors` by the same key."""
     out: dict[str, ResponseFit] = {}
@@ -65,8 +84,16 @@ def fit_history(history: pl.DataFrame, *, priors: Mapping[str, tuple[float, floa
         key = f"{pool_id}/{cls}"
         ts = part["ts"].dt.epoch("us").to_numpy() / 1e6
         load = part["load"].to_numpy() if "load" in part.columns else None
-        out[key] = fit_elasticity(ts, part["price"].to_numpy(), part["demand"].to_numpy(), pool_id=pool_id,
-                                  resource_class=cls, load=load, prior=(priors or {}).get(key), level=level)
+        out[key] = fit_elasticity(
+            ts,
+            part["price"].to_numpy(),
+            part["demand"].to_numpy(),
+            pool_id=pool_id,
+            resource_class=cls,
+            load=load,
+            prior=(priors or {}).get(key),
+            level=level,
+        )
     return out
 
 
@@ -88,6 +115,8 @@ def warehouse_history(store, start: datetime, end: datetime) -> pl.DataFrame:
                    WHERE b.pool_id = u.pool_id AND b.resource_class = u.resource_class
                      AND b.effective_from <= u.ts ORDER BY b.effective_from DESC LIMIT 1) AS price,
                   u.demand
-           FROM used u ORDER BY u.pool_id, u.resource_class, u.ts""", [start, end])
+           FROM used u ORDER BY u.pool_id, u.resource_class, u.ts""",
+        [start, end],
+    )
     frame = frame.filter(pl.col("price").is_not_null())
     return frame.select(COLUMNS).cast(HISTORY_SCHEMA) if frame.height else pl.DataFrame(schema=HISTORY_SCHEMA)

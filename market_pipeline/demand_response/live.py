@@ -25,25 +25,50 @@ from market_pipeline.tick import MarketTick, PoolTickInput, Promises
 
 RUNNING, STOPPED, OFF = "running", "stopped", "off"
 FIT_SCHEMA = {
-    "fitted_at": pl.Datetime("us", "UTC"), "pool_id": pl.Utf8, "resource_class": pl.Utf8,
-    "elasticity": pl.Float64, "elasticity_low": pl.Float64, "elasticity_high": pl.Float64,
-    "interval_level": pl.Float64, "std_error": pl.Float64, "data_std_error": pl.Float64,
-    "observations": pl.Int32, "method": pl.Utf8, "hour_bins": pl.Int32, "price_spread": pl.Float64,
-    "r2": pl.Float64, "clusters": pl.Int32, "reason": pl.Utf8, "history_start": pl.Datetime("us", "UTC"),
-    "history_end": pl.Datetime("us", "UTC"), "experiment": pl.Utf8, "experiment_id": pl.Utf8,
+    "fitted_at": pl.Datetime("us", "UTC"),
+    "pool_id": pl.Utf8,
+    "resource_class": pl.Utf8,
+    "elasticity": pl.Float64,
+    "elasticity_low": pl.Float64,
+    "elasticity_high": pl.Float64,
+    "interval_level": pl.Float64,
+    "std_error": pl.Float64,
+    "data_std_error": pl.Float64,
+    "observations": pl.Int32,
+    "method": pl.Utf8,
+    "hour_bins": pl.Int32,
+    "price_spread": pl.Float64,
+    "r2": pl.Float64,
+    "clusters": pl.Int32,
+    "reason": pl.Utf8,
+    "history_start": pl.Datetime("us", "UTC"),
+    "history_end": pl.Datetime("us", "UTC"),
+    "experiment": pl.Utf8,
+    "experiment_id": pl.Utf8,
 }
 EXPERIMENT_SCHEMA = {
-    "tick_at": pl.Datetime("us", "UTC"), "experiment_id": pl.Utf8, "pool_id": pl.Utf8,
-    "resource_class": pl.Utf8, "sign": pl.Int32, "amplitude": pl.Float64, "base_price": pl.Float64,
-    "experiment_price": pl.Float64, "clipped_by": pl.Utf8, "published": pl.Boolean,
+    "tick_at": pl.Datetime("us", "UTC"),
+    "experiment_id": pl.Utf8,
+    "pool_id": pl.Utf8,
+    "resource_class": pl.Utf8,
+    "sign": pl.Int32,
+    "amplitude": pl.Float64,
+    "base_price": pl.Float64,
+    "experiment_price": pl.Float64,
+    "clipped_by": pl.Utf8,
+    "published": pl.Boolean,
     "estimated_cost_per_hour": pl.Float64,
 }
 
 
 def experiment_settings(config: MarketPipelineConfig) -> ExperimentSettings:
     dr = config.demand_response
-    return ExperimentSettings(amplitude=dr.amplitude, stop_relative_width=dr.stop_relative_width,
-                              stop_absolute_width=dr.stop_absolute_width, level=dr.interval_level)
+    return ExperimentSettings(
+        amplitude=dr.amplitude,
+        stop_relative_width=dr.stop_relative_width,
+        stop_absolute_width=dr.stop_absolute_width,
+        level=dr.interval_level,
+    )
 
 
 def refit_rows(config: MarketPipelineConfig, store, now: datetime) -> pl.DataFrame:
@@ -56,26 +81,43 @@ def refit_rows(config: MarketPipelineConfig, store, now: datetime) -> pl.DataFra
     prior = (config.market.reference_elasticity, dr.prior_sd)
     keys = [(p.pool_id, c) for p in config.pools for c in (GUARANTEED, DRAINABLE)]
     fits = fit_history(history, priors={f"{p}/{c}": prior for p, c in keys}, level=dr.interval_level)
-    previous = {(r["pool_id"], r["resource_class"]): r for r in store.query(
-        "SELECT pool_id, resource_class, experiment, experiment_id FROM demand_response WHERE fitted_at = "
-        "(SELECT max(fitted_at) FROM demand_response WHERE fitted_at < ?)", [now]).iter_rows(named=True)}
+    previous = {
+        (r["pool_id"], r["resource_class"]): r
+        for r in store.query(
+            "SELECT pool_id, resource_class, experiment, experiment_id FROM demand_response WHERE fitted_at = "
+            "(SELECT max(fitted_at) FROM demand_response WHERE fitted_at < ?)",
+            [now],
+        ).iter_rows(named=True)
+    }
     settings = experiment_settings(config)
     rows = []
     for pool_id, cls in keys:
         fit = fits.get(f"{pool_id}/{cls}") or ResponseFit(
-            pool_id, cls, prior[0], None, None, 0, method="prior", reason="no sold GPU-hours in the window")
+            pool_id, cls, prior[0], None, None, 0, method="prior", reason="no sold GPU-hours in the window"
+        )
         decided = interval_narrow(fit, settings, *_cost_and_ceiling(config, pool_id, cls))
         status = OFF if not dr.experiments else (STOPPED if decided else RUNNING)
         before = previous.get((pool_id, cls))
         experiment_id = None
         if status == RUNNING:
-            experiment_id = (before["experiment_id"] if before and before["experiment"] == RUNNING
-                             else f"{pool_id}/{cls}@{now:%Y-%m-%dT%H:%MZ}")
+            experiment_id = (
+                before["experiment_id"]
+                if before and before["experiment"] == RUNNING
+                else f"{pool_id}/{cls}@{now:%Y-%m-%dT%H:%MZ}"
+            )
         elif before and before["experiment"] == RUNNING:
             experiment_id = before["experiment_id"]  # the row that records its stop
-        rows.append({**{k: v for k, v in fit.to_dict().items() if k in FIT_SCHEMA}, "fitted_at": now,
-                     "interval_level": dr.interval_level, "history_start": start, "history_end": now,
-                     "experiment": status, "experiment_id": experiment_id})
+        rows.append(
+            {
+                **{k: v for k, v in fit.to_dict().items() if k in FIT_SCHEMA},
+                "fitted_at": now,
+                "interval_level": dr.interval_level,
+                "history_start": start,
+                "history_end": now,
+                "experiment": status,
+                "experiment_id": experiment_id,
+            }
+        )
     return pl.DataFrame(rows, schema=FIT_SCHEMA)
 
 
@@ -84,17 +126,24 @@ def _cost_and_ceiling(config: MarketPipelineConfig, pool_id: str, cls: str) -> t
     pool = config.pool_by_id[pool_id]
     market = config.market
     top = min(pool.price_max, market.guaranteed_price_cap * pool.base_price)
-    return (config.gpu_model_by_name[pool.gpu_model].cost_per_gpu_hour,
-            top * (1 - market.drainable_discount_min) if cls == DRAINABLE else top)
+    return (
+        config.gpu_model_by_name[pool.gpu_model].cost_per_gpu_hour,
+        top * (1 - market.drainable_discount_min) if cls == DRAINABLE else top,
+    )
 
 
 def latest_fits(store, now: datetime) -> pl.DataFrame:
-    return store.query("SELECT * FROM demand_response WHERE fitted_at = "
-                       "(SELECT max(fitted_at) FROM demand_response WHERE fitted_at <= ?) "
-                       "ORDER BY pool_id, resource_class", [now])
+    return store.query(
+        "SELECT * FROM demand_response WHERE fitted_at = "
+        "(SELECT max(fitted_at) FROM demand_response WHERE fitted_at <= ?) "
+        "ORDER BY pool_id, resource_class",
+        [now],
+    )
 
 
-def tick_response(config: MarketPipelineConfig, store, now: datetime) -> tuple[dict[str, float], dict[str, str]]:
+def tick_response(
+    config: MarketPipelineConfig, store, now: datetime
+) -> tuple[dict[str, float], dict[str, str]]:
     """(elasticity per "<pool>/<class>", experiment id per running "<pool>/<class>") from the
     latest refit; empty where the demand response is disabled or nothing was fitted yet."""
     if not config.demand_response.enabled:
@@ -110,9 +159,16 @@ def tick_response(config: MarketPipelineConfig, store, now: datetime) -> tuple[d
     return response, running
 
 
-def run_experiments(config: MarketPipelineConfig, tick: MarketTick, pools: list[PoolTickInput], problem,
-                    response: dict[str, float], running: dict[str, str], now: datetime,
-                    shadow: bool) -> tuple[MarketTick, pl.DataFrame]:
+def run_experiments(
+    config: MarketPipelineConfig,
+    tick: MarketTick,
+    pools: list[PoolTickInput],
+    problem,
+    response: dict[str, float],
+    running: dict[str, str],
+    now: datetime,
+    shadow: bool,
+) -> tuple[MarketTick, pl.DataFrame]:
     """The tick to publish (the experiment prices, or in shadow mode the tick's own) and the
     experiment rows, each with the profit per hour the model says its dither gives up."""
     if not running:
@@ -125,15 +181,27 @@ def run_experiments(config: MarketPipelineConfig, tick: MarketTick, pools: list[
     if problem is not None and steps:
         lists = np.array([p.list_price for p in pools for _ in (GUARANTEED, DRAINABLE)])
         cost = dither_cost(problem, lists, promises, response, tick.prices(), moved.prices())
-    rows = [_experiment_row(s, running[s.key], now, settings.amplitude, not shadow, cost / len(steps))
-            for s in steps]
+    rows = [
+        _experiment_row(s, running[s.key], now, settings.amplitude, not shadow, cost / len(steps))
+        for s in steps
+    ]
     return (tick if shadow else moved), pl.DataFrame(rows, schema=EXPERIMENT_SCHEMA)
 
 
-def _experiment_row(step: ExperimentStep, experiment_id: str, now: datetime, amplitude: float, published: bool,
-                    cost: float) -> dict[str, object]:
+def _experiment_row(
+    step: ExperimentStep, experiment_id: str, now: datetime, amplitude: float, published: bool, cost: float
+) -> dict[str, object]:
     pool_id, cls = step.key.rsplit("/", 1)
-    return {"tick_at": now, "experiment_id": experiment_id, "pool_id": pool_id, "resource_class": cls,
-            "sign": step.sign, "amplitude": amplitude, "base_price": step.base_price,
-            "experiment_price": step.price, "clipped_by": step.clipped_by, "published": published,
-            "estimated_cost_per_hour": cost}
+    return {
+        "tick_at": now,
+        "experiment_id": experiment_id,
+        "pool_id": pool_id,
+        "resource_class": cls,
+        "sign": step.sign,
+        "amplitude": amplitude,
+        "base_price": step.base_price,
+        "experiment_price": step.price,
+        "clipped_by": step.clipped_by,
+        "published": published,
+        "estimated_cost_per_hour": cost,
+    }

@@ -22,10 +22,20 @@ def load_shape(hours: np.ndarray) -> np.ndarray:
     return daily * np.where(dow >= 5, 0.8, 1.05)
 
 
-def synthetic_history(elasticity: float, *, days: int = 14, step_minutes: int = 60, lean: float = 0.6,
-                      dither: float = 0.05, noise: float = 0.05, base_price: float = 2.0,
-                      base_demand: float = 100.0, pool_id: str = "A100@synthetic",
-                      resource_class: str = "drainable", seed: int = 0) -> pl.DataFrame:
+def synthetic_history(
+    elasticity: float,
+    *,
+    days: int = 14,
+    step_minutes: int = 60,
+    lean: float = 0.6,
+    dither: float = 0.05,
+    noise: float = 0.05,
+    base_price: float = 2.0,
+    base_demand: float = 100.0,
+    pool_id: str = "A100@synthetic",
+    resource_class: str = "drainable",
+    seed: int = 0,
+) -> pl.DataFrame:
     """Rows `ts, pool_id, resource_class, price, demand` (ts UTC, one per `step_minutes`)."""
     rng = np.random.default_rng(seed)
     steps = days * 24 * 60 // step_minutes
@@ -35,11 +45,23 @@ def synthetic_history(elasticity: float, *, days: int = 14, step_minutes: int = 
     shape = load_shape(np.floor(hours))
     expected = shape * np.concatenate([[1.0], level[:-1]])[day]  # the loop knows yesterday's level
     signs = rng.choice([-1.0, 1.0], size=steps)
-    price = base_price * expected ** lean * (1.0 + dither * signs)
-    demand = (base_demand * shape * level[day] * (price / base_price) ** (-elasticity)
-              * np.exp(rng.normal(0.0, noise, steps)))
+    price = base_price * expected**lean * (1.0 + dither * signs)
+    demand = (
+        base_demand
+        * shape
+        * level[day]
+        * (price / base_price) ** (-elasticity)
+        * np.exp(rng.normal(0.0, noise, steps))
+    )
     ts = [START.timestamp() + h * 3600.0 for h in hours]
-    return pl.DataFrame({
-        "ts": pl.Series([datetime.fromtimestamp(t, tz=timezone.utc) for t in ts], dtype=pl.Datetime("us", "UTC")),
-        "pool_id": pool_id, "resource_class": resource_class, "price": price, "demand": demand,
-    })
+    return pl.DataFrame(
+        {
+            "ts": pl.Series(
+                [datetime.fromtimestamp(t, tz=timezone.utc) for t in ts], dtype=pl.Datetime("us", "UTC")
+            ),
+            "pool_id": pool_id,
+            "resource_class": resource_class,
+            "price": price,
+            "demand": demand,
+        }
+    )

@@ -81,13 +81,15 @@ class GridMarket:
         return np.repeat(top, 2) * np.tile([1.0, 1.0 - promises.discount_min], self.list_price.size)
 
     def with_capacity(self, problem: MarketProblem, capacity: np.ndarray) -> MarketProblem:
-        return MarketProblem(replace(problem.resources, capacity=np.asarray(capacity, dtype=np.float64)),
-                                     problem.tenants)
+        return MarketProblem(
+            replace(problem.resources, capacity=np.asarray(capacity, dtype=np.float64)), problem.tenants
+        )
 
     def population(self, elasticity: np.ndarray, scale: float, latent_ratio: float = 0.0):
         fitted = list(enumerate(np.asarray(elasticity, dtype=np.float64)))
-        return response_population(self.resources, self.reference, scale * self.base_demand, fitted,
-                                   latent_ratio=latent_ratio)
+        return response_population(
+            self.resources, self.reference, scale * self.base_demand, fitted, latent_ratio=latent_ratio
+        )
 
 
 def grid_market(discount_min: float, discount_max: float) -> GridMarket:
@@ -104,9 +106,24 @@ def grid_market(discount_min: float, discount_max: float) -> GridMarket:
             dmax.append(discount_max if cls == DRAINABLE else 0.0)
             base.append(share * gpus)
     size = len(names)
-    resources = ResourceSet(tuple(names), np.full(size, np.inf), np.array(cost), np.array(low), np.array(high),
-                            tuple(classes), tuple(pools), np.array(dmin), np.array(dmax))
+    resources = ResourceSet(
+        tuple(names),
+        np.full(size, np.inf),
+        np.array(cost),
+        np.array(low),
+        np.array(high),
+        tuple(classes),
+        tuple(pools),
+        np.array(dmin),
+        np.array(dmax),
+    )
     mid = 0.5 * (discount_min + discount_max)
     lists = np.array([p for _, p, _ in SEED_POOLS])
-    return GridMarket(resources, reference_prices(np.repeat(lists, 2), tuple(classes), mid), np.array(base),
-                      np.array([g for _, _, g in SEED_POOLS]), lists, mid)
+    return GridMarket(
+        resources,
+        reference_prices(np.repeat(lists, 2), tuple(classes), mid),
+        np.array(base),
+        np.array([g for _, _, g in SEED_POOLS]),
+        lists,
+        mid,
+    )

@@ -71,9 +71,13 @@ class Books:
         return profit
 
     def summary(self) -> dict[str, float]:
-        return {"revenue": self.revenue, "profit": self.profit, "utilisation": float(self.sold.sum() / self.capacity),
-                "rigid_cost_per_gpu_hour": float(self.spend[0] / max(self.sold[0], 1e-12)),
-                "elastic_cost_per_gpu_hour": float(self.spend[1] / max(self.sold[1], 1e-12))}
+        return {
+            "revenue": self.revenue,
+            "profit": self.profit,
+            "utilisation": float(self.sold.sum() / self.capacity),
+            "rigid_cost_per_gpu_hour": float(self.spend[0] / max(self.sold[0], 1e-12)),
+            "elastic_cost_per_gpu_hour": float(self.spend[1] / max(self.sold[1], 1e-12)),
+        }
 
 
 def sold_gpus(market: GridMarket, demand: np.ndarray) -> np.ndarray:
@@ -106,18 +110,32 @@ class TruthWorld:
         return np.maximum(np.nan_to_num(demand_at(self.problem(hour), prices)), 0.0) * self.noise[hour]
 
 
-def pool_inputs(market: GridMarket, in_force: np.ndarray, demand: np.ndarray, upper: np.ndarray,
-                promises: Promises) -> list[PoolTickInput]:
+def pool_inputs(
+    market: GridMarket, in_force: np.ndarray, demand: np.ndarray, upper: np.ndarray, promises: Promises
+) -> list[PoolTickInput]:
     out = []
     for i, (pool_id, price) in enumerate(zip(market.resources.pool[0::2], market.list_price)):
-        out.append(PoolTickInput(
-            pool_id=pool_id, list_price=float(price), price_min=float(market.resources.price_min[2 * i]),
-            price_max=float(market.resources.price_max[2 * i]), node_gpus=8.0, serving_gpus=float(market.gpus[i]),
-            reachable_gpus=float(market.gpus[i]), demand_gpus=float(demand[2 * i:2 * i + 2].sum()), backlog_gpus=0.0,
-            forecast_upper_gpus=float(upper[2 * i:2 * i + 2].sum()), in_force_guaranteed=float(in_force[2 * i]),
-            in_force_drainable=float(in_force[2 * i + 1]), forecast_price=float(in_force[2 * i]),
-            backlog=BacklogParams(price_min=float(market.resources.price_min[2 * i]),
-                                  price_max=float(market.resources.price_max[2 * i]))))
+        out.append(
+            PoolTickInput(
+                pool_id=pool_id,
+                list_price=float(price),
+                price_min=float(market.resources.price_min[2 * i]),
+                price_max=float(market.resources.price_max[2 * i]),
+                node_gpus=8.0,
+                serving_gpus=float(market.gpus[i]),
+                reachable_gpus=float(market.gpus[i]),
+                demand_gpus=float(demand[2 * i : 2 * i + 2].sum()),
+                backlog_gpus=0.0,
+                forecast_upper_gpus=float(upper[2 * i : 2 * i + 2].sum()),
+                in_force_guaranteed=float(in_force[2 * i]),
+                in_force_drainable=float(in_force[2 * i + 1]),
+                forecast_price=float(in_force[2 * i]),
+                backlog=BacklogParams(
+                    price_min=float(market.resources.price_min[2 * i]),
+                    price_max=float(market.resources.price_max[2 * i]),
+                ),
+            )
+        )
     return out
 
 
@@ -127,5 +145,7 @@ def promise_breaches(market: GridMarket, promises: Promises, in_force: np.ndarra
     g, d = prices[0::2], prices[1::2]
     cap = g > promises.guaranteed_cap * market.list_price * (1 + tol)
     step = np.abs(prices / in_force - 1) > promises.max_step + tol
-    band = (d > g * (1 - promises.discount_min) * (1 + tol)) | (d < g * (1 - promises.discount_max) * (1 - tol))
+    band = (d > g * (1 - promises.discount_min) * (1 + tol)) | (
+        d < g * (1 - promises.discount_max) * (1 - tol)
+    )
     return int(cap.sum() + step.sum() + band.sum())

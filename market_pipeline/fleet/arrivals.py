@@ -55,7 +55,9 @@ def helios_profile(path: str | Path) -> ArrivalProfile:
     except FileNotFoundError:
         raise WorkloadError(f"Helios series {path} does not exist") from None
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise WorkloadError(f"Helios series {path}: cannot read columns {list(HELIOS_COLUMNS)}: {exc}") from None
+        raise WorkloadError(
+            f"Helios series {path}: cannot read columns {list(HELIOS_COLUMNS)}: {exc}"
+        ) from None
     demand = (frame["running_gpu_num"] + frame["pending_gpu_num"]).cast(pl.Float64)
     if demand.null_count() or len(demand) == 0:
         raise WorkloadError(f"Helios series {path}: demand columns are empty or have gaps")
@@ -65,8 +67,9 @@ def helios_profile(path: str | Path) -> ArrivalProfile:
     return ArrivalProfile("helios", series=values / values.mean(), source=str(path))
 
 
-def arrival_profile(source: str, amplitude: float = 0.3, peak_hour_utc: float = 6.0,
-                    resolve=Path) -> ArrivalProfile:  # noqa: ANN001 - a path resolver
+def arrival_profile(
+    source: str, amplitude: float = 0.3, peak_hour_utc: float = 6.0, resolve=Path
+) -> ArrivalProfile:  # noqa: ANN001 - a path resolver
     """'diurnal' or a path to a Helios per-minute CSV."""
     if source == "diurnal":
         return diurnal_profile(amplitude, peak_hour_utc)

@@ -32,9 +32,18 @@ DEFAULT_ZONE = "zone-a"
 OPENB_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 SPOT_COLUMNS = ("gpu_model", "gpu_capacity_num", "cpu_num", "node_name")
 _CITY_ABBREVIATIONS = {
-    "hangzhou": "hz", "beijing": "bj", "shanghai": "sh", "shenzhen": "sz", "guangzhou": "gz",
-    "zhangjiakou": "zjk", "ulanqab": "wlcb", "chengdu": "cd", "qingdao": "qd", "heyuan": "hy",
-    "huhehaote": "hhht", "wulanchabu": "wlcb",
+    "hangzhou": "hz",
+    "beijing": "bj",
+    "shanghai": "sh",
+    "shenzhen": "sz",
+    "guangzhou": "gz",
+    "zhangjiakou": "zjk",
+    "ulanqab": "wlcb",
+    "chengdu": "cd",
+    "qingdao": "qd",
+    "heyuan": "hy",
+    "huhehaote": "hhht",
+    "wulanchabu": "wlcb",
 }
 
 
@@ -77,8 +86,9 @@ class FleetCatalog:
     @cached_property
     def fingerprint(self) -> str:
         """Changes whenever the set of nodes, their models or sizes change."""
-        text = "|".join(f"{n.node_id}:{n.gpu_model}:{n.zone}:{n.gpus}:{n.cpu_milli}:{n.memory_mib}"
-                        for n in self.nodes)
+        text = "|".join(
+            f"{n.node_id}:{n.gpu_model}:{n.zone}:{n.gpus}:{n.cpu_milli}:{n.memory_mib}" for n in self.nodes
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     # -- per-GPU layout (catalog order: node by node, index by index) -------------------
@@ -112,13 +122,18 @@ class FleetCatalog:
         for row, node in enumerate(self.nodes):
             spec = self.models[node.gpu_model]
             base = int(self.gpu_offsets[row])
-            uuids = self.gpu_uuids[base: base + node.gpus]
+            uuids = self.gpu_uuids[base : base + node.gpus]
             for i in range(node.gpus):
-                peers = (tuple(u for j, u in enumerate(uuids)
-                               if j != i and j // spec.nvlink_domain == i // spec.nvlink_domain)
-                         if spec.nvlink else ())
-                infos.append(GpuInfo(uuids[i], node.node_id, i, node.gpu_model, spec.memory_mib,
-                                     None, peers))
+                peers = (
+                    tuple(
+                        u
+                        for j, u in enumerate(uuids)
+                        if j != i and j // spec.nvlink_domain == i // spec.nvlink_domain
+                    )
+                    if spec.nvlink
+                    else ()
+                )
+                infos.append(GpuInfo(uuids[i], node.node_id, i, node.gpu_model, spec.memory_mib, None, peers))
         return infos
 
     def to_capacity(self) -> ClusterCapacity:
@@ -143,8 +158,9 @@ def gpu_uuid(node_id: str, index: int) -> str:
 
 # -- from the config's pools -------------------------------------------------------------
 def _config_specs(config: MarketPipelineConfig) -> dict[str, GpuModelSpec]:
-    return {m.name: spec_from_config(m.name, m.memory_mib, m.nvlink, m.mig_profiles)
-            for m in config.gpu_models}
+    return {
+        m.name: spec_from_config(m.name, m.memory_mib, m.nvlink, m.mig_profiles) for m in config.gpu_models
+    }
 
 
 def zone_slug(zone: str) -> str:
@@ -174,17 +190,21 @@ def catalog_from_pools(config: MarketPipelineConfig) -> FleetCatalog:
         warm = min(pool.warm_nodes, pool.max_nodes - pool.nodes)
         width = max(2, len(str(max(pool.max_nodes - 1, 0))))
         for i in range(pool.max_nodes):
-            state = NodeState.ON if i < pool.nodes else NodeState.WARM if i < pool.nodes + warm else NodeState.OFF
-            nodes.append(NodeSpec(
-                node_id=f"{prefixes[pool.pool_id]}-{i:0{width}d}",
-                pool_id=pool.pool_id,
-                gpu_model=pool.gpu_model,
-                zone=pool.zone,
-                gpus=pool.gpus_per_node,
-                cpu_milli=pool.gpus_per_node * CPU_MILLI_PER_GPU,
-                memory_mib=pool.gpus_per_node * MEMORY_MIB_PER_GPU,
-                initial_state=state,
-            ))
+            state = (
+                NodeState.ON if i < pool.nodes else NodeState.WARM if i < pool.nodes + warm else NodeState.OFF
+            )
+            nodes.append(
+                NodeSpec(
+                    node_id=f"{prefixes[pool.pool_id]}-{i:0{width}d}",
+                    pool_id=pool.pool_id,
+                    gpu_model=pool.gpu_model,
+                    zone=pool.zone,
+                    gpus=pool.gpus_per_node,
+                    cpu_milli=pool.gpus_per_node * CPU_MILLI_PER_GPU,
+                    memory_mib=pool.gpus_per_node * MEMORY_MIB_PER_GPU,
+                    initial_state=state,
+                )
+            )
     return FleetCatalog(tuple(nodes), _config_specs(config), "config")
 
 
@@ -217,8 +237,9 @@ def _resolve_model(name: str, configured: Mapping[str, GpuModelSpec]) -> str:
     return alias if alias in configured else name
 
 
-def catalog_from_node_csv(path: str | Path, config: MarketPipelineConfig | None = None,
-                          zone: str | None = None) -> FleetCatalog:
+def catalog_from_node_csv(
+    path: str | Path, config: MarketPipelineConfig | None = None, zone: str | None = None
+) -> FleetCatalog:
     """Every row a node, all ON, in one zone (the given one, else the first configured).
     GPU models named in the config take its spec; others the built-in table's."""
     path = Path(path)
@@ -258,13 +279,12 @@ def catalog_from_node_csv(path: str | Path, config: MarketPipelineConfig | None 
     return FleetCatalog(nodes, specs, str(path))
 
 
-def build_catalog(config: MarketPipelineConfig, source: str | None = None,
-                  zone: str | None = None) -> FleetCatalog:
+def build_catalog(
+    config: MarketPipelineConfig, source: str | None = None, zone: str | None = None
+) -> FleetCatalog:
     """The catalog named by `source` (default `adapter.fleet_source`): "config" or a CSV path
     (relative paths resolve against MARKET_PIPELINE_HOME / the working directory)."""
     source = source or config.adapter.fleet_source
     if source == "config":
         return catalog_from_pools(config)
     return catalog_from_node_csv(config.resolve_path(source), config, zone)
-
-

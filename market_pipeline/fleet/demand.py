@@ -26,8 +26,13 @@ DEMAND_SCHEMA = {
 }
 
 
-def pool_snapshot(config: MarketPipelineConfig, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo],
-                  pending_gpus_by_model: Mapping[str, float], ts: datetime) -> pl.DataFrame:
+def pool_snapshot(
+    config: MarketPipelineConfig,
+    nodes: Sequence[NodeInfo],
+    tasks: Sequence[TaskInfo],
+    pending_gpus_by_model: Mapping[str, float],
+    ts: datetime,
+) -> pl.DataFrame:
     """One row per configured pool: running, pending and powered GPUs at `ts`."""
     pools_of_model: dict[str, list[str]] = {}
     for pool in config.pools:
@@ -38,22 +43,38 @@ def pool_snapshot(config: MarketPipelineConfig, nodes: Sequence[NodeInfo], tasks
         # A queue reported per GPU model is split evenly over that model's pools.
         pending = pending_gpus_by_model.get(pool.gpu_model, 0.0) / len(pools_of_model[pool.gpu_model])
         gpus_on = sum(n.gpus for n in nodes if n.pool_id == pool.pool_id and n.state is NodeState.ON)
-        rows.append({"ts": ts, "pool_id": pool.pool_id, "running_gpus": float(running),
-                     "pending_gpus": float(pending), "gpus_on": int(gpus_on)})
-    return pl.DataFrame(rows, schema={"ts": pl.Datetime("us", "UTC"), "pool_id": pl.Utf8,
-                                      "running_gpus": pl.Float64, "pending_gpus": pl.Float64,
-                                      "gpus_on": pl.Int32})
+        rows.append(
+            {
+                "ts": ts,
+                "pool_id": pool.pool_id,
+                "running_gpus": float(running),
+                "pending_gpus": float(pending),
+                "gpus_on": int(gpus_on),
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "ts": pl.Datetime("us", "UTC"),
+            "pool_id": pl.Utf8,
+            "running_gpus": pl.Float64,
+            "pending_gpus": pl.Float64,
+            "gpus_on": pl.Int32,
+        },
+    )
 
 
-def running_gpus_on_grid(usage: pl.DataFrame, start: datetime, end: datetime,
-                         step_minutes: int = 5) -> pl.DataFrame:
+def running_gpus_on_grid(
+    usage: pl.DataFrame, start: datetime, end: datetime, step_minutes: int = 5
+) -> pl.DataFrame:
     """Mean running GPUs per pool and step from usage intervals (pool_id, started_at,
     ended_at, gpu_fraction): overlap seconds x fraction / step seconds."""
     step = timedelta(minutes=step_minutes)
     step_s = step.total_seconds()
     if usage.is_empty():
-        return pl.DataFrame(schema={"pool_id": pl.Utf8, "ts": pl.Datetime("us", "UTC"),
-                                    "running_gpus": pl.Float64})
+        return pl.DataFrame(
+            schema={"pool_id": pl.Utf8, "ts": pl.Datetime("us", "UTC"), "running_gpus": pl.Float64}
+        )
     clipped = (
         usage.select(
             "pool_id",
@@ -63,13 +84,17 @@ def running_gpus_on_grid(usage: pl.DataFrame, start: datetime, end: datetime,
         )
         .filter(pl.col("e") > pl.col("s"))
         .with_columns(
-            pl.datetime_ranges(pl.col("s").dt.truncate(f"{step_minutes}m"), pl.col("e"),
-                               interval=f"{step_minutes}m", closed="left").alias("bucket")
+            pl.datetime_ranges(
+                pl.col("s").dt.truncate(f"{step_minutes}m"),
+                pl.col("e"),
+                interval=f"{step_minutes}m",
+                closed="left",
+            ).alias("bucket")
         )
         .explode("bucket")
     )
     bucket_end = pl.col("bucket") + step
-    overlap = (pl.min_horizontal(pl.col("e"), bucket_end) - pl.max_horizontal(pl.col("s"), pl.col("bucket")))
+    overlap = pl.min_horizontal(pl.col("e"), bucket_end) - pl.max_horizontal(pl.col("s"), pl.col("bucket"))
     return (
         clipped.with_columns((overlap.dt.total_microseconds() / 1e6).alias("overlap_s"))
         .filter(pl.col("overlap_s") > 0)
@@ -80,25 +105,38 @@ def running_gpus_on_grid(usage: pl.DataFrame, start: datetime, end: datetime,
     )
 
 
-def demand_on_grid(pool_ids: Sequence[str], usage: pl.DataFrame, snapshots: pl.DataFrame,
-                   prices: pl.DataFrame, start: datetime, end: datetime,
-                   step_minutes: int = 5) -> pl.DataFrame:
+def demand_on_grid(
+    pool_ids: Sequence[str],
+    usage: pl.DataFrame,
+    snapshots: pl.DataFrame,
+    prices: pl.DataFrame,
+    start: datetime,
+    end: datetime,
+    step_minutes: int = 5,
+) -> pl.DataFrame:
     """The demand history table: every pool x every step in [start, end), no gaps.
 
     snapshots: ts, pool_id, pending_gpus; prices: effective_from, pool_id, price (guaranteed).
     """
-    grid_ts = pl.datetime_range(start, end, interval=f"{step_minutes}m", closed="left",
-                                time_zone="UTC", eager=True).dt.cast_time_unit("us")
+    grid_ts = pl.datetime_range(
+        start, end, interval=f"{step_minutes}m", closed="left", time_zone="UTC", eager=True
+    ).dt.cast_time_unit("us")
     grid = pl.DataFrame({"pool_id": list(pool_ids)}).join(pl.DataFrame({"ts": grid_ts}), how="cross")
     running = running_gpus_on_grid(usage, start, end, step_minutes)
     out = grid.join(running, on=["pool_id", "ts"], how="left").with_columns(
-        pl.col("running_gpus").fill_null(0.0))
+        pl.col("running_gpus").fill_null(0.0)
+    )
     out = _asof_by_pool(out, snapshots.select("pool_id", "ts", "pending_gpus"), "ts")
     out = _asof_by_pool(out, prices.select("pool_id", pl.col("effective_from").alias("ts"), "price"), "ts")
-    return out.with_columns(
-        pl.col("pending_gpus").fill_null(0.0),
-        (pl.col("running_gpus") + pl.col("pending_gpus").fill_null(0.0)).alias("demand"),
-    ).select(list(DEMAND_SCHEMA)).cast(DEMAND_SCHEMA).sort("pool_id", "ts")
+    return (
+        out.with_columns(
+            pl.col("pending_gpus").fill_null(0.0),
+            (pl.col("running_gpus") + pl.col("pending_gpus").fill_null(0.0)).alias("demand"),
+        )
+        .select(list(DEMAND_SCHEMA))
+        .cast(DEMAND_SCHEMA)
+        .sort("pool_id", "ts")
+    )
 
 
 def _asof_by_pool(left: pl.DataFrame, right: pl.DataFrame, on: str) -> pl.DataFrame:

@@ -63,17 +63,25 @@ def load_gpu_catalog(path: Path = CATALOG_PATH) -> GpuCatalog:
     raw = tomllib.loads(path.read_text())
     entries = []
     for item in raw.get("models", []):
-        entries.append(CatalogEntry(
-            name=str(item["name"]), aliases=tuple(item.get("aliases", ())),
-            list_price_per_gpu_hour=float(item["list_price_per_gpu_hour"]),
-            cost_per_gpu_hour=float(item["cost_per_gpu_hour"]), memory_mib=int(item["memory_mib"]),
-            mig_profiles=tuple(item.get("mig_profiles", ())), nvlink=bool(item.get("nvlink", False)),
-            source=str(item["source"]), assumption=str(item.get("assumption", "")),
-        ))
+        entries.append(
+            CatalogEntry(
+                name=str(item["name"]),
+                aliases=tuple(item.get("aliases", ())),
+                list_price_per_gpu_hour=float(item["list_price_per_gpu_hour"]),
+                cost_per_gpu_hour=float(item["cost_per_gpu_hour"]),
+                memory_mib=int(item["memory_mib"]),
+                mig_profiles=tuple(item.get("mig_profiles", ())),
+                nvlink=bool(item.get("nvlink", False)),
+                source=str(item["source"]),
+                assumption=str(item.get("assumption", "")),
+            )
+        )
     return GpuCatalog(tuple(entries))
 
 
 def unpriced_model_message(model: str, fleet_source: str) -> str:
-    return (f"GPU model {model!r} in fleet {fleet_source} has no price: add a [[gpu_models]] entry "
-            f"with name = {model!r}, memory_mib, cost_per_gpu_hour and list_price_per_gpu_hour "
-            "to the config (gpu_models), or name it in market_pipeline/defaults/gpu_catalog.toml")
+    return (
+        f"GPU model {model!r} in fleet {fleet_source} has no price: add a [[gpu_models]] entry "
+        f"with name = {model!r}, memory_mib, cost_per_gpu_hour and list_price_per_gpu_hour "
+        "to the config (gpu_models), or name it in market_pipeline/defaults/gpu_catalog.toml"
+    )

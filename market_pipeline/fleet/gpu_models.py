@@ -87,9 +87,7 @@ def mig_profile_slices(profile: str) -> int:
     """Compute slices of a MIG profile name such as '3g.40gb'."""
     match = _MIG_PROFILE.match(profile.strip().lower())
     if not match or int(match.group(1)) not in MIG_STARTS:
-        raise GpuModelError(
-            f"MIG profile {profile!r}: expected '<n>g.<m>gb' with n in {sorted(MIG_STARTS)}"
-        )
+        raise GpuModelError(f"MIG profile {profile!r}: expected '<n>g.<m>gb' with n in {sorted(MIG_STARTS)}")
     return int(match.group(1))
 
 
@@ -107,8 +105,9 @@ def known_spec(name: str) -> GpuModelSpec:
     return GpuModelSpec(name, memory, tdp, idle, nvlink, _domain_size(nvlink, domain))
 
 
-def spec_from_config(name: str, memory_mib: int, nvlink: bool,
-                     mig_profiles: list[str] | tuple[str, ...]) -> GpuModelSpec:
+def spec_from_config(
+    name: str, memory_mib: int, nvlink: bool, mig_profiles: list[str] | tuple[str, ...]
+) -> GpuModelSpec:
     """A configured model, its power envelope and NVLink domain from the known table."""
     for profile in mig_profiles:
         mig_profile_slices(profile)  # validate early, naming the bad profile

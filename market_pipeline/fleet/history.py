@@ -18,7 +18,6 @@ from market_pipeline.fleet.setup import default_epoch
 from market_pipeline.fleet.state import TwinStateError
 from market_pipeline.fleet.store import TwinStore
 
-
 HISTORY_START_ENV = "MARKET_PIPELINE_HISTORY_START"
 
 
@@ -37,7 +36,9 @@ def _pinned(text: str) -> datetime:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"{HISTORY_START_ENV}={text!r} is not an ISO time such as 2026-11-01T00:00:00Z") from None
+        raise ValueError(
+            f"{HISTORY_START_ENV}={text!r} is not an ISO time such as 2026-11-01T00:00:00Z"
+        ) from None
     if moment.tzinfo is None:
         raise ValueError(f"{HISTORY_START_ENV}={text!r} needs a UTC offset, e.g. 2026-11-01T00:00:00Z")
     return moment

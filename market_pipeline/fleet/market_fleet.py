@@ -21,7 +21,6 @@ import statistics
 from collections import defaultdict
 
 import numpy as np
-
 from pydantic import ValidationError
 
 from market_pipeline.config.model import Claim, ConfigError, GpuModel, MarketPipelineConfig, Pool, Tenant
@@ -65,9 +64,14 @@ def resolve_fleet_market(config: MarketPipelineConfig) -> MarketPipelineConfig:
     pools = _pools(config, nodes, {m.name: m for m in models})
     tenants = _tenants(config, pools, {m.name: m for m in models})
     # validated anew (not model_copy): the references between pools, models and tenants hold
-    return type(config).model_validate({**config.model_dump(), "gpu_models": [m.model_dump() for m in models],
-                                        "pools": [p.model_dump() for p in pools],
-                                        "tenants": [t.model_dump() for t in tenants]})
+    return type(config).model_validate(
+        {
+            **config.model_dump(),
+            "gpu_models": [m.model_dump() for m in models],
+            "pools": [p.model_dump() for p in pools],
+            "tenants": [t.model_dump() for t in tenants],
+        }
+    )
 
 
 def _priced_models(config: MarketPipelineConfig, fleet_models: list[str]) -> list[GpuModel]:
@@ -81,10 +85,17 @@ def _priced_models(config: MarketPipelineConfig, fleet_models: list[str]) -> lis
         entry = catalog.lookup(name)
         if entry is None:
             raise UnpricedModelError(unpriced_model_message(name, config.adapter.fleet_source))
-        out.append(GpuModel(name=name, memory_mib=entry.memory_mib, cost_per_gpu_hour=entry.cost_per_gpu_hour,
-                            list_price_per_gpu_hour=entry.list_price_per_gpu_hour,
-                            mig_profiles=list(entry.mig_profiles), nvlink=entry.nvlink,
-                            source=f"catalog ({entry.source})"))
+        out.append(
+            GpuModel(
+                name=name,
+                memory_mib=entry.memory_mib,
+                cost_per_gpu_hour=entry.cost_per_gpu_hour,
+                list_price_per_gpu_hour=entry.list_price_per_gpu_hour,
+                mig_profiles=list(entry.mig_profiles),
+                nvlink=entry.nvlink,
+                source=f"catalog ({entry.source})",
+            )
+        )
     return out
 
 
@@ -115,11 +126,19 @@ def _pools(config: MarketPipelineConfig, nodes: list[NodeSpec], models: dict[str
     pools = []
     for (model, zone), members in sorted(by_pool.items()):
         price = list_price(models[model], config)
-        pools.append(Pool(
-            gpu_model=model, zone=zone, nodes=len(members), max_nodes=len(members), warm_nodes=0,
-            gpus_per_node=min(MAX_GPUS_PER_NODE, max(n.gpus for n in members)),
-            price_min=round(floor * price, 6), price_max=round(ceiling * price, 6), base_price=price,
-        ))
+        pools.append(
+            Pool(
+                gpu_model=model,
+                zone=zone,
+                nodes=len(members),
+                max_nodes=len(members),
+                warm_nodes=0,
+                gpus_per_node=min(MAX_GPUS_PER_NODE, max(n.gpus for n in members)),
+                price_min=round(floor * price, 6),
+                price_max=round(ceiling * price, 6),
+                base_price=price,
+            )
+        )
     return pools
 
 
@@ -129,14 +148,23 @@ def _tenants(config: MarketPipelineConfig, pools: list[Pool], models: dict[str, 
     claimed = {m for t in config.tenants for m in t.claims}
     if source == "config" or (source == "auto" and config.tenants and fleet_models <= claimed):
         return list(config.tenants)
-    shapes = load_shapes(config.adapter.workload_source,
-                         np.random.default_rng([config.adapter.seed, STREAM_BUILTIN]), config.resolve_path)
+    shapes = load_shapes(
+        config.adapter.workload_source,
+        np.random.default_rng([config.adapter.seed, STREAM_BUILTIN]),
+        config.resolve_path,
+    )
     gpu_hours = shapes.num_gpu * (shapes.gpu_milli / 1000.0) * shapes.lifetime_s / 3600.0
     return workload_tenants(shapes.qos, shapes.num_gpu, gpu_hours, pools, models, config)
 
 
-def workload_tenants(qos: np.ndarray, num_gpu: np.ndarray, gpu_hours: np.ndarray, pools: list[Pool],
-                     models: dict[str, GpuModel], config: MarketPipelineConfig) -> list[Tenant]:
+def workload_tenants(
+    qos: np.ndarray,
+    num_gpu: np.ndarray,
+    gpu_hours: np.ndarray,
+    pools: list[Pool],
+    models: dict[str, GpuModel],
+    config: MarketPipelineConfig,
+) -> list[Tenant]:
     """One tenant per (QoS class, size) cell of the workload's GPU jobs: BE and Burstable are
     elastic and drain tolerant, LS and Guaranteed rigid; a job of one GPU or less is "single",
     of more "multi". A tenant's claim on a model is its cell's share of the GPU-hours times the
@@ -145,7 +173,9 @@ def workload_tenants(qos: np.ndarray, num_gpu: np.ndarray, gpu_hours: np.ndarray
     saturation, with price elasticity 2 (log utility)."""
     gpu_jobs = num_gpu > 0
     if not gpu_jobs.any() or gpu_hours[gpu_jobs].sum() <= 0:
-        raise UnpricedModelError(f"workload {config.adapter.workload_source}: no GPU job to derive tenants from")
+        raise UnpricedModelError(
+            f"workload {config.adapter.workload_source}: no GPU job to derive tenants from"
+        )
     load = WorkloadParams().target_utilisation
     gpus_by_model: dict[str, float] = defaultdict(float)
     for pool in pools:
@@ -160,13 +190,22 @@ def workload_tenants(qos: np.ndarray, num_gpu: np.ndarray, gpu_hours: np.ndarray
             if share <= 1e-6:
                 continue
             elastic = qos_name in ELASTIC_QOS
-            claims = {m: Claim(weight=2.0 * prices[m] * max(share * load * g, 1e-3),
-                               saturation=max(share * load * g, 1e-3)) for m, g in gpus_by_model.items()}
+            claims = {
+                m: Claim(
+                    weight=2.0 * prices[m] * max(share * load * g, 1e-3),
+                    saturation=max(share * load * g, 1e-3),
+                )
+                for m, g in gpus_by_model.items()
+            }
             spend = sum(prices[m] * c.saturation for m, c in claims.items())
-            tenants.append(Tenant(
-                id=f"{qos_name.lower()}-{size}", kind="elastic" if elastic else "rigid", drain_tolerant=elastic,
-                budget_per_hour=(1.0 + BUDGET_HEADROOM) * spend,
-                delay_sensitivity=(ELASTIC_DELAY_SHARE if elastic else RIGID_DELAY_SHARE) * mean_price,
-                claims=claims,
-            ))
+            tenants.append(
+                Tenant(
+                    id=f"{qos_name.lower()}-{size}",
+                    kind="elastic" if elastic else "rigid",
+                    drain_tolerant=elastic,
+                    budget_per_hour=(1.0 + BUDGET_HEADROOM) * spend,
+                    delay_sensitivity=(ELASTIC_DELAY_SHARE if elastic else RIGID_DELAY_SHARE) * mean_price,
+                    claims=claims,
+                )
+            )
     return tenants

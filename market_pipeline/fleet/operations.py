@@ -31,7 +31,9 @@ def warn(twin: FleetTwin, task_id: str, deadline_seconds: float) -> Outcome:
     if task.drain_signal_ts is not None:
         return Outcome.success(f"already warned at {task.drain_signal_ts}")
     task.drain_signal_ts = twin.clock
-    twin.new_events.append((twin.clock, task_id, "drain_signal", f"drain within {deadline_seconds:g}s", False))
+    twin.new_events.append(
+        (twin.clock, task_id, "drain_signal", f"drain within {deadline_seconds:g}s", False)
+    )
     return Outcome.success(f"drain signal sent, deadline {deadline_seconds:g}s")
 
 
@@ -42,8 +44,11 @@ def checkpoint(twin: FleetTwin, task_id: str, timeout_seconds: float) -> Outcome
     if not task.job.checkpointable:
         return Outcome(OutcomeStatus.UNSUPPORTED, f"task {task_id} declares no checkpoint hook")
     if task.job.checkpoint_s > timeout_seconds:
-        return Outcome(OutcomeStatus.TIMEOUT,
-                       f"checkpoint needs {task.job.checkpoint_s:.1f}s > {timeout_seconds:g}s", timeout_seconds)
+        return Outcome(
+            OutcomeStatus.TIMEOUT,
+            f"checkpoint needs {task.job.checkpoint_s:.1f}s > {timeout_seconds:g}s",
+            timeout_seconds,
+        )
     task.checkpoint_ts = twin.clock
     return Outcome.success(f"checkpoint saved in {task.job.checkpoint_s:.1f}s", task.job.checkpoint_s)
 
@@ -57,8 +62,9 @@ def terminate(twin: FleetTwin, task_id: str, timeout_seconds: float) -> Outcome:
     if first_sigterm:
         task.sigterm_ts = twin.clock
     if job.ignores_sigterm:
-        return Outcome(OutcomeStatus.TIMEOUT, f"task {task_id} ignored SIGTERM for {timeout_seconds:g}s",
-                       timeout_seconds)
+        return Outcome(
+            OutcomeStatus.TIMEOUT, f"task {task_id} ignored SIGTERM for {timeout_seconds:g}s", timeout_seconds
+        )
     if job.exit_s <= timeout_seconds:
         reason = "terminated" if task.drain_signal_ts is not None else "terminated without drain signal"
         twin.finish(task_id, twin.clock, "drained", reason)
@@ -69,8 +75,11 @@ def terminate(twin: FleetTwin, task_id: str, timeout_seconds: float) -> Outcome:
         if exit_ts < task.end_ts:
             task.end_ts = exit_ts
             twin.push(exit_ts, "end", task_id, task_id)
-    return Outcome(OutcomeStatus.TIMEOUT, f"task {task_id} still running {timeout_seconds:g}s after SIGTERM",
-                   timeout_seconds)
+    return Outcome(
+        OutcomeStatus.TIMEOUT,
+        f"task {task_id} still running {timeout_seconds:g}s after SIGTERM",
+        timeout_seconds,
+    )
 
 
 def kill(twin: FleetTwin, task_id: str) -> Outcome:
@@ -91,8 +100,9 @@ def verify_released(twin: FleetTwin, gpu_uuids: Sequence[str], task_id: str | No
         return Outcome(OutcomeStatus.GONE, f"unknown GPUs {unknown[:3]}")
     held = {}
     for uuid in gpu_uuids:
-        holders = sorted(h for h in twin.load.holders[twin.catalog.gpu_position[uuid]]
-                         if task_id is None or h == task_id)
+        holders = sorted(
+            h for h in twin.load.holders[twin.catalog.gpu_position[uuid]] if task_id is None or h == task_id
+        )
         if holders:
             held[uuid] = holders
     if held:

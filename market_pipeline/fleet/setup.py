@@ -39,21 +39,28 @@ class FleetSetup:
         return make_policy(name, typical)
 
     def new_twin(self, epoch_ts: int, policy: str = "best_fit") -> FleetTwin:
-        return FleetTwin.create(self.catalog, self.workload, self.policy(policy), self.params,
-                                self.seed, epoch_ts)
+        return FleetTwin.create(
+            self.catalog, self.workload, self.policy(policy), self.params, self.seed, epoch_ts
+        )
 
 
-def build_setup(config: MarketPipelineConfig, params: TwinParams | None = None,
-                workload_params: WorkloadParams | None = None) -> FleetSetup:
+def build_setup(
+    config: MarketPipelineConfig,
+    params: TwinParams | None = None,
+    workload_params: WorkloadParams | None = None,
+) -> FleetSetup:
     seed = config.adapter.seed
     params = params or TwinParams(sample_interval_s=config.loop.sample_interval_seconds)
-    workload_params = workload_params or WorkloadParams(
-        arrival_source=config.adapter.arrival_source)
+    workload_params = workload_params or WorkloadParams(arrival_source=config.adapter.arrival_source)
     catalog = build_catalog(config)
     source = config.adapter.workload_source
     shapes = load_shapes(source, np.random.default_rng([seed, STREAM_BUILTIN]), config.resolve_path)
-    profile = arrival_profile(workload_params.arrival_source, workload_params.diurnal_amplitude,
-                              workload_params.peak_hour_utc, config.resolve_path)
+    profile = arrival_profile(
+        workload_params.arrival_source,
+        workload_params.diurnal_amplitude,
+        workload_params.peak_hour_utc,
+        config.resolve_path,
+    )
     workload = WorkloadModel(shapes, catalog, config.tenants, workload_params, profile, seed)
     return FleetSetup(catalog, workload, params, seed, source)
 

@@ -28,16 +28,47 @@ from market_pipeline.placement.capacity import MILLI, PodRequest
 
 QOS_VALUES: tuple[str, ...] = ("LS", "BE", "Burstable", "Guaranteed")
 MIN_LIFETIME_S = 60  # a pod lives at least one default sample interval
-OPENB_POD_COLUMNS = ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
-                     "creation_time", "deletion_time", "scheduled_time")
+OPENB_POD_COLUMNS = (
+    "cpu_milli",
+    "memory_mib",
+    "num_gpu",
+    "gpu_milli",
+    "gpu_spec",
+    "qos",
+    "creation_time",
+    "deletion_time",
+    "scheduled_time",
+)
 
 # (num_gpu, fractional?) -> share of GPU pods
 _SHAPE_SHARES: tuple[tuple[int, bool, float], ...] = (
-    (1, True, 0.4357), (1, False, 0.5537), (2, False, 0.0023), (4, False, 0.0021), (8, False, 0.0062),
+    (1, True, 0.4357),
+    (1, False, 0.5537),
+    (2, False, 0.0023),
+    (4, False, 0.0021),
+    (8, False, 0.0062),
 )
 _FRACTIONAL_MILLI: dict[int, int] = {
-    50: 7, 110: 24, 140: 1, 160: 74, 220: 62, 230: 140, 270: 4, 290: 1, 320: 328, 330: 7, 350: 6,
-    370: 47, 440: 2, 460: 128, 470: 750, 480: 19, 550: 72, 590: 75, 650: 253, 810: 1078,
+    50: 7,
+    110: 24,
+    140: 1,
+    160: 74,
+    220: 62,
+    230: 140,
+    270: 4,
+    290: 1,
+    320: 328,
+    330: 7,
+    350: 6,
+    370: 47,
+    440: 2,
+    460: 128,
+    470: 750,
+    480: 19,
+    550: 72,
+    590: 75,
+    650: 253,
+    810: 1078,
 }
 # shape key -> QoS shares in QOS_VALUES order (LS, BE, Burstable, Guaranteed)
 _QOS_MIX: dict[str, tuple[float, float, float, float]] = {
@@ -49,11 +80,18 @@ _QOS_MIX: dict[str, tuple[float, float, float, float]] = {
 }
 # QoS -> (log-mean, log-sd) of lifetime in seconds
 _LIFETIME_LOGNORMAL: dict[str, tuple[float, float]] = {
-    "LS": (6.62, 1.89), "BE": (5.82, 1.90), "Burstable": (7.91, 3.16), "Guaranteed": (9.69, 3.91),
+    "LS": (6.62, 1.89),
+    "BE": (5.82, 1.90),
+    "Burstable": (7.91, 3.16),
+    "Guaranteed": (9.69, 3.91),
 }
 # shape key -> (CPU milli per GPU, memory MiB per GPU) medians
 _HOST_PER_GPU: dict[str, tuple[int, int]] = {
-    "frac": (4000, 15258), "1": (11400, 48128), "2": (8100, 33280), "4": (8050, 33024), "8": (11000, 40960),
+    "frac": (4000, 15258),
+    "1": (11400, 48128),
+    "2": (8100, 33280),
+    "4": (8050, 33024),
+    "8": (11000, 40960),
 }
 
 
@@ -78,9 +116,16 @@ class JobShapes:
         return len(self.num_gpu)
 
     def take(self, rows: np.ndarray) -> "JobShapes":
-        return JobShapes(self.num_gpu[rows], self.gpu_milli[rows], self.cpu_milli[rows],
-                         self.mem_mib[rows], self.qos[rows], self.gpu_spec[rows],
-                         self.lifetime_s[rows], self.source)
+        return JobShapes(
+            self.num_gpu[rows],
+            self.gpu_milli[rows],
+            self.cpu_milli[rows],
+            self.mem_mib[rows],
+            self.qos[rows],
+            self.gpu_spec[rows],
+            self.lifetime_s[rows],
+            self.source,
+        )
 
     def gpu_jobs(self) -> "JobShapes":
         """Only the shapes that ask for GPUs (the GPU fleet's workload)."""
@@ -106,8 +151,9 @@ class JobShapes:
 
 def _read_pod_csv(path: Path) -> pl.DataFrame:
     try:
-        frame = pl.read_csv(path, infer_schema_length=10_000,
-                            schema_overrides={"gpu_spec": pl.Utf8, "qos": pl.Utf8})
+        frame = pl.read_csv(
+            path, infer_schema_length=10_000, schema_overrides={"gpu_spec": pl.Utf8, "qos": pl.Utf8}
+        )
     except FileNotFoundError:
         raise WorkloadError(f"pod list {path} does not exist") from None
     except (OSError, pl.exceptions.PolarsError) as exc:
@@ -135,11 +181,16 @@ def load_openb_pods(path: str | Path) -> JobShapes:
     frame = _read_pod_csv(path)
     num_gpu = _ints(frame, "num_gpu", path)
     gpu_milli = np.where(num_gpu > 0, _ints(frame, "gpu_milli", path), 0)
-    bad = np.flatnonzero((num_gpu < 0) | ((num_gpu > 0) & ((gpu_milli <= 0) | (gpu_milli > MILLI)))
-                         | ((num_gpu > 1) & (gpu_milli != MILLI)))
+    bad = np.flatnonzero(
+        (num_gpu < 0)
+        | ((num_gpu > 0) & ((gpu_milli <= 0) | (gpu_milli > MILLI)))
+        | ((num_gpu > 1) & (gpu_milli != MILLI))
+    )
     if len(bad):
-        raise WorkloadError(f"pod list {path}: row {int(bad[0]) + 2} has an impossible GPU request "
-                            f"(num_gpu={num_gpu[bad[0]]}, gpu_milli={gpu_milli[bad[0]]})")
+        raise WorkloadError(
+            f"pod list {path}: row {int(bad[0]) + 2} has an impossible GPU request "
+            f"(num_gpu={num_gpu[bad[0]]}, gpu_milli={gpu_milli[bad[0]]})"
+        )
     qos_text = frame["qos"].fill_null("").to_list()
     unknown = sorted(set(qos_text) - set(QOS_VALUES))
     if unknown:
@@ -170,8 +221,9 @@ def builtin_shapes(rng: np.random.Generator, size: int = 4000) -> JobShapes:
     fractional = np.array([_SHAPE_SHARES[k][1] for k in kind])
     milli_values = np.array(list(_FRACTIONAL_MILLI))
     milli_weights = np.array(list(_FRACTIONAL_MILLI.values()), dtype=float)
-    gpu_milli = np.where(fractional, rng.choice(milli_values, size=size, p=milli_weights / milli_weights.sum()),
-                         MILLI).astype(np.int64)
+    gpu_milli = np.where(
+        fractional, rng.choice(milli_values, size=size, p=milli_weights / milli_weights.sum()), MILLI
+    ).astype(np.int64)
     keys = np.where(fractional, "frac", num_gpu.astype(str))
     qos = np.empty(size, dtype=np.int8)
     cpu = np.empty(size, dtype=np.int64)
@@ -192,8 +244,7 @@ def builtin_shapes(rng: np.random.Generator, size: int = 4000) -> JobShapes:
     return JobShapes(num_gpu, gpu_milli, cpu, mem, qos, np.full(size, "", dtype=object), lifetime, "builtin")
 
 
-def load_shapes(source: str, rng: np.random.Generator,
-                resolve: Callable[[str], Path] = Path) -> JobShapes:
+def load_shapes(source: str, rng: np.random.Generator, resolve: Callable[[str], Path] = Path) -> JobShapes:
     """'builtin' or a path to an openb pod list."""
     if source == "builtin":
         return builtin_shapes(rng)

@@ -27,34 +27,66 @@ class TwinStateError(ValueError):
 
 
 def _placement_json(p: Placement) -> dict[str, Any]:
-    return {"node": p.node, "gpus": list(p.gpus), "milli": p.milli, "mig_start": p.mig_start,
-            "mig_slices": p.mig_slices, "mig_instance": p.mig_instance}
+    return {
+        "node": p.node,
+        "gpus": list(p.gpus),
+        "milli": p.milli,
+        "mig_start": p.mig_start,
+        "mig_slices": p.mig_slices,
+        "mig_instance": p.mig_instance,
+    }
 
 
 def _placement(data: dict[str, Any]) -> Placement:
-    return Placement(int(data["node"]), tuple(int(g) for g in data["gpus"]), int(data["milli"]),
-                     int(data["mig_start"]), int(data["mig_slices"]), bool(data["mig_instance"]))
+    return Placement(
+        int(data["node"]),
+        tuple(int(g) for g in data["gpus"]),
+        int(data["milli"]),
+        int(data["mig_start"]),
+        int(data["mig_slices"]),
+        bool(data["mig_instance"]),
+    )
 
 
 def _task_json(task: RunningTask) -> dict[str, Any]:
-    return {"job": task.job.to_json(), "placement": _placement_json(task.placement),
-            "positions": task.positions, "started_ts": task.started_ts, "end_ts": task.end_ts,
-            "drain_signal_ts": task.drain_signal_ts, "sigterm_ts": task.sigterm_ts,
-            "checkpoint_ts": task.checkpoint_ts, "mig_profile": task.mig_profile}
+    return {
+        "job": task.job.to_json(),
+        "placement": _placement_json(task.placement),
+        "positions": task.positions,
+        "started_ts": task.started_ts,
+        "end_ts": task.end_ts,
+        "drain_signal_ts": task.drain_signal_ts,
+        "sigterm_ts": task.sigterm_ts,
+        "checkpoint_ts": task.checkpoint_ts,
+        "mig_profile": task.mig_profile,
+    }
 
 
 def _task(data: dict[str, Any]) -> RunningTask:
-    return RunningTask(Job.from_json(data["job"]), _placement(data["placement"]),
-                       [int(p) for p in data["positions"]], int(data["started_ts"]), int(data["end_ts"]),
-                       data["drain_signal_ts"], data["sigterm_ts"], data["checkpoint_ts"], data["mig_profile"])
+    return RunningTask(
+        Job.from_json(data["job"]),
+        _placement(data["placement"]),
+        [int(p) for p in data["positions"]],
+        int(data["started_ts"]),
+        int(data["end_ts"]),
+        data["drain_signal_ts"],
+        data["sigterm_ts"],
+        data["checkpoint_ts"],
+        data["mig_profile"],
+    )
 
 
-def identity(seed: int, params: TwinParams, catalog: FleetCatalog, workload_source: str,
-             policy: str) -> dict[str, Any]:
+def identity(
+    seed: int, params: TwinParams, catalog: FleetCatalog, workload_source: str, policy: str
+) -> dict[str, Any]:
     """What a stored state must match to be resumed by this configuration."""
-    return {"seed": seed, "sample_interval_s": params.sample_interval_s,
-            "fleet_fingerprint": catalog.fingerprint, "workload_source": workload_source,
-            "policy": policy}
+    return {
+        "seed": seed,
+        "sample_interval_s": params.sample_interval_s,
+        "fleet_fingerprint": catalog.fingerprint,
+        "workload_source": workload_source,
+        "policy": policy,
+    }
 
 
 def expected_identity(setup: "FleetSetup", policy: str) -> dict[str, Any]:
@@ -62,8 +94,10 @@ def expected_identity(setup: "FleetSetup", policy: str) -> dict[str, Any]:
 
 
 def twin_to_state(twin: FleetTwin, workload_source: str, generation: int) -> dict[str, Any]:
-    heap = [[ts, order, key, kind, payload.to_json() if kind == "arrival" else payload]
-            for ts, order, key, kind, payload in twin.heap]
+    heap = [
+        [ts, order, key, kind, payload.to_json() if kind == "arrival" else payload]
+        for ts, order, key, kind, payload in twin.heap
+    ]
     return {
         "version": STATE_VERSION,
         "generation": generation,
@@ -87,7 +121,9 @@ def twin_to_state(twin: FleetTwin, workload_source: str, generation: int) -> dic
 
 def check_identity(state: dict[str, Any], expected: dict[str, Any], where: str) -> None:
     if state.get("version") != STATE_VERSION:
-        raise TwinStateError(f"{where}: state version {state.get('version')!r}, this code reads {STATE_VERSION}")
+        raise TwinStateError(
+            f"{where}: state version {state.get('version')!r}, this code reads {STATE_VERSION}"
+        )
     for key, value in expected.items():
         if state.get(key) != value:
             raise TwinStateError(
@@ -96,8 +132,14 @@ def check_identity(state: dict[str, Any], expected: dict[str, Any], where: str) 
             )
 
 
-def twin_from_state(state: dict[str, Any], catalog: FleetCatalog, workload: WorkloadModel,
-                    policy: PlacementPolicy, params: TwinParams, where: str) -> FleetTwin:
+def twin_from_state(
+    state: dict[str, Any],
+    catalog: FleetCatalog,
+    workload: WorkloadModel,
+    policy: PlacementPolicy,
+    params: TwinParams,
+    where: str,
+) -> FleetTwin:
     try:
         twin = FleetTwin(catalog, workload, policy, params, int(state["seed"]), int(state["epoch_ts"]))
         twin.clock = int(state["clock"])
@@ -112,8 +154,10 @@ def twin_from_state(state: dict[str, Any], catalog: FleetCatalog, workload: Work
         for data in state["running"]:
             twin.attach(_task(data))
         twin.pending = [Job.from_json(j) for j in state["pending"]]
-        twin.heap = [(int(ts), int(order), str(key), kind, Job.from_json(p) if kind == "arrival" else p)
-                     for ts, order, key, kind, p in state["heap"]]
+        twin.heap = [
+            (int(ts), int(order), str(key), kind, Job.from_json(p) if kind == "arrival" else p)
+            for ts, order, key, kind, p in state["heap"]
+        ]
         heapq.heapify(twin.heap)
         for pos, count in state["xid_pending"].items():
             twin.xid_pending[int(pos)] = int(count)
@@ -122,5 +166,7 @@ def twin_from_state(state: dict[str, Any], catalog: FleetCatalog, workload: Work
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         if isinstance(exc, TwinStateError):
             raise
-        raise TwinStateError(f"{where}: stored twin state is inconsistent ({type(exc).__name__}: {exc})") from exc
+        raise TwinStateError(
+            f"{where}: stored twin state is inconsistent ({type(exc).__name__}: {exc})"
+        ) from exc
     return twin

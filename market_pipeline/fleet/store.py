@@ -31,11 +31,24 @@ GEN = "_generation"
 _GENERATION = re.compile(r'^\{"version":\d+,"generation":(\d+),')
 
 ENDED_SCHEMA: dict[str, pl.DataType] = {
-    "task_id": pl.Utf8, "ended_ts": pl.Int64, "end_reason": pl.Utf8, "event": pl.Utf8,
-    "tenant_id": pl.Utf8, "pool_id": pl.Utf8, "node_id": pl.Utf8, "gpu_uuids": pl.List(pl.Utf8),
-    "gpu_milli": pl.Int64, "kind": pl.Utf8, "qos": pl.Utf8, "priority": pl.Int64,
-    "resource_class": pl.Utf8, "started_ts": pl.Int64, "mem_mib": pl.Int64, "mig_profile": pl.Utf8,
-    "do_not_drain": pl.Boolean, "checkpointable": pl.Boolean,
+    "task_id": pl.Utf8,
+    "ended_ts": pl.Int64,
+    "end_reason": pl.Utf8,
+    "event": pl.Utf8,
+    "tenant_id": pl.Utf8,
+    "pool_id": pl.Utf8,
+    "node_id": pl.Utf8,
+    "gpu_uuids": pl.List(pl.Utf8),
+    "gpu_milli": pl.Int64,
+    "kind": pl.Utf8,
+    "qos": pl.Utf8,
+    "priority": pl.Int64,
+    "resource_class": pl.Utf8,
+    "started_ts": pl.Int64,
+    "mem_mib": pl.Int64,
+    "mig_profile": pl.Utf8,
+    "do_not_drain": pl.Boolean,
+    "checkpointable": pl.Boolean,
 }
 
 
@@ -91,8 +104,13 @@ class TwinStore:
         return int(state["generation"]) if state else None
 
     # -- writes ----------------------------------------------------------------------------
-    def commit(self, state: dict[str, Any], samples: pl.DataFrame | None,
-               events: Sequence[tuple[int, str, str, str, bool]], ended: Sequence[dict[str, Any]]) -> None:
+    def commit(
+        self,
+        state: dict[str, Any],
+        samples: pl.DataFrame | None,
+        events: Sequence[tuple[int, str, str, str, bool]],
+        ended: Sequence[dict[str, Any]],
+    ) -> None:
         """Write the buffers, then the JSON (the commit point) of generation state['generation']."""
         gen, epoch, clock = int(state["generation"]), int(state["epoch_ts"]), int(state["clock"])
         if samples is not None and samples.height:
@@ -100,14 +118,22 @@ class TwinStore:
         self._prune_samples(epoch, clock, gen)
         if events:
             frame = pl.DataFrame(
-                {"ts": [e[0] * 1_000_000 for e in events], "task_id": [e[1] for e in events],
-                 "event": [e[2] for e in events], "reason": [e[3] for e in events],
-                 "platform_fault": [e[4] for e in events]},
+                {
+                    "ts": [e[0] * 1_000_000 for e in events],
+                    "task_id": [e[1] for e in events],
+                    "event": [e[2] for e in events],
+                    "reason": [e[3] for e in events],
+                    "platform_fault": [e[4] for e in events],
+                },
                 schema={**TASK_EVENT_SCHEMA, "ts": pl.Int64},
             ).with_columns(pl.col("ts").cast(pl.Datetime("us", "UTC")), pl.lit(gen, pl.Int64).alias(GEN))
-            self._append(self.events_path, frame, pl.col("ts").dt.epoch("s") >= clock - EVENT_RETENTION_S, gen)
+            self._append(
+                self.events_path, frame, pl.col("ts").dt.epoch("s") >= clock - EVENT_RETENTION_S, gen
+            )
         if ended:
-            frame = pl.DataFrame(list(ended), schema=ENDED_SCHEMA).with_columns(pl.lit(gen, pl.Int64).alias(GEN))
+            frame = pl.DataFrame(list(ended), schema=ENDED_SCHEMA).with_columns(
+                pl.lit(gen, pl.Int64).alias(GEN)
+            )
             self._append(self.ended_path, frame, pl.col("ended_ts") >= clock - EVENT_RETENTION_S, gen)
         _atomic_write(self.state_path, lambda tmp: tmp.write_text(json.dumps(state, separators=(",", ":"))))
 

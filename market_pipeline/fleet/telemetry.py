@@ -123,11 +123,19 @@ class NoiseBlocks:
         blocks = ticks // self.ticks_per_block
         if (blocks == blocks[0]).all():
             return self._block(int(blocks[0]))[ticks - blocks[0] * self.ticks_per_block]
-        return np.stack([self._block(int(b))[int(t - b * self.ticks_per_block)] for t, b in zip(ticks, blocks)])
+        return np.stack(
+            [self._block(int(b))[int(t - b * self.ticks_per_block)] for t, b in zip(ticks, blocks)]
+        )
 
 
-def synthesize_batch(load: GpuLoad, tick_ts: np.ndarray, positions: np.ndarray, noise: np.ndarray,
-                     inference_factor: np.ndarray, xid: np.ndarray) -> dict[str, np.ndarray]:
+def synthesize_batch(
+    load: GpuLoad,
+    tick_ts: np.ndarray,
+    positions: np.ndarray,
+    noise: np.ndarray,
+    inference_factor: np.ndarray,
+    xid: np.ndarray,
+) -> dict[str, np.ndarray]:
     """Numeric sample columns for ticks `tick_ts` (unix s) x GPUs `positions`, tick-major.
     `noise` is (K, all GPUs, 3); `xid` holds XID counts reported at the first tick."""
     k, p = len(tick_ts), len(positions)
@@ -163,18 +171,21 @@ def samples_frame(load: GpuLoad, batches: list[dict[str, np.ndarray]]) -> pl.Dat
     position = pl.Series(cols["position"])
     labels = pl.Series(load.labels, dtype=pl.Utf8)
     codes = cols["codes"]
-    return pl.DataFrame({
-        "ts": pl.Series(cols["ts"] * 1_000_000, dtype=pl.Int64).cast(pl.Datetime("us", "UTC")),
-        "node_id": load.node_ids.gather(position),
-        "gpu_uuid": load.uuids.gather(position),
-        "gpu_index": pl.Series(load.gpu_index[cols["position"]], dtype=pl.Int32),
-        "sm_util_pct": cols["sm_util_pct"],
-        "mem_used_mib": cols["mem_used_mib"],
-        "mem_total_mib": cols["mem_total_mib"],
-        "power_w": cols["power_w"],
-        "temp_c": cols["temp_c"],
-        "mig_profile": labels.gather(pl.Series(codes[:, 2])),
-        "task_id": labels.gather(pl.Series(codes[:, 0])),
-        "tenant_id": labels.gather(pl.Series(codes[:, 1])),
-        "xid_errors": pl.Series(cols["xid_errors"], dtype=pl.Int32),
-    }, schema=SAMPLE_SCHEMA)
+    return pl.DataFrame(
+        {
+            "ts": pl.Series(cols["ts"] * 1_000_000, dtype=pl.Int64).cast(pl.Datetime("us", "UTC")),
+            "node_id": load.node_ids.gather(position),
+            "gpu_uuid": load.uuids.gather(position),
+            "gpu_index": pl.Series(load.gpu_index[cols["position"]], dtype=pl.Int32),
+            "sm_util_pct": cols["sm_util_pct"],
+            "mem_used_mib": cols["mem_used_mib"],
+            "mem_total_mib": cols["mem_total_mib"],
+            "power_w": cols["power_w"],
+            "temp_c": cols["temp_c"],
+            "mig_profile": labels.gather(pl.Series(codes[:, 2])),
+            "task_id": labels.gather(pl.Series(codes[:, 0])),
+            "tenant_id": labels.gather(pl.Series(codes[:, 1])),
+            "xid_errors": pl.Series(cols["xid_errors"], dtype=pl.Int32),
+        },
+        schema=SAMPLE_SCHEMA,
+    )

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from market_pipeline.fleet.workload import BLOCK_SECONDS, STREAM_XID, Job, Workl
 from market_pipeline.hardware.protocol import NodeState
 from market_pipeline.placement.capacity import MILLI, Placement
 from market_pipeline.placement.policies import PlacementPolicy
+
 
 def _may_fit(job: Job, room: tuple[str, int, int, int, int]) -> bool:
     model, cpu, mem, largest, whole = room
@@ -72,8 +73,15 @@ class RunningTask:
 
 
 class FleetTwin:
-    def __init__(self, catalog: FleetCatalog, workload: WorkloadModel, policy: PlacementPolicy,
-                 params: TwinParams, seed: int, epoch_ts: int) -> None:
+    def __init__(
+        self,
+        catalog: FleetCatalog,
+        workload: WorkloadModel,
+        policy: PlacementPolicy,
+        params: TwinParams,
+        seed: int,
+        epoch_ts: int,
+    ) -> None:
         self.catalog, self.workload, self.policy = catalog, workload, policy
         self.params, self.seed, self.epoch_ts = params, seed, epoch_ts
         self.cap = catalog.to_capacity()
@@ -100,8 +108,15 @@ class FleetTwin:
         self.refused_tenants: dict[str, str] = {}
 
     @classmethod
-    def create(cls, catalog: FleetCatalog, workload: WorkloadModel, policy: PlacementPolicy,
-               params: TwinParams, seed: int, epoch_ts: int) -> "FleetTwin":
+    def create(
+        cls,
+        catalog: FleetCatalog,
+        workload: WorkloadModel,
+        policy: PlacementPolicy,
+        params: TwinParams,
+        seed: int,
+        epoch_ts: int,
+    ) -> "FleetTwin":
         """A fresh twin at its epoch with the workload's already-running jobs placed."""
         twin = cls(catalog, workload, policy, params, seed, epoch_ts)
         initial = workload.initial_population(epoch_ts)
@@ -201,7 +216,9 @@ class FleetTwin:
         self.stats["xid"] += 1
         uuid = self.catalog.gpu_uuids[position]
         for task_id in sorted(self.load.holders[position]):
-            self.finish(task_id, ts, "failed", f"XID 79 (GPU fell off the bus) on {uuid}", platform_fault=True)
+            self.finish(
+                task_id, ts, "failed", f"XID 79 (GPU fell off the bus) on {uuid}", platform_fault=True
+            )
         self.schedule_pending(ts, [row])
 
     # -- placement ----------------------------------------------------------------------------
@@ -240,19 +257,27 @@ class FleetTwin:
     def _room(self, row: int) -> tuple[str, int, int, int, int]:
         """(model, free CPU, free memory, largest free GPU milli, whole free GPUs) of a node."""
         free = self.cap.gpu_free[row][self.cap.present[row]]
-        return (self.catalog.nodes[row].gpu_model, int(self.cap.cpu_free[row]), int(self.cap.mem_free[row]),
-                int(free.max()) if len(free) else 0, int((free >= MILLI).sum()))
+        return (
+            self.catalog.nodes[row].gpu_model,
+            int(self.cap.cpu_free[row]),
+            int(self.cap.mem_free[row]),
+            int(free.max()) if len(free) else 0,
+            int((free >= MILLI).sum()),
+        )
 
     def _start(self, job: Job, placement: Placement, ts: int) -> None:
         node = self.catalog.nodes[placement.node]
         base = int(self.catalog.gpu_offsets[placement.node])
         spec = self.catalog.models[node.gpu_model]
         mig = mig_profile_for_slices(spec, placement.mig_slices) if placement.mig_instance else None
-        task = RunningTask(job, placement, [base + s for s in placement.gpus], ts, ts + job.lifetime_s,
-                           mig_profile=mig)
+        task = RunningTask(
+            job, placement, [base + s for s in placement.gpus], ts, ts + job.lifetime_s, mig_profile=mig
+        )
         self.attach(task)
         self.push(task.end_ts, "end", job.task_id, job.task_id)
-        self.new_events.append((ts, job.task_id, "start", f"placed on {node.node_id} by {self.policy.name}", False))
+        self.new_events.append(
+            (ts, job.task_id, "start", f"placed on {node.node_id} by {self.policy.name}", False)
+        )
         self.stats["started"] += 1
 
     def attach(self, task: RunningTask) -> None:
@@ -260,9 +285,15 @@ class FleetTwin:
         job = task.job
         self.cap.allocate(job.request(), task.placement)
         self.running[job.task_id] = task
-        share = GpuShare(job.task_id, job.tenant_id, task.placement.milli / MILLI, job.util_level,
-                         job.kind == "inference", job.gpu_mem_share * self.reserved_mem_mib(task),
-                         task.mig_profile)
+        share = GpuShare(
+            job.task_id,
+            job.tenant_id,
+            task.placement.milli / MILLI,
+            job.util_level,
+            job.kind == "inference",
+            job.gpu_mem_share * self.reserved_mem_mib(task),
+            task.mig_profile,
+        )
         self.load.add(task.positions, share)
 
     def reserved_mem_mib(self, task: RunningTask) -> float:
@@ -279,20 +310,34 @@ class FleetTwin:
         self.cap.release(task.job.request(), task.placement)
         self.load.remove(task.positions, task_id)
         self.new_events.append((ts, task_id, event, reason, platform_fault))
-        self.new_ended.append({"task_id": task_id, "ended_ts": ts, "end_reason": reason, "event": event,
-                               **self.task_record(task)})
+        self.new_ended.append(
+            {
+                "task_id": task_id,
+                "ended_ts": ts,
+                "end_reason": reason,
+                "event": event,
+                **self.task_record(task),
+            }
+        )
         self.stats[event] += 1
 
     def task_record(self, task: RunningTask) -> dict[str, Any]:
         """The attributes TaskInfo is built from (also stored for ended tasks)."""
         job, node = task.job, self.catalog.nodes[task.placement.node]
         return {
-            "tenant_id": job.tenant_id, "pool_id": node.pool_id, "node_id": node.node_id,
+            "tenant_id": job.tenant_id,
+            "pool_id": node.pool_id,
+            "node_id": node.node_id,
             "gpu_uuids": [self.catalog.gpu_uuids[g] for g in task.positions],
-            "gpu_milli": task.placement.milli, "kind": job.kind, "qos": job.qos,
-            "priority": job.priority, "resource_class": job.resource_class,
-            "started_ts": task.started_ts, "mem_mib": int(self.reserved_mem_mib(task)),
-            "mig_profile": task.mig_profile, "do_not_drain": job.do_not_drain,
+            "gpu_milli": task.placement.milli,
+            "kind": job.kind,
+            "qos": job.qos,
+            "priority": job.priority,
+            "resource_class": job.resource_class,
+            "started_ts": task.started_ts,
+            "mem_mib": int(self.reserved_mem_mib(task)),
+            "mig_profile": task.mig_profile,
+            "do_not_drain": job.do_not_drain,
             "checkpointable": job.checkpointable,
         }
 
@@ -323,11 +368,14 @@ class FleetTwin:
         positions = self.on_positions()
         if len(positions) == 0:
             return
-        self.new_samples.append(synthesize_batch(self.load, tick_ts, positions, self.noise.take(ticks),
-                                                 factor, self.xid_pending))
+        self.new_samples.append(
+            synthesize_batch(self.load, tick_ts, positions, self.noise.take(ticks), factor, self.xid_pending)
+        )
         self.xid_pending[:] = 0
 
-    def take_outputs(self) -> tuple[pl.DataFrame | None, list[tuple[int, str, str, str, bool]], list[dict[str, Any]]]:
+    def take_outputs(
+        self,
+    ) -> tuple[pl.DataFrame | None, list[tuple[int, str, str, str, bool]], list[dict[str, Any]]]:
         """Samples, task events and ended-task records produced since the last call."""
         samples = samples_frame(self.load, self.new_samples) if self.new_samples else None
         events, ended = self.new_events, self.new_ended

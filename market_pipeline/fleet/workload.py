@@ -112,8 +112,11 @@ class TenantMix:
         key = (model, elastic)
         if key not in self._cache:
             group = [t for t in self.tenants if (t.kind == "elastic") == elastic] or self.tenants
-            claimed = [(t.id, t.claims[model].weight * t.claims[model].saturation)
-                       for t in group if model in t.claims]
+            claimed = [
+                (t.id, t.claims[model].weight * t.claims[model].saturation)
+                for t in group
+                if model in t.claims
+            ]
             pairs = claimed or [(t.id, t.budget_per_hour) for t in group] or [(DEFAULT_TENANT, 1.0)]
             weights = np.array([w for _, w in pairs], dtype=float)
             self._cache[key] = ([i for i, _ in pairs], weights / weights.sum())
@@ -131,15 +134,29 @@ class TenantMix:
 
 
 class WorkloadModel:
-    def __init__(self, shapes: JobShapes, catalog: FleetCatalog, tenants: Sequence[Tenant],
-                 params: WorkloadParams, profile: ArrivalProfile, seed: int) -> None:
+    def __init__(
+        self,
+        shapes: JobShapes,
+        catalog: FleetCatalog,
+        tenants: Sequence[Tenant],
+        params: WorkloadParams,
+        profile: ArrivalProfile,
+        seed: int,
+    ) -> None:
         gpu_shapes = shapes.gpu_jobs()
         if len(gpu_shapes) == 0:
             raise WorkloadError(f"workload {shapes.source} has no GPU jobs")
         capped = np.minimum(gpu_shapes.lifetime_s, params.lifetime_cap_s)
-        self.shapes = JobShapes(gpu_shapes.num_gpu, gpu_shapes.gpu_milli, gpu_shapes.cpu_milli,
-                                gpu_shapes.mem_mib, gpu_shapes.qos, gpu_shapes.gpu_spec, capped,
-                                gpu_shapes.source)
+        self.shapes = JobShapes(
+            gpu_shapes.num_gpu,
+            gpu_shapes.gpu_milli,
+            gpu_shapes.cpu_milli,
+            gpu_shapes.mem_mib,
+            gpu_shapes.qos,
+            gpu_shapes.gpu_spec,
+            capped,
+            gpu_shapes.source,
+        )
         self.params, self.profile, self.seed = params, profile, seed
         self.tenants = TenantMix(tenants)
         self.models = sorted({n.gpu_model for n in catalog.nodes if n.gpus > 0})
@@ -154,9 +171,12 @@ class WorkloadModel:
             self.compatible[model] = rows
             baseline = sum(n.gpus for n in nodes if n.initial_state is NodeState.ON)
             self.baseline_gpus[model] = baseline
-            gpu_seconds = float((self.shapes.gpus[rows] * self.shapes.lifetime_s[rows]).mean()) if len(rows) else 0.0
-            self.rate_per_second[model] = (params.target_utilisation * baseline / gpu_seconds
-                                           if gpu_seconds > 0 else 0.0)
+            gpu_seconds = (
+                float((self.shapes.gpus[rows] * self.shapes.lifetime_s[rows]).mean()) if len(rows) else 0.0
+            )
+            self.rate_per_second[model] = (
+                params.target_utilisation * baseline / gpu_seconds if gpu_seconds > 0 else 0.0
+            )
 
     # -- arrivals ---------------------------------------------------------------------------
     def block_arrivals(self, block: int, epoch_ts: int) -> list[Job]:
@@ -172,7 +192,9 @@ class WorkloadModel:
             n = int(counts.sum())
             offsets = np.repeat(minute_start, counts) + rng.integers(0, 60, size=n)
             picked = rows[rng.integers(0, len(rows), size=n)] if n else np.zeros(0, dtype=np.int64)
-            jobs.extend(self._jobs(rng, picked, model, epoch_ts + offsets, f"task-{block:05d}-{model_slug(model)}"))
+            jobs.extend(
+                self._jobs(rng, picked, model, epoch_ts + offsets, f"task-{block:05d}-{model_slug(model)}")
+            )
         jobs.sort(key=lambda j: (j.arrival_ts, j.task_id))
         return jobs
 
@@ -196,8 +218,9 @@ class WorkloadModel:
         jobs.sort(key=lambda j: (j.arrival_ts, j.task_id))
         return jobs
 
-    def _jobs(self, rng: np.random.Generator, rows: np.ndarray, model: str, arrival_ts: np.ndarray,
-              id_prefix: str) -> list[Job]:
+    def _jobs(
+        self, rng: np.random.Generator, rows: np.ndarray, model: str, arrival_ts: np.ndarray, id_prefix: str
+    ) -> list[Job]:
         n = len(rows)
         if n == 0:
             return []
@@ -211,8 +234,11 @@ class WorkloadModel:
         idle = rng.random(n) < self.params.idle_task_share
         util = np.where(inference, rng.beta(2.0, 3.0, n), rng.beta(6.0, 2.0, n)) * 100.0
         util = np.where(idle, rng.uniform(0.5, 8.0, n), util)
-        checkpoint = np.where(inference, rng.lognormal(np.log(2.0), 0.5, n),
-                              rng.lognormal(np.log(20.0), 0.8, n) * shapes.num_gpu[rows] ** 0.3)
+        checkpoint = np.where(
+            inference,
+            rng.lognormal(np.log(2.0), 0.5, n),
+            rng.lognormal(np.log(20.0), 0.8, n) * shapes.num_gpu[rows] ** 0.3,
+        )
         draws = rng.random((4, n))
         jobs = []
         for i, row in enumerate(rows):
@@ -220,27 +246,28 @@ class WorkloadModel:
             elastic_qos = q in ELASTIC_QOS
             drainable = bool(elastic_qos and self.tenants.drain_tolerant.get(tenant, False))
             rigid_ls = q == "LS" and self.tenants.rigid.get(tenant, False)
-            jobs.append(Job(
-                task_id=f"{id_prefix}-{i:05d}",
-                tenant_id=tenant,
-                gpu_model=model,
-                num_gpu=int(shapes.num_gpu[row]),
-                gpu_milli=int(shapes.gpu_milli[row]),
-                cpu_milli=int(shapes.cpu_milli[row]),
-                mem_mib=int(shapes.mem_mib[row]),
-                qos=q,
-                kind="inference" if inference[i] else "training",
-                resource_class="drainable" if drainable else "guaranteed",
-                priority=PRIORITY_BY_QOS[q],
-                do_not_drain=bool(q == "Guaranteed" or (rigid_ls and draws[0, i] < 0.3)),
-                checkpointable=bool(inference[i] or draws[1, i] < 0.85),
-                lifetime_s=int(shapes.lifetime_s[row]),
-                arrival_ts=int(arrival_ts[i]),
-                util_level=round(float(util[i]), 3),
-                gpu_mem_share=round(0.4 + 0.55 * float(draws[2, i]), 4),
-                checkpoint_s=round(float(checkpoint[i]), 3),
-                exit_s=round(float(rng.lognormal(np.log(5.0), 0.7)), 3),
-                ignores_sigterm=bool(draws[3, i] < 0.03),
-            ))
+            jobs.append(
+                Job(
+                    task_id=f"{id_prefix}-{i:05d}",
+                    tenant_id=tenant,
+                    gpu_model=model,
+                    num_gpu=int(shapes.num_gpu[row]),
+                    gpu_milli=int(shapes.gpu_milli[row]),
+                    cpu_milli=int(shapes.cpu_milli[row]),
+                    mem_mib=int(shapes.mem_mib[row]),
+                    qos=q,
+                    kind="inference" if inference[i] else "training",
+                    resource_class="drainable" if drainable else "guaranteed",
+                    priority=PRIORITY_BY_QOS[q],
+                    do_not_drain=bool(q == "Guaranteed" or (rigid_ls and draws[0, i] < 0.3)),
+                    checkpointable=bool(inference[i] or draws[1, i] < 0.85),
+                    lifetime_s=int(shapes.lifetime_s[row]),
+                    arrival_ts=int(arrival_ts[i]),
+                    util_level=round(float(util[i]), 3),
+                    gpu_mem_share=round(0.4 + 0.55 * float(draws[2, i]), 4),
+                    checkpoint_s=round(float(checkpoint[i]), 3),
+                    exit_s=round(float(rng.lognormal(np.log(5.0), 0.7)), 3),
+                    ignores_sigterm=bool(draws[3, i] < 0.03),
+                )
+            )
         return jobs
-

@@ -47,13 +47,17 @@ def load_helios_series(path: str | Path, step_minutes: int = 5) -> np.ndarray:
     bad = {name: count for name, count in nulls.items() if count}
     if bad:
         raise ForecastInputError(f"{path}: null or unparseable values in {bad}")
-    buckets = (frame.group_by(pl.col("time").dt.truncate(f"{step_minutes}m").alias("bucket"))
-               .agg((pl.col("running_gpu_num") + pl.col("pending_gpu_num")).mean().alias("demand"))
-               .sort("bucket"))
+    buckets = (
+        frame.group_by(pl.col("time").dt.truncate(f"{step_minutes}m").alias("bucket"))
+        .agg((pl.col("running_gpu_num") + pl.col("pending_gpu_num")).mean().alias("demand"))
+        .sort("bucket")
+    )
     steps = buckets["bucket"].diff().drop_nulls().dt.total_minutes().to_numpy()
     if steps.size and (steps != step_minutes).any():
-        raise ForecastInputError(f"{path}: {int(np.sum(steps != step_minutes))} irregular "
-                                 f"gaps between {step_minutes}-minute buckets")
+        raise ForecastInputError(
+            f"{path}: {int(np.sum(steps != step_minutes))} irregular "
+            f"gaps between {step_minutes}-minute buckets"
+        )
     return buckets["demand"].to_numpy().astype(float)
 
 
@@ -97,9 +101,15 @@ def pinball(target: np.ndarray, quantile_forecast: np.ndarray, level: float) -> 
     return float(np.mean(np.maximum(level * gap, (level - 1.0) * gap)))
 
 
-def backtest_series(values: np.ndarray, *, horizon_steps: int = 12, step_minutes: int = 5,
-                    train_fraction: float = 0.6, refit_every: int | None = None,
-                    settings: ForecastSettings | None = None) -> BacktestResult:
+def backtest_series(
+    values: np.ndarray,
+    *,
+    horizon_steps: int = 12,
+    step_minutes: int = 5,
+    train_fraction: float = 0.6,
+    refit_every: int | None = None,
+    settings: ForecastSettings | None = None,
+) -> BacktestResult:
     """Rolling-origin backtest; `refit_every` defaults to one day of steps."""
     settings = settings or DEFAULT_SETTINGS
     period, _ = settings.steps(step_minutes)
@@ -112,43 +122,71 @@ def backtest_series(values: np.ndarray, *, horizon_steps: int = 12, step_minutes
     fit_points = int(values.size * train_fraction)
     origins = np.arange(fit_points, values.size - horizon_steps)
     if origins.size == 0 or fit_points < settings.min_history_points:
-        raise ForecastInputError(f"series of {values.size} points is too short to backtest "
-                                 f"a {horizon_steps}-step horizon")
+        raise ForecastInputError(
+            f"series of {values.size} points is too short to backtest a {horizon_steps}-step horizon"
+        )
     horizons = np.arange(1, horizon_steps + 1)
-    point, scale, first, names = _rolling_points(values, origins, horizons, refit_every,
-                                                 period, step_minutes, settings)
+    point, scale, first, names = _rolling_points(
+        values, origins, horizons, refit_every, period, step_minutes, settings
+    )
     targets = values[origins[:, None] + horizons[None, :]]
     calibration = first.calibration
-    tracked = track((targets - point) / scale, calibration.lower, calibration.upper, horizons,
-                    rate=settings.online_rate, width=calibration.step_width)
+    tracked = track(
+        (targets - point) / scale,
+        calibration.lower,
+        calibration.upper,
+        horizons,
+        rate=settings.online_rate,
+        width=calibration.step_width,
+    )
     low = np.minimum(point + tracked.lower_used * scale, point)
     high = np.maximum(point + tracked.upper_used * scale, point)
     if settings.clip_at_zero:
         low = np.maximum(low, 0.0)
-    return _result(values, origins, horizons, (period, step_minutes), targets,
-                   (low, point, high), first, names, fit_points)
+    return _result(
+        values,
+        origins,
+        horizons,
+        (period, step_minutes),
+        targets,
+        (low, point, high),
+        first,
+        names,
+        fit_points,
+    )
 
 
-def _rolling_points(values: np.ndarray, origins: np.ndarray, horizons: np.ndarray,
-                    refit_every: int, period: int, step_minutes: int,
-                    settings: ForecastSettings) -> tuple[np.ndarray, np.ndarray, FittedGroup, list[str]]:
+def _rolling_points(
+    values: np.ndarray,
+    origins: np.ndarray,
+    horizons: np.ndarray,
+    refit_every: int,
+    period: int,
+    step_minutes: int,
+    settings: ForecastSettings,
+) -> tuple[np.ndarray, np.ndarray, FittedGroup, list[str]]:
     """Point forecasts and interval scales per origin, refitting on data up to each block."""
     whole = Series(values, period)
     points, scales, names, first, last = [], [], [], None, None
     for start in range(0, origins.size, refit_every):
-        block = origins[start:start + refit_every]
+        block = origins[start : start + refit_every]
         # The live loop fits on at most `max_history_points`; so does each refit here.
-        window = values[max(0, block[0] + 1 - settings.max_history_points):block[0] + 1]
+        window = values[max(0, block[0] + 1 - settings.max_history_points) : block[0] + 1]
         # A constant window (an idle spell) has nothing to calibrate on: it keeps the last
         # refit's calibration; with none yet, the series cannot be judged (one clear line).
         try:
-            group = fit_group(Series(window, period), horizons, settings,
-                              None if last is None else last.calibration,
-                              step_minutes=step_minutes)
+            group = fit_group(
+                Series(window, period),
+                horizons,
+                settings,
+                None if last is None else last.calibration,
+                step_minutes=step_minutes,
+            )
         except ValueError:
             raise ForecastInputError(
                 f"demand is constant over the {window.size} points before origin {block[0]}: "
-                "nothing to calibrate intervals on") from None
+                "nothing to calibrate intervals on"
+            ) from None
         first, last = first or group, group
         names.append(group.model_name)
         point = group.model.predict(whole, block, horizons)
@@ -167,16 +205,23 @@ def tie_floor(residuals: np.ndarray, period: int) -> float | None:
     days = residuals.size // period
     if days == 0:
         return None
-    daily = residuals[:days * period].reshape(days, period)
+    daily = residuals[: days * period].reshape(days, period)
     above = np.minimum(np.mean(daily > 0, axis=1), 1.0 - UPPER_QUANTILE)
     below = np.minimum(np.mean(daily < 0, axis=1), LOWER_QUANTILE)
     return float(np.mean(1.0 - above - below))
 
 
-def _result(values: np.ndarray, origins: np.ndarray, horizons: np.ndarray,
-            steps: tuple[int, int], targets: np.ndarray,
-            bands: tuple[np.ndarray, np.ndarray, np.ndarray], first: FittedGroup,
-            names: list[str], fit_points: int) -> BacktestResult:
+def _result(
+    values: np.ndarray,
+    origins: np.ndarray,
+    horizons: np.ndarray,
+    steps: tuple[int, int],
+    targets: np.ndarray,
+    bands: tuple[np.ndarray, np.ndarray, np.ndarray],
+    first: FittedGroup,
+    names: list[str],
+    fit_points: int,
+) -> BacktestResult:
     (period, step_minutes), (low, mid, high) = steps, bands
     horizon_steps = int(horizons[-1])
     last = horizon_steps - 1
@@ -184,18 +229,22 @@ def _result(values: np.ndarray, origins: np.ndarray, horizons: np.ndarray,
     inside = (targets >= low) & (targets <= high)
     seasonal_ok = origins + horizon_steps - period >= 0
     seasonal = values[np.maximum(origins + horizon_steps - period, 0)]
-    daily = [float(inside[k:k + period, last].mean())
-             for k in range(0, origins.size - period + 1, period)]
+    daily = [float(inside[k : k + period, last].mean()) for k in range(0, origins.size - period + 1, period)]
     counts = {name: names.count(name) for name in sorted(set(names))}
     return BacktestResult(
         mae=float(np.mean(np.abs(target - mid[:, last]))),
         persistence_mae=float(np.mean(np.abs(target - values[origins]))),
-        seasonal_naive_mae=(float(np.mean(np.abs(target - seasonal)))
-                            if seasonal_ok.all() else None),
+        seasonal_naive_mae=(float(np.mean(np.abs(target - seasonal))) if seasonal_ok.all() else None),
         coverage_80=float(np.mean(inside[:, last])),
-        pinball_loss=float(np.mean([pinball(target, low[:, last], LOWER_QUANTILE),
-                                    pinball(target, mid[:, last], 0.5),
-                                    pinball(target, high[:, last], UPPER_QUANTILE)])),
+        pinball_loss=float(
+            np.mean(
+                [
+                    pinball(target, low[:, last], LOWER_QUANTILE),
+                    pinball(target, mid[:, last], 0.5),
+                    pinball(target, high[:, last], UPPER_QUANTILE),
+                ]
+            )
+        ),
         chosen_model=max(counts, key=lambda name: (counts[name], name == names[-1])),
         origins=int(origins.size),
         horizon_steps=horizon_steps,
@@ -206,8 +255,9 @@ def _result(values: np.ndarray, origins: np.ndarray, horizons: np.ndarray,
         persistence_mae_mean_over_steps=float(np.mean(np.abs(targets - values[origins][:, None]))),
         coverage_80_mean_over_steps=float(np.mean(inside)),
         interval_width_mean=float(np.mean(high[:, last] - low[:, last])),
-        validation_mae_by_model={name: float(score.mae_by_horizon[-1])
-                                 for name, score in first.scores.items()},
+        validation_mae_by_model={
+            name: float(score.mae_by_horizon[-1]) for name, score in first.scores.items()
+        },
         selection_note=first.note,
         refits=len(names),
         chosen_models=counts,

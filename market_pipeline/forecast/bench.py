@@ -13,8 +13,9 @@ from market_pipeline.forecast.synthetic import synthetic_demand_table
 TARGET_SECONDS_FOR_500 = 10.0
 
 
-def run_forecast_bench(pools: int, *, days: float = 3.0, seed: int = 0,
-                       settings: ForecastSettings | None = None) -> dict[str, object]:
+def run_forecast_bench(
+    pools: int, *, days: float = 3.0, seed: int = 0, settings: ForecastSettings | None = None
+) -> dict[str, object]:
     """Time `forecast_pools` end to end (resampling, choice, calibration, rows) on `pools` pools.
 
     Generating the synthetic table is not timed. Wall time depends on what else runs on the

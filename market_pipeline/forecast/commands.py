@@ -29,7 +29,8 @@ def parse_horizon_steps(text: str, step_minutes: int = STEP_MINUTES) -> int:
     minutes = int(match.group(1)) * (60 if (match.group(2) or "m").lower() == "h" else 1)
     if minutes <= 0 or minutes % step_minutes:
         raise argparse.ArgumentTypeError(
-            f"horizon {text!r}: must be a positive multiple of {step_minutes} minutes")
+            f"horizon {text!r}: must be a positive multiple of {step_minutes} minutes"
+        )
     return minutes // step_minutes
 
 
@@ -39,8 +40,9 @@ def _learned(text: str) -> tuple[str, ...]:
     names = tuple(name for name in (part.strip() for part in text.split(",")) if name)
     unknown = [name for name in names if name not in KNOWN_LEARNED_MODELS]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown learned model(s) {unknown}; "
-                                         f"known: {', '.join(KNOWN_LEARNED_MODELS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown learned model(s) {unknown}; known: {', '.join(KNOWN_LEARNED_MODELS)}"
+        )
     return names
 
 
@@ -59,29 +61,51 @@ def register(sub: argparse._SubParsersAction) -> None:
     forecast_sub = forecast.add_subparsers(dest="forecast_command", required=True)
 
     backtest = forecast_sub.add_parser(
-        "backtest", help="rolling-origin backtest on a Helios trace (first 60%% fit, rest "
-                         "forecast with daily refits and online intervals)")
+        "backtest",
+        help="rolling-origin backtest on a Helios trace (first 60%% fit, rest "
+        "forecast with daily refits and online intervals)",
+    )
     backtest.add_argument("--series", required=True, help="Helios virtual-cluster CSV")
-    backtest.add_argument("--horizon", type=parse_horizon_steps, default=12,
-                          help="forecast horizon, e.g. 60m or 1h (default 60m)")
-    backtest.add_argument("--train-fraction", type=float, default=0.6,
-                          help="leading share of points for fitting and model choice")
-    backtest.add_argument("--refit-every", type=parse_horizon_steps, default=None,
-                          help="refit the model this often, e.g. 24h (default one day)")
-    backtest.add_argument("--head-fraction", type=_fraction, default=1.0,
-                          help="use only this leading share of the series (tuning on the "
-                               "first half of a month: 0.5; default 1)")
-    backtest.add_argument("--learned", type=_learned, default=None,
-                          help="learned candidates, comma separated: ridge,gbm,survival "
-                               "(default: the settings' ridge,survival)")
+    backtest.add_argument(
+        "--horizon",
+        type=parse_horizon_steps,
+        default=12,
+        help="forecast horizon, e.g. 60m or 1h (default 60m)",
+    )
+    backtest.add_argument(
+        "--train-fraction",
+        type=float,
+        default=0.6,
+        help="leading share of points for fitting and model choice",
+    )
+    backtest.add_argument(
+        "--refit-every",
+        type=parse_horizon_steps,
+        default=None,
+        help="refit the model this often, e.g. 24h (default one day)",
+    )
+    backtest.add_argument(
+        "--head-fraction",
+        type=_fraction,
+        default=1.0,
+        help="use only this leading share of the series (tuning on the "
+        "first half of a month: 0.5; default 1)",
+    )
+    backtest.add_argument(
+        "--learned",
+        type=_learned,
+        default=None,
+        help="learned candidates, comma separated: ridge,gbm,survival "
+        "(default: the settings' ridge,survival)",
+    )
     backtest.add_argument("--json", action="store_true", help="print one JSON object")
     backtest.set_defaults(handler=run_backtest)
 
     pools = forecast_sub.add_parser("pools", help="forecast every pool of a demand table")
-    pools.add_argument("--demand", required=True,
-                       help="CSV or Parquet with pool_id, ts, demand [, price]")
-    pools.add_argument("--horizon", type=parse_horizon_steps, default=12,
-                       help="fine horizon, e.g. 60m (default 60m)")
+    pools.add_argument("--demand", required=True, help="CSV or Parquet with pool_id, ts, demand [, price]")
+    pools.add_argument(
+        "--horizon", type=parse_horizon_steps, default=12, help="fine horizon, e.g. 60m (default 60m)"
+    )
     pools.add_argument("--out", help="write the long forecast table here (.csv or .parquet)")
     pools.add_argument("--json", action="store_true", help="print one JSON summary object")
     pools.set_defaults(handler=run_pools)
@@ -103,19 +127,31 @@ def run_backtest(args: argparse.Namespace) -> int:
     try:
         values = load_helios_series(args.series)
         values = values[: max(1, int(values.size * args.head_fraction))]
-        settings = (ForecastSettings() if args.learned is None
-                    else ForecastSettings(learned_models=args.learned))
-        result = backtest_series(values, horizon_steps=args.horizon,
-                                 train_fraction=args.train_fraction,
-                                 refit_every=args.refit_every, settings=settings)
+        settings = (
+            ForecastSettings() if args.learned is None else ForecastSettings(learned_models=args.learned)
+        )
+        result = backtest_series(
+            values,
+            horizon_steps=args.horizon,
+            train_fraction=args.train_fraction,
+            refit_every=args.refit_every,
+            settings=settings,
+        )
     except (ForecastInputError, OSError) as exc:
         return input_error(exc)
     payload = {"series": str(args.series), **result.to_json()}
     if args.json:
         print(json.dumps(payload))
         return EXIT_OK
-    for key in ("mae", "persistence_mae", "seasonal_naive_mae", "coverage_80", "pinball_loss",
-                "chosen_model", "origins"):
+    for key in (
+        "mae",
+        "persistence_mae",
+        "seasonal_naive_mae",
+        "coverage_80",
+        "pinball_loss",
+        "chosen_model",
+        "origins",
+    ):
         print(f"{key:>20}: {payload[key]}")
     return EXIT_OK
 
@@ -148,8 +184,7 @@ def run_pools(args: argparse.Namespace) -> int:
         "rows": frame.height,
         "origin_ts": results[0].origin_ts.isoformat() if results else None,
         "models": dict(Counter(r.forecast.model for r in results)),
-        "fallbacks": {r.pool_id: r.forecast.fallback_reason for r in results
-                      if r.forecast.fallback_reason},
+        "fallbacks": {r.pool_id: r.forecast.fallback_reason for r in results if r.forecast.fallback_reason},
         "out": args.out,
     }
     if args.json:
@@ -157,9 +192,11 @@ def run_pools(args: argparse.Namespace) -> int:
     else:
         for result in results:
             forecast = result.forecast
-            print(f"{result.pool_id}: {forecast.model} q50@{forecast.horizon_minutes[-1]}m="
-                  f"{forecast.q50[-1]:.1f} [{forecast.q10[-1]:.1f}, {forecast.q90[-1]:.1f}]"
-                  + (f"  fallback: {forecast.fallback_reason}" if forecast.fallback_reason else ""))
+            print(
+                f"{result.pool_id}: {forecast.model} q50@{forecast.horizon_minutes[-1]}m="
+                f"{forecast.q50[-1]:.1f} [{forecast.q10[-1]:.1f}, {forecast.q90[-1]:.1f}]"
+                + (f"  fallback: {forecast.fallback_reason}" if forecast.fallback_reason else "")
+            )
     return EXIT_OK
 
 

@@ -35,8 +35,7 @@ class Calibration:
     def scale(self, series: Series, origins: np.ndarray) -> np.ndarray:
         return series.trailing_abs_step(origins, self.window) + self.floor
 
-    def bounds(self, point: np.ndarray, series: Series,
-               origins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def bounds(self, point: np.ndarray, series: Series, origins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Interval around point forecasts (origins x horizons), never excluding the point."""
         scale = self.scale(series, origins)[:, None]
         low = np.minimum(point + self.lower[None, :] * scale, point)
@@ -49,12 +48,20 @@ class Calibration:
         base = int(np.argmax(self.horizons))
         base_horizon = float(self.horizons[base])
         growth = np.sqrt(np.maximum(horizons / base_horizon, 1.0))
-        return Calibration(horizons, self.lower[base] * growth, self.upper[base] * growth,
-                           self.window, self.floor, self.residual_count, self.online_steps)
+        return Calibration(
+            horizons,
+            self.lower[base] * growth,
+            self.upper[base] * growth,
+            self.window,
+            self.floor,
+            self.residual_count,
+            self.online_steps,
+        )
 
 
-def conformal_quantiles(normalised: np.ndarray, lower_level: float,
-                        upper_level: float) -> tuple[np.ndarray, np.ndarray]:
+def conformal_quantiles(
+    normalised: np.ndarray, lower_level: float, upper_level: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Finite-sample split-conformal order statistics per column (horizon).
 
     With n residuals the lower bound is the floor(lower * (n + 1))-th smallest and the upper
@@ -67,8 +74,17 @@ def conformal_quantiles(normalised: np.ndarray, lower_level: float,
     return ordered[low_rank], ordered[high_rank]
 
 
-def calibrate(residuals: np.ndarray, series: Series, origins: np.ndarray, horizons: np.ndarray,
-              *, window: int, floor: float, lower_level: float, upper_level: float) -> Calibration:
+def calibrate(
+    residuals: np.ndarray,
+    series: Series,
+    origins: np.ndarray,
+    horizons: np.ndarray,
+    *,
+    window: int,
+    floor: float,
+    lower_level: float,
+    upper_level: float,
+) -> Calibration:
     """Calibration from residuals (origins x horizons) observed at the given origins."""
     if floor <= 0.0:
         raise ValueError("the scale floor must be positive (constant series fall back earlier)")
@@ -77,8 +93,16 @@ def calibrate(residuals: np.ndarray, series: Series, origins: np.ndarray, horizo
     return Calibration(horizons, lower, upper, window, floor, int(residuals.shape[0]))
 
 
-def adapt(calibration: Calibration, residuals: np.ndarray, series: Series, origins: np.ndarray,
-          *, rate: float, window_rows: int, coverage_window: int) -> Calibration:
+def adapt(
+    calibration: Calibration,
+    residuals: np.ndarray,
+    series: Series,
+    origins: np.ndarray,
+    *,
+    rate: float,
+    window_rows: int,
+    coverage_window: int,
+) -> Calibration:
     """Start from `calibration` and track the newest residual rows (consecutive origins,
     oldest first), each horizon's feedback delayed by its horizon.
 
@@ -94,9 +118,24 @@ def adapt(calibration: Calibration, residuals: np.ndarray, series: Series, origi
     rows = newest_first[::-1]
     normalised = residuals[rows] / calibration.scale(series, origins[rows])[:, None]
     width = reference_width(calibration.lower, calibration.upper, normalised)
-    tracked = track(normalised, calibration.lower, calibration.upper, horizons // stride,
-                    rate=rate, horizon_steps=horizons, width=width)
+    tracked = track(
+        normalised,
+        calibration.lower,
+        calibration.upper,
+        horizons // stride,
+        rate=rate,
+        horizon_steps=horizons,
+        width=width,
+    )
     coverage = rolling_coverage(tracked.inside(normalised), coverage_window)
-    return Calibration(calibration.horizons, tracked.lower, tracked.upper, calibration.window,
-                       calibration.floor, calibration.residual_count, tracked.steps, coverage,
-                       width)
+    return Calibration(
+        calibration.horizons,
+        tracked.lower,
+        tracked.upper,
+        calibration.window,
+        calibration.floor,
+        calibration.residual_count,
+        tracked.steps,
+        coverage,
+        width,
+    )

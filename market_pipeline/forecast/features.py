@@ -91,8 +91,9 @@ def seasonal_offsets(horizons: np.ndarray, period: int) -> tuple[int, ...]:
     return tuple(sorted({0, longest // 2, longest} & set(range(period))))
 
 
-def feature_matrix(series: Series, origins: np.ndarray, *, seasonal_offsets: tuple[int, ...],
-                   with_price: bool) -> np.ndarray:
+def feature_matrix(
+    series: Series, origins: np.ndarray, *, seasonal_offsets: tuple[int, ...], with_price: bool
+) -> np.ndarray:
     """Features at each origin (rows); empty offsets mean no seasonal features.
 
     Callers keep origins >= feature_lookback(bool(seasonal_offsets), period).
@@ -101,13 +102,15 @@ def feature_matrix(series: Series, origins: np.ndarray, *, seasonal_offsets: tup
     if origins.size and origins.min() < lookback:
         raise ValueError(f"feature origins start at {origins.min()}, before lookback {lookback}")
     key = ("features", seasonal_offsets, with_price)
-    every = series.memoised(key, lambda: _features_at(
-        series, np.arange(lookback, len(series)), seasonal_offsets, with_price))
+    every = series.memoised(
+        key, lambda: _features_at(series, np.arange(lookback, len(series)), seasonal_offsets, with_price)
+    )
     return every[origins - lookback]
 
 
-def _features_at(series: Series, origins: np.ndarray, offsets: tuple[int, ...],
-                 with_price: bool) -> np.ndarray:
+def _features_at(
+    series: Series, origins: np.ndarray, offsets: tuple[int, ...], with_price: bool
+) -> np.ndarray:
     y = series.values
     level = y[origins]
     columns = [level] + [level - y[origins - lag] for lag in MOMENTUM_LAGS]

@@ -32,33 +32,38 @@ def as_history_array(history: object, name: str = "history") -> np.ndarray:
     if values.ndim != 1:
         raise ForecastInputError(f"{name} must be one-dimensional, got shape {values.shape}")
     if np.isinf(values).any():
-        raise ForecastInputError(f"{name} contains infinite values at index "
-                                 f"{int(np.flatnonzero(np.isinf(values))[0])}")
+        raise ForecastInputError(
+            f"{name} contains infinite values at index {int(np.flatnonzero(np.isinf(values))[0])}"
+        )
     negative = np.flatnonzero(values < 0)
     if negative.size:
-        raise ForecastInputError(f"{name} contains negative values (first at index "
-                                 f"{int(negative[0])}: {values[negative[0]]})")
+        raise ForecastInputError(
+            f"{name} contains negative values (first at index {int(negative[0])}: {values[negative[0]]})"
+        )
     return values
 
 
-def prepare_history(history: object, price: object | None,
-                    settings: ForecastSettings) -> PreparedHistory:
+def prepare_history(history: object, price: object | None, settings: ForecastSettings) -> PreparedHistory:
     values = as_history_array(history)
     prices = None if price is None else as_history_array(price, "price")
     if prices is not None and prices.shape != values.shape:
         raise ForecastInputError(f"price has {prices.size} points but history has {values.size}")
     if values.size > settings.max_history_points:
-        values = values[-settings.max_history_points:]
-        prices = None if prices is None else prices[-settings.max_history_points:]
+        values = values[-settings.max_history_points :]
+        prices = None if prices is None else prices[-settings.max_history_points :]
     observed = np.flatnonzero(np.isfinite(values))
     if observed.size == 0:
         return PreparedHistory(np.empty(0), None, None, 0.0, "no observed demand in history")
     last = int(observed[-1])
     stale = values.size - 1 - last
     if stale > settings.max_stale_steps:
-        return PreparedHistory(np.empty(0), None, float(values[last]), 0.0,
-                               f"stale history: newest observation is {stale} steps old "
-                               f"(limit {settings.max_stale_steps})")
+        return PreparedHistory(
+            np.empty(0),
+            None,
+            float(values[last]),
+            0.0,
+            f"stale history: newest observation is {stale} steps old (limit {settings.max_stale_steps})",
+        )
     start, cut_gap = _stretch_start(values, observed, settings.max_gap_steps)
     start = max(start, _first_demand(values))
     stretch = _carry_forward(values[start:])
@@ -109,19 +114,20 @@ def _fill_price(price: np.ndarray) -> np.ndarray | None:
     return _carry_forward(head)
 
 
-def _fallback_reason(stretch: np.ndarray, cut_gap: int, mean_step: float,
-                     settings: ForecastSettings) -> str | None:
+def _fallback_reason(
+    stretch: np.ndarray, cut_gap: int, mean_step: float, settings: ForecastSettings
+) -> str | None:
     if stretch.size < settings.min_history_points:
         since = f" since a {cut_gap}-step gap" if cut_gap else ""
-        return (f"short history: {stretch.size} usable points{since} "
-                f"(need {settings.min_history_points})")
+        return f"short history: {stretch.size} usable points{since} (need {settings.min_history_points})"
     if mean_step == 0.0:
         return f"constant history at {stretch[-1]:g} over {stretch.size} points"
     return None
 
 
-def fallback_level(prepared: PreparedHistory, prior: float | None,
-                   settings: ForecastSettings) -> tuple[float, str]:
+def fallback_level(
+    prepared: PreparedHistory, prior: float | None, settings: ForecastSettings
+) -> tuple[float, str]:
     """Level of a fallback forecast and the name of what produced it."""
     stale = prepared.reason is not None and prepared.reason.startswith("stale")
     if prepared.last_observed is None or (stale and prior is not None):
@@ -131,8 +137,9 @@ def fallback_level(prepared: PreparedHistory, prior: float | None,
     return prepared.last_observed, "persistence"
 
 
-def fallback_band(level: float, horizons: np.ndarray, steps_per_hour: int, mean_abs_step: float,
-                  settings: ForecastSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fallback_band(
+    level: float, horizons: np.ndarray, steps_per_hour: int, mean_abs_step: float, settings: ForecastSettings
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Flat median with a random-walk-like band: observed volatility, or a share of the level."""
     growth = np.sqrt(horizons / steps_per_hour)
     observed = Z_90 * mean_abs_step * np.sqrt(horizons)

@@ -28,8 +28,7 @@ Level = Literal["q10", "q50", "q90"]
 def _forecast_of(result: object) -> PoolForecast:
     forecast = getattr(result, "forecast", result)  # a PoolResult or a PoolForecast
     if not isinstance(forecast, PoolForecast):
-        raise ForecastInputError(f"expected a PoolForecast or PoolResult, got "
-                                 f"{type(result).__name__}")
+        raise ForecastInputError(f"expected a PoolForecast or PoolResult, got {type(result).__name__}")
     return forecast
 
 
@@ -38,8 +37,9 @@ def quantile_curve(result: object) -> dict[str, np.ndarray]:
     forecast = _forecast_of(result)
     beyond = forecast.coarse_horizon_minutes > forecast.horizon_minutes[-1]
     return {
-        "minutes": np.concatenate([forecast.horizon_minutes,
-                                   forecast.coarse_horizon_minutes[beyond]]).astype(float),
+        "minutes": np.concatenate([forecast.horizon_minutes, forecast.coarse_horizon_minutes[beyond]]).astype(
+            float
+        ),
         "q10": np.concatenate([forecast.q10, forecast.coarse_q10[beyond]]),
         "q50": np.concatenate([forecast.q50, forecast.coarse_q50[beyond]]),
         "q90": np.concatenate([forecast.q90, forecast.coarse_q90[beyond]]),
@@ -51,13 +51,13 @@ def quantile_at(result: object, horizon_minutes: float, level: Level = "q90") ->
     if level not in ("q10", "q50", "q90"):
         raise ForecastInputError(f"level must be q10, q50 or q90, got {level!r}")
     if not (np.isfinite(horizon_minutes) and horizon_minutes > 0):
-        raise ForecastInputError(f"horizon_minutes must be finite and > 0, got "
-                                 f"{horizon_minutes!r}")
+        raise ForecastInputError(f"horizon_minutes must be finite and > 0, got {horizon_minutes!r}")
     curve = quantile_curve(result)
     minutes = curve["minutes"]
     if horizon_minutes > minutes[-1]:
-        raise ForecastInputError(f"horizon {horizon_minutes:g} min is beyond the forecast's "
-                                 f"last point ({minutes[-1]:g} min)")
+        raise ForecastInputError(
+            f"horizon {horizon_minutes:g} min is beyond the forecast's last point ({minutes[-1]:g} min)"
+        )
     return float(np.interp(horizon_minutes, minutes, curve[level]))
 
 

@@ -106,11 +106,15 @@ class ExpSmoothing(Candidate):
 
 def _smoothed_levels(series: Series) -> np.ndarray:
     """Smoothed level for every alpha of the grid (rows), computed once per series."""
+
     def compute() -> np.ndarray:
         values = series.values
-        return np.vstack([
-            lfilter([alpha], [1.0, alpha - 1.0], values, zi=[(1.0 - alpha) * values[0]])[0]
-            for alpha in ES_ALPHAS])
+        return np.vstack(
+            [
+                lfilter([alpha], [1.0, alpha - 1.0], values, zi=[(1.0 - alpha) * values[0]])[0]
+                for alpha in ES_ALPHAS
+            ]
+        )
 
     return series.memoised("smoothed", compute)
 
@@ -118,8 +122,7 @@ def _smoothed_levels(series: Series) -> np.ndarray:
 class _LearnedOnChanges(Candidate):
     """Shared feature plumbing of the learned models (lags, calendar, price)."""
 
-    def __init__(self, settings: ForecastSettings, fit_length: int, period: int,
-                 with_price: bool) -> None:
+    def __init__(self, settings: ForecastSettings, fit_length: int, period: int, with_price: bool) -> None:
         self.settings = settings
         self.seasonal = uses_seasonal_features(fit_length, period)
         self.with_price = with_price
@@ -130,8 +133,7 @@ class _LearnedOnChanges(Candidate):
 
     def features(self, series: Series, origins: np.ndarray, horizons: np.ndarray) -> np.ndarray:
         offsets = seasonal_offsets(horizons, self.period) if self.seasonal else ()
-        return feature_matrix(series, origins, seasonal_offsets=offsets,
-                              with_price=self.with_price)
+        return feature_matrix(series, origins, seasonal_offsets=offsets, with_price=self.with_price)
 
 
 class RidgeOnChanges(_LearnedOnChanges):
@@ -199,9 +201,15 @@ class GbmOnChanges(_LearnedOnChanges):
         rows = origins[::-1][::stride][::-1]  # keep the newest origins when thinning
         features, changes = self._stack(series, rows, horizons)
         self.model = HistGradientBoostingRegressor(
-            loss="quantile", quantile=0.5, max_iter=self.settings.gbm_max_iter,
-            learning_rate=self.settings.gbm_learning_rate, max_leaf_nodes=15,
-            min_samples_leaf=40, early_stopping=False, random_state=0)
+            loss="quantile",
+            quantile=0.5,
+            max_iter=self.settings.gbm_max_iter,
+            learning_rate=self.settings.gbm_learning_rate,
+            max_leaf_nodes=15,
+            min_samples_leaf=40,
+            early_stopping=False,
+            random_state=0,
+        )
         # One thread: these fits are small, and OpenMP workers spinning on a busy machine
         # made one pool's fit 30x slower (measured).
         with threadpool_limits(limits=1, user_api="openmp"):
@@ -216,8 +224,9 @@ class GbmOnChanges(_LearnedOnChanges):
             change = self.model.predict(features).reshape(origins.size, horizons.size)
         return series.values[origins][:, None] + change
 
-    def _stack(self, series: Series, origins: np.ndarray, horizons: np.ndarray,
-               with_targets: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    def _stack(
+        self, series: Series, origins: np.ndarray, horizons: np.ndarray, with_targets: bool = True
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         base = self.features(series, origins, horizons)
         repeated = np.repeat(base, horizons.size, axis=0)
         horizon_column = np.tile(horizons.astype(float), origins.size)[:, None]

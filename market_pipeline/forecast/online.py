@@ -70,8 +70,9 @@ def step_sizes(width: np.ndarray, delays: np.ndarray, rate: float) -> np.ndarray
     return rate * np.asarray(width) / (delays / REFERENCE_DELAY) ** DELAY_SLOWDOWN
 
 
-def reference_width(lower0: np.ndarray, upper0: np.ndarray,
-                    normalised: np.ndarray | None = None) -> np.ndarray:
+def reference_width(
+    lower0: np.ndarray, upper0: np.ndarray, normalised: np.ndarray | None = None
+) -> np.ndarray:
     """Per horizon, the width the step and the minimal band scale with: the initial interval,
     or twice the mean |normalised residual| when larger. A lumpy series whose demand mostly
     does not change has a split-conformal interval of width ~0 (over 80% of residuals are 0),
@@ -82,9 +83,16 @@ def reference_width(lower0: np.ndarray, upper0: np.ndarray,
     return np.maximum(width, MIN_REFERENCE_WIDTH)
 
 
-def track(normalised: np.ndarray, lower0: np.ndarray, upper0: np.ndarray,
-          delays: np.ndarray, *, rate: float, horizon_steps: np.ndarray | None = None,
-          width: np.ndarray | None = None) -> Tracked:
+def track(
+    normalised: np.ndarray,
+    lower0: np.ndarray,
+    upper0: np.ndarray,
+    delays: np.ndarray,
+    *,
+    rate: float,
+    horizon_steps: np.ndarray | None = None,
+    width: np.ndarray | None = None,
+) -> Tracked:
     """Run the tracker over `normalised` residuals (rows: equally spaced origins, oldest first).
 
     Column j's residual of row i becomes known `delays[j]` rows later (its horizon in rows),
@@ -109,8 +117,8 @@ def track(normalised: np.ndarray, lower0: np.ndarray, upper0: np.ndarray,
     upper_hist = np.empty((total + pad, columns))
     lower_hist = np.empty((total + pad, columns))
     padded = np.full((total + pad, columns), np.nan)
-    padded[pad:pad + rows] = normalised
-    reveal = (np.arange(total)[:, None] + pad - delays[None, :])  # padded row revealed at i
+    padded[pad : pad + rows] = normalised
+    reveal = np.arange(total)[:, None] + pad - delays[None, :]  # padded row revealed at i
     flat = reveal * columns + np.arange(columns)[None, :]
     revealed_r = padded.ravel()[flat]
     in_range = (reveal >= pad) & (reveal < pad + rows)
@@ -139,8 +147,13 @@ def track(normalised: np.ndarray, lower0: np.ndarray, upper0: np.ndarray,
     used = slice(pad, pad + rows)
     # The offsets handed on are the ones the next interval is issued with (the bank is not
     # carried: a live forecast replays its window afresh each tick).
-    return Tracked(lower_hist[used].copy(), upper_hist[used].copy(),
-                   np.minimum(lower, neg_min_half), np.maximum(upper, min_half), rows)
+    return Tracked(
+        lower_hist[used].copy(),
+        upper_hist[used].copy(),
+        np.minimum(lower, neg_min_half),
+        np.maximum(upper, min_half),
+        rows,
+    )
 
 
 def rolling_coverage(inside: np.ndarray, window: int) -> np.ndarray:

@@ -35,10 +35,14 @@ def _tracked(forecast: PoolForecast, minutes: int) -> tuple[float, int, int] | N
     """(rolling coverage, rows the tracker saw, minutes between rows) of the stored horizon
     `minutes`, fine path first; None when not tracked there."""
     for horizons, coverage, steps, row_minutes in (
-            (forecast.horizon_minutes, forecast.recent_coverage, forecast.online_steps,
-             forecast.step_minutes),
-            (forecast.coarse_horizon_minutes, forecast.coarse_recent_coverage,
-             forecast.coarse_online_steps, forecast.coarse_step_minutes)):
+        (forecast.horizon_minutes, forecast.recent_coverage, forecast.online_steps, forecast.step_minutes),
+        (
+            forecast.coarse_horizon_minutes,
+            forecast.coarse_recent_coverage,
+            forecast.coarse_online_steps,
+            forecast.coarse_step_minutes,
+        ),
+    ):
         if coverage is None:
             continue
         hit = np.flatnonzero(horizons == minutes)
@@ -128,9 +132,13 @@ class CoverageCheck:
     warnings: list[str] = field(default_factory=list)
 
 
-def coverage_check(results: Sequence[PoolResult], *, low: float = COVERAGE_LOW,
-                   high: float = COVERAGE_HIGH,
-                   window_rows: int = DEFAULT_SETTINGS.coverage_window_rows) -> CoverageCheck:
+def coverage_check(
+    results: Sequence[PoolResult],
+    *,
+    low: float = COVERAGE_LOW,
+    high: float = COVERAGE_HIGH,
+    window_rows: int = DEFAULT_SETTINGS.coverage_window_rows,
+) -> CoverageCheck:
     """Pass when the pools' mean rolling 80% coverage is within [low, high] at 1 h and 4 h.
 
     One pool's day of coverage is noisy (a handful of demand jumps decide it), so the check is
@@ -138,8 +146,11 @@ def coverage_check(results: Sequence[PoolResult], *, low: float = COVERAGE_LOW,
     persistence forecast came from a fallback (no fit) is a warning too. A horizon with
     fewer than MIN_INDEPENDENT_TARGETS independent targets is not judged (and says so).
     """
-    warnings = [f"{r.pool_id}: persistence by fallback ({r.forecast.fallback_reason})"
-                for r in results if r.forecast.chosen_by == "fallback"]
+    warnings = [
+        f"{r.pool_id}: persistence by fallback ({r.forecast.fallback_reason})"
+        for r in results
+        if r.forecast.chosen_by == "fallback"
+    ]
     failures, measured, untracked = [], [], []
     for minutes in CHECK_HORIZONS_MIN:
         pooled = _pooled_coverage(results, minutes)
@@ -148,13 +159,14 @@ def coverage_check(results: Sequence[PoolResult], *, low: float = COVERAGE_LOW,
             continue
         targets = sum(independent_targets(r.forecast, minutes, window_rows) for r in results)
         if targets < MIN_INDEPENDENT_TARGETS:
-            untracked.append(f"{minutes} min ({pooled:.3f} on {targets:.0f} independent "
-                             f"targets, too few to judge; need {MIN_INDEPENDENT_TARGETS})")
+            untracked.append(
+                f"{minutes} min ({pooled:.3f} on {targets:.0f} independent "
+                f"targets, too few to judge; need {MIN_INDEPENDENT_TARGETS})"
+            )
             continue
         measured.append(f"{minutes} min {pooled:.3f}")
         if not low <= pooled <= high:
-            failures.append(f"rolling 80% coverage at {minutes} min is {pooled:.3f}, outside "
-                            f"[{low}, {high}]")
+            failures.append(f"rolling 80% coverage at {minutes} min is {pooled:.3f}, outside [{low}, {high}]")
         for r in results:
             value = coverage_at(r.forecast, minutes)
             if value is not None and not low <= value <= high:
@@ -162,11 +174,15 @@ def coverage_check(results: Sequence[PoolResult], *, low: float = COVERAGE_LOW,
     if failures:
         return CoverageCheck(False, "; ".join(failures), warnings)
     if not measured:
-        return CoverageCheck(True, "no pool has enough tracked coverage yet (fallbacks or "
-                             "short histories)" + "".join(f"; {u}" for u in untracked),
-                             warnings)
+        return CoverageCheck(
+            True,
+            "no pool has enough tracked coverage yet (fallbacks or "
+            "short histories)" + "".join(f"; {u}" for u in untracked),
+            warnings,
+        )
     # A young pool (under a day of demand, as in the demo) has no hourly-curve residuals yet:
     # say which horizons the pass does not cover rather than let it read as all of them.
     note = f"; not judged yet: {', '.join(untracked)}" if untracked else ""
-    return CoverageCheck(True, "rolling 80% coverage " + ", ".join(measured) + f" within "
-                         f"[{low}, {high}]" + note, warnings)
+    return CoverageCheck(
+        True, "rolling 80% coverage " + ", ".join(measured) + f" within [{low}, {high}]" + note, warnings
+    )

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from market_pipeline.forecast.candidates import build_candidates
 from market_pipeline.forecast.conformal import Calibration, adapt, calibrate
 from market_pipeline.forecast.features import Series
-from market_pipeline.forecast.candidates import build_candidates
 from market_pipeline.forecast.models import PERSISTENCE, Candidate, Persistence
 from market_pipeline.forecast.settings import LOWER_QUANTILE, UPPER_QUANTILE, ForecastSettings
 from market_pipeline.forecast.survival import DemandContext
@@ -53,8 +53,7 @@ class FittedGroup:
         score = self.scores.get(name or self.model.name)
         return None if score is None else score.mae_by_horizon
 
-    def predict(self, series: Series,
-                origins: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def predict(self, series: Series, origins: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(low, median, high) per origin (rows) and horizon (columns)."""
         point = self.model.predict(series, origins, self.horizons)
         if self.clip_at_zero:
@@ -65,8 +64,9 @@ class FittedGroup:
         return low, point, high
 
 
-def validation_folds(last_origin: int, first_origin: int, settings: ForecastSettings,
-                     max_horizon: int) -> list[np.ndarray]:
+def validation_folds(
+    last_origin: int, first_origin: int, settings: ForecastSettings, max_horizon: int
+) -> list[np.ndarray]:
     """Contiguous origin blocks at the tail; empty when the history is too short to split."""
     usable = last_origin - first_origin + 1
     total = int(round(usable * settings.validation_fraction))
@@ -78,14 +78,14 @@ def validation_folds(last_origin: int, first_origin: int, settings: ForecastSett
     return [np.arange(start + k * per_fold, start + (k + 1) * per_fold) for k in range(folds)]
 
 
-def _residuals(candidate: Candidate, series: Series, origins: np.ndarray,
-               horizons: np.ndarray) -> np.ndarray:
+def _residuals(candidate: Candidate, series: Series, origins: np.ndarray, horizons: np.ndarray) -> np.ndarray:
     targets = series.values[origins[:, None] + horizons[None, :]]
     return targets - candidate.predict(series, origins, horizons)
 
 
-def _validate(candidate: Candidate, series: Series, folds: list[np.ndarray],
-              horizons: np.ndarray) -> tuple[ValidationScore, np.ndarray, np.ndarray] | None:
+def _validate(
+    candidate: Candidate, series: Series, folds: list[np.ndarray], horizons: np.ndarray
+) -> tuple[ValidationScore, np.ndarray, np.ndarray] | None:
     """Out-of-sample residuals over all folds, or None when a fold cannot be served."""
     if folds[0][0] < candidate.min_origin():
         return None
@@ -108,8 +108,7 @@ def _validate(candidate: Candidate, series: Series, folds: list[np.ndarray],
     return ValidationScore(errors.mean(axis=0), fold_mae, errors.mean(axis=1)), residuals, origins
 
 
-def gain_t_statistic(reference_error: np.ndarray, candidate_error: np.ndarray,
-                     lag: int) -> float:
+def gain_t_statistic(reference_error: np.ndarray, candidate_error: np.ndarray, lag: int) -> float:
     """Diebold-Mariano statistic of the per-origin error reduction versus the reference.
 
     Overlapping multi-step errors are autocorrelated, so the variance of the mean gain uses a
@@ -127,8 +126,7 @@ def gain_t_statistic(reference_error: np.ndarray, candidate_error: np.ndarray,
     return float(gain.mean() / math.sqrt(variance / count))
 
 
-def _choose(scores: dict[str, ValidationScore], settings: ForecastSettings,
-            max_horizon: int) -> str:
+def _choose(scores: dict[str, ValidationScore], settings: ForecastSettings, max_horizon: int) -> str:
     """Persistence unless a challenger is better by the margin, at the longest horizon, in
     most folds, and by a statistically clear gain (validation folds are short and noisy)."""
     reference = scores[PERSISTENCE]
@@ -138,26 +136,38 @@ def _choose(scores: dict[str, ValidationScore], settings: ForecastSettings,
         if name == PERSISTENCE:
             continue
         wins = int(np.sum(score.fold_mae < reference.fold_mae))
-        if (score.pooled <= best_pooled
-                and score.mae_by_horizon[-1] <= reference.mae_by_horizon[-1]
-                and wins >= needed_wins
-                and gain_t_statistic(reference.origin_error, score.origin_error, max_horizon)
-                >= settings.choice_min_t):
+        if (
+            score.pooled <= best_pooled
+            and score.mae_by_horizon[-1] <= reference.mae_by_horizon[-1]
+            and wins >= needed_wins
+            and gain_t_statistic(reference.origin_error, score.origin_error, max_horizon)
+            >= settings.choice_min_t
+        ):
             best_name, best_pooled = name, score.pooled
     return best_name
 
 
-def fit_group(series: Series, horizons: np.ndarray, settings: ForecastSettings,
-              fallback: Calibration | None = None, *, step_minutes: int = 5,
-              context: DemandContext | None = None) -> FittedGroup:
+def fit_group(
+    series: Series,
+    horizons: np.ndarray,
+    settings: ForecastSettings,
+    fallback: Calibration | None = None,
+    *,
+    step_minutes: int = 5,
+    context: DemandContext | None = None,
+) -> FittedGroup:
     """Choose, refit and calibrate a forecaster for `horizons` on the whole `series`."""
     max_horizon = int(horizons.max())
     last_origin = len(series) - 1 - max_horizon
     floor = settings.scale_floor_fraction * series.mean_abs_step()
     if last_origin < 0:
-        return _persistence_only(series, horizons, settings, fallback,
-                                 f"history of {len(series)} points is shorter than the "
-                                 f"{max_horizon}-step horizon")
+        return _persistence_only(
+            series,
+            horizons,
+            settings,
+            fallback,
+            f"history of {len(series)} points is shorter than the {max_horizon}-step horizon",
+        )
     if floor <= 0.0:
         return _persistence_only(series, horizons, settings, fallback, "constant history")
     candidates = build_candidates(settings, series, step_minutes=step_minutes, context=context)
@@ -175,8 +185,7 @@ def fit_group(series: Series, horizons: np.ndarray, settings: ForecastSettings,
         chosen: Candidate = Persistence()
         note = "history too short for rolling-origin validation; persistence kept"
     else:
-        chosen = next(c for c in candidates
-                      if c.name == _choose(scores, settings, max_horizon))
+        chosen = next(c for c in candidates if c.name == _choose(scores, settings, max_horizon))
     chosen.fit(series, np.arange(chosen.min_origin(), last_origin + 1), horizons)
     if chosen.data_free:
         origins = np.arange(chosen.min_origin(), last_origin + 1)
@@ -185,26 +194,51 @@ def fit_group(series: Series, horizons: np.ndarray, settings: ForecastSettings,
         residuals, origins = validation_residuals[chosen.name]
     calibration = _calibration(series, horizons, settings, floor, residuals, origins, fallback)
     if calibration is None:
-        return _persistence_only(series, horizons, settings, fallback,
-                                 f"fewer than {settings.min_calibration_residuals} residuals "
-                                 "to calibrate intervals")
+        return _persistence_only(
+            series,
+            horizons,
+            settings,
+            fallback,
+            f"fewer than {settings.min_calibration_residuals} residuals to calibrate intervals",
+        )
     return FittedGroup(horizons, chosen, calibration, scores, note, settings.clip_at_zero)
 
 
-def _calibration(series: Series, horizons: np.ndarray, settings: ForecastSettings, floor: float,
-                 residuals: np.ndarray, origins: np.ndarray,
-                 fallback: Calibration | None) -> Calibration | None:
+def _calibration(
+    series: Series,
+    horizons: np.ndarray,
+    settings: ForecastSettings,
+    floor: float,
+    residuals: np.ndarray,
+    origins: np.ndarray,
+    fallback: Calibration | None,
+) -> Calibration | None:
     if residuals.shape[0] >= settings.min_calibration_residuals:
-        split = calibrate(residuals, series, origins, horizons, window=settings.scale_window_steps,
-                          floor=floor, lower_level=LOWER_QUANTILE, upper_level=UPPER_QUANTILE)
-        return adapt(split, residuals, series, origins, rate=settings.online_rate,
-                     window_rows=settings.online_window_rows,
-                     coverage_window=settings.coverage_window_rows)
+        split = calibrate(
+            residuals,
+            series,
+            origins,
+            horizons,
+            window=settings.scale_window_steps,
+            floor=floor,
+            lower_level=LOWER_QUANTILE,
+            upper_level=UPPER_QUANTILE,
+        )
+        return adapt(
+            split,
+            residuals,
+            series,
+            origins,
+            rate=settings.online_rate,
+            window_rows=settings.online_window_rows,
+            coverage_window=settings.coverage_window_rows,
+        )
     return None if fallback is None else fallback.extrapolated(horizons)
 
 
-def _persistence_only(series: Series, horizons: np.ndarray, settings: ForecastSettings,
-                      fallback: Calibration | None, note: str) -> FittedGroup:
+def _persistence_only(
+    series: Series, horizons: np.ndarray, settings: ForecastSettings, fallback: Calibration | None, note: str
+) -> FittedGroup:
     """Persistence whose intervals come from 1-step changes (or `fallback`), grown by sqrt(h)."""
     calibration = fallback.extrapolated(horizons) if fallback is not None else None
     floor = settings.scale_floor_fraction * series.mean_abs_step()
@@ -213,9 +247,16 @@ def _persistence_only(series: Series, horizons: np.ndarray, settings: ForecastSe
     if calibration is None and floor > 0.0 and enough_changes:
         origins = np.arange(0, len(series) - 1)
         residuals = _residuals(Persistence(), series, origins, one_step)
-        base = calibrate(residuals, series, origins, one_step, window=settings.scale_window_steps,
-                         floor=floor, lower_level=LOWER_QUANTILE,
-                         upper_level=UPPER_QUANTILE)
+        base = calibrate(
+            residuals,
+            series,
+            origins,
+            one_step,
+            window=settings.scale_window_steps,
+            floor=floor,
+            lower_level=LOWER_QUANTILE,
+            upper_level=UPPER_QUANTILE,
+        )
         calibration = base.extrapolated(horizons)
     if calibration is None:
         raise ValueError("no calibration possible: the caller must use a fallback forecast")

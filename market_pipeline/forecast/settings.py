@@ -85,8 +85,11 @@ class ForecastSettings:
         _require(self.coarse_step_minutes >= 1, "coarse_step_minutes", "must be >= 1")
         _require(self.coarse_points >= 1, "coarse_points", "must be >= 1")
         for name in self.learned_models:
-            _require(name in KNOWN_LEARNED_MODELS, "learned_models",
-                     f"unknown model {name!r}; known: {', '.join(KNOWN_LEARNED_MODELS)}")
+            _require(
+                name in KNOWN_LEARNED_MODELS,
+                "learned_models",
+                f"unknown model {name!r}; known: {', '.join(KNOWN_LEARNED_MODELS)}",
+            )
         _require(self.ridge_alpha >= 0.0, "ridge_alpha", "must be >= 0")
         _require(self.gbm_max_iter >= 1, "gbm_max_iter", "must be >= 1")
         _require(self.gbm_learning_rate > 0.0, "gbm_learning_rate", "must be > 0")
@@ -98,17 +101,22 @@ class ForecastSettings:
         _require(self.min_calibration_residuals >= 5, "min_calibration_residuals", "must be >= 5")
         _require(self.max_gap_steps >= 0, "max_gap_steps", "must be >= 0")
         _require(self.max_stale_steps >= 0, "max_stale_steps", "must be >= 0")
-        _require(self.max_history_points >= self.min_history_points, "max_history_points",
-                 "must be >= min_history_points")
-        _require(self.min_history_points > self.min_calibration_residuals, "min_history_points",
-                 "must exceed min_calibration_residuals (intervals need that many 1-step changes)")
+        _require(
+            self.max_history_points >= self.min_history_points,
+            "max_history_points",
+            "must be >= min_history_points",
+        )
+        _require(
+            self.min_history_points > self.min_calibration_residuals,
+            "min_history_points",
+            "must exceed min_calibration_residuals (intervals need that many 1-step changes)",
+        )
         _require(self.scale_window_steps >= 1, "scale_window_steps", "must be >= 1")
         _require(self.scale_floor_fraction > 0.0, "scale_floor_fraction", "must be > 0")
         _require(self.online_rate >= 0.0, "online_rate", "must be >= 0")
         _require(self.online_window_rows >= 1, "online_window_rows", "must be >= 1")
         _require(self.coverage_window_rows >= 1, "coverage_window_rows", "must be >= 1")
-        _require(self.survival_level_window_steps >= 2, "survival_level_window_steps",
-                 "must be >= 2")
+        _require(self.survival_level_window_steps >= 2, "survival_level_window_steps", "must be >= 2")
         _require(self.fallback_relative_spread >= 0.0, "fallback_relative_spread", "must be >= 0")
         _require(self.default_prior >= 0.0, "default_prior", "must be >= 0")
 
@@ -116,12 +124,14 @@ class ForecastSettings:
         """(period, coarse step) in series steps of `step_minutes` minutes."""
         if step_minutes < 1:
             raise ForecastInputError(f"step_minutes must be >= 1, got {step_minutes}")
-        for name, minutes in (("period_minutes", self.period_minutes),
-                              ("coarse_step_minutes", self.coarse_step_minutes)):
+        for name, minutes in (
+            ("period_minutes", self.period_minutes),
+            ("coarse_step_minutes", self.coarse_step_minutes),
+        ):
             if minutes % step_minutes:
                 raise ForecastInputError(
-                    f"step_minutes={step_minutes} does not divide forecast setting "
-                    f"{name}={minutes}")
+                    f"step_minutes={step_minutes} does not divide forecast setting {name}={minutes}"
+                )
         return self.period_minutes // step_minutes, self.coarse_step_minutes // step_minutes
 
     def fingerprint(self) -> str:

@@ -50,22 +50,26 @@ class DemandContext:
 
     def __post_init__(self) -> None:
         lifetimes = np.asarray(self.lifetime_minutes, dtype=float)
-        if lifetimes.ndim != 1 or lifetimes.size == 0 or not np.isfinite(lifetimes).all() \
-                or (lifetimes <= 0).any():
-            raise ForecastInputError("context lifetime_minutes must be a non-empty 1-D array "
-                                     "of finite positive minutes")
+        if (
+            lifetimes.ndim != 1
+            or lifetimes.size == 0
+            or not np.isfinite(lifetimes).all()
+            or (lifetimes <= 0).any()
+        ):
+            raise ForecastInputError(
+                "context lifetime_minutes must be a non-empty 1-D array of finite positive minutes"
+            )
         ages = np.asarray(self.running_age_minutes, dtype=float)
         gpus = np.asarray(self.running_gpus, dtype=float)
         if ages.shape != gpus.shape or ages.ndim != 1:
-            raise ForecastInputError("context running_age_minutes and running_gpus must be "
-                                     "1-D arrays of equal length")
-        if (ages < 0).any() or (gpus < 0).any() or not (np.isfinite(ages).all()
-                                                       and np.isfinite(gpus).all()):
+            raise ForecastInputError(
+                "context running_age_minutes and running_gpus must be 1-D arrays of equal length"
+            )
+        if (ages < 0).any() or (gpus < 0).any() or not (np.isfinite(ages).all() and np.isfinite(gpus).all()):
             raise ForecastInputError("context ages and GPUs must be finite and >= 0")
         rate = self.arrival_gpus_per_minute
         if rate is not None and not (np.isfinite(rate) and rate >= 0):
-            raise ForecastInputError(f"context arrival_gpus_per_minute must be finite and "
-                                     f">= 0, got {rate}")
+            raise ForecastInputError(f"context arrival_gpus_per_minute must be finite and >= 0, got {rate}")
 
     def residual_survival(self, minutes: np.ndarray) -> np.ndarray:
         """R(h) = E[(L - h)+] / E[L]: share of equilibrium running demand alive after h."""
@@ -97,8 +101,7 @@ class SurvivalArrival(Candidate):
 
     name = SURVIVAL
 
-    def __init__(self, level_window: int, step_minutes: int,
-                 context: DemandContext | None = None) -> None:
+    def __init__(self, level_window: int, step_minutes: int, context: DemandContext | None = None) -> None:
         self.level_window = level_window
         self.step_minutes = step_minutes
         self.context = context
@@ -120,8 +123,7 @@ class SurvivalArrival(Candidate):
         gap = series.values[origins][:, None] - level
         targets = series.values[origins[:, None] + horizons[None, :]]
         # Mean absolute error of every grid value (rows) for every horizon (columns).
-        errors = np.stack([np.abs(targets - level - share * gap).mean(axis=0)
-                           for share in SURVIVAL_GRID])
+        errors = np.stack([np.abs(targets - level - share * gap).mean(axis=0) for share in SURVIVAL_GRID])
         self.survival = SURVIVAL_GRID[np.argmin(errors, axis=0)]
         return True
 
@@ -140,7 +142,8 @@ class SurvivalArrival(Candidate):
         minutes = horizons * self.step_minutes
         context = self.context
         rate = context.arrival_gpus_per_minute
-        arrived_level = level if rate is None else np.full_like(
-            level, rate * float(np.mean(context.lifetime_minutes)))
+        arrived_level = (
+            level if rate is None else np.full_like(level, rate * float(np.mean(context.lifetime_minutes)))
+        )
         arrivals = arrived_level[:, None] * (1.0 - context.residual_survival(minutes))[None, :]
         return context.surviving_running(minutes)[None, :] + arrivals

@@ -17,9 +17,15 @@ JOB_SIZE_WEIGHTS = np.array([0.35, 0.2, 0.2, 0.2, 0.05])
 DEFAULT_START = dt.datetime(2026, 1, 5)
 
 
-def job_demand(rng: np.random.Generator, steps: int, *, step_minutes: int = 5,
-               mean_gpus: float = 60.0, price: np.ndarray | None = None,
-               elasticity: float = 1.5) -> np.ndarray:
+def job_demand(
+    rng: np.random.Generator,
+    steps: int,
+    *,
+    step_minutes: int = 5,
+    mean_gpus: float = 60.0,
+    price: np.ndarray | None = None,
+    elasticity: float = 1.5,
+) -> np.ndarray:
     """GPUs requested per step by a synthetic job stream (integer counts, as floats)."""
     per_day = 1440 // step_minutes
     phase = 2 * np.pi * (np.arange(steps) % per_day) / per_day
@@ -41,17 +47,24 @@ def job_demand(rng: np.random.Generator, steps: int, *, step_minutes: int = 5,
     return np.cumsum(change)[:steps]
 
 
-def stepped_price(rng: np.random.Generator, steps: int, *, base: float = 2.0,
-                  change_every: int = 36) -> np.ndarray:
+def stepped_price(
+    rng: np.random.Generator, steps: int, *, base: float = 2.0, change_every: int = 36
+) -> np.ndarray:
     """A price that moves by up to +-25% every `change_every` steps, then holds."""
     moves = rng.uniform(-0.25, 0.25, steps // change_every + 1)
     levels = base * np.exp(np.cumsum(moves) - np.cumsum(moves).mean())
     return np.repeat(levels, change_every)[:steps]
 
 
-def synthetic_demand_table(pools: int, *, days: float = 3.0, step_minutes: int = 5,
-                           seed: int = 0, priced_share: float = 0.3,
-                           start: dt.datetime = DEFAULT_START) -> pl.DataFrame:
+def synthetic_demand_table(
+    pools: int,
+    *,
+    days: float = 3.0,
+    step_minutes: int = 5,
+    seed: int = 0,
+    priced_share: float = 0.3,
+    start: dt.datetime = DEFAULT_START,
+) -> pl.DataFrame:
     """Long table (pool_id, ts, demand, price) for `pools` pools of `days` of history."""
     rng = np.random.default_rng(seed)
     steps = int(days * 1440 // step_minutes)
@@ -61,13 +74,18 @@ def synthetic_demand_table(pools: int, *, days: float = 3.0, step_minutes: int =
         priced = rng.random() < priced_share
         price = stepped_price(rng, steps) if priced else np.full(steps, 2.0)
         mean_gpus = float(rng.choice([8.0, 30.0, 60.0, 150.0, 400.0]))
-        demands.append(job_demand(rng, steps, step_minutes=step_minutes, mean_gpus=mean_gpus,
-                                  price=price if priced else None))
+        demands.append(
+            job_demand(
+                rng, steps, step_minutes=step_minutes, mean_gpus=mean_gpus, price=price if priced else None
+            )
+        )
         prices.append(price)
         pool_ids.append(f"pool-{index:04d}")
-    return pl.DataFrame({
-        "pool_id": np.repeat(pool_ids, steps),
-        "ts": pl.Series(stamps * pools, dtype=pl.Datetime("us")),
-        "demand": np.concatenate(demands),
-        "price": np.concatenate(prices),
-    })
+    return pl.DataFrame(
+        {
+            "pool_id": np.repeat(pool_ids, steps),
+            "ts": pl.Series(stamps * pools, dtype=pl.Datetime("us")),
+            "demand": np.concatenate(demands),
+            "price": np.concatenate(prices),
+        }
+    )

@@ -104,7 +104,8 @@ class BacklogState:
         _finite_nonneg(self.demand_forecast_gpus, "demand_forecast_gpus")
         _require(
             math.isfinite(self.reference_price) and self.reference_price > 0,
-            "reference_price", f"must be finite and > 0, got {self.reference_price!r}",
+            "reference_price",
+            f"must be finite and > 0, got {self.reference_price!r}",
         )
         _finite_nonneg(self.backlog_gpus, "backlog_gpus")
         _require(self.max_capacity_gpus >= 0, "max_capacity_gpus", "must be >= 0")
@@ -182,9 +183,7 @@ def required_margin(state: BacklogState, service: float, params: BacklogParams) 
     )
 
 
-def certify(
-    pool_state: BacklogState, price: float, capacity: float, params: BacklogParams
-) -> Certificate:
+def certify(pool_state: BacklogState, price: float, capacity: float, params: BacklogParams) -> Certificate:
     """Certify that the backlog drifts down by the required margin under (price, capacity)."""
     _finite_nonneg(capacity, "capacity")
     arrivals = arrivals_at_price(pool_state, price, params)
@@ -199,9 +198,17 @@ def certify(
     else:
         reason = f"drift {drift:.3f} >= 0: backlog does not drain"
     return Certificate(
-        pool=pool_state.pool, price=price, capacity_gpus=capacity, admissible=admissible,
-        drift=drift, margin=-drift, required_margin=needed, arrivals=arrivals,
-        residual_floor=residual_floor(pool_state, params), service=service, reason=reason,
+        pool=pool_state.pool,
+        price=price,
+        capacity_gpus=capacity,
+        admissible=admissible,
+        drift=drift,
+        margin=-drift,
+        required_margin=needed,
+        arrivals=arrivals,
+        residual_floor=residual_floor(pool_state, params),
+        service=service,
+        reason=reason,
     )
 
 
@@ -235,9 +242,7 @@ def min_certified_price(state: BacklogState, capacity: float, params: BacklogPar
     return math.inf if log_price > 700.0 else math.exp(log_price)
 
 
-def shield(
-    action: PriceCapacityAction, pool_state: BacklogState, params: BacklogParams
-) -> ShieldedAction:
+def shield(action: PriceCapacityAction, pool_state: BacklogState, params: BacklogParams) -> ShieldedAction:
     """Project `action` onto the admissible set: more capacity first, then a higher price."""
     why: list[str] = []
     price = action.price
@@ -266,10 +271,10 @@ def shield(
     if needed_price is not None and needed_price <= params.price_max:
         # a hair above the root so rounding cannot leave the drift exactly on the boundary
         new_price = min(params.price_max, max(price, needed_price * (1.0 + 1e-9)))
-        why.append(
-            f"capacity at reachable max {capacity:g}; price raised {price:.4g} -> {new_price:.4g}"
+        why.append(f"capacity at reachable max {capacity:g}; price raised {price:.4g} -> {new_price:.4g}")
+        return _result(
+            action, new_price, capacity, certify(pool_state, new_price, capacity, params), True, why
         )
-        return _result(action, new_price, capacity, certify(pool_state, new_price, capacity, params), True, why)
 
     price = params.price_max
     final = certify(pool_state, price, capacity, params)
@@ -282,15 +287,22 @@ def shield(
 
 
 def _result(
-    action: PriceCapacityAction, price: float, capacity: float, cert: Certificate,
-    feasible: bool, why: list[str],
+    action: PriceCapacityAction,
+    price: float,
+    capacity: float,
+    cert: Certificate,
+    feasible: bool,
+    why: list[str],
 ) -> ShieldedAction:
-    changed = not (
-        math.isclose(price, action.price) and math.isclose(capacity, action.capacity_gpus)
-    )
+    changed = not (math.isclose(price, action.price) and math.isclose(capacity, action.capacity_gpus))
     return ShieldedAction(
-        requested=action, price=price, capacity_gpus=capacity, certificate=cert,
-        feasible=feasible and cert.admissible, changed=changed, why=tuple(why),
+        requested=action,
+        price=price,
+        capacity_gpus=capacity,
+        certificate=cert,
+        feasible=feasible and cert.admissible,
+        changed=changed,
+        why=tuple(why),
     )
 
 

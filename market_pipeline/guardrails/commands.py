@@ -32,17 +32,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     target = drain.add_mutually_exclusive_group(required=True)
     target.add_argument("--pid", help="any process on this machine (local-process)")
     target.add_argument("--decision-id", help="execute an approved drain decision")
-    drain.add_argument("--backend", choices=("simulated", "local-process", "nvml", "dcgm"),
-                       help="adapter backend (default: the configured one)")
+    drain.add_argument(
+        "--backend",
+        choices=("simulated", "local-process", "nvml", "dcgm"),
+        help="adapter backend (default: the configured one)",
+    )
     drain.add_argument("--config", help="TOML config (default: shipped or MARKET_PIPELINE_CONFIG)")
     # Numbers are parsed by _validated (one error line, nothing written), not by argparse.
     drain.add_argument("--warn-seconds", help="notice before SIGTERM")
     drain.add_argument("--timeout-seconds", help="SIGTERM -> SIGKILL grace")
-    drain.add_argument("--checkpoint-timeout-seconds",
-                       help="wait for a checkpoint acknowledgement (default with --pid: W)")
+    drain.add_argument(
+        "--checkpoint-timeout-seconds", help="wait for a checkpoint acknowledgement (default with --pid: W)"
+    )
     drain.add_argument("--tenant-id", default="external", help="tenant of an adopted pid")
-    drain.add_argument("--audit", choices=("warehouse", "memory"), default="warehouse",
-                       help="where the drain's transitions are recorded")
+    drain.add_argument(
+        "--audit",
+        choices=("warehouse", "memory"),
+        default="warehouse",
+        help="where the drain's transitions are recorded",
+    )
     drain.add_argument("--json", action="store_true", help="print one JSON object")
     drain.set_defaults(handler=run_drain)
 
@@ -67,8 +75,10 @@ def _seconds(flag: str, text: str) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and 0 < value <= MAX_DRAIN_SECONDS):
-        raise ValueError(f"--{flag.replace('_', '-')} must be a finite number of seconds in "
-                         f"(0, {MAX_DRAIN_SECONDS:.0f}], got {text!r}")
+        raise ValueError(
+            f"--{flag.replace('_', '-')} must be a finite number of seconds in "
+            f"(0, {MAX_DRAIN_SECONDS:.0f}], got {text!r}"
+        )
     return value
 
 
@@ -76,8 +86,10 @@ def _validated(args: argparse.Namespace) -> argparse.Namespace:
     """Every number of the command checked before a config is read or a row written."""
     given = [f for f in DURATION_FLAGS if getattr(args, f) is not None]
     if args.pid is None and given:
-        raise ValueError(f"--{given[0].replace('_', '-')} applies to --pid drains only; "
-                         "a decision drains with the configured timing")
+        raise ValueError(
+            f"--{given[0].replace('_', '-')} applies to --pid drains only; "
+            "a decision drains with the configured timing"
+        )
     values = {f: _seconds(f, getattr(args, f)) for f in given}
     if args.pid is not None:
         text, top = args.pid.strip(), _pid_max()
@@ -96,8 +108,7 @@ def _config(args: argparse.Namespace) -> Any:
     config = load_config(getattr(args, "config", None))
     backend = getattr(args, "backend", None)
     if backend and backend != config.adapter.backend:
-        config = config.model_copy(
-            update={"adapter": config.adapter.model_copy(update={"backend": backend})})
+        config = config.model_copy(update={"adapter": config.adapter.model_copy(update={"backend": backend})})
     return config
 
 
@@ -113,13 +124,18 @@ def _timing(args: argparse.Namespace, config: Any) -> Any:
     # The checkpoint runs inside the notice, so W + T bounds the task's part of the drain;
     # the slack covers the drain's own start-up, writes and a rerun after a crash, which
     # must not cut the SIGTERM grace short (past the bound a drain kills at once).
-    return DrainTiming(warn_seconds=warn, checkpoint_timeout_seconds=checkpoint,
-                       terminate_timeout_seconds=grace,
-                       max_total_seconds=max(warn, checkpoint) + grace + DRAIN_SLACK_SECONDS,
-                       kill_timeout_seconds=base.kill_timeout_seconds,
-                       verify_timeout_seconds=base.verify_timeout_seconds,
-                       verify_attempts=3, verify_retry_seconds=0.1,
-                       call_margin_seconds=base.call_margin_seconds, poll_seconds=0.05)
+    return DrainTiming(
+        warn_seconds=warn,
+        checkpoint_timeout_seconds=checkpoint,
+        terminate_timeout_seconds=grace,
+        max_total_seconds=max(warn, checkpoint) + grace + DRAIN_SLACK_SECONDS,
+        kill_timeout_seconds=base.kill_timeout_seconds,
+        verify_timeout_seconds=base.verify_timeout_seconds,
+        verify_attempts=3,
+        verify_retry_seconds=0.1,
+        call_margin_seconds=base.call_margin_seconds,
+        poll_seconds=0.05,
+    )
 
 
 @contextlib.contextmanager
@@ -181,10 +197,14 @@ def _drain_pid(args: argparse.Namespace, config: Any) -> dict[str, Any]:
     task = _target(adapter, args, config)
     # The lease first: a second drain of the task is refused before it opens the warehouse.
     with TaskLease(lease_dir_for(config), task.task_id) as lease, _store(args, config) as store:
-        executor = DrainExecutor(adapter, store, timing, lease=lease,
-                                 grace_seconds=float(config.billing.grace_seconds))
-        report = executor.run(DrainRequest(drain_id=_drain_id(store, lease, task.task_id),
-                                           task=task, reasons=("manual: drain --pid",)))
+        executor = DrainExecutor(
+            adapter, store, timing, lease=lease, grace_seconds=float(config.billing.grace_seconds)
+        )
+        report = executor.run(
+            DrainRequest(
+                drain_id=_drain_id(store, lease, task.task_id), task=task, reasons=("manual: drain --pid",)
+            )
+        )
     return {**report.to_json(), "pid": args.pid}
 
 
@@ -194,8 +214,9 @@ def _drain_decision(args: argparse.Namespace, config: Any) -> dict[str, Any]:
     from market_pipeline.warehouse import open_warehouse
 
     if not Path(config.warehouse_path).exists():  # refused without creating a warehouse
-        raise ValueError(f"no drain decision with id {args.decision_id!r}: "
-                         f"no warehouse at {config.warehouse_path}")
+        raise ValueError(
+            f"no drain decision with id {args.decision_id!r}: no warehouse at {config.warehouse_path}"
+        )
     warehouse = open_warehouse(config.warehouse_path, migrate=True)
     report = execute_decision(warehouse, make_adapter(config), config, args.decision_id)
     return report.to_json()
@@ -214,8 +235,10 @@ def run_drain(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"{result['outcome']} in {result['seconds']:.2f}s: {' -> '.join(result['states'])}"
-              f" ({result['reason']})")
+        print(
+            f"{result['outcome']} in {result['seconds']:.2f}s: {' -> '.join(result['states'])}"
+            f" ({result['reason']})"
+        )
     return EXIT_OK if result["outcome"] in ("terminated", "killed", "gone") else EXIT_DRAIN_FAILED
 
 
@@ -233,16 +256,27 @@ def run_drain_plan(args: argparse.Namespace) -> int:
         config = _config(args)
         warehouse = open_warehouse(config.warehouse_path, migrate=True)
         inputs, source = gather_planning_inputs(
-            warehouse, make_adapter(config), config, wall_now=datetime.now(timezone.utc),
-            scale_down_nodes=args.scale_down_node)
-        decisions = plan_drains(inputs, SelectionPolicy.from_config(config),
-                                DrainLimits.from_config(config))
+            warehouse,
+            make_adapter(config),
+            config,
+            wall_now=datetime.now(timezone.utc),
+            scale_down_nodes=args.scale_down_node,
+        )
+        decisions = plan_drains(inputs, SelectionPolicy.from_config(config), DrainLimits.from_config(config))
         written = 0 if args.dry_run else write_decisions(warehouse, decisions)
     except (ValueError, WarehouseError) as exc:
         return input_error(exc)
-    rows = [{"decision_id": d.decision_id, "task_id": d.task.task_id, "trigger": d.reason.value,
-             "allowed": d.allowed, "shadow": d.shadow, "reasons": list(d.reasons)}
-            for d in decisions]
+    rows = [
+        {
+            "decision_id": d.decision_id,
+            "task_id": d.task.task_id,
+            "trigger": d.reason.value,
+            "allowed": d.allowed,
+            "shadow": d.shadow,
+            "reasons": list(d.reasons),
+        }
+        for d in decisions
+    ]
     payload = {"decisions": rows, "written": written, "samples_from": source}
     print(json.dumps(payload) if args.json else json.dumps(payload, indent=1))
     return EXIT_OK

@@ -107,8 +107,9 @@ def parse_rules(raw: Iterable[Mapping[str, Any]], where: str = "budgets") -> tup
     return tuple(BudgetRule.parse(item, f"{where}.{i}") for i, item in enumerate(raw))
 
 
-def allowance(rules: Sequence[BudgetRule], reason: DisruptionReason, pool_nodes: int,
-              now: datetime) -> int | None:
+def allowance(
+    rules: Sequence[BudgetRule], reason: DisruptionReason, pool_nodes: int, now: datetime
+) -> int | None:
     """Most restrictive active rule for this reason; None when none applies."""
     caps = [r.allowed_nodes(pool_nodes) for r in rules if r.applies_to(reason) and r.active(now)]
     return min(caps) if caps else None
@@ -141,8 +142,10 @@ class PoolBudget:
         """The `pool_budget` reason a drain is blocked with, or None when it fits."""
         if self.allows(reason, node_id):
             return None
-        return (f"pool_budget: {self.pool_id} allows {self.cap(reason)} of {self.pool_nodes} "
-                f"node(s) disrupted for {reason.value}, {len(self.disrupting)} busy")
+        return (
+            f"pool_budget: {self.pool_id} allows {self.cap(reason)} of {self.pool_nodes} "
+            f"node(s) disrupted for {reason.value}, {len(self.disrupting)} busy"
+        )
 
     def consume(self, node_id: str) -> None:
         self.disrupting.add(node_id)
@@ -160,8 +163,13 @@ class DisruptionBudget:
 
     def pool(self, pool_id: str) -> PoolBudget:
         if pool_id not in self._pools:
-            self._pools[pool_id] = PoolBudget(pool_id, int(self.pool_nodes.get(pool_id, 0)), self.rules,
-                                              self.now, set(self.disrupting.get(pool_id, ())))
+            self._pools[pool_id] = PoolBudget(
+                pool_id,
+                int(self.pool_nodes.get(pool_id, 0)),
+                self.rules,
+                self.now,
+                set(self.disrupting.get(pool_id, ())),
+            )
         return self._pools[pool_id]
 
 

@@ -38,14 +38,23 @@ def pending_drain_batches(store: Warehouse) -> list[ActionBatch]:
     return pending_batches(store, DRAIN_KIND)
 
 
-def execute_drain_batch(store: Warehouse, adapter: NodeAdapter, config: Any, tick: datetime, *,
-                        run_id: str, now: datetime, run_is_live: Callable[[str], bool]) -> list[ActionResult]:
+def execute_drain_batch(
+    store: Warehouse,
+    adapter: NodeAdapter,
+    config: Any,
+    tick: datetime,
+    *,
+    run_id: str,
+    now: datetime,
+    run_is_live: Callable[[str], bool],
+) -> list[ActionResult]:
     """Run (or resume) every approved drain of the tick, each once.
 
     A drain whose run died half-way is taken over and resumed from its audit log. Each
     drain's outcome is written by the drain protocol as it ends (a drain stopped half-way
     keeps none, so that a resume run continues it).
     """
+
     def act(row: dict[str, Any]) -> ActionResult:
         try:
             report = execute_decision(store, adapter, config, row["decision_id"])
@@ -56,6 +65,14 @@ def execute_drain_batch(store: Warehouse, adapter: NodeAdapter, config: Any, tic
         detail = f"{report.outcome}: {report.reason}" if report.reason else report.outcome
         return result_for(row, _STATUS.get(report.outcome, RUNNING) if report.terminal else RUNNING, detail)
 
-    return carry_out(store, batch_rows(store, DRAIN_KIND, tick), batch_id=batch_id_for(DRAIN_KIND, tick),
-                     run_id=run_id, now=now, run_is_live=run_is_live, resumable=True, act=act,
-                     record=False)
+    return carry_out(
+        store,
+        batch_rows(store, DRAIN_KIND, tick),
+        batch_id=batch_id_for(DRAIN_KIND, tick),
+        run_id=run_id,
+        now=now,
+        run_is_live=run_is_live,
+        resumable=True,
+        act=act,
+        record=False,
+    )

@@ -45,8 +45,7 @@ def _utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
-def load_budget_blocks(warehouse: Warehouse, fleet_now: datetime, shadow: bool
-                       ) -> dict[str, BudgetBlock]:
+def load_budget_blocks(warehouse: Warehouse, fleet_now: datetime, shadow: bool) -> dict[str, BudgetBlock]:
     """tenant -> its newest standing budget-guard block whose grace period is over.
 
     Live planning reads live guard decisions only; shadow planning reads both (it only
@@ -58,7 +57,9 @@ def load_budget_blocks(warehouse: Warehouse, fleet_now: datetime, shadow: bool
             "SELECT decision_id, target, reasons, inputs, decided_at FROM decisions"
             " WHERE kind = 'budget_guard' AND action = 'refuse_new_tasks' AND allowed"
             " AND (NOT shadow OR ?) AND decided_at >= ? AND decided_at <= ?"
-            " ORDER BY decided_at, decision_id", [shadow, since, fleet_now]).fetchall()
+            " ORDER BY decided_at, decision_id",
+            [shadow, since, fleet_now],
+        ).fetchall()
     blocks: dict[str, BudgetBlock] = {}
     for decision_id, tenant, reasons, inputs, decided in rows:
         data = json.loads(inputs) if isinstance(inputs, str) else dict(inputs or {})
@@ -67,8 +68,9 @@ def load_budget_blocks(warehouse: Warehouse, fleet_now: datetime, shadow: bool
         drain_after = _utc(datetime.fromisoformat(raw_after)) if raw_after else decided_at
         if drain_after > fleet_now:
             continue  # still in the grace period
-        blocks[tenant] = BudgetBlock(tenant, decision_id, decided_at, drain_after,
-                                     tuple(reasons or ()))  # later rows replace earlier ones
+        blocks[tenant] = BudgetBlock(
+            tenant, decision_id, decided_at, drain_after, tuple(reasons or ())
+        )  # later rows replace earlier ones
     return blocks
 
 

@@ -66,14 +66,22 @@ class StepResult:
     platform_fault: bool  # the adapter hung, raised or answered nonsense
 
     def as_detail(self) -> dict[str, Any]:
-        return {"status": self.status, "detail": self.detail, "seconds": round(self.seconds, 4),
-                "platform_fault": self.platform_fault}
+        return {
+            "status": self.status,
+            "detail": self.detail,
+            "seconds": round(self.seconds, 4),
+            "platform_fault": self.platform_fault,
+        }
 
 
 def _checked(result: object, seconds: float) -> StepResult:
     if not isinstance(result, Outcome):
-        return StepResult(OutcomeStatus.FAILED.value,
-                          f"adapter returned {type(result).__name__}, not an Outcome", seconds, True)
+        return StepResult(
+            OutcomeStatus.FAILED.value,
+            f"adapter returned {type(result).__name__}, not an Outcome",
+            seconds,
+            True,
+        )
     return StepResult(result.status.value, result.detail, result.seconds or seconds, False)
 
 
@@ -103,15 +111,22 @@ class ThreadedStepCaller:
 
         threading.Thread(target=target, name="drain-adapter-call", daemon=True).start()
         if not done.wait(timeout=max(deadline_seconds, 0.01)):
-            return StepResult(OutcomeStatus.TIMEOUT.value,
-                              f"adapter gave no answer within {deadline_seconds:.1f}s",
-                              time.monotonic() - started, True)
+            return StepResult(
+                OutcomeStatus.TIMEOUT.value,
+                f"adapter gave no answer within {deadline_seconds:.1f}s",
+                time.monotonic() - started,
+                True,
+            )
         error = box.get("error")
         if error is not None:
             if not isinstance(error, Exception):
                 raise error  # KeyboardInterrupt and friends stop the drain run itself
-            return StepResult(OutcomeStatus.FAILED.value, f"{type(error).__name__}: {error}",
-                              time.monotonic() - started, True)
+            return StepResult(
+                OutcomeStatus.FAILED.value,
+                f"{type(error).__name__}: {error}",
+                time.monotonic() - started,
+                True,
+            )
         return _checked(box["result"], time.monotonic() - started)
 
 
@@ -127,11 +142,13 @@ class InlineStepCaller:
             result = fn()
         except Exception as exc:
             seconds = (self.clock.now() - started).total_seconds()
-            return StepResult(OutcomeStatus.FAILED.value, f"{type(exc).__name__}: {exc}",
-                              seconds, True)
+            return StepResult(OutcomeStatus.FAILED.value, f"{type(exc).__name__}: {exc}", seconds, True)
         seconds = (self.clock.now() - started).total_seconds()
         if seconds > deadline_seconds:
-            return StepResult(OutcomeStatus.TIMEOUT.value,
-                              f"adapter gave no answer within {deadline_seconds:.1f}s",
-                              seconds, True)
+            return StepResult(
+                OutcomeStatus.TIMEOUT.value,
+                f"adapter gave no answer within {deadline_seconds:.1f}s",
+                seconds,
+                True,
+            )
         return _checked(result, seconds)

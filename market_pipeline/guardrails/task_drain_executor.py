@@ -45,8 +45,16 @@ from market_pipeline.guardrails.task_drain_steps import (
 )
 from market_pipeline.hardware.protocol import NodeAdapter, Outcome, OutcomeStatus, TaskInfo
 
-__all__ = ["Clock", "DrainExecutor", "DrainRequest", "InlineStepCaller", "StepCaller",
-           "StepResult", "SystemClock", "ThreadedStepCaller"]
+__all__ = [
+    "Clock",
+    "DrainExecutor",
+    "DrainRequest",
+    "InlineStepCaller",
+    "StepCaller",
+    "StepResult",
+    "SystemClock",
+    "ThreadedStepCaller",
+]
 
 
 @dataclass(frozen=True)
@@ -62,8 +70,13 @@ def _task_fault(step: Step, result: StepResult) -> bool:
     """Whether a step's result is the platform's fault (recorded for SLA credits)."""
     if result.platform_fault:
         return True
-    if result.status in (OutcomeStatus.OK.value, OutcomeStatus.GONE.value,
-                         OutcomeStatus.UNSUPPORTED.value, STATUS_SKIPPED, STATUS_INTERRUPTED):
+    if result.status in (
+        OutcomeStatus.OK.value,
+        OutcomeStatus.GONE.value,
+        OutcomeStatus.UNSUPPORTED.value,
+        STATUS_SKIPPED,
+        STATUS_INTERRUPTED,
+    ):
         return False
     # A checkpoint or SIGTERM answered too late is the task's doing; anything else is ours.
     if step in (Step.CHECKPOINT, Step.TERMINATE) and result.status == OutcomeStatus.TIMEOUT.value:
@@ -72,10 +85,18 @@ def _task_fault(step: Step, result: StepResult) -> bool:
 
 
 class DrainExecutor:
-    def __init__(self, adapter: NodeAdapter, store: DrainAuditStore, timing: DrainTiming, *,
-                 grace_seconds: float = 0.0, clock: Clock | None = None,
-                 caller: StepCaller | None = None, lease_dir: Path | None = None,
-                 lease: TaskLease | None = None) -> None:
+    def __init__(
+        self,
+        adapter: NodeAdapter,
+        store: DrainAuditStore,
+        timing: DrainTiming,
+        *,
+        grace_seconds: float = 0.0,
+        clock: Clock | None = None,
+        caller: StepCaller | None = None,
+        lease_dir: Path | None = None,
+        lease: TaskLease | None = None,
+    ) -> None:
         self.adapter = adapter
         self.store = store
         self.timing = timing
@@ -116,19 +137,25 @@ class DrainExecutor:
         if not rows:
             return []
         if rows[0].drain_id != request.drain_id:
-            raise DrainBusy(f"task {request.task.task_id} has an unfinished drain "
-                            f"{rows[0].drain_id} whose run stopped; resume that one first")
+            raise DrainBusy(
+                f"task {request.task.task_id} has an unfinished drain "
+                f"{rows[0].drain_id} whose run stopped; resume that one first"
+            )
         for row in rows:
             self.store.append(row)
         return rows
 
     # -- persistence ----------------------------------------------------------------------
-    def _append(self, history: list[DrainTransition], state: DrainState, phase: Phase,
-                detail: dict[str, Any]) -> list[DrainTransition]:
+    def _append(
+        self, history: list[DrainTransition], state: DrainState, phase: Phase, detail: dict[str, Any]
+    ) -> list[DrainTransition]:
         first = history[0] if history else None
         row = DrainTransition(
-            drain_id=first.drain_id if first else detail["drain_id"], seq=len(history),
-            state=state, phase=phase, recorded_at=self.clock.now(),
+            drain_id=first.drain_id if first else detail["drain_id"],
+            seq=len(history),
+            state=state,
+            phase=phase,
+            recorded_at=self.clock.now(),
             task_id=first.task_id if first else detail["task"]["task_id"],
             node_id=first.node_id if first else detail["task"]["node_id"],
             tenant_id=first.tenant_id if first else detail["task"]["tenant_id"],
@@ -143,9 +170,12 @@ class DrainExecutor:
 
     def _start(self, request: DrainRequest) -> list[DrainTransition]:
         detail = {
-            "drain_id": request.drain_id, "phase": Phase.ONLY.value,
-            "task": task_to_dict(request.task), "reasons": list(request.reasons),
-            "decision_id": request.decision_id, "timing": self.timing.to_dict(),
+            "drain_id": request.drain_id,
+            "phase": Phase.ONLY.value,
+            "task": task_to_dict(request.task),
+            "reasons": list(request.reasons),
+            "decision_id": request.decision_id,
+            "timing": self.timing.to_dict(),
             "grace_seconds": self.grace_seconds,
         }
         history = self._append([], DrainState.REQUESTED, Phase.ONLY, detail)
@@ -162,8 +192,7 @@ class DrainExecutor:
         return task_from_dict(history[0].detail["task"])
 
     # -- steps ------------------------------------------------------------------------------
-    def _perform(self, step: Step, why: str,
-                 history: list[DrainTransition]) -> list[DrainTransition]:
+    def _perform(self, step: Step, why: str, history: list[DrainTransition]) -> list[DrainTransition]:
         if step is Step.CLOSE_INTERRUPTED:
             return self._close_interrupted(history)
         if step is Step.WARN:
@@ -192,8 +221,9 @@ class DrainExecutor:
         if task.do_not_drain:
             return f"do_not_drain: task {task.task_id} is protected"
         found: list[TaskInfo] = []
-        result = self.caller.call(lambda: self._find_task(task.task_id, found),
-                                  self.timing.call_margin_seconds)
+        result = self.caller.call(
+            lambda: self._find_task(task.task_id, found), self.timing.call_margin_seconds
+        )
         if result.status != OutcomeStatus.OK.value:
             return f"precheck_failed: cannot list tasks ({result.status}: {result.detail})"
         if found:
@@ -201,8 +231,10 @@ class DrainExecutor:
             if current.do_not_drain:
                 return f"do_not_drain: task {task.task_id} became protected"
             if current.started_at != task.started_at:
-                return (f"task_changed: {task.task_id} restarted at "
-                        f"{current.started_at.isoformat()} after the drain was decided")
+                return (
+                    f"task_changed: {task.task_id} restarted at "
+                    f"{current.started_at.isoformat()} after the drain was decided"
+                )
         return None
 
     def _find_task(self, task_id: str, sink: list[TaskInfo]) -> Outcome:
@@ -212,8 +244,7 @@ class DrainExecutor:
     def _task_running(self, task_id: str) -> bool | None:
         """True/False from the adapter; None when the adapter cannot tell right now."""
         found: list[TaskInfo] = []
-        result = self.caller.call(lambda: self._find_task(task_id, found),
-                                  self.timing.call_margin_seconds)
+        result = self.caller.call(lambda: self._find_task(task_id, found), self.timing.call_margin_seconds)
         if result.status != OutcomeStatus.OK.value:
             return None
         return bool(found)
@@ -235,22 +266,29 @@ class DrainExecutor:
         task, timing = self._task_of(history), self._timing_of(history)
         notice = timing.checkpoint_timeout_seconds if task.checkpointable else timing.warn_seconds
         notice = max(0.0, min(notice, remaining_seconds(history, self.clock.now(), timing)))
-        history = self._append(history, DrainState.WARNED, Phase.BEGIN,
-                               {"phase": "begin", "notice_seconds": notice})
-        result = self.caller.call(lambda: self.adapter.warn_task(task.task_id, notice),
-                                  timing.call_margin_seconds)
+        history = self._append(
+            history, DrainState.WARNED, Phase.BEGIN, {"phase": "begin", "notice_seconds": notice}
+        )
+        result = self.caller.call(
+            lambda: self.adapter.warn_task(task.task_id, notice), timing.call_margin_seconds
+        )
         return self._end(history, DrainState.WARNED, Step.WARN, result, {})
 
     def _checkpoint(self, history: list[DrainTransition]) -> list[DrainTransition]:
         task, timing = self._task_of(history), self._timing_of(history)
         budget = max(0.0, remaining_seconds(history, self.clock.now(), timing))
-        history = self._append(history, DrainState.CHECKPOINTING, Phase.BEGIN,
-                               {"phase": "begin", "checkpointable": task.checkpointable})
+        history = self._append(
+            history,
+            DrainState.CHECKPOINTING,
+            Phase.BEGIN,
+            {"phase": "begin", "checkpointable": task.checkpointable},
+        )
         result = None
         if task.checkpointable:
             wait = min(timing.checkpoint_timeout_seconds, budget)
-            result = self.caller.call(lambda: self.adapter.checkpoint_task(task.task_id, wait),
-                                      wait + timing.call_margin_seconds)
+            result = self.caller.call(
+                lambda: self.adapter.checkpoint_task(task.task_id, wait), wait + timing.call_margin_seconds
+            )
             if result.status != OutcomeStatus.UNSUPPORTED.value:
                 return self._end(history, DrainState.CHECKPOINTING, Step.CHECKPOINT, result, {})
         # No checkpoint hook: the task gets the rest of its notice to wrap up by itself.
@@ -262,8 +300,7 @@ class DrainExecutor:
         outcome = StepResult(status, f"{note}; waited {waited:.2f}s of notice", waited, False)
         return self._end(history, DrainState.CHECKPOINTING, Step.CHECKPOINT, outcome, {})
 
-    def _rest_of_notice(self, history: list[DrainTransition], task_id: str,
-                        timing: DrainTiming) -> bool:
+    def _rest_of_notice(self, history: list[DrainTransition], task_id: str, timing: DrainTiming) -> bool:
         """Wait until the notice announced by the warning has passed (within the drain's
         budget) or the task exits (True). The warning's time is its persisted begin row, so
         a run resumed after a crash still gives the full notice before SIGTERM."""
@@ -272,29 +309,40 @@ class DrainExecutor:
             return self._task_running(task_id) is False
         # From the end row when the warning call returned (it was delivered by then), else
         # from the begin row (a crash inside the call: it may have gone out right then).
-        start = rows[-1] if rows[-1].phase is Phase.END and \
-            rows[-1].status != STATUS_INTERRUPTED else rows[0]
+        start = rows[-1] if rows[-1].phase is Phase.END and rows[-1].status != STATUS_INTERRUPTED else rows[0]
         notice = float(rows[0].detail.get("notice_seconds", 0))
         end = start.recorded_at + timedelta(seconds=notice)
         budget = max(0.0, remaining_seconds(history, self.clock.now(), timing))
         return self._wait_for_exit(task_id, min(end, self.clock.now() + timedelta(seconds=budget)))
 
-    def _signal_step(self, history: list[DrainTransition], step: Step, state: DrainState,
-                     why: str) -> list[DrainTransition]:
+    def _signal_step(
+        self, history: list[DrainTransition], step: Step, state: DrainState, why: str
+    ) -> list[DrainTransition]:
         task, timing = self._task_of(history), self._timing_of(history)
         history = self._append(history, state, Phase.BEGIN, {"phase": "begin", "why": why})
         if step is Step.TERMINATE:
-            wait = max(0.0, min(timing.terminate_timeout_seconds,
-                                remaining_seconds(history, self.clock.now(), timing)))
-            result = self.caller.call(lambda: self.adapter.terminate_task(task.task_id, wait),
-                                      wait + timing.call_margin_seconds)
+            wait = max(
+                0.0,
+                min(timing.terminate_timeout_seconds, remaining_seconds(history, self.clock.now(), timing)),
+            )
+            result = self.caller.call(
+                lambda: self.adapter.terminate_task(task.task_id, wait), wait + timing.call_margin_seconds
+            )
         else:
-            result = self.caller.call(lambda: self.adapter.kill_task(task.task_id),
-                                      timing.kill_timeout_seconds + timing.call_margin_seconds)
+            result = self.caller.call(
+                lambda: self.adapter.kill_task(task.task_id),
+                timing.kill_timeout_seconds + timing.call_margin_seconds,
+            )
         return self._end(history, state, step, result, {})
 
-    def _end(self, history: list[DrainTransition], state: DrainState, step: Step,
-             result: StepResult, extra: dict[str, Any]) -> list[DrainTransition]:
+    def _end(
+        self,
+        history: list[DrainTransition],
+        state: DrainState,
+        step: Step,
+        result: StepResult,
+        extra: dict[str, Any],
+    ) -> list[DrainTransition]:
         detail = {"phase": "end", **result.as_detail(), **extra}
         detail["platform_fault"] = _task_fault(step, result)
         return self._append(history, state, Phase.END, detail)
@@ -303,22 +351,33 @@ class DrainExecutor:
         """Close a step a crashed run left open, without repeating its action."""
         open_row = history[-1]
         task, timing = self._task_of(history), self._timing_of(history)
-        detail: dict[str, Any] = {"phase": "end", "status": STATUS_INTERRUPTED,
-                                  "detail": "run stopped inside this step; not repeated",
-                                  "platform_fault": False}
+        detail: dict[str, Any] = {
+            "phase": "end",
+            "status": STATUS_INTERRUPTED,
+            "detail": "run stopped inside this step; not repeated",
+            "platform_fault": False,
+        }
         if open_row.state in (DrainState.TERMINATING, DrainState.KILLED):
             # Give a SIGTERM that may have gone out its full grace before judging it.
-            grace = timing.terminate_timeout_seconds if open_row.state is DrainState.TERMINATING \
+            grace = (
+                timing.terminate_timeout_seconds
+                if open_row.state is DrainState.TERMINATING
                 else timing.kill_timeout_seconds
-            until = min(open_row.recorded_at + timedelta(seconds=grace),
-                        self.clock.now() + timedelta(
-                            seconds=max(0.0, remaining_seconds(history, self.clock.now(), timing))))
+            )
+            until = min(
+                open_row.recorded_at + timedelta(seconds=grace),
+                self.clock.now()
+                + timedelta(seconds=max(0.0, remaining_seconds(history, self.clock.now(), timing))),
+            )
             detail["alive_after"] = not self._wait_for_exit(task.task_id, until)
-        elif open_row.state is DrainState.CHECKPOINTING and \
-                self._rest_of_notice(history, task.task_id, timing):
+        elif open_row.state is DrainState.CHECKPOINTING and self._rest_of_notice(
+            history, task.task_id, timing
+        ):
             # The stopped run spent part of the notice; the task had all of it, and left.
-            detail.update(status=OutcomeStatus.GONE.value,
-                          detail="run stopped inside this step; the task exited in its notice")
+            detail.update(
+                status=OutcomeStatus.GONE.value,
+                detail="run stopped inside this step; the task exited in its notice",
+            )
         return self._append(history, open_row.state, Phase.END, detail)
 
     def _verify(self, history: list[DrainTransition]) -> list[DrainTransition]:
@@ -329,51 +388,65 @@ class DrainExecutor:
                 self.clock.sleep(timing.verify_retry_seconds)
             last = self._verify_once(task, timing)
             if last.status == OutcomeStatus.OK.value:
-                return self._append(history, DrainState.RELEASED, Phase.ONLY,
-                                    {"phase": "only", **last.as_detail(), "attempts": attempt + 1})
+                return self._append(
+                    history,
+                    DrainState.RELEASED,
+                    Phase.ONLY,
+                    {"phase": "only", **last.as_detail(), "attempts": attempt + 1},
+                )
             if last.status == OutcomeStatus.GONE.value:
-                return self._terminal(history, DrainState.FAILED,
-                                      f"node_vanished: cannot verify release ({last.detail})", True)
+                return self._terminal(
+                    history, DrainState.FAILED, f"node_vanished: cannot verify release ({last.detail})", True
+                )
         assert last is not None
-        return self._terminal(history, DrainState.FAILED,
-                              f"not_released: {last.status}: {last.detail}", True)
+        return self._terminal(history, DrainState.FAILED, f"not_released: {last.status}: {last.detail}", True)
 
     def _verify_once(self, task: TaskInfo, timing: DrainTiming) -> StepResult:
         running = self._task_running(task.task_id)
         if running is None:
             return StepResult(OutcomeStatus.FAILED.value, "cannot list tasks", 0.0, True)
         if running:
-            return StepResult(OutcomeStatus.FAILED.value,
-                              f"task {task.task_id} is still running", 0.0, True)
+            return StepResult(OutcomeStatus.FAILED.value, f"task {task.task_id} is still running", 0.0, True)
         if task.gpu_milli < 1000 or not task.gpu_uuids:
             # A shared GPU keeps its other tenants: the task's share is what must be free.
-            return StepResult(OutcomeStatus.OK.value,
-                              "task no longer holds its share of the GPU", 0.0, False)
-        return self.caller.call(lambda: self.adapter.verify_released(task.gpu_uuids, task.task_id),
-                                timing.verify_timeout_seconds + timing.call_margin_seconds)
+            return StepResult(OutcomeStatus.OK.value, "task no longer holds its share of the GPU", 0.0, False)
+        return self.caller.call(
+            lambda: self.adapter.verify_released(task.gpu_uuids, task.task_id),
+            timing.verify_timeout_seconds + timing.call_margin_seconds,
+        )
 
     def _report(self, history: list[DrainTransition]) -> list[DrainTransition]:
         summary = summarize(history)
         return self._terminal(history, DrainState.REPORTED, f"drained: {summary.outcome}", False)
 
-    def _terminal(self, history: list[DrainTransition], state: DrainState, reason: str,
-                  platform_fault: bool) -> list[DrainTransition]:
+    def _terminal(
+        self, history: list[DrainTransition], state: DrainState, reason: str, platform_fault: bool
+    ) -> list[DrainTransition]:
         summary = summarize(history)
-        outcome = {DrainState.FAILED: "failed", DrainState.ABORTED: "aborted"}.get(
-            state, summary.outcome)
+        outcome = {DrainState.FAILED: "failed", DrainState.ABORTED: "aborted"}.get(state, summary.outcome)
         fault = platform_fault or summary.platform_fault
         task = self._task_of(history)
         now = self.clock.now()
         billing = {
-            "drain_id": summary.drain_id, "decision_id": summary.decision_id,
-            "task_id": task.task_id, "tenant_id": task.tenant_id, "pool_id": task.pool_id,
+            "drain_id": summary.drain_id,
+            "decision_id": summary.decision_id,
+            "task_id": task.task_id,
+            "tenant_id": task.tenant_id,
+            "pool_id": task.pool_id,
             "node_id": task.node_id,
             "drain_signal_at": summary.drain_signal_at.isoformat() if summary.drain_signal_at else None,
             "grace_seconds": float(history[0].detail.get("grace_seconds", 0.0)),
             "task_ended_at": summary.task_ended_at.isoformat() if summary.task_ended_at else None,
-            "outcome": outcome, "platform_fault": fault, "reason": reason,
+            "outcome": outcome,
+            "platform_fault": fault,
+            "reason": reason,
             "recorded_at": now.isoformat(),
         }
-        detail = {"phase": "only", "reason": reason, "outcome": outcome,
-                  "platform_fault": fault, "billing": billing}
+        detail = {
+            "phase": "only",
+            "reason": reason,
+            "outcome": outcome,
+            "platform_fault": fault,
+            "billing": billing,
+        }
         return self._append(history, state, Phase.ONLY, detail)

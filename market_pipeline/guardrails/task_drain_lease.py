@@ -42,18 +42,31 @@ def _key(task_id: str) -> str:
 
 
 def transition_to_dict(row: DrainTransition) -> dict[str, Any]:
-    return {"drain_id": row.drain_id, "seq": row.seq, "state": row.state.value,
-            "phase": row.phase.value, "recorded_at": row.recorded_at.isoformat(),
-            "task_id": row.task_id, "node_id": row.node_id, "tenant_id": row.tenant_id,
-            "detail": dict(row.detail)}
+    return {
+        "drain_id": row.drain_id,
+        "seq": row.seq,
+        "state": row.state.value,
+        "phase": row.phase.value,
+        "recorded_at": row.recorded_at.isoformat(),
+        "task_id": row.task_id,
+        "node_id": row.node_id,
+        "tenant_id": row.tenant_id,
+        "detail": dict(row.detail),
+    }
 
 
 def transition_from_dict(data: dict[str, Any]) -> DrainTransition:
     return DrainTransition(
-        drain_id=data["drain_id"], seq=int(data["seq"]), state=DrainState(data["state"]),
-        phase=Phase(data["phase"]), recorded_at=datetime.fromisoformat(data["recorded_at"]),
-        task_id=data["task_id"], node_id=data["node_id"], tenant_id=data["tenant_id"],
-        detail=data["detail"])
+        drain_id=data["drain_id"],
+        seq=int(data["seq"]),
+        state=DrainState(data["state"]),
+        phase=Phase(data["phase"]),
+        recorded_at=datetime.fromisoformat(data["recorded_at"]),
+        task_id=data["task_id"],
+        node_id=data["node_id"],
+        tenant_id=data["tenant_id"],
+        detail=data["detail"],
+    )
 
 
 class TaskLease:
@@ -73,8 +86,9 @@ class TaskLease:
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise DrainBusy(f"task {self.task_id} is being drained by another run ({holder});"
-                            " nothing was sent") from None
+            raise DrainBusy(
+                f"task {self.task_id} is being drained by another run ({holder}); nothing was sent"
+            ) from None
         # The lock file is never replaced or removed: the lock lives on its inode.
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
@@ -110,8 +124,11 @@ class TaskLease:
         if history and history[-1].state in TERMINAL_STATES:
             self.journal_path.unlink(missing_ok=True)  # finished: nothing left to resume
             return
-        payload = {"task_id": self.task_id, "owner_pid": os.getpid(),
-                   "rows": [transition_to_dict(r) for r in history]}
+        payload = {
+            "task_id": self.task_id,
+            "owner_pid": os.getpid(),
+            "rows": [transition_to_dict(r) for r in history],
+        }
         tmp = self.journal_path.with_name(f"{self.journal_path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(payload, default=str))
         os.replace(tmp, self.journal_path)

@@ -53,8 +53,11 @@ class DrainLedger:
         self.entries.append(entry)
 
     def tenant_drains_since(self, tenant_id: str, since: datetime) -> int:
-        return sum(1 for e in self.entries if e.tenant_id == tenant_id and e.decided_at >= since
-                   and e.outcome not in NOT_DISRUPTIVE_OUTCOMES)
+        return sum(
+            1
+            for e in self.entries
+            if e.tenant_id == tenant_id and e.decided_at >= since and e.outcome not in NOT_DISRUPTIVE_OUTCOMES
+        )
 
     def open_entries(self, now: datetime, ttl_seconds: float) -> list[LedgerEntry]:
         since = now - timedelta(seconds=ttl_seconds)
@@ -79,17 +82,20 @@ class DrainLimits:
         """The shipped [guardrails.task_drain] limits, plus scheduled/reason budgets if any."""
         section = config.guardrails.task_drain
         tick = config.loop.tick_minutes * 60.0
-        return cls(tenant_max_drains_per_day=section.tenant_max_drains_per_day,
-                   landing_cooldown_minutes=section.landing_cooldown_minutes,
-                   budgets=(*budget_rules(config), *extra_budgets),
-                   decision_ttl_seconds=max(3 * tick, section.max_total_seconds + tick))
+        return cls(
+            tenant_max_drains_per_day=section.tenant_max_drains_per_day,
+            landing_cooldown_minutes=section.landing_cooldown_minutes,
+            budgets=(*budget_rules(config), *extra_budgets),
+            decision_ttl_seconds=max(3 * tick, section.max_total_seconds + tick),
+        )
 
     def pool_allowance(self, reason: DisruptionReason, pool_nodes: int, now: datetime) -> int | None:
         """Most restrictive active budget for this reason; None when none applies."""
         return allowance(self.budgets, reason, pool_nodes, now)
 
-    def tick_budget(self, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo], ledger: DrainLedger,
-                    now: datetime) -> DisruptionBudget:
+    def tick_budget(
+        self, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo], ledger: DrainLedger, now: datetime
+    ) -> DisruptionBudget:
         """The tick's one budget from the fleet and the drain ledger (see `disruption_budget`).
 
         Disrupting now: nodes with an open drain, and cordoned nodes that still run tasks (a
@@ -106,37 +112,60 @@ class DrainLimits:
             disrupting.setdefault(entry.pool_id, set()).add(entry.node_id)
         return DisruptionBudget(self.budgets, now, pool_nodes, disrupting)
 
-    def task_blockers(self, task: TaskInfo, reason: DisruptionReason, *, fleet_now: datetime,
-                      ledger_now: datetime, ledger: DrainLedger) -> list[str]:
+    def task_blockers(
+        self,
+        task: TaskInfo,
+        reason: DisruptionReason,
+        *,
+        fleet_now: datetime,
+        ledger_now: datetime,
+        ledger: DrainLedger,
+    ) -> list[str]:
         """Why this task may not be drained now, the pool budget aside; empty when none."""
         found = []
         if task.do_not_drain:
             found.append(f"do_not_drain: task {task.task_id} is protected")
         age_min = (fleet_now - task.started_at).total_seconds() / 60.0
         if age_min < self.landing_cooldown_minutes:
-            found.append(f"landing_cooldown: landed {age_min:.1f} min ago "
-                         f"< {self.landing_cooldown_minutes:g} min")
+            found.append(
+                f"landing_cooldown: landed {age_min:.1f} min ago < {self.landing_cooldown_minutes:g} min"
+            )
         # The cap shields a tenant from disruption the platform causes; a tenant whose own
         # balance ran out is stopped whatever it had drained today (pool budgets still apply).
         used = ledger.tenant_drains_since(task.tenant_id, ledger_now - TENANT_CAP_WINDOW)
         if reason is not DisruptionReason.BUDGET and used + 1 > self.tenant_max_drains_per_day:
-            found.append(f"tenant_cap: {task.tenant_id} had {used} drain(s) in 24 h, "
-                         f"cap {self.tenant_max_drains_per_day}")
+            found.append(
+                f"tenant_cap: {task.tenant_id} had {used} drain(s) in 24 h, "
+                f"cap {self.tenant_max_drains_per_day}"
+            )
         return found
 
-    def blockers(self, task: TaskInfo, reason: DisruptionReason, *, fleet_now: datetime,
-                 ledger_now: datetime, ledger: DrainLedger, pool_nodes: int) -> list[str]:
+    def blockers(
+        self,
+        task: TaskInfo,
+        reason: DisruptionReason,
+        *,
+        fleet_now: datetime,
+        ledger_now: datetime,
+        ledger: DrainLedger,
+        pool_nodes: int,
+    ) -> list[str]:
         """Every limit on one drain checked against `ledger` alone (the simulator's trial
         ledgers); the planner checks the pool budget against the tick's shared budget."""
         found = self.task_blockers(task, reason, fleet_now=fleet_now, ledger_now=ledger_now, ledger=ledger)
         busy = ledger.disrupting_nodes(task.pool_id, ledger_now, self.decision_ttl_seconds)
-        blocker = PoolBudget(task.pool_id, pool_nodes, self.budgets, ledger_now, busy).blocker(reason, task.node_id)
+        blocker = PoolBudget(task.pool_id, pool_nodes, self.budgets, ledger_now, busy).blocker(
+            reason, task.node_id
+        )
         return found + ([blocker] if blocker else [])
 
 
 def budget_rules(config: Any) -> tuple[BudgetRule, ...]:
     """The flat `pool_disruption_budget_pct` and the configured rules by reason and window."""
     section = config.guardrails.task_drain
-    return (BudgetRule(percent=section.pool_disruption_budget_pct),
-            *parse_rules((b.model_dump(exclude_none=True) for b in section.budgets),
-                         "guardrails.task_drain.budgets"))
+    return (
+        BudgetRule(percent=section.pool_disruption_budget_pct),
+        *parse_rules(
+            (b.model_dump(exclude_none=True) for b in section.budgets), "guardrails.task_drain.budgets"
+        ),
+    )

@@ -39,7 +39,6 @@ from market_pipeline.hardware.protocol import NodeInfo, NodeState, TaskInfo
 from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow
 from market_pipeline.warehouse.decisions import decisions_frame as warehouse_decisions_frame
 
-
 SCORE_EXEMPT = frozenset({DrainReason.MANUAL, DrainReason.BUDGET})
 
 
@@ -55,9 +54,14 @@ class SelectionPolicy:
     @classmethod
     def from_config(cls, config: Any, min_score: float = 0.4) -> "SelectionPolicy":
         section = config.guardrails.task_drain
-        return cls(section.under_use_util_pct, section.under_use_minutes,
-                   section.pressure_util_pct, min_score,
-                   float(config.loop.sample_interval_seconds), float(config.loop.tick_minutes))
+        return cls(
+            section.under_use_util_pct,
+            section.under_use_minutes,
+            section.pressure_util_pct,
+            min_score,
+            float(config.loop.sample_interval_seconds),
+            float(config.loop.tick_minutes),
+        )
 
 
 @dataclass(frozen=True)
@@ -93,21 +97,29 @@ class DrainDecision:
     def inputs_json(self) -> dict[str, Any]:
         util = self.utilisation
         return {
-            "task": task_to_dict(self.task), "tenant_id": self.task.tenant_id,
-            "node_id": self.task.node_id, "trigger": self.reason.value,
-            "score": self.score.score, "score_components": self.score.components(),
+            "task": task_to_dict(self.task),
+            "tenant_id": self.task.tenant_id,
+            "node_id": self.task.node_id,
+            "trigger": self.reason.value,
+            "score": self.score.score,
+            "score_components": self.score.components(),
             "util_mean_pct": None if util is None else round(util.mean_pct, 3),
             "util_max_pct": None if util is None else round(util.max_pct, 3),
             "fleet_now": self.fleet_now.isoformat(),
         }
 
     def ledger_entry(self) -> LedgerEntry:
-        return LedgerEntry(self.decision_id, self.task.task_id, self.task.tenant_id,
-                           self.task.pool_id, self.task.node_id, self.decided_at)
+        return LedgerEntry(
+            self.decision_id,
+            self.task.task_id,
+            self.task.tenant_id,
+            self.task.pool_id,
+            self.task.node_id,
+            self.decided_at,
+        )
 
 
-def decision_id_for(task: TaskInfo, reason: DrainReason, decided_at: datetime,
-                    tick_minutes: float) -> str:
+def decision_id_for(task: TaskInfo, reason: DrainReason, decided_at: datetime, tick_minutes: float) -> str:
     """Stable within a tick: re-running the planner in the same tick yields the same id."""
     tick = max(int(tick_minutes * 60), 1)
     slot = int(decided_at.timestamp()) // tick * tick
@@ -129,9 +141,15 @@ class _Batch:
     """One planning pass (a `task_drain_triggers.DrainPass`): remembers choices so later
     checks see earlier approvals."""
 
-    def __init__(self, inputs: PlanningInputs, policy: SelectionPolicy, limits: DrainLimits,
-                 scores: Mapping[str, DrainabilityScore], util: Mapping[str, UtilisationStats],
-                 ordered: Sequence[TaskInfo]) -> None:
+    def __init__(
+        self,
+        inputs: PlanningInputs,
+        policy: SelectionPolicy,
+        limits: DrainLimits,
+        scores: Mapping[str, DrainabilityScore],
+        util: Mapping[str, UtilisationStats],
+        ordered: Sequence[TaskInfo],
+    ) -> None:
         self.inputs, self.policy, self.limits = inputs, policy, limits
         self.scores, self.util, self.ordered = scores, util, ordered
         self.running = inputs.tasks
@@ -146,22 +164,28 @@ class _Batch:
 
     def consider(self, task: TaskInfo, reason: DrainReason, trigger: str, budget: DisruptionBudget) -> bool:
         self.chosen.add(task.task_id)
-        blockers = self.limits.task_blockers(task, reason, fleet_now=self.inputs.fleet_now,
-                                             ledger_now=self.ledger_now, ledger=self.ledger)
+        blockers = self.limits.task_blockers(
+            task, reason, fleet_now=self.inputs.fleet_now, ledger_now=self.ledger_now, ledger=self.ledger
+        )
         pool = budget.pool(task.pool_id)
         over = pool.blocker(reason, task.node_id)
         blockers.extend([over] if over else [])
         score = self.scores[task.task_id]
         # an operator's or a budget drain is not about how cheap the task is to drain
         if reason not in SCORE_EXEMPT and score.score < self.policy.min_score:
-            blockers.append(f"low_score: drainability {score.score:.2f} "
-                            f"< {self.policy.min_score:.2f}")
+            blockers.append(f"low_score: drainability {score.score:.2f} < {self.policy.min_score:.2f}")
         decision = DrainDecision(
             decision_id=decision_id_for(task, reason, self.ledger_now, self.policy.tick_minutes),
-            task=task, reason=reason, allowed=not blockers, shadow=self.inputs.shadow,
+            task=task,
+            reason=reason,
+            allowed=not blockers,
+            shadow=self.inputs.shadow,
             reasons=(f"{reason.value}: {trigger}", f"score: {score.score:.2f}", *blockers),
-            score=score, utilisation=self.util.get(task.task_id),
-            decided_at=self.ledger_now, fleet_now=self.inputs.fleet_now)
+            score=score,
+            utilisation=self.util.get(task.task_id),
+            decided_at=self.ledger_now,
+            fleet_now=self.inputs.fleet_now,
+        )
         self.decisions.append(decision)
         if decision.allowed:
             self.ledger.add(decision.ledger_entry())
@@ -169,8 +193,12 @@ class _Batch:
         return decision.allowed
 
 
-def plan_drains(inputs: PlanningInputs, policy: SelectionPolicy, limits: DrainLimits,
-                budget: DisruptionBudget | None = None) -> list[DrainDecision]:
+def plan_drains(
+    inputs: PlanningInputs,
+    policy: SelectionPolicy,
+    limits: DrainLimits,
+    budget: DisruptionBudget | None = None,
+) -> list[DrainDecision]:
     """This tick's drain decisions; each trigger (`DRAIN_METHODS`, in order) consumes from
     `budget`, the tick's one disruption budget (built from the fleet and the ledger if not
     given: pass the scaler's to share it)."""
@@ -179,10 +207,12 @@ def plan_drains(inputs: PlanningInputs, policy: SelectionPolicy, limits: DrainLi
     tasks = [t for t in inputs.tasks if t.task_id not in busy]
     window = max(policy.under_use_minutes, policy.sample_interval_seconds / 60.0)
     util = task_utilisation(inputs.samples, tasks, inputs.fleet_now, window)
-    scores = {t.task_id: drainability_score(t, util.get(t.task_id),
-                                            history_for(t, inputs.history_by_task,
-                                                        inputs.history_by_tenant))
-              for t in tasks}
+    scores = {
+        t.task_id: drainability_score(
+            t, util.get(t.task_id), history_for(t, inputs.history_by_task, inputs.history_by_tenant)
+        )
+        for t in tasks
+    }
     if budget is None:
         budget = limits.tick_budget(inputs.nodes, inputs.tasks, inputs.ledger, ledger_now)
     batch = _Batch(inputs, policy, limits, scores, util, candidate_order(tasks, scores))
@@ -198,8 +228,18 @@ def node_is_drained(node_id: str, running: Sequence[TaskInfo]) -> tuple[bool, li
 
 def decisions_frame(decisions: Sequence[DrainDecision]) -> pl.DataFrame:
     """Rows for the warehouse `decisions` table (kind = 'drain')."""
-    return warehouse_decisions_frame(DecisionRow(
-        decision_id=d.decision_id, kind=DecisionKind.DRAIN, action="drain_task", decided_at=d.decided_at,
-        allowed=d.allowed, shadow=d.shadow, pool_id=d.task.pool_id, target=d.task.task_id,
-        reasons=tuple(d.reasons), inputs=d.inputs_json()) for d in decisions)
-
+    return warehouse_decisions_frame(
+        DecisionRow(
+            decision_id=d.decision_id,
+            kind=DecisionKind.DRAIN,
+            action="drain_task",
+            decided_at=d.decided_at,
+            allowed=d.allowed,
+            shadow=d.shadow,
+            pool_id=d.task.pool_id,
+            target=d.task.task_id,
+            reasons=tuple(d.reasons),
+            inputs=d.inputs_json(),
+        )
+        for d in decisions
+    )

@@ -58,9 +58,7 @@ ALLOWED_NEXT: Mapping[DrainState | None, frozenset[DrainState]] = {
     DrainState.CHECKPOINTING: frozenset(
         {DrainState.TERMINATING, DrainState.RELEASED, DrainState.KILLED, DrainState.FAILED}
     ),
-    DrainState.TERMINATING: frozenset(
-        {DrainState.KILLED, DrainState.RELEASED, DrainState.FAILED}
-    ),
+    DrainState.TERMINATING: frozenset({DrainState.KILLED, DrainState.RELEASED, DrainState.FAILED}),
     # KILLED -> KILLED only after an interrupted kill whose target is still alive.
     DrainState.KILLED: frozenset({DrainState.KILLED, DrainState.RELEASED, DrainState.FAILED}),
     DrainState.RELEASED: frozenset({DrainState.REPORTED, DrainState.FAILED}),
@@ -100,17 +98,16 @@ def check_transition(history: Sequence[DrainTransition], new: DrainTransition) -
     """Raise DrainProtocolError unless `new` may follow `history` (ordered by seq)."""
     expected_seq = len(history)
     if new.seq != expected_seq:
-        raise DrainProtocolError(
-            f"drain {new.drain_id}: seq {new.seq} appended after {expected_seq} rows")
+        raise DrainProtocolError(f"drain {new.drain_id}: seq {new.seq} appended after {expected_seq} rows")
     last = history[-1] if history else None
     if last is not None and last.state in TERMINAL_STATES:
-        raise DrainProtocolError(
-            f"drain {new.drain_id}: {new.state.value} after terminal {last.state.value}")
+        raise DrainProtocolError(f"drain {new.drain_id}: {new.state.value} after terminal {last.state.value}")
     if last is not None and last.phase is Phase.BEGIN:
         if new.state is not last.state or new.phase is not Phase.END:
             raise DrainProtocolError(
                 f"drain {new.drain_id}: open step {last.state.value} must end before "
-                f"{new.state.value}/{new.phase.value}")
+                f"{new.state.value}/{new.phase.value}"
+            )
         return
     if new.phase is Phase.END:
         raise DrainProtocolError(f"drain {new.drain_id}: end of {new.state.value} without begin")
@@ -118,16 +115,19 @@ def check_transition(history: Sequence[DrainTransition], new: DrainTransition) -
     if new.state not in allowed:
         previous = last.state.value if last else "<start>"
         raise DrainProtocolError(
-            f"drain {new.drain_id}: {previous} -> {new.state.value} is not a protocol transition")
+            f"drain {new.drain_id}: {previous} -> {new.state.value} is not a protocol transition"
+        )
     if last is not None and last.state is DrainState.KILLED and new.state is DrainState.KILLED:
         if not (last.status == STATUS_INTERRUPTED and last.detail.get("alive_after")):
             raise DrainProtocolError(
-                f"drain {new.drain_id}: a kill may only be resent after an undelivered kill")
+                f"drain {new.drain_id}: a kill may only be resent after an undelivered kill"
+            )
     expects_begin = new.state in SIDE_EFFECT_STATES
     if expects_begin != (new.phase is Phase.BEGIN):
         raise DrainProtocolError(
             f"drain {new.drain_id}: {new.state.value} must be written "
-            f"{'as begin/end' if expects_begin else 'as one row'}")
+            f"{'as begin/end' if expects_begin else 'as one row'}"
+        )
 
 
 class DrainAuditStore(Protocol):
@@ -162,8 +162,7 @@ class InMemoryAuditStore:
         with self._lock:
             history = self._rows.setdefault(transition.drain_id, [])
             if transition.seq < len(history):
-                raise DuplicateStepError(
-                    f"drain {transition.drain_id}: seq {transition.seq} already written")
+                raise DuplicateStepError(f"drain {transition.drain_id}: seq {transition.seq} already written")
             check_transition(history, transition)
             history.append(transition)
             billing = transition.detail.get("billing")
@@ -172,9 +171,11 @@ class InMemoryAuditStore:
 
     def open_drain_ids(self, task_id: str) -> list[str]:
         with self._lock:
-            return [drain_id for drain_id, rows in self._rows.items()
-                    if rows and rows[0].task_id == task_id
-                    and rows[-1].state not in TERMINAL_STATES]
+            return [
+                drain_id
+                for drain_id, rows in self._rows.items()
+                if rows and rows[0].task_id == task_id and rows[-1].state not in TERMINAL_STATES
+            ]
 
     def drain_ids(self) -> list[str]:
         with self._lock:
@@ -186,30 +187,44 @@ class InMemoryAuditStore:
 
 def task_to_dict(task: TaskInfo) -> dict[str, Any]:
     return {
-        "task_id": task.task_id, "tenant_id": task.tenant_id, "pool_id": task.pool_id,
-        "node_id": task.node_id, "gpu_uuids": list(task.gpu_uuids),
-        "gpu_milli": task.gpu_milli, "kind": task.kind.value, "qos": task.qos,
-        "priority": task.priority, "resource_class": task.resource_class.value,
-        "started_at": task.started_at.isoformat(), "mem_mib": task.mem_mib,
-        "mig_profile": task.mig_profile, "do_not_drain": task.do_not_drain,
-        "checkpointable": task.checkpointable, "pid": task.pid,
+        "task_id": task.task_id,
+        "tenant_id": task.tenant_id,
+        "pool_id": task.pool_id,
+        "node_id": task.node_id,
+        "gpu_uuids": list(task.gpu_uuids),
+        "gpu_milli": task.gpu_milli,
+        "kind": task.kind.value,
+        "qos": task.qos,
+        "priority": task.priority,
+        "resource_class": task.resource_class.value,
+        "started_at": task.started_at.isoformat(),
+        "mem_mib": task.mem_mib,
+        "mig_profile": task.mig_profile,
+        "do_not_drain": task.do_not_drain,
+        "checkpointable": task.checkpointable,
+        "pid": task.pid,
     }
 
 
 def task_from_dict(data: Mapping[str, Any]) -> TaskInfo:
     try:
         return TaskInfo(
-            task_id=str(data["task_id"]), tenant_id=str(data["tenant_id"]),
-            pool_id=str(data["pool_id"]), node_id=str(data["node_id"]),
-            gpu_uuids=tuple(data["gpu_uuids"]), gpu_milli=int(data["gpu_milli"]),
-            kind=TaskKind(data["kind"]), qos=str(data["qos"]), priority=int(data["priority"]),
+            task_id=str(data["task_id"]),
+            tenant_id=str(data["tenant_id"]),
+            pool_id=str(data["pool_id"]),
+            node_id=str(data["node_id"]),
+            gpu_uuids=tuple(data["gpu_uuids"]),
+            gpu_milli=int(data["gpu_milli"]),
+            kind=TaskKind(data["kind"]),
+            qos=str(data["qos"]),
+            priority=int(data["priority"]),
             resource_class=ResourceClass(data["resource_class"]),
             started_at=datetime.fromisoformat(data["started_at"]),
-            mem_mib=int(data.get("mem_mib", 0)), mig_profile=data.get("mig_profile"),
+            mem_mib=int(data.get("mem_mib", 0)),
+            mig_profile=data.get("mig_profile"),
             do_not_drain=bool(data.get("do_not_drain", False)),
-            checkpointable=bool(data.get("checkpointable", True)), pid=data.get("pid"),
+            checkpointable=bool(data.get("checkpointable", True)),
+            pid=data.get("pid"),
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise DrainProtocolError(f"task snapshot is malformed: {exc!r}") from exc
-
-

@@ -52,8 +52,9 @@ class DrainRefused(ValueError):
     """A decision that must not be executed (blocked or shadow); names it and why."""
 
 
-def recent_samples(warehouse: Warehouse, adapter: NodeAdapter, fleet_now: datetime,
-                   minutes: float) -> tuple[pl.DataFrame, str]:
+def recent_samples(
+    warehouse: Warehouse, adapter: NodeAdapter, fleet_now: datetime, minutes: float
+) -> tuple[pl.DataFrame, str]:
     """Samples of the last `minutes`: the clean telemetry table when it covers the window,
     else straight from the adapter (telemetry not ingested yet, or stale)."""
     start = fleet_now - timedelta(minutes=minutes)
@@ -64,64 +65,102 @@ def recent_samples(warehouse: Warehouse, adapter: NodeAdapter, fleet_now: dateti
     if table_exists(warehouse, TELEMETRY_TABLE):
         frame = warehouse.query(
             f"SELECT ts, node_id, gpu_uuid, sm_util_pct, task_id, tenant_id FROM {TELEMETRY_TABLE}"
-            " WHERE ts >= ? AND ts <= ?", [start, fleet_now])
+            " WHERE ts >= ? AND ts <= ?",
+            [start, fleet_now],
+        )
         if not frame.is_empty():
             return frame, TELEMETRY_TABLE
     return adapter.read_samples(start, fleet_now + timedelta(microseconds=1)), "adapter"
 
 
-def gather_planning_inputs(warehouse: Warehouse, adapter: NodeAdapter, config: Any, *,
-                           wall_now: datetime, scale_down_nodes: Sequence[str] = (),
-                           manual_task_ids: Sequence[str] = ()) -> tuple[PlanningInputs, str]:
+def gather_planning_inputs(
+    warehouse: Warehouse,
+    adapter: NodeAdapter,
+    config: Any,
+    *,
+    wall_now: datetime,
+    scale_down_nodes: Sequence[str] = (),
+    manual_task_ids: Sequence[str] = (),
+) -> tuple[PlanningInputs, str]:
     """Everything plan_drains needs, and where the samples came from."""
     policy = SelectionPolicy.from_config(config)
     limits = DrainLimits.from_config(config)
     fleet_now = adapter_now(adapter)  # a simulated fleet's clock runs ahead of the wall
-    window = max(policy.under_use_minutes, policy.sample_interval_seconds / 60.0) \
+    window = (
+        max(policy.under_use_minutes, policy.sample_interval_seconds / 60.0)
         + policy.sample_interval_seconds / 60.0
+    )
     samples, source = recent_samples(warehouse, adapter, fleet_now, window)
     shadow = bool(config.loop.shadow_mode)
-    ledger = load_ledger(warehouse, shadow,
-                         ledger_window_start(wall_now, limits.decision_ttl_seconds))
+    ledger = load_ledger(warehouse, shadow, ledger_window_start(wall_now, limits.decision_ttl_seconds))
     by_task, by_tenant = load_history(warehouse)
     # budget guards decide on the fleet's clock, so their grace period is checked on it too
     budget = budget_triggers(load_budget_blocks(warehouse, fleet_now, shadow))
     inputs = PlanningInputs(
-        fleet_now=fleet_now, tasks=adapter.list_tasks(), nodes=adapter.list_nodes(),
-        samples=samples, ledger=ledger, shadow=shadow, ledger_now=wall_now,
-        history_by_task=by_task, history_by_tenant=by_tenant,
-        scale_down_nodes=tuple(scale_down_nodes), manual_task_ids=tuple(manual_task_ids),
-        budget_blocked_tenants=budget)
+        fleet_now=fleet_now,
+        tasks=adapter.list_tasks(),
+        nodes=adapter.list_nodes(),
+        samples=samples,
+        ledger=ledger,
+        shadow=shadow,
+        ledger_now=wall_now,
+        history_by_task=by_task,
+        history_by_tenant=by_tenant,
+        scale_down_nodes=tuple(scale_down_nodes),
+        manual_task_ids=tuple(manual_task_ids),
+        budget_blocked_tenants=budget,
+    )
     return inputs, source
 
 
-def tick_budget(warehouse: Warehouse, adapter: NodeAdapter, config: Any, *,
-                wall_now: datetime) -> DisruptionBudget:
+def tick_budget(
+    warehouse: Warehouse, adapter: NodeAdapter, config: Any, *, wall_now: datetime
+) -> DisruptionBudget:
     """The tick's one disruption budget from the fleet and the drain ledger: build it once and
     pass it to the scaler (`scaling_live.plan_fleet`) and to `plan_and_record`."""
     limits = DrainLimits.from_config(config)
-    ledger = load_ledger(warehouse, bool(config.loop.shadow_mode),
-                         ledger_window_start(wall_now, limits.decision_ttl_seconds))
+    ledger = load_ledger(
+        warehouse, bool(config.loop.shadow_mode), ledger_window_start(wall_now, limits.decision_ttl_seconds)
+    )
     return limits.tick_budget(adapter.list_nodes(), adapter.list_tasks(), ledger, wall_now)
 
 
-def plan_and_record(warehouse: Warehouse, adapter: NodeAdapter, config: Any, *,
-                    wall_now: datetime, scale_down_nodes: Sequence[str] = (),
-                    manual_task_ids: Sequence[str] = (),
-                    budget: DisruptionBudget | None = None) -> tuple[list[DrainDecision], int, str]:
+def plan_and_record(
+    warehouse: Warehouse,
+    adapter: NodeAdapter,
+    config: Any,
+    *,
+    wall_now: datetime,
+    scale_down_nodes: Sequence[str] = (),
+    manual_task_ids: Sequence[str] = (),
+    budget: DisruptionBudget | None = None,
+) -> tuple[list[DrainDecision], int, str]:
     """Plan this tick's drains and write them to `decisions`; (decisions, new rows, source).
     Without the tick's shared `budget`, one is built from the fleet and the ledger."""
-    inputs, source = gather_planning_inputs(warehouse, adapter, config, wall_now=wall_now,
-                                            scale_down_nodes=scale_down_nodes,
-                                            manual_task_ids=manual_task_ids)
-    decisions = plan_drains(inputs, SelectionPolicy.from_config(config),
-                            DrainLimits.from_config(config), budget)
+    inputs, source = gather_planning_inputs(
+        warehouse,
+        adapter,
+        config,
+        wall_now=wall_now,
+        scale_down_nodes=scale_down_nodes,
+        manual_task_ids=manual_task_ids,
+    )
+    decisions = plan_drains(
+        inputs, SelectionPolicy.from_config(config), DrainLimits.from_config(config), budget
+    )
     return decisions, write_decisions(warehouse, decisions), source
 
 
-def execute_decision(warehouse: Warehouse, adapter: NodeAdapter, config: Any, decision_id: str,
-                     *, clock: Clock | None = None, caller: StepCaller | None = None,
-                     lease_dir: Path | None = None) -> DrainReport:
+def execute_decision(
+    warehouse: Warehouse,
+    adapter: NodeAdapter,
+    config: Any,
+    decision_id: str,
+    *,
+    clock: Clock | None = None,
+    caller: StepCaller | None = None,
+    lease_dir: Path | None = None,
+) -> DrainReport:
     """Carry out one approved drain decision (resuming it if a run stopped half-way).
 
     Holds the task's drain lease (default: next to the adapter state), so a CLI drain and a
@@ -139,12 +178,24 @@ def execute_decision(warehouse: Warehouse, adapter: NodeAdapter, config: Any, de
         age = (clock.now() - decision.decided_at).total_seconds()
         if age > ttl:
             abort = f"expired: decided {age:.0f}s ago, past the {ttl:.0f}s time-to-live"
-    executor = DrainExecutor(adapter, store, DrainTiming.from_config(config),
-                             grace_seconds=float(config.billing.grace_seconds), clock=clock,
-                             caller=caller, lease_dir=lease_dir or lease_dir_for(config))
-    report = executor.run(DrainRequest(drain_id=decision_id, task=decision.task,
-                                       reasons=decision.reasons, decision_id=decision_id,
-                                       abort_reason=abort))
+    executor = DrainExecutor(
+        adapter,
+        store,
+        DrainTiming.from_config(config),
+        grace_seconds=float(config.billing.grace_seconds),
+        clock=clock,
+        caller=caller,
+        lease_dir=lease_dir or lease_dir_for(config),
+    )
+    report = executor.run(
+        DrainRequest(
+            drain_id=decision_id,
+            task=decision.task,
+            reasons=decision.reasons,
+            decision_id=decision_id,
+            abort_reason=abort,
+        )
+    )
     if report.terminal:
         mark_decision_executed(warehouse, report, clock.now())
     return report
@@ -155,10 +206,19 @@ def execute_decision(warehouse: Warehouse, adapter: NodeAdapter, config: Any, de
 
 def decision_rows(decisions: Sequence[DrainDecision]) -> list[dict[str, Any]]:
     """One row per drain decision, for the operator's table: the blockers, else the trigger."""
-    return [{"decision": d.decision_id, "task": d.task.task_id, "tenant": d.task.tenant_id,
-             "node": d.task.node_id, "trigger": d.reason.value, "allowed": d.allowed,
-             "score": round(d.score.score, 2), "reasons": "; ".join(d.reasons[2:]) or d.reasons[0]}
-            for d in decisions]
+    return [
+        {
+            "decision": d.decision_id,
+            "task": d.task.task_id,
+            "tenant": d.task.tenant_id,
+            "node": d.task.node_id,
+            "trigger": d.reason.value,
+            "allowed": d.allowed,
+            "score": round(d.score.score, 2),
+            "reasons": "; ".join(d.reasons[2:]) or d.reasons[0],
+        }
+        for d in decisions
+    ]
 
 
 def outcome_summary(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -168,11 +228,13 @@ def outcome_summary(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     for row in rows:
         by_outcome[row["outcome"]] = by_outcome.get(row["outcome"], 0) + 1
     seconds = sorted(float(r["seconds"]) for r in rows if r["seconds"] is not None)
-    summary: dict[str, Any] = {"drains": len(rows), "by_outcome": by_outcome,
-                               "platform_faults": sum(1 for r in rows if r["platform_fault"])}
+    summary: dict[str, Any] = {
+        "drains": len(rows),
+        "by_outcome": by_outcome,
+        "platform_faults": sum(1 for r in rows if r["platform_fault"]),
+    }
     if seconds:
         summary["seconds_p50"] = round(statistics.median(seconds), 3)
-        summary["seconds_p95"] = round(seconds[min(len(seconds) - 1,
-                                                   int(0.95 * len(seconds)))], 3)
+        summary["seconds_p95"] = round(seconds[min(len(seconds) - 1, int(0.95 * len(seconds)))], 3)
         summary["seconds_max"] = round(seconds[-1], 3)
     return summary

@@ -14,11 +14,11 @@ from typing import Any
 
 from market_pipeline.guardrails.task_drain_protocol import (
     STATUS_INTERRUPTED,
+    TERMINAL_STATES,
     DrainProtocolError,
     DrainState,
     DrainTransition,
     Phase,
-    TERMINAL_STATES,
 )
 from market_pipeline.hardware.protocol import OutcomeStatus
 
@@ -42,9 +42,17 @@ class DrainTiming:
     poll_seconds: float = 0.2
 
     def __post_init__(self) -> None:
-        for name in ("warn_seconds", "checkpoint_timeout_seconds", "terminate_timeout_seconds",
-                     "kill_timeout_seconds", "verify_timeout_seconds", "verify_retry_seconds",
-                     "call_margin_seconds", "max_total_seconds", "poll_seconds"):
+        for name in (
+            "warn_seconds",
+            "checkpoint_timeout_seconds",
+            "terminate_timeout_seconds",
+            "kill_timeout_seconds",
+            "verify_timeout_seconds",
+            "verify_retry_seconds",
+            "call_margin_seconds",
+            "max_total_seconds",
+            "poll_seconds",
+        ):
             value = getattr(self, name)
             # NaN passes every comparison and inf never elapses: both would skip the notice.
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -110,13 +118,11 @@ def elapsed_seconds(history: Sequence[DrainTransition], now: datetime) -> float:
     return (now - requested_at(history)).total_seconds()
 
 
-def remaining_seconds(history: Sequence[DrainTransition], now: datetime,
-                      timing: DrainTiming) -> float:
+def remaining_seconds(history: Sequence[DrainTransition], now: datetime, timing: DrainTiming) -> float:
     return timing.max_total_seconds - elapsed_seconds(history, now)
 
 
-def next_step(history: Sequence[DrainTransition], now: datetime,
-              timing: DrainTiming) -> NextStep:
+def next_step(history: Sequence[DrainTransition], now: datetime, timing: DrainTiming) -> NextStep:
     """The protocol's next move after `history` (non-empty, ordered by seq)."""
     last = history[-1]
     if last.state in TERMINAL_STATES:
@@ -178,11 +184,17 @@ class DrainReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "outcome": self.outcome, "seconds": round(self.seconds, 3),
-            "states": list(self.states), "drain_id": self.drain_id, "task_id": self.task_id,
-            "tenant_id": self.tenant_id, "final_state": self.final_state.value,
-            "reason": self.reason, "checkpoint": self.checkpoint,
-            "platform_fault": self.platform_fault, "decision_id": self.decision_id,
+            "outcome": self.outcome,
+            "seconds": round(self.seconds, 3),
+            "states": list(self.states),
+            "drain_id": self.drain_id,
+            "task_id": self.task_id,
+            "tenant_id": self.tenant_id,
+            "final_state": self.final_state.value,
+            "reason": self.reason,
+            "checkpoint": self.checkpoint,
+            "platform_fault": self.platform_fault,
+            "decision_id": self.decision_id,
             "drain_signal_at": self.drain_signal_at.isoformat() if self.drain_signal_at else None,
             "task_ended_at": self.task_ended_at.isoformat() if self.task_ended_at else None,
         }
@@ -236,8 +248,11 @@ def summarize(history: Sequence[DrainTransition]) -> DrainReport:
         outcome = ended_how
     platform_fault = any(bool(row.detail.get("platform_fault")) for row in history)
     return DrainReport(
-        drain_id=first.drain_id, task_id=first.task_id, tenant_id=first.tenant_id,
-        final_state=last.state, outcome=outcome,
+        drain_id=first.drain_id,
+        task_id=first.task_id,
+        tenant_id=first.tenant_id,
+        final_state=last.state,
+        outcome=outcome,
         reason=str(last.detail.get("reason", "")) if last.state in TERMINAL_STATES else "",
         seconds=(last.recorded_at - first.recorded_at).total_seconds(),
         states=tuple(states),

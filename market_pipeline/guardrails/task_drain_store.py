@@ -33,9 +33,21 @@ from market_pipeline.hardware.protocol import TaskInfo
 from market_pipeline.warehouse import Warehouse, WarehouseError
 
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in TERMINAL_STATES)
-BILLING_COLUMNS = ("drain_id", "decision_id", "task_id", "tenant_id", "pool_id", "node_id",
-                   "drain_signal_at", "grace_seconds", "task_ended_at", "outcome",
-                   "platform_fault", "reason", "recorded_at")
+BILLING_COLUMNS = (
+    "drain_id",
+    "decision_id",
+    "task_id",
+    "tenant_id",
+    "pool_id",
+    "node_id",
+    "drain_signal_at",
+    "grace_seconds",
+    "task_ended_at",
+    "outcome",
+    "platform_fault",
+    "reason",
+    "recorded_at",
+)
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -50,8 +62,7 @@ class WarehouseAuditStore:
     short drain where per-call opens would eat into the task's notice (the CLI).
     """
 
-    def __init__(self, warehouse: Warehouse,
-                 connection: duckdb.DuckDBPyConnection | None = None) -> None:
+    def __init__(self, warehouse: Warehouse, connection: duckdb.DuckDBPyConnection | None = None) -> None:
         self.warehouse = warehouse
         self._connection = connection
 
@@ -67,13 +78,25 @@ class WarehouseAuditStore:
         with self._connect() as con:
             rows = con.execute(
                 "SELECT drain_id, seq, state, recorded_at, task_id, node_id, tenant_id, detail "
-                "FROM drain_audit WHERE drain_id = ? ORDER BY seq", [drain_id]).fetchall()
+                "FROM drain_audit WHERE drain_id = ? ORDER BY seq",
+                [drain_id],
+            ).fetchall()
         history = []
         for drain, seq, state, at, task, node, tenant, detail in rows:
             data = json.loads(detail) if detail else {}
-            history.append(DrainTransition(drain, int(seq), DrainState(state),
-                                           Phase(data.get("phase", Phase.ONLY.value)), _utc(at),
-                                           task, node, tenant, data))
+            history.append(
+                DrainTransition(
+                    drain,
+                    int(seq),
+                    DrainState(state),
+                    Phase(data.get("phase", Phase.ONLY.value)),
+                    _utc(at),
+                    task,
+                    node,
+                    tenant,
+                    data,
+                )
+            )
         return history
 
     def append(self, transition: DrainTransition) -> None:
@@ -84,16 +107,25 @@ class WarehouseAuditStore:
                 con.execute(
                     "INSERT INTO drain_audit (drain_id, seq, state, recorded_at, task_id, "
                     "node_id, tenant_id, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [transition.drain_id, transition.seq, transition.state.value,
-                     transition.recorded_at, transition.task_id, transition.node_id,
-                     transition.tenant_id, json.dumps(dict(transition.detail), default=str)])
+                    [
+                        transition.drain_id,
+                        transition.seq,
+                        transition.state.value,
+                        transition.recorded_at,
+                        transition.task_id,
+                        transition.node_id,
+                        transition.tenant_id,
+                        json.dumps(dict(transition.detail), default=str),
+                    ],
+                )
                 if transition.state in TERMINAL_STATES and billing is not None:
                     _insert_billing(con, billing)
                 con.execute("COMMIT")
             except duckdb.ConstraintException as exc:
                 con.execute("ROLLBACK")
                 raise DuplicateStepError(
-                    f"drain {transition.drain_id}: seq {transition.seq} already written") from exc
+                    f"drain {transition.drain_id}: seq {transition.seq} already written"
+                ) from exc
             except duckdb.Error as exc:
                 con.execute("ROLLBACK")
                 raise WarehouseError(f"append to drain_audit failed: {exc}") from exc
@@ -103,15 +135,19 @@ class WarehouseAuditStore:
             rows = con.execute(
                 "SELECT drain_id FROM drain_audit WHERE task_id = ? GROUP BY drain_id "
                 f"HAVING NOT bool_or(state IN ({TERMINAL_SQL})) ORDER BY drain_id",
-                [task_id]).fetchall()
+                [task_id],
+            ).fetchall()
         return [r[0] for r in rows]
 
 
 def _insert_billing(con: duckdb.DuckDBPyConnection, billing: dict[str, Any]) -> None:
     values = [billing.get(c) for c in BILLING_COLUMNS]
     placeholders = ", ".join("?" for _ in BILLING_COLUMNS)
-    con.execute(f"INSERT INTO drain_billing_events ({', '.join(BILLING_COLUMNS)}) "
-                f"VALUES ({placeholders}) ON CONFLICT DO NOTHING", values)
+    con.execute(
+        f"INSERT INTO drain_billing_events ({', '.join(BILLING_COLUMNS)}) "
+        f"VALUES ({placeholders}) ON CONFLICT DO NOTHING",
+        values,
+    )
 
 
 # -- drain decisions ---------------------------------------------------------------------
@@ -147,15 +183,18 @@ def write_decisions(warehouse: Warehouse, decisions: Sequence[DrainDecision]) ->
                 " shadow, reasons, inputs, decided_at)"
                 " SELECT decision_id, kind, pool_id, target, action, allowed, shadow, reasons,"
                 " CAST(inputs AS JSON), decided_at"
-                " FROM _drain_decisions ON CONFLICT DO NOTHING")
+                " FROM _drain_decisions ON CONFLICT DO NOTHING"
+            )
         finally:
             con.unregister("_drain_decisions")
         after = con.execute("SELECT count(*) FROM decisions").fetchone()[0]
     return int(after - before)
 
 
-_DECISION_SQL = ("SELECT decision_id, allowed, shadow, reasons, inputs, decided_at, executed_at,"
-                 " outcome FROM decisions WHERE kind = 'drain'")
+_DECISION_SQL = (
+    "SELECT decision_id, allowed, shadow, reasons, inputs, decided_at, executed_at,"
+    " outcome FROM decisions WHERE kind = 'drain'"
+)
 
 
 def _stored(row: tuple) -> StoredDecision:
@@ -163,8 +202,16 @@ def _stored(row: tuple) -> StoredDecision:
     data = json.loads(inputs) if isinstance(inputs, str) else dict(inputs or {})
     if "task" not in data:
         raise DecisionNotFound(f"decision {decision_id} carries no task snapshot in inputs")
-    return StoredDecision(decision_id, task_from_dict(data["task"]), bool(allowed), bool(shadow),
-                          tuple(reasons or ()), _utc(decided), _utc(executed), outcome)
+    return StoredDecision(
+        decision_id,
+        task_from_dict(data["task"]),
+        bool(allowed),
+        bool(shadow),
+        tuple(reasons or ()),
+        _utc(decided),
+        _utc(executed),
+        outcome,
+    )
 
 
 def load_decision(warehouse: Warehouse, decision_id: str) -> StoredDecision:
@@ -180,8 +227,10 @@ def pending_drain_decisions(warehouse: Warehouse) -> list[StoredDecision]:
     if not warehouse.path.exists():
         return []
     with warehouse.connect(read_only=True) as con:
-        rows = con.execute(_DECISION_SQL + " AND allowed AND NOT shadow AND executed_at IS NULL"
-                           " ORDER BY decided_at, decision_id").fetchall()
+        rows = con.execute(
+            _DECISION_SQL + " AND allowed AND NOT shadow AND executed_at IS NULL"
+            " ORDER BY decided_at, decision_id"
+        ).fetchall()
     return [_stored(r) for r in rows]
 
 
@@ -190,8 +239,9 @@ def mark_decision_executed(warehouse: Warehouse, report: DrainReport, at: dateti
     if report.decision_id is None:
         return
     warehouse.execute(
-        "UPDATE decisions SET executed_at = ?, outcome = ? WHERE decision_id = ? "
-        "AND executed_at IS NULL", [at, report.outcome, report.decision_id])
+        "UPDATE decisions SET executed_at = ?, outcome = ? WHERE decision_id = ? AND executed_at IS NULL",
+        [at, report.outcome, report.decision_id],
+    )
 
 
 def load_ledger(warehouse: Warehouse, shadow: bool, since: datetime) -> DrainLedger:
@@ -199,9 +249,15 @@ def load_ledger(warehouse: Warehouse, shadow: bool, since: datetime) -> DrainLed
         rows = con.execute(
             "SELECT decision_id, target, inputs->>'tenant_id', pool_id, inputs->>'node_id', "
             "decided_at, outcome FROM decisions WHERE kind = 'drain' AND allowed "
-            "AND shadow = ? AND decided_at >= ?", [shadow, since]).fetchall()
-    return DrainLedger([LedgerEntry(d, t, tenant or "", pool or "", node or "", _utc(at), out)
-                        for d, t, tenant, pool, node, at, out in rows])
+            "AND shadow = ? AND decided_at >= ?",
+            [shadow, since],
+        ).fetchall()
+    return DrainLedger(
+        [
+            LedgerEntry(d, t, tenant or "", pool or "", node or "", _utc(at), out)
+            for d, t, tenant, pool, node, at, out in rows
+        ]
+    )
 
 
 def load_history(warehouse: Warehouse) -> tuple[dict[str, DrainHistory], dict[str, DrainHistory]]:
@@ -210,7 +266,8 @@ def load_history(warehouse: Warehouse) -> tuple[dict[str, DrainHistory], dict[st
         rows = con.execute(
             "SELECT target, inputs->>'tenant_id', outcome, count(*) FROM decisions "
             "WHERE kind = 'drain' AND NOT shadow AND outcome IN ('terminated', 'killed', 'failed')"
-            " GROUP BY ALL").fetchall()
+            " GROUP BY ALL"
+        ).fetchall()
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for task, tenant, outcome, n in rows:
         counts.setdefault((task, tenant or ""), {})[outcome] = int(n)
@@ -234,7 +291,9 @@ def recent_drain_outcomes(warehouse: Warehouse, since: datetime) -> list[dict[st
             "date_diff('millisecond', a.first_at, b.recorded_at) / 1000.0 AS seconds "
             "FROM drain_billing_events b JOIN (SELECT drain_id, min(recorded_at) AS first_at "
             "FROM drain_audit GROUP BY drain_id) a USING (drain_id) "
-            "WHERE b.recorded_at >= ? ORDER BY b.recorded_at", [since]).fetchall()
+            "WHERE b.recorded_at >= ? ORDER BY b.recorded_at",
+            [since],
+        ).fetchall()
     keys = ("drain_id", "tenant_id", "outcome", "platform_fault", "reason", "seconds")
     return [dict(zip(keys, row)) for row in rows]
 
@@ -243,8 +302,9 @@ def table_exists(warehouse: Warehouse, name: str) -> bool:
     if not warehouse.path.exists():
         return False
     with warehouse.connect(read_only=True) as con:
-        row = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
-                          [name]).fetchone()
+        row = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
+        ).fetchone()
     return bool(row and row[0])
 
 

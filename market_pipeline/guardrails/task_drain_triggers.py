@@ -51,8 +51,9 @@ class DrainPass(Protocol):
     @property
     def scale_down_nodes(self) -> Sequence[str]: ...
 
-    def consider(self, task: TaskInfo, reason: DisruptionReason, trigger: str,
-                 budget: DisruptionBudget) -> bool: ...
+    def consider(
+        self, task: TaskInfo, reason: DisruptionReason, trigger: str, budget: DisruptionBudget
+    ) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,10 @@ class Pressure:
                 continue
             need = allocated[pool_id] - threshold * capacity
             freed = 0.0
-            trigger = (f"pool {pool_id} allocation {allocated[pool_id] / capacity:.0%} "
-                       f"> {plan.policy.pressure_util_pct:g}%")
+            trigger = (
+                f"pool {pool_id} allocation {allocated[pool_id] / capacity:.0%} "
+                f"> {plan.policy.pressure_util_pct:g}%"
+            )
             for task in (t for t in plan.ordered if t.pool_id == pool_id):
                 if freed >= need:
                     break
@@ -128,14 +131,26 @@ class UnderUsed:
         policy = plan.policy
         for task in plan.ordered:
             stats = plan.util.get(task.task_id)
-            if stats is not None and task.task_id not in plan.chosen and is_under_used(
-                    stats, policy.under_use_util_pct, policy.under_use_minutes,
-                    policy.sample_interval_seconds):
-                plan.consider(task, self.reason,
-                              f"peak util {stats.max_pct:.1f}% of request < "
-                              f"{policy.under_use_util_pct:g}% for {policy.under_use_minutes:g} min", budget)
+            if (
+                stats is not None
+                and task.task_id not in plan.chosen
+                and is_under_used(
+                    stats, policy.under_use_util_pct, policy.under_use_minutes, policy.sample_interval_seconds
+                )
+            ):
+                plan.consider(
+                    task,
+                    self.reason,
+                    f"peak util {stats.max_pct:.1f}% of request < "
+                    f"{policy.under_use_util_pct:g}% for {policy.under_use_minutes:g} min",
+                    budget,
+                )
 
 
 DRAIN_METHODS: tuple[DisruptionMethod[DrainPass], ...] = (
-    Pressure(), Manual(), BudgetGuard(), ScaleDown(), UnderUsed(),
+    Pressure(),
+    Manual(),
+    BudgetGuard(),
+    ScaleDown(),
+    UnderUsed(),
 )

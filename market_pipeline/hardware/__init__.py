@@ -34,7 +34,9 @@ def backend_class(name: str) -> type:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name == module_name:
-            raise AdapterBackendError(f"adapter.backend {name!r}: module {module_name} is not installed") from None
+            raise AdapterBackendError(
+                f"adapter.backend {name!r}: module {module_name} is not installed"
+            ) from None
         raise
     try:
         return getattr(module, class_name)

@@ -54,9 +54,14 @@ class DcgmSourceError(ValueError):
 class DcgmAdapter:
     backend = "dcgm"
 
-    def __init__(self, sources: Sequence[str], timeout_seconds: float = 10.0,
-                 zone: str = DEFAULT_ZONE, clock: Callable[[], datetime] | None = None,
-                 model_namer: Callable[[str], str] = identity_namer) -> None:
+    def __init__(
+        self,
+        sources: Sequence[str],
+        timeout_seconds: float = 10.0,
+        zone: str = DEFAULT_ZONE,
+        clock: Callable[[], datetime] | None = None,
+        model_namer: Callable[[str], str] = identity_namer,
+    ) -> None:
         self._model_name = model_namer
         if not sources:
             raise DcgmSourceError("dcgm backend needs adapter.dcgm_endpoint (a URL or file)")
@@ -70,8 +75,12 @@ class DcgmAdapter:
     def from_config(cls, config: object) -> "DcgmAdapter":
         adapter = getattr(config, "adapter")
         sources = [s.strip() for s in str(adapter.dcgm_endpoint).split(",") if s.strip()]
-        return cls(sources, timeout_seconds=float(adapter.operation_timeout_seconds), zone=adapter.zone,
-                   model_namer=DeviceModelNamer.from_config(config))
+        return cls(
+            sources,
+            timeout_seconds=float(adapter.operation_timeout_seconds),
+            zone=adapter.zone,
+            model_namer=DeviceModelNamer.from_config(config),
+        )
 
     def now(self) -> datetime:
         return self._clock()
@@ -122,10 +131,15 @@ class DcgmAdapter:
             for gpu in scrape.parents:
                 nodes.setdefault(gpu.hostname, []).append(gpu)
         return [
-            NodeInfo(node_id=host, pool_id=pool_id(self._model_name(gpus[0].model), self.zone),
-                     gpu_model=self._model_name(gpus[0].model),
-                     zone=self.zone, gpus=len(gpus), state=NodeState.ON,
-                     nvlink=any(g.fields.get(NVLINK_BANDWIDTH, 0.0) > 0 for g in gpus))
+            NodeInfo(
+                node_id=host,
+                pool_id=pool_id(self._model_name(gpus[0].model), self.zone),
+                gpu_model=self._model_name(gpus[0].model),
+                zone=self.zone,
+                gpus=len(gpus),
+                state=NodeState.ON,
+                nvlink=any(g.fields.get(NVLINK_BANDWIDTH, 0.0) > 0 for g in gpus),
+            )
             for host, gpus in sorted(nodes.items())
         ]
 
@@ -134,10 +148,16 @@ class DcgmAdapter:
         for scrape in self._scrapes():
             for entity in scrape.entities:
                 total = entity.mem_total_mib()
-                result.append(GpuInfo(
-                    gpu_uuid=entity.uuid, node_id=entity.hostname, gpu_index=entity.gpu_index,
-                    gpu_model=self._model_name(entity.model), memory_total_mib=int(total or 0),
-                    mig_profile=entity.mig_profile))
+                result.append(
+                    GpuInfo(
+                        gpu_uuid=entity.uuid,
+                        node_id=entity.hostname,
+                        gpu_index=entity.gpu_index,
+                        gpu_model=self._model_name(entity.model),
+                        memory_total_mib=int(total or 0),
+                        mig_profile=entity.mig_profile,
+                    )
+                )
         return result
 
     def read_samples(self, start: datetime, end: datetime) -> pl.DataFrame:
@@ -154,20 +174,40 @@ class DcgmAdapter:
         for scrape in self._scrapes():
             for entity in scrape.entities:
                 for namespace, pod in sorted(entity.pods):
-                    task = tasks.setdefault(f"{namespace}/{pod}", {
-                        "tenant": namespace, "node": entity.hostname, "model": self._model_name(entity.model),
-                        "gpus": [], "milli": 1000, "mem": 0.0, "mig": entity.mig_profile,
-                        "seen": scrape.scraped_at})
+                    task = tasks.setdefault(
+                        f"{namespace}/{pod}",
+                        {
+                            "tenant": namespace,
+                            "node": entity.hostname,
+                            "model": self._model_name(entity.model),
+                            "gpus": [],
+                            "milli": 1000,
+                            "mem": 0.0,
+                            "mig": entity.mig_profile,
+                            "seen": scrape.scraped_at,
+                        },
+                    )
                     task["gpus"].append(entity.uuid)
                     task["milli"] = min(task["milli"], mig_gpu_milli(entity.mig_profile))
                     task["mem"] += entity.fields.get(FB_USED, 0.0)
         return [
-            TaskInfo(task_id=task_id, tenant_id=t["tenant"], pool_id=pool_id(t["model"], self.zone),
-                     node_id=t["node"], gpu_uuids=tuple(t["gpus"]), gpu_milli=t["milli"],
-                     kind=TaskKind.TRAINING, qos="unknown", priority=0,
-                     resource_class=ResourceClass.GUARANTEED, started_at=t["seen"],
-                     mem_mib=int(t["mem"]), mig_profile=t["mig"], do_not_drain=True,
-                     checkpointable=False)
+            TaskInfo(
+                task_id=task_id,
+                tenant_id=t["tenant"],
+                pool_id=pool_id(t["model"], self.zone),
+                node_id=t["node"],
+                gpu_uuids=tuple(t["gpus"]),
+                gpu_milli=t["milli"],
+                kind=TaskKind.TRAINING,
+                qos="unknown",
+                priority=0,
+                resource_class=ResourceClass.GUARANTEED,
+                started_at=t["seen"],
+                mem_mib=int(t["mem"]),
+                mig_profile=t["mig"],
+                do_not_drain=True,
+                checkpointable=False,
+            )
             for task_id, t in sorted(tasks.items())
         ]
 
@@ -226,4 +266,3 @@ class DcgmAdapter:
         if missing:
             return Outcome(OutcomeStatus.GONE, "not reported by dcgm-exporter: " + ", ".join(missing))
         return Outcome.success(f"{len(wanted)} GPU(s) released")
-

@@ -99,8 +99,9 @@ def parse_exposition(text: str, scraped_at: datetime, source: str = "exposition"
             for sample in family.samples:
                 if not family.name.startswith("DCGM_FI_"):
                     continue
-                _add_sample(entities, family.name, sample.labels, float(sample.value),
-                            sample.timestamp, source)
+                _add_sample(
+                    entities, family.name, sample.labels, float(sample.value), sample.timestamp, source
+                )
     except ExpositionError:
         raise
     except (ValueError, TypeError, IndexError) as exc:
@@ -110,23 +111,28 @@ def parse_exposition(text: str, scraped_at: datetime, source: str = "exposition"
     return _assemble(entities.values(), scraped_at, source)
 
 
-def _add_sample(entities: dict, name: str, labels: dict[str, str], value: float,
-                timestamp: float | None, source: str) -> None:
+def _add_sample(
+    entities: dict, name: str, labels: dict[str, str], value: float, timestamp: float | None, source: str
+) -> None:
     missing = [label for label in ("gpu", "UUID") if not labels.get(label)]
     if missing:
         raise ExpositionError(f"{source}: sample {name} lacks label(s) {', '.join(missing)}")
     try:
         gpu_index = int(labels["gpu"])
     except ValueError:
-        raise ExpositionError(f"{source}: sample {name} has non-integer gpu={labels['gpu']!r}"
-                              ) from None
+        raise ExpositionError(f"{source}: sample {name} has non-integer gpu={labels['gpu']!r}") from None
     instance = labels.get("GPU_I_ID") or None
     key = (labels.get("Hostname", ""), labels["UUID"], instance)
     entity = entities.get(key)
     if entity is None:
-        entity = GpuEntity(hostname=key[0], gpu_index=gpu_index, parent_uuid=key[1],
-                           model=labels.get("modelName", ""), instance_id=instance,
-                           mig_profile=labels.get("GPU_I_PROFILE") or None)
+        entity = GpuEntity(
+            hostname=key[0],
+            gpu_index=gpu_index,
+            parent_uuid=key[1],
+            model=labels.get("modelName", ""),
+            instance_id=instance,
+            mig_profile=labels.get("GPU_I_PROFILE") or None,
+        )
         entities[key] = entity
     entity.fields.setdefault(name, value)
     if labels.get("pod"):
@@ -148,8 +154,7 @@ def _assemble(found: Iterable[GpuEntity], scraped_at: datetime, source: str) -> 
     for instance in instances:
         parent = parents.get((instance.hostname, instance.parent_uuid))
         if parent is None:  # only instance series exported: the GPU is known through them
-            parent = GpuEntity(instance.hostname, instance.gpu_index, instance.parent_uuid,
-                               instance.model)
+            parent = GpuEntity(instance.hostname, instance.gpu_index, instance.parent_uuid, instance.model)
             parents[(instance.hostname, instance.parent_uuid)] = parent
         for name in INHERITED_FROM_PARENT:
             if name in parent.fields:
@@ -166,21 +171,23 @@ def scrape_samples(scrape: Scrape) -> pl.DataFrame:
     rows = []
     for entity in scrape.entities:
         task = entity.task()
-        rows.append({
-            "ts": entity.timestamp or scrape.scraped_at,
-            "node_id": entity.hostname,
-            "gpu_uuid": entity.uuid,
-            "gpu_index": entity.gpu_index,
-            "sm_util_pct": entity.sm_util_pct(),
-            "mem_used_mib": entity.fields.get(FB_USED),
-            "mem_total_mib": entity.mem_total_mib(),
-            "power_w": entity.fields.get(POWER),
-            "temp_c": entity.fields.get(TEMP),
-            "mig_profile": entity.mig_profile,
-            "task_id": f"{task[0]}/{task[1]}" if task else None,
-            "tenant_id": task[0] if task else None,
-            "xid_errors": None,
-        })
+        rows.append(
+            {
+                "ts": entity.timestamp or scrape.scraped_at,
+                "node_id": entity.hostname,
+                "gpu_uuid": entity.uuid,
+                "gpu_index": entity.gpu_index,
+                "sm_util_pct": entity.sm_util_pct(),
+                "mem_used_mib": entity.fields.get(FB_USED),
+                "mem_total_mib": entity.mem_total_mib(),
+                "power_w": entity.fields.get(POWER),
+                "temp_c": entity.fields.get(TEMP),
+                "mig_profile": entity.mig_profile,
+                "task_id": f"{task[0]}/{task[1]}" if task else None,
+                "tenant_id": task[0] if task else None,
+                "xid_errors": None,
+            }
+        )
     return pl.DataFrame(rows, schema=SAMPLE_SCHEMA)
 
 

@@ -30,14 +30,33 @@ import polars as pl
 from market_pipeline.hardware import local_process_os as osp
 from market_pipeline.hardware.local_process_gpus import free_gpus, nvml_compute_pids, nvml_gpus
 from market_pipeline.hardware.local_process_registry import (
-    TaskRegistry, add_event, exit_note, iso, mark_ended, new_record, prune_ended, root_created,
+    TaskRegistry,
+    add_event,
+    exit_note,
+    iso,
+    mark_ended,
+    new_record,
+    prune_ended,
+    root_created,
 )
 from market_pipeline.hardware.local_process_samples import read_task_samples, task_events_frame
 from market_pipeline.hardware.local_process_tree import (
-    ProcessTree, create_time, open_process, running, signal_tree, task_tree,
+    ProcessTree,
+    create_time,
+    open_process,
+    running,
+    signal_tree,
+    task_tree,
 )
 from market_pipeline.hardware.protocol import (
-    GpuInfo, NodeInfo, NodeState, Outcome, OutcomeStatus, ResourceClass, TaskInfo, TaskKind,
+    GpuInfo,
+    NodeInfo,
+    NodeState,
+    Outcome,
+    OutcomeStatus,
+    ResourceClass,
+    TaskInfo,
+    TaskKind,
 )
 from market_pipeline.workers.options import WORKER_MODULE, WorkerOptions
 
@@ -50,10 +69,21 @@ RESCAN_SECONDS = 1.0  # while its root runs, a task's tree is re-read at most th
 class LocalProcessAdapter:
     backend = "local-process"
 
-    def __init__(self, registry_path: Path, workdir: Path, *, node_id: str, pool_id: str,
-                 gpu_model: str, zone: str, gpu_slots: int, default_memory_mib: int = 24576,
-                 operation_timeout_seconds: float = 10.0, poll_seconds: float = 0.02,
-                 use_nvml: bool = True) -> None:
+    def __init__(
+        self,
+        registry_path: Path,
+        workdir: Path,
+        *,
+        node_id: str,
+        pool_id: str,
+        gpu_model: str,
+        zone: str,
+        gpu_slots: int,
+        default_memory_mib: int = 24576,
+        operation_timeout_seconds: float = 10.0,
+        poll_seconds: float = 0.02,
+        use_nvml: bool = True,
+    ) -> None:
         self.registry = TaskRegistry(registry_path, lock_timeout_seconds=operation_timeout_seconds)
         self.workdir = workdir
         self.node_id, self.pool_id, self.gpu_model, self.zone = node_id, pool_id, gpu_model, zone
@@ -70,19 +100,34 @@ class LocalProcessAdapter:
         pool = config.pools[0]
         state = config.resolve_path(config.adapter.state_path)
         memory = config.gpu_model_by_name[pool.gpu_model].memory_mib
-        return cls(state.with_name(state.stem + ".local_process.json"),
-                   state.parent / "local_tasks", node_id=f"local-{socket.gethostname()}",
-                   pool_id=pool.pool_id, gpu_model=pool.gpu_model, zone=pool.zone,
-                   gpu_slots=pool.gpus_per_node, default_memory_mib=memory,
-                   operation_timeout_seconds=config.adapter.operation_timeout_seconds)
+        return cls(
+            state.with_name(state.stem + ".local_process.json"),
+            state.parent / "local_tasks",
+            node_id=f"local-{socket.gethostname()}",
+            pool_id=pool.pool_id,
+            gpu_model=pool.gpu_model,
+            zone=pool.zone,
+            gpu_slots=pool.gpus_per_node,
+            default_memory_mib=memory,
+            operation_timeout_seconds=config.adapter.operation_timeout_seconds,
+        )
 
     # -- starting and adopting tasks ------------------------------------------------------
-    def launch_task(self, *, task_id: str | None = None, tenant_id: str = "local",
-                    kind: TaskKind = TaskKind.TRAINING, priority: int = 0, gpus: int = 1,
-                    gpu_milli: int = 1000, qos: str = "BE",
-                    resource_class: ResourceClass = ResourceClass.DRAINABLE,
-                    do_not_drain: bool = False, mem_mib: int = 1024,
-                    options: WorkerOptions = WorkerOptions()) -> TaskInfo:
+    def launch_task(
+        self,
+        *,
+        task_id: str | None = None,
+        tenant_id: str = "local",
+        kind: TaskKind = TaskKind.TRAINING,
+        priority: int = 0,
+        gpus: int = 1,
+        gpu_milli: int = 1000,
+        qos: str = "BE",
+        resource_class: ResourceClass = ResourceClass.DRAINABLE,
+        do_not_drain: bool = False,
+        mem_mib: int = 1024,
+        options: WorkerOptions = WorkerOptions(),
+    ) -> TaskInfo:
         """Start the toy worker as a task holding `gpus` GPU slots (`gpu_milli` of each)."""
         task_id = task_id or f"local-{uuid.uuid4().hex[:10]}"
         task_dir = self.workdir / task_id
@@ -93,27 +138,58 @@ class LocalProcessAdapter:
                 raise ValueError(f"task_id {task_id!r} is already running")
             self._refresh(reg)
             prune_ended(reg, datetime.now(timezone.utc) - RETENTION)
-            gpu_uuids = free_gpus(self._gpus, reg["tasks"].values(), gpus, gpu_milli,
-                                  self.node_id)
-            argv = [sys.executable, "-m", WORKER_MODULE, "--checkpoint", str(checkpoint),
-                    "--metrics", str(metrics), *options.argv()]
+            gpu_uuids = free_gpus(self._gpus, reg["tasks"].values(), gpus, gpu_milli, self.node_id)
+            argv = [
+                sys.executable,
+                "-m",
+                WORKER_MODULE,
+                "--checkpoint",
+                str(checkpoint),
+                "--metrics",
+                str(metrics),
+                *options.argv(),
+            ]
             with open(task_dir / "worker.log", "ab") as log:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                        start_new_session=True)
+                proc = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+                )
             self._children[proc.pid] = proc
-            record = new_record(task_id, tenant_id, proc.pid, osp.proc_start_ticks(proc.pid),
-                                gpu_uuids, gpu_milli, kind.value, qos, priority,
-                                resource_class.value, do_not_drain, True, mem_mib,
-                                iso(datetime.now(timezone.utc)))
-            record.update(worker=True, checkpoint_path=str(checkpoint), metrics_path=str(metrics),
-                          create_time=create_time(proc.pid))
+            record = new_record(
+                task_id,
+                tenant_id,
+                proc.pid,
+                osp.proc_start_ticks(proc.pid),
+                gpu_uuids,
+                gpu_milli,
+                kind.value,
+                qos,
+                priority,
+                resource_class.value,
+                do_not_drain,
+                True,
+                mem_mib,
+                iso(datetime.now(timezone.utc)),
+            )
+            record.update(
+                worker=True,
+                checkpoint_path=str(checkpoint),
+                metrics_path=str(metrics),
+                create_time=create_time(proc.pid),
+            )
             reg["tasks"][task_id] = record
             add_event(reg, task_id, "start", "launched")
         self._await_handlers(proc.pid)
         return self._task_info(record)
 
-    def adopt_pid(self, pid: int, *, task_id: str | None = None, tenant_id: str = "external",
-                  kind: TaskKind = TaskKind.TRAINING, priority: int = 0) -> TaskInfo:
+    def adopt_pid(
+        self,
+        pid: int,
+        *,
+        task_id: str | None = None,
+        tenant_id: str = "external",
+        kind: TaskKind = TaskKind.TRAINING,
+        priority: int = 0,
+    ) -> TaskInfo:
         """Register a running process (and the processes it started) as a task.
 
         A pid that names no process, PID 1, this process or an ancestor of it is refused
@@ -132,15 +208,30 @@ class LocalProcessAdapter:
         with self.registry.edit() as reg:
             # A process already registered (a launched worker) keeps its task: one task id
             # per process, so one drain lease covers it whichever way it is named.
-            same = [r for r in reg["tasks"].values() if r["ended_at"] is None
-                    and r["pid"] == pid and running(pid, root_created(r))]
+            same = [
+                r
+                for r in reg["tasks"].values()
+                if r["ended_at"] is None and r["pid"] == pid and running(pid, root_created(r))
+            ]
             existing = same[0] if same else reg["tasks"].get(task_id)
             if existing is None:
-                record = new_record(task_id, tenant_id, pid, ticks, gpu_uuids, 1000, kind.value,
-                                    "BE", priority, ResourceClass.DRAINABLE.value, False,
-                                    checkpoint is not None, 0, iso(started))
-                record.update(worker=checkpoint is not None, checkpoint_path=checkpoint,
-                              create_time=created)
+                record = new_record(
+                    task_id,
+                    tenant_id,
+                    pid,
+                    ticks,
+                    gpu_uuids,
+                    1000,
+                    kind.value,
+                    "BE",
+                    priority,
+                    ResourceClass.DRAINABLE.value,
+                    False,
+                    checkpoint is not None,
+                    0,
+                    iso(started),
+                )
+                record.update(worker=checkpoint is not None, checkpoint_path=checkpoint, create_time=created)
                 reg["tasks"][task_id] = record
                 add_event(reg, task_id, "start", "adopted by pid", ts=started)
                 existing = record
@@ -149,18 +240,28 @@ class LocalProcessAdapter:
     def tasks_of_pid(self, pid: int) -> list[TaskInfo]:
         """Registered tasks (running or ended) whose root process had this pid, newest first."""
         records = [r for r in self.registry.read()["tasks"].values() if r["pid"] == pid]
-        return [self._task_info(r) for r in sorted(records, key=lambda r: r["started_at"],
-                                                    reverse=True)]
+        return [self._task_info(r) for r in sorted(records, key=lambda r: r["started_at"], reverse=True)]
 
     # -- inventory ----------------------------------------------------------------------------
     def list_nodes(self) -> list[NodeInfo]:
         cordoned = self.node_id in self.registry.read()["cordoned"]
-        return [NodeInfo(self.node_id, self.pool_id, self.gpu_model, self.zone, len(self._gpus),
-                         NodeState.ON, cordoned=cordoned)]
+        return [
+            NodeInfo(
+                self.node_id,
+                self.pool_id,
+                self.gpu_model,
+                self.zone,
+                len(self._gpus),
+                NodeState.ON,
+                cordoned=cordoned,
+            )
+        ]
 
     def list_gpus(self) -> list[GpuInfo]:
-        return [GpuInfo(gpu_uuid, self.node_id, index, self.gpu_model, memory)
-                for index, (gpu_uuid, memory) in enumerate(self._gpus)]
+        return [
+            GpuInfo(gpu_uuid, self.node_id, index, self.gpu_model, memory)
+            for index, (gpu_uuid, memory) in enumerate(self._gpus)
+        ]
 
     def list_tasks(self) -> list[TaskInfo]:
         with self.registry.edit() as reg:
@@ -175,8 +276,9 @@ class LocalProcessAdapter:
     def read_samples(self, start: datetime, end: datetime) -> pl.DataFrame:
         memory = dict(self._gpus)
         index = {gpu_uuid: i for i, (gpu_uuid, _) in enumerate(self._gpus)}
-        return read_task_samples(self.registry.read()["tasks"].values(), start, end,
-                                 self.node_id, memory, index)
+        return read_task_samples(
+            self.registry.read()["tasks"].values(), start, end, self.node_id, memory, index
+        )
 
     def read_task_events(self, start: datetime, end: datetime) -> pl.DataFrame:
         return task_events_frame(self.registry.read()["events"], start, end)
@@ -191,9 +293,11 @@ class LocalProcessAdapter:
             record["drain_signal_at"] = iso(datetime.now(timezone.utc))
             add_event(reg, task_id, "drain_signal", f"drain in {deadline_seconds:.0f}s")
         if not self._handles(record, signal.SIGUSR1):
-            return Outcome(OutcomeStatus.UNSUPPORTED,
-                           "process has no SIGUSR1 handler: notice recorded, not signalled",
-                           time.monotonic() - started)
+            return Outcome(
+                OutcomeStatus.UNSUPPORTED,
+                "process has no SIGUSR1 handler: notice recorded, not signalled",
+                time.monotonic() - started,
+            )
         return self._send_root(record, signal.SIGUSR1, "SIGUSR1 warning sent", started)
 
     def checkpoint_task(self, task_id: str, timeout_seconds: float) -> Outcome:
@@ -214,14 +318,19 @@ class LocalProcessAdapter:
         deadline = started + timeout_seconds
         while True:
             if self._ack_token(done) == token:
-                return Outcome.success(f"checkpoint written to {checkpoint}",
-                                       time.monotonic() - started)
+                return Outcome.success(f"checkpoint written to {checkpoint}", time.monotonic() - started)
             if not self._alive(record):
-                return Outcome(OutcomeStatus.GONE, f"exited during checkpoint{exit_note(record)}",
-                               time.monotonic() - started)
+                return Outcome(
+                    OutcomeStatus.GONE,
+                    f"exited during checkpoint{exit_note(record)}",
+                    time.monotonic() - started,
+                )
             if time.monotonic() >= deadline:
-                return Outcome(OutcomeStatus.TIMEOUT, f"no checkpoint within {timeout_seconds}s",
-                               time.monotonic() - started)
+                return Outcome(
+                    OutcomeStatus.TIMEOUT,
+                    f"no checkpoint within {timeout_seconds}s",
+                    time.monotonic() - started,
+                )
             time.sleep(self.poll_seconds)
 
     def terminate_task(self, task_id: str, timeout_seconds: float) -> Outcome:
@@ -242,9 +351,13 @@ class LocalProcessAdapter:
             self._refresh(reg)
             tasks = list(reg["tasks"].values())
         for gpu_uuid in gpu_uuids:
-            holders = [r["task_id"] for r in tasks
-                       if r["ended_at"] is None and gpu_uuid in r["gpu_uuids"]
-                       and (task_id is None or r["task_id"] == task_id)]
+            holders = [
+                r["task_id"]
+                for r in tasks
+                if r["ended_at"] is None
+                and gpu_uuid in r["gpu_uuids"]
+                and (task_id is None or r["task_id"] == task_id)
+            ]
             if holders:
                 return Outcome(OutcomeStatus.FAILED, f"{gpu_uuid} still held by {holders}")
         compute = nvml_compute_pids()
@@ -274,13 +387,23 @@ class LocalProcessAdapter:
 
     # -- internals -------------------------------------------------------------------------
     def _task_info(self, r: dict[str, Any]) -> TaskInfo:
-        return TaskInfo(task_id=r["task_id"], tenant_id=r["tenant_id"], pool_id=self.pool_id,
-                        node_id=self.node_id, gpu_uuids=tuple(r["gpu_uuids"]),
-                        gpu_milli=r["gpu_milli"], kind=TaskKind(r["kind"]), qos=r["qos"],
-                        priority=r["priority"], resource_class=ResourceClass(r["resource_class"]),
-                        started_at=datetime.fromisoformat(r["started_at"]), mem_mib=r["mem_mib"],
-                        do_not_drain=r["do_not_drain"], checkpointable=r["checkpointable"],
-                        pid=r["pid"])
+        return TaskInfo(
+            task_id=r["task_id"],
+            tenant_id=r["tenant_id"],
+            pool_id=self.pool_id,
+            node_id=self.node_id,
+            gpu_uuids=tuple(r["gpu_uuids"]),
+            gpu_milli=r["gpu_milli"],
+            kind=TaskKind(r["kind"]),
+            qos=r["qos"],
+            priority=r["priority"],
+            resource_class=ResourceClass(r["resource_class"]),
+            started_at=datetime.fromisoformat(r["started_at"]),
+            mem_mib=r["mem_mib"],
+            do_not_drain=r["do_not_drain"],
+            checkpointable=r["checkpointable"],
+            pid=r["pid"],
+        )
 
     def _await_handlers(self, pid: int, timeout: float = 10.0) -> None:
         """Wait until a fresh worker has installed its signal handlers (or died)."""
@@ -308,8 +431,9 @@ class LocalProcessAdapter:
         A running root answers alone between rescans (a scan reads the process table)."""
         recent = time.monotonic() - self._scanned.get(record["task_id"], -RESCAN_SECONDS)
         child = self._children.get(record["pid"])
-        root_runs = child.poll() is None if child is not None else \
-            running(record["pid"], root_created(record))
+        root_runs = (
+            child.poll() is None if child is not None else running(record["pid"], root_created(record))
+        )
         if root_runs and recent < RESCAN_SECONDS:
             return True
         return self._tree(record).alive
@@ -320,8 +444,7 @@ class LocalProcessAdapter:
             return sig in osp.caught_signals(record["pid"])
         return bool(record.get("worker"))
 
-    def _live(self, reg: dict[str, Any], task_id: str,
-              refresh: bool = False) -> dict[str, Any] | None:
+    def _live(self, reg: dict[str, Any], task_id: str, refresh: bool = False) -> dict[str, Any] | None:
         record = reg["tasks"].get(task_id)
         if record is None or record["ended_at"] is not None:
             return None
@@ -339,8 +462,7 @@ class LocalProcessAdapter:
             if record["ended_at"] is None and not self._alive(record):
                 mark_ended(reg, record, "exited", record.get("exit_code"))
 
-    def _send_root(self, record: dict[str, Any], sig: signal.Signals, detail: str,
-                   started: float) -> Outcome:
+    def _send_root(self, record: dict[str, Any], sig: signal.Signals, detail: str, started: float) -> Outcome:
         """A protocol signal (warning, checkpoint request) to the task's root process only:
         its children may not handle it, and its default action is to die."""
         root = [p for p in self._tree(record).members if p.pid == record["pid"]]
@@ -364,12 +486,13 @@ class LocalProcessAdapter:
             new, problems = signal_tree(tree, sig, signalled)
             signalled |= new
             if problems and not signalled:
-                return Outcome(OutcomeStatus.FAILED, "; ".join(problems),
-                               time.monotonic() - started)
+                return Outcome(OutcomeStatus.FAILED, "; ".join(problems), time.monotonic() - started)
             if time.monotonic() >= deadline:
-                return Outcome(OutcomeStatus.TIMEOUT,
-                               f"{len(tree.members)} process(es) alive {timeout}s after {sig.name}",
-                               time.monotonic() - started)
+                return Outcome(
+                    OutcomeStatus.TIMEOUT,
+                    f"{len(tree.members)} process(es) alive {timeout}s after {sig.name}",
+                    time.monotonic() - started,
+                )
             time.sleep(self.poll_seconds)
         if not signalled:
             return Outcome(OutcomeStatus.GONE, f"task {task_id} exited before {sig.name}")
@@ -378,8 +501,10 @@ class LocalProcessAdapter:
             stored["members"] = record["members"]
             if stored["ended_at"] is None:
                 mark_ended(reg, stored, f"exited after {sig.name}", record.get("exit_code"))
-        return Outcome.success(f"{len(signalled)} process(es) exited after {sig.name}"
-                               f"{exit_note(record)}", time.monotonic() - started)
+        return Outcome.success(
+            f"{len(signalled)} process(es) exited after {sig.name}{exit_note(record)}",
+            time.monotonic() - started,
+        )
 
     def _set_cordon(self, node_id: str, cordoned: bool) -> Outcome:
         if node_id != self.node_id:

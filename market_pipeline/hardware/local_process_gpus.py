@@ -44,8 +44,9 @@ def nvml_compute_pids() -> dict[str, set[int]] | None:
         pynvml.nvmlShutdown()
 
 
-def free_gpus(gpus: Sequence[tuple[str, int]], tasks: Iterable[dict[str, Any]], count: int,
-              gpu_milli: int, node_id: str) -> list[str]:
+def free_gpus(
+    gpus: Sequence[tuple[str, int]], tasks: Iterable[dict[str, Any]], count: int, gpu_milli: int, node_id: str
+) -> list[str]:
     """`count` GPUs with room for `gpu_milli` beside the running tasks' shares (ValueError if not)."""
     if count < 1 or not 0 < gpu_milli <= 1000:
         raise ValueError(f"need gpus >= 1 and 0 < gpu_milli <= 1000, got {count}, {gpu_milli}")

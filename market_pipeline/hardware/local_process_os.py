@@ -26,7 +26,7 @@ def proc_start_ticks(pid: int) -> int | None:
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    return int(raw[raw.rindex(")") + 2:].split()[19])
+    return int(raw[raw.rindex(")") + 2 :].split()[19])
 
 
 def process_alive(pid: int) -> bool:

@@ -26,20 +26,49 @@ class RegistryError(ValueError):
     """The registry file is unreadable or locked for too long; names the file."""
 
 
-def new_record(task_id: str, tenant_id: str, pid: int, start_ticks: int | None,
-               gpu_uuids: Sequence[str], gpu_milli: int, kind: str, qos: str, priority: int,
-               resource_class: str, do_not_drain: bool, checkpointable: bool, mem_mib: int,
-               started_at: str) -> dict[str, Any]:
+def new_record(
+    task_id: str,
+    tenant_id: str,
+    pid: int,
+    start_ticks: int | None,
+    gpu_uuids: Sequence[str],
+    gpu_milli: int,
+    kind: str,
+    qos: str,
+    priority: int,
+    resource_class: str,
+    do_not_drain: bool,
+    checkpointable: bool,
+    mem_mib: int,
+    started_at: str,
+) -> dict[str, Any]:
     """One task's registry entry (JSON-ready); `ended_at` stays None while it runs."""
-    return {"task_id": task_id, "tenant_id": tenant_id, "pid": pid, "start_ticks": start_ticks,
-            "gpu_uuids": list(gpu_uuids), "gpu_milli": gpu_milli, "kind": kind, "qos": qos,
-            "priority": priority, "resource_class": resource_class,
-            "do_not_drain": do_not_drain, "checkpointable": checkpointable, "mem_mib": mem_mib,
-            "started_at": started_at, "ended_at": None, "end_reason": None, "exit_code": None,
-            "drain_signal_at": None, "worker": False, "checkpoint_path": None,
-            "metrics_path": None,
-            # psutil create time of the root, and the task's processes seen so far
-            "create_time": None, "members": []}
+    return {
+        "task_id": task_id,
+        "tenant_id": tenant_id,
+        "pid": pid,
+        "start_ticks": start_ticks,
+        "gpu_uuids": list(gpu_uuids),
+        "gpu_milli": gpu_milli,
+        "kind": kind,
+        "qos": qos,
+        "priority": priority,
+        "resource_class": resource_class,
+        "do_not_drain": do_not_drain,
+        "checkpointable": checkpointable,
+        "mem_mib": mem_mib,
+        "started_at": started_at,
+        "ended_at": None,
+        "end_reason": None,
+        "exit_code": None,
+        "drain_signal_at": None,
+        "worker": False,
+        "checkpoint_path": None,
+        "metrics_path": None,
+        # psutil create time of the root, and the task's processes seen so far
+        "create_time": None,
+        "members": [],
+    }
 
 
 def iso(ts: datetime) -> str:
@@ -58,11 +87,17 @@ def exit_note(record: dict[str, Any]) -> str:
     return f" (exit code {record['exit_code']})" if record.get("exit_code") is not None else ""
 
 
-def add_event(reg: dict[str, Any], task_id: str, event: str, reason: str,
-              ts: datetime | None = None) -> None:
+def add_event(reg: dict[str, Any], task_id: str, event: str, reason: str, ts: datetime | None = None) -> None:
     """Append a task lifecycle event (the metering source) to the registry."""
-    reg["events"].append({"ts": iso(ts or datetime.now(timezone.utc)), "task_id": task_id,
-                          "event": event, "reason": reason, "platform_fault": False})
+    reg["events"].append(
+        {
+            "ts": iso(ts or datetime.now(timezone.utc)),
+            "task_id": task_id,
+            "event": event,
+            "reason": reason,
+            "platform_fault": False,
+        }
+    )
 
 
 def mark_ended(reg: dict[str, Any], record: dict[str, Any], why: str, code: int | None) -> None:
@@ -80,8 +115,11 @@ def mark_ended(reg: dict[str, Any], record: dict[str, Any], why: str, code: int 
 
 def prune_ended(data: dict[str, Any], older_than: datetime) -> int:
     """Forget tasks that ended before `older_than`, and their events; returns how many."""
-    gone = {tid for tid, r in data["tasks"].items()
-            if r["ended_at"] is not None and datetime.fromisoformat(r["ended_at"]) < older_than}
+    gone = {
+        tid
+        for tid, r in data["tasks"].items()
+        if r["ended_at"] is not None and datetime.fromisoformat(r["ended_at"]) < older_than
+    }
     for task_id in gone:
         del data["tasks"][task_id]
     data["events"] = [e for e in data["events"] if e["task_id"] not in gone]
@@ -105,8 +143,7 @@ class TaskRegistry:
         except (OSError, json.JSONDecodeError) as exc:
             raise RegistryError(f"local-process registry {self.path} is unreadable: {exc}") from exc
         if not isinstance(data, dict) or data.get("version") != REGISTRY_VERSION:
-            raise RegistryError(
-                f"local-process registry {self.path}: expected version {REGISTRY_VERSION}")
+            raise RegistryError(f"local-process registry {self.path}: expected version {REGISTRY_VERSION}")
         return data
 
     @contextlib.contextmanager
@@ -137,6 +174,6 @@ class TaskRegistry:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise RegistryError(
-                        f"local-process registry lock {lock_path} held for over "
-                        f"{self.lock_timeout_seconds}s") from None
+                        f"local-process registry lock {lock_path} held for over {self.lock_timeout_seconds}s"
+                    ) from None
                 time.sleep(0.01)

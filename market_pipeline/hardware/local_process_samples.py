@@ -32,9 +32,14 @@ def _metrics_lines(path: Path) -> Iterable[dict[str, Any]]:
     return rows
 
 
-def read_task_samples(records: Iterable[Mapping[str, Any]], start: datetime, end: datetime,
-                      node_id: str, memory_mib: Mapping[str, int],
-                      gpu_index: Mapping[str, int]) -> pl.DataFrame:
+def read_task_samples(
+    records: Iterable[Mapping[str, Any]],
+    start: datetime,
+    end: datetime,
+    node_id: str,
+    memory_mib: Mapping[str, int],
+    gpu_index: Mapping[str, int],
+) -> pl.DataFrame:
     """Canonical samples with ts in [start, end) from every task's metrics file."""
     lo, hi = start.timestamp(), end.timestamp()
     rows: list[dict[str, Any]] = []
@@ -48,21 +53,27 @@ def read_task_samples(records: Iterable[Mapping[str, Any]], start: datetime, end
             if not lo <= ts < hi:
                 continue
             for gpu_uuid in record["gpu_uuids"]:
-                rows.append({
-                    "ts": datetime.fromtimestamp(ts, timezone.utc), "node_id": node_id,
-                    "gpu_uuid": gpu_uuid, "gpu_index": gpu_index.get(gpu_uuid, 0),
-                    "sm_util_pct": float(line.get("util_pct", 0.0)) * share,
-                    "mem_used_mib": float(record["mem_mib"]),
-                    "mem_total_mib": float(memory_mib.get(gpu_uuid, 0)),
-                    "power_w": None, "temp_c": None, "mig_profile": None,
-                    "task_id": record["task_id"], "tenant_id": record["tenant_id"],
-                    "xid_errors": 0,
-                })
+                rows.append(
+                    {
+                        "ts": datetime.fromtimestamp(ts, timezone.utc),
+                        "node_id": node_id,
+                        "gpu_uuid": gpu_uuid,
+                        "gpu_index": gpu_index.get(gpu_uuid, 0),
+                        "sm_util_pct": float(line.get("util_pct", 0.0)) * share,
+                        "mem_used_mib": float(record["mem_mib"]),
+                        "mem_total_mib": float(memory_mib.get(gpu_uuid, 0)),
+                        "power_w": None,
+                        "temp_c": None,
+                        "mig_profile": None,
+                        "task_id": record["task_id"],
+                        "tenant_id": record["tenant_id"],
+                        "xid_errors": 0,
+                    }
+                )
     return pl.DataFrame(rows, schema=SAMPLE_SCHEMA).sort("ts")
 
 
-def task_events_frame(events: Iterable[Mapping[str, Any]], start: datetime,
-                      end: datetime) -> pl.DataFrame:
+def task_events_frame(events: Iterable[Mapping[str, Any]], start: datetime, end: datetime) -> pl.DataFrame:
     rows = []
     for event in events:
         ts = datetime.fromisoformat(event["ts"])

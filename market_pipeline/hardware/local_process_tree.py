@@ -50,7 +50,8 @@ def open_process(pid: int) -> psutil.Process:
         raise NoSuchProcessError(f"pid must be a positive integer, got {pid!r}")
     if pid in protected_pids():
         raise ProtectedProcessError(
-            f"pid {pid} is PID 1, this command or one of its ancestors: refusing to drain it")
+            f"pid {pid} is PID 1, this command or one of its ancestors: refusing to drain it"
+        )
     try:
         proc = psutil.Process(pid)
     except (psutil.NoSuchProcess, OverflowError, ValueError):
@@ -102,8 +103,9 @@ class ProcessTree:
         return sorted(refs)
 
 
-def task_tree(root_pid: int, root_create_time: float | None,
-              known: Iterable[Sequence[float]] = ()) -> ProcessTree:
+def task_tree(
+    root_pid: int, root_create_time: float | None, known: Iterable[Sequence[float]] = ()
+) -> ProcessTree:
     """Every live process of the task rooted at (root_pid, root_create_time).
 
     `known` are members seen before (pid, create time): they stay members while they run,
@@ -154,8 +156,9 @@ def _members_led_by(leader: int, protected: frozenset[int]) -> list[psutil.Proce
     return members
 
 
-def signal_tree(tree: ProcessTree, sig: signal.Signals,
-                already: set[Member] | None = None) -> tuple[set[Member], list[str]]:
+def signal_tree(
+    tree: ProcessTree, sig: signal.Signals, already: set[Member] | None = None
+) -> tuple[set[Member], list[str]]:
     """Send `sig` once to every member not in `already`; (members signalled, problems).
 
     psutil refuses to signal a pid whose create time changed (pid reuse)."""

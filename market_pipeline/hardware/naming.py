@@ -48,7 +48,11 @@ class DeviceModelNamer:
         if exact is not None:
             return exact
         have = _tokens(device_name)
-        matches = [(len(_tokens(m.name)), m.name) for m in self._models if _tokens(m.name) and _tokens(m.name) <= have]
+        matches = [
+            (len(_tokens(m.name)), m.name)
+            for m in self._models
+            if _tokens(m.name) and _tokens(m.name) <= have
+        ]
         if not matches:
             return device_name
         matches.sort(reverse=True)

@@ -51,11 +51,17 @@ NO_DEVICE_PREFIX = "no NVIDIA driver/GPU found"
 class NvmlAdapter:
     backend = "nvml"
 
-    def __init__(self, nvml: Any | None = None, node_id: str | None = None, zone: str = "local",
-                 timeout_seconds: float = 10.0, proc_root: str = "/proc",
-                 clock: Callable[[], datetime] | None = None,
-                 gpm_interval_seconds: float = 0.1,
-                 model_namer: Callable[[str], str] = identity_namer) -> None:
+    def __init__(
+        self,
+        nvml: Any | None = None,
+        node_id: str | None = None,
+        zone: str = "local",
+        timeout_seconds: float = 10.0,
+        proc_root: str = "/proc",
+        clock: Callable[[], datetime] | None = None,
+        gpm_interval_seconds: float = 0.1,
+        model_namer: Callable[[str], str] = identity_namer,
+    ) -> None:
         self._nvml = nvml
         self._model_name = model_namer
         self.node_id = node_id or socket.gethostname()
@@ -74,8 +80,11 @@ class NvmlAdapter:
     @classmethod
     def from_config(cls, config: object) -> "NvmlAdapter":
         adapter = getattr(config, "adapter")
-        return cls(zone=adapter.zone, timeout_seconds=float(adapter.operation_timeout_seconds),
-                   model_namer=DeviceModelNamer.from_config(config))
+        return cls(
+            zone=adapter.zone,
+            timeout_seconds=float(adapter.operation_timeout_seconds),
+            model_namer=DeviceModelNamer.from_config(config),
+        )
 
     def now(self) -> datetime:
         return self._clock()
@@ -185,10 +194,10 @@ class NvmlAdapter:
             return Outcome(status, self.last_error or "", seconds)
         gpus = [d for d in result if d.parent_uuid is None]
         if not gpus:
-            return Outcome(OutcomeStatus.NO_DEVICE, f"{NO_DEVICE_PREFIX}: NVML lists 0 GPUs",
-                           seconds)
-        return Outcome.success(f"{len(gpus)} GPU(s), {len(result) - len(gpus)} MIG "
-                               f"instance(s) on {self.node_id}", seconds)
+            return Outcome(OutcomeStatus.NO_DEVICE, f"{NO_DEVICE_PREFIX}: NVML lists 0 GPUs", seconds)
+        return Outcome.success(
+            f"{len(gpus)} GPU(s), {len(result) - len(gpus)} MIG instance(s) on {self.node_id}", seconds
+        )
 
     # -- protocol: reads -----------------------------------------------------------------------
     def _devices(self) -> list[DeviceReading]:
@@ -199,18 +208,34 @@ class NvmlAdapter:
         if not gpus:
             return []
         model = self._model_name(gpus[0].name)
-        return [NodeInfo(node_id=self.node_id, pool_id=pool_id(model, self.zone), gpu_model=model,
-                         zone=self.zone, gpus=len(gpus), state=NodeState.ON,
-                         nvlink=any(g.nvlink_peers for g in gpus))]
+        return [
+            NodeInfo(
+                node_id=self.node_id,
+                pool_id=pool_id(model, self.zone),
+                gpu_model=model,
+                zone=self.zone,
+                gpus=len(gpus),
+                state=NodeState.ON,
+                nvlink=any(g.nvlink_peers for g in gpus),
+            )
+        ]
 
     def list_gpus(self) -> list[GpuInfo]:
         devices = self._devices()
         names = {d.uuid: self._model_name(d.name) for d in devices if d.parent_uuid is None}
-        return [GpuInfo(gpu_uuid=d.uuid, node_id=self.node_id, gpu_index=d.index,
-                        gpu_model=names.get(d.parent_uuid or d.uuid, self._model_name(d.name)),
-                        memory_total_mib=int(d.memory_total_mib or 0), mig_profile=d.mig_profile,
-                        nvlink_peers=d.nvlink_peers)
-                for d in devices if not d.mig_enabled]
+        return [
+            GpuInfo(
+                gpu_uuid=d.uuid,
+                node_id=self.node_id,
+                gpu_index=d.index,
+                gpu_model=names.get(d.parent_uuid or d.uuid, self._model_name(d.name)),
+                memory_total_mib=int(d.memory_total_mib or 0),
+                mig_profile=d.mig_profile,
+                nvlink_peers=d.nvlink_peers,
+            )
+            for d in devices
+            if not d.mig_enabled
+        ]
 
     def read_samples(self, start: datetime, end: datetime) -> pl.DataFrame:
         now = self.now()
@@ -221,8 +246,9 @@ class NvmlAdapter:
             return empty_samples()
         return self._samples(devices, self._take_xid_counts(), now)
 
-    def _samples(self, devices: list[DeviceReading], xids: dict[str, int] | None,
-                 now: datetime) -> pl.DataFrame:
+    def _samples(
+        self, devices: list[DeviceReading], xids: dict[str, int] | None, now: datetime
+    ) -> pl.DataFrame:
         identities = self._identities(devices)
         rows = []
         for device in devices:
@@ -231,16 +257,23 @@ class NvmlAdapter:
             owner = _main_process(device)
             identity = identities.get(owner.pid) if owner else None
             xid_key = device.parent_uuid or device.uuid
-            rows.append({
-                "ts": now, "node_id": self.node_id, "gpu_uuid": device.uuid,
-                "gpu_index": device.index, "sm_util_pct": device.sm_util_pct,
-                "mem_used_mib": device.memory_used_mib, "mem_total_mib": device.memory_total_mib,
-                "power_w": device.power_w, "temp_c": device.temp_c,
-                "mig_profile": device.mig_profile,
-                "task_id": identity.task_id if identity else None,
-                "tenant_id": identity.tenant_id if identity else None,
-                "xid_errors": None if xids is None else xids.get(xid_key, 0),
-            })
+            rows.append(
+                {
+                    "ts": now,
+                    "node_id": self.node_id,
+                    "gpu_uuid": device.uuid,
+                    "gpu_index": device.index,
+                    "sm_util_pct": device.sm_util_pct,
+                    "mem_used_mib": device.memory_used_mib,
+                    "mem_total_mib": device.memory_total_mib,
+                    "power_w": device.power_w,
+                    "temp_c": device.temp_c,
+                    "mig_profile": device.mig_profile,
+                    "task_id": identity.task_id if identity else None,
+                    "tenant_id": identity.tenant_id if identity else None,
+                    "xid_errors": None if xids is None else xids.get(xid_key, 0),
+                }
+            )
         return pl.DataFrame(rows, schema=SAMPLE_SCHEMA) if rows else empty_samples()
 
     def _identities(self, devices: list[DeviceReading]) -> dict[int, ProcessIdentity]:
@@ -255,21 +288,38 @@ class NvmlAdapter:
         for device in devices:
             for process in device.processes:
                 identity = identities[process.pid]
-                task = by_task.setdefault(identity.task_id, {
-                    "identity": identity, "pid": process.pid, "gpus": [], "mem": 0.0,
-                    "mig": device.mig_profile,
-                    "model": models.get(device.parent_uuid or device.uuid, self._model_name(device.name))})
+                task = by_task.setdefault(
+                    identity.task_id,
+                    {
+                        "identity": identity,
+                        "pid": process.pid,
+                        "gpus": [],
+                        "mem": 0.0,
+                        "mig": device.mig_profile,
+                        "model": models.get(device.parent_uuid or device.uuid, self._model_name(device.name)),
+                    },
+                )
                 if device.uuid not in task["gpus"]:
                     task["gpus"].append(device.uuid)
                 task["mem"] += process.used_mib or 0.0
         return [
-            TaskInfo(task_id=task_id, tenant_id=t["identity"].tenant_id,
-                     pool_id=pool_id(t["model"], self.zone), node_id=self.node_id,
-                     gpu_uuids=tuple(t["gpus"]), gpu_milli=mig_gpu_milli(t["mig"]),
-                     kind=TaskKind.TRAINING, qos="unknown", priority=0,
-                     resource_class=ResourceClass.GUARANTEED,
-                     started_at=t["identity"].started_at or self.now(), mem_mib=int(t["mem"]),
-                     mig_profile=t["mig"], checkpointable=False, pid=t["pid"])
+            TaskInfo(
+                task_id=task_id,
+                tenant_id=t["identity"].tenant_id,
+                pool_id=pool_id(t["model"], self.zone),
+                node_id=self.node_id,
+                gpu_uuids=tuple(t["gpus"]),
+                gpu_milli=mig_gpu_milli(t["mig"]),
+                kind=TaskKind.TRAINING,
+                qos="unknown",
+                priority=0,
+                resource_class=ResourceClass.GUARANTEED,
+                started_at=t["identity"].started_at or self.now(),
+                mem_mib=int(t["mem"]),
+                mig_profile=t["mig"],
+                checkpointable=False,
+                pid=t["pid"],
+            )
             for task_id, t in sorted(by_task.items())
         ]
 
@@ -305,35 +355,48 @@ class NvmlAdapter:
         if task is None or task.pid is None:
             return Outcome(OutcomeStatus.GONE, f"task {task_id} runs no GPU process here")
         if task.pid in protected_pids():
-            return Outcome(OutcomeStatus.FAILED, f"process {task.pid} is PID 1, this process or "
-                           "an ancestor of it: not signalled")
+            return Outcome(
+                OutcomeStatus.FAILED,
+                f"process {task.pid} is PID 1, this process or an ancestor of it: not signalled",
+            )
         signalled: set[tuple[int, float]] = set()
         while (tree := task_tree(task.pid, task.started_at.timestamp(), signalled)).alive:
             new, problems = signal_tree(tree, signum, signalled)
             signalled |= new
             if problems and not signalled:
-                return Outcome(OutcomeStatus.FAILED, f"cannot signal process {task.pid}: "
-                               + "; ".join(problems), time.monotonic() - started)
+                return Outcome(
+                    OutcomeStatus.FAILED,
+                    f"cannot signal process {task.pid}: " + "; ".join(problems),
+                    time.monotonic() - started,
+                )
             if time.monotonic() - started >= wait_seconds:
-                return Outcome(OutcomeStatus.TIMEOUT, f"{len(tree.members)} process(es) of "
-                               f"{task.pid} still alive after {wait_seconds}s",
-                               time.monotonic() - started)
+                return Outcome(
+                    OutcomeStatus.TIMEOUT,
+                    f"{len(tree.members)} process(es) of {task.pid} still alive after {wait_seconds}s",
+                    time.monotonic() - started,
+                )
             time.sleep(0.05)
         if not signalled:
             return Outcome(OutcomeStatus.GONE, f"process {task.pid} is gone (or its pid reused)")
-        return Outcome.success(f"process {task.pid} and {len(signalled) - 1} child(ren) exited",
-                               time.monotonic() - started)
+        return Outcome.success(
+            f"process {task.pid} and {len(signalled) - 1} child(ren) exited", time.monotonic() - started
+        )
 
     def verify_released(self, gpu_uuids: Sequence[str], task_id: str | None = None) -> Outcome:
         # NVML sees processes, not tasks: a GPU counts as released only when no process
         # runs on it, whichever task was drained.
         devices = {d.uuid: d for d in self._devices()}
         if not devices:
-            return Outcome(OutcomeStatus.NO_DEVICE if self._init_error else OutcomeStatus.FAILED,
-                           self.last_error or "no GPU readable")
+            return Outcome(
+                OutcomeStatus.NO_DEVICE if self._init_error else OutcomeStatus.FAILED,
+                self.last_error or "no GPU readable",
+            )
         missing = [u for u in gpu_uuids if u not in devices]
-        busy = [f"{u}: pids {[p.pid for p in devices[u].processes]}"
-                for u in gpu_uuids if u in devices and devices[u].processes]
+        busy = [
+            f"{u}: pids {[p.pid for p in devices[u].processes]}"
+            for u in gpu_uuids
+            if u in devices and devices[u].processes
+        ]
         if busy:
             return Outcome(OutcomeStatus.FAILED, "still in use: " + "; ".join(busy))
         if missing:

@@ -100,34 +100,45 @@ class NvmlReader:
         memory = self.query(f"{uuid}.memory", "nvmlDeviceGetMemoryInfo", handle)
         util = self.query(f"{uuid}.utilization", "nvmlDeviceGetUtilizationRates", handle)
         power_mw = self.query(f"{uuid}.power", "nvmlDeviceGetPowerUsage", handle)
-        temp = self.query(f"{uuid}.temperature", "nvmlDeviceGetTemperature", handle,
-                          nvml.NVML_TEMPERATURE_GPU)
+        temp = self.query(
+            f"{uuid}.temperature", "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU
+        )
         mig_mode = self.query(f"{uuid}.mig_mode", "nvmlDeviceGetMigMode", handle)
         mig_enabled = bool(mig_mode) and mig_mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
         reading = DeviceReading(
-            uuid=uuid, index=index, name=_text(nvml.nvmlDeviceGetName(handle)),
+            uuid=uuid,
+            index=index,
+            name=_text(nvml.nvmlDeviceGetName(handle)),
             memory_total_mib=memory.total / _MIB if memory is not None else None,
             memory_used_mib=memory.used / _MIB if memory is not None else None,
             sm_util_pct=float(util.gpu) if util is not None else None,
             power_w=power_mw / 1000.0 if power_mw is not None else None,
             temp_c=float(temp) if temp is not None else None,
-            handle=handle, mig_enabled=mig_enabled,
+            handle=handle,
+            mig_enabled=mig_enabled,
         )
         if not mig_enabled:
             reading.processes = self._processes(uuid, handle)
         reading.ecc_uncorrected_volatile = self.query(
-            f"{uuid}.ecc", "nvmlDeviceGetTotalEccErrors", handle,
-            nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC)
+            f"{uuid}.ecc",
+            "nvmlDeviceGetTotalEccErrors",
+            handle,
+            nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            nvml.NVML_VOLATILE_ECC,
+        )
         rows = self.query(f"{uuid}.remapped_rows", "nvmlDeviceGetRemappedRows", handle)
         if rows is not None:
-            reading.remapped_rows = dict(zip(("correctable", "uncorrectable", "pending",
-                                              "failure"), (int(v) for v in rows)))
+            reading.remapped_rows = dict(
+                zip(("correctable", "uncorrectable", "pending", "failure"), (int(v) for v in rows))
+            )
         return reading
 
     def _processes(self, uuid: str, handle: Any) -> list[ProcessReading]:
         found = self.query(f"{uuid}.processes", "nvmlDeviceGetComputeRunningProcesses", handle)
-        return [ProcessReading(int(p.pid), p.usedGpuMemory / _MIB if p.usedGpuMemory else None)
-                for p in (found or [])]
+        return [
+            ProcessReading(int(p.pid), p.usedGpuMemory / _MIB if p.usedGpuMemory else None)
+            for p in (found or [])
+        ]
 
     def _read_mig_instances(self, gpu: DeviceReading) -> list[DeviceReading]:
         nvml = self.nvml
@@ -141,18 +152,23 @@ class NvmlReader:
             uuid = _text(nvml.nvmlDeviceGetUUID(handle))
             name = _text(nvml.nvmlDeviceGetName(handle))
             memory = self.query(f"{uuid}.memory", "nvmlDeviceGetMemoryInfo", handle)
-            instances.append(DeviceReading(
-                uuid=uuid, index=gpu.index, name=name,
-                memory_total_mib=memory.total / _MIB if memory is not None else None,
-                memory_used_mib=memory.used / _MIB if memory is not None else None,
-                sm_util_pct=None,  # filled from GPM below where the GPU supports it
-                power_w=gpu.power_w, temp_c=gpu.temp_c,  # device-level readings
-                processes=self._processes(uuid, handle), parent_uuid=gpu.uuid,
-                mig_profile=mig_profile_of(name),
-                gpu_instance_id=self.query(f"{uuid}.gpu_instance", "nvmlDeviceGetGpuInstanceId",
-                                           handle),
-                handle=handle,
-            ))
+            instances.append(
+                DeviceReading(
+                    uuid=uuid,
+                    index=gpu.index,
+                    name=name,
+                    memory_total_mib=memory.total / _MIB if memory is not None else None,
+                    memory_used_mib=memory.used / _MIB if memory is not None else None,
+                    sm_util_pct=None,  # filled from GPM below where the GPU supports it
+                    power_w=gpu.power_w,
+                    temp_c=gpu.temp_c,  # device-level readings
+                    processes=self._processes(uuid, handle),
+                    parent_uuid=gpu.uuid,
+                    mig_profile=mig_profile_of(name),
+                    gpu_instance_id=self.query(f"{uuid}.gpu_instance", "nvmlDeviceGetGpuInstanceId", handle),
+                    handle=handle,
+                )
+            )
         return instances
 
     def _resolve_nvlink_peers(self, gpus: list[DeviceReading]) -> None:
@@ -162,15 +178,19 @@ class NvmlReader:
             for other in gpus:
                 if other is gpu:
                     continue
-                status = self.query(f"{gpu.uuid}.p2p_nvlink", "nvmlDeviceGetP2PStatus",
-                                    gpu.handle, other.handle, nvml.NVML_P2P_CAPS_INDEX_NVLINK)
+                status = self.query(
+                    f"{gpu.uuid}.p2p_nvlink",
+                    "nvmlDeviceGetP2PStatus",
+                    gpu.handle,
+                    other.handle,
+                    nvml.NVML_P2P_CAPS_INDEX_NVLINK,
+                )
                 if status == nvml.NVML_P2P_STATUS_OK:
                     peers.append(other.uuid)
             gpu.nvlink_peers = tuple(peers)
 
     # -- MIG utilisation through GPM (Hopper and newer) -------------------------------------
-    def _fill_mig_utilisation(self, gpus: list[DeviceReading],
-                              instances: list[DeviceReading]) -> None:
+    def _fill_mig_utilisation(self, gpus: list[DeviceReading], instances: list[DeviceReading]) -> None:
         """SM utilisation of each MIG instance from two GPM samples `gpm_interval` apart.
 
         NVML has no per-instance utilisation counter; GPM does, on GPUs that support it.
@@ -202,8 +222,7 @@ class NvmlReader:
         sample = self.query("gpm.alloc", "nvmlGpmSampleAlloc")
         if sample is None:
             return None
-        if self.query("gpm.sample", "nvmlGpmMigSampleGet", parent_handle, gpu_instance_id,
-                      sample) is None:
+        if self.query("gpm.sample", "nvmlGpmMigSampleGet", parent_handle, gpu_instance_id, sample) is None:
             self.query("gpm.free", "nvmlGpmSampleFree", sample)
             return None
         return sample

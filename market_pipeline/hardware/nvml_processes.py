@@ -69,15 +69,22 @@ def _owner(base: Path) -> str:
 def _started_at(base: Path, proc_root: str) -> datetime | None:
     """Start time from /proc/<pid>/stat (ticks since boot) and the boot time in /proc/stat."""
     stat = _read_text(base / "stat")
-    boot = next((line.split()[1] for line in _read_text(Path(proc_root) / "stat").splitlines()
-                 if line.startswith("btime ")), None)
+    boot = next(
+        (
+            line.split()[1]
+            for line in _read_text(Path(proc_root) / "stat").splitlines()
+            if line.startswith("btime ")
+        ),
+        None,
+    )
     if not stat or boot is None or ")" not in stat:
         return None
     fields = stat.rsplit(")", 1)[1].split()
     try:
         ticks = int(fields[19])  # field 22 of stat; fields here start at field 3
         ticks_per_second = os.sysconf("SC_CLK_TCK")
-        return (datetime.fromtimestamp(int(boot), tz=timezone.utc)
-                + timedelta(seconds=ticks / ticks_per_second))
+        return datetime.fromtimestamp(int(boot), tz=timezone.utc) + timedelta(
+            seconds=ticks / ticks_per_second
+        )
     except (IndexError, ValueError, OSError):
         return None

@@ -29,8 +29,9 @@ class NvmlView(NodeAdapter, Protocol):
     def _read(self) -> list[DeviceReading] | None: ...
     def _identities(self, devices: list[DeviceReading]) -> dict[int, ProcessIdentity]: ...
     def _take_xid_counts(self) -> dict[str, int] | None: ...
-    def _samples(self, devices: list[DeviceReading], xids: dict[str, int] | None,
-                 now: datetime) -> pl.DataFrame: ...
+    def _samples(
+        self, devices: list[DeviceReading], xids: dict[str, int] | None, now: datetime
+    ) -> pl.DataFrame: ...
 
 
 def json_ready(value: Any) -> Any:
@@ -64,8 +65,10 @@ def _versions(adapter: NvmlView) -> dict[str, str | None]:
 def build_snapshot(adapter: NvmlView) -> dict[str, object]:
     outcome = adapter.probe()
     snapshot: dict[str, object] = {
-        "backend": adapter.backend, "node_id": adapter.node_id,
-        "status": outcome.status.value, "detail": outcome.detail,
+        "backend": adapter.backend,
+        "node_id": adapter.node_id,
+        "status": outcome.status.value,
+        "detail": outcome.detail,
         "versions": _versions(adapter),
     }
     if not outcome.ok:
@@ -73,22 +76,47 @@ def build_snapshot(adapter: NvmlView) -> dict[str, object]:
     devices = adapter._read() or []
     now = adapter.now()
     identities = adapter._identities(devices)
-    snapshot["gpus"] = [{
-        "uuid": d.uuid, "index": d.index, "name": d.name, "mig_enabled": d.mig_enabled,
-        "memory_total_mib": d.memory_total_mib, "memory_used_mib": d.memory_used_mib,
-        "sm_util_pct": d.sm_util_pct, "power_w": d.power_w, "temp_c": d.temp_c,
-        "ecc_uncorrected_volatile": d.ecc_uncorrected_volatile,
-        "remapped_rows": d.remapped_rows, "nvlink_peers": list(d.nvlink_peers),
-    } for d in devices if d.parent_uuid is None]
-    snapshot["mig_instances"] = [{
-        "uuid": d.uuid, "parent_uuid": d.parent_uuid, "profile": d.mig_profile,
-        "gpu_instance_id": d.gpu_instance_id, "memory_total_mib": d.memory_total_mib,
-        "memory_used_mib": d.memory_used_mib, "sm_util_pct": d.sm_util_pct,
-    } for d in devices if d.parent_uuid is not None]
-    snapshot["processes"] = [{
-        "pid": p.pid, "gpu_uuid": d.uuid, "used_mib": p.used_mib,
-        **{k: v for k, v in json_ready(identities[p.pid]).items() if k != "pid"},
-    } for d in devices for p in d.processes]
+    snapshot["gpus"] = [
+        {
+            "uuid": d.uuid,
+            "index": d.index,
+            "name": d.name,
+            "mig_enabled": d.mig_enabled,
+            "memory_total_mib": d.memory_total_mib,
+            "memory_used_mib": d.memory_used_mib,
+            "sm_util_pct": d.sm_util_pct,
+            "power_w": d.power_w,
+            "temp_c": d.temp_c,
+            "ecc_uncorrected_volatile": d.ecc_uncorrected_volatile,
+            "remapped_rows": d.remapped_rows,
+            "nvlink_peers": list(d.nvlink_peers),
+        }
+        for d in devices
+        if d.parent_uuid is None
+    ]
+    snapshot["mig_instances"] = [
+        {
+            "uuid": d.uuid,
+            "parent_uuid": d.parent_uuid,
+            "profile": d.mig_profile,
+            "gpu_instance_id": d.gpu_instance_id,
+            "memory_total_mib": d.memory_total_mib,
+            "memory_used_mib": d.memory_used_mib,
+            "sm_util_pct": d.sm_util_pct,
+        }
+        for d in devices
+        if d.parent_uuid is not None
+    ]
+    snapshot["processes"] = [
+        {
+            "pid": p.pid,
+            "gpu_uuid": d.uuid,
+            "used_mib": p.used_mib,
+            **{k: v for k, v in json_ready(identities[p.pid]).items() if k != "pid"},
+        }
+        for d in devices
+        for p in d.processes
+    ]
     snapshot["nodes"] = json_ready(adapter.list_nodes())
     snapshot["tasks"] = json_ready(adapter.list_tasks())
     samples = adapter._samples(devices, adapter._take_xid_counts(), now)

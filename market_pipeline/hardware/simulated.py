@@ -40,7 +40,6 @@ from market_pipeline.hardware.protocol import (
     empty_samples,
 )
 
-
 MAX_ADVANCE_S = 62 * 86_400  # one call may not simulate more than two months
 
 
@@ -61,16 +60,24 @@ def _datetime(ts: int) -> datetime:
 class SimulatedAdapter:
     backend = "simulated"
 
-    def __init__(self, config: MarketPipelineConfig, state_path: Path | None = None, *,
-                 epoch: datetime | None = None, policy: str | None = None,
-                 params: TwinParams | None = None, workload_params: WorkloadParams | None = None,
-                 sample_buffer_hours: float = 48.0) -> None:
+    def __init__(
+        self,
+        config: MarketPipelineConfig,
+        state_path: Path | None = None,
+        *,
+        epoch: datetime | None = None,
+        policy: str | None = None,
+        params: TwinParams | None = None,
+        workload_params: WorkloadParams | None = None,
+        sample_buffer_hours: float = 48.0,
+    ) -> None:
         self.config = config
         self.setup: FleetSetup = build_setup(config, params, workload_params)
         self.policy_name = policy or config.adapter.placement_policy
         self.epoch = epoch or config.adapter.sim_epoch
-        self.store = TwinStore(state_path or config.resolve_path(config.adapter.state_path),
-                               int(sample_buffer_hours * 3600))
+        self.store = TwinStore(
+            state_path or config.resolve_path(config.adapter.state_path), int(sample_buffer_hours * 3600)
+        )
         self.timeout = config.adapter.operation_timeout_seconds
         self._twin: FleetTwin | None = None
         self._generation = -1
@@ -94,8 +101,9 @@ class SimulatedAdapter:
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"fleet state {self.store.state_path} stayed locked "
-                                           f"for {self.timeout:g}s") from None
+                        raise TimeoutError(
+                            f"fleet state {self.store.state_path} stayed locked for {self.timeout:g}s"
+                        ) from None
                     time.sleep(0.02)
             try:
                 yield
@@ -118,10 +126,18 @@ class SimulatedAdapter:
             where = str(self.store.state_path)
             check_identity(state, expected_identity(self.setup, self.policy_name), where)
             if self.epoch and _seconds(self.epoch, "sim_epoch") != int(state["epoch_ts"]):
-                raise ValueError(f"{where}: stored epoch {_datetime(int(state['epoch_ts'])).isoformat()} "
-                                 f"differs from the requested {self.epoch.isoformat()}")
-            self._twin = twin_from_state(state, self.setup.catalog, self.setup.workload,
-                                         self.setup.policy(self.policy_name), self.setup.params, where)
+                raise ValueError(
+                    f"{where}: stored epoch {_datetime(int(state['epoch_ts'])).isoformat()} "
+                    f"differs from the requested {self.epoch.isoformat()}"
+                )
+            self._twin = twin_from_state(
+                state,
+                self.setup.catalog,
+                self.setup.workload,
+                self.setup.policy(self.policy_name),
+                self.setup.params,
+                where,
+            )
             self._generation = int(state["generation"])
         return self._twin
 
@@ -130,8 +146,9 @@ class SimulatedAdapter:
         assert twin is not None
         samples, events, ended = twin.take_outputs()
         self._generation += 1
-        self.store.commit(twin_to_state(twin, self.setup.workload_source, self._generation),
-                          samples, events, ended)
+        self.store.commit(
+            twin_to_state(twin, self.setup.workload_source, self._generation), samples, events, ended
+        )
 
     @staticmethod
     def _advance(twin: FleetTwin, until_ts: int) -> None:
@@ -207,19 +224,34 @@ class SimulatedAdapter:
         def run(twin: FleetTwin) -> int:
             self._advance(twin, until_ts)
             return twin.clock
+
         return _datetime(self._with_twin(run, mutate=True))
 
     # -- inventory ------------------------------------------------------------------------------
     def list_nodes(self) -> list[NodeInfo]:
         def build(twin: FleetTwin) -> list[NodeInfo]:
-            return [NodeInfo(n.node_id, n.pool_id, n.gpu_model, n.zone, n.gpus, twin.node_state[row],
-                             bool(twin.cordoned[row]), twin.catalog.models[n.gpu_model].nvlink)
-                    for row, n in enumerate(twin.catalog.nodes)]
+            return [
+                NodeInfo(
+                    n.node_id,
+                    n.pool_id,
+                    n.gpu_model,
+                    n.zone,
+                    n.gpus,
+                    twin.node_state[row],
+                    bool(twin.cordoned[row]),
+                    twin.catalog.models[n.gpu_model].nvlink,
+                )
+                for row, n in enumerate(twin.catalog.nodes)
+            ]
+
         return self._with_twin(build, mutate=False)
 
     def list_gpus(self) -> list[GpuInfo]:
         def build(twin: FleetTwin) -> list[GpuInfo]:
-            return [replace(info, mig_profile=twin.load.mig[i]) for i, info in enumerate(twin.catalog.gpu_infos())]
+            return [
+                replace(info, mig_profile=twin.load.mig[i]) for i, info in enumerate(twin.catalog.gpu_infos())
+            ]
+
         return self._with_twin(build, mutate=False)
 
     # -- telemetry and tasks --------------------------------------------------------------------
@@ -234,11 +266,13 @@ class SimulatedAdapter:
                 raise SampleWindowExpired(
                     f"samples before {_datetime(retained).isoformat()} are no longer buffered "
                     f"(asked from {_datetime(start_ts).isoformat()}); the buffer keeps "
-                    f"{self.store.sample_retention_s / 3600:g} h")
+                    f"{self.store.sample_retention_s / 3600:g} h"
+                )
             if twin.clock < end_ts:
                 self._advance(twin, end_ts)
                 self._commit()
             return self.store.read_samples(start_ts, end_ts, twin.epoch_ts, self._generation)
+
         return self._with_twin(read, mutate=False)
 
     def read_task_events(self, start: datetime, end: datetime) -> pl.DataFrame:
@@ -249,15 +283,20 @@ class SimulatedAdapter:
                 self._advance(twin, end_ts)
                 self._commit()
             return self.store.read_events(start_ts, end_ts, self._generation)
+
         return self._with_twin(read, mutate=False)
 
     def list_tasks(self) -> list[TaskInfo]:
         def build(twin: FleetTwin) -> list[TaskInfo]:
-            return [_task_info(task_id, twin.task_record(task)) for task_id, task in sorted(twin.running.items())]
+            return [
+                _task_info(task_id, twin.task_record(task)) for task_id, task in sorted(twin.running.items())
+            ]
+
         return self._with_twin(build, mutate=False)
 
     def task_catalog(self, task_ids: Sequence[str]) -> list[TaskInfo]:
         """Running or ended (within 7 days) tasks, in the order asked; unknown ids are left out."""
+
         def build(twin: FleetTwin) -> list[TaskInfo]:
             found = {tid: twin.task_record(twin.running[tid]) for tid in task_ids if tid in twin.running}
             missing = [tid for tid in task_ids if tid not in found]
@@ -266,10 +305,12 @@ class SimulatedAdapter:
             for record in twin.new_ended:
                 found.setdefault(record["task_id"], record)
             return [_task_info(tid, found[tid]) for tid in dict.fromkeys(task_ids) if tid in found]
+
         return self._with_twin(build, mutate=False)
 
     def pending_summary(self) -> dict[str, dict[str, float]]:
         """Jobs waiting for capacity, per GPU model: count and GPUs asked (demand not served)."""
+
         def build(twin: FleetTwin) -> dict[str, dict[str, float]]:
             out: dict[str, dict[str, float]] = {}
             for job in twin.pending:
@@ -277,6 +318,7 @@ class SimulatedAdapter:
                 row["jobs"] += 1
                 row["gpus"] += job.num_gpu * job.gpu_milli / 1000
             return out
+
         return self._with_twin(build, mutate=False)
 
     def stats(self) -> dict[str, int]:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import brentq, minimize
 
+from market_pipeline.market.cold_start import identical_tenant_prices, initial_prices
 from market_pipeline.market.constraints import PriceConstraints
 from market_pipeline.market.problem import MarketProblem
-from market_pipeline.market.cold_start import identical_tenant_prices, initial_prices
 
 
 @dataclass(frozen=True)
@@ -63,14 +63,18 @@ class _Tenants:
         high = 1.0
         while prices @ self._demand(j, prices, high) > budget:
             high *= 2.0
-        lam = brentq(lambda x: prices @ self._demand(j, prices, x) - budget, 0.0, high, xtol=1e-14, rtol=1e-14)
+        lam = brentq(
+            lambda x: prices @ self._demand(j, prices, x) - budget, 0.0, high, xtol=1e-14, rtol=1e-14
+        )
         return self._demand(j, prices, lam)
 
     def aggregate(self, prices: np.ndarray) -> np.ndarray:
         return sum(self.mult[j] * self.best_response(j, prices) for j in range(len(self.families)))
 
 
-def solve_baseline(problem: MarketProblem, *, max_iterations: int = 200, start: str = "identical") -> BaselineResult:
+def solve_baseline(
+    problem: MarketProblem, *, max_iterations: int = 200, start: str = "identical"
+) -> BaselineResult:
     """``start``: "identical" (the identical-tenant monopoly formula) or "grid" (the engine's
     cold start)."""
     if start not in ("identical", "grid"):
@@ -90,15 +94,32 @@ def solve_baseline(problem: MarketProblem, *, max_iterations: int = 200, start: 
     capped = np.isfinite(res.capacity)
     cons = [{"type": "ineq", "fun": lambda p: res.capacity[capped] - demand(p)[capped]}]
     if constraints.band_matrix.size:
-        cons.append({"type": "ineq", "fun": lambda p: -(constraints.band_matrix @ p),
-                     "jac": lambda p: -constraints.band_matrix})
+        cons.append(
+            {
+                "type": "ineq",
+                "fun": lambda p: -(constraints.band_matrix @ p),
+                "jac": lambda p: -constraints.band_matrix,
+            }
+        )
     guess = identical_tenant_prices(problem) if start == "identical" else initial_prices(problem)
     start_prices = constraints.project(guess)
-    outcome = minimize(lambda p: -float((p - res.unit_cost) @ demand(p)), start_prices, method="SLSQP",
-                       bounds=list(zip(res.price_min, res.price_max)), constraints=cons,
-                       options={"maxiter": max_iterations, "ftol": 1e-10})
+    outcome = minimize(
+        lambda p: -float((p - res.unit_cost) @ demand(p)),
+        start_prices,
+        method="SLSQP",
+        bounds=list(zip(res.price_min, res.price_max)),
+        constraints=cons,
+        options={"maxiter": max_iterations, "ftol": 1e-10},
+    )
     prices = np.clip(outcome.x, res.price_min, res.price_max)
     d = demand(prices)
     profit = float((prices - res.unit_cost) @ np.minimum(d, res.capacity))
-    return BaselineResult(prices, d, profit, time.perf_counter() - started, bool(outcome.success), len(cache),
-                          str(outcome.message))
+    return BaselineResult(
+        prices,
+        d,
+        profit,
+        time.perf_counter() - started,
+        bool(outcome.success),
+        len(cache),
+        str(outcome.message),
+    )

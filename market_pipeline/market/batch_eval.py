@@ -30,12 +30,13 @@ def family_of_rows(pop: DevicePopulation) -> torch.Tensor:
     """(N,) index of each row's family block."""
     codes = torch.empty(pop.size, dtype=torch.int64, device=pop.device)
     for i, block in enumerate(pop.blocks):
-        codes[block.start:block.stop] = i
+        codes[block.start : block.stop] = i
     return codes
 
 
-def stacked_population(pop: DevicePopulation, tenant_rows: torch.Tensor, prices: torch.Tensor,
-                       workspace: Workspace) -> tuple[DevicePopulation, torch.Tensor]:
+def stacked_population(
+    pop: DevicePopulation, tenant_rows: torch.Tensor, prices: torch.Tensor, workspace: Workspace
+) -> tuple[DevicePopulation, torch.Tensor]:
     """Rows ``tenant_rows`` of ``pop``, row i in the units of ``prices[i]`` (R, M), regrouped
     by family; also returns the permutation applied (stacked row i is input row order[i])."""
     families = family_of_rows(pop)[tenant_rows]
@@ -64,20 +65,33 @@ def stacked_population(pop: DevicePopulation, tenant_rows: torch.Tensor, prices:
     if delay is not None:
         entry = entry - delay
     mult = None if pop.multiplicity is None else pop.multiplicity.index_select(0, rows)
-    stacked = DevicePopulation(pop.device, blocks, pop.budget.index_select(0, rows), mult, delay, entry, exponent,
-                               workspace)
+    stacked = DevicePopulation(
+        pop.device, blocks, pop.budget.index_select(0, rows), mult, delay, entry, exponent, workspace
+    )
     return stacked, order
 
 
-def stacked_demand(pop: DevicePopulation, tenant_rows: torch.Tensor, prices: torch.Tensor, workspace: Workspace,
-                   *, scale_guess: torch.Tensor | None = None, tol: float = 1e-10,
-                   max_iterations: int = 80) -> tuple[torch.Tensor, float]:
+def stacked_demand(
+    pop: DevicePopulation,
+    tenant_rows: torch.Tensor,
+    prices: torch.Tensor,
+    workspace: Workspace,
+    *,
+    scale_guess: torch.Tensor | None = None,
+    tol: float = 1e-10,
+    max_iterations: int = 80,
+) -> tuple[torch.Tensor, float]:
     """(R, M) best response of tenant ``tenant_rows[i]`` at ``prices[i]``, multiplicity
     applied, in input row order; and the followers' budget residual (relative)."""
     stacked, order = stacked_population(pop, tenant_rows, prices, workspace)
     guess = None if scale_guess is None else scale_guess[order]
-    state = solve_followers(stacked, torch.ones(prices.shape[1], dtype=prices.dtype, device=prices.device), guess,
-                            tol=tol, max_iterations=max_iterations)
+    state = solve_followers(
+        stacked,
+        torch.ones(prices.shape[1], dtype=prices.dtype, device=prices.device),
+        guess,
+        tol=tol,
+        max_iterations=max_iterations,
+    )
     demand = state.demand / prices[order]
     if stacked.multiplicity is not None:
         demand = demand * stacked.multiplicity.unsqueeze(1)

@@ -30,13 +30,25 @@ def initial_prices(problem: MarketProblem, sample: int = SAMPLE_TENANTS) -> np.n
     sample = min(sample, max(256, GRID_CELLS // (GRID_POINTS * problem.resources.size)))
     if tenants.size > sample:
         tenants = tenants.subsample(sample)
-    return uncoupled_monopoly_prices(tenants.on("cpu"), problem.resources.unit_cost, problem.resources.capacity,
-                                     problem.resources.price_min, problem.resources.price_max)
+    return uncoupled_monopoly_prices(
+        tenants.on("cpu"),
+        problem.resources.unit_cost,
+        problem.resources.capacity,
+        problem.resources.price_min,
+        problem.resources.price_max,
+    )
 
 
-def uncoupled_monopoly_prices(pop: DevicePopulation, unit_cost: np.ndarray, capacity: np.ndarray,
-                              price_min: np.ndarray, price_max: np.ndarray, *, points: int = GRID_POINTS,
-                              rounds: int = GRID_ROUNDS) -> np.ndarray:
+def uncoupled_monopoly_prices(
+    pop: DevicePopulation,
+    unit_cost: np.ndarray,
+    capacity: np.ndarray,
+    price_min: np.ndarray,
+    price_max: np.ndarray,
+    *,
+    points: int = GRID_POINTS,
+    rounds: int = GRID_ROUNDS,
+) -> np.ndarray:
     entry = pop.entry_price.amax(dim=0).cpu().numpy()  # above it nobody buys
     wanted = entry > 0
     low = np.maximum(price_min, 1e-12 * np.maximum(price_max, 1.0))
@@ -59,7 +71,7 @@ def _aggregate_demand_at(pop: DevicePopulation, grid: np.ndarray) -> np.ndarray:
     y = y + pop.delay_cost if pop.delay_cost is not None else y.contiguous()
     demand = torch.empty_like(y)
     for block in pop.blocks:
-        demand_into(block, y[:, block.start:block.stop], demand[:, block.start:block.stop])
+        demand_into(block, y[:, block.start : block.stop], demand[:, block.start : block.stop])
     if pop.multiplicity is None:
         return demand.sum(dim=1).cpu().numpy()
     return torch.einsum("knm,n->km", demand, pop.multiplicity).cpu().numpy()

@@ -11,7 +11,6 @@ import re
 import sys
 import time
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,11 +25,15 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     solve = sub.add_parser("solve", help="Stackelberg equilibrium prices for a market instance (JSON file)")
-    solve.add_argument("--instance", required=True, help="instance JSON file (see market_pipeline.market.instance)")
+    solve.add_argument(
+        "--instance", required=True, help="instance JSON file (see market_pipeline.market.instance)"
+    )
     solve.add_argument("--json", action="store_true", help="print one JSON object")
     solve.add_argument("--device", default="cpu", help="torch device: cpu (default) or cuda")
     solve.add_argument("--last-prices", help="JSON object {resource name: price}: warm start and fallback")
-    solve.add_argument("--max-step", type=float, help="max relative price move from --last-prices (0.25 = 25%%)")
+    solve.add_argument(
+        "--max-step", type=float, help="max relative price move from --last-prices (0.25 = 25%%)"
+    )
     solve.add_argument("--tolerance", type=float, default=SolverSettings.tolerance, help="KKT tolerance")
     solve.set_defaults(handler=run_solve)
 
@@ -42,22 +45,38 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--baseline", action="store_true", help="also run the nested SciPy solver")
     bench.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    bench.add_argument("--repeat", type=int, default=5,
-                       help="rounds of one engine solve then one baseline solve (the fastest of each is reported)")
-    bench.add_argument("--threads", type=int, default=SolverSettings.threads,
-                       help="torch threads on CPU during the solve (default %(default)s)")
+    bench.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="rounds of one engine solve then one baseline solve (the fastest of each is reported)",
+    )
+    bench.add_argument(
+        "--threads",
+        type=int,
+        default=SolverSettings.threads,
+        help="torch threads on CPU during the solve (default %(default)s)",
+    )
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(handler=run_bench)
-    glob = bench_sub.add_parser("global", help="cold solve (global phase) against the best of many SLSQP starts, "
-                                               "on coupled instances (binding budgets)")
-    glob.add_argument("--suite", action="store_true",
-                      help="2-8 resources x 30-400 tenants, loose and tight capacity (some with bands)")
+    glob = bench_sub.add_parser(
+        "global",
+        help="cold solve (global phase) against the best of many SLSQP starts, "
+        "on coupled instances (binding budgets)",
+    )
+    glob.add_argument(
+        "--suite",
+        action="store_true",
+        help="2-8 resources x 30-400 tenants, loose and tight capacity (some with bands)",
+    )
     glob.add_argument("--tenants", type=int, default=60)
     glob.add_argument("--resources", type=int, default=3)
     glob.add_argument("--seed", type=int, default=0)
     glob.add_argument("--seeds", type=int, default=2, help="seeds per suite instance")
     glob.add_argument("--tight", action="store_true", help="capacity 50-80%% of the budgeted demand")
-    glob.add_argument("--drainable", action="store_true", help="guaranteed/drainable pairs with a discount band")
+    glob.add_argument(
+        "--drainable", action="store_true", help="guaranteed/drainable pairs with a discount band"
+    )
     glob.add_argument("--starts", type=int, default=100, help="independent SLSQP starts of the reference")
     glob.add_argument("--json", action="store_true", help="print one JSON object")
     glob.set_defaults(handler=run_bench_global)
@@ -105,8 +124,10 @@ def _check_size(data: object) -> None:
     if m > MAX_INSTANCE_RESOURCES:
         raise InstanceError(f"--instance: {m} resources; at most {MAX_INSTANCE_RESOURCES} are solved")
     if n * m > MAX_INSTANCE_CELLS:
-        raise InstanceError(f"--instance: {n} tenants x {m} resources = {n * m} cells;"
-                            f" at most {MAX_INSTANCE_CELLS} are solved")
+        raise InstanceError(
+            f"--instance: {n} tenants x {m} resources = {n * m} cells;"
+            f" at most {MAX_INSTANCE_CELLS} are solved"
+        )
 
 
 def _last_prices(problem: MarketProblem, text: str | None) -> np.ndarray | None:
@@ -117,13 +138,18 @@ def _last_prices(problem: MarketProblem, text: str | None) -> np.ndarray | None:
     except (json.JSONDecodeError, RecursionError) as exc:
         raise InstanceError(f"--last-prices: not valid JSON ({exc})") from None
     if not isinstance(keyed, dict) or set(keyed) != set(problem.resource_names):
-        raise InstanceError("--last-prices: expected an object with exactly the resources "
-                            f"{list(problem.resource_names)}")
+        raise InstanceError(
+            f"--last-prices: expected an object with exactly the resources {list(problem.resource_names)}"
+        )
     prices = []
     for name in problem.resource_names:
         value = keyed[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or value <= 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value <= 0
+        ):
             raise InstanceError(f"--last-prices: {name!r} must be a finite positive number, got {value!r}")
         prices.append(float(value))
     return np.array(prices)
@@ -136,7 +162,9 @@ def _check_solve_args(args: argparse.Namespace) -> None:
         import torch
 
         if torch.cuda.is_available() and int(args.device[5:]) >= torch.cuda.device_count():
-            raise InstanceError(f"--device {args.device}: this host has {torch.cuda.device_count()} CUDA device(s)")
+            raise InstanceError(
+                f"--device {args.device}: this host has {torch.cuda.device_count()} CUDA device(s)"
+            )
     if not (math.isfinite(args.tolerance) and 0 < args.tolerance < 1):
         raise InstanceError(f"--tolerance must be a finite number in (0, 1), got {args.tolerance}")
     if args.max_step is not None and not (math.isfinite(args.max_step) and 0 < args.max_step <= 10):
@@ -160,9 +188,13 @@ def run_solve(args: argparse.Namespace) -> int:
     try:
         _check_solve_args(args)
         problem = _load_instance(args.instance)
-        report = solve_equilibrium(problem, last_prices=_last_prices(problem, args.last_prices),
-                                   max_step=args.max_step, settings=SolverSettings(tolerance=args.tolerance),
-                                   device=args.device)
+        report = solve_equilibrium(
+            problem,
+            last_prices=_last_prices(problem, args.last_prices),
+            max_step=args.max_step,
+            settings=SolverSettings(tolerance=args.tolerance),
+            device=args.device,
+        )
     except InstanceError as exc:
         return input_error(exc)
     failed = report.status == "fallback"
@@ -170,8 +202,10 @@ def run_solve(args: argparse.Namespace) -> int:
         # the status is in the JSON; a fallback (last prices, not an equilibrium) exits 1
         print(json.dumps(_finite(report.to_dict()), allow_nan=False))
         return 1 if failed else 0
-    print(f"status {report.status}  profit {report.profit:.6g}  KKT {report.kkt_residual:.2e}  "
-          f"iterations {report.iterations}  {report.seconds:.3f}s")
+    print(
+        f"status {report.status}  profit {report.profit:.6g}  KKT {report.kkt_residual:.2e}  "
+        f"iterations {report.iterations}  {report.seconds:.3f}s"
+    )
     for name, price, demand, cap in zip(report.resource_names, report.prices, report.demand, report.capacity):
         print(f"  {name:32s} price {price:10.4f}  demand {demand:12.4f}  capacity {cap:12.4f}")
     if report.fallback_reason:
@@ -218,8 +252,11 @@ def run_bench(args: argparse.Namespace) -> int:
         settings = SolverSettings(threads=args.threads)
         # warm-up on a small other instance: library initialisation only; nothing of the timed
         # problem is cached (its first solve allocates its own buffers)
-        solve_equilibrium(random_problem(min(args.tenants, 1000), args.resources, args.seed + 1),
-                          device=args.device, settings=SolverSettings(threads=args.threads, max_iterations=2))
+        solve_equilibrium(
+            random_problem(min(args.tenants, 1000), args.resources, args.seed + 1),
+            device=args.device,
+            settings=SolverSettings(threads=args.threads, max_iterations=2),
+        )
         if args.baseline:
             from market_pipeline.market.baseline import solve_baseline
 
@@ -238,27 +275,51 @@ def run_bench(args: argparse.Namespace) -> int:
         return input_error(exc)
     report = min((r for r, _ in timed), key=lambda r: r.seconds)
     reports = [r for r, _ in timed]
-    out = {"tenants": args.tenants, "resources": args.resources, "seconds": report.seconds,
-           "kkt_residual": report.kkt_residual, "profit": report.profit, "converged": report.converged,
-           "iterations": report.iterations, "follower_kkt": report.follower_kkt, "status": report.status,
-           "device": report.device, "seed": args.seed, "threads": args.threads, "repeat": args.repeat,
-           "seconds_all": [r.seconds for r in reports], "cpu_seconds": min(c for _, c in timed)}
+    out = {
+        "tenants": args.tenants,
+        "resources": args.resources,
+        "seconds": report.seconds,
+        "kkt_residual": report.kkt_residual,
+        "profit": report.profit,
+        "converged": report.converged,
+        "iterations": report.iterations,
+        "follower_kkt": report.follower_kkt,
+        "status": report.status,
+        "device": report.device,
+        "seed": args.seed,
+        "threads": args.threads,
+        "repeat": args.repeat,
+        "seconds_all": [r.seconds for r in reports],
+        "cpu_seconds": min(c for _, c in timed),
+    }
     # memory: the (N, M) work buffers the solve keeps, and the process's peak RSS above its
     # RSS before each solve (the first solve allocates the buffers; later ones reuse them)
     cells = args.tenants * args.resources
     workspace = pooled_bytes(args.resources, resolve_device(args.device))
-    out.update({"workspace_bytes": workspace, "workspace_bytes_per_cell": workspace / cells,
-                "peak_rss_delta_bytes": peaks[0], "peak_rss_delta_bytes_per_cell":
-                None if peaks[0] is None else peaks[0] / cells})
+    out.update(
+        {
+            "workspace_bytes": workspace,
+            "workspace_bytes_per_cell": workspace / cells,
+            "peak_rss_delta_bytes": peaks[0],
+            "peak_rss_delta_bytes_per_cell": None if peaks[0] is None else peaks[0] / cells,
+        }
+    )
     if args.baseline:
         base = min((b for b, _ in runs), key=lambda b: b.seconds)
         base_cpu = min(c for _, c in runs)
-        out.update({"baseline_seconds": base.seconds, "baseline_profit": base.profit,
-                    "baseline_cpu_seconds": base_cpu, "baseline_success": base.success,
-                    "baseline_evaluations": base.evaluations,
-                    "speedup": base.seconds / report.seconds, "cpu_speedup": base_cpu / out["cpu_seconds"],
-                    "speedup_by_round": [b.seconds / r.seconds for (r, _), (b, _) in zip(timed, runs)],
-                    "profit_gap": (report.profit - base.profit) / abs(base.profit) if base.profit else None})
+        out.update(
+            {
+                "baseline_seconds": base.seconds,
+                "baseline_profit": base.profit,
+                "baseline_cpu_seconds": base_cpu,
+                "baseline_success": base.success,
+                "baseline_evaluations": base.evaluations,
+                "speedup": base.seconds / report.seconds,
+                "cpu_speedup": base_cpu / out["cpu_seconds"],
+                "speedup_by_round": [b.seconds / r.seconds for (r, _), (b, _) in zip(timed, runs)],
+                "profit_gap": (report.profit - base.profit) / abs(base.profit) if base.profit else None,
+            }
+        )
     if args.json:
         print(json.dumps(out))
     else:
@@ -280,21 +341,38 @@ def _global_case(tenants: int, resources: int, seed: int, tight: bool, drainable
     report = solve_equilibrium(problem)
     ref = reference_optimum(problem, starts=starts, seed=seed)
     gap = (report.profit - ref.profit) / abs(ref.profit) if np.isfinite(ref.profit) and ref.profit else None
-    return {"tenants": tenants, "resources": resources, "seed": seed, "tight": tight, "drainable": drainable,
-            "status": report.status, "profit": report.profit, "seconds": report.seconds, "starts": report.starts,
-            "distinct_optima": report.distinct_optima, "alternative_gap": report.alternative_gap,
-            "screened_prices": report.screened_prices, "reference_profit": ref.profit,
-            "reference_starts": starts, "reference_feasible": int(np.isfinite(ref.profits).sum()),
-            "reference_seconds": ref.seconds, "gap": gap,
-            "within_target": report.converged and gap is not None and gap >= -TARGET_GAP}
+    return {
+        "tenants": tenants,
+        "resources": resources,
+        "seed": seed,
+        "tight": tight,
+        "drainable": drainable,
+        "status": report.status,
+        "profit": report.profit,
+        "seconds": report.seconds,
+        "starts": report.starts,
+        "distinct_optima": report.distinct_optima,
+        "alternative_gap": report.alternative_gap,
+        "screened_prices": report.screened_prices,
+        "reference_profit": ref.profit,
+        "reference_starts": starts,
+        "reference_feasible": int(np.isfinite(ref.profits).sum()),
+        "reference_seconds": ref.seconds,
+        "gap": gap,
+        "within_target": report.converged and gap is not None and gap >= -TARGET_GAP,
+    }
 
 
 def run_bench_global(args: argparse.Namespace) -> int:
     if args.starts < 1 or args.tenants < 1 or args.resources < 1 or args.seeds < 1:
         return input_error("--starts, --tenants, --resources and --seeds must be >= 1")
     if args.suite:
-        cases = [(n, m, seed, tight, m >= 4 and seed % 2 == 1) for m, n in SUITE for tight in (False, True)
-                 for seed in range(args.seeds)]
+        cases = [
+            (n, m, seed, tight, m >= 4 and seed % 2 == 1)
+            for m, n in SUITE
+            for tight in (False, True)
+            for seed in range(args.seeds)
+        ]
     else:
         cases = [(args.tenants, args.resources, args.seed, args.tight, args.drainable)]
     rows = []
@@ -302,14 +380,20 @@ def run_bench_global(args: argparse.Namespace) -> int:
         print(f"instance {m} x {n} seed {seed} tight={tight} drainable={drainable}", file=sys.stderr)
         rows.append(_global_case(n, m, seed, tight, drainable, args.starts))
     gaps = [r["gap"] for r in rows if r["gap"] is not None]
-    out = {"instances": rows, "worst_gap": min(gaps) if gaps else None,
-           "all_within_target": all(r["within_target"] for r in rows), "target_gap": -TARGET_GAP}
+    out = {
+        "instances": rows,
+        "worst_gap": min(gaps) if gaps else None,
+        "all_within_target": all(r["within_target"] for r in rows),
+        "target_gap": -TARGET_GAP,
+    }
     if args.json:
         print(json.dumps(out))
     else:
         for r in rows:
-            print(f"{r['resources']} x {r['tenants']} seed {r['seed']} tight={r['tight']} drainable={r['drainable']}: "
-                  f"profit {r['profit']:.6g} reference {r['reference_profit']:.6g} gap {r['gap']:.2e} "
-                  f"starts {r['starts']} optima {r['distinct_optima']}")
+            print(
+                f"{r['resources']} x {r['tenants']} seed {r['seed']} tight={r['tight']} drainable={r['drainable']}: "
+                f"profit {r['profit']:.6g} reference {r['reference_profit']:.6g} gap {r['gap']:.2e} "
+                f"starts {r['starts']} optima {r['distinct_optima']}"
+            )
         print(f"worst gap {out['worst_gap']}, all within target: {out['all_within_target']}")
     return 0

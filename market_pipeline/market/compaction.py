@@ -27,8 +27,9 @@ def compact(pop: DevicePopulation, keep: torch.Tensor, level: int) -> DevicePopu
     fields of the follower kernels (other block fields are None)."""
     ws = pop.workspace
     count = int(keep.numel())
-    bounds = torch.searchsorted(keep, torch.tensor([b.start for b in pop.blocks] + [pop.size],
-                                                   device=keep.device)).tolist()
+    bounds = torch.searchsorted(
+        keep, torch.tensor([b.start for b in pop.blocks] + [pop.size], device=keep.device)
+    ).tolist()
     blocks = []
     for block, lo, hi in zip(pop.blocks, bounds[:-1], bounds[1:]):
         local = keep[lo:hi] - block.start
@@ -36,19 +37,29 @@ def compact(pop: DevicePopulation, keep: torch.Tensor, level: int) -> DevicePopu
         for field in KERNEL_FIELDS.get(block.family, QUADRATIC_FIELDS):
             out = ws.take(f"compact{level}_{field}", count)[lo:hi]
             gathered[field] = torch.index_select(getattr(block, field), 0, local, out=out)
-        blocks.append(FamilyBlock(
-            block.family, lo, hi, gathered.get("weight"), gathered.get("saturation"),
-            gathered.get("neg_saturation"), gathered.get("choke"),
-            None if block.eta is None else block.eta[local], gathered.get("slope"), gathered.get("neg_slope"),
-        ))
+        blocks.append(
+            FamilyBlock(
+                block.family,
+                lo,
+                hi,
+                gathered.get("weight"),
+                gathered.get("saturation"),
+                gathered.get("neg_saturation"),
+                gathered.get("choke"),
+                None if block.eta is None else block.eta[local],
+                gathered.get("slope"),
+                gathered.get("neg_slope"),
+            )
+        )
     delay = None
     if pop.delay_cost is not None:
         if pop.delay_cost.shape[1] == 1:
             delay = pop.delay_cost[keep]
         else:
             delay = torch.index_select(pop.delay_cost, 0, keep, out=ws.take(f"compact{level}_delay", count))
-    return DevicePopulation(pop.device, tuple(blocks), pop.budget[keep], None, delay, None,
-                            pop.newton_exponent[keep], ws)
+    return DevicePopulation(
+        pop.device, tuple(blocks), pop.budget[keep], None, delay, None, pop.newton_exponent[keep], ws
+    )
 
 
 def level_buffers(pop: DevicePopulation, level: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:

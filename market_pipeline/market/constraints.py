@@ -21,8 +21,11 @@ class PriceConstraints:
     cache: dict = field(default_factory=dict, repr=False, compare=False)  # step-QP layouts
 
     @staticmethod
-    def build(resources: ResourceSet, last_prices: np.ndarray | None = None,
-              max_step: float | np.ndarray | None = None) -> "PriceConstraints":
+    def build(
+        resources: ResourceSet,
+        last_prices: np.ndarray | None = None,
+        max_step: float | np.ndarray | None = None,
+    ) -> "PriceConstraints":
         """``max_step`` is relative: |p - last| <= max_step * last per resource (0.25 = 25%
         per tick). Price bounds take precedence: when the step box misses them, the bound
         nearest the last price is used."""
@@ -96,8 +99,9 @@ class PriceConstraints:
         try:
             result = solve_qp(np.eye(n), -target, G, h)
         except SolverError as exc:
-            raise SolverError("price constraints: the drainable band cannot be met inside the price/step box "
-                              f"({exc})") from exc
+            raise SolverError(
+                f"price constraints: the drainable band cannot be met inside the price/step box ({exc})"
+            ) from exc
         out = self.lower.copy()
         out[free] = np.clip(self.lower[free] + result.x * scale, self.lower[free], self.upper[free])
         return out

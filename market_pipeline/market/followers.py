@@ -40,7 +40,9 @@ class FollowerState:
         return self.scale > 1.0
 
 
-def effective_prices_into(pop: DevicePopulation, scale: torch.Tensor, prices: torch.Tensor, out: torch.Tensor) -> None:
+def effective_prices_into(
+    pop: DevicePopulation, scale: torch.Tensor, prices: torch.Tensor, out: torch.Tensor
+) -> None:
     if pop.delay_cost is None:
         torch.outer(scale, prices, out=out)
     else:  # delay is (N, 1) or (N, M); one broadcast pass either way
@@ -50,11 +52,12 @@ def effective_prices_into(pop: DevicePopulation, scale: torch.Tensor, prices: to
 def _block_views(pop: DevicePopulation, y: torch.Tensor, d: torch.Tensor) -> list[tuple]:
     """(block, y rows, d rows, slope-buffer rows) per family block, sliced once per solve."""
     out = pop.buffer("follower_slope")
-    return [(b, y[b.start:b.stop], d[b.start:b.stop], out[b.start:b.stop]) for b in pop.blocks]
+    return [(b, y[b.start : b.stop], d[b.start : b.stop], out[b.start : b.stop]) for b in pop.blocks]
 
 
-def _demand(pop: DevicePopulation, views: list[tuple], scale: torch.Tensor, prices: torch.Tensor,
-            y: torch.Tensor) -> None:
+def _demand(
+    pop: DevicePopulation, views: list[tuple], scale: torch.Tensor, prices: torch.Tensor, y: torch.Tensor
+) -> None:
     effective_prices_into(pop, scale, prices, y)
     for block, y_rows, d_rows, _ in views:
         demand_into(block, y_rows, d_rows)
@@ -142,7 +145,9 @@ def solve_followers(
         low_excess = torch.where(over, excess, low_excess)
         low_slope = torch.where(over, slope_sum, low_slope)
         upper = torch.where(over, upper, scale)
-        fast = _newton_candidate(scale, excess, slope_sum, exponent, safe_exponent, curved_rows).clamp_(min=1.0)
+        fast = _newton_candidate(scale, excess, slope_sum, exponent, safe_exponent, curved_rows).clamp_(
+            min=1.0
+        )
         safe = lower - low_excess / low_slope  # NaN until S > B was seen at `lower`
         inside_fast = (fast >= lower) & (fast < upper) & ~((fast == lower) & (lower > 1.0))
         inside_safe = (safe > lower) & (safe < upper)
@@ -153,13 +158,31 @@ def solve_followers(
             rows = compact(rows, keep, level)
             index = keep if index is None else index[keep]
             scale, lower, upper, low_excess, low_slope, tol_budget, exponent, safe_exponent, curved_rows = (
-                t[keep] for t in (scale, lower, upper, low_excess, low_slope, tol_budget, exponent, safe_exponent,
-                                  curved_rows))
+                t[keep]
+                for t in (
+                    scale,
+                    lower,
+                    upper,
+                    low_excess,
+                    low_slope,
+                    tol_budget,
+                    exponent,
+                    safe_exponent,
+                    curved_rows,
+                )
+            )
             y, d = level_buffers(pop, level, left)
             views = _block_views(rows, y, d)
             level = 1 - level
-    return FollowerState(prices, full_scale, full_y, full_d, full_spend, iterations,
-                         _budget_residual(full_scale, full_spend, pop.budget))
+    return FollowerState(
+        prices,
+        full_scale,
+        full_y,
+        full_d,
+        full_spend,
+        iterations,
+        _budget_residual(full_scale, full_spend, pop.budget),
+    )
 
 
 def _budget_residual(scale: torch.Tensor, spend: torch.Tensor, budget: torch.Tensor) -> float:

@@ -20,8 +20,16 @@ from market_pipeline.market.problem import MarketProblem
 from market_pipeline.market.resources import DRAINABLE, GUARANTEED, ResourceSet
 
 # (model, unit cost per GPU-hour)
-GPU_MODELS = (("H100", 2.40), ("A100", 1.50), ("L40S", 0.95), ("L4", 0.40), ("A10", 0.55), ("MI300X", 2.10),
-              ("V100", 0.60), ("T4", 0.22))
+GPU_MODELS = (
+    ("H100", 2.40),
+    ("A100", 1.50),
+    ("L40S", 0.95),
+    ("L4", 0.40),
+    ("A10", 0.55),
+    ("MI300X", 2.10),
+    ("V100", 0.60),
+    ("T4", 0.22),
+)
 ZONES = ("us-east", "us-west", "eu-west", "eu-north", "ap-south", "ap-east", "sa-east", "me-central")
 DRAINABLE_COST_SHARE = 0.9
 REFERENCE_MARKUP = 2.5
@@ -46,9 +54,15 @@ def _resources(count: int, rng: np.random.Generator) -> tuple[ResourceSet, np.nd
         pool_index += 1
     cost = np.array(costs)
     resources = ResourceSet(
-        names=tuple(names), capacity=np.full(count, np.inf), unit_cost=cost, price_min=0.5 * cost,
-        price_max=6.0 * cost, resource_class=tuple(classes), pool=tuple(pools),
-        discount_min=np.full(count, 0.2), discount_max=np.full(count, 0.6),
+        names=tuple(names),
+        capacity=np.full(count, np.inf),
+        unit_cost=cost,
+        price_min=0.5 * cost,
+        price_max=6.0 * cost,
+        resource_class=tuple(classes),
+        pool=tuple(pools),
+        discount_min=np.full(count, 0.2),
+        discount_max=np.full(count, 0.6),
     )
     return resources, np.array(models)
 
@@ -65,8 +79,12 @@ def _tenant_tables(n: int, resources: ResourceSet, models: np.ndarray, rng: np.r
     wants = wanted_models[:, models] & wanted_zones[:, zone_idx]
     drainable = resources.drainable_mask
     value_share = np.where(drainable, rng.uniform(0.5, 0.9, (n, m)), 1.0)
-    choke = resources.unit_cost[None, :] / np.where(drainable, DRAINABLE_COST_SHARE, 1.0) \
-        * rng.uniform(1.5, 6.0, (n, m)) * value_share
+    choke = (
+        resources.unit_cost[None, :]
+        / np.where(drainable, DRAINABLE_COST_SHARE, 1.0)
+        * rng.uniform(1.5, 6.0, (n, m))
+        * value_share
+    )
     saturation = rng.lognormal(np.log(4.0), 1.0, (n, 1)) * rng.uniform(0.5, 1.5, (n, m))
     families = rng.choice(np.array(["log", "isoelastic", "quadratic"]), n, p=[0.7, 0.15, 0.15])
     weight = np.where(families[:, None] == "quadratic", choke, choke * saturation) * wants
@@ -86,28 +104,53 @@ def random_problem(tenants: int, resources: int, seed: int = 0) -> MarketProblem
     ids = [f"t{j:06d}" for j in range(tenants)]
 
     def population(budget: np.ndarray) -> TenantPopulation:
-        return TenantPopulation.build(ids=ids, families=list(families), weight=weight, saturation=saturation,
-                                      budget=budget, drainable_mask=res.drainable_mask, eta=eta,
-                                      delay_cost=delay[:, None] if np.any(delay) else None, drain_tolerant=tolerant)
+        return TenantPopulation.build(
+            ids=ids,
+            families=list(families),
+            weight=weight,
+            saturation=saturation,
+            budget=budget,
+            drainable_mask=res.drainable_mask,
+            eta=eta,
+            delay_cost=delay[:, None] if np.any(delay) else None,
+            drain_tolerant=tolerant,
+        )
 
     reference = torch.as_tensor(REFERENCE_MARKUP * res.unit_cost)
     free = population(np.full(tenants, np.inf))
     spend = solve_followers(free.on("cpu"), reference).spend.numpy()
-    order = np.argsort(np.array([("log", "isoelastic", "quadratic").index(f) for f in families]), kind="stable")
+    order = np.argsort(
+        np.array([("log", "isoelastic", "quadratic").index(f) for f in families]), kind="stable"
+    )
     budget = np.empty(tenants)
     budget[order] = np.maximum(spend, 1e-3) * rng.uniform(0.3, 1.5, tenants)[order]
     budget[rng.random(tenants) < 0.1] = np.inf
     pop = population(budget)
     demand = pop.on("cpu").aggregate(solve_followers(pop.on("cpu"), reference).demand).numpy()
     capacity = np.maximum(demand * rng.uniform(0.6, 1.4, resources), 1.0)
-    res = ResourceSet(names=res.names, capacity=capacity, unit_cost=res.unit_cost, price_min=res.price_min,
-                      price_max=res.price_max, resource_class=res.resource_class, pool=res.pool,
-                      discount_min=res.discount_min, discount_max=res.discount_max)
+    res = ResourceSet(
+        names=res.names,
+        capacity=capacity,
+        unit_cost=res.unit_cost,
+        price_min=res.price_min,
+        price_max=res.price_max,
+        resource_class=res.resource_class,
+        pool=res.pool,
+        discount_min=res.discount_min,
+        discount_max=res.discount_max,
+    )
     return MarketProblem(res, pop)
 
 
-def coupled_problem(tenants: int, resources: int, seed: int = 0, *, tight: bool = False, budget_share: float = 0.4,
-                    drainable: bool = False) -> MarketProblem:
+def coupled_problem(
+    tenants: int,
+    resources: int,
+    seed: int = 0,
+    *,
+    tight: bool = False,
+    budget_share: float = 0.4,
+    drainable: bool = False,
+) -> MarketProblem:
     """A market where budgets couple the resources: log tenants wanting random subsets of the
     resources, each with a budget of about ``budget_share`` of what it would spend at the
     uncoupled monopoly prices (so nearly every budget binds). Capacity is generous (three times
@@ -130,11 +173,25 @@ def coupled_problem(tenants: int, resources: int, seed: int = 0, *, tight: bool 
     names = tuple(f"{pool}/{cls}" for pool, cls in zip(pools, classes))
 
     def market(capacity: np.ndarray, budget: np.ndarray) -> MarketProblem:
-        res = ResourceSet(names=names, capacity=capacity, unit_cost=cost, price_min=0.5 * cost,
-                          price_max=10.0 * cost, resource_class=classes, pool=pools,
-                          discount_min=np.full(m, 0.2), discount_max=np.full(m, 0.6))
-        pop = TenantPopulation.build(ids=[f"t{j:05d}" for j in range(n)], families=["log"] * n, weight=weight,
-                                     saturation=saturation, budget=budget, drainable_mask=res.drainable_mask)
+        res = ResourceSet(
+            names=names,
+            capacity=capacity,
+            unit_cost=cost,
+            price_min=0.5 * cost,
+            price_max=10.0 * cost,
+            resource_class=classes,
+            pool=pools,
+            discount_min=np.full(m, 0.2),
+            discount_max=np.full(m, 0.6),
+        )
+        pop = TenantPopulation.build(
+            ids=[f"t{j:05d}" for j in range(n)],
+            families=["log"] * n,
+            weight=weight,
+            saturation=saturation,
+            budget=budget,
+            drainable_mask=res.drainable_mask,
+        )
         return MarketProblem(res, pop)
 
     free = market(np.full(m, np.inf), np.full(n, np.inf))
@@ -142,6 +199,8 @@ def coupled_problem(tenants: int, resources: int, seed: int = 0, *, tight: bool 
     spend = solve_followers(free.tenants.on("cpu"), monopoly).spend.numpy()
     budget = np.maximum(spend, 1e-3) * budget_share * rng.uniform(0.7, 1.3, n)
     budgeted = market(np.full(m, np.inf), budget)
-    demand = budgeted.tenants.on("cpu").aggregate(solve_followers(budgeted.tenants.on("cpu"), monopoly).demand)
+    demand = budgeted.tenants.on("cpu").aggregate(
+        solve_followers(budgeted.tenants.on("cpu"), monopoly).demand
+    )
     share = rng.uniform(0.5, 0.8, m) if tight else np.full(m, 3.0)
     return market(np.maximum(demand.numpy() * share, 1e-3), budget)

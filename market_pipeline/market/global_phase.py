@@ -77,8 +77,11 @@ class SearchOutcome:
     @property
     def best_feasible(self):
         """The most profitable capacity-feasible point any attempt visited (or None)."""
-        points = [a.result.best_feasible for a in self.attempts
-                  if a.result is not None and a.result.best_feasible is not None]
+        points = [
+            a.result.best_feasible
+            for a in self.attempts
+            if a.result is not None and a.result.best_feasible is not None
+        ]
         return max(points, key=lambda p: p.profit, default=None)
 
 
@@ -107,8 +110,14 @@ def _best(attempts: list[Attempt]) -> Attempt | None:
     return max((a for a in attempts if a.certified), key=_rank, default=None)
 
 
-def global_search(ctx: LeaderContext, start: np.ndarray, run: Runner, certify: Certifier,
-                  screen_pop: DevicePopulation | None, extra_starts: tuple[np.ndarray, ...] = ()) -> SearchOutcome:
+def global_search(
+    ctx: LeaderContext,
+    start: np.ndarray,
+    run: Runner,
+    certify: Certifier,
+    screen_pop: DevicePopulation | None,
+    extra_starts: tuple[np.ndarray, ...] = (),
+) -> SearchOutcome:
     """The local solves from ``start`` and ``extra_starts``, then screens and restarts while
     they find better optima (``ctx.settings``: global_*). ``screen_pop``: the tenant sample
     screened (None: no global phase)."""
@@ -116,12 +125,18 @@ def global_search(ctx: LeaderContext, start: np.ndarray, run: Runner, certify: C
     attempts = [attempt(s, run, certify) for s in (start, *extra_starts)]
     screened = 0
     first = len(attempts)
-    while (screen_pop is not None and settings.global_phase and len(attempts) - first < settings.global_restarts
-           and time_left(ctx)):
+    while (
+        screen_pop is not None
+        and settings.global_phase
+        and len(attempts) - first < settings.global_restarts
+        and time_left(ctx)
+    ):
         incumbent = _best(attempts)
         # A local solve that took a few Newton steps met a smooth landscape on its way: probe
         # near its optimum only. Kinks (budgets switching) cost iterations: then search far too.
-        full = incumbent is None or attempts[0].iterations > settings.global_full_after or len(attempts) > first
+        full = (
+            incumbent is None or attempts[0].iterations > settings.global_full_after or len(attempts) > first
+        )
         try:
             found, evaluated = _screen(ctx, attempts, incumbent, screen_pop, full)
         except SOLVE_ERRORS:  # a failed screen only ends the search: the starts so far stand
@@ -132,11 +147,18 @@ def global_search(ctx: LeaderContext, start: np.ndarray, run: Runner, certify: C
         attempts.append(attempt(found, run, certify))
         if _best(attempts) is incumbent:  # the restart found nothing better: stop here
             break
-    return SearchOutcome(tuple(attempts), _best(attempts), _summary(attempts, screened, settings.distinct_tolerance))
+    return SearchOutcome(
+        tuple(attempts), _best(attempts), _summary(attempts, screened, settings.distinct_tolerance)
+    )
 
 
-def _screen(ctx: LeaderContext, attempts: list[Attempt], incumbent: Attempt | None, screen_pop: DevicePopulation,
-            full: bool) -> tuple[np.ndarray | None, int]:
+def _screen(
+    ctx: LeaderContext,
+    attempts: list[Attempt],
+    incumbent: Attempt | None,
+    screen_pop: DevicePopulation,
+    full: bool,
+) -> tuple[np.ndarray | None, int]:
     """Prices to restart from (or None), and how many price vectors the screen evaluated."""
     settings = ctx.settings
     state = None
@@ -145,15 +167,31 @@ def _screen(ctx: LeaderContext, attempts: list[Attempt], incumbent: Attempt | No
         if incumbent is attempts[-1] and screen_pop is ctx.pop:  # its followers are still in the workspace
             state = incumbent.result.point.state
     else:  # nothing certified yet: any feasible prices are a better place to start again
-        visited = [a.result.best_feasible for a in attempts
-                   if a.result is not None and a.result.best_feasible is not None]
+        visited = [
+            a.result.best_feasible
+            for a in attempts
+            if a.result is not None and a.result.best_feasible is not None
+        ]
         prices, beat = (visited[0].prices if visited else attempts[0].start), -np.inf
-    screen = Screen(screen_pop.using(ctx.pop.workspace), ctx.unit_cost, ctx.capacity, prices,
-                    settings.follower_tolerance, state)
-    found = line_search(screen, ctx.constraints, points=settings.global_points if full else 0,
-                        local_steps=settings.global_local_steps if full else settings.global_light_steps,
-                        refine_rounds=settings.global_refine_rounds if full else 0, margin=settings.global_margin,
-                        refine_lines=settings.global_refine_lines, min_gain=settings.global_min_gain, beat=beat)
+    screen = Screen(
+        screen_pop.using(ctx.pop.workspace),
+        ctx.unit_cost,
+        ctx.capacity,
+        prices,
+        settings.follower_tolerance,
+        state,
+    )
+    found = line_search(
+        screen,
+        ctx.constraints,
+        points=settings.global_points if full else 0,
+        local_steps=settings.global_local_steps if full else settings.global_light_steps,
+        refine_rounds=settings.global_refine_rounds if full else 0,
+        margin=settings.global_margin,
+        refine_lines=settings.global_refine_lines,
+        min_gain=settings.global_min_gain,
+        beat=beat,
+    )
     return found.prices, screen.evaluated
 
 
@@ -162,11 +200,12 @@ def _summary(attempts: list[Attempt], screened: int, tolerance: float) -> Search
     optima: list[Attempt] = []
     for a in certified:
         prices = a.result.point.prices
-        if all(np.max(np.abs(prices - o.result.point.prices) / o.result.point.prices) > tolerance for o in optima):
+        if all(
+            np.max(np.abs(prices - o.result.point.prices) / o.result.point.prices) > tolerance for o in optima
+        ):
             optima.append(a)
     gap = None
     if len(optima) > 1:
         best, other = optima[0].profit, optima[1].profit
         gap = float((best - other) / abs(best)) if best != 0 else None
     return SearchSummary(len(attempts), len(optima), gap, screened)
-

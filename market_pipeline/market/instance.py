@@ -42,10 +42,30 @@ from market_pipeline.market.resources import DRAINABLE, GUARANTEED, ResourceSet
 from market_pipeline.market.utility import FAMILIES, ISOELASTIC, LOG
 
 DEFAULT_BAND = (0.0, 0.9)
-RESOURCE_KEYS = {"name", "capacity", "unit_cost", "price_min", "price_max", "class", "pool", "gpu_model",
-                 "zone", "discount_band"}
-TENANT_KEYS = {"id", "utility", "weight", "saturation", "budget", "eta", "delay_cost", "class",
-               "drain_tolerant", "multiplicity"}
+RESOURCE_KEYS = {
+    "name",
+    "capacity",
+    "unit_cost",
+    "price_min",
+    "price_max",
+    "class",
+    "pool",
+    "gpu_model",
+    "zone",
+    "discount_band",
+}
+TENANT_KEYS = {
+    "id",
+    "utility",
+    "weight",
+    "saturation",
+    "budget",
+    "eta",
+    "delay_cost",
+    "class",
+    "drain_tolerant",
+    "multiplicity",
+}
 TOP_KEYS = {"resources", "tenants", "drainable_discount_band"}
 
 
@@ -81,8 +101,13 @@ def _check_keys(where: str, obj: Any, allowed: set[str], required: set[str]) -> 
 def parse_resources(items: Any, default_band: tuple[float, float]) -> ResourceSet:
     if not isinstance(items, list) or not items:
         raise InstanceError("resources: expected a non-empty list")
-    names, classes, pools, bands, numbers = [], [], [], [], {k: [] for k in
-                                                           ("capacity", "unit_cost", "price_min", "price_max")}
+    names, classes, pools, bands, numbers = (
+        [],
+        [],
+        [],
+        [],
+        {k: [] for k in ("capacity", "unit_cost", "price_min", "price_max")},
+    )
     for i, item in enumerate(items):
         where = f"resources[{i}]"
         _check_keys(where, item, RESOURCE_KEYS, {"name", "capacity", "unit_cost", "price_min", "price_max"})
@@ -105,13 +130,21 @@ def parse_resources(items: Any, default_band: tuple[float, float]) -> ResourceSe
         pools.append(pool)
         if "discount_band" in item and cls != DRAINABLE:
             raise InstanceError(f"{where}.discount_band: only drainable resources have a discount band")
-        bands.append(_band(f"{where}.discount_band", item["discount_band"]) if "discount_band" in item
-                     else default_band)
+        bands.append(
+            _band(f"{where}.discount_band", item["discount_band"])
+            if "discount_band" in item
+            else default_band
+        )
     return ResourceSet(
-        names=tuple(names), capacity=np.array(numbers["capacity"]), unit_cost=np.array(numbers["unit_cost"]),
-        price_min=np.array(numbers["price_min"]), price_max=np.array(numbers["price_max"]),
-        resource_class=tuple(classes), pool=tuple(pools),
-        discount_min=np.array([b[0] for b in bands]), discount_max=np.array([b[1] for b in bands]),
+        names=tuple(names),
+        capacity=np.array(numbers["capacity"]),
+        unit_cost=np.array(numbers["unit_cost"]),
+        price_min=np.array(numbers["price_min"]),
+        price_max=np.array(numbers["price_max"]),
+        resource_class=tuple(classes),
+        pool=tuple(pools),
+        discount_min=np.array([b[0] for b in bands]),
+        discount_max=np.array([b[1] for b in bands]),
     )
 
 
@@ -126,8 +159,10 @@ def _per_resource(where: str, value: Any, names: tuple[str, ...], missing: float
         if len(value) != m:
             raise InstanceError(f"{where}: expected {m} values (one per resource), got {len(value)}")
         return [_number(f"{where}[{r}]", v) for r, v in enumerate(value)]
-    raise InstanceError(f"{where}: expected a list of {m} numbers" + (" or an object keyed by resource name"
-                                                                     if missing is not None else ""))
+    raise InstanceError(
+        f"{where}: expected a list of {m} numbers"
+        + (" or an object keyed by resource name" if missing is not None else "")
+    )
 
 
 def parse_tenants(items: Any, resources: ResourceSet) -> TenantPopulation:
@@ -149,15 +184,21 @@ def parse_tenants(items: Any, resources: ResourceSet) -> TenantPopulation:
         families.append(family)
         weight.append(_per_resource(f"{where}.weight", item["weight"], names, 0.0))
         sat = item["saturation"]
-        saturation.append([_number(f"{where}.saturation", sat)] * m if isinstance(sat, (int, float))
-                          and not isinstance(sat, bool) else _per_resource(f"{where}.saturation", sat, names, 1.0))
+        saturation.append(
+            [_number(f"{where}.saturation", sat)] * m
+            if isinstance(sat, (int, float)) and not isinstance(sat, bool)
+            else _per_resource(f"{where}.saturation", sat, names, 1.0)
+        )
         budget.append(_number(f"{where}.budget", item["budget"], allow_null=True))
         if family == ISOELASTIC and "eta" not in item:
             raise InstanceError(f"{where}.eta: required for isoelastic tenants")
         eta.append(_number(f"{where}.eta", item["eta"]) if "eta" in item else 1.0)
         cost = item.get("delay_cost", 0.0)
-        delay.append([_number(f"{where}.delay_cost", cost)] * m if isinstance(cost, (int, float))
-                     and not isinstance(cost, bool) else _per_resource(f"{where}.delay_cost", cost, names, 0.0))
+        delay.append(
+            [_number(f"{where}.delay_cost", cost)] * m
+            if isinstance(cost, (int, float)) and not isinstance(cost, bool)
+            else _per_resource(f"{where}.delay_cost", cost, names, 0.0)
+        )
         cls = item.get("class", "elastic")
         if cls not in ("elastic", "rigid"):
             raise InstanceError(f"{where}.class: expected 'elastic' or 'rigid', got {cls!r}")
@@ -174,10 +215,16 @@ def parse_tenants(items: Any, resources: ResourceSet) -> TenantPopulation:
     delay_arr = np.array(delay)
     mult_arr = np.array(mult)
     return TenantPopulation.build(
-        ids=ids, families=families, weight=np.array(weight), saturation=np.array(saturation),
-        budget=np.array(budget), drainable_mask=resources.drainable_mask, eta=np.array(eta),
+        ids=ids,
+        families=families,
+        weight=np.array(weight),
+        saturation=np.array(saturation),
+        budget=np.array(budget),
+        drainable_mask=resources.drainable_mask,
+        eta=np.array(eta),
         delay_cost=delay_arr if np.any(delay_arr != 0) else None,
-        multiplicity=mult_arr if np.any(mult_arr != 1) else None, drain_tolerant=np.array(tolerant),
+        multiplicity=mult_arr if np.any(mult_arr != 1) else None,
+        drain_tolerant=np.array(tolerant),
     )
 
 
@@ -185,8 +232,11 @@ def parse_instance(data: Any) -> tuple[ResourceSet, TenantPopulation]:
     """The instance's resources and tenants; `MarketProblem.from_instance_json` joins them
     (so this module needs no import of problem.py, which imports it)."""
     _check_keys("instance", data, TOP_KEYS, {"resources", "tenants"})
-    band = _band("drainable_discount_band", data["drainable_discount_band"]) if "drainable_discount_band" in data \
+    band = (
+        _band("drainable_discount_band", data["drainable_discount_band"])
+        if "drainable_discount_band" in data
         else DEFAULT_BAND
+    )
     resources = parse_resources(data["resources"], band)
     return resources, parse_tenants(data["tenants"], resources)
 
@@ -200,9 +250,15 @@ def instance_json(problem) -> dict:
     res, pop = problem.resources, problem.tenants
     resources = []
     for r, name in enumerate(res.names):
-        item = {"name": name, "capacity": _json_number(res.capacity[r]), "unit_cost": float(res.unit_cost[r]),
-                "price_min": float(res.price_min[r]), "price_max": float(res.price_max[r]),
-                "class": res.resource_class[r], "pool": res.pool[r]}
+        item = {
+            "name": name,
+            "capacity": _json_number(res.capacity[r]),
+            "unit_cost": float(res.unit_cost[r]),
+            "price_min": float(res.price_min[r]),
+            "price_max": float(res.price_max[r]),
+            "class": res.resource_class[r],
+            "pool": res.pool[r],
+        }
         if res.resource_class[r] == DRAINABLE:
             item["discount_band"] = [float(res.discount_min[r]), float(res.discount_max[r])]
         resources.append(item)
@@ -210,9 +266,14 @@ def instance_json(problem) -> dict:
     families = pop.families
     w, s = pop.weight.numpy(), pop.saturation.numpy()
     for j, tid in enumerate(pop.ids):
-        item = {"id": tid, "utility": families[j], "weight": w[j].tolist(), "saturation": s[j].tolist(),
-                "budget": _json_number(float(pop.budget[j])),
-                "drain_tolerant": bool(pop.drain_tolerant[j])}
+        item = {
+            "id": tid,
+            "utility": families[j],
+            "weight": w[j].tolist(),
+            "saturation": s[j].tolist(),
+            "budget": _json_number(float(pop.budget[j])),
+            "drain_tolerant": bool(pop.drain_tolerant[j]),
+        }
         if families[j] == ISOELASTIC:
             item["eta"] = float(pop.eta[j])
         if pop.delay_cost is not None:

@@ -104,30 +104,46 @@ def follower_tolerance(settings: SolverSettings, leader_residual: float) -> floa
     step. Newton squares the leader's residual, so the next point needs followers accurate to
     about that square: their tolerance tracks it, down to the configured one (which every
     point that can pass the KKT test gets)."""
-    return max(settings.follower_tolerance, min(1e-5, 1e-4 * leader_residual ** 2))
+    return max(settings.follower_tolerance, min(1e-5, 1e-4 * leader_residual**2))
 
 
-def evaluate(ctx: LeaderContext, prices: np.ndarray, scale_guess: torch.Tensor | None = None, *,
-             slot: int = 0, tol: float | None = None) -> Point:
+def evaluate(
+    ctx: LeaderContext,
+    prices: np.ndarray,
+    scale_guess: torch.Tensor | None = None,
+    *,
+    slot: int = 0,
+    tol: float | None = None,
+) -> Point:
     settings = ctx.settings
     p = torch.as_tensor(prices, dtype=torch.float64, device=ctx.device)
     tol = settings.follower_tolerance if tol is None else tol
-    state = solve_followers(ctx.pop, p, scale_guess, tol=tol, max_iterations=settings.follower_max_iterations,
-                            slot=slot)
+    state = solve_followers(
+        ctx.pop, p, scale_guess, tol=tol, max_iterations=settings.follower_max_iterations, slot=slot
+    )
     ctx.follower_iterations += state.iterations
     if not state.budget_residual <= max(1e-8, 10.0 * tol):
-        raise SolverError(f"followers: budget multiplier root not found (residual {state.budget_residual:.2e})")
+        raise SolverError(
+            f"followers: budget multiplier root not found (residual {state.budget_residual:.2e})"
+        )
     demand = ctx.pop.aggregate(state.demand).cpu().numpy()
     if not np.all(np.isfinite(demand)):
         raise SolverError("followers: non-finite demand")
     capped = np.isfinite(ctx.capacity)
     excess = float(np.maximum(demand[capped] - ctx.capacity[capped], 0.0).sum())
-    return Point(np.asarray(prices, dtype=np.float64), state, demand, float((prices - ctx.unit_cost) @ demand), excess,
-                 slot)
+    return Point(
+        np.asarray(prices, dtype=np.float64),
+        state,
+        demand,
+        float((prices - ctx.unit_cost) @ demand),
+        excess,
+        slot,
+    )
 
 
-def local_model(ctx: LeaderContext, point: Point, multiplier: np.ndarray,
-                curvature: np.ndarray | None = None) -> tuple[LocalModel, Derivatives]:
+def local_model(
+    ctx: LeaderContext, point: Point, multiplier: np.ndarray, curvature: np.ndarray | None = None
+) -> tuple[LocalModel, Derivatives]:
     """Exact first derivatives at ``point``; the Lagrangian Hessian too unless ``curvature``
     (a previous one) is passed in, which is enough to certify a point (the multipliers of the
     step QP at a KKT point do not depend on it)."""
@@ -135,8 +151,15 @@ def local_model(ctx: LeaderContext, point: Point, multiplier: np.ndarray,
     mu = torch.as_tensor(multiplier, dtype=torch.float64, device=ctx.device)
     der = demand_derivatives(ctx.pop, point.state, cost, mu, with_hessian=curvature is None)
     hessian = curvature if curvature is not None else der.lagrangian_hessian.cpu().numpy()
-    model = LocalModel(point.prices, point.demand, ctx.capacity, ctx.unit_cost,
-                       der.profit_gradient.cpu().numpy(), der.jacobian.cpu().numpy(), hessian)
+    model = LocalModel(
+        point.prices,
+        point.demand,
+        ctx.capacity,
+        ctx.unit_cost,
+        der.profit_gradient.cpu().numpy(),
+        der.jacobian.cpu().numpy(),
+        hessian,
+    )
     for name in ("gradient", "jacobian", "hessian"):
         if not np.all(np.isfinite(getattr(model, name))):
             raise SolverError(f"leader: non-finite {name} at prices {point.prices.tolist()}")
@@ -154,18 +177,32 @@ def _capacity_scale(model: LocalModel) -> float:
     return max(float(np.abs(model.capacity[capped]).max(initial=0.0)), 1e-300)
 
 
-def _solve_step_with_penalty(model: LocalModel, ctx: LeaderContext, radius: np.ndarray, rho: float,
-                             active_guess: np.ndarray | None, kink_gradients: np.ndarray | None) -> StepSolution:
+def _solve_step_with_penalty(
+    model: LocalModel,
+    ctx: LeaderContext,
+    radius: np.ndarray,
+    rho: float,
+    active_guess: np.ndarray | None,
+    kink_gradients: np.ndarray | None,
+) -> StepSolution:
     """Raise the penalty while that reduces the linearised capacity violation of the step
     (when the box alone makes capacity unreachable, no penalty helps and rho stays)."""
-    step = solve_step(model, ctx.constraints, radius, rho, active_guess=active_guess, kink_gradients=kink_gradients)
+    step = solve_step(
+        model, ctx.constraints, radius, rho, active_guess=active_guess, kink_gradients=kink_gradients
+    )
     violation = _linearised_violation(model, step.delta)
     scale = max(float(np.abs(model.demand).max()), 1e-300)
     for _ in range(4):
         if violation <= 1e-12 * scale:
             break
-        candidate = solve_step(model, ctx.constraints, radius, rho * 10.0, active_guess=step.active_rows,
-                               kink_gradients=kink_gradients)
+        candidate = solve_step(
+            model,
+            ctx.constraints,
+            radius,
+            rho * 10.0,
+            active_guess=step.active_rows,
+            kink_gradients=kink_gradients,
+        )
         reduced = _linearised_violation(model, candidate.delta)
         if reduced >= violation - 1e-9 * scale:
             break
@@ -187,7 +224,9 @@ def _exact(ctx: LeaderContext, point: Point) -> bool:
     return point.state.budget_residual <= 10 * ctx.settings.follower_tolerance
 
 
-def _solved_exactly(ctx: LeaderContext, point: Point, multiplier: np.ndarray) -> tuple[Point, LocalModel, Derivatives]:
+def _solved_exactly(
+    ctx: LeaderContext, point: Point, multiplier: np.ndarray
+) -> tuple[Point, LocalModel, Derivatives]:
     """The point again with exact followers (in its own workspace slot), and its local model."""
     point = evaluate(ctx, point.prices, point.state.scale, slot=point.slot)
     model, der = local_model(ctx, point, multiplier)
@@ -198,9 +237,17 @@ def time_left(ctx: LeaderContext) -> bool:
     return ctx.deadline is None or time.perf_counter() < ctx.deadline
 
 
-def run_leader(ctx: LeaderContext, start: np.ndarray, *, tolerance: float, max_iterations: int,
-               multiplier: np.ndarray | None = None, radius: float | None = None,
-               curvature: np.ndarray | None = None, cold: bool = False) -> LeaderResult:
+def run_leader(
+    ctx: LeaderContext,
+    start: np.ndarray,
+    *,
+    tolerance: float,
+    max_iterations: int,
+    multiplier: np.ndarray | None = None,
+    radius: float | None = None,
+    curvature: np.ndarray | None = None,
+    cold: bool = False,
+) -> LeaderResult:
     """``curvature``: a Lagrangian Hessian estimate at ``start`` (e.g. from a subsample) used for
     the first step instead of computing the exact one. ``cold``: ``start`` is a guess far from
     the solution, so its followers are solved loosely (see ``follower_tolerance``)."""
@@ -221,15 +268,27 @@ def run_leader(ctx: LeaderContext, start: np.ndarray, *, tolerance: float, max_i
     best = point if point.excess == 0.0 else None  # the best capacity-feasible point so far
     bundle: list[tuple] = []  # (prices, gradient, Hessian) of smooth pieces met across a kink
     while True:
-        step = _solve_step_with_penalty(model, ctx, trust * span * per_resource, rho, active_guess,
-                                        _kink_gradients(bundle, point, span))
+        step = _solve_step_with_penalty(
+            model, ctx, trust * span * per_resource, rho, active_guess, _kink_gradients(bundle, point, span)
+        )
         active_guess = step.active_rows
         rho = step.rho
         kkt = kkt_parts(model, constraints, step)
         total = max(kkt.total, point.state.budget_residual)
         if total <= tolerance:
-            return LeaderResult(point, der, step, kkt, iterations, True, False, None, model.hessian, best,
-                                nonsmooth=step.pieces.shape[0] > 1)
+            return LeaderResult(
+                point,
+                der,
+                step,
+                kkt,
+                iterations,
+                True,
+                False,
+                None,
+                model.hessian,
+                best,
+                nonsmooth=step.pieces.shape[0] > 1,
+            )
         if source == "stale" and total > CHORD_RESIDUAL:
             model, der = local_model(ctx, point, mu)
             source = "exact"
@@ -237,9 +296,11 @@ def run_leader(ctx: LeaderContext, start: np.ndarray, *, tolerance: float, max_i
         # the elastic problem is solved (the residual excludes trust-region multipliers, so
         # stationarity here means the trust region is not what holds the prices) but capacity
         # cannot be met inside the price/step box
-        stalled_infeasible = (kkt.feasibility > tolerance
-                              and max(kkt.stationarity, kkt.complementarity) <= tolerance
-                              and _linearised_violation(model, step.delta) > tolerance * _capacity_scale(model))
+        stalled_infeasible = (
+            kkt.feasibility > tolerance
+            and max(kkt.stationarity, kkt.complementarity) <= tolerance
+            and _linearised_violation(model, step.delta) > tolerance * _capacity_scale(model)
+        )
         stop = None
         if stalled_infeasible:
             if not _exact(ctx, point):  # the verdict is certified like a solution: exact followers
@@ -259,15 +320,19 @@ def run_leader(ctx: LeaderContext, start: np.ndarray, *, tolerance: float, max_i
         delta = step.delta * ((1.0 - ctx.settings.response_smoothing) if smoothing_left > 0 else 1.0)
         predicted = model_gain(model, step, delta)
         # kink search compares gradients across the kink: those need exact followers
-        trial_tol = (ctx.settings.follower_tolerance if trust <= 4 * KINK_TRUST
-                     else follower_tolerance(ctx.settings, total))
+        trial_tol = (
+            ctx.settings.follower_tolerance
+            if trust <= 4 * KINK_TRUST
+            else follower_tolerance(ctx.settings, total)
+        )
         trial = _trial(ctx, point, der, delta, trial_tol)
         actual = trial.merit(rho) - point.merit(rho)
         noise = 1e-13 * (abs(point.merit(rho)) + 1.0)
         accepted = actual >= ACCEPT_RATIO * predicted - noise
         if not accepted and trial.excess > point.excess:
-            trial, delta, accepted = _second_order_correction(ctx, model, step, point, der, delta, trial, predicted,
-                                                              noise, trial_tol)
+            trial, delta, accepted = _second_order_correction(
+                ctx, model, step, point, der, delta, trial, predicted, noise, trial_tol
+            )
         if not accepted:
             if source != "exact":  # blame the curvature before the step length
                 model, der = local_model(ctx, point, mu)
@@ -312,7 +377,7 @@ def _add_piece(bundle: list, piece: tuple, prices: np.ndarray, own_gradient: np.
     new = _carried(piece, prices)
     separation = float(np.abs(new - own_gradient).max())
     keep = [b for b in bundle if np.abs(_carried(b, prices) - new).max() > 0.1 * separation]
-    return (keep + [piece])[-(prices.size + 1):]
+    return (keep + [piece])[-(prices.size + 1) :]
 
 
 def _carried(piece: tuple, prices: np.ndarray) -> np.ndarray:
@@ -334,8 +399,14 @@ def _second_order_correction(ctx, model, step, point, der, delta, trial, predict
     span = ctx.constraints.upper - ctx.constraints.lower
     radius = np.maximum(np.abs(delta) * 1.5, 1e-12 * np.maximum(span, 1.0))
     try:
-        corrected = solve_step(model, ctx.constraints, np.maximum(radius, np.abs(step.delta)), step.rho, shifted,
-                               kink_gradients=step.pieces[1:] if step.pieces.shape[0] > 1 else None)
+        corrected = solve_step(
+            model,
+            ctx.constraints,
+            np.maximum(radius, np.abs(step.delta)),
+            step.rho,
+            shifted,
+            kink_gradients=step.pieces[1:] if step.pieces.shape[0] > 1 else None,
+        )
     except SolverError:
         return trial, delta, False
     soc_trial = _trial(ctx, point, der, corrected.delta, tol)

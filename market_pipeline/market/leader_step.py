@@ -105,23 +105,31 @@ def _layout(constraints: PriceConstraints, capacity: np.ndarray) -> _Layout:
     band = constraints.band_matrix[:, free]
     band_rows = np.any(band != 0, axis=1)
     eye_f, eye_c = np.eye(nf), np.eye(nc)
-    template = np.vstack([
-        np.hstack([eye_f, np.zeros((nf, nc))]),
-        np.hstack([-eye_f, np.zeros((nf, nc))]),
-        np.hstack([np.zeros((nc, nf)), -eye_c]),
-        np.hstack([np.zeros((nc, nf)), -eye_c]),  # capacity rows: J block filled per step
-        np.hstack([band[band_rows], np.zeros((int(band_rows.sum()), nc))]),
-    ])
+    template = np.vstack(
+        [
+            np.hstack([eye_f, np.zeros((nf, nc))]),
+            np.hstack([-eye_f, np.zeros((nf, nc))]),
+            np.hstack([np.zeros((nc, nf)), -eye_c]),
+            np.hstack([np.zeros((nc, nf)), -eye_c]),  # capacity rows: J block filled per step
+            np.hstack([band[band_rows], np.zeros((int(band_rows.sum()), nc))]),
+        ]
+    )
     first_guess = np.zeros(template.shape[0], dtype=bool)
-    first_guess[2 * nf:2 * nf + nc] = True
+    first_guess[2 * nf : 2 * nf + nc] = True
     layout = _Layout(free, capped, band_rows, template, first_guess, free.size == capacity.size)
     constraints.cache[key] = layout
     return layout
 
 
-def solve_step(model: LocalModel, constraints: PriceConstraints, radius: np.ndarray, rho: float,
-               capacity_rhs: np.ndarray | None = None, active_guess: np.ndarray | None = None,
-               kink_gradients: np.ndarray | None = None) -> StepSolution:
+def solve_step(
+    model: LocalModel,
+    constraints: PriceConstraints,
+    radius: np.ndarray,
+    rho: float,
+    capacity_rhs: np.ndarray | None = None,
+    active_guess: np.ndarray | None = None,
+    kink_gradients: np.ndarray | None = None,
+) -> StepSolution:
     """Solve the step QP. ``capacity_rhs`` overrides C - D (for second-order corrections);
     ``active_guess`` is the previous step's active rows (tried first, verified).
 
@@ -134,7 +142,9 @@ def solve_step(model: LocalModel, constraints: PriceConstraints, radius: np.ndar
     layout = _layout(constraints, model.capacity)
     free, capped, band_rows = layout.free, layout.capped, layout.band_rows
     nf, nc = free.size, capped.size
-    pieces = model.gradient[None, :] if kink_gradients is None else np.vstack([model.gradient, kink_gradients])
+    pieces = (
+        model.gradient[None, :] if kink_gradients is None else np.vstack([model.gradient, kink_gradients])
+    )
     kink = pieces.shape[0] > 1
     curvature = regularised_curvature(model.hessian)
     upper_gap, lower_gap = constraints.upper[free] - p[free], p[free] - constraints.lower[free]
@@ -146,13 +156,16 @@ def solve_step(model: LocalModel, constraints: PriceConstraints, radius: np.ndar
     Q = np.zeros((n, n))
     Q[:nf, :nf] = layout.free_block(curvature)
     G = layout.template.copy()
-    G[2 * nf + nc:2 * nf + 2 * nc, :nf] = model.jacobian[capped][:, free]
-    h = np.concatenate([step_up, step_down, np.zeros(nc), capacity_rhs[capped],
-                        -(constraints.band_matrix[band_rows] @ p)])
+    G[2 * nf + nc : 2 * nf + 2 * nc, :nf] = model.jacobian[capped][:, free]
+    h = np.concatenate(
+        [step_up, step_down, np.zeros(nc), capacity_rhs[capped], -(constraints.band_matrix[band_rows] @ p)]
+    )
     guess = layout.first_guess if active_guess is None else active_guess
     if kink:  # variables [dp, xi, t]: minimise -t, rows t - g_k . dp <= 0
         q = np.concatenate([np.zeros(nf), np.full(nc, rho), [-1.0]])
-        epigraph = np.hstack([-pieces[:, free], np.zeros((pieces.shape[0], nc)), np.ones((pieces.shape[0], 1))])
+        epigraph = np.hstack(
+            [-pieces[:, free], np.zeros((pieces.shape[0], nc)), np.ones((pieces.shape[0], 1))]
+        )
         G = np.vstack([np.hstack([G, np.zeros((G.shape[0], 1))]), epigraph])
         h = np.concatenate([h, np.zeros(pieces.shape[0])])
         base_rows = layout.template.shape[0]
@@ -166,15 +179,20 @@ def solve_step(model: LocalModel, constraints: PriceConstraints, radius: np.ndar
     column = np.ones(n)
     width = np.maximum(step_up, step_down)
     column[:nf] = np.maximum(width, 1e-12 * max(1.0, float(width.max(initial=0.0))))
-    result = solve_qp(column[:, None] * Q * column[None, :], q * column, G * column[None, :], h,
-                      active_guess=guess if guess.shape[0] == h.shape[0] else None)
+    result = solve_qp(
+        column[:, None] * Q * column[None, :],
+        q * column,
+        G * column[None, :],
+        h,
+        active_guess=guess if guess.shape[0] == h.shape[0] else None,
+    )
     z = result.z
-    weights = z[h.shape[0] - pieces.shape[0]:] if kink else np.ones(1)
+    weights = z[h.shape[0] - pieces.shape[0] :] if kink else np.ones(1)
     active_rows = z > 1e-9 * max(1.0, float(z.max(initial=0.0)))
-    z_up, z_down = z[:nf], z[nf:2 * nf]
-    z_cap = z[2 * nf + nc:2 * nf + 2 * nc]
+    z_up, z_down = z[:nf], z[nf : 2 * nf]
+    z_cap = z[2 * nf + nc : 2 * nf + 2 * nc]
     z_band = np.zeros(constraints.band_matrix.shape[0])
-    z_band[band_rows] = z[2 * nf + 2 * nc:2 * nf + 2 * nc + int(band_rows.sum())]
+    z_band[band_rows] = z[2 * nf + 2 * nc : 2 * nf + 2 * nc + int(band_rows.sum())]
     delta = np.zeros(m)
     delta[free] = result.x[:nf] * column[:nf]
     true_up = upper_gap <= radius[free]
@@ -190,8 +208,19 @@ def solve_step(model: LocalModel, constraints: PriceConstraints, radius: np.ndar
     else:
         full_curvature = np.zeros((m, m))
         full_curvature[np.ix_(free, free)] = Q[:nf, :nf]
-    return StepSolution(delta, capacity_multiplier, full_curvature, rho, upper_mult, lower_mult, trust_mult, z_band,
-                        active_rows, pieces, weights @ pieces / max(float(weights.sum()), 1e-300))
+    return StepSolution(
+        delta,
+        capacity_multiplier,
+        full_curvature,
+        rho,
+        upper_mult,
+        lower_mult,
+        trust_mult,
+        z_band,
+        active_rows,
+        pieces,
+        weights @ pieces / max(float(weights.sum()), 1e-300),
+    )
 
 
 def kkt_parts(model: LocalModel, constraints: PriceConstraints, step: StepSolution) -> KKTParts:
@@ -201,9 +230,16 @@ def kkt_parts(model: LocalModel, constraints: PriceConstraints, step: StepSoluti
     capped = np.isfinite(capacity)
     free = constraints.upper - constraints.lower > 1e-14 * np.maximum(1.0, constraints.upper)
     cap_mult = step.capacity_multiplier
-    residual = (-step.gradient + step.upper_mult - step.lower_mult
-                + model.jacobian.T @ cap_mult + constraints.band_matrix.T @ step.band_mult)
-    g_scale = max(float(np.abs(demand).max()), float(np.abs(model.jacobian.T @ (p - model.unit_cost)).max()), 1e-300)
+    residual = (
+        -step.gradient
+        + step.upper_mult
+        - step.lower_mult
+        + model.jacobian.T @ cap_mult
+        + constraints.band_matrix.T @ step.band_mult
+    )
+    g_scale = max(
+        float(np.abs(demand).max()), float(np.abs(model.jacobian.T @ (p - model.unit_cost)).max()), 1e-300
+    )
     p_scale = max(float(np.abs(p).max()), 1e-300)
     stationarity = float(np.abs(residual[free]).max()) / g_scale if free.any() else 0.0
     slack_cap = np.where(capped, np.maximum(np.where(capped, capacity, 0.0) - demand, 0.0), 0.0)
@@ -217,7 +253,9 @@ def kkt_parts(model: LocalModel, constraints: PriceConstraints, step: StepSoluti
     complementarity = max(float(np.abs(x).max()) for x in products) / (g_scale * p_scale)
     finite_cap = np.where(capped, capacity, 0.0)
     cap_floor = 1e-12 * max(1.0, float(finite_cap.max()))
-    over = np.where(capped, (demand - finite_cap) / np.maximum(np.where(capped, capacity, 1.0), cap_floor), 0.0)
+    over = np.where(
+        capped, (demand - finite_cap) / np.maximum(np.where(capped, capacity, 1.0), cap_floor), 0.0
+    )
     feasibility = max(float(over.max()), 0.0)
     return KKTParts(stationarity, complementarity, feasibility)
 
@@ -230,4 +268,3 @@ def model_gain(model: LocalModel, step: StepSolution, delta: np.ndarray) -> floa
     after = np.where(capped, np.maximum(model.demand + model.jacobian @ delta - cap, 0.0), 0.0).sum()
     quadratic = 0.5 * delta @ step.objective_matrix @ delta
     return float((step.pieces @ delta).min() - quadratic - step.rho * (after - before))
-

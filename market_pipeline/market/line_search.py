@@ -44,8 +44,15 @@ class Screen:
     """Profit and capacity feasibility of candidate prices on ``pop`` (a tenant sample),
     relative to an incumbent price vector."""
 
-    def __init__(self, pop: DevicePopulation, unit_cost: np.ndarray, capacity: np.ndarray, incumbent: np.ndarray,
-                 tol: float, state: FollowerState | None = None) -> None:
+    def __init__(
+        self,
+        pop: DevicePopulation,
+        unit_cost: np.ndarray,
+        capacity: np.ndarray,
+        incumbent: np.ndarray,
+        tol: float,
+        state: FollowerState | None = None,
+    ) -> None:
         """``state``: the followers of ``pop`` at ``incumbent`` when already solved. Scratch
         buffers come from ``pop``'s workspace (the solve's own: no memory beyond it once the
         population has more rows than a chunk)."""
@@ -60,8 +67,12 @@ class Screen:
         self.demand = self.rows_demand.sum(dim=0).cpu().numpy()
         self.profit = float((self.incumbent - unit_cost) @ self.demand)
         capped = np.isfinite(capacity)
-        self.allowed_excess = np.where(capped, np.maximum(self.demand - np.where(capped, capacity, 0.0), 0.0)
-                                       + CAPACITY_SLACK * np.where(capped, np.maximum(capacity, 1.0), 0.0), np.inf)
+        self.allowed_excess = np.where(
+            capped,
+            np.maximum(self.demand - np.where(capped, capacity, 0.0), 0.0)
+            + CAPACITY_SLACK * np.where(capped, np.maximum(capacity, 1.0), 0.0),
+            np.inf,
+        )
         self.buyers = (pop.entry_price > 0).to(pop.budget.dtype)  # (N, M): who can buy r at any price
         self.evaluated = 0
 
@@ -130,9 +141,18 @@ def build_lines(incumbent: np.ndarray, constraints: PriceConstraints) -> list[_L
     return lines
 
 
-def line_search(screen: Screen, constraints: PriceConstraints, *, points: int, local_steps: tuple[float, ...],
-                refine_rounds: int, margin: float, refine_lines: int, min_gain: float,
-                beat: float | None = None) -> LineSearchResult:
+def line_search(
+    screen: Screen,
+    constraints: PriceConstraints,
+    *,
+    points: int,
+    local_steps: tuple[float, ...],
+    refine_rounds: int,
+    margin: float,
+    refine_lines: int,
+    min_gain: float,
+    beat: float | None = None,
+) -> LineSearchResult:
     """Search the lines through ``screen.incumbent``; a candidate must beat ``beat`` (default
     the incumbent's sampled profit) by ``min_gain`` (relative) to be returned. Each line is
     probed at ``points`` log-spaced prices over its range and at the incumbent's price times
@@ -156,8 +176,15 @@ def line_search(screen: Screen, constraints: PriceConstraints, *, points: int, l
     if found is not None or refine_rounds == 0:
         return found or LineSearchResult(None, 0.0, screen.evaluated)
     splits = np.cumsum([g.size for g in grids])[:-1]
-    brackets = _promising(lines, grids, np.split(values, splits), incumbent, screen.profit,
-                          screen.profit - margin * abs(screen.profit), refine_lines)
+    brackets = _promising(
+        lines,
+        grids,
+        np.split(values, splits),
+        incumbent,
+        screen.profit,
+        screen.profit - margin * abs(screen.profit),
+        refine_lines,
+    )
     for _ in range(refine_rounds):
         if not brackets:
             break
@@ -171,8 +198,9 @@ def line_search(screen: Screen, constraints: PriceConstraints, *, points: int, l
     return LineSearchResult(None, 0.0, screen.evaluated)
 
 
-def _winner(candidates: np.ndarray, values: np.ndarray, threshold: float, base: float,
-            screen: Screen) -> LineSearchResult | None:
+def _winner(
+    candidates: np.ndarray, values: np.ndarray, threshold: float, base: float, screen: Screen
+) -> LineSearchResult | None:
     best = int(np.argmax(values))
     if not (np.isfinite(values[best]) and values[best] > threshold):
         return None

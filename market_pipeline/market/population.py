@@ -90,15 +90,22 @@ class TenantPopulation:
         w, s = _matrix("weight", weight, n), _matrix("saturation", saturation, n)
         m = w.shape[1]
         if s.shape != w.shape:
-            raise InstanceError(f"tenants.saturation: shape {tuple(s.shape)} differs from weight {tuple(w.shape)}")
+            raise InstanceError(
+                f"tenants.saturation: shape {tuple(s.shape)} differs from weight {tuple(w.shape)}"
+            )
         if len(drainable_mask) != m:
-            raise InstanceError(f"tenants.weight: {m} resources per tenant, but the instance has {len(drainable_mask)}")
+            raise InstanceError(
+                f"tenants.weight: {m} resources per tenant, but the instance has {len(drainable_mask)}"
+            )
         b = _vector("budget", budget, n)
         eta_t = torch.ones(n, dtype=DTYPE) if eta is None else _vector("eta", eta, n)
         delay = None if delay_cost is None else _matrix("delay_cost", delay_cost, n).expand(n, m).contiguous()
         mult = None if multiplicity is None else _vector("multiplicity", multiplicity, n)
-        tolerant = (torch.ones(n, dtype=torch.bool) if drain_tolerant is None
-                    else torch.as_tensor(np.asarray(drain_tolerant, dtype=bool)))
+        tolerant = (
+            torch.ones(n, dtype=torch.bool)
+            if drain_tolerant is None
+            else torch.as_tensor(np.asarray(drain_tolerant, dtype=bool))
+        )
         _validate(ids, families, w, s, b, eta_t, delay, mult)
         if len(tolerant) != n:
             raise InstanceError(f"tenants.drain_tolerant: expected {n} values")
@@ -140,7 +147,6 @@ class TenantPopulation:
             out.extend([family] * (stop - start))
         return tuple(out)
 
-
     def on(self, device: str | torch.device) -> DevicePopulation:
         """Tensors on ``device`` (cached per device)."""
         dev = torch.device(device)
@@ -163,8 +169,9 @@ class TenantPopulation:
         if delay is not None:
             entry = entry - delay
         exponent = torch.where(self._family_codes().to(dev) == FAMILIES.index(QUADRATIC), 0.0, eta)
-        return DevicePopulation(dev, blocks, self.budget.to(dev), mult, delay, entry, exponent,
-                                Workspace(self.num_resources, dev))
+        return DevicePopulation(
+            dev, blocks, self.budget.to(dev), mult, delay, entry, exponent, Workspace(self.num_resources, dev)
+        )
 
     def _family_codes(self) -> torch.Tensor:
         codes = torch.empty(self.size, dtype=torch.int64)
@@ -214,7 +221,9 @@ class TenantPopulation:
         whole best response, spend included, by exactly k."""
         k = torch.as_tensor(np.asarray(scale, dtype=np.float64))
         if k.shape != (self.num_resources,) or not bool(torch.isfinite(k).all()) or bool((k <= 0).any()):
-            raise InstanceError(f"demand scale: expected {self.num_resources} finite values > 0, got {scale!r}")
+            raise InstanceError(
+                f"demand scale: expected {self.num_resources} finite values > 0, got {scale!r}"
+            )
         weight_scale = torch.ones_like(self.weight)
         for family, start, stop in self.family_spans:
             if family != QUADRATIC:
@@ -223,14 +232,22 @@ class TenantPopulation:
         total = self.weight.sum(dim=1)
         share = torch.where(total > 0, (self.weight @ k) / total.clamp_min(1e-300), torch.ones_like(total))
         return TenantPopulation(
-            ids=self.ids, family_spans=self.family_spans, weight=w, saturation=self.saturation * k,
-            budget=self.budget * share, eta=self.eta, delay_cost=self.delay_cost,
-            multiplicity=self.multiplicity, drain_tolerant=self.drain_tolerant,
+            ids=self.ids,
+            family_spans=self.family_spans,
+            weight=w,
+            saturation=self.saturation * k,
+            budget=self.budget * share,
+            eta=self.eta,
+            delay_cost=self.delay_cost,
+            multiplicity=self.multiplicity,
+            drain_tolerant=self.drain_tolerant,
         )
 
 
 def _matrix(name: str, values: np.ndarray | torch.Tensor, n: int) -> torch.Tensor:
-    t = torch.as_tensor(np.asarray(values, dtype=np.float64) if not isinstance(values, torch.Tensor) else values)
+    t = torch.as_tensor(
+        np.asarray(values, dtype=np.float64) if not isinstance(values, torch.Tensor) else values
+    )
     t = t.to(DTYPE)
     if t.dim() == 1 and t.shape[0] == n:
         t = t.unsqueeze(1)
@@ -240,7 +257,9 @@ def _matrix(name: str, values: np.ndarray | torch.Tensor, n: int) -> torch.Tenso
 
 
 def _vector(name: str, values: np.ndarray | torch.Tensor, n: int) -> torch.Tensor:
-    t = torch.as_tensor(np.asarray(values, dtype=np.float64) if not isinstance(values, torch.Tensor) else values)
+    t = torch.as_tensor(
+        np.asarray(values, dtype=np.float64) if not isinstance(values, torch.Tensor) else values
+    )
     t = t.to(DTYPE).reshape(-1)
     if t.shape != (n,):
         raise InstanceError(f"tenants.{name}: expected {n} values, got shape {tuple(t.shape)}")

@@ -61,8 +61,16 @@ def _kkt_solve(Q, q, G, h, active):
     return sol if info == 0 and np.isfinite(sol).all() else None
 
 
-def solve_with_active_set(Q: np.ndarray, q: np.ndarray, G: np.ndarray, h: np.ndarray, active: np.ndarray,
-                          *, tol: float = 1e-10, max_rounds: int | None = None) -> QPResult | None:
+def solve_with_active_set(
+    Q: np.ndarray,
+    q: np.ndarray,
+    G: np.ndarray,
+    h: np.ndarray,
+    active: np.ndarray,
+    *,
+    tol: float = 1e-10,
+    max_rounds: int | None = None,
+) -> QPResult | None:
     """Primal-dual active-set iteration from the guess ``active``: solve the KKT system with
     those rows as equalities, then add the violated rows and drop those with negative
     multipliers, until consistent. Cheap when the guess is close (the previous step's rows);
@@ -98,8 +106,16 @@ def solve_with_active_set(Q: np.ndarray, q: np.ndarray, G: np.ndarray, h: np.nda
     return None
 
 
-def solve_qp(Q: np.ndarray, q: np.ndarray, G: np.ndarray, h: np.ndarray, *, tol: float = 1e-11,
-             max_iterations: int = 100, active_guess: np.ndarray | None = None) -> QPResult:
+def solve_qp(
+    Q: np.ndarray,
+    q: np.ndarray,
+    G: np.ndarray,
+    h: np.ndarray,
+    *,
+    tol: float = 1e-11,
+    max_iterations: int = 100,
+    active_guess: np.ndarray | None = None,
+) -> QPResult:
     """The active-set iteration runs first from ``active_guess`` (bool per row, e.g. the
     previous solve's; default none active); the interior point method is the fallback."""
     if active_guess is None or active_guess.shape != h.shape:
@@ -124,8 +140,11 @@ def solve_qp(Q: np.ndarray, q: np.ndarray, G: np.ndarray, h: np.ndarray, *, tol:
         r_prim = Gs @ x + s - hs
         gap = float(s @ z)
         objective = 0.5 * x @ Qs @ x + qs @ x
-        if (np.abs(r_dual).max() <= tol * q_norm and np.abs(r_prim).max() <= tol * h_norm
-                and gap <= tol * max(1.0, abs(objective))):
+        if (
+            np.abs(r_dual).max() <= tol * q_norm
+            and np.abs(r_prim).max() <= tol * h_norm
+            and gap <= tol * max(1.0, abs(objective))
+        ):
             return QPResult(x, z * obj_scale / row_scale, (hs - Gs @ x) * row_scale, iteration)
         weight = z / s
         chol = _factor(Qs + Gs.T @ (weight[:, None] * Gs))
@@ -153,8 +172,13 @@ def solve_qp(Q: np.ndarray, q: np.ndarray, G: np.ndarray, h: np.ndarray, *, tol:
     # are variables: the multipliers are not unique) can stall the dual residual a little
     # above tol with a feasible, complementary iterate: return it; the leader's KKT test on
     # the true problem decides whether that point certifies.
-    if (np.abs(r_dual).max() <= LOOSE_TOL * q_norm and np.abs(r_prim).max() <= tol * h_norm
-            and gap <= tol * max(1.0, abs(0.5 * x @ Qs @ x + qs @ x))):
+    if (
+        np.abs(r_dual).max() <= LOOSE_TOL * q_norm
+        and np.abs(r_prim).max() <= tol * h_norm
+        and gap <= tol * max(1.0, abs(0.5 * x @ Qs @ x + qs @ x))
+    ):
         return QPResult(x, z * obj_scale / row_scale, (hs - Gs @ x) * row_scale, max_iterations)
-    raise SolverError(f"QP: no convergence in {max_iterations} iterations "
-                      f"(dual {np.abs(r_dual).max():.1e}, primal {np.abs(r_prim).max():.1e}, gap {gap:.1e})")
+    raise SolverError(
+        f"QP: no convergence in {max_iterations} iterations "
+        f"(dual {np.abs(r_dual).max():.1e}, primal {np.abs(r_prim).max():.1e}, gap {gap:.1e})"
+    )

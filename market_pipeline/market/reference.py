@@ -73,7 +73,6 @@ class ExactDemand:
         a = np.where(bound, high, 1.0)  # high: never over budget
         return np.einsum("knm,n->km", self._demand(a, p), self.mult)
 
-
     def _log_multiplier(self, p: np.ndarray) -> np.ndarray:
         """Log tenants without delay, exactly: with active set A the budget gives
         a = sum_A w / (B + sum_A s p); starting from the set active at a = 1 and dropping what
@@ -85,8 +84,11 @@ class ExactDemand:
         a = np.ones(spend_one.shape)
         for _ in range(p.shape[-1] + 1):
             total_w = np.where(active, self.w, 0.0).sum(axis=-1)
-            a = np.where(bound, np.maximum(total_w / (budget + np.where(active, self.s * p, 0.0).sum(axis=-1)), 1.0),
-                         1.0)
+            a = np.where(
+                bound,
+                np.maximum(total_w / (budget + np.where(active, self.s * p, 0.0).sum(axis=-1)), 1.0),
+                1.0,
+            )
             still = active & (self.w > a[..., None] * p * self.s)
             if np.array_equal(still, active):
                 break
@@ -94,8 +96,9 @@ class ExactDemand:
         return a
 
 
-def reference_optimum(problem: MarketProblem, *, starts: int = 100, seed: int = 0,
-                      max_iterations: int = 100) -> ReferenceResult:
+def reference_optimum(
+    problem: MarketProblem, *, starts: int = 100, seed: int = 0, max_iterations: int = 100
+) -> ReferenceResult:
     started = time.perf_counter()
     res = problem.resources
     constraints = PriceConstraints.build(res)
@@ -122,22 +125,40 @@ def reference_optimum(problem: MarketProblem, *, starts: int = 100, seed: int = 
         d, jac = at(p)
         return -(d + jac.T @ (p - res.unit_cost))
 
-    cons = [{"type": "ineq", "fun": lambda p: res.capacity[capped] - at(p)[0][capped],
-             "jac": lambda p: -at(p)[1][capped]}]
+    cons = [
+        {
+            "type": "ineq",
+            "fun": lambda p: res.capacity[capped] - at(p)[0][capped],
+            "jac": lambda p: -at(p)[1][capped],
+        }
+    ]
     if constraints.band_matrix.size:
-        cons.append({"type": "ineq", "fun": lambda p: -(constraints.band_matrix @ p),
-                     "jac": lambda p: -constraints.band_matrix})
+        cons.append(
+            {
+                "type": "ineq",
+                "fun": lambda p: -(constraints.band_matrix @ p),
+                "jac": lambda p: -constraints.band_matrix,
+            }
+        )
     rng = np.random.default_rng(seed)
     bounds = list(zip(res.price_min, res.price_max))
     profits, best, best_prices = [], -np.inf, None
     for _ in range(starts):
         start = constraints.project(res.price_min * (res.price_max / res.price_min) ** rng.random(res.size))
-        out = minimize(objective, start, jac=gradient, method="SLSQP", bounds=bounds, constraints=cons,
-                       options={"maxiter": max_iterations, "ftol": 1e-12})
+        out = minimize(
+            objective,
+            start,
+            jac=gradient,
+            method="SLSQP",
+            bounds=bounds,
+            constraints=cons,
+            options={"maxiter": max_iterations, "ftol": 1e-12},
+        )
         p = np.clip(out.x, res.price_min, res.price_max)
         d = demand(p[None])[0]
-        feasible = (np.all(d[capped] <= res.capacity[capped] * (1 + FEASIBILITY))
-                    and constraints.violation(p) <= 1e-9 * float(p.max()))
+        feasible = np.all(d[capped] <= res.capacity[capped] * (1 + FEASIBILITY)) and constraints.violation(
+            p
+        ) <= 1e-9 * float(p.max())
         profit = float((p - res.unit_cost) @ d) if feasible else -np.inf
         profits.append(profit)
         if profit > best:

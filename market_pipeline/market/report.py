@@ -43,7 +43,12 @@ class SolverSettings:
     global_phase: bool = True
     global_restarts: int = 3  # leader restarts at most
     global_points: int = 6  # grid points per price line (log-spaced over its feasible range)
-    global_local_steps: tuple[float, ...] = (0.03, 0.07, 0.15, 0.3)  # and at the optimum's price x (1 + s)^(+-1)
+    global_local_steps: tuple[float, ...] = (
+        0.03,
+        0.07,
+        0.15,
+        0.3,
+    )  # and at the optimum's price x (1 + s)^(+-1)
     # The full screen (far grid, local steps, refinement) only after a local solve of more
     # leader iterations than this: one that converges in a few Newton steps met no budget kinks
     # on its way, and its screen probes at the optimum's prices x (1 + s)^(+-1) for s in
@@ -143,8 +148,11 @@ class SolveReport:
     def oversold(self) -> dict[str, float]:
         """Resources whose demand exceeds capacity, with the excess in GPU-hours."""
         excess = self.demand - self.capacity
-        return {n: float(e) for n, e, c in zip(self.resource_names, excess, self.capacity)
-                if e > 1e-9 * max(1.0, float(c))}
+        return {
+            n: float(e)
+            for n, e, c in zip(self.resource_names, excess, self.capacity)
+            if e > 1e-9 * max(1.0, float(c))
+        }
 
     def to_dict(self) -> dict:
         return {
@@ -152,8 +160,10 @@ class SolveReport:
             "demand": _keyed_or_none(self.resource_names, self.demand),
             "capacity": {n: _finite_or_none(c) for n, c in zip(self.resource_names, self.capacity)},
             "capacity_price": self.keyed(self.capacity_price),
-            "utilisation": {n: (_finite_or_none(float(d / c)) if c > 0 and math.isfinite(c) else None)
-                            for n, d, c in zip(self.resource_names, self.demand, self.capacity)},
+            "utilisation": {
+                n: (_finite_or_none(float(d / c)) if c > 0 and math.isfinite(c) else None)
+                for n, d, c in zip(self.resource_names, self.demand, self.capacity)
+            },
             "oversold": self.oversold,
             "profit": _finite_or_none(self.profit),
             "kkt_residual": _finite_or_none(self.kkt_residual),
@@ -173,6 +183,8 @@ class SolveReport:
             "nonsmooth": bool(self.nonsmooth),
             "starts": int(self.starts),
             "distinct_optima": int(self.distinct_optima),
-            "alternative_gap": None if self.alternative_gap is None else _finite_or_none(self.alternative_gap),
+            "alternative_gap": None
+            if self.alternative_gap is None
+            else _finite_or_none(self.alternative_gap),
             "screened_prices": int(self.screened_prices),
         }

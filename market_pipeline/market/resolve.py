@@ -45,8 +45,13 @@ from market_pipeline.market.resources import BandPair
 SWITCH_THRESHOLD = 1e-3  # a suggested default: switch for at least 0.1% more profit
 
 
-def global_resolve(problem: MarketProblem, settings: SolverSettings | None = None, *,
-                   current_prices: np.ndarray | None = None, device: str = "cpu") -> SolveReport:
+def global_resolve(
+    problem: MarketProblem,
+    settings: SolverSettings | None = None,
+    *,
+    current_prices: np.ndarray | None = None,
+    device: str = "cpu",
+) -> SolveReport:
     """A cold solve with the global phase on (whatever ``settings.global_phase`` says), free
     of the per-tick step; ``current_prices`` (resource order), when given, is one more start,
     so the result is at least as profitable as the local optimum around them."""
@@ -73,8 +78,15 @@ def worth_switching(gain: float, threshold: float = SWITCH_THRESHOLD) -> bool:
     return not math.isnan(gain) and gain > threshold
 
 
-def step_toward(target: np.ndarray, current: np.ndarray, *, max_step: float | np.ndarray, price_min: np.ndarray,
-                price_max: np.ndarray, band_pairs: Sequence[BandPair] = ()) -> np.ndarray:
+def step_toward(
+    target: np.ndarray,
+    current: np.ndarray,
+    *,
+    max_step: float | np.ndarray,
+    price_min: np.ndarray,
+    price_max: np.ndarray,
+    band_pairs: Sequence[BandPair] = (),
+) -> np.ndarray:
     """One tick's prices on the way from ``current`` (in force) to ``target``: each pool's
     prices move by the largest shared fraction of the way that keeps every move within
     ``max_step`` x current. Returns ``target`` itself once it is within one step."""

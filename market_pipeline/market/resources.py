@@ -67,13 +67,22 @@ class ResourceSet:
         bad("unit_cost", ~np.isfinite(self.unit_cost) | (self.unit_cost < 0), "finite and >= 0")
         # A zero price makes log/isoelastic demand unbounded, so prices stay strictly positive.
         bad("price_min", ~np.isfinite(self.price_min) | (self.price_min <= 0), "finite and > 0")
-        bad("price_max", ~np.isfinite(self.price_max) | (self.price_max < self.price_min), "finite and >= price_min")
+        bad(
+            "price_max",
+            ~np.isfinite(self.price_max) | (self.price_max < self.price_min),
+            "finite and >= price_min",
+        )
         bad("discount_min", ~(self.discount_min >= 0) | ~(self.discount_min < 1), "in [0, 1)")
-        bad("discount_max", ~(self.discount_max >= self.discount_min) | ~(self.discount_max < 1),
-            "in [discount_min, 1)")
+        bad(
+            "discount_max",
+            ~(self.discount_max >= self.discount_min) | ~(self.discount_max < 1),
+            "in [discount_min, 1)",
+        )
         for i, cls in enumerate(self.resource_class):
             if cls not in RESOURCE_CLASSES:
-                raise InstanceError(f"resources.class: {cls!r} for {self.names[i]!r} is not one of {RESOURCE_CLASSES}")
+                raise InstanceError(
+                    f"resources.class: {cls!r} for {self.names[i]!r} is not one of {RESOURCE_CLASSES}"
+                )
 
     def _pair_pools(self) -> tuple[BandPair, ...]:
         guaranteed_of: dict[str, int] = {}
@@ -113,7 +122,6 @@ class ResourceSet:
     @property
     def drainable_mask(self) -> np.ndarray:
         return np.array([cls == DRAINABLE for cls in self.resource_class])
-
 
     def index(self, name: str) -> int:
         try:

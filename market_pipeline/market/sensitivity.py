@@ -39,7 +39,9 @@ class Derivatives:
     multiplier_gradient: torch.Tensor  # (N, M) dlambda_j / dp, for warm starts
 
 
-def _slopes(pop: DevicePopulation, state: FollowerState, with_curvature: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _slopes(
+    pop: DevicePopulation, state: FollowerState, with_curvature: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     gamma, gamma2 = pop.buffer("gamma"), pop.buffer("gamma2")
     for block in pop.blocks:
         rows = slice(block.start, block.stop)
@@ -77,8 +79,11 @@ def demand_derivatives(
     hessian = None
     if with_hessian:
         v = margin if capacity_multiplier is None else margin - capacity_multiplier
-        hessian = jacobian + jacobian.T + _value_hessian(pop, p, a, v, gamma, gamma2, gamma_p, lam, lam_w, weight,
-                                                         inv_g, bound)
+        hessian = (
+            jacobian
+            + jacobian.T
+            + _value_hessian(pop, p, a, v, gamma, gamma2, gamma_p, lam, lam_w, weight, inv_g, bound)
+        )
     return Derivatives(demand, jacobian, profit_gradient, hessian, lam)
 
 

@@ -66,15 +66,21 @@ def demand_at(problem: MarketProblem, prices: np.ndarray) -> np.ndarray:
     load observed at known prices."""
     prices = np.asarray(prices, dtype=np.float64)
     if prices.shape != (problem.resources.size,) or not np.all(np.isfinite(prices)) or np.any(prices <= 0):
-        raise InstanceError(f"demand_at: need {problem.resources.size} finite positive prices, got {prices!r}")
-    with compute_threads(SolverSettings()), borrowed(problem.resources.size, torch.device("cpu")) as workspace:
+        raise InstanceError(
+            f"demand_at: need {problem.resources.size} finite positive prices, got {prices!r}"
+        )
+    with (
+        compute_threads(SolverSettings()),
+        borrowed(problem.resources.size, torch.device("cpu")) as workspace,
+    ):
         pop = problem.tenants.on("cpu").using(workspace)
         state = solve_followers(pop, torch.as_tensor(prices))
         return pop.aggregate(state.demand).numpy().copy()
 
 
-def escape_plateau(pop: DevicePopulation, unit_cost: np.ndarray, constraints: PriceConstraints,
-                   start: np.ndarray) -> np.ndarray:
+def escape_plateau(
+    pop: DevicePopulation, unit_cost: np.ndarray, constraints: PriceConstraints, start: np.ndarray
+) -> np.ndarray:
     """Prices above every tenant's entry price sell nothing and have a zero profit gradient
     (a flat plateau that would pass as stationary): start such resources at half their entry
     price instead, as far as the bounds and the per-tick step allow."""
@@ -112,19 +118,40 @@ def solve_equilibrium(
         return _solve(problem, last_prices, max_step, settings, dev, workspace, started, tuple(extra_starts))
 
 
-def _solve(problem: MarketProblem, last_prices, max_step, settings: SolverSettings, dev: torch.device,
-           workspace: Workspace, started: float, extra_starts: tuple = ()) -> SolveReport:
+def _solve(
+    problem: MarketProblem,
+    last_prices,
+    max_step,
+    settings: SolverSettings,
+    dev: torch.device,
+    workspace: Workspace,
+    started: float,
+    extra_starts: tuple = (),
+) -> SolveReport:
     resources = problem.resources
     constraints = PriceConstraints.build(resources, last_prices, max_step)
     deadline = started + settings.time_budget_s if settings.time_budget_s is not None else None
-    ctx = LeaderContext(problem.tenants.on(dev).using(workspace), constraints, resources.unit_cost,
-                        resources.capacity, settings, deadline)
+    ctx = LeaderContext(
+        problem.tenants.on(dev).using(workspace),
+        constraints,
+        resources.unit_cost,
+        resources.capacity,
+        settings,
+        deadline,
+    )
     cold = last_prices is None
     try:
         start = constraints.project(initial_prices(problem) if cold else np.asarray(last_prices))
         start = escape_plateau(ctx.pop, resources.unit_cost, constraints, start)
-        extra = tuple(escape_plateau(ctx.pop, resources.unit_cost, constraints,
-                                     constraints.project(np.asarray(s, dtype=np.float64))) for s in extra_starts)
+        extra = tuple(
+            escape_plateau(
+                ctx.pop,
+                resources.unit_cost,
+                constraints,
+                constraints.project(np.asarray(s, dtype=np.float64)),
+            )
+            for s in extra_starts
+        )
     except SOLVE_ERRORS as exc:
         return _fallback(problem, ctx, last_prices, f"{type(exc).__name__}: {exc}", 0, None, None, started)
     screen = _screen_population(problem, ctx) if cold and settings.global_phase else None
@@ -132,12 +159,19 @@ def _solve(problem: MarketProblem, last_prices, max_step, settings: SolverSettin
     if cold and problem.tenants.size > max(settings.coarse_threshold, settings.coarse_tenants):
         start, warm, coarse_iterations, summary = _coarse_start(problem, ctx, start, screen, extra)
         extra = ()
-        run = functools.partial(run_leader, ctx, tolerance=settings.tolerance, cold=True,
-                                max_iterations=max(settings.max_iterations - coarse_iterations, 1), **warm)
+        run = functools.partial(
+            run_leader,
+            ctx,
+            tolerance=settings.tolerance,
+            cold=True,
+            max_iterations=max(settings.max_iterations - coarse_iterations, 1),
+            **warm,
+        )
         screen = None  # the global phase ran on the subsample
     else:
-        run = functools.partial(run_leader, ctx, tolerance=settings.tolerance, max_iterations=settings.max_iterations,
-                                cold=cold)
+        run = functools.partial(
+            run_leader, ctx, tolerance=settings.tolerance, max_iterations=settings.max_iterations, cold=cold
+        )
     outcome = global_search(ctx, start, run, functools.partial(_certify, ctx), screen, extra)
     summary = summary or outcome.summary
     iterations = coarse_iterations + outcome.iterations
@@ -167,25 +201,40 @@ def _certify(ctx: LeaderContext, result: LeaderResult) -> tuple[bool, float, int
     return False, follower_kkt, bound, f"followers' KKT residual {follower_kkt:.2e} above tolerance"
 
 
-def _coarse_start(problem: MarketProblem, ctx: LeaderContext, start: np.ndarray, screen: DevicePopulation,
-                  extra: tuple):
+def _coarse_start(
+    problem: MarketProblem, ctx: LeaderContext, start: np.ndarray, screen: DevicePopulation, extra: tuple
+):
     """Solve on a random subsample (multiplicity-weighted) first, global phase included: a
     cheap, accurate warm start for prices, capacity multipliers and the Lagrangian Hessian of
     the first full step. Returns (start, warm-start keywords, iterations, search summary)."""
     settings = ctx.settings
     sample = problem.tenants.subsample(settings.coarse_tenants, settings.seed)
-    coarse = LeaderContext(sample.on(ctx.device).using(ctx.pop.workspace), ctx.constraints, ctx.unit_cost,
-                           ctx.capacity, settings, ctx.deadline)
-    run = functools.partial(run_leader, coarse, tolerance=settings.coarse_tolerance,
-                            max_iterations=settings.max_iterations // 2, cold=True)
+    coarse = LeaderContext(
+        sample.on(ctx.device).using(ctx.pop.workspace),
+        ctx.constraints,
+        ctx.unit_cost,
+        ctx.capacity,
+        settings,
+        ctx.deadline,
+    )
+    run = functools.partial(
+        run_leader,
+        coarse,
+        tolerance=settings.coarse_tolerance,
+        max_iterations=settings.max_iterations // 2,
+        cold=True,
+    )
     outcome = global_search(coarse, start, run, _converged, screen, extra)
     ctx.follower_iterations += coarse.follower_iterations
     chosen = outcome.best or outcome.attempts[0]  # an unconverged coarse point still warms the full solve
     if chosen.result is None:
         return start, {}, outcome.iterations, outcome.summary
     result = chosen.result
-    warm = {"multiplier": result.step.capacity_multiplier, "curvature": result.curvature,
-            "radius": FINE_RADIUS_AFTER_COARSE}
+    warm = {
+        "multiplier": result.step.capacity_multiplier,
+        "curvature": result.curvature,
+        "radius": FINE_RADIUS_AFTER_COARSE,
+    }
     return result.point.prices, warm, outcome.iterations, outcome.summary
 
 
@@ -197,31 +246,74 @@ def _report(problem, ctx, best: Attempt, iterations: int, summary: SearchSummary
     result = best.result
     point = result.point
     status = STATUS_CAPACITY_INFEASIBLE if result.capacity_infeasible else STATUS_CONVERGED
-    report = _make_report(problem, ctx, point.prices, point.demand, result.step.capacity_multiplier, result.kkt,
-                          best.follower_kkt, best.bound, iterations, result.converged, status, None, started)
+    report = _make_report(
+        problem,
+        ctx,
+        point.prices,
+        point.demand,
+        result.step.capacity_multiplier,
+        result.kkt,
+        best.follower_kkt,
+        best.bound,
+        iterations,
+        result.converged,
+        status,
+        None,
+        started,
+    )
     return dataclasses.replace(report, nonsmooth=result.nonsmooth, **_summary_fields(summary))
 
 
 def _summary_fields(summary: SearchSummary | None) -> dict:
     if summary is None:
         return {}
-    return {"starts": summary.starts, "distinct_optima": summary.distinct_optima,
-            "alternative_gap": summary.alternative_gap, "screened_prices": summary.screened}
+    return {
+        "starts": summary.starts,
+        "distinct_optima": summary.distinct_optima,
+        "alternative_gap": summary.alternative_gap,
+        "screened_prices": summary.screened,
+    }
 
 
-def _make_report(problem, ctx, prices, demand, multiplier, kkt: KKTParts, follower_kkt, bound, iterations,
-                 converged, status, reason, started) -> SolveReport:
+def _make_report(
+    problem,
+    ctx,
+    prices,
+    demand,
+    multiplier,
+    kkt: KKTParts,
+    follower_kkt,
+    bound,
+    iterations,
+    converged,
+    status,
+    reason,
+    started,
+) -> SolveReport:
     res = problem.resources
     served = np.minimum(demand, res.capacity)
     profit = float((prices - res.unit_cost) @ served) if np.all(np.isfinite(served)) else float("nan")
     return SolveReport(
-        resource_names=res.names, prices=np.asarray(prices, dtype=np.float64), demand=np.asarray(demand),
-        capacity=res.capacity.copy(), capacity_price=np.asarray(multiplier, dtype=np.float64), profit=profit,
-        kkt_residual=max(kkt.total, follower_kkt), follower_kkt=follower_kkt,
-        leader_stationarity=kkt.stationarity, leader_complementarity=kkt.complementarity,
-        capacity_violation=kkt.feasibility, iterations=iterations, follower_iterations=ctx.follower_iterations,
-        seconds=time.perf_counter() - started, converged=converged, status=status, fallback_reason=reason,
-        budget_bound_tenants=bound, tenants=problem.tenants.size, device=str(ctx.device),
+        resource_names=res.names,
+        prices=np.asarray(prices, dtype=np.float64),
+        demand=np.asarray(demand),
+        capacity=res.capacity.copy(),
+        capacity_price=np.asarray(multiplier, dtype=np.float64),
+        profit=profit,
+        kkt_residual=max(kkt.total, follower_kkt),
+        follower_kkt=follower_kkt,
+        leader_stationarity=kkt.stationarity,
+        leader_complementarity=kkt.complementarity,
+        capacity_violation=kkt.feasibility,
+        iterations=iterations,
+        follower_iterations=ctx.follower_iterations,
+        seconds=time.perf_counter() - started,
+        converged=converged,
+        status=status,
+        fallback_reason=reason,
+        budget_bound_tenants=bound,
+        tenants=problem.tenants.size,
+        device=str(ctx.device),
     )
 
 
@@ -231,8 +323,11 @@ def _fallback(problem, ctx, last_prices, reason, iterations, best_feasible, summ
     into the bands); diagnostics are evaluated at the prices returned."""
     constraints = ctx.constraints
     if last_prices is not None:
-        prices = np.clip(np.asarray(last_prices, dtype=np.float64), problem.resources.price_min,
-                         problem.resources.price_max)
+        prices = np.clip(
+            np.asarray(last_prices, dtype=np.float64),
+            problem.resources.price_min,
+            problem.resources.price_max,
+        )
     elif best_feasible is not None:
         prices = best_feasible.prices.copy()
     else:
@@ -254,7 +349,26 @@ def _fallback(problem, ctx, last_prices, reason, iterations, best_feasible, summ
         except (SolverError, np.linalg.LinAlgError, RuntimeError):
             kkt, multiplier = nan_kkt, np.zeros(m)
     except (SolverError, RuntimeError):
-        demand, follower_kkt, bound, kkt, multiplier = np.full(m, np.nan), float("inf"), 0, nan_kkt, np.zeros(m)
-    report = _make_report(problem, ctx, prices, demand, multiplier, kkt, follower_kkt, bound, iterations, False,
-                          STATUS_FALLBACK, reason, started)
+        demand, follower_kkt, bound, kkt, multiplier = (
+            np.full(m, np.nan),
+            float("inf"),
+            0,
+            nan_kkt,
+            np.zeros(m),
+        )
+    report = _make_report(
+        problem,
+        ctx,
+        prices,
+        demand,
+        multiplier,
+        kkt,
+        follower_kkt,
+        bound,
+        iterations,
+        False,
+        STATUS_FALLBACK,
+        reason,
+        started,
+    )
     return dataclasses.replace(report, **{**_summary_fields(summary), "distinct_optima": 0})

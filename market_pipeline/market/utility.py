@@ -42,13 +42,13 @@ class FamilyBlock:
     neg_slope: torch.Tensor | None  # -s / w with 0 where w = 0, quadratic only
 
     @staticmethod
-    def build(family: str, start: int, stop: int, weight: torch.Tensor, saturation: torch.Tensor,
-              eta: torch.Tensor) -> "FamilyBlock":
+    def build(
+        family: str, start: int, stop: int, weight: torch.Tensor, saturation: torch.Tensor, eta: torch.Tensor
+    ) -> "FamilyBlock":
         w, s = weight[start:stop], saturation[start:stop]
         if family == QUADRATIC:
             slope = s / w
-            return FamilyBlock(family, start, stop, w, s, -s, w, None, slope,
-                               torch.where(w > 0, -slope, 0.0))
+            return FamilyBlock(family, start, stop, w, s, -s, w, None, slope, torch.where(w > 0, -slope, 0.0))
         block_eta = eta[start:stop].unsqueeze(1) if family == ISOELASTIC else None
         return FamilyBlock(family, start, stop, w, s, -s, w / s, block_eta, None, None)
 

@@ -88,8 +88,9 @@ def _mig_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             if free_starts:
                 # keep the largest flexibility for later instances: most placements left open
                 best[n, occ] = max(free_starts, key=lambda s: (_open_placements(occ | slice_mask(n, s)), -s))
-    free = np.array([(MIG_SLICES - bin(o).count("1")) * MILLI // MIG_SLICES for o in range(_OCC_STATES)],
-                    dtype=np.int32)
+    free = np.array(
+        [(MIG_SLICES - bin(o).count("1")) * MILLI // MIG_SLICES for o in range(_OCC_STATES)], dtype=np.int32
+    )
     free[0] = MILLI
     return fit, best, free
 
@@ -178,16 +179,28 @@ class ClusterCapacity:
             mem_total=np.asarray(mem_mib, dtype=np.int64).copy(),
             cpu_free=np.asarray(cpu_milli, dtype=np.int64).copy(),
             mem_free=np.asarray(mem_mib, dtype=np.int64).copy(),
-            schedulable=(np.ones(n, dtype=bool) if schedulable is None
-                         else np.asarray(schedulable, dtype=bool).copy()),
+            schedulable=(
+                np.ones(n, dtype=bool) if schedulable is None else np.asarray(schedulable, dtype=bool).copy()
+            ),
             model_mig_sizes=tuple(tuple(sorted(mig_sizes.get(m, ()))) for m in model_names),
         )
 
     def copy(self) -> "ClusterCapacity":
         return ClusterCapacity(
-            self.node_ids, self.model_names, self.model_code, self.present, self.gpu_free.copy(),
-            self.mig_occ.copy(), self.node_mig, self.domain, self.cpu_total, self.mem_total,
-            self.cpu_free.copy(), self.mem_free.copy(), self.schedulable.copy(), self.model_mig_sizes,
+            self.node_ids,
+            self.model_names,
+            self.model_code,
+            self.present,
+            self.gpu_free.copy(),
+            self.mig_occ.copy(),
+            self.node_mig,
+            self.domain,
+            self.cpu_total,
+            self.mem_total,
+            self.cpu_free.copy(),
+            self.mem_free.copy(),
+            self.schedulable.copy(),
+            self.model_mig_sizes,
         )
 
     # -- views --------------------------------------------------------------------------
@@ -240,8 +253,12 @@ class ClusterCapacity:
         return fits
 
     def feasible_nodes(self, req: PodRequest, fits: np.ndarray | None = None) -> np.ndarray:
-        ok = (self.schedulable & self.model_allowed(req.models)
-              & (self.cpu_free >= req.cpu_milli) & (self.mem_free >= req.mem_mib))
+        ok = (
+            self.schedulable
+            & self.model_allowed(req.models)
+            & (self.cpu_free >= req.cpu_milli)
+            & (self.mem_free >= req.mem_mib)
+        )
         if req.num_gpu:
             fits = self.gpu_fits(req) if fits is None else fits
             ok &= fits.sum(axis=1) >= req.num_gpu
@@ -301,7 +318,9 @@ class ClusterCapacity:
         if not 0 <= placement.node < self.n_nodes:
             raise PlacementError(f"placement names node row {placement.node} of {self.n_nodes}")
         if len(placement.gpus) != req.num_gpu or len(set(placement.gpus)) != len(placement.gpus):
-            raise PlacementError(f"placement gives {len(placement.gpus)} GPUs for a {req.num_gpu}-GPU request")
+            raise PlacementError(
+                f"placement gives {len(placement.gpus)} GPUs for a {req.num_gpu}-GPU request"
+            )
         for g in placement.gpus:
             if not (0 <= g < self.present.shape[1] and self.present[placement.node, g]):
                 raise PlacementError(f"node {self.node_ids[placement.node]} has no GPU slot {g}")

@@ -24,8 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     psub = placement.add_subparsers(dest="placement_command", required=True)
     replay = psub.add_parser("replay", help="replay a pod list until the GPU requests fill the cluster")
     _inputs(replay)
-    replay.add_argument("--policy", action="append", choices=POLICY_NAMES,
-                        help="policy to replay (repeat; default: all three)")
+    replay.add_argument(
+        "--policy",
+        action="append",
+        choices=POLICY_NAMES,
+        help="policy to replay (repeat; default: all three)",
+    )
     replay.set_defaults(handler=run_replay)
 
 
@@ -47,7 +51,11 @@ def run_replay(args: argparse.Namespace) -> int:
     except (FleetSourceError, WorkloadError, PlacementError) as exc:
         print(f"placement replay: {exc}", file=sys.stderr)
         return 2
-    result["inputs"] = {"nodes": args.nodes, "pods": args.pods, "node_count": nodes.n_nodes,
-                        "pod_count": len(pods)}
+    result["inputs"] = {
+        "nodes": args.nodes,
+        "pods": args.pods,
+        "node_count": nodes.n_nodes,
+        "pod_count": len(pods),
+    }
     print(json.dumps(result))
     return 0

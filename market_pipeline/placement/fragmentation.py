@@ -50,8 +50,9 @@ class FragmentTerms:
         if not 0.0 <= single_pod_weight <= 1.0:
             raise ValueError(f"single_pod_weight must be in [0, 1], got {single_pod_weight}")
         order = np.argsort(~typical.whole, kind="stable")
-        typical = TypicalPods(typical.num_gpu[order], typical.gpu_milli[order],
-                              typical.cpu_milli[order], typical.weight[order])
+        typical = TypicalPods(
+            typical.num_gpu[order], typical.gpu_milli[order], typical.cpu_milli[order], typical.weight[order]
+        )
         self.typical = typical
         self.alpha = single_pod_weight
         self._nw = int(typical.whole.sum())
@@ -61,7 +62,9 @@ class FragmentTerms:
         self._n_gpu = np.where(typical.num_gpu > 0, typical.num_gpu, 1 << 30).astype(np.float64).reshape(col)
         self._inv_n_gpu = (1.0 / np.maximum(typical.num_gpu, 1)).reshape(col)
         self._cpu = typical.cpu_milli.astype(np.float64).reshape(col)
-        self._inv_cpu = np.where(typical.cpu_milli > 0, 1.0 / np.maximum(typical.cpu_milli, 1), 0.0).reshape(col)
+        self._inv_cpu = np.where(typical.cpu_milli > 0, 1.0 / np.maximum(typical.cpu_milli, 1), 0.0).reshape(
+            col
+        )
         self._cpu_unbounded = np.where(typical.cpu_milli > 0, 0.0, 1e18).reshape(col)
         self._milli = np.maximum(typical.gpu_milli, 1).astype(np.float64).reshape(-1, 1, 1)
         self._inv_milli = 1.0 / self._milli
@@ -74,8 +77,11 @@ class FragmentTerms:
             self._layout(cap)
             rows = np.arange(cap.n_nodes)
         else:
-            changed = ((seen[1] != cap.gpu_free).any(axis=1) | (seen[2] != cap.mig_occ).any(axis=1)
-                       | (seen[3] != cap.cpu_free))
+            changed = (
+                (seen[1] != cap.gpu_free).any(axis=1)
+                | (seen[2] != cap.mig_occ).any(axis=1)
+                | (seen[3] != cap.cpu_free)
+            )
             rows = np.flatnonzero(changed)
         if len(rows):
             self._recompute(cap, rows)
@@ -102,11 +108,18 @@ class FragmentTerms:
         self.partial[:, rows] = (free0[None] * ~fits).sum(axis=2)
         self.copies[:, rows] = copies.sum(axis=2)
         self.total[rows] = free0.sum(axis=1)
-        self.frag[rows] = self._value(rows, self.count[:, rows], self.partial[:, rows],
-                                      self.copies[:, rows], self.total[rows], cap.cpu_free[rows])
+        self.frag[rows] = self._value(
+            rows,
+            self.count[:, rows],
+            self.partial[:, rows],
+            self.copies[:, rows],
+            self.total[rows],
+            cap.cpu_free[rows],
+        )
 
-    def _slot_terms(self, cap: ClusterCapacity, rows: np.ndarray, free: np.ndarray,
-                    occ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _slot_terms(
+        self, cap: ClusterCapacity, rows: np.ndarray, free: np.ndarray, occ: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(K, R, S): whether a slot takes one class GPU, and how many class copies it holds
         (whole classes: 1 per free GPU). `free`/`occ` are (R, S) slot states, free<0 = no GPU."""
         present = (free >= 0)[None]
@@ -124,8 +137,15 @@ class FragmentTerms:
             copies = np.where(mig_rows, mig_copies, copies)
         return fits, copies
 
-    def _value(self, rows: np.ndarray | slice, count: np.ndarray, partial: np.ndarray,
-               copies: np.ndarray, total: np.ndarray, cpu_free: np.ndarray) -> np.ndarray:
+    def _value(
+        self,
+        rows: np.ndarray | slice,
+        count: np.ndarray,
+        partial: np.ndarray,
+        copies: np.ndarray,
+        total: np.ndarray,
+        cpu_free: np.ndarray,
+    ) -> np.ndarray:
         """Expected fragmented milli per node (or per candidate) from class terms (K, R)."""
         cpu_free = np.asarray(cpu_free, dtype=np.float64)
         value = 0.0
@@ -156,20 +176,31 @@ class FragmentTerms:
 
     def _delta_whole(self, cap: ClusterCapacity, req: PodRequest, rows: np.ndarray | slice) -> np.ndarray:
         k = req.num_gpu
-        after = self._value(rows, self.count[:, rows] - k, self.partial[:, rows],
-                            self.copies[:, rows] - k * self.copies_per_free_gpu[:, rows],
-                            self.total[rows] - k * MILLI, cap.cpu_free[rows] - req.cpu_milli)
+        after = self._value(
+            rows,
+            self.count[:, rows] - k,
+            self.partial[:, rows],
+            self.copies[:, rows] - k * self.copies_per_free_gpu[:, rows],
+            self.total[rows] - k * MILLI,
+            cap.cpu_free[rows] - req.cpu_milli,
+        )
         return after - self.frag[rows]
 
-    def delta_fraction(self, cap: ClusterCapacity, req: PodRequest, rows: np.ndarray,
-                       slots: np.ndarray) -> np.ndarray:
+    def delta_fraction(
+        self, cap: ClusterCapacity, req: PodRequest, rows: np.ndarray, slots: np.ndarray
+    ) -> np.ndarray:
         """Growth of F_n(M) if a fractional request takes slot `slots[i]` on node `rows[i]`."""
         free = cap.gpu_free[rows, slots].astype(np.float64)
         occ = cap.mig_occ[rows, slots]
         free_after, occ_after = slot_after_fraction(cap, req, rows, free, occ)
         fits_b, copies_b = self._slot_terms(cap, rows, free[:, None], occ[:, None])
         fits_a, copies_a = self._slot_terms(cap, rows, free_after[:, None], occ_after[:, None])
-        fits_b, copies_b, fits_a, copies_a = fits_b[:, :, 0], copies_b[:, :, 0], fits_a[:, :, 0], copies_a[:, :, 0]
+        fits_b, copies_b, fits_a, copies_a = (
+            fits_b[:, :, 0],
+            copies_b[:, :, 0],
+            fits_a[:, :, 0],
+            copies_a[:, :, 0],
+        )
         count = self.count[:, rows] + fits_a - fits_b.astype(np.float64)
         partial = self.partial[:, rows] - free[None] * ~fits_b + free_after[None] * ~fits_a
         copies = self.copies[:, rows] - copies_b + copies_a
@@ -178,8 +209,9 @@ class FragmentTerms:
         return after - self.frag[rows]
 
 
-def slot_after_fraction(cap: ClusterCapacity, req: PodRequest, rows: np.ndarray,
-                        free: np.ndarray, occ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def slot_after_fraction(
+    cap: ClusterCapacity, req: PodRequest, rows: np.ndarray, free: np.ndarray, occ: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Free milli and MIG occupancy of each slot if the fractional request took it."""
     free_after = free - req.gpu_milli
     occ_after = occ
@@ -194,17 +226,21 @@ def slot_after_fraction(cap: ClusterCapacity, req: PodRequest, rows: np.ndarray,
     return free_after, occ_after
 
 
-def node_fragmentation(cap: ClusterCapacity, typical: TypicalPods,
-                       single_pod_weight: float = DEFAULT_SINGLE_POD_WEIGHT) -> np.ndarray:
+def node_fragmentation(
+    cap: ClusterCapacity, typical: TypicalPods, single_pod_weight: float = DEFAULT_SINGLE_POD_WEIGHT
+) -> np.ndarray:
     """(N,) expected fragmented milli-GPUs per node, F_n(M)."""
     terms = FragmentTerms(typical, single_pod_weight)
     terms.refresh(cap)
     return terms.node_fragmentation()
 
 
-def cluster_fragmentation(cap: ClusterCapacity, typical: TypicalPods,
-                          nodes: np.ndarray | None = None,
-                          single_pod_weight: float = DEFAULT_SINGLE_POD_WEIGHT) -> dict[str, float]:
+def cluster_fragmentation(
+    cap: ClusterCapacity,
+    typical: TypicalPods,
+    nodes: np.ndarray | None = None,
+    single_pod_weight: float = DEFAULT_SINGLE_POD_WEIGHT,
+) -> dict[str, float]:
     """Fragmented GPUs (the blend fragment_aware minimises, and both views alone), free GPUs
     and the blend's share of them; over all nodes or the given ones."""
     select = slice(None) if nodes is None else nodes
@@ -214,8 +250,9 @@ def cluster_fragmentation(cap: ClusterCapacity, typical: TypicalPods,
         "fgd_fragmented_gpus": 1.0,
         "packing_fragmented_gpus": 0.0,
     }
-    out = {name: float(node_fragmentation(cap, typical, a)[select].sum()) / MILLI
-           for name, a in views.items()}
+    out = {
+        name: float(node_fragmentation(cap, typical, a)[select].sum()) / MILLI for name, a in views.items()
+    }
     out["free_gpus"] = free_gpus
     out["fragmentation_ratio"] = out["fragmented_gpus"] / free_gpus if free_gpus else 0.0
     return out

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from market_pipeline.fleet.gpu_models import MIG_SLICES
 from market_pipeline.placement.capacity import (
     MILLI,
     ClusterCapacity,
@@ -22,13 +23,13 @@ from market_pipeline.placement.capacity import (
     mig_slices_for,
     slice_milli,
 )
-from market_pipeline.fleet.gpu_models import MIG_SLICES
 from market_pipeline.placement.fragmentation import (
     DEFAULT_SINGLE_POD_WEIGHT,
     FragmentTerms,
     mig_start_for,
 )
 from market_pipeline.placement.typical import TypicalPods
+
 
 class PlacementPolicy(Protocol):
     name: str
@@ -40,8 +41,9 @@ class PlacementPolicy(Protocol):
     def load_state(self, state: Mapping[str, Any]) -> None: ...
 
 
-def build_placement(cap: ClusterCapacity, req: PodRequest, node: int,
-                    fits_row: np.ndarray | None, prefer: str = "best") -> Placement:
+def build_placement(
+    cap: ClusterCapacity, req: PodRequest, node: int, fits_row: np.ndarray | None, prefer: str = "best"
+) -> Placement:
     """Slots on `node` for `req`: fractional -> one GPU ('best': fullest that fits,
     'first': lowest index); whole GPUs -> fully free ones in as few NVLink domains as possible."""
     if req.num_gpu == 0:
@@ -152,8 +154,7 @@ class FragmentAware:
 
     name = "fragment_aware"
 
-    def __init__(self, typical: TypicalPods,
-                 single_pod_weight: float = DEFAULT_SINGLE_POD_WEIGHT) -> None:
+    def __init__(self, typical: TypicalPods, single_pod_weight: float = DEFAULT_SINGLE_POD_WEIGHT) -> None:
         self.typical = typical
         self.single_pod_weight = single_pod_weight
         self._terms = FragmentTerms(typical, single_pod_weight)
@@ -168,8 +169,11 @@ class FragmentAware:
             assert fits is not None
             rows, slots = np.nonzero(fits & feasible[:, None])
             # slots of one node in the same state give the same delta: score each state once
-            state = np.where(cap.node_mig[rows], 1024 + cap.mig_occ[rows, slots].astype(np.int64),
-                             cap.gpu_free[rows, slots])
+            state = np.where(
+                cap.node_mig[rows],
+                1024 + cap.mig_occ[rows, slots].astype(np.int64),
+                cap.gpu_free[rows, slots],
+            )
             _, first = np.unique(rows.astype(np.int64) * 2048 + state, return_index=True)
             rows, slots = rows[first], slots[first]
             delta = self._terms.delta_fraction(cap, req, rows, slots)
@@ -196,8 +200,9 @@ def _lexmin(delta: np.ndarray, *tie_breaks: np.ndarray) -> int:
 POLICY_NAMES: tuple[str, ...] = ("round_robin", "best_fit", "fragment_aware")
 
 
-def make_policy(name: str, typical: TypicalPods | None = None,
-                single_pod_weight: float = DEFAULT_SINGLE_POD_WEIGHT) -> PlacementPolicy:
+def make_policy(
+    name: str, typical: TypicalPods | None = None, single_pod_weight: float = DEFAULT_SINGLE_POD_WEIGHT
+) -> PlacementPolicy:
     """A policy by name; fragment_aware needs the workload's typical pods."""
     if name == "round_robin":
         return RoundRobin()

@@ -21,8 +21,12 @@ from market_pipeline.placement.policies import PlacementPolicy, make_policy
 from market_pipeline.placement.typical import TypicalPods
 
 
-def saturation_replay(nodes: ClusterCapacity, pods: Sequence[PodRequest],
-                      policy: str | PlacementPolicy, typical: TypicalPods | None = None) -> dict[str, Any]:
+def saturation_replay(
+    nodes: ClusterCapacity,
+    pods: Sequence[PodRequest],
+    policy: str | PlacementPolicy,
+    typical: TypicalPods | None = None,
+) -> dict[str, Any]:
     """Replay `pods` on a copy of `nodes` with `policy` (a name or an instance) until the
     arrived GPU requests reach the cluster's GPU capacity.
 
@@ -74,13 +78,16 @@ def saturation_replay(nodes: ClusterCapacity, pods: Sequence[PodRequest],
     }
 
 
-def load_openb_experiment(node_csv: str | Path, pod_csv: str | Path) -> tuple[ClusterCapacity, list[PodRequest]]:
+def load_openb_experiment(
+    node_csv: str | Path, pod_csv: str | Path
+) -> tuple[ClusterCapacity, list[PodRequest]]:
     """The openb cluster and its pod list as the replay's inputs (CPU-only pods included)."""
     return catalog_from_node_csv(node_csv).to_capacity(), load_openb_pods(pod_csv).to_requests()
 
 
-def compare_policies(nodes: ClusterCapacity, pods: Sequence[PodRequest],
-                     policies: Sequence[str]) -> dict[str, Any]:
+def compare_policies(
+    nodes: ClusterCapacity, pods: Sequence[PodRequest], policies: Sequence[str]
+) -> dict[str, Any]:
     """Replay every policy; report each and fragment_aware's reduction of unallocated GPUs
     against best_fit (the issue's target: at least 30%)."""
     typical = TypicalPods.from_requests(pods)

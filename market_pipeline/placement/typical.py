@@ -30,8 +30,9 @@ class TypicalPods:
     weight: np.ndarray  # (K,) float64
 
     @classmethod
-    def from_requests(cls, requests: Iterable[PodRequest], coverage: float = 0.95,
-                      include_cpu_only: bool = True) -> "TypicalPods":
+    def from_requests(
+        cls, requests: Iterable[PodRequest], coverage: float = 0.95, include_cpu_only: bool = True
+    ) -> "TypicalPods":
         """Distinct (num_gpu, gpu_milli, cpu_milli), most popular first, kept until they
         cover `coverage` of the pods, then renormalised (as FGD's typical pods)."""
         if not 0 < coverage <= 1:

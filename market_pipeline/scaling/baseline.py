@@ -65,7 +65,10 @@ class ClusterAutoscalerBaseline:
     def _may_remove(self, minute: int, pending_prev: float) -> bool:
         if self.draining is not None or pending_prev > 0:
             return False
-        return self.last_scale_up is None or minute - self.last_scale_up >= self.params.delay_after_scale_up_minutes
+        return (
+            self.last_scale_up is None
+            or minute - self.last_scale_up >= self.params.delay_after_scale_up_minutes
+        )
 
     def _unneeded_candidate(self, fleet: Fleet, minute: int, served_prev: float) -> str | None:
         active = [n for n in fleet.nodes if n.state is NodeState.ACTIVE]
@@ -88,7 +91,8 @@ class ClusterAutoscalerBaseline:
             else:
                 self.node_low_since.pop(node.node_id, None)
         ripe = [
-            n for n in eligible
+            n
+            for n in eligible
             if minute - self.node_low_since.get(n.node_id, minute) >= self.params.unneeded_minutes
         ]
         return min(ripe, key=lambda n: (n.used, n.node_id)).node_id if ripe else None

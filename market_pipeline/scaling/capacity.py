@@ -96,7 +96,9 @@ class CapacityTarget:
     peak_nodes: int = 0  # nodes that certify the warm reserve window's peak at the equilibrium price
     band_nodes: int = 0  # how far above the need the recent peak may hold the pool
     step_gpus: float = 0.0  # the pool's typical demand step, which sized that band
-    demand_need_nodes: int = 0  # the need at observed demand, without the forecast's rise: the band sits on it
+    demand_need_nodes: int = (
+        0  # the need at observed demand, without the forecast's rise: the band sits on it
+    )
 
     @property
     def nodes(self) -> int:
@@ -104,8 +106,12 @@ class CapacityTarget:
 
 
 def target_capacity(
-    pool_state: PoolState, forecast_q90: float, price: float, config: ScalingConfig,
-    envelope: DemandEnvelope | None = None, warm_nodes: int = 0,
+    pool_state: PoolState,
+    forecast_q90: float,
+    price: float,
+    config: ScalingConfig,
+    envelope: DemandEnvelope | None = None,
+    warm_nodes: int = 0,
 ) -> CapacityTarget:
     """The forecast's upper quantile or demand plus headroom (the larger), raised until certified.
 
@@ -127,10 +133,16 @@ def target_capacity(
     step = pool_state.node_gpus
     need, wanted, shielded = _need(pool_state, forecast_q90, price, config)
     demand_need = _need(pool_state, pool_state.demand_gpus, price, config)[0]  # no forecast rise
-    keep = _certified_nodes(pool_state, _need_at(envelope.keep_gpus, config, config.keep_headroom_fraction), price, price, config)
-    reserve = _certified_nodes(pool_state, _need_at(max(envelope.reserve_gpus, envelope.keep_gpus), config), price, price, config)
+    keep = _certified_nodes(
+        pool_state, _need_at(envelope.keep_gpus, config, config.keep_headroom_fraction), price, price, config
+    )
+    reserve = _certified_nodes(
+        pool_state, _need_at(max(envelope.reserve_gpus, envelope.keep_gpus), config), price, price, config
+    )
     band = keep_band(need, envelope.step_gpus, step, config)
-    floor = _certified_nodes(pool_state, envelope.floor_gpus, price, max(price, config.backlog.price_max), config)
+    floor = _certified_nodes(
+        pool_state, envelope.floor_gpus, price, max(price, config.backlog.price_max), config
+    )
     # the warm pool carries the floor; nodes stay in service for it only where the fleet
     # cannot hold enough standby nodes (`warm_nodes`: the most the fleet could keep warm)
     active_floor = math.ceil(floor - warm_nodes * warm_share(config) - 1e-9)
@@ -139,11 +151,22 @@ def target_capacity(
     # a node at the top of each wobble and remove it at the bottom
     deadband = min(envelope.step_gpus, config.keep_deadband_fraction * step)
     if deadband > 0 and pool_state.demand_gpus > 0:
-        held = max(held, _certified_nodes(pool_state, _need_at(pool_state.demand_gpus, config) + deadband, price, price, config))
+        held = max(
+            held,
+            _certified_nodes(
+                pool_state, _need_at(pool_state.demand_gpus, config) + deadband, price, price, config
+            ),
+        )
     keep_nodes = _clamp_nodes(pool_state, max(min(keep, held), active_floor))
     return CapacityTarget(
-        need_nodes=need, keep_nodes=keep_nodes, floor_nodes=floor, wanted_gpus=wanted, shielded=shielded,
-        peak_nodes=_clamp_nodes(pool_state, reserve), band_nodes=band, step_gpus=envelope.step_gpus,
+        need_nodes=need,
+        keep_nodes=keep_nodes,
+        floor_nodes=floor,
+        wanted_gpus=wanted,
+        shielded=shielded,
+        peak_nodes=_clamp_nodes(pool_state, reserve),
+        band_nodes=band,
+        step_gpus=envelope.step_gpus,
         demand_need_nodes=demand_need,
     )
 
@@ -197,7 +220,9 @@ def _certified_nodes(
     if demand <= 0:
         return 0
     state = BacklogState(
-        pool=pool_state.pool, demand_forecast_gpus=demand, reference_price=reference_price,
+        pool=pool_state.pool,
+        demand_forecast_gpus=demand,
+        reference_price=reference_price,
         capacity_step_gpus=float(pool_state.node_gpus),
     )
     return math.ceil(min_certified_capacity(state, at_price, config.backlog) / pool_state.node_gpus - 1e-9)
@@ -211,7 +236,9 @@ def _clamp_nodes(pool_state: PoolState, nodes: int) -> int:
 class DemandEnvelope:
     keep_gpus: float  # peak over the keep window: capacity held against churn
     floor_gpus: float  # typical hourly peak over the longer window: must stay drainable at price_max
-    reserve_gpus: float = 0.0  # peak over the warm reserve window plus the largest recent rise: resumes warm nodes
+    reserve_gpus: float = (
+        0.0  # peak over the warm reserve window plus the largest recent rise: resumes warm nodes
+    )
     step_gpus: float = 0.0  # typical size of a change in demand (one job's GPUs): the least keep band
 
 
@@ -219,7 +246,9 @@ def record_demand(memory: ScalerMemory, demand: float, t: float, config: Scaling
     """Fold this tick's demand into the hourly peaks and the recent steps; return the envelope."""
     hour = int(t // 3600)
     memory.demand_peaks[hour] = max(memory.demand_peaks.get(hour, 0.0), demand)
-    span = max(config.keep_window_hours, config.drainable_floor_window_hours, config.warm_reserve_window_hours)
+    span = max(
+        config.keep_window_hours, config.drainable_floor_window_hours, config.warm_reserve_window_hours
+    )
     for stale in [h for h in memory.demand_peaks if h < hour - math.ceil(span) + 1]:
         del memory.demand_peaks[stale]
 
@@ -238,9 +267,7 @@ def record_demand(memory: ScalerMemory, demand: float, t: float, config: Scaling
     # peak: a new peak arrives as such a jump, and within the max price step only nodes that
     # resume inside the tick (not cold boots) keep it drainable
     jump = _record_demand_rise(memory, rise, config)
-    return DemandEnvelope(
-        keep[-1] if keep else 0.0, typical, reserve[-1] + jump if reserve else 0.0, step
-    )
+    return DemandEnvelope(keep[-1] if keep else 0.0, typical, reserve[-1] + jump if reserve else 0.0, step)
 
 
 def _record_demand_rise(memory: ScalerMemory, rise: float, config: ScalingConfig) -> float:

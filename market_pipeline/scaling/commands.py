@@ -12,7 +12,6 @@ from typing import Any
 from market_pipeline.cli.support import input_error
 from market_pipeline.config import ConfigError
 from market_pipeline.scaling import tuning
-from market_pipeline.scaling.replay_options import add_replay_options, build_settings
 from market_pipeline.scaling.load import LoadFileError, load_helios_demand
 from market_pipeline.scaling.replay import (
     DemandLoad,
@@ -21,6 +20,7 @@ from market_pipeline.scaling.replay import (
     replay_baseline,
     replay_policy,
 )
+from market_pipeline.scaling.replay_options import add_replay_options, build_settings
 from market_pipeline.scaling.types import ScalingError
 
 HELIOS_FILES = ("vc6YE.csv", "vcLJZ.csv", "vchbv.csv", "vcvlY.csv")
@@ -41,7 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     parser = bench_sub.add_parser("scaling", help="scaling-eval on every Helios file, with the targets")
-    parser.add_argument("--data-dir", default=str(DEFAULT_HELIOS_DIR), help="folder of the Helios vc*.csv files")
+    parser.add_argument(
+        "--data-dir", default=str(DEFAULT_HELIOS_DIR), help="folder of the Helios vc*.csv files"
+    )
     add_replay_options(parser)
     parser.set_defaults(handler=run_scaling_bench)
 
@@ -105,7 +107,8 @@ def run_scaling_bench(args: argparse.Namespace) -> int:
         return input_error(exc)
     report["all_targets_met"] = all(all(r["targets"].values()) for r in report.values())
     report["settings"] = {
-        "fleet": asdict(settings.fleet), "baseline": asdict(settings.baseline),
+        "fleet": asdict(settings.fleet),
+        "baseline": asdict(settings.baseline),
         "tick_minutes": settings.tick_minutes,
         "scaling": {k: v for k, v in asdict(settings.scaling).items() if k != "backlog"},
         "backlog": asdict(settings.scaling.backlog),

@@ -39,11 +39,18 @@ def scaler_budget(tick: Tick) -> DisruptionBudget:
     view, still as cordoned: the scaler always counted it twice, and keeping that keeps the
     replays' figures unchanged (counting it once moves vchbv's idle GPU-hours by 0.03%)."""
     drained = {n.node_id for n in tick.drained}
-    busy = {n.node_id for n in tick.fleet.cordoned
-            if n.node_id in tick.memory.draining and n.node_id not in drained and not is_empty(n)}
+    busy = {
+        n.node_id
+        for n in tick.fleet.cordoned
+        if n.node_id in tick.memory.draining and n.node_id not in drained and not is_empty(n)
+    }
     pool = tick.pool_state.pool
-    return DisruptionBudget((BudgetRule(percent=tick.config.disruption_budget_pct),), tick.now,
-                            {pool: tick.in_service + len(tick.fleet.cordoned)}, {pool: busy})
+    return DisruptionBudget(
+        (BudgetRule(percent=tick.config.disruption_budget_pct),),
+        tick.now,
+        {pool: tick.in_service + len(tick.fleet.cordoned)},
+        {pool: busy},
+    )
 
 
 @dataclass(frozen=True)
@@ -74,11 +81,19 @@ class NodeHealth:
                 plan.memory.note_cordon(node.node_id, plan.t)
                 if not is_empty(node):
                     pool.consume(node.node_id)
-                plan.add("replace", node.node_id, True,
-                         [Why(ScalingReason.UNHEALTHY, "replacement capacity is up, drain then remove")])
+                plan.add(
+                    "replace",
+                    node.node_id,
+                    True,
+                    [Why(ScalingReason.UNHEALTHY, "replacement capacity is up, drain then remove")],
+                )
             else:
-                plan.add("replace", node.node_id, False,
-                         [Why(ScalingReason.UNHEALTHY, "waiting for replacement capacity before draining")])
+                plan.add(
+                    "replace",
+                    node.node_id,
+                    False,
+                    [Why(ScalingReason.UNHEALTHY, "waiting for replacement capacity before draining")],
+                )
 
 
 SCALER_METHODS: tuple[DisruptionMethod[Tick], ...] = (ScaleDown(), NodeHealth())
@@ -95,8 +110,11 @@ def flapping(memory: ScalerMemory, config: ScalingConfig, t: float) -> set[str]:
     task-drain guardrail would not empty them): not cordoned again for now. A cordon reversed
     because demand came back is the policy answering demand, paced by the hysteresis."""
     window = flap_window_seconds(config)
-    return {n for n, times in memory.cordons.items()
-            if len(times) >= config.max_cordons_per_day and t - memory.drain_failed_at.get(n, -math.inf) < window}
+    return {
+        n
+        for n, times in memory.cordons.items()
+        if len(times) >= config.max_cordons_per_day and t - memory.drain_failed_at.get(n, -math.inf) < window
+    }
 
 
 def cooling_down(memory: ScalerMemory, config: ScalingConfig, t: float) -> dict[str, float]:
@@ -108,7 +126,9 @@ def cooling_down(memory: ScalerMemory, config: ScalingConfig, t: float) -> dict[
 def min_batch(tick: Tick) -> int:
     """The smallest scale-down worth an action: a share of the pool, at least one node."""
     config = tick.config
-    return max(config.min_scale_down_nodes, math.ceil(config.min_scale_down_fraction * tick.in_service - 1e-9))
+    return max(
+        config.min_scale_down_nodes, math.ceil(config.min_scale_down_fraction * tick.in_service - 1e-9)
+    )
 
 
 def _scale_down(tick: Tick, surplus: int, budget: PoolBudget) -> None:
@@ -130,20 +150,38 @@ def _scale_down(tick: Tick, surplus: int, budget: PoolBudget) -> None:
     # one pinned task neither stalls the pool nor splits its batch into two actions
     for node in sorted((n for n in tick.fleet.schedulable if n.node_id in cooling), key=lambda n: n.node_id):
         ago = (t - cooling[node.node_id]) / 60
-        tick.add("scale_down", node.node_id, False, [
-            Why(ScalingReason.FAILED_SCALE_DOWN_COOLDOWN, f"its drain failed {ago:.0f} min ago; skipped for "
-                f"{config.failed_scale_down_cooldown_minutes - ago:.0f} more min while other nodes stand in"),
-        ])
+        tick.add(
+            "scale_down",
+            node.node_id,
+            False,
+            [
+                Why(
+                    ScalingReason.FAILED_SCALE_DOWN_COOLDOWN,
+                    f"its drain failed {ago:.0f} min ago; skipped for "
+                    f"{config.failed_scale_down_cooldown_minutes - ago:.0f} more min while other nodes stand in",
+                ),
+            ],
+        )
     # a node that would flap, or whose tasks the task-drain guardrail will not move (a
     # protected task), is not cordoned: it would only be uncordoned again
     protected = {n for n, status in tick.drain_status.items() if status.blocked}
     flaps = flapping(memory, config, t)
     reported = memory.blocked.keys() | cooling.keys()  # each already has its own decision
-    for node in sorted((n for n in tick.fleet.schedulable if n.node_id in flaps - reported), key=lambda n: n.node_id):
-        tick.add("scale_down", node.node_id, False, [
-            Why(ScalingReason.FLAP_GUARD, f"cordoned {len(memory.cordons[node.node_id])} times in the last day "
-                f"(max_cordons_per_day {config.max_cordons_per_day}); other nodes stand in"),
-        ])
+    for node in sorted(
+        (n for n in tick.fleet.schedulable if n.node_id in flaps - reported), key=lambda n: n.node_id
+    ):
+        tick.add(
+            "scale_down",
+            node.node_id,
+            False,
+            [
+                Why(
+                    ScalingReason.FLAP_GUARD,
+                    f"cordoned {len(memory.cordons[node.node_id])} times in the last day "
+                    f"(max_cordons_per_day {config.max_cordons_per_day}); other nodes stand in",
+                ),
+            ],
+        )
     skipped = memory.blocked.keys() | cooling.keys() | flaps | protected
     candidates = sorted(
         (n for n in tick.fleet.schedulable if n.node_id not in skipped),
@@ -153,9 +191,18 @@ def _scale_down(tick: Tick, surplus: int, budget: PoolBudget) -> None:
         if len(leaving) >= ripe:
             break
         if not _within_budget(tick, budget, leaving, node):
-            tick.add("scale_down", node.node_id, False, [Why(
-                ScalingReason.DISRUPTION_BUDGET, f"draining it would exceed {config.disruption_budget_pct:g}% of the "
-                f"pool's nodes at once or {config.max_removals_per_hour} busy nodes an hour")])
+            tick.add(
+                "scale_down",
+                node.node_id,
+                False,
+                [
+                    Why(
+                        ScalingReason.DISRUPTION_BUDGET,
+                        f"draining it would exceed {config.disruption_budget_pct:g}% of the "
+                        f"pool's nodes at once or {config.max_removals_per_hour} busy nodes an hour",
+                    )
+                ],
+            )
             continue
         if _try_remove(tick, node, leaving):
             leaving.append(node)
@@ -169,19 +216,34 @@ def _pool_gates(tick: Tick, surplus: int, ripe: int, failed: dict[str, float]) -
     busy = len(memory.draining) - sum(1 for n in tick.drained if n.node_id in memory.draining)
     if busy:
         reasons.append(Why(ScalingReason.BATCH_IN_PROGRESS, f"{busy} node(s) still draining"))
-    if memory.last_scale_up_at is not None and t - memory.last_scale_up_at < config.scale_up_cooldown_minutes * 60:
-        reasons.append(Why(ScalingReason.SCALE_UP_COOLDOWN,
-                           f"last scale-up {(t - memory.last_scale_up_at) / 60:.1f} min ago"))
+    if (
+        memory.last_scale_up_at is not None
+        and t - memory.last_scale_up_at < config.scale_up_cooldown_minutes * 60
+    ):
+        reasons.append(
+            Why(
+                ScalingReason.SCALE_UP_COOLDOWN,
+                f"last scale-up {(t - memory.last_scale_up_at) / 60:.1f} min ago",
+            )
+        )
     if len(failed) >= config.failed_drains_to_pause_pool:
         # several nodes failing at once is systemic (the drain path itself), not one pinned task
-        reasons.append(Why(
-            ScalingReason.FAILED_SCALE_DOWN_COOLDOWN, f"{len(failed)} drains failed in the last "
-            f"{config.failed_scale_down_cooldown_minutes:g} min (last {(t - max(failed.values())) / 60:.1f} min ago)"))
+        reasons.append(
+            Why(
+                ScalingReason.FAILED_SCALE_DOWN_COOLDOWN,
+                f"{len(failed)} drains failed in the last "
+                f"{config.failed_scale_down_cooldown_minutes:g} min (last {(t - max(failed.values())) / 60:.1f} min ago)",
+            )
+        )
     if ripe < min_batch(tick):
         longest = (t - memory.surplus_since.get(1, t)) / 60
-        reasons.append(Why(
-            ScalingReason.HYSTERESIS, f"{ripe} of {surplus} unneeded node(s) unneeded for {config.hysteresis_minutes:g} "
-            f"min (longest {longest:.1f} min); a batch needs {min_batch(tick)}"))
+        reasons.append(
+            Why(
+                ScalingReason.HYSTERESIS,
+                f"{ripe} of {surplus} unneeded node(s) unneeded for {config.hysteresis_minutes:g} "
+                f"min (longest {longest:.1f} min); a batch needs {min_batch(tick)}",
+            )
+        )
     return reasons
 
 
@@ -196,7 +258,8 @@ def _within_budget(tick: Tick, budget: PoolBudget, leaving: list[NodeView], node
         return True
     busy = sum(1 for n in leaving if not is_empty(n)) + 1
     return budget.allows(DisruptionReason.SCALE_DOWN, node.node_id) and (
-        busy + _recent(tick.memory, tick.t) <= tick.config.max_removals_per_hour)
+        busy + _recent(tick.memory, tick.t) <= tick.config.max_removals_per_hour
+    )
 
 
 def _try_remove(tick: Tick, node: NodeView, leaving: list[NodeView]) -> bool:
@@ -208,29 +271,63 @@ def _try_remove(tick: Tick, node: NodeView, leaving: list[NodeView]) -> bool:
     unneeded_s = t - memory.surplus_since.get(rank, t)
     inputs = {"unneeded_minutes": round(unneeded_s / 60, 2), "used_gpus": node.used_gpus}
     if not admissible or remaining < tick.pool_state.min_nodes:
-        tick.add("scale_down", node.node_id, False,
-                 [f"certificate fails at {remaining} nodes (margin {margin:.2f} GPUs)"], margin, **inputs)
+        tick.add(
+            "scale_down",
+            node.node_id,
+            False,
+            [f"certificate fails at {remaining} nodes (margin {margin:.2f} GPUs)"],
+            margin,
+            **inputs,
+        )
         return False
     hours = min(config.max_expected_off_hours, max(unneeded_s, config.hysteresis_minutes * 60) / _HOUR)
     saving = node.gpus * tick.pool_state.gpu_hour_cost * hours
     cost = node.used_gpus * config.drain_cost_per_gpu + config.replacement_cost_per_node
     if saving <= cost:
-        tick.add("scale_down", node.node_id, False,
-                 [Why(ScalingReason.NO_SAVING, f"expected saving {saving:.2f} <= drain+replacement cost {cost:.2f}")],
-                 margin, saving=saving, cost=cost, **inputs)
+        tick.add(
+            "scale_down",
+            node.node_id,
+            False,
+            [
+                Why(
+                    ScalingReason.NO_SAVING,
+                    f"expected saving {saving:.2f} <= drain+replacement cost {cost:.2f}",
+                )
+            ],
+            margin,
+            saving=saving,
+            cost=cost,
+            **inputs,
+        )
         return False
     picked = {n.node_id for n in leaving}
     others = [n for n in tick.fleet.schedulable if n.node_id != node.node_id and n.node_id not in picked]
     if not has_room_for(node, others):
-        tick.add("scale_down", node.node_id, False,
-                 [Why(ScalingReason.NO_ROOM, "its tasks do not fit on the remaining nodes")], margin, **inputs)
+        tick.add(
+            "scale_down",
+            node.node_id,
+            False,
+            [Why(ScalingReason.NO_ROOM, "its tasks do not fit on the remaining nodes")],
+            margin,
+            **inputs,
+        )
         return False
-    tick.add("cordon", node.node_id, True, [
-        "drain requested from the task-drain guardrail: tasks move to room already up "
-        "(replace before remove); powered off once the batch is drained",
-        f"unneeded {unneeded_s / 60:.1f} min", f"saves {saving:.2f} > cost {cost:.2f}",
-        f"certified at {remaining} nodes (margin {margin:.2f} GPUs)",
-    ], margin, saving=saving, cost=cost, **inputs)
+    tick.add(
+        "cordon",
+        node.node_id,
+        True,
+        [
+            "drain requested from the task-drain guardrail: tasks move to room already up "
+            "(replace before remove); powered off once the batch is drained",
+            f"unneeded {unneeded_s / 60:.1f} min",
+            f"saves {saving:.2f} > cost {cost:.2f}",
+            f"certified at {remaining} nodes (margin {margin:.2f} GPUs)",
+        ],
+        margin,
+        saving=saving,
+        cost=cost,
+        **inputs,
+    )
     memory.draining[node.node_id] = t
     memory.note_cordon(node.node_id, t)
     if not is_empty(node):

@@ -54,10 +54,14 @@ def progress_drains(tick: Tick, by_id: dict[str, NodeView]) -> None:
         if is_empty(node) or (status is not None and status.all_tasks_drained_or_migrated):
             drained.append(node)
         elif (status is not None and status.blocked) or t - started > config.drain_timeout_minutes * 60:
-            _fail_drain(tick, node, status.reason if status is not None and status.blocked else "drain timed out")
+            _fail_drain(
+                tick, node, status.reason if status is not None and status.blocked else "drain timed out"
+            )
         else:
             waiting += 1
-            tick.add("hold", node_id, True, [Why(ScalingReason.DRAIN_IN_PROGRESS, f"{(t - started) / 60:.1f} min")])
+            tick.add(
+                "hold", node_id, True, [Why(ScalingReason.DRAIN_IN_PROGRESS, f"{(t - started) / 60:.1f} min")]
+            )
     if waiting:
         for node in drained:
             tick.add("hold", node.node_id, True, [f"drained; waiting for {waiting} more of its batch"])
@@ -82,9 +86,14 @@ def finish_wave(tick: Tick) -> None:
     oldest = min(memory.draining[node.node_id] for node in held)
     if extended and all(n.healthy for n in held) and tick.t - oldest < config.scale_down_wave_minutes * 60:
         for node in held:
-            tick.add("hold", node.node_id, True, [
-                "drained; held while the next wave of its scale-down drains (powered off together)",
-            ])
+            tick.add(
+                "hold",
+                node.node_id,
+                True,
+                [
+                    "drained; held while the next wave of its scale-down drains (powered off together)",
+                ],
+            )
         return
     for node in held:
         _finish_drained(tick, node)
@@ -94,18 +103,30 @@ def finish_wave(tick: Tick) -> None:
 def _finish_drained(tick: Tick, node: NodeView) -> None:
     if not node.healthy:
         # powered fully off for repair: a sick node must not be resumed from the warm pool
-        tick.add("scale_down", node.node_id, True, ["unhealthy node drained; its replacement is up"], to="off")
+        tick.add(
+            "scale_down", node.node_id, True, ["unhealthy node drained; its replacement is up"], to="off"
+        )
         return
     admissible, margin = tick.certified_at(tick.in_service)
     if admissible:
-        tick.add("scale_down", node.node_id, True,
-                 ["all tasks drained or migrated", f"certified without it (margin {margin:.2f} GPUs)"],
-                 margin, to=power_off_target(tick))
+        tick.add(
+            "scale_down",
+            node.node_id,
+            True,
+            ["all tasks drained or migrated", f"certified without it (margin {margin:.2f} GPUs)"],
+            margin,
+            to=power_off_target(tick),
+        )
     else:
         tick.uncordoned += 1
         tick.memory.note_uncordon(node.node_id, tick.t)
-        tick.add("uncordon", node.node_id, True,
-                 [f"certificate no longer holds without this node (margin {margin:.2f} GPUs)"], margin)
+        tick.add(
+            "uncordon",
+            node.node_id,
+            True,
+            [f"certificate no longer holds without this node (margin {margin:.2f} GPUs)"],
+            margin,
+        )
 
 
 def _fail_drain(tick: Tick, node: NodeView, why: str) -> None:
@@ -116,7 +137,10 @@ def _fail_drain(tick: Tick, node: NodeView, why: str) -> None:
     memory.drain_failed_at[node.node_id] = tick.t
     if node.healthy:
         tick.uncordoned += 1
-    reasons: list[str | Why] = [f"scale-down failed: {why}", f"attempt {failures}/{tick.config.max_drain_attempts}"]
+    reasons: list[str | Why] = [
+        f"scale-down failed: {why}",
+        f"attempt {failures}/{tick.config.max_drain_attempts}",
+    ]
     if failures >= tick.config.max_drain_attempts:
         memory.blocked[node.node_id] = tick.t
         reasons.append(Why(ScalingReason.BLOCKED_DRAIN, "reported and skipped, not retried every tick"))

@@ -53,7 +53,9 @@ class FleetCounters:
 class Fleet:
     def __init__(self, params: FleetParams, initial_nodes: int) -> None:
         if not 0 <= initial_nodes <= params.max_nodes:
-            raise ValueError(f"initial_nodes: must be in [0, max_nodes={params.max_nodes}], got {initial_nodes}")
+            raise ValueError(
+                f"initial_nodes: must be in [0, max_nodes={params.max_nodes}], got {initial_nodes}"
+            )
         self.params = params
         self.rng = random.Random(params.seed)
         self.counters = FleetCounters()

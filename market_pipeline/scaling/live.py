@@ -33,7 +33,14 @@ from market_pipeline.action_batches import (
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.guardrails.disruption_budget import DisruptionBudget
 from market_pipeline.guardrails.task_drain_plan import node_is_drained
-from market_pipeline.hardware.protocol import NodeAdapter, NodeInfo, NodeState, Outcome, OutcomeStatus, TaskInfo
+from market_pipeline.hardware.protocol import (
+    NodeAdapter,
+    NodeInfo,
+    NodeState,
+    Outcome,
+    OutcomeStatus,
+    TaskInfo,
+)
 from market_pipeline.scaling.policy import plan_pool
 from market_pipeline.scaling.settings import scaling_config_from_config
 from market_pipeline.scaling.types import DrainStatus, NodeView, PoolState, ScalerMemory, ScalingDecision
@@ -53,8 +60,13 @@ def node_view(node: NodeInfo, tasks: Sequence[TaskInfo]) -> NodeView:
     else:
         state = ScalingNodeState.STANDBY if node.state is NodeState.WARM else ScalingNodeState.OFF
     task_gpus = tuple(t.gpus for t in tasks if t.node_id == node.node_id)
-    return NodeView(node_id=node.node_id, state=state, gpus=node.gpus,
-                    used_gpus=min(float(sum(task_gpus)), float(node.gpus)), task_gpus=task_gpus)
+    return NodeView(
+        node_id=node.node_id,
+        state=state,
+        gpus=node.gpus,
+        used_gpus=min(float(sum(task_gpus)), float(node.gpus)),
+        task_gpus=task_gpus,
+    )
 
 
 def tasks_by_node(tasks: Sequence[TaskInfo]) -> dict[str, list[TaskInfo]]:
@@ -65,8 +77,9 @@ def tasks_by_node(tasks: Sequence[TaskInfo]) -> dict[str, list[TaskInfo]]:
     return out
 
 
-def drain_statuses(nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo],
-                   drain_failures: dict[str, int]) -> dict[str, DrainStatus]:
+def drain_statuses(
+    nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo], drain_failures: dict[str, int]
+) -> dict[str, DrainStatus]:
     """The task-drain guardrail's word per node: empty, or blocked by a protected task or by
     drains that keep failing."""
     grouped = tasks_by_node(tasks)
@@ -75,39 +88,63 @@ def drain_statuses(nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo],
         on_node = grouped.get(node.node_id, [])
         protected = [t.task_id for t in on_node if t.do_not_drain]
         attempts = drain_failures.get(node.node_id, 0)
-        reason = f"do-not-drain tasks {protected}" if protected else (
-            f"{attempts} failed drains" if attempts else "")
+        reason = (
+            f"do-not-drain tasks {protected}"
+            if protected
+            else (f"{attempts} failed drains" if attempts else "")
+        )
         out[node.node_id] = DrainStatus(
-            node_id=node.node_id, all_tasks_drained_or_migrated=node_is_drained(node.node_id, on_node)[0],
-            blocked=bool(protected), attempts=attempts, reason=reason)
+            node_id=node.node_id,
+            all_tasks_drained_or_migrated=node_is_drained(node.node_id, on_node)[0],
+            blocked=bool(protected),
+            attempts=attempts,
+            reason=reason,
+        )
     return out
 
 
 def failed_drains_by_node(store: Warehouse) -> dict[str, int]:
     frame = store.query(
         "SELECT node_id, count(*) AS n FROM drain_billing_events "
-        "WHERE outcome IN ('failed', 'aborted') GROUP BY node_id")
+        "WHERE outcome IN ('failed', 'aborted') GROUP BY node_id"
+    )
     return {row["node_id"]: int(row["n"]) for row in frame.iter_rows(named=True)}
 
 
 def load_memory(store: Warehouse, pool_id: str) -> ScalerMemory:
     frame = store.query("SELECT memory FROM scaler_memory WHERE pool_id = ?", [pool_id])
-    return ScalerMemory(pool=pool_id) if frame.is_empty() else ScalerMemory.from_dict(json.loads(frame["memory"][0]))
+    return (
+        ScalerMemory(pool=pool_id)
+        if frame.is_empty()
+        else ScalerMemory.from_dict(json.loads(frame["memory"][0]))
+    )
 
 
 def memory_frame(memories: Sequence[ScalerMemory], at: datetime) -> pl.DataFrame:
-    return pl.DataFrame({"pool_id": [m.pool for m in memories],
-                         "memory": [json.dumps(m.to_dict()) for m in memories],
-                         "updated_at": [at] * len(memories)},
-                        schema_overrides={"updated_at": pl.Datetime("us", "UTC")})
+    return pl.DataFrame(
+        {
+            "pool_id": [m.pool for m in memories],
+            "memory": [json.dumps(m.to_dict()) for m in memories],
+            "updated_at": [at] * len(memories),
+        },
+        schema_overrides={"updated_at": pl.Datetime("us", "UTC")},
+    )
 
 
-def plan_fleet(config: MarketPipelineConfig, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo],
-               demand_now: dict[str, tuple[float, float]], forecast_q90: dict[str, float],
-               prices: dict[str, float], memories: dict[str, ScalerMemory], drain_failures: dict[str, int],
-               now: datetime, capacity_targets: dict[str, float] | None = None,
-               price_ceilings: dict[str, float] | None = None,
-               budget: DisruptionBudget | None = None) -> list[ScalingDecision]:
+def plan_fleet(
+    config: MarketPipelineConfig,
+    nodes: Sequence[NodeInfo],
+    tasks: Sequence[TaskInfo],
+    demand_now: dict[str, tuple[float, float]],
+    forecast_q90: dict[str, float],
+    prices: dict[str, float],
+    memories: dict[str, ScalerMemory],
+    drain_failures: dict[str, int],
+    now: datetime,
+    capacity_targets: dict[str, float] | None = None,
+    price_ceilings: dict[str, float] | None = None,
+    budget: DisruptionBudget | None = None,
+) -> list[ScalingDecision]:
     """One tick of the scaling policy for every configured pool (memories updated in place).
 
     `prices` are the market tick's equilibrium prices and `capacity_targets` the capacity its
@@ -124,26 +161,48 @@ def plan_fleet(config: MarketPipelineConfig, nodes: Sequence[NodeInfo], tasks: S
     for pool in config.pools:
         pool_nodes = nodes_of_pool.get(pool.pool_id, [])
         demand, pending = demand_now.get(pool.pool_id, (0.0, 0.0))
-        state = PoolState(pool=pool.pool_id, node_gpus=pool.gpus_per_node, max_nodes=pool.max_nodes,
-                          demand_gpus=demand, backlog_gpus=pending,
-                          gpu_hour_cost=config.gpu_model_by_name[pool.gpu_model].cost_per_gpu_hour,
-                          certified_gpus=float(targets.get(pool.pool_id, 0.0)),
-                          price_ceiling=float(ceilings.get(pool.pool_id, math.inf)))
-        decisions.extend(plan_pool(
-            state, forecast_q90.get(pool.pool_id, demand), prices.get(pool.pool_id, pool.base_price),
-            [node_view(n, grouped.get(n.node_id, [])) for n in pool_nodes],
-            {n.node_id: statuses[n.node_id] for n in pool_nodes},
-            scaling_config_from_config(config, pool.pool_id), now, memory=memories[pool.pool_id], budget=budget))
+        state = PoolState(
+            pool=pool.pool_id,
+            node_gpus=pool.gpus_per_node,
+            max_nodes=pool.max_nodes,
+            demand_gpus=demand,
+            backlog_gpus=pending,
+            gpu_hour_cost=config.gpu_model_by_name[pool.gpu_model].cost_per_gpu_hour,
+            certified_gpus=float(targets.get(pool.pool_id, 0.0)),
+            price_ceiling=float(ceilings.get(pool.pool_id, math.inf)),
+        )
+        decisions.extend(
+            plan_pool(
+                state,
+                forecast_q90.get(pool.pool_id, demand),
+                prices.get(pool.pool_id, pool.base_price),
+                [node_view(n, grouped.get(n.node_id, [])) for n in pool_nodes],
+                {n.node_id: statuses[n.node_id] for n in pool_nodes},
+                scaling_config_from_config(config, pool.pool_id),
+                now,
+                memory=memories[pool.pool_id],
+                budget=budget,
+            )
+        )
     return decisions
 
 
 def decision_rows(decisions: Sequence[ScalingDecision], shadow: bool, decided_at: datetime) -> pl.DataFrame:
-    return decisions_frame(DecisionRow(
-        decision_id=f"scale-{d.decision_id}", kind=DecisionKind.SCALE, action=d.action, decided_at=decided_at,
-        allowed=d.allowed, shadow=shadow, pool_id=d.pool, target=d.node_id,
-        reasons=(*d.reasons, *(["shadow mode: recorded, not executed"] if shadow else [])),
-        inputs={**d.inputs, "count": d.count, "certificate_margin": d.certificate_margin},
-    ) for d in decisions)
+    return decisions_frame(
+        DecisionRow(
+            decision_id=f"scale-{d.decision_id}",
+            kind=DecisionKind.SCALE,
+            action=d.action,
+            decided_at=decided_at,
+            allowed=d.allowed,
+            shadow=shadow,
+            pool_id=d.pool,
+            target=d.node_id,
+            reasons=(*d.reasons, *(["shadow mode: recorded, not executed"] if shadow else [])),
+            inputs={**d.inputs, "count": d.count, "certificate_margin": d.certificate_margin},
+        )
+        for d in decisions
+    )
 
 
 def pending_scaling_batches(store: Warehouse) -> list[ActionBatch]:
@@ -151,8 +210,15 @@ def pending_scaling_batches(store: Warehouse) -> list[ActionBatch]:
     return pending_batches(store, SCALE_KIND, NODE_ACTIONS)
 
 
-def execute_scaling_batch(store: Warehouse, adapter: NodeAdapter, tick: datetime, *, run_id: str,
-                          now: datetime, run_is_live: Callable[[str], bool]) -> list[ActionResult]:
+def execute_scaling_batch(
+    store: Warehouse,
+    adapter: NodeAdapter,
+    tick: datetime,
+    *,
+    run_id: str,
+    now: datetime,
+    run_is_live: Callable[[str], bool],
+) -> list[ActionResult]:
     """Carry out a tick's approved scaling actions, each once, recording each outcome.
 
     A batch whose tick a later plan has already replaced is superseded, not carried out: that
@@ -164,8 +230,17 @@ def execute_scaling_batch(store: Warehouse, adapter: NodeAdapter, tick: datetime
     batch = _ScalingBatch(adapter, superseded=latest if superseded else None)
     held = getattr(adapter, "batch", None)  # an adapter that can hold its writes for the batch
     with held() if held is not None else contextlib.nullcontext(lambda: None) as checkpoint:
-        return carry_out(store, rows, batch_id=batch_id_for(SCALE_KIND, tick), run_id=run_id, now=now,
-                         run_is_live=run_is_live, resumable=False, act=batch.act, checkpoint=checkpoint)
+        return carry_out(
+            store,
+            rows,
+            batch_id=batch_id_for(SCALE_KIND, tick),
+            run_id=run_id,
+            now=now,
+            run_is_live=run_is_live,
+            resumable=False,
+            act=batch.act,
+            checkpoint=checkpoint,
+        )
 
 
 class _ScalingBatch:
@@ -195,7 +270,10 @@ class _ScalingBatch:
             count = int(json.loads(decision["inputs"] or "{}").get("count", 1))
             targets = [node_id] if node_id else self._nodes_to_power_on(decision["pool_id"], count)
             if not targets:
-                return INFEASIBLE, f"no standby or off node left in pool {decision['pool_id']} (asked {count})"
+                return (
+                    INFEASIBLE,
+                    f"no standby or off node left in pool {decision['pool_id']} (asked {count})",
+                )
             self.powered_on.update(targets)
             outcomes = [self.adapter.power_on(t) for t in targets]
             bad = [o for o in outcomes if not o.ok]
@@ -218,8 +296,11 @@ class _ScalingBatch:
         """Warm nodes first (they join in about a minute), then cold ones."""
         if self._nodes is None:
             self._nodes = self.adapter.list_nodes()
-        nodes = [n for n in self._nodes if n.pool_id == pool_id
-                 and n.state is not NodeState.ON and n.node_id not in self.powered_on]
+        nodes = [
+            n
+            for n in self._nodes
+            if n.pool_id == pool_id and n.state is not NodeState.ON and n.node_id not in self.powered_on
+        ]
         nodes.sort(key=lambda n: (n.state is not NodeState.WARM, n.node_id))
         return [n.node_id for n in nodes[:count]]
 

@@ -57,16 +57,27 @@ class Tick:
         return cert.admissible, cert.margin
 
     def add(
-        self, action: Action, node_id: str | None, allowed: bool, reasons: list[str | Why],
-        margin: float | None = None, count: int = 1, **extra: Any,
+        self,
+        action: Action,
+        node_id: str | None,
+        allowed: bool,
+        reasons: list[str | Why],
+        margin: float | None = None,
+        count: int = 1,
+        **extra: Any,
     ) -> ScalingDecision:
         seq = len(self.decisions)
         decision = ScalingDecision(
             decision_id=decision_id(self.pool_state.pool, self.now, action, node_id, seq),
-            pool=self.pool_state.pool, action=action, node_id=node_id, allowed=allowed,
-            reasons=[str(r) for r in reasons], inputs={**self.base_inputs, **extra},
+            pool=self.pool_state.pool,
+            action=action,
+            node_id=node_id,
+            allowed=allowed,
+            reasons=[str(r) for r in reasons],
+            inputs={**self.base_inputs, **extra},
             certificate_margin=margin if margin is not None else self.target.shielded.certificate.margin,
-            decided_at=self.now.isoformat(), count=count,
+            decided_at=self.now.isoformat(),
+            count=count,
             codes=tuple(r.code for r in reasons if isinstance(r, Why)),
         )
         self.decisions.append(decision)

@@ -96,8 +96,16 @@ def plan_pool(
     warm_capacity = len(fleet.standby) + max(0, pool_state.max_nodes - fleet.powered - fleet.warm_stock)
     target = target_capacity(pool_state, forecast_q90, price, config, envelope, warm_capacity)
     tick = Tick(
-        pool_state=pool_state, forecast_q90=forecast_q90, price=price, config=config, now=now,
-        t=now.timestamp(), memory=memory, fleet=fleet, target=target, drain_status=drain_status,
+        pool_state=pool_state,
+        forecast_q90=forecast_q90,
+        price=price,
+        config=config,
+        now=now,
+        t=now.timestamp(),
+        memory=memory,
+        fleet=fleet,
+        target=target,
+        drain_status=drain_status,
         base_inputs=_base_inputs(pool_state, forecast_q90, price, fleet, target),
     )
     _forget_gone_nodes(memory, nodes, tick.t, config)
@@ -125,20 +133,38 @@ def _base_inputs(
 ) -> dict[str, Any]:
     cert = target.shielded.certificate
     return {
-        "forecast_q90": forecast_q90, "price": price, "demand_gpus": pool_state.demand_gpus,
-        "backlog_gpus": pool_state.backlog_gpus, "target_nodes": target.nodes, "need_nodes": target.need_nodes,
-        "keep_nodes": target.keep_nodes, "keep_band_nodes": target.band_nodes,
-        "demand_need_nodes": target.demand_need_nodes, "demand_step_gpus": round(target.step_gpus, 3),
-        "wanted_gpus": round(target.wanted_gpus, 3), "schedulable": len(fleet.schedulable),
-        "booting": len(fleet.booting), "cordoned": len(fleet.cordoned), "standby": len(fleet.standby),
-        "warming": len(fleet.warming), "floor_nodes": target.floor_nodes, "max_nodes": pool_state.max_nodes,
-        "target_certified": cert.admissible, "target_shield": list(target.shielded.why),
+        "forecast_q90": forecast_q90,
+        "price": price,
+        "demand_gpus": pool_state.demand_gpus,
+        "backlog_gpus": pool_state.backlog_gpus,
+        "target_nodes": target.nodes,
+        "need_nodes": target.need_nodes,
+        "keep_nodes": target.keep_nodes,
+        "keep_band_nodes": target.band_nodes,
+        "demand_need_nodes": target.demand_need_nodes,
+        "demand_step_gpus": round(target.step_gpus, 3),
+        "wanted_gpus": round(target.wanted_gpus, 3),
+        "schedulable": len(fleet.schedulable),
+        "booting": len(fleet.booting),
+        "cordoned": len(fleet.cordoned),
+        "standby": len(fleet.standby),
+        "warming": len(fleet.warming),
+        "floor_nodes": target.floor_nodes,
+        "max_nodes": pool_state.max_nodes,
+        "target_certified": cert.admissible,
+        "target_shield": list(target.shielded.why),
     }
 
 
 def _forget_gone_nodes(memory: ScalerMemory, nodes: list[NodeView], t: float, config: ScalingConfig) -> None:
     present = {node.node_id for node in nodes}
-    for book in (memory.drain_failures, memory.blocked, memory.drain_failed_at, memory.cordons, memory.uncordons):
+    for book in (
+        memory.drain_failures,
+        memory.blocked,
+        memory.drain_failed_at,
+        memory.cordons,
+        memory.uncordons,
+    ):
         for node_id in [n for n in book if n not in present]:
             del book[node_id]
     memory.busy_drains = [r for r in memory.busy_drains if t - r < 24 * _HOUR]
@@ -162,7 +188,9 @@ def _scale_up_due(tick: Tick) -> bool:
     gpus = float(tick.in_service * tick.pool_state.node_gpus)
     state = backlog_state(tick.pool_state, tick.forecast_q90, tick.price, gpus)
     ceiling = min(config.backlog.price_max, tick.pool_state.price_ceiling)  # what the next tick may publish
-    shielded = shield(PriceCapacityAction(tick.price, gpus), state, replace(config.backlog, price_max=ceiling))
+    shielded = shield(
+        PriceCapacityAction(tick.price, gpus), state, replace(config.backlog, price_max=ceiling)
+    )
     ratio = shielded.price / tick.price
     waited = (tick.t - memory.need_since) / 60.0
     if not shielded.feasible:
@@ -176,8 +204,12 @@ def _scale_up_due(tick: Tick) -> bool:
         return True
     else:
         code, aside, wait = ScalingReason.TRANSIENT, "", config.scale_up_persistence_minutes
-    reason = Why(code, f"need {tick.target.need_nodes} > {tick.in_service} nodes for {waited:.0f} min < {wait:g}; "
-                 f"price x{ratio:.3f} absorbs it", aside)
+    reason = Why(
+        code,
+        f"need {tick.target.need_nodes} > {tick.in_service} nodes for {waited:.0f} min < {wait:g}; "
+        f"price x{ratio:.3f} absorbs it",
+        aside,
+    )
     tick.add("hold", None, True, [reason], shielded.certificate.margin, transient_price_ratio=ratio)
     return False
 
@@ -194,7 +226,9 @@ def _scale_up(tick: Tick, needed: int) -> None:
     standby = sorted(tick.fleet.standby, key=lambda n: n.node_id)
     warm = standby[: needed + interval_resumes(tick, standby[:needed], standby[needed:])]
     for node in warm:
-        tick.add("power_on", node.node_id, True, [f"scale up from the warm pool toward {tick.target.nodes} nodes"])
+        tick.add(
+            "power_on", node.node_id, True, [f"scale up from the warm pool toward {tick.target.nodes} nodes"]
+        )
     needed -= min(needed, len(warm))
     room = tick.pool_state.max_nodes - tick.fleet.powered - tick.fleet.warm_stock
     cold = min(needed, max(0, room))
@@ -203,9 +237,13 @@ def _scale_up(tick: Tick, needed: int) -> None:
     priced = tick.target.shielded.price > tick.price * (1 + 1e-9)
     if needed > cold or priced:
         tick.add(
-            "scale_up", None, False,
-            [f"at max_nodes {tick.pool_state.max_nodes}: {max(0, needed - cold)} node(s) short; "
-             f"the price shield covers the gap (x{tick.target.shielded.price / tick.price:.3f})"],
+            "scale_up",
+            None,
+            False,
+            [
+                f"at max_nodes {tick.pool_state.max_nodes}: {max(0, needed - cold)} node(s) short; "
+                f"the price shield covers the gap (x{tick.target.shielded.price / tick.price:.3f})"
+            ],
             count=max(0, needed - cold),
         )
     if leaving[:1] or warm or cold:
@@ -215,8 +253,13 @@ def _scale_up(tick: Tick, needed: int) -> None:
 
 def _report_blocked(tick: Tick) -> None:
     for node_id, since in sorted(tick.memory.blocked.items()):
-        tick.add("hold", node_id, False, [
-            Why(ScalingReason.BLOCKED_DRAIN),
-            f"drain failed {tick.memory.drain_failures.get(node_id, 0)} time(s); skipped since "
-            f"{(tick.t - since) / 60:.0f} min, recheck after {tick.config.blocked_recheck_minutes:g} min",
-        ])
+        tick.add(
+            "hold",
+            node_id,
+            False,
+            [
+                Why(ScalingReason.BLOCKED_DRAIN),
+                f"drain failed {tick.memory.drain_failures.get(node_id, 0)} time(s); skipped since "
+                f"{(tick.t - since) / 60:.0f} min, recheck after {tick.config.blocked_recheck_minutes:g} min",
+            ],
+        )

@@ -36,7 +36,6 @@ from market_pipeline.scaling.capacity import backlog_state, serving_capacity_gpu
 from market_pipeline.scaling.fleet_sim import Fleet, FleetParams
 from market_pipeline.scaling.forecast import CausalQuantileForecaster, causal_forecast_series
 from market_pipeline.scaling.policy import plan_pool
-from market_pipeline.tick import PoolTickInput, Promises, guaranteed_window, run_market_tick
 from market_pipeline.scaling.types import (
     PoolState,
     ScalerMemory,
@@ -44,6 +43,7 @@ from market_pipeline.scaling.types import (
     ScalingDecision,
     ScalingReason,
 )
+from market_pipeline.tick import PoolTickInput, Promises, guaranteed_window, run_market_tick
 
 
 @dataclass(frozen=True)
@@ -174,8 +174,12 @@ def forecast_series(load: DemandLoad, settings: ReplaySettings) -> np.ndarray:
 def _pool_state(load: DemandLoad, settings: ReplaySettings, minute: int, pending_prev: float) -> PoolState:
     observed = float(load.demand[max(minute - 1, 0)])
     return PoolState(
-        pool=settings.pool, node_gpus=settings.fleet.node_gpus, max_nodes=settings.fleet.max_nodes,
-        demand_gpus=observed, backlog_gpus=pending_prev, gpu_hour_cost=settings.gpu_hour_cost,
+        pool=settings.pool,
+        node_gpus=settings.fleet.node_gpus,
+        max_nodes=settings.fleet.max_nodes,
+        demand_gpus=observed,
+        backlog_gpus=pending_prev,
+        gpu_hour_cost=settings.gpu_hour_cost,
     )
 
 
@@ -202,18 +206,33 @@ class PolicyRun:
         """Plan, execute the allowed decisions, shield the price; return the applied certificate."""
         s = self.settings
         now = self.start + dt.timedelta(minutes=minute)
-        window = guaranteed_window(s.reference_price * self.price_ratio, s.reference_price,
-                                   self.config.backlog.price_min, self.config.backlog.price_max, s.promises)
+        window = guaranteed_window(
+            s.reference_price * self.price_ratio,
+            s.reference_price,
+            self.config.backlog.price_min,
+            self.config.backlog.price_max,
+            s.promises,
+        )
         state = PoolState(
-            pool=s.pool, node_gpus=s.fleet.node_gpus, max_nodes=s.fleet.max_nodes,
-            demand_gpus=observed_demand, backlog_gpus=self.pending, gpu_hour_cost=s.gpu_hour_cost,
+            pool=s.pool,
+            node_gpus=s.fleet.node_gpus,
+            max_nodes=s.fleet.max_nodes,
+            demand_gpus=observed_demand,
+            backlog_gpus=self.pending,
+            gpu_hour_cost=s.gpu_hour_cost,
             price_ceiling=window.high,
         )
         self.last_state = state
         views = self.fleet.node_views(self.start, minute)
         pref = s.reference_price
         self.last_decisions = plan_pool(
-            state, forecast_q90, pref, views, self.fleet.drain_status(minute), self.config, now,
+            state,
+            forecast_q90,
+            pref,
+            views,
+            self.fleet.drain_status(minute),
+            self.config,
+            now,
             memory=self.memory,
         )
         if execute_decisions(self.fleet, self.last_decisions, minute, self.metrics):
@@ -221,8 +240,12 @@ class PolicyRun:
         serving = serving_capacity_gpus(views, now, self.config)
         tick = run_market_tick([self._tick_input(state, forecast_q90, serving)], None, s.promises)
         self.price_ratio = tick.pools[0].guaranteed / pref
-        cert = certify(backlog_state(state, forecast_q90, pref, serving), tick.pools[0].guaranteed, serving,
-                       self.config.backlog)
+        cert = certify(
+            backlog_state(state, forecast_q90, pref, serving),
+            tick.pools[0].guaranteed,
+            serving,
+            self.config.backlog,
+        )
         self.metrics.record_tick(cert)
         return cert
 
@@ -233,11 +256,21 @@ class PolicyRun:
         price = pref * self.price_ratio
         mid = 1 - 0.5 * (s.promises.discount_min + s.promises.discount_max)
         return PoolTickInput(
-            pool_id=s.pool, list_price=pref, price_min=self.config.backlog.price_min,
-            price_max=self.config.backlog.price_max, node_gpus=float(s.fleet.node_gpus), serving_gpus=serving,
-            reachable_gpus=float(s.fleet.max_nodes * s.fleet.node_gpus), demand_gpus=state.demand_gpus,
-            backlog_gpus=state.backlog_gpus, forecast_upper_gpus=forecast_q90, in_force_guaranteed=price,
-            in_force_drainable=price * mid, forecast_price=pref, backlog=self.config.backlog)
+            pool_id=s.pool,
+            list_price=pref,
+            price_min=self.config.backlog.price_min,
+            price_max=self.config.backlog.price_max,
+            node_gpus=float(s.fleet.node_gpus),
+            serving_gpus=serving,
+            reachable_gpus=float(s.fleet.max_nodes * s.fleet.node_gpus),
+            demand_gpus=state.demand_gpus,
+            backlog_gpus=state.backlog_gpus,
+            forecast_upper_gpus=forecast_q90,
+            in_force_guaranteed=price,
+            in_force_drainable=price * mid,
+            forecast_price=pref,
+            backlog=self.config.backlog,
+        )
 
     def serve(self, minute: int, demand: float) -> float:
         """One minute of reference-price `demand` at the current price; return GPUs served."""
@@ -262,7 +295,9 @@ def replay_policy(
     return run.metrics.summary(run.fleet)
 
 
-def execute_decisions(fleet: Fleet, decisions: list[ScalingDecision], minute: int, metrics: ReplayMetrics) -> bool:
+def execute_decisions(
+    fleet: Fleet, decisions: list[ScalingDecision], minute: int, metrics: ReplayMetrics
+) -> bool:
     """Carry out the allowed decisions; return whether any node changed state."""
     scaled_up = scaled_down = changed = False
     for d in decisions:
@@ -314,7 +349,9 @@ def replay_baseline(
             state = _pool_state(load, settings, minute, pending_prev)
             q90 = float(fc[minute - 1]) if minute > 0 else state.demand_gpus
             serving = serving_capacity_gpus(fleet.node_views(load.start, minute), now, config)
-            metrics.record_tick(certify(backlog_state(state, q90, pref, serving), pref, serving, config.backlog))
+            metrics.record_tick(
+                certify(backlog_state(state, q90, pref, serving), pref, serving, config.backlog)
+            )
         demand = float(load.demand[minute])
         served = fleet.place(demand, minute)
         metrics.record_minute(fleet, demand, demand, served, 1.0)

@@ -6,8 +6,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from market_pipeline.guardrails.backlog import BacklogParams, backlog_params_from_config
-from market_pipeline.tick.state import FORECAST_HORIZON_MIN
 from market_pipeline.scaling.types import ScalingConfig, ScalingError
+from market_pipeline.tick.state import FORECAST_HORIZON_MIN
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig
@@ -45,9 +45,12 @@ def capacity_horizon_minutes(config: MarketPipelineConfig, step_minutes: int = 5
     the forecast step, at most the 24 h the forecast stores (60 minutes with the defaults).
     """
     section = config.scaling
-    needed = max(section.scale_up_persistence_minutes,
-                 section.hysteresis_minutes + section.scale_up_cooldown_minutes,
-                 FORECAST_HORIZON_MIN, step_minutes)
+    needed = max(
+        section.scale_up_persistence_minutes,
+        section.hysteresis_minutes + section.scale_up_cooldown_minutes,
+        FORECAST_HORIZON_MIN,
+        step_minutes,
+    )
     return int(min(-(-needed // step_minutes) * step_minutes, 24 * 60))
 
 

@@ -43,8 +43,14 @@ from typing import Any
 import numpy as np
 
 from market_pipeline.cli.support import input_error
+from market_pipeline.scaling.replay import (
+    DemandLoad,
+    ReplaySettings,
+    forecast_series,
+    replay_baseline,
+    replay_policy,
+)
 from market_pipeline.scaling.replay_options import add_replay_options, build_settings
-from market_pipeline.scaling.replay import DemandLoad, ReplaySettings, forecast_series, replay_baseline, replay_policy
 
 HELIOS_FILES = ("vc6YE", "vcLJZ", "vchbv", "vcvlY")
 SPLIT_MINUTE = 15 * 1440  # days 1-15 tune, days 16-31 held out
@@ -133,7 +139,8 @@ def compare(policy: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
             "actions": policy["actions_per_day"] <= baseline["actions_per_day"],
         },
         "excess": (
-            max(0.0, idle_ratio / 0.7 - 1) + max(0.0, pending_ratio - 1)
+            max(0.0, idle_ratio / 0.7 - 1)
+            + max(0.0, pending_ratio - 1)
             + policy["certificate_violations"]
             + max(0.0, policy["actions_per_day"] / max(baseline["actions_per_day"], 1e-9) - 1)
         ),
@@ -177,7 +184,9 @@ def run_trial(trial: Trial) -> tuple[Trial, dict[str, Any], float]:
         _FORECASTS[key] = forecast_series(full, _settings(full, trial.tick))
     load = full.window(first, end)
     settings = _settings(load, trial.tick)
-    print(f"  {trial.file} {trial.window} {dict(trial.combo) if trial.combo else 'baseline'}", file=sys.stderr)
+    print(
+        f"  {trial.file} {trial.window} {dict(trial.combo) if trial.combo else 'baseline'}", file=sys.stderr
+    )
     forecasts = _FORECASTS[key][first:end]  # the replay reads forecast[m - 1] at minute m
     if trial.combo is None:
         result = replay_baseline(load, settings, forecasts)
@@ -186,7 +195,9 @@ def run_trial(trial: Trial) -> tuple[Trial, dict[str, Any], float]:
     return trial, result, time.process_time() - started
 
 
-def run_trials(trials: list[Trial], loads: dict[str, DemandLoad], args: argparse.Namespace, jobs: int) -> dict:
+def run_trials(
+    trials: list[Trial], loads: dict[str, DemandLoad], args: argparse.Namespace, jobs: int
+) -> dict:
     results: dict[Trial, dict[str, Any]] = {}
     cpu = 0.0
     if jobs <= 1:
@@ -213,17 +224,24 @@ def tune(loads: dict[str, DemandLoad], args: argparse.Namespace, grid=GRID, jobs
     ranking = []
     for combo in grid_combos:
         tick = int(dict(combo)["tick_minutes"])
-        per_file = [compare(results[Trial(f, "tune", combo, tick)], results[Trial(f, "tune", None, tick)]) for f in files]
+        per_file = [
+            compare(results[Trial(f, "tune", combo, tick)], results[Trial(f, "tune", None, tick)])
+            for f in files
+        ]
         actions = sum(results[Trial(f, "tune", combo, tick)]["actions_per_day"] for f in files)
         ranking.append((rank_key(per_file, combo, actions), combo, per_file))
     ranking.sort(key=lambda item: item[0])
     key, chosen, chosen_tune = ranking[0]
     tick = int(dict(chosen)["tick_minutes"])
-    second = run_trials([Trial(f, w, chosen, tick) for f in files for w in ("held_out", "full")], loads, args, jobs)
+    second = run_trials(
+        [Trial(f, w, chosen, tick) for f in files for w in ("held_out", "full")], loads, args, jobs
+    )
     results.update(second["results"])
     report: dict[str, Any] = {
-        "split_minute": SPLIT_MINUTE, "grid": {k: list(v) for k, v in grid.items()},
-        "combinations": len(grid_combos), "chosen": dict(chosen),
+        "split_minute": SPLIT_MINUTE,
+        "grid": {k: list(v) for k, v in grid.items()},
+        "combinations": len(grid_combos),
+        "chosen": dict(chosen),
         "chosen_feasible_on_tune": key[0] == 0,
         "feasible_on_tune": sum(1 for k, _, _ in ranking if k[0] == 0),
         "top5": [{"combo": dict(c), "rank_key": list(k)} for k, c, _ in ranking[:5]],
@@ -232,7 +250,8 @@ def tune(loads: dict[str, DemandLoad], args: argparse.Namespace, grid=GRID, jobs
     }
     for window in ("tune", "held_out", "full"):
         report["windows"][window] = {
-            f: _row(results[Trial(f, window, chosen, tick)], results[Trial(f, window, None, tick)]) for f in files
+            f: _row(results[Trial(f, window, chosen, tick)], results[Trial(f, window, None, tick)])
+            for f in files
         }
         report["windows"][window]["all_targets_met"] = all(
             all(r["met"].values()) for r in report["windows"][window].values() if isinstance(r, dict)
@@ -242,17 +261,29 @@ def tune(loads: dict[str, DemandLoad], args: argparse.Namespace, grid=GRID, jobs
 
 def _row(policy: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
     c = compare(policy, baseline)
-    keys = ("idle_gpu_hours", "pending_gpu_minutes", "queued_gpu_minutes", "priced_out_gpu_minutes",
-            "actions_per_day", "certificate_violations", "standby_gpu_hours")
+    keys = (
+        "idle_gpu_hours",
+        "pending_gpu_minutes",
+        "queued_gpu_minutes",
+        "priced_out_gpu_minutes",
+        "actions_per_day",
+        "certificate_violations",
+        "standby_gpu_hours",
+    )
     return {
-        "policy": {k: policy[k] for k in keys}, "baseline": {k: baseline[k] for k in keys},
-        "idle_ratio": c["idle_ratio"], "pending_ratio": c["pending_ratio"], "met": c["met"],
+        "policy": {k: policy[k] for k in keys},
+        "baseline": {k: baseline[k] for k in keys},
+        "idle_ratio": c["idle_ratio"],
+        "pending_ratio": c["pending_ratio"],
+        "met": c["met"],
     }
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("scaling-tune", help="choose scaling defaults on days 1-15, report days 16-31")
-    parser.add_argument("--data-dir", default="../shared/data/helios-earth", help="folder of the Helios vc*.csv files")
+    parser.add_argument(
+        "--data-dir", default="../shared/data/helios-earth", help="folder of the Helios vc*.csv files"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     add_replay_options(parser)
     parser.set_defaults(handler=run_tune)

@@ -32,9 +32,7 @@ class NodeState(StrEnum):
 
 POWERED_STATES = frozenset({NodeState.ACTIVE, NodeState.BOOTING, NodeState.CORDONED, NodeState.WARMING})
 
-Action = Literal[
-    "scale_up", "scale_down", "cordon", "uncordon", "power_on", "power_off", "hold", "replace"
-]
+Action = Literal["scale_up", "scale_down", "cordon", "uncordon", "power_on", "power_off", "hold", "replace"]
 # Decisions that change how many nodes are powered (what `actions_per_day` counts).
 CAPACITY_ACTIONS: frozenset[str] = frozenset({"scale_up", "power_on", "scale_down"})
 
@@ -54,9 +52,7 @@ class NodeView:
             return  # the common case, checked in one go: replays build many views
         _require(bool(self.node_id), "node_id", "must be non-empty")
         _require(self.gpus > 0, f"nodes[{self.node_id}].gpus", "must be > 0")
-        raise ScalingError(
-            f"nodes[{self.node_id}].used_gpus: must be in [0, gpus], got {self.used_gpus}"
-        )
+        raise ScalingError(f"nodes[{self.node_id}].used_gpus: must be in [0, gpus], got {self.used_gpus}")
 
     @property
     def free_gpus(self) -> float:
@@ -113,7 +109,9 @@ class ScalingConfig:
     keep_band_fraction: float = 0.15  # ...up to this share of the need above it, or one typical
     keep_band_step_changes: int = 256  # demand step (median of this many recent changes; 0: off)...
     keep_band_max_fraction: float = 0.4  # ...but no more than this share of the need
-    keep_deadband_fraction: float = 0.25  # held above demand + headroom: a typical step, at most this share of a node
+    keep_deadband_fraction: float = (
+        0.25  # held above demand + headroom: a typical step, at most this share of a node
+    )
     keep_headroom_fraction: float = 0.0
     drainable_floor_window_hours: float = 168.0  # peak that must stay drainable at price_max
     drainable_floor_quantile: float = 1.0  # of the hourly peaks in that window (1: the max)
@@ -153,13 +151,25 @@ class ScalingConfig:
 
     def __post_init__(self) -> None:
         for name in (
-            "headroom_fraction", "headroom_min_gpus", "hysteresis_minutes",
-            "keep_window_hours", "keep_band_fraction", "keep_band_max_fraction", "keep_headroom_fraction",
+            "headroom_fraction",
+            "headroom_min_gpus",
+            "hysteresis_minutes",
+            "keep_window_hours",
+            "keep_band_fraction",
+            "keep_band_max_fraction",
+            "keep_headroom_fraction",
             "drainable_floor_window_hours",
-            "scale_up_persistence_minutes", "min_scale_down_fraction", "urgent_persistence_minutes",
-            "scale_up_cooldown_minutes", "failed_scale_down_cooldown_minutes",
-            "drain_cost_per_gpu", "replacement_cost_per_node", "warm_resume_minutes",
-            "scale_down_wave_minutes", "warm_reserve_window_hours", "keep_deadband_fraction",
+            "scale_up_persistence_minutes",
+            "min_scale_down_fraction",
+            "urgent_persistence_minutes",
+            "scale_up_cooldown_minutes",
+            "failed_scale_down_cooldown_minutes",
+            "drain_cost_per_gpu",
+            "replacement_cost_per_node",
+            "warm_resume_minutes",
+            "scale_down_wave_minutes",
+            "warm_reserve_window_hours",
+            "keep_deadband_fraction",
             "anticipatory_persistence_minutes",
         ):
             value = getattr(self, name)

@@ -16,6 +16,7 @@ demand returns; standby GPU-hours are reported next to idle ones.
 from __future__ import annotations
 
 import math
+
 from market_pipeline.guardrails.backlog import certify
 from market_pipeline.scaling.capacity import backlog_state, serving_capacity_gpus, warm_share
 from market_pipeline.scaling.planning import Tick
@@ -32,8 +33,11 @@ def warm_target(tick: Tick, freeing: int = 0) -> int:
     wanted = math.ceil(shortfall / share - 1e-9) if share > 0 and shortfall > 0 else 0
     # a return to the recent peak resumes warm nodes (a minute) instead of booting cold ones
     # (a cold boot outlasts the tick, and the price shield prices the gap meanwhile)
-    coming = sum(d.count for d in tick.decisions if d.allowed and (
-        d.action == "scale_up" or (d.action == "power_on" and d.node_id)))  # entering service now
+    coming = sum(
+        d.count
+        for d in tick.decisions
+        if d.allowed and (d.action == "scale_up" or (d.action == "power_on" and d.node_id))
+    )  # entering service now
     peak = tick.target.peak_nodes - tick.in_service - coming if tick.config.warm_to_recent_peak else 0
     # nodes powered off this tick free their slots: on a full fleet they go straight to
     # standby instead of powering fully off while a cold node boots to refill the pool
@@ -44,13 +48,23 @@ def warm_target(tick: Tick, freeing: int = 0) -> int:
 
 def power_off_target(tick: Tick) -> str:
     """A removed node refills the warm pool first, then powers fully off."""
-    return "standby" if tick.fleet.warm_stock + _powered_off(tick, "standby") < warm_target(tick, freeing=1) else "off"
+    return (
+        "standby"
+        if tick.fleet.warm_stock + _powered_off(tick, "standby") < warm_target(tick, freeing=1)
+        else "off"
+    )
 
 
 def _powered_off(tick: Tick, into: str | None = None) -> int:
     """Nodes this tick has decided to power off (into standby, or off, when `into` is set)."""
-    return sum(1 for d in tick.decisions if d.allowed and d.action == "scale_down" and d.node_id
-               and (into is None or d.inputs.get("to") == into))
+    return sum(
+        1
+        for d in tick.decisions
+        if d.allowed
+        and d.action == "scale_down"
+        and d.node_id
+        and (into is None or d.inputs.get("to") == into)
+    )
 
 
 def stock_warm_pool(tick: Tick) -> None:
@@ -59,15 +73,23 @@ def stock_warm_pool(tick: Tick) -> None:
     cold_started = sum(d.count for d in tick.decisions if d.allowed and d.action == "scale_up")
     stock = tick.fleet.warm_stock - resumed + _powered_off(tick, "standby")  # parked this tick: already stock
     target = warm_target(tick)
-    physical_free = (
-        tick.pool_state.max_nodes - tick.fleet.powered - tick.fleet.warm_stock - cold_started
-    )
+    physical_free = tick.pool_state.max_nodes - tick.fleet.powered - tick.fleet.warm_stock - cold_started
     count = min(target - stock, physical_free)
     if count > 0:
-        tick.add("power_on", None, True, [Why(
-            ScalingReason.PREWARM, f"warm pool {stock} < {target} node(s) (keeps a typical recent peak "
-            f"drainable at price_max with {tick.in_service} in service)"),
-        ], count=count, to="standby")
+        tick.add(
+            "power_on",
+            None,
+            True,
+            [
+                Why(
+                    ScalingReason.PREWARM,
+                    f"warm pool {stock} < {target} node(s) (keeps a typical recent peak "
+                    f"drainable at price_max with {tick.in_service} in service)",
+                ),
+            ],
+            count=count,
+            to="standby",
+        )
 
 
 def trim_warm_pool(tick: Tick) -> None:
@@ -77,7 +99,9 @@ def trim_warm_pool(tick: Tick) -> None:
     and rises when they leave, so the pool keeps its high-water mark up to that bound.
     """
     share = warm_share(tick.config)
-    ceiling = max(tick.config.warm_pool_nodes, math.ceil(tick.target.floor_nodes / share - 1e-9) if share > 0 else 0)
+    ceiling = max(
+        tick.config.warm_pool_nodes, math.ceil(tick.target.floor_nodes / share - 1e-9) if share > 0 else 0
+    )
     if tick.config.warm_to_recent_peak:
         ceiling = max(ceiling, tick.target.peak_nodes)
     resuming = {d.node_id for d in tick.decisions if d.action == "power_on" and d.node_id}

@@ -43,24 +43,36 @@ def _rates_per_hour(model: TenantModel, demand: np.ndarray) -> np.ndarray:
     return demand / safe
 
 
-def candidates(model: TenantModel, floor_demand: np.ndarray, t0: float, seconds: float, seed: int,
-               tick: int) -> Candidates:
+def candidates(
+    model: TenantModel, floor_demand: np.ndarray, t0: float, seconds: float, seed: int, tick: int
+) -> Candidates:
     """Arrivals over [t0, t0 + seconds) at the floor demand (T, R GPUs, load index applied).
     The trace's tenants and the latent twins draw from separate generators, so adding latent
     demand leaves the trace tenants' stream (and the static run) unchanged."""
     latent = model.latent_mask
     rates = _rates_per_hour(model, floor_demand) * seconds / 3600.0
-    parts = [_draw(np.random.default_rng([seed, 7919, tick]), model, rates, np.flatnonzero(~latent), t0, seconds)]
+    parts = [
+        _draw(np.random.default_rng([seed, 7919, tick]), model, rates, np.flatnonzero(~latent), t0, seconds)
+    ]
     if latent.any():
-        parts.append(_draw(np.random.default_rng([seed, 7927, tick]), model, rates, np.flatnonzero(latent), t0,
-                           seconds))
+        parts.append(
+            _draw(
+                np.random.default_rng([seed, 7927, tick]), model, rates, np.flatnonzero(latent), t0, seconds
+            )
+        )
     time, tenant, pool, pods, u = (np.concatenate([p[i] for p in parts]) for i in range(5))
     order = np.argsort(time, kind="stable")
     return Candidates(time[order], tenant[order], pool[order], pods[order], u[order])
 
 
-def _draw(rng: np.random.Generator, model: TenantModel, rates: np.ndarray, rows: np.ndarray, t0: float,
-          seconds: float) -> tuple[np.ndarray, ...]:
+def _draw(
+    rng: np.random.Generator,
+    model: TenantModel,
+    rates: np.ndarray,
+    rows: np.ndarray,
+    t0: float,
+    seconds: float,
+) -> tuple[np.ndarray, ...]:
     """Poisson counts per (tenant, pool) cell of tenants `rows`, then per arrival a time, a
     pod (by the cell's chances) and the thinning uniform."""
     counts = rng.poisson(rates[rows])
@@ -75,8 +87,8 @@ def _draw(rng: np.random.Generator, model: TenantModel, rates: np.ndarray, rows:
     start = 0
     for j, r, n in zip(rows[local], *np.nonzero(counts)[1:], per_cell):
         cell_rows, chance = model.pods_by_cell[j][r], model.cell_weights[j][r]
-        slot = np.searchsorted(np.cumsum(chance), pick[start:start + n], side="right")
-        pods[start:start + n] = cell_rows[np.minimum(slot, cell_rows.size - 1)]
+        slot = np.searchsorted(np.cumsum(chance), pick[start : start + n], side="right")
+        pods[start : start + n] = cell_rows[np.minimum(slot, cell_rows.size - 1)]
         start += n
     u = rng.random(total)
     return times, tenant, pool, pods, u
@@ -142,5 +154,9 @@ def initial_population(model: TenantModel, pods: PodTable, demand: np.ndarray, s
     tenant = np.concatenate(tenants)
     shuffle = np.random.default_rng([seed, 104729]).permutation(tenant.size)
     order = shuffle[np.argsort(model.elastic[tenant][shuffle], kind="stable")]  # rigid (False) first
-    return InitialJobs(tenant[order], np.concatenate(pools)[order], np.concatenate(chosen)[order],
-                       np.concatenate(remaining)[order])
+    return InitialJobs(
+        tenant[order],
+        np.concatenate(pools)[order],
+        np.concatenate(chosen)[order],
+        np.concatenate(remaining)[order],
+    )

@@ -17,19 +17,22 @@ from __future__ import annotations
 import numpy as np
 
 from market_pipeline.placement.capacity import MILLI, ClusterCapacity, Placement, PodRequest
-from market_pipeline.placement.typical import TypicalPods
 from market_pipeline.placement.policies import make_policy
+from market_pipeline.placement.typical import TypicalPods
 from market_pipeline.simulate.inputs import FleetNodes, PodTable
 from market_pipeline.simulate.tenants import Pool
-
 
 RESERVE_POOL_FACTOR = 10  # a whole-node reserve costs at most 1/10 of a pool's largest nodes
 
 
 def pod_requests(pods: PodTable) -> list[PodRequest]:
     """One request per pod (the pool's model is fixed by the pool, so no model constraint)."""
-    return [PodRequest(int(n), int(m), int(c), int(mem)) for n, m, c, mem in
-            zip(pods.num_gpu.tolist(), pods.gpu_milli.tolist(), pods.cpu_milli.tolist(), pods.mem_mib.tolist())]
+    return [
+        PodRequest(int(n), int(m), int(c), int(mem))
+        for n, m, c, mem in zip(
+            pods.num_gpu.tolist(), pods.gpu_milli.tolist(), pods.cpu_milli.tolist(), pods.mem_mib.tolist()
+        )
+    ]
 
 
 def typical_pods(requests: list[PodRequest]) -> TypicalPods:
@@ -50,8 +53,9 @@ class IncrementalBestFit:
         self.gpu_scale = max(int(cap.present.sum(axis=1).max()) * MILLI, 1) if cap.n_nodes else 1
         self.domains = [row.tolist() for row in cap.domain]
 
-    def choose_among(self, cap: ClusterCapacity, req: PodRequest, rows: np.ndarray,
-                     free_sum: np.ndarray) -> Placement:
+    def choose_among(
+        self, cap: ClusterCapacity, req: PodRequest, rows: np.ndarray, free_sum: np.ndarray
+    ) -> Placement:
         """The placement BestFit picks, given its feasible nodes `rows` (ascending)."""
         gpu_left = free_sum[rows] - req.num_gpu * req.gpu_milli
         score = 0.5 * (cap.cpu_free[rows] - req.cpu_milli) / self.cpu_scale + 0.5 * gpu_left / self.gpu_scale
@@ -83,8 +87,15 @@ class IncrementalBestFit:
 class PoolCluster:
     """Free capacity, placement policy and bounds of one pool."""
 
-    def __init__(self, pool: Pool, nodes: FleetNodes, policy: str, typical: TypicalPods | None,
-                 requests: list[PodRequest], reserve_nodes: int = 0) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        nodes: FleetNodes,
+        policy: str,
+        typical: TypicalPods | None,
+        requests: list[PodRequest],
+        reserve_nodes: int = 0,
+    ) -> None:
         rows = pool.node_rows
         models = tuple(nodes.models[i] for i in rows)
         spec = nodes.spec(pool.model)  # the fleet catalog's spec: NVLink domain, MIG sizes
@@ -93,8 +104,14 @@ class PoolCluster:
         self.pool = pool
         self.requests = requests  # per pod row
         self.cap = ClusterCapacity.build(
-            [nodes.node_ids[i] for i in rows], models, nodes.gpus[rows].tolist(), nodes.cpu_milli[rows].tolist(),
-            nodes.mem_mib[rows].tolist(), mig_sizes_by_model=mig, nvlink_domain_by_model=domain)
+            [nodes.node_ids[i] for i in rows],
+            models,
+            nodes.gpus[rows].tolist(),
+            nodes.cpu_milli[rows].tolist(),
+            nodes.mem_mib[rows].tolist(),
+            mig_sizes_by_model=mig,
+            nvlink_domain_by_model=domain,
+        )
         self.policy = make_policy(policy, typical)
         self.fast = IncrementalBestFit(self.cap) if policy == "best_fit" and not self.cap.any_mig else None
         self.capacity_gpus = float(self.cap.total_gpus())
@@ -119,7 +136,9 @@ class PoolCluster:
         free = self.cap.gpu_free[row].tolist()  # a handful of slots: Python beats numpy calls here
         full = free.count(MILLI)
         if self.top[row]:  # keep the count of entirely free largest nodes in step
-            self.free_top += int(full == self.node_gpus[row]) - int(self.node_full[row] == self.node_gpus[row])
+            self.free_top += int(full == self.node_gpus[row]) - int(
+                self.node_full[row] == self.node_gpus[row]
+            )
         self.node_full[row] = full
         self.node_best[row] = max(free)
         self.node_free[row] = sum(free)
@@ -132,7 +151,6 @@ class PoolCluster:
         elif req.num_gpu:
             room &= self.node_full >= req.num_gpu
         return room
-
 
     def fits_node(self, req: PodRequest, row: int) -> bool:
         """The same test on one node (after a release there, only it can have new room)."""
@@ -175,4 +193,3 @@ class PoolCluster:
 
     def node_count(self) -> int:
         return self.cap.n_nodes
-

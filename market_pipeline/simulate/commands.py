@@ -36,50 +36,95 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--days", type=float, default=7.0, help="simulated days (default 7)")
     parser.add_argument("--tick-minutes", type=int, default=60, help="pricing tick (default 60)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--strategies", type=_csv_list, default=("static", "utilization", "stackelberg"),
-                        help="comma list of static, utilization, stackelberg (learning), clairvoyant (knows the truth), claims (the claims alone)")
-    parser.add_argument("--placement", type=_csv_list, default=("round_robin", "best_fit", "fragment_aware"),
-                        help="policies compared at saturation (FGD experiment); 'none' skips it")
+    parser.add_argument(
+        "--strategies",
+        type=_csv_list,
+        default=("static", "utilization", "stackelberg"),
+        help="comma list of static, utilization, stackelberg (learning), clairvoyant (knows the truth), claims (the claims alone)",
+    )
+    parser.add_argument(
+        "--placement",
+        type=_csv_list,
+        default=("round_robin", "best_fit", "fragment_aware"),
+        help="policies compared at saturation (FGD experiment); 'none' skips it",
+    )
     parser.add_argument("--policy", default="best_fit", help="placement policy of the strategy runs")
-    parser.add_argument("--load-start-day", type=float, default=14.0,
-                        help="first day of the load trace simulated; the days before are forecast history")
-    parser.add_argument("--target-utilization", type=float,
-                        help="mean demand / capacity at the list price (default: the simulated adapter's "
-                             "workload target); the load trace gives the shape over time")
-    parser.add_argument("--elastic-elasticity", type=float, help="elastic tenants' price elasticity (default 2)")
-    parser.add_argument("--rigid-elasticity", type=float, help="rigid tenants' price elasticity (default 0.2)")
-    parser.add_argument("--guaranteed-cap", type=float,
-                        help="max guaranteed price / list price, the promise to rigid tenants (default 1.04)")
+    parser.add_argument(
+        "--load-start-day",
+        type=float,
+        default=14.0,
+        help="first day of the load trace simulated; the days before are forecast history",
+    )
+    parser.add_argument(
+        "--target-utilization",
+        type=float,
+        help="mean demand / capacity at the list price (default: the simulated adapter's "
+        "workload target); the load trace gives the shape over time",
+    )
+    parser.add_argument(
+        "--elastic-elasticity", type=float, help="elastic tenants' price elasticity (default 2)"
+    )
+    parser.add_argument(
+        "--rigid-elasticity", type=float, help="rigid tenants' price elasticity (default 0.2)"
+    )
+    parser.add_argument(
+        "--guaranteed-cap",
+        type=float,
+        help="max guaranteed price / list price, the promise to rigid tenants (default 1.04)",
+    )
     parser.add_argument("--tenants-per-class", type=int, help="tenants per class (default 16)")
-    parser.add_argument("--budget-headroom", type=float,
-                        help="tenant budget / spend at the list price - 1 (default 0.25)")
-    parser.add_argument("--unit-cost-share", type=float,
-                        help="unit cost / list price for models the config does not price (default 0.5)")
-    parser.add_argument("--elastic-patience-hours", type=float,
-                        help="hours priced-out elastic work waits for a price it accepts (default 24; 0: lost)")
-    parser.add_argument("--avoidable-cost-share", type=float,
-                        help="share of the unit cost a sold GPU-hour adds, what the leader prices against "
-                             "(default 0.05; the rest is charged on the powered fleet)")
-    parser.add_argument("--latent-elastic-ratio", type=float,
-                        help="latent elastic demand at half the list price / the trace's elastic demand at list "
-                             "(default 1; 0: the trace alone)")
-    parser.add_argument("--warmup-days", type=float,
-                        help="unmeasured days of the trace run before the window, every strategy alike (default 3)")
+    parser.add_argument(
+        "--budget-headroom", type=float, help="tenant budget / spend at the list price - 1 (default 0.25)"
+    )
+    parser.add_argument(
+        "--unit-cost-share",
+        type=float,
+        help="unit cost / list price for models the config does not price (default 0.5)",
+    )
+    parser.add_argument(
+        "--elastic-patience-hours",
+        type=float,
+        help="hours priced-out elastic work waits for a price it accepts (default 24; 0: lost)",
+    )
+    parser.add_argument(
+        "--avoidable-cost-share",
+        type=float,
+        help="share of the unit cost a sold GPU-hour adds, what the leader prices against "
+        "(default 0.05; the rest is charged on the powered fleet)",
+    )
+    parser.add_argument(
+        "--latent-elastic-ratio",
+        type=float,
+        help="latent elastic demand at half the list price / the trace's elastic demand at list "
+        "(default 1; 0: the trace alone)",
+    )
+    parser.add_argument(
+        "--warmup-days",
+        type=float,
+        help="unmeasured days of the trace run before the window, every strategy alike (default 3)",
+    )
     parser.add_argument("--workers", type=int, help="processes for the strategies (default: CPUs)")
     parser.add_argument("--config", help="TOML config (default: shipped or MARKET_PIPELINE_CONFIG)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    sim = sub.add_parser("simulate", help="offline market simulation: pricing strategies and placement policies")
+    sim = sub.add_parser(
+        "simulate", help="offline market simulation: pricing strategies and placement policies"
+    )
     sim.add_argument("--pods", required=True, help="openb pod list CSV")
     sim.add_argument("--nodes", required=True, help="node list CSV (openb or spot node_info_df)")
-    sim.add_argument("--load", type=_csv_list, default=(), help="Helios per-minute CSV(s), comma separated (summed)")
+    sim.add_argument(
+        "--load", type=_csv_list, default=(), help="Helios per-minute CSV(s), comma separated (summed)"
+    )
     _add_model_options(sim)
     sim.add_argument("--json", required=True, help="write the report JSON here")
     sim.add_argument("--html", help="write the HTML report with plots here")
-    sim.add_argument("--publish", action="store_true",
-                     help=f"also copy the report to {LATEST_REPORT} (what the Dagster asset shows)")
+    sim.add_argument(
+        "--publish",
+        action="store_true",
+        help=f"also copy the report to {LATEST_REPORT} (what the Dagster asset shows)",
+    )
     sim.set_defaults(handler=run_simulate)
 
 
@@ -97,18 +142,33 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
 def _settings(args: argparse.Namespace) -> Any:
     from market_pipeline.simulate.settings import EconomicAssumptions, SimulationSettings
 
-    changes = {key: getattr(args, attr) for key, attr in (
-        ("elastic_elasticity", "elastic_elasticity"), ("rigid_elasticity", "rigid_elasticity"),
-        ("guaranteed_cap", "guaranteed_cap"), ("tenants_per_class", "tenants_per_class"),
-        ("budget_headroom", "budget_headroom"), ("unit_cost_share", "unit_cost_share"),
-        ("elastic_patience_hours", "elastic_patience_hours"), ("avoidable_cost_share", "avoidable_cost_share"),
-        ("latent_elastic_ratio", "latent_elastic_ratio"))
-        if getattr(args, attr) is not None}
+    changes = {
+        key: getattr(args, attr)
+        for key, attr in (
+            ("elastic_elasticity", "elastic_elasticity"),
+            ("rigid_elasticity", "rigid_elasticity"),
+            ("guaranteed_cap", "guaranteed_cap"),
+            ("tenants_per_class", "tenants_per_class"),
+            ("budget_headroom", "budget_headroom"),
+            ("unit_cost_share", "unit_cost_share"),
+            ("elastic_patience_hours", "elastic_patience_hours"),
+            ("avoidable_cost_share", "avoidable_cost_share"),
+            ("latent_elastic_ratio", "latent_elastic_ratio"),
+        )
+        if getattr(args, attr) is not None
+    }
     timing = {} if args.warmup_days is None else {"warmup_days": args.warmup_days}
-    return SimulationSettings(days=args.days, tick_minutes=args.tick_minutes, seed=args.seed,
-                              strategies=tuple(args.strategies), placement_policy=args.policy,
-                              load_start_day=args.load_start_day, target_utilization=args.target_utilization,
-                              economics=EconomicAssumptions(**changes), **timing)
+    return SimulationSettings(
+        days=args.days,
+        tick_minutes=args.tick_minutes,
+        seed=args.seed,
+        strategies=tuple(args.strategies),
+        placement_policy=args.policy,
+        load_start_day=args.load_start_day,
+        target_utilization=args.target_utilization,
+        economics=EconomicAssumptions(**changes),
+        **timing,
+    )
 
 
 def _check_args(args: argparse.Namespace, outputs: tuple[str | None, ...]) -> None:
@@ -159,9 +219,16 @@ def _progress(enabled: bool) -> Any:
 
 
 def _summary(report: dict[str, Any], paths: dict[str, str | None]) -> dict[str, Any]:
-    strategies = {name: {k: v for k, v in m.items() if k != "extra"} for name, m in report["strategies"].items()}
-    return {"strategies": strategies, "placement": report["placement"], "targets": report["targets"],
-            "timing": report["timing"], **paths}
+    strategies = {
+        name: {k: v for k, v in m.items() if k != "extra"} for name, m in report["strategies"].items()
+    }
+    return {
+        "strategies": strategies,
+        "placement": report["placement"],
+        "targets": report["targets"],
+        "timing": report["timing"],
+        **paths,
+    }
 
 
 def _write(report: dict[str, Any], json_path: str | None, html_path: str | None, publish: bool) -> None:
@@ -188,9 +255,16 @@ def run_simulate(args: argparse.Namespace) -> int:
     try:
         _check_args(args, (args.json, args.html))
         config = load_config(args.config)
-        report = simulate_files(config, _settings(args), pods=args.pods, nodes=args.nodes, loads=args.load,
-                                placement=tuple(p for p in args.placement if p != "none"),
-                                workers=args.workers, progress=_progress(not args.no_progress))
+        report = simulate_files(
+            config,
+            _settings(args),
+            pods=args.pods,
+            nodes=args.nodes,
+            loads=args.load,
+            placement=tuple(p for p in args.placement if p != "none"),
+            workers=args.workers,
+            progress=_progress(not args.no_progress),
+        )
     except (SimulationInputError, ConfigError) as exc:
         return input_error(exc)
     _write(report, args.json, args.html, args.publish)
@@ -209,9 +283,16 @@ def run_bench(args: argparse.Namespace) -> int:
     pods, nodes, loads = files
     try:
         _check_args(args, (args.json,))
-        report = simulate_files(load_config(args.config), _settings(args), pods=pods, nodes=nodes, loads=loads,
-                                placement=tuple(p for p in args.placement if p != "none"), workers=args.workers,
-                                progress=_progress(not args.no_progress))
+        report = simulate_files(
+            load_config(args.config),
+            _settings(args),
+            pods=pods,
+            nodes=nodes,
+            loads=loads,
+            placement=tuple(p for p in args.placement if p != "none"),
+            workers=args.workers,
+            progress=_progress(not args.no_progress),
+        )
     except SimulationInputError as exc:
         return input_error(exc)
     _write(report, args.json, None, False)

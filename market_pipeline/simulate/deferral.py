@@ -71,15 +71,24 @@ class DeferredDemand:
             self.delays.append(now_s - out.time)
         stay = alive & ~buy
         self.time, self.tenant, self.pool, self.pod, self.u = (
-            self.time[stay], self.tenant[stay], self.pool[stay], self.pod[stay], self.u[stay])
+            self.time[stay],
+            self.tenant[stay],
+            self.pool[stay],
+            self.pod[stay],
+            self.u[stay],
+        )
         return out
 
     def summary(self) -> dict[str, float | int | None]:
         delays = np.concatenate(self.delays) if self.delays else np.zeros(0)
-        return {"elastic_deferred": self.deferred, "elastic_deferred_served": self.released,
-                "elastic_deferred_expired": self.expired, "elastic_deferred_waiting_at_end": self.size,
-                "elastic_deferral_p50_h": float(np.median(delays)) / 3600.0 if delays.size else None,
-                "elastic_deferral_mean_h": float(delays.mean()) / 3600.0 if delays.size else None}
+        return {
+            "elastic_deferred": self.deferred,
+            "elastic_deferred_served": self.released,
+            "elastic_deferred_expired": self.expired,
+            "elastic_deferred_waiting_at_end": self.size,
+            "elastic_deferral_p50_h": float(np.median(delays)) / 3600.0 if delays.size else None,
+            "elastic_deferral_mean_h": float(delays.mean()) / 3600.0 if delays.size else None,
+        }
 
 
 def _none() -> Candidates:

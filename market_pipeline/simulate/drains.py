@@ -43,11 +43,19 @@ class DrainPlan:
 
 
 class DrainController:
-    def __init__(self, config: MarketPipelineConfig, epoch: dt.datetime, tenant_ids: tuple[str, ...],
-                 qos_of_pod: np.ndarray, tick_minutes: float) -> None:
+    def __init__(
+        self,
+        config: MarketPipelineConfig,
+        epoch: dt.datetime,
+        tenant_ids: tuple[str, ...],
+        qos_of_pod: np.ndarray,
+        tick_minutes: float,
+    ) -> None:
         section = config.guardrails.task_drain
         self.limits = DrainLimits.from_config(config)
-        self.seconds = section.warn_seconds + section.checkpoint_timeout_seconds + section.terminate_timeout_seconds
+        self.seconds = (
+            section.warn_seconds + section.checkpoint_timeout_seconds + section.terminate_timeout_seconds
+        )
         self.epoch = epoch
         self.tenant_ids = tenant_ids
         self.qos_of_pod = qos_of_pod
@@ -66,14 +74,23 @@ class DrainController:
         assert placement is not None
         node = cluster.node_id(placement.node)
         return TaskInfo(
-            task_id=jobs.task_id(job), tenant_id=self.tenant_ids[jobs.tenant[job]], pool_id=cluster.pool.pool_id,
-            node_id=node, gpu_uuids=tuple(f"{node}/gpu{g}" for g in placement.gpus), gpu_milli=placement.milli,
-            kind=TaskKind.TRAINING, qos=str(self.qos_of_pod[jobs.pod[job]]), priority=0,
-            resource_class=ResourceClass.DRAINABLE, started_at=self.clock(jobs.run_start[job]),
-            checkpointable=True)
+            task_id=jobs.task_id(job),
+            tenant_id=self.tenant_ids[jobs.tenant[job]],
+            pool_id=cluster.pool.pool_id,
+            node_id=node,
+            gpu_uuids=tuple(f"{node}/gpu{g}" for g in placement.gpus),
+            gpu_milli=placement.milli,
+            kind=TaskKind.TRAINING,
+            qos=str(self.qos_of_pod[jobs.pod[job]]),
+            priority=0,
+            resource_class=ResourceClass.DRAINABLE,
+            started_at=self.clock(jobs.run_start[job]),
+            checkpointable=True,
+        )
 
-    def plan(self, jobs: Jobs, cluster: PoolCluster, node_jobs: dict[int, set[int]], req: PodRequest,
-             now_s: float) -> DrainPlan | None:
+    def plan(
+        self, jobs: Jobs, cluster: PoolCluster, node_jobs: dict[int, set[int]], req: PodRequest, now_s: float
+    ) -> DrainPlan | None:
         """The cheapest node on which drains free room for `req`, with every victim allowed."""
         options = []
         eligible = self._eligible(jobs, now_s)
@@ -90,7 +107,9 @@ class DrainController:
             tasks = [self.task(jobs, cluster, v) for v in victims]
             reasons = self._blockers(tasks, now, pool_nodes)
             if not reasons:
-                scores = {t.task_id: drainability_score(t, None, self.history.get(t.tenant_id)) for t in tasks}
+                scores = {
+                    t.task_id: drainability_score(t, None, self.history.get(t.tenant_id)) for t in tasks
+                }
                 ordered = candidate_order(tasks, scores)
                 by_id = {jobs.task_id(v): v for v in victims}
                 return DrainPlan(row, tuple(by_id[t.task_id] for t in ordered))
@@ -122,8 +141,9 @@ class DrainController:
         reasons: list[str] = []
         trial = DrainLedger(list(self.ledger.entries))
         for task in tasks:
-            found = self.limits.blockers(task, DrainReason.PRESSURE, fleet_now=now, ledger_now=now, ledger=trial,
-                                         pool_nodes=pool_nodes)
+            found = self.limits.blockers(
+                task, DrainReason.PRESSURE, fleet_now=now, ledger_now=now, ledger=trial, pool_nodes=pool_nodes
+            )
             score = drainability_score(task, None, self.history.get(task.tenant_id))
             if score.score < MIN_SCORE:
                 found.append(f"low_score: drainability {score.score:.2f} < {MIN_SCORE:.2f}")
@@ -163,8 +183,9 @@ class DrainController:
         self._open = {job: remap[i] for job, i in self._open.items() if i in remap}
 
 
-def _victims_on_node(jobs: Jobs, cluster: PoolCluster, row: int, running: list[int],
-                     req: PodRequest) -> tuple[int, ...] | None:
+def _victims_on_node(
+    jobs: Jobs, cluster: PoolCluster, row: int, running: list[int], req: PodRequest
+) -> tuple[int, ...] | None:
     """Drainable jobs on the node whose removal lets `req` fit (GPU and CPU), fewest GPUs."""
     cap = cluster.cap
     free = cap.gpu_free[row].astype(np.int64)
@@ -199,7 +220,7 @@ def _victims_on_node(jobs: Jobs, cluster: PoolCluster, row: int, running: list[i
         if int(full.sum()) < req.num_gpu:
             return None
         slots = np.flatnonzero(full)
-        slots = slots[np.argsort(reclaim[slots], kind="stable")][:req.num_gpu]
+        slots = slots[np.argsort(reclaim[slots], kind="stable")][: req.num_gpu]
         for slot in slots:
             chosen.update(on_gpu.get(int(slot), []))
     cpu = int(cap.cpu_free[row]) + sum(_cpu(jobs, cluster, j) for j in chosen)

@@ -41,7 +41,6 @@ from market_pipeline.simulate.settings import SimulationSettings
 from market_pipeline.simulate.tenants import Pool, TenantModel, best_response
 
 
-
 @dataclass(frozen=True)
 class RunInputs:
     """Everything the strategy runs share (built once, identical for every strategy)."""
@@ -75,8 +74,17 @@ class StrategyRun(RigidService):
         self.strategy = strategy
         s = inputs.settings
         self.tick_s = s.tick_seconds
-        self.clusters = [PoolCluster(p, inputs.nodes, s.placement_policy, inputs.typical, list(inputs.requests),
-                                     s.economics.rigid_reserve_nodes) for p in inputs.pools]
+        self.clusters = [
+            PoolCluster(
+                p,
+                inputs.nodes,
+                s.placement_policy,
+                inputs.typical,
+                list(inputs.requests),
+                s.economics.rigid_reserve_nodes,
+            )
+            for p in inputs.pools
+        ]
         self.capacity = np.array([c.capacity_gpus for c in self.clusters])
         self.unit_cost = np.array([p.prices.unit_cost for p in inputs.pools])
         self.serve_cost = np.array([p.prices.serve_cost for p in inputs.pools])
@@ -87,8 +95,11 @@ class StrategyRun(RigidService):
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.node_jobs: list[dict[int, set[int]]] = [{} for _ in inputs.pools]
-        self.drainer = (DrainController(inputs.config, inputs.epoch, inputs.model.ids, inputs.pods.qos,
-                                        s.tick_minutes) if strategy.drains else None)
+        self.drainer = (
+            DrainController(inputs.config, inputs.epoch, inputs.model.ids, inputs.pods.qos, s.tick_minutes)
+            if strategy.drains
+            else None
+        )
         self.awaited: dict[int, set[int]] = {}  # rigid job -> victims still draining for it
         self.victim_of: dict[int, int] = {}
         self.parked: dict[int, list[int]] = {}  # rigid job -> its drained victims not yet re-placed
@@ -150,8 +161,9 @@ class StrategyRun(RigidService):
                 self._control(float(mark))
                 mark = next(marks, None)
             self._until(t0 + self.tick_s)
-            self.meter.close_tick(tick, t0 + self.tick_s, self.tick_s, prices, self.capacity, self.unit_cost,
-                                 self.serve_cost)
+            self.meter.close_tick(
+                tick, t0 + self.tick_s, self.tick_s, prices, self.capacity, self.unit_cost, self.serve_cost
+            )
             self.meter.arrivals[tick] = kept.size + late.size
             self.bought_last, self.bought = self.bought, np.zeros_like(self.bought)
             self.history.append(kept.size / max(self._expected_arrivals(wanted), 1e-9))
@@ -180,9 +192,16 @@ class StrategyRun(RigidService):
         return float(rates.sum()) * self.tick_s / 3600.0
 
     def _view(self, tick: int, t0: float, prices: np.ndarray) -> MarketView:
-        return MarketView(tick, t0, self.capacity, self.meter.allocated(), self.meter.waiting(),
-                          np.asarray(self.history, dtype=np.float64), prices.copy(),
-                          None if self.bought_last is None else self.bought_last.copy())
+        return MarketView(
+            tick,
+            t0,
+            self.capacity,
+            self.meter.allocated(),
+            self.meter.waiting(),
+            np.asarray(self.history, dtype=np.float64),
+            prices.copy(),
+            None if self.bought_last is None else self.bought_last.copy(),
+        )
 
     def _push(self, t: float, kind: int, job: int) -> None:
         self.seq += 1
@@ -207,11 +226,19 @@ class StrategyRun(RigidService):
         held = stock_by_class(inputs.model, inputs.initial, inputs.pods.gpus, len(inputs.pools))
         history = np.asarray(self.history, dtype=np.float64)
         prices = opening_prices(self.strategy, self.capacity, held, history, list_prices)
-        init = opening_jobs(inputs.model, inputs.pods, prices, inputs.initial_index, inputs.settings.seed,
-                            inputs.initial, list_prices)
+        init = opening_jobs(
+            inputs.model,
+            inputs.pods,
+            prices,
+            inputs.initial_index,
+            inputs.settings.seed,
+            inputs.initial,
+            list_prices,
+        )
         self.opening_jobs = int(init.tenant.size)
-        for j, r, pod, left in zip(init.tenant.tolist(), init.pool.tolist(), init.pod.tolist(),
-                                   init.remaining_s.tolist()):
+        for j, r, pod, left in zip(
+            init.tenant.tolist(), init.pool.tolist(), init.pod.tolist(), init.remaining_s.tolist()
+        ):
             cls = ELASTIC if self.inputs.model.elastic[j] else RIGID
             job = self.jobs.add(j, r, pod, cls, self.pod_gpus[pod], 0.0, left)
             self._place_or_queue(job, 0.0, allow_drain=False)
@@ -269,8 +296,16 @@ class StrategyRun(RigidService):
             if cls == RIGID and wait > self.inputs.sla_wait_s:
                 meter.sla_violation(self.inputs.requests[jobs.pod[job]].num_gpu, self.inputs.pools[r].pool_id)
         self._push(t + jobs.remaining[job], FINISH, job)
-        meter.change(r, t, cls, alloc=gpus, bill=gpus, used=self.pod_use[jobs.pod[job]],
-                     latent=self.latent[jobs.tenant[job]], bill_pool=jobs.bill_pool[job])
+        meter.change(
+            r,
+            t,
+            cls,
+            alloc=gpus,
+            bill=gpus,
+            used=self.pod_use[jobs.pod[job]],
+            latent=self.latent[jobs.tenant[job]],
+            bill_pool=jobs.bill_pool[job],
+        )
         if cls == ELASTIC and self.drainer is not None:
             self.node_jobs[r].setdefault(placement.node, set()).add(job)
 
@@ -294,8 +329,16 @@ class StrategyRun(RigidService):
         self.clusters[r].release(self.inputs.requests[jobs.pod[job]], placement)
         jobs.placement[job] = None
         jobs.state[job] = DONE
-        self.meter.change(r, t, cls, alloc=-gpus, bill=-gpus, used=-self.pod_use[jobs.pod[job]],
-                          latent=self.latent[jobs.tenant[job]], bill_pool=jobs.bill_pool[job])
+        self.meter.change(
+            r,
+            t,
+            cls,
+            alloc=-gpus,
+            bill=-gpus,
+            used=-self.pod_use[jobs.pod[job]],
+            latent=self.latent[jobs.tenant[job]],
+            bill_pool=jobs.bill_pool[job],
+        )
         self._scan(r, placement.node, t)
 
     def _scan(self, r: int, row: int, t: float) -> None:
@@ -327,17 +370,24 @@ class StrategyRun(RigidService):
     def _result(self, seconds: float) -> StrategyResult:
         s, jobs, meter = self.inputs.settings, self.jobs, self.meter
         end = (self.warmup + s.ticks) * self.tick_s
-        waiting = [j for j in range(len(jobs)) if jobs.state[j] in (QUEUED, DRAINING)
-                   and jobs.first_start[j] != jobs.first_start[j]]
+        waiting = [
+            j
+            for j in range(len(jobs))
+            if jobs.state[j] in (QUEUED, DRAINING) and jobs.first_start[j] != jobs.first_start[j]
+        ]
         for job in waiting:  # censored waits: still waiting at the end
             meter.record_wait(end - jobs.arrival[job], jobs.cls[job])
             if jobs.cls[job] == RIGID and end - jobs.arrival[job] > self.inputs.sla_wait_s:
-                meter.sla_violation(self.inputs.requests[jobs.pod[job]].num_gpu,
-                                    self.inputs.pools[jobs.pool[job]].pool_id)
+                meter.sla_violation(
+                    self.inputs.requests[jobs.pod[job]].num_gpu, self.inputs.pools[jobs.pool[job]].pool_id
+                )
         started = sum(1 for v in jobs.first_start if v == v)
-        extra = {"wall_seconds": round(seconds, 3),
-                 "policy_calls": int(sum(c.policy_calls for c in self.clusters)), "rigid_spilled": self.spilled,
-                 "opening_jobs": self.opening_jobs}
+        extra = {
+            "wall_seconds": round(seconds, 3),
+            "policy_calls": int(sum(c.policy_calls for c in self.clusters)),
+            "rigid_spilled": self.spilled,
+            "opening_jobs": self.opening_jobs,
+        }
         summary = getattr(self.strategy, "summary", None)
         if callable(summary):
             extra.update(summary())
@@ -345,8 +395,16 @@ class StrategyRun(RigidService):
             extra["drain_blocked"] = dict(self.drainer.blocked)
         extra.update(self.deferred.summary())
         meter.trim(self.warmup)
-        return summarize(self.strategy.name, meter, self.capacity, s.ticks * self.tick_s, len(jobs), started,
-                         len(waiting), extra)
+        return summarize(
+            self.strategy.name,
+            meter,
+            self.capacity,
+            s.ticks * self.tick_s,
+            len(jobs),
+            started,
+            len(waiting),
+            extra,
+        )
 
 
 __all__ = ["RUNNING", "RunInputs", "StrategyRun"]

@@ -66,10 +66,15 @@ class FleetNodes:
         nodes = [n for n in catalog.nodes if n.gpus > 0]
         if not nodes:
             raise SimulationInputError(f"fleet {catalog.source}: no node has a GPU")
-        return cls(tuple(n.node_id for n in nodes), tuple(n.gpu_model for n in nodes),
-                   np.array([n.gpus for n in nodes], dtype=np.int64),
-                   np.array([n.cpu_milli for n in nodes], dtype=np.int64),
-                   np.array([n.memory_mib for n in nodes], dtype=np.int64), dict(catalog.models), catalog.source)
+        return cls(
+            tuple(n.node_id for n in nodes),
+            tuple(n.gpu_model for n in nodes),
+            np.array([n.gpus for n in nodes], dtype=np.int64),
+            np.array([n.cpu_milli for n in nodes], dtype=np.int64),
+            np.array([n.memory_mib for n in nodes], dtype=np.int64),
+            dict(catalog.models),
+            catalog.source,
+        )
 
 
 @dataclass(frozen=True)
@@ -108,10 +113,18 @@ class PodTable:
         jobs = shapes.take(gpu_rows)
         qos = np.array(QOS_VALUES, dtype=object)[jobs.qos].astype(str)
         specs = tuple(tuple(m for m in str(s).split("|") if m) for s in jobs.gpu_spec)
-        return cls(tuple(f"pod-{i:05d}" for i in gpu_rows), jobs.num_gpu.astype(np.int64),
-                   jobs.gpu_milli.astype(np.int64), jobs.cpu_milli.astype(np.int64), jobs.mem_mib.astype(np.int64),
-                   qos, jobs.lifetime_s.astype(np.float64), specs,
-                   {"cpu_only": int(len(shapes) - gpu_rows.size)}, shapes.source)
+        return cls(
+            tuple(f"pod-{i:05d}" for i in gpu_rows),
+            jobs.num_gpu.astype(np.int64),
+            jobs.gpu_milli.astype(np.int64),
+            jobs.cpu_milli.astype(np.int64),
+            jobs.mem_mib.astype(np.int64),
+            qos,
+            jobs.lifetime_s.astype(np.float64),
+            specs,
+            {"cpu_only": int(len(shapes) - gpu_rows.size)},
+            shapes.source,
+        )
 
 
 @dataclass(frozen=True)
@@ -142,13 +155,16 @@ class LoadProfile:
         if start_step < 0 or start_step + steps > self.ratio.size:
             raise SimulationInputError(
                 f"load {self.source}: window of {steps} steps from step {start_step} exceeds the "
-                f"{self.ratio.size} steps of {self.step_minutes} min the series holds")
-        window = self.factor()[start_step:start_step + steps]
+                f"{self.ratio.size} steps of {self.step_minutes} min the series holds"
+            )
+        window = self.factor()[start_step : start_step + steps]
         if np.isnan(window).any():
             first = start_step + int(np.flatnonzero(np.isnan(window))[0])
             day = first * self.step_minutes / 1440.0
-            raise SimulationInputError(f"load {self.source}: the trace has a gap at day {day:.2f} inside the "
-                                       "simulated window; choose another --load-start-day")
+            raise SimulationInputError(
+                f"load {self.source}: the trace has a gap at day {day:.2f} inside the "
+                "simulated window; choose another --load-start-day"
+            )
         return window
 
 
@@ -198,7 +214,9 @@ def _read_load(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise SimulationInputError(f"load file {path}: unreadable as CSV ({exc})") from None
     missing = [c for c in LOAD_COLUMNS if c not in frame.columns]
     if missing or frame.height == 0:
-        raise SimulationInputError(f"load file {path}: needs rows and columns {list(LOAD_COLUMNS)} (missing {missing})")
+        raise SimulationInputError(
+            f"load file {path}: needs rows and columns {list(LOAD_COLUMNS)} (missing {missing})"
+        )
     demand = _numeric(frame, "running_gpu_num", path) + _numeric(frame, "pending_gpu_num", path)
     return demand, _numeric(frame, "total_gpu_num", path)
 
@@ -242,7 +260,7 @@ def load_helios(paths: Sequence[str | Path], step_minutes: int = 60) -> LoadProf
     steps = ratio.size // step_minutes
     if steps == 0:
         raise SimulationInputError(f"load: fewer than {step_minutes} minutes of data")
-    blocks = ratio[:steps * step_minutes].reshape(steps, step_minutes)
+    blocks = ratio[: steps * step_minutes].reshape(steps, step_minutes)
     seen = (~np.isnan(blocks)).sum(axis=1)
     per_step = np.where(seen > 0, np.nansum(blocks, axis=1) / np.maximum(seen, 1), np.nan)
     return LoadProfile(per_step, step_minutes, ", ".join(str(p) for p in paths))

@@ -43,27 +43,38 @@ def job_grid_points() -> tuple[TruthPoint, ...]:
     """The judged points: a handful across the stated ranges (elastic 0.2-3, rigid 0-0.5), and
     the latent-demand assumption as one labelled point. None is among the aggregate grid's
     tuning points, and no setting was tuned on any of them."""
-    return (TruthPoint("e0.3/r0.1", 0.3, 0.1), TruthPoint("e1/r0", 1.0, 0.0),
-            TruthPoint("e2/r0.25", 2.0, 0.25), TruthPoint("e3/r0.5", 3.0, 0.5),
-            TruthPoint("latent-demand e2/r0.2 ratio1", 2.0, 0.2, latent_ratio=1.0))
+    return (
+        TruthPoint("e0.3/r0.1", 0.3, 0.1),
+        TruthPoint("e1/r0", 1.0, 0.0),
+        TruthPoint("e2/r0.25", 2.0, 0.25),
+        TruthPoint("e3/r0.5", 3.0, 0.5),
+        TruthPoint("latent-demand e2/r0.2 ratio1", 2.0, 0.2, latent_ratio=1.0),
+    )
 
 
 def point_settings(base: SimulationSettings, point: TruthPoint) -> SimulationSettings:
-    economics = replace(base.economics, elastic_elasticity=point.elastic, rigid_elasticity=point.rigid,
-                        latent_elastic_ratio=point.latent_ratio, elasticity_tod_swing=point.tod_swing)
+    economics = replace(
+        base.economics,
+        elastic_elasticity=point.elastic,
+        rigid_elasticity=point.rigid,
+        latent_elastic_ratio=point.latent_ratio,
+        elasticity_tod_swing=point.tod_swing,
+    )
     return base.with_(strategies=STRATEGIES, economics=economics)
 
 
-def run_job_point(config, base: SimulationSettings, point: TruthPoint, pods, nodes, load,
-                  workers: int | None = None) -> dict[str, Any]:
+def run_job_point(
+    config, base: SimulationSettings, point: TruthPoint, pods, nodes, load, workers: int | None = None
+) -> dict[str, Any]:
     started = time.perf_counter()
     inputs = build_inputs(config, point_settings(base, point), pods, nodes, load)
     results, _ = run_strategies(inputs, workers=workers)
     return point_report(point, inputs, results, time.perf_counter() - started)
 
 
-def point_report(point: TruthPoint, inputs: RunInputs, results: dict[str, StrategyResult],
-                 seconds: float) -> dict[str, Any]:
+def point_report(
+    point: TruthPoint, inputs: RunInputs, results: dict[str, StrategyResult], seconds: float
+) -> dict[str, Any]:
     m = {name: r.metrics for name, r in results.items()}
     static, loop, best = m["static"], m["stackelberg"], m["clairvoyant"]
     learning = results["stackelberg"].extra.get("learning", {})
@@ -74,8 +85,12 @@ def point_report(point: TruthPoint, inputs: RunInputs, results: dict[str, Strate
 
     true_cost = experiment_true_cost(inputs, learning.get("experiment_log", []))
     return {
-        "point": point.name, "elastic": point.elastic, "rigid": point.rigid, "latent_ratio": point.latent_ratio,
-        "loop_vs_static": vs_static(loop), "clairvoyant_vs_static": vs_static(best),
+        "point": point.name,
+        "elastic": point.elastic,
+        "rigid": point.rigid,
+        "latent_ratio": point.latent_ratio,
+        "loop_vs_static": vs_static(loop),
+        "clairvoyant_vs_static": vs_static(best),
         "static_utilisation": static["gpu_utilization"],
         "regret_share": (best["profit"] - loop["profit"]) / best["profit"],
         "claims_only_regret_share": (best["profit"] - m["claims"]["profit"]) / best["profit"],
@@ -86,8 +101,9 @@ def point_report(point: TruthPoint, inputs: RunInputs, results: dict[str, Strate
         "revenue_ge_static": loop["revenue"] >= static["revenue"],
         "promise_breaches": promise_breaches(inputs, results["stackelberg"]),
         "rigid_sla_violations": loop["rigid_sla_violations"],
-        "elasticity_error_over_time": elasticity_errors(point, learning.get("fit_log", []),
-                                                        inputs.settings.warmup_ticks),
+        "elasticity_error_over_time": elasticity_errors(
+            point, learning.get("fit_log", []), inputs.settings.warmup_ticks
+        ),
         "seconds": round(seconds, 1),
     }
 
@@ -111,8 +127,10 @@ def experiment_true_cost(inputs: RunInputs, log: list[dict[str, Any]]) -> float:
         if row["tick"] < inputs.settings.warmup_ticks:
             continue
         k = float(inputs.load_index[row["tick"]])
-        total += hours * (_true_profit(inputs, np.array(row["tick_prices"]), row["hour"], k)
-                          - _true_profit(inputs, np.array(row["published"]), row["hour"], k))
+        total += hours * (
+            _true_profit(inputs, np.array(row["tick_prices"]), row["hour"], k)
+            - _true_profit(inputs, np.array(row["published"]), row["hour"], k)
+        )
     return total
 
 
@@ -122,7 +140,13 @@ def _measured_model_cost(inputs: RunInputs, learning: dict[str, Any]) -> float:
     if not log:
         return 0.0
     measured = sum(1 for row in log if row["tick"] >= inputs.settings.warmup_ticks)
-    return learning.get("experiment_model_cost", 0.0) * inputs.settings.tick_seconds / 3600.0 * measured / len(log)
+    return (
+        learning.get("experiment_model_cost", 0.0)
+        * inputs.settings.tick_seconds
+        / 3600.0
+        * measured
+        / len(log)
+    )
 
 
 def promise_breaches(inputs: RunInputs, result: StrategyResult) -> int:
@@ -136,11 +160,16 @@ def promise_breaches(inputs: RunInputs, result: StrategyResult) -> int:
     return int(over.sum() + step.sum())
 
 
-def elasticity_errors(point: TruthPoint, fit_log: list[dict[str, Any]], warmup_ticks: int) -> list[dict[str, Any]]:
+def elasticity_errors(
+    point: TruthPoint, fit_log: list[dict[str, Any]], warmup_ticks: int
+) -> list[dict[str, Any]]:
     """At the end of each simulated day (the last refit of the day): the mean absolute error of
     the fits against the class's true elasticity (its centre: the spread and the swing average
     out over tenants and hours), per class, and the fits' count."""
-    truth = {"guaranteed": max(point.rigid, ELASTICITY_FLOOR), "drainable": max(point.elastic, ELASTICITY_FLOOR)}
+    truth = {
+        "guaranteed": max(point.rigid, ELASTICITY_FLOOR),
+        "drainable": max(point.elastic, ELASTICITY_FLOOR),
+    }
     by_day: dict[int, dict[str, Any]] = {}
     for row in fit_log:
         day = (row["tick"] - warmup_ticks) // 24
@@ -149,19 +178,33 @@ def elasticity_errors(point: TruthPoint, fit_log: list[dict[str, Any]], warmup_t
             if key != "tick" and value[0] is not None:
                 cls = key.rsplit("/", 1)[1]
                 errors[cls].append(abs(value[0] - truth[cls]))
-        by_day[day] = {"day": int(day), "tick": row["tick"],
-                       "elastic_mae": round(float(np.mean(errors["drainable"])), 4) if errors["drainable"] else None,
-                       "rigid_mae": round(float(np.mean(errors["guaranteed"])), 4) if errors["guaranteed"] else None}
+        by_day[day] = {
+            "day": int(day),
+            "tick": row["tick"],
+            "elastic_mae": round(float(np.mean(errors["drainable"])), 4) if errors["drainable"] else None,
+            "rigid_mae": round(float(np.mean(errors["guaranteed"])), 4) if errors["guaranteed"] else None,
+        }
     return [by_day[d] for d in sorted(by_day)]
 
 
-def run_job_grid(config, base: SimulationSettings, points: tuple[TruthPoint, ...], pods, nodes, load,
-                 workers: int | None = None) -> dict[str, Any]:
+def run_job_grid(
+    config,
+    base: SimulationSettings,
+    points: tuple[TruthPoint, ...],
+    pods,
+    nodes,
+    load,
+    workers: int | None = None,
+) -> dict[str, Any]:
     rows = [run_job_point(config, base, p, pods, nodes, load, workers) for p in points]
     regrets = [r["regret_share"] for r in rows]
     summary = {
-        "points": len(rows), "days": base.days, "warmup_days": base.warmup_days, "seed": base.seed,
-        "regret_median": median(regrets), "regret_worst": max(regrets),
+        "points": len(rows),
+        "days": base.days,
+        "warmup_days": base.warmup_days,
+        "seed": base.seed,
+        "regret_median": median(regrets),
+        "regret_worst": max(regrets),
         "experiment_cost_share_worst": max(r["experiment_cost_share"] for r in rows),
         "revenue_ge_static_everywhere": all(r["revenue_ge_static"] for r in rows),
         "promise_breaches": sum(r["promise_breaches"] for r in rows),

@@ -16,18 +16,35 @@ from pathlib import Path
 from market_pipeline.cli.support import input_error
 from market_pipeline.simulate.errors import SimulationInputError
 
-BRIEF_KEYS = ("point", "regret_share", "claims_only_regret_share", "experiment_cost_share", "experiment_cost_model_share", "loop_vs_static",
-              "clairvoyant_vs_static", "revenue_ge_static", "promise_breaches", "rigid_sla_violations",
-              "elasticity_error_over_time", "seconds")
+BRIEF_KEYS = (
+    "point",
+    "regret_share",
+    "claims_only_regret_share",
+    "experiment_cost_share",
+    "experiment_cost_model_share",
+    "loop_vs_static",
+    "clairvoyant_vs_static",
+    "revenue_ge_static",
+    "promise_breaches",
+    "rigid_sla_violations",
+    "elasticity_error_over_time",
+    "seconds",
+)
 
 
 def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> None:
-    bench = bench_sub.add_parser("simulate-truth", help="the demand-response truth grid through the job-level "
-                                                        "simulator (openb + Helios), JSON")
+    bench = bench_sub.add_parser(
+        "simulate-truth",
+        help="the demand-response truth grid through the job-level simulator (openb + Helios), JSON",
+    )
     bench.add_argument("--data", default=data_default, help="the shared traces folder")
     bench.add_argument("--days", type=float, default=3.0, help="measured days per truth point (default 3)")
-    bench.add_argument("--warmup-days", type=float, default=2.0,
-                       help="unmeasured days before them; the loop learns from them too (default 2)")
+    bench.add_argument(
+        "--warmup-days",
+        type=float,
+        default=2.0,
+        help="unmeasured days before them; the loop learns from them too (default 2)",
+    )
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--points", default="", help="comma list of point names (default: all judged points)")
     bench.add_argument("--workers", type=int, help="processes per point (default: CPUs)")
@@ -37,8 +54,7 @@ def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> 
 
 def run_bench_truth(args: argparse.Namespace) -> int:
     from market_pipeline.config import load_config
-    from market_pipeline.simulate.inputs import trace_files
-    from market_pipeline.simulate.inputs import load_helios, load_nodes, load_pods
+    from market_pipeline.simulate.inputs import load_helios, load_nodes, load_pods, trace_files
     from market_pipeline.simulate.job_grid import job_grid_points, run_job_grid
     from market_pipeline.simulate.settings import SimulationSettings
 

@@ -31,8 +31,9 @@ class Jobs:
     def __len__(self) -> int:
         return len(self.tenant)
 
-    def add(self, tenant: int, pool: int, pod: int, cls: int, gpus: float, arrival: float,
-            remaining: float) -> int:
+    def add(
+        self, tenant: int, pool: int, pod: int, cls: int, gpus: float, arrival: float, remaining: float
+    ) -> int:
         self.tenant.append(tenant)
         self.pool.append(pool)
         self.bill_pool.append(pool)

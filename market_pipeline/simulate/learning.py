@@ -41,10 +41,19 @@ from market_pipeline.tick.response import response_key
 class ResponseLearner:
     """The loop's observations, fits and experiments over one strategy run."""
 
-    def __init__(self, pool_ids: tuple[str, ...], list_prices: np.ndarray, unit_cost: np.ndarray,
-                 ceiling: np.ndarray, base_requested: np.ndarray, epoch: dt.datetime,
-                 priors: dict[str, tuple[float, float]], refit_every: int, experiments: ExperimentSettings,
-                 promises: Promises) -> None:
+    def __init__(
+        self,
+        pool_ids: tuple[str, ...],
+        list_prices: np.ndarray,
+        unit_cost: np.ndarray,
+        ceiling: np.ndarray,
+        base_requested: np.ndarray,
+        epoch: dt.datetime,
+        priors: dict[str, tuple[float, float]],
+        refit_every: int,
+        experiments: ExperimentSettings,
+        promises: Promises,
+    ) -> None:
         self.keys = [response_key(p, c) for p in pool_ids for c in (GUARANTEED, DRAINABLE)]
         self.pool = [p for p in pool_ids for _ in (GUARANTEED, DRAINABLE)]
         self.cls = [c for _ in pool_ids for c in (GUARANTEED, DRAINABLE)]
@@ -66,8 +75,9 @@ class ResponseLearner:
         self.last_refit: int | None = None
 
     # -- observing ---------------------------------------------------------------------------
-    def observe(self, tick: int, time_s: float, prices: np.ndarray, bought: np.ndarray | None,
-                hours: float) -> None:
+    def observe(
+        self, tick: int, time_s: float, prices: np.ndarray, bought: np.ndarray | None, hours: float
+    ) -> None:
         """The last tick's published prices and the GPUs its submitted jobs requested (per hour)."""
         if bought is None or tick < 1:
             return
@@ -84,8 +94,14 @@ class ResponseLearner:
         return float(at_list.sum() / max(self.base_requested.sum(), 1e-12))
 
     def elasticities(self) -> np.ndarray:
-        return np.array([self.fits[k].elasticity if k in self.fits and self.fits[k].elasticity is not None
-                         else self.priors[k][0] for k in self.keys])
+        return np.array(
+            [
+                self.fits[k].elasticity
+                if k in self.fits and self.fits[k].elasticity is not None
+                else self.priors[k][0]
+                for k in self.keys
+            ]
+        )
 
     # -- fitting -----------------------------------------------------------------------------
     def maybe_refit(self, tick: int) -> None:
@@ -95,25 +111,54 @@ class ResponseLearner:
         ts, prices, demand = np.array(self.ts), np.array(self.prices), np.array(self.demand)
         # numpy, not `fit_history`'s polars frame: the strategies run in forked workers, where
         # a polars thread pool started by the parent (the trace readers) would deadlock
-        self.fits = {k: fit_elasticity(ts, prices[:, r], demand[:, r], pool_id=self.pool[r],
-                                       resource_class=self.cls[r], prior=self.priors[k], level=self.settings.level)
-                     for r, k in enumerate(self.keys)}
-        self.fit_log.append({"tick": tick, **{k: (f.elasticity, f.elasticity_low, f.elasticity_high)
-                                              for k, f in self.fits.items()}})
+        self.fits = {
+            k: fit_elasticity(
+                ts,
+                prices[:, r],
+                demand[:, r],
+                pool_id=self.pool[r],
+                resource_class=self.cls[r],
+                prior=self.priors[k],
+                level=self.settings.level,
+            )
+            for r, k in enumerate(self.keys)
+        }
+        self.fit_log.append(
+            {
+                "tick": tick,
+                **{k: (f.elasticity, f.elasticity_low, f.elasticity_high) for k, f in self.fits.items()},
+            }
+        )
 
     def response(self) -> dict[str, float]:
         """What the tick calibrates to: the fits that have an elasticity (as `tick_response`)."""
-        return {k: float(f.elasticity) for k, f in self.fits.items()
-                if f.elasticity is not None and f.method != "none"}
+        return {
+            k: float(f.elasticity)
+            for k, f in self.fits.items()
+            if f.elasticity is not None and f.method != "none"
+        }
 
     def running(self) -> set[str]:
         """The resources whose experiment runs: fitted, and the interval not yet narrow."""
-        return {k for r, k in enumerate(self.keys) if k in self.fits
-                and not interval_narrow(self.fits[k], self.settings, float(self.unit_cost[r]), float(self.ceiling[r]))}
+        return {
+            k
+            for r, k in enumerate(self.keys)
+            if k in self.fits
+            and not interval_narrow(
+                self.fits[k], self.settings, float(self.unit_cost[r]), float(self.ceiling[r])
+            )
+        }
 
     # -- experimenting -----------------------------------------------------------------------
-    def experiment(self, tick: int, hour: int, result: MarketTick, pools: list[PoolTickInput],
-                   problem: MarketProblem, response: dict[str, float]) -> MarketTick:
+    def experiment(
+        self,
+        tick: int,
+        hour: int,
+        result: MarketTick,
+        pools: list[PoolTickInput],
+        problem: MarketProblem,
+        response: dict[str, float],
+    ) -> MarketTick:
         """The tick to publish: its prices moved by the running experiments (none: unchanged)."""
         running = self.running()
         if not running:
@@ -123,23 +168,48 @@ class ResponseLearner:
             return result
         for s in steps:
             self.experiment_ticks[s.key] += 1
-        self.model_cost += dither_cost(problem, self.list_prices, self.promises, response, result.prices(),
-                                       moved.prices())
-        self.experiment_log.append({"tick": tick, "hour": hour, "tick_prices": result.prices().tolist(),
-                                    "published": moved.prices().tolist()})
+        self.model_cost += dither_cost(
+            problem, self.list_prices, self.promises, response, result.prices(), moved.prices()
+        )
+        self.experiment_log.append(
+            {
+                "tick": tick,
+                "hour": hour,
+                "tick_prices": result.prices().tolist(),
+                "published": moved.prices().tolist(),
+            }
+        )
         return moved
 
     def summary(self) -> dict[str, Any]:
-        return {"refits": len(self.fit_log), "observations": len(self.ts),
-                "final_fits": {k: {"elasticity": f.elasticity, "low": f.elasticity_low, "high": f.elasticity_high,
-                                   "method": f.method, "observations": f.observations}
-                               for k, f in self.fits.items()},
-                "experiment_ticks": self.experiment_ticks, "experiment_model_cost": self.model_cost,
-                "fit_log": self.fit_log, "experiment_log": self.experiment_log}
+        return {
+            "refits": len(self.fit_log),
+            "observations": len(self.ts),
+            "final_fits": {
+                k: {
+                    "elasticity": f.elasticity,
+                    "low": f.elasticity_low,
+                    "high": f.elasticity_high,
+                    "method": f.method,
+                    "observations": f.observations,
+                }
+                for k, f in self.fits.items()
+            },
+            "experiment_ticks": self.experiment_ticks,
+            "experiment_model_cost": self.model_cost,
+            "fit_log": self.fit_log,
+            "experiment_log": self.experiment_log,
+        }
 
 
-def requested_at_list(base_demand: np.ndarray, mean_gpu_hours: np.ndarray, elastic: np.ndarray,
-                      pods_by_cell, cell_weights, pod_gpus: np.ndarray) -> np.ndarray:
+def requested_at_list(
+    base_demand: np.ndarray,
+    mean_gpu_hours: np.ndarray,
+    elastic: np.ndarray,
+    pods_by_cell,
+    cell_weights,
+    pod_gpus: np.ndarray,
+) -> np.ndarray:
     """(2R,) GPUs the trace's jobs request per hour at the list prices and load index 1, per
     pool x class (Little's law: d0 / E[gL] jobs an hour, E[g] GPUs each): the trace's demand
     flow, the learner's yardstick for the load index (no tenant response in it)."""

@@ -40,7 +40,12 @@ class Meter:
     def _advance(self, r: int, t: float) -> None:
         dt = t - self.last_t[r]
         if dt > 0:
-            alloc, bill, a_area, b_area = self.alloc_now[r], self.bill_now[r], self.alloc_area[r], self.bill_area[r]
+            alloc, bill, a_area, b_area = (
+                self.alloc_now[r],
+                self.bill_now[r],
+                self.alloc_area[r],
+                self.bill_area[r],
+            )
             a_area[0] += alloc[0] * dt
             a_area[1] += alloc[1] * dt
             b_area[0] += bill[0] * dt
@@ -49,8 +54,17 @@ class Meter:
             self.latent_bill_area[r] += self.latent_bill_now[r] * dt
             self.last_t[r] = t
 
-    def change(self, r: int, t: float, cls: int, alloc: float = 0.0, bill: float = 0.0, used: float = 0.0,
-               latent: bool = False, bill_pool: int | None = None) -> None:
+    def change(
+        self,
+        r: int,
+        t: float,
+        cls: int,
+        alloc: float = 0.0,
+        bill: float = 0.0,
+        used: float = 0.0,
+        latent: bool = False,
+        bill_pool: int | None = None,
+    ) -> None:
         """Pool r's running GPUs of class `cls` change at time t (`latent`: a latent twin's job;
         `bill_pool`: the pool whose price the job pays, when it runs elsewhere)."""
         self._advance(r, t)
@@ -92,8 +106,16 @@ class Meter:
     def waiting(self) -> np.ndarray:
         return np.array(self.pending_now)
 
-    def close_tick(self, tick: int, t: float, seconds: float, prices: np.ndarray, capacity: np.ndarray,
-                   unit_cost: np.ndarray, serve_cost: np.ndarray) -> None:
+    def close_tick(
+        self,
+        tick: int,
+        t: float,
+        seconds: float,
+        prices: np.ndarray,
+        capacity: np.ndarray,
+        unit_cost: np.ndarray,
+        serve_cost: np.ndarray,
+    ) -> None:
         """Close the tick: revenue at its prices; cost = the powered capacity's fixed part
         (unit - serve cost per GPU-hour, sold or idle) + serve cost per allocated GPU-hour."""
         for r in range(self.pools):
@@ -152,8 +174,16 @@ class StrategyResult:
         return {**self.metrics, "extra": self.extra}
 
 
-def summarize(name: str, meter: Meter, capacity: np.ndarray, seconds: float, jobs_total: int,
-              jobs_started: int, jobs_waiting: int, extra: dict[str, Any]) -> StrategyResult:
+def summarize(
+    name: str,
+    meter: Meter,
+    capacity: np.ndarray,
+    seconds: float,
+    jobs_total: int,
+    jobs_started: int,
+    jobs_waiting: int,
+    extra: dict[str, Any],
+) -> StrategyResult:
     waits = np.asarray(meter.waits)
     classes = np.asarray(meter.wait_class)
     revenue = float(meter.revenue_by_class.sum())
@@ -168,8 +198,10 @@ def summarize(name: str, meter: Meter, capacity: np.ndarray, seconds: float, job
         "elastic_cost_per_gpu_hour": _ratio(meter.revenue_by_class[ELASTIC], meter.billed_gpu_hours[ELASTIC]),
         # the trace's own elastic tenants (without the latent twins, who buy nothing at list
         # price): the like-for-like comparison with static pricing
-        "trace_elastic_cost_per_gpu_hour": _ratio(meter.revenue_by_class[ELASTIC] - meter.latent_revenue,
-                                                  meter.billed_gpu_hours[ELASTIC] - meter.latent_billed_gpu_hours),
+        "trace_elastic_cost_per_gpu_hour": _ratio(
+            meter.revenue_by_class[ELASTIC] - meter.latent_revenue,
+            meter.billed_gpu_hours[ELASTIC] - meter.latent_billed_gpu_hours,
+        ),
         "latent_elastic_revenue": float(meter.latent_revenue),
         "latent_elastic_gpu_hours": float(meter.latent_billed_gpu_hours),
         "rigid_cost_per_gpu_hour": _ratio(meter.revenue_by_class[RIGID], meter.billed_gpu_hours[RIGID]),
@@ -192,11 +224,17 @@ def summarize(name: str, meter: Meter, capacity: np.ndarray, seconds: float, job
         "pending_by_class": meter.pending_by_class,
         "arrivals": meter.arrivals,
     }
-    extra = {**extra, "rigid_gpu_hours_by_pool": meter.billed_by_pool[:, RIGID].tolist(),
-             "rigid_revenue_by_pool": meter.revenue_by_pool[:, RIGID].tolist()}
+    extra = {
+        **extra,
+        "rigid_gpu_hours_by_pool": meter.billed_by_pool[:, RIGID].tolist(),
+        "rigid_revenue_by_pool": meter.revenue_by_pool[:, RIGID].tolist(),
+    }
     if meter.sla_violations_by_gpus:
-        extra = {**extra, "rigid_sla_violations_by_gpus": dict(sorted(meter.sla_violations_by_gpus.items())),
-                 "rigid_sla_violations_by_pool": dict(sorted(meter.sla_violations_by_pool.items()))}
+        extra = {
+            **extra,
+            "rigid_sla_violations_by_gpus": dict(sorted(meter.sla_violations_by_gpus.items())),
+            "rigid_sla_violations_by_pool": dict(sorted(meter.sla_violations_by_pool.items())),
+        }
     if meter.thinning_overflow:
         extra = {**extra, "thinning_overflow_cells": meter.thinning_overflow}
     return StrategyResult(name, metrics, series, extra)

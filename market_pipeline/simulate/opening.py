@@ -39,8 +39,13 @@ def stock_by_class(model: TenantModel, initial: InitialJobs, gpus: np.ndarray, p
     return out
 
 
-def opening_prices(strategy: PricingStrategy, capacity: np.ndarray, held: np.ndarray, history: np.ndarray,
-                   list_prices: np.ndarray) -> np.ndarray:
+def opening_prices(
+    strategy: PricingStrategy,
+    capacity: np.ndarray,
+    held: np.ndarray,
+    history: np.ndarray,
+    list_prices: np.ndarray,
+) -> np.ndarray:
     """The strategy's settled prices for the list-price steady state `held` (R, 2)."""
     prices = list_prices.copy()
     for _ in range(OPENING_ROUNDS):
@@ -53,8 +58,15 @@ def opening_prices(strategy: PricingStrategy, capacity: np.ndarray, held: np.nda
     return prices
 
 
-def opening_jobs(model: TenantModel, pods, prices: np.ndarray, index: float, seed: int,
-                 list_jobs: InitialJobs, list_prices: np.ndarray) -> InitialJobs:
+def opening_jobs(
+    model: TenantModel,
+    pods,
+    prices: np.ndarray,
+    index: float,
+    seed: int,
+    list_jobs: InitialJobs,
+    list_prices: np.ndarray,
+) -> InitialJobs:
     """The snapshot at `prices`: the shared list-price snapshot when the prices are the list
     prices (static, utilisation), else drawn at the best response to them."""
     if np.allclose(prices, list_prices, rtol=1e-12, atol=0.0):

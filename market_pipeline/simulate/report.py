@@ -14,15 +14,30 @@ if TYPE_CHECKING:  # the tables below are read by the Dagster asset, which need 
     from market_pipeline.simulate.engine import RunInputs
     from market_pipeline.simulate.metrics import StrategyResult
 
-REQUIRED_STRATEGY_KEYS = ("revenue", "profit", "gpu_utilization", "wait_p50_s", "wait_p99_s",
-                          "elastic_cost_per_gpu_hour", "rigid_cost_per_gpu_hour", "drains", "rigid_sla_violations")
+REQUIRED_STRATEGY_KEYS = (
+    "revenue",
+    "profit",
+    "gpu_utilization",
+    "wait_p50_s",
+    "wait_p99_s",
+    "elastic_cost_per_gpu_hour",
+    "rigid_cost_per_gpu_hour",
+    "drains",
+    "rigid_sla_violations",
+)
 REQUIRED_PLACEMENT_KEYS = ("unallocated_gpus_at_saturation", "allocation_ratio", "rejected_pods")
-TABLE_COLUMNS = (("revenue", "revenue", "{:,.0f}"), ("profit", "profit", "{:,.0f}"),
-                 ("gpu_utilization", "GPU util", "{:.3f}"), ("wait_p50_s", "wait p50 s", "{:,.0f}"),
-                 ("wait_p99_s", "wait p99 s", "{:,.0f}"), ("elastic_cost_per_gpu_hour", "elastic $/GPUh", "{:.3f}"),
-                 ("rigid_cost_per_gpu_hour", "rigid $/GPUh", "{:.3f}"), ("drains", "drains", "{:d}"),
-                 ("work_lost_gpu_hours", "work lost GPUh", "{:.1f}"),
-                 ("rigid_sla_violations", "rigid SLA viol.", "{:d}"))
+TABLE_COLUMNS = (
+    ("revenue", "revenue", "{:,.0f}"),
+    ("profit", "profit", "{:,.0f}"),
+    ("gpu_utilization", "GPU util", "{:.3f}"),
+    ("wait_p50_s", "wait p50 s", "{:,.0f}"),
+    ("wait_p99_s", "wait p99 s", "{:,.0f}"),
+    ("elastic_cost_per_gpu_hour", "elastic $/GPUh", "{:.3f}"),
+    ("rigid_cost_per_gpu_hour", "rigid $/GPUh", "{:.3f}"),
+    ("drains", "drains", "{:d}"),
+    ("work_lost_gpu_hours", "work lost GPUh", "{:.1f}"),
+    ("rigid_sla_violations", "rigid SLA viol.", "{:d}"),
+)
 
 
 def _jsonable(value: Any) -> Any:
@@ -44,7 +59,7 @@ def _series(inputs: RunInputs, results: dict[str, StrategyResult]) -> dict[str, 
     list_price = np.array([p.prices.list_price for p in inputs.pools])
     weights = capacity / capacity.sum()
     hours = (np.arange(inputs.settings.ticks) * inputs.settings.tick_minutes / 60.0).round(4)
-    window = inputs.load_index[inputs.settings.warmup_ticks:]  # the measured window
+    window = inputs.load_index[inputs.settings.warmup_ticks :]  # the measured window
     out: dict[str, Any] = {"hours": hours, "load_index": window, "strategies": {}}
     for name, result in results.items():
         prices = result.series["prices"].reshape(len(hours), -1, 2)
@@ -61,8 +76,9 @@ def _series(inputs: RunInputs, results: dict[str, StrategyResult]) -> dict[str, 
     return out
 
 
-def target_checks(strategies: dict[str, dict[str, Any]], placement: dict[str, dict[str, Any]],
-                  wall_seconds: float | None) -> dict[str, dict[str, Any]]:
+def target_checks(
+    strategies: dict[str, dict[str, Any]], placement: dict[str, dict[str, Any]], wall_seconds: float | None
+) -> dict[str, dict[str, Any]]:
     """The issue's targets, each with the measured value, the bound and pass/fail (None
     when a needed strategy or policy was not run)."""
     checks: dict[str, dict[str, Any]] = {}
@@ -70,7 +86,11 @@ def target_checks(strategies: dict[str, dict[str, Any]], placement: dict[str, di
     def check(name: str, value: float | None, bound: float | None, ok: bool | None) -> None:
         checks[name] = {"value": value, "bound": bound, "pass": ok}
 
-    stack, static, util = strategies.get("stackelberg"), strategies.get("static"), strategies.get("utilization")
+    stack, static, util = (
+        strategies.get("stackelberg"),
+        strategies.get("static"),
+        strategies.get("utilization"),
+    )
 
     def ratio(a: dict | None, b: dict | None, key: str) -> float | None:
         if a is None or b is None or not a.get(key) or not b.get(key):
@@ -84,15 +104,20 @@ def target_checks(strategies: dict[str, dict[str, Any]], placement: dict[str, di
     use = None if stack is None else stack.get("gpu_utilization")
     check("gpu_utilization", use, 0.80, None if use is None else use >= 0.80)
     # the trace's elastic tenants (latent twins buy nothing at the static price: no baseline)
-    key = "trace_elastic_cost_per_gpu_hour" if stack and stack.get("trace_elastic_cost_per_gpu_hour") else \
-        "elastic_cost_per_gpu_hour"
+    key = (
+        "trace_elastic_cost_per_gpu_hour"
+        if stack and stack.get("trace_elastic_cost_per_gpu_hour")
+        else "elastic_cost_per_gpu_hour"
+    )
     el = ratio(stack, static, key)
     check("elastic_cost_vs_static", el, 0.90, None if el is None else el <= 0.90)
     ri = ratio(stack, static, "rigid_cost_per_gpu_hour")
     check("rigid_cost_vs_static", ri, 1.05, None if ri is None else ri <= 1.05)
     index = rigid_price_index(stack, static)
     if index is not None:  # needs the per-pool breakdown (runs of this version)
-        check("rigid_price_index_vs_static", index, 1.05, index <= 1.05 * (1 + 1e-9))  # float noise at the cap
+        check(
+            "rigid_price_index_vs_static", index, 1.05, index <= 1.05 * (1 + 1e-9)
+        )  # float noise at the cap
     sla = None if stack is None else stack.get("rigid_sla_violations")
     check("rigid_sla_violations", sla, 0, None if sla is None else sla == 0)
     fa, bf = placement.get("fragment_aware"), placement.get("best_fit")
@@ -126,7 +151,11 @@ def model_notes(economics: Any, settings: Any = None) -> list[str]:
     """The modelled mechanisms and the assumptions that bound the result, in words, with this
     run's values (the JSON `model_notes` and the HTML page show them)."""
     e = economics
-    cap = "the config's guaranteed_price_cap x list" if e.guaranteed_cap is None else f"{e.guaranteed_cap:g} x list"
+    cap = (
+        "the config's guaranteed_price_cap x list"
+        if e.guaranteed_cap is None
+        else f"{e.guaranteed_cap:g} x list"
+    )
     warm = settings.warmup_ticks * settings.tick_minutes / 1440 if settings is not None else 0.0
     notes = [
         "Calibration (every strategy alike): at the list price each tenant demands its share of "
@@ -137,9 +166,12 @@ def model_notes(economics: Any, settings: Any = None) -> list[str]:
         f"buys nothing at the list price and, at half of it, {e.latent_elastic_ratio:g} x the tenant's "
         "list-price demand (same jobs, same curvature; budget at that reference). Static and "
         "utilisation-based pricing never go below list, so they see none of it. "
-        + ("0 here: the trace alone." if e.latent_elastic_ratio == 0 else
-           "Revenue and utilisation above static come mostly from it: openb's elastic work is 17% "
-           "of the GPU-hours and its tenants' budgets cap their spend."),
+        + (
+            "0 here: the trace alone."
+            if e.latent_elastic_ratio == 0
+            else "Revenue and utilisation above static come mostly from it: openb's elastic work is 17% "
+            "of the GPU-hours and its tenants' budgets cap their spend."
+        ),
         f"Budgets bound revenue: no trace tenant spends more than {1 + e.budget_headroom:g} x its "
         "list-price spend per hour at the same load.",
         f"Guaranteed (rigid) price capped at {cap}: the solver's price_max for the guaranteed class, "
@@ -163,12 +195,19 @@ def model_notes(economics: Any, settings: Any = None) -> list[str]:
     return notes
 
 
-def build_report(inputs: RunInputs, results: dict[str, StrategyResult], placement: dict[str, dict[str, Any]],
-                 timing: dict[str, float], sources: dict[str, Any]) -> dict[str, Any]:
+def build_report(
+    inputs: RunInputs,
+    results: dict[str, StrategyResult],
+    placement: dict[str, dict[str, Any]],
+    timing: dict[str, float],
+    sources: dict[str, Any],
+) -> dict[str, Any]:
     s = inputs.settings
     strategies = {name: r.to_dict() for name, r in results.items()}
-    pools = [{"pool": p.pool_id, "gpus": p.gpus, "nodes": int(p.node_rows.size), **dataclasses.asdict(p.prices)}
-             for p in inputs.pools]
+    pools = [
+        {"pool": p.pool_id, "gpus": p.gpus, "nodes": int(p.node_rows.size), **dataclasses.asdict(p.prices)}
+        for p in inputs.pools
+    ]
     model = inputs.model
     report = {
         "strategies": strategies,
@@ -176,16 +215,23 @@ def build_report(inputs: RunInputs, results: dict[str, StrategyResult], placemen
         "targets": target_checks(strategies, placement, timing.get("total_seconds")),
         "inputs": {
             **sources,
-            "fleet_gpus": int(inputs.nodes.total_gpus), "fleet_nodes": int(inputs.nodes.size),
-            "pods_used": int(inputs.pods.size), "pods_excluded": dict(inputs.pods.excluded),
+            "fleet_gpus": int(inputs.nodes.total_gpus),
+            "fleet_nodes": int(inputs.nodes.size),
+            "pods_used": int(inputs.pods.size),
+            "pods_excluded": dict(inputs.pods.excluded),
             "load_level_gpus": model.level_gpus,
             "target_utilization": model.level_gpus / max(inputs.nodes.total_gpus, 1),
-            "load_window_mean_index": float(np.mean(inputs.load_index[s.warmup_ticks:])),
-            "offered_load_ratio": float(np.mean(inputs.load_index[s.warmup_ticks:])) * model.level_gpus / max(inputs.nodes.total_gpus, 1),
+            "load_window_mean_index": float(np.mean(inputs.load_index[s.warmup_ticks :])),
+            "offered_load_ratio": float(np.mean(inputs.load_index[s.warmup_ticks :]))
+            * model.level_gpus
+            / max(inputs.nodes.total_gpus, 1),
             "pools": pools,
-            "tenants": {"elastic": int((model.elastic & ~model.latent_mask).sum()), "rigid": int((~model.elastic).sum()),
-                        "latent_elastic": int(model.latent_mask.sum()),
-                        "elastic_load_share": float(model.base_demand[model.elastic].sum() / model.base_demand.sum())},
+            "tenants": {
+                "elastic": int((model.elastic & ~model.latent_mask).sum()),
+                "rigid": int((~model.elastic).sum()),
+                "latent_elastic": int(model.latent_mask.sum()),
+                "elastic_load_share": float(model.base_demand[model.elastic].sum() / model.base_demand.sum()),
+            },
             "initial_jobs": int(inputs.initial.tenant.size),
             "rigid_sla_wait_s": inputs.sla_wait_s,
         },
@@ -212,10 +258,15 @@ def strategy_table_markdown(report: dict[str, Any]) -> str:
 
 
 def placement_table_markdown(report: dict[str, Any]) -> str:
-    lines = ["| policy | unallocated GPUs at saturation | allocation ratio | rejected pods |", "|---|---|---|---|"]
+    lines = [
+        "| policy | unallocated GPUs at saturation | allocation ratio | rejected pods |",
+        "|---|---|---|---|",
+    ]
     for name, row in report.get("placement", {}).items():
-        lines.append(f"| {name} | {row.get('unallocated_gpus_at_saturation', 0):,.1f} | "
-                     f"{row.get('allocation_ratio', 0):.4f} | {row.get('rejected_pods', 0):,} |")
+        lines.append(
+            f"| {name} | {row.get('unallocated_gpus_at_saturation', 0):,.1f} | "
+            f"{row.get('allocation_ratio', 0):.4f} | {row.get('rejected_pods', 0):,} |"
+        )
     return "\n".join(lines)
 
 

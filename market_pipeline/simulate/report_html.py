@@ -19,8 +19,13 @@ from market_pipeline.simulate.report import (  # noqa: E402
     targets_table_markdown,
 )
 
-COLORS = {"static": "#7f7f7f", "utilization": "#1f77b4", "stackelberg": "#d62728", "clairvoyant": "#2ca02c",
-          "claims": "#ff7f0e"}
+COLORS = {
+    "static": "#7f7f7f",
+    "utilization": "#1f77b4",
+    "stackelberg": "#d62728",
+    "clairvoyant": "#2ca02c",
+    "claims": "#ff7f0e",
+}
 
 
 def _png(fig: Any) -> bytes:
@@ -37,7 +42,13 @@ def price_plot(report: dict[str, Any]) -> bytes:
         color = COLORS.get(name)
         ax.plot(series["hours"], s["price_guaranteed_rel"], color=color, label=f"{name} guaranteed")
         if name == "stackelberg":
-            ax.plot(series["hours"], s["price_drainable_rel"], color=color, linestyle="--", label=f"{name} drainable")
+            ax.plot(
+                series["hours"],
+                s["price_drainable_rel"],
+                color=color,
+                linestyle="--",
+                label=f"{name} drainable",
+            )
     ax.set_xlabel("hour")
     ax.set_ylabel("price / list price (capacity-weighted)")
     ax.set_title("Price over time")
@@ -53,8 +64,14 @@ def utilization_plot(report: dict[str, Any]) -> bytes:
     load = series.get("load_index")
     if load is not None:
         ratio = report["inputs"]["target_utilization"]
-        ax.plot(series["hours"], [v * ratio for v in load], color="black", linewidth=0.8, linestyle=":",
-                label="offered load (list price) / capacity")
+        ax.plot(
+            series["hours"],
+            [v * ratio for v in load],
+            color="black",
+            linewidth=0.8,
+            linestyle=":",
+            label="offered load (list price) / capacity",
+        )
     ax.set_xlabel("hour")
     ax.set_ylabel("allocated GPUs / capacity")
     ax.set_title("GPU utilisation over time")
@@ -66,8 +83,9 @@ def cost_plot(report: dict[str, Any]) -> bytes:
     names = list(report["strategies"])
     fig, ax = plt.subplots(figsize=(6, 3.2))
     width = 0.38
-    for offset, (key, label) in enumerate((("elastic_cost_per_gpu_hour", "elastic"),
-                                            ("rigid_cost_per_gpu_hour", "rigid"))):
+    for offset, (key, label) in enumerate(
+        (("elastic_cost_per_gpu_hour", "elastic"), ("rigid_cost_per_gpu_hour", "rigid"))
+    ):
         values = [report["strategies"][n].get(key) or 0.0 for n in names]
         ax.bar([i + (offset - 0.5) * width for i in range(len(names))], values, width, label=label)
     ax.set_xticks(range(len(names)), names)
@@ -83,8 +101,13 @@ def placement_plot(report: dict[str, Any]) -> bytes:
     fig, ax = plt.subplots(figsize=(6, 3.2))
     ax.bar(names, [placement[n]["unallocated_gpus_at_saturation"] for n in names], color="#2ca02c")
     for i, n in enumerate(names):
-        ax.annotate(f"{placement[n]['allocation_ratio']:.3f}", (i, placement[n]["unallocated_gpus_at_saturation"]),
-                    ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            f"{placement[n]['allocation_ratio']:.3f}",
+            (i, placement[n]["unallocated_gpus_at_saturation"]),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     ax.set_ylabel("unallocated GPUs at saturation")
     ax.set_title("Placement at saturation (label: allocation ratio)")
     return _png(fig)
@@ -101,8 +124,12 @@ def summary_png(report: dict[str, Any]) -> bytes:
     left.legend(fontsize=7)
     names = list(report["strategies"])
     for offset, key in enumerate(("elastic_cost_per_gpu_hour", "rigid_cost_per_gpu_hour")):
-        right.bar([i + (offset - 0.5) * 0.38 for i in range(len(names))],
-                  [report["strategies"][n].get(key) or 0.0 for n in names], 0.38, label=key.split("_")[0])
+        right.bar(
+            [i + (offset - 0.5) * 0.38 for i in range(len(names))],
+            [report["strategies"][n].get(key) or 0.0 for n in names],
+            0.38,
+            label=key.split("_")[0],
+        )
     right.set_xticks(range(len(names)), names, fontsize=7)
     right.set_title("cost per GPU-hour")
     right.legend(fontsize=7)
@@ -122,8 +149,11 @@ def _md_table(markdown: str) -> str:
 
 
 def render_html(report: dict[str, Any]) -> str:
-    plots = [_img(price_plot(report), "price over time"), _img(utilization_plot(report), "utilisation over time"),
-             _img(cost_plot(report), "cost by tenant class")]
+    plots = [
+        _img(price_plot(report), "price over time"),
+        _img(utilization_plot(report), "utilisation over time"),
+        _img(cost_plot(report), "cost by tenant class"),
+    ]
     if report.get("placement"):
         plots.append(_img(placement_plot(report), "placement comparison"))
     facts = {k: report["inputs"][k] for k in report["inputs"] if k not in ("pools",)}

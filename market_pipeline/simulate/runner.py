@@ -19,13 +19,20 @@ from market_pipeline.simulate.arrivals import initial_population
 from market_pipeline.simulate.cluster import pod_requests, typical_pods
 from market_pipeline.simulate.engine import RunInputs, StrategyRun
 from market_pipeline.simulate.errors import SimulationInputError
-from market_pipeline.simulate.learning import requested_at_list
 from market_pipeline.simulate.inputs import FleetNodes, LoadProfile, PodTable
+from market_pipeline.simulate.learning import requested_at_list
 from market_pipeline.simulate.metrics import StrategyResult
 from market_pipeline.simulate.pricing import PricingStrategy, StaticPricing, UtilizationPricing
 from market_pipeline.simulate.settings import SimulationSettings, pool_prices
 from market_pipeline.simulate.stackelberg import StackelbergPricing, learning_strategy
-from market_pipeline.simulate.tenants import Pool, best_response, build_pools, calibrate, pod_fits_pool, resource_set
+from market_pipeline.simulate.tenants import (
+    Pool,
+    best_response,
+    build_pools,
+    calibrate,
+    pod_fits_pool,
+    resource_set,
+)
 
 HELIOS_EPOCH = dt.datetime(2020, 5, 1, tzinfo=dt.UTC)  # first minute of the Helios Earth files
 
@@ -45,8 +52,10 @@ def load_window(load: LoadProfile, settings: SimulationSettings, fleet_gpus: int
     GPU-hours), so the initial population is sized by the history's mean index, not by the
     instant at which the window happens to start."""
     if load.step_minutes != settings.tick_minutes:
-        raise SimulationInputError(f"load {load.source}: step {load.step_minutes} min differs from the tick "
-                                   f"{settings.tick_minutes} min")
+        raise SimulationInputError(
+            f"load {load.source}: step {load.step_minutes} min differs from the tick "
+            f"{settings.tick_minutes} min"
+        )
     per_day = 1440 // settings.tick_minutes
     start = int(round(settings.load_start_day * per_day)) - settings.warmup_ticks
     index = load.window(start, settings.warmup_ticks + settings.ticks)
@@ -56,34 +65,77 @@ def load_window(load: LoadProfile, settings: SimulationSettings, fleet_gpus: int
     return LoadWindow(index, history, settings.load_target * fleet_gpus, initial)
 
 
-def build_inputs(config: MarketPipelineConfig, settings: SimulationSettings, pods: PodTable,
-                 nodes: FleetNodes, load: LoadProfile) -> RunInputs:
+def build_inputs(
+    config: MarketPipelineConfig,
+    settings: SimulationSettings,
+    pods: PodTable,
+    nodes: FleetNodes,
+    load: LoadProfile,
+) -> RunInputs:
     """The shared inputs: pools, calibrated tenants, arrival floor and the initial jobs."""
     prices = pool_prices(nodes.model_names(), config, settings.economics)
     pools = build_pools(nodes, prices)
     window = load_window(load, settings, nodes.total_gpus)
     model = calibrate(pods, nodes, pools, window.level_gpus, settings.economics)
     # the claims a learning strategy prices with: the class claims, no spread, no swing, no latent demand
-    claims = calibrate(pods, nodes, pools, window.level_gpus, replace(
-        settings.economics, elastic_elasticity=settings.claims_elastic[0], rigid_elasticity=settings.claims_rigid[0],
-        elasticity_spread=0.0, elasticity_tod_swing=0.0, latent_elastic_ratio=0.0))
+    claims = calibrate(
+        pods,
+        nodes,
+        pools,
+        window.level_gpus,
+        replace(
+            settings.economics,
+            elastic_elasticity=settings.claims_elastic[0],
+            rigid_elasticity=settings.claims_rigid[0],
+            elasticity_spread=0.0,
+            elasticity_tod_swing=0.0,
+            latent_elastic_ratio=0.0,
+        ),
+    )
     requests = tuple(pod_requests(pods))
     resources = resource_set(pools)
     floor = best_response(model, resources.price_min)
     if model.hourly:  # the envelope over the day: one candidate stream whose thinning ratio at a
         # given price is the same at every hour (static's list price never serves deferred work)
         floor = np.max([best_response(model, resources.price_min, h) for h in range(24)], axis=0)
-    base = requested_at_list(claims.base_demand, claims.mean_gpu_hours, claims.elastic, claims.pods_by_cell,
-                             claims.cell_weights, pods.gpus)
+    base = requested_at_list(
+        claims.base_demand,
+        claims.mean_gpu_hours,
+        claims.elastic,
+        claims.pods_by_cell,
+        claims.cell_weights,
+        pods.gpus,
+    )
     initial = initial_population(model, pods, model.base_demand * window.initial_index, settings.seed)
     sla = settings.rigid_sla_wait_s or config.guardrails.task_drain.max_total_seconds
-    epoch = HELIOS_EPOCH + dt.timedelta(days=settings.load_start_day - settings.warmup_ticks * settings.tick_minutes / 1440)
-    return RunInputs(config, settings, pods, nodes, pools, model, requests, typical_pods(list(requests)),
-                     window.index, window.history, floor, initial, epoch, float(sla),
-                     spill_order(pods, nodes, pools), window.initial_index, claims, base)
+    epoch = HELIOS_EPOCH + dt.timedelta(
+        days=settings.load_start_day - settings.warmup_ticks * settings.tick_minutes / 1440
+    )
+    return RunInputs(
+        config,
+        settings,
+        pods,
+        nodes,
+        pools,
+        model,
+        requests,
+        typical_pods(list(requests)),
+        window.index,
+        window.history,
+        floor,
+        initial,
+        epoch,
+        float(sla),
+        spill_order(pods, nodes, pools),
+        window.initial_index,
+        claims,
+        base,
+    )
 
 
-def spill_order(pods: PodTable, nodes: FleetNodes, pools: tuple[Pool, ...]) -> tuple[tuple[tuple[int, ...], ...], ...]:
+def spill_order(
+    pods: PodTable, nodes: FleetNodes, pools: tuple[Pool, ...]
+) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """[pool][pod] -> the other pools the pod fits, nearest list price first (the tenant's
     bill changes least), larger pool first on a tie. Pods that fit the same pools share one
     tuple."""
@@ -91,8 +143,10 @@ def spill_order(pods: PodTable, nodes: FleetNodes, pools: tuple[Pool, ...]) -> t
     price = [p.prices.list_price for p in pools]
     out = []
     for r in range(len(pools)):
-        others = sorted((q for q in range(len(pools)) if q != r),
-                        key=lambda q: (abs(price[q] - price[r]), -pools[q].gpus, q))
+        others = sorted(
+            (q for q in range(len(pools)) if q != r),
+            key=lambda q: (abs(price[q] - price[r]), -pools[q].gpus, q),
+        )
         by_pattern: dict[bytes, tuple[int, ...]] = {}
         row = []
         for pattern in fits:
@@ -110,11 +164,18 @@ def make_strategy(name: str, inputs: RunInputs) -> PricingStrategy:
     if name == "utilization":
         return UtilizationPricing(inputs.pools, inputs.settings.economics)
     if name == "clairvoyant":  # the same tick on the true population, hour by hour
-        return StackelbergPricing(inputs.model, inputs.pools, inputs.config, inputs.settings, epoch=inputs.epoch,
-                                  name="clairvoyant")
+        return StackelbergPricing(
+            inputs.model, inputs.pools, inputs.config, inputs.settings, epoch=inputs.epoch, name="clairvoyant"
+        )
     if name == "claims":  # the tick on the claims alone: no fit, no experiment
-        return StackelbergPricing(inputs.claims or inputs.model, inputs.pools, inputs.config, inputs.settings,
-                                  epoch=inputs.epoch, name="claims")
+        return StackelbergPricing(
+            inputs.claims or inputs.model,
+            inputs.pools,
+            inputs.config,
+            inputs.settings,
+            epoch=inputs.epoch,
+            name="claims",
+        )
     if name == "stackelberg":
         return learning_strategy(inputs)
     raise SimulationInputError(f"unknown strategy {name!r}")
@@ -137,9 +198,12 @@ def _run_one(name: str) -> StrategyResult:
     return StrategyRun(inputs, make_strategy(name, inputs)).run(tick)
 
 
-def run_strategies(inputs: RunInputs, workers: int | None = None,
-                   progress: Callable[[int, int], None] | None = None,
-                   side_task: Callable[[], Any] | None = None) -> tuple[dict[str, StrategyResult], Any]:
+def run_strategies(
+    inputs: RunInputs,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    side_task: Callable[[], Any] | None = None,
+) -> tuple[dict[str, StrategyResult], Any]:
     """Every strategy of the settings on the same inputs, plus `side_task` (the placement
     comparison) in the same worker pool; `progress(done_ticks, total)`. Returns the results
     by strategy and the side task's result (None without one)."""
@@ -173,8 +237,9 @@ def _run_side() -> Any:
     return _SHARED["side_task"]()
 
 
-def _run_serial(inputs: RunInputs, names: tuple[str, ...], total: int,
-                progress: Callable[[int, int], None] | None) -> dict[str, StrategyResult]:
+def _run_serial(
+    inputs: RunInputs, names: tuple[str, ...], total: int, progress: Callable[[int, int], None] | None
+) -> dict[str, StrategyResult]:
     results = {}
     done = 0
 

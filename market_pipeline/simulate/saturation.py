@@ -25,13 +25,24 @@ def experiment_from_files(nodes: str | Path, pods: str | Path) -> PlacementInput
 def experiment_from_tables(nodes: FleetNodes, pods: PodTable) -> PlacementInputs:
     """The same experiment on in-memory tables (GPU nodes and GPU pods only)."""
     capacity = ClusterCapacity.build(
-        list(nodes.node_ids), list(nodes.models), nodes.gpus.tolist(), nodes.cpu_milli.tolist(),
+        list(nodes.node_ids),
+        list(nodes.models),
+        nodes.gpus.tolist(),
+        nodes.cpu_milli.tolist(),
         nodes.mem_mib.tolist(),
         mig_sizes_by_model={m: nodes.spec(m).mig_slice_sizes for m in nodes.model_names()},
-        nvlink_domain_by_model={m: nodes.spec(m).nvlink_domain for m in nodes.model_names()})
-    requests = [PodRequest(int(n), int(m), int(c), int(mem), spec) for n, m, c, mem, spec in
-                zip(pods.num_gpu.tolist(), pods.gpu_milli.tolist(), pods.cpu_milli.tolist(),
-                    pods.mem_mib.tolist(), pods.gpu_spec)]
+        nvlink_domain_by_model={m: nodes.spec(m).nvlink_domain for m in nodes.model_names()},
+    )
+    requests = [
+        PodRequest(int(n), int(m), int(c), int(mem), spec)
+        for n, m, c, mem, spec in zip(
+            pods.num_gpu.tolist(),
+            pods.gpu_milli.tolist(),
+            pods.cpu_milli.tolist(),
+            pods.mem_mib.tolist(),
+            pods.gpu_spec,
+        )
+    ]
     return capacity, requests
 
 

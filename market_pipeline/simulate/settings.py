@@ -131,10 +131,14 @@ class EconomicAssumptions:
         }
         for name, ok in checks.items():
             if not ok:
-                raise SimulationInputError(f"economic assumption {name}={getattr(self, name)!r} is out of range")
+                raise SimulationInputError(
+                    f"economic assumption {name}={getattr(self, name)!r} is out of range"
+                )
         overlap = set(self.elastic_qos) & set(self.rigid_qos)
         if overlap:
-            raise SimulationInputError(f"economic assumptions: QoS {sorted(overlap)} is both elastic and rigid")
+            raise SimulationInputError(
+                f"economic assumptions: QoS {sorted(overlap)} is both elastic and rigid"
+            )
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,9 @@ class SimulationSettings:
         if unknown or not self.strategies:
             raise SimulationInputError(f"strategies {unknown or '[]'}: choose from {list(STRATEGY_NAMES)}")
         if self.placement_policy not in PLACEMENT_NAMES:
-            raise SimulationInputError(f"placement policy {self.placement_policy!r}: choose from {list(PLACEMENT_NAMES)}")
+            raise SimulationInputError(
+                f"placement policy {self.placement_policy!r}: choose from {list(PLACEMENT_NAMES)}"
+            )
         if not 0 <= self.warmup_days <= 31:
             raise SimulationInputError(f"warmup_days={self.warmup_days}: must be in [0, 31]")
         if self.load_start_day < 0 or self.forecast_every_ticks < 1:
@@ -193,7 +199,11 @@ class SimulationSettings:
 
     @property
     def load_target(self) -> float:
-        return self.target_utilization if self.target_utilization is not None else WorkloadParams().target_utilisation
+        return (
+            self.target_utilization
+            if self.target_utilization is not None
+            else WorkloadParams().target_utilisation
+        )
 
     @property
     def ticks(self) -> int:
@@ -234,8 +244,9 @@ def _median(values: list[float], default: float) -> float:
     return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
-def pool_prices(models: tuple[str, ...], config: MarketPipelineConfig,
-                economics: EconomicAssumptions) -> tuple[PoolPrices, ...]:
+def pool_prices(
+    models: tuple[str, ...], config: MarketPipelineConfig, economics: EconomicAssumptions
+) -> tuple[PoolPrices, ...]:
     """List price, unit cost and bounds per GPU model: a configured pool's own numbers where
     the config has one, else the shipped GPU catalog's list price (`fleet.gpu_catalog`) with
     the configured pools' median ratios as bounds and `unit_cost_share` of it as cost."""
@@ -256,7 +267,17 @@ def pool_prices(models: tuple[str, ...], config: MarketPipelineConfig,
             price = entry.list_price_per_gpu_hour
             low, high = floor * price, ceiling * price
         cost = gpu.cost_per_gpu_hour if gpu is not None else economics.unit_cost_share * price
-        out.append(PoolPrices(model, price, cost, economics.avoidable_cost_share * cost, low, high,
-                              min(high, cap * price),
-                              market.drainable_discount_min, market.drainable_discount_max))
+        out.append(
+            PoolPrices(
+                model,
+                price,
+                cost,
+                economics.avoidable_cost_share * cost,
+                low,
+                high,
+                min(high, cap * price),
+                market.drainable_discount_min,
+                market.drainable_discount_max,
+            )
+        )
     return tuple(out)

@@ -27,14 +27,34 @@ def config_fleet(config: MarketPipelineConfig) -> FleetNodes:
     on = catalog.nodes
     fleet = FleetNodes.from_catalog(catalog)
     keep = np.array([n.initial_state is NodeState.ON for n in on if n.gpus > 0])
-    return FleetNodes(tuple(np.asarray(fleet.node_ids)[keep].tolist()), tuple(np.asarray(fleet.models)[keep].tolist()),
-                      fleet.gpus[keep], fleet.cpu_milli[keep], fleet.mem_mib[keep], fleet.specs, "config pools")
+    return FleetNodes(
+        tuple(np.asarray(fleet.node_ids)[keep].tolist()),
+        tuple(np.asarray(fleet.models)[keep].tolist()),
+        fleet.gpus[keep],
+        fleet.cpu_milli[keep],
+        fleet.mem_mib[keep],
+        fleet.specs,
+        "config pools",
+    )
 
 
-def small_report(config: MarketPipelineConfig, days: float = 1.0, seed: int = 0, shapes: int = 2000,
-                 workers: int | None = 1) -> dict[str, Any]:
+def small_report(
+    config: MarketPipelineConfig,
+    days: float = 1.0,
+    seed: int = 0,
+    shapes: int = 2000,
+    workers: int | None = 1,
+) -> dict[str, Any]:
     pods = PodTable.from_shapes(builtin_shapes(np.random.default_rng([seed, 11]), shapes))
     settings = SimulationSettings(days=days, seed=seed, load_start_day=HISTORY_DAYS)
     load = diurnal_load(int(math.ceil(HISTORY_DAYS + days)) + 1, settings.tick_minutes, seed=seed)
-    return simulate(config, settings, pods, config_fleet(config), load, placement=PLACEMENT_NAMES,
-                    workers=workers, sources={"pods": "built-in shapes", "load": load.source})
+    return simulate(
+        config,
+        settings,
+        pods,
+        config_fleet(config),
+        load,
+        placement=PLACEMENT_NAMES,
+        workers=workers,
+        sources={"pods": "built-in shapes", "load": load.source},
+    )

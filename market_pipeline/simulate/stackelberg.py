@@ -33,12 +33,12 @@ from market_pipeline.demand_response.experiments import ExperimentSettings
 from market_pipeline.forecast import fit_and_forecast
 from market_pipeline.guardrails.backlog import BacklogParams
 from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem, demand_at, solve_followers
-from market_pipeline.tick.pricing import solver_settings
 from market_pipeline.simulate.learning import ResponseLearner
 from market_pipeline.simulate.pricing import ELASTIC, RIGID, MarketView, PriceDecision
 from market_pipeline.simulate.settings import SimulationSettings
 from market_pipeline.simulate.tenants import Pool, TenantModel, resource_set
 from market_pipeline.tick import PoolTickInput, Promises, run_market_tick
+from market_pipeline.tick.pricing import solver_settings
 
 if TYPE_CHECKING:
     from market_pipeline.simulate.engine import RunInputs
@@ -50,9 +50,17 @@ DRAINABLE_CAPACITY_FLOOR = 0.02  # share of the pool: the drainable class is nev
 class StackelbergPricing:
     drains = True
 
-    def __init__(self, model: TenantModel, pools: tuple[Pool, ...], config: MarketPipelineConfig,
-                 settings: SimulationSettings, *, learner: ResponseLearner | None = None,
-                 epoch: dt.datetime | None = None, name: str = "stackelberg") -> None:
+    def __init__(
+        self,
+        model: TenantModel,
+        pools: tuple[Pool, ...],
+        config: MarketPipelineConfig,
+        settings: SimulationSettings,
+        *,
+        learner: ResponseLearner | None = None,
+        epoch: dt.datetime | None = None,
+        name: str = "stackelberg",
+    ) -> None:
         self.name = name
         self.model = model
         self.learner = learner
@@ -62,17 +70,26 @@ class StackelbergPricing:
         self.settings = settings
         self.solver = solver_settings(config)  # the live pipeline's solver settings
         cap = settings.economics.guaranteed_cap or config.market.guaranteed_price_cap
-        self.promises = Promises(max_step=config.market.max_price_step, guaranteed_cap=cap,
-                                 discount_min=config.market.drainable_discount_min,
-                                 discount_max=config.market.drainable_discount_max)
+        self.promises = Promises(
+            max_step=config.market.max_price_step,
+            guaranteed_cap=cap,
+            discount_min=config.market.drainable_discount_min,
+            discount_max=config.market.drainable_discount_max,
+        )
         self.efficiency = settings.economics.packing_efficiency
         self._forecast: tuple[int, np.ndarray, np.ndarray] | None = None
         backlog = config.guardrails.backlog
-        self.params = [BacklogParams(residual_share=backlog.residual_floor_share,
-                                     elasticity=backlog.price_elasticity, margin_fraction=backlog.drift_margin,
-                                     min_margin_gpus=backlog.drift_margin_min_gpus,
-                                     price_min=p.prices.price_min, price_max=p.prices.guaranteed_max)
-                       for p in pools]
+        self.params = [
+            BacklogParams(
+                residual_share=backlog.residual_floor_share,
+                elasticity=backlog.price_elasticity,
+                margin_fraction=backlog.drift_margin,
+                min_margin_gpus=backlog.drift_margin_min_gpus,
+                price_min=p.prices.price_min,
+                price_max=p.prices.guaranteed_max,
+            )
+            for p in pools
+        ]
         self.solves = {"converged": 0, "capacity_infeasible": 0, "fallback": 0}
         top = torch.as_tensor(resource_set(pools).price_max)
         population = model.population.on("cpu")
@@ -87,9 +104,13 @@ class StackelbergPricing:
         if self._forecast is None or view.tick - self._forecast[0] >= every:
             history = view.index_history
             if self.learner is not None:  # the trace before the window, then the loop's own estimate
-                history = np.concatenate([history[:history.size - view.tick], self.learner.index])
-            fc = fit_and_forecast(history, step_minutes=self.settings.tick_minutes, horizon_steps=every,
-                                  prior=float(np.nanmean(history)) if np.isfinite(history).any() else 1.0)
+                history = np.concatenate([history[: history.size - view.tick], self.learner.index])
+            fc = fit_and_forecast(
+                history,
+                step_minutes=self.settings.tick_minutes,
+                horizon_steps=every,
+                prior=float(np.nanmean(history)) if np.isfinite(history).any() else 1.0,
+            )
             self._forecast = (view.tick, fc.q50, fc.q90)
         start, q50, q90 = self._forecast
         step = min(view.tick - start, q50.size - 1)
@@ -101,8 +122,13 @@ class StackelbergPricing:
         hour = int(((self.epoch_s + view.time_s) % 86_400) // 3600)
         response: dict[str, float] = {}
         if self.learner is not None:
-            self.learner.observe(view.tick, view.time_s - self.settings.tick_seconds, view.last_prices, view.bought,
-                                 self.settings.tick_seconds / 3600.0)
+            self.learner.observe(
+                view.tick,
+                view.time_s - self.settings.tick_seconds,
+                view.last_prices,
+                view.bought,
+                self.settings.tick_seconds / 3600.0,
+            )
             self.learner.maybe_refit(view.tick)
             response = self.learner.response()
         median, upper = self._index_forecast(view)
@@ -118,9 +144,13 @@ class StackelbergPricing:
         self.shielded += sum(r.shielded for r in tick.pools)
         self.undrainable += sum(not r.certified for r in tick.pools)
         notes = [f"{r.pool_id}: {r.guaranteed_reason}" for r in tick.pools if r.shielded or not r.certified]
-        info: dict[str, Any] = {"status": tick.status, "index_median": median, "index_upper": upper,
-                                "kkt": tick.report.kkt_residual if tick.report is not None else 0.0,
-                                "shield": notes}
+        info: dict[str, Any] = {
+            "status": tick.status,
+            "index_median": median,
+            "index_upper": upper,
+            "kkt": tick.report.kkt_residual if tick.report is not None else 0.0,
+            "shield": notes,
+        }
         return PriceDecision(tick.prices(), info)
 
     def _pool_inputs(self, view: MarketView, problem: MarketProblem, spread: float) -> list[PoolTickInput]:
@@ -130,16 +160,24 @@ class StackelbergPricing:
         out = []
         for r, pool in enumerate(self.pools):
             g, d = 2 * r, 2 * r + 1
-            out.append(PoolTickInput(
-                pool_id=pool.pool_id, list_price=pool.prices.list_price, price_min=pool.prices.price_min,
-                price_max=pool.prices.price_max, node_gpus=float(pool.max_node_gpus),
-                serving_gpus=float(view.capacity[r]), reachable_gpus=float(view.capacity[r]),
-                demand_gpus=float(view.demand[r]),
-                backlog_gpus=max(float(view.pending[r].sum()), 0.0),  # float drift: -1e-15
-                forecast_upper_gpus=float((at_in_force[g] + at_in_force[d]) * spread),
-                in_force_guaranteed=float(view.last_prices[g]), in_force_drainable=float(view.last_prices[d]),
-                forecast_price=float(view.last_prices[g]), backlog=self.params[r],
-            ))
+            out.append(
+                PoolTickInput(
+                    pool_id=pool.pool_id,
+                    list_price=pool.prices.list_price,
+                    price_min=pool.prices.price_min,
+                    price_max=pool.prices.price_max,
+                    node_gpus=float(pool.max_node_gpus),
+                    serving_gpus=float(view.capacity[r]),
+                    reachable_gpus=float(view.capacity[r]),
+                    demand_gpus=float(view.demand[r]),
+                    backlog_gpus=max(float(view.pending[r].sum()), 0.0),  # float drift: -1e-15
+                    forecast_upper_gpus=float((at_in_force[g] + at_in_force[d]) * spread),
+                    in_force_guaranteed=float(view.last_prices[g]),
+                    in_force_drainable=float(view.last_prices[d]),
+                    forecast_price=float(view.last_prices[g]),
+                    backlog=self.params[r],
+                )
+            )
         return out
 
     def _capacities(self, view: MarketView) -> np.ndarray:
@@ -151,8 +189,12 @@ class StackelbergPricing:
         return out
 
     def summary(self) -> dict[str, Any]:
-        out = {"solves": dict(self.solves), "shielded_ticks": self.shielded,
-               "undrainable_pool_ticks": self.undrainable, "solve_seconds": round(self.solve_seconds, 3)}
+        out = {
+            "solves": dict(self.solves),
+            "shielded_ticks": self.shielded,
+            "undrainable_pool_ticks": self.undrainable,
+            "solve_seconds": round(self.solve_seconds, 3),
+        }
         if self.learner is not None:
             out["learning"] = self.learner.summary()
         return out
@@ -168,13 +210,26 @@ def learning_strategy(inputs: RunInputs) -> StackelbergPricing:
         return StackelbergPricing(claims, pools, inputs.config, s, epoch=inputs.epoch)
     res = resource_set(pools)
     dr = inputs.config.demand_response
-    experiments = ExperimentSettings(amplitude=s.experiment_amplitude, stop_relative_width=dr.stop_relative_width,
-                                     stop_absolute_width=dr.stop_absolute_width, level=dr.interval_level, seed=s.seed)
+    experiments = ExperimentSettings(
+        amplitude=s.experiment_amplitude,
+        stop_relative_width=dr.stop_relative_width,
+        stop_absolute_width=dr.stop_absolute_width,
+        level=dr.interval_level,
+        seed=s.seed,
+    )
     strategy = StackelbergPricing(claims, pools, inputs.config, s, epoch=inputs.epoch)
     strategy.learner = ResponseLearner(
-        tuple(p.pool_id for p in pools), np.repeat([p.prices.list_price for p in pools], 2), res.unit_cost,
-        res.price_max, inputs.base_requested, inputs.epoch, {GUARANTEED: s.claims_rigid, DRAINABLE: s.claims_elastic},
-        s.refit_every_ticks, experiments, strategy.promises)
+        tuple(p.pool_id for p in pools),
+        np.repeat([p.prices.list_price for p in pools], 2),
+        res.unit_cost,
+        res.price_max,
+        inputs.base_requested,
+        inputs.epoch,
+        {GUARANTEED: s.claims_rigid, DRAINABLE: s.claims_elastic},
+        s.refit_every_ticks,
+        experiments,
+        strategy.promises,
+    )
     return strategy
 
 

@@ -98,15 +98,28 @@ def build_pools(nodes: FleetNodes, prices: tuple[PoolPrices, ...]) -> tuple[Pool
     pools = []
     for index, price in enumerate(prices):
         rows = np.flatnonzero(models == price.model)
-        pools.append(Pool(index, price.model, f"{price.model}@{ZONE}", rows, int(nodes.gpus[rows].sum()),
-                          int(nodes.gpus[rows].max()), price))
+        pools.append(
+            Pool(
+                index,
+                price.model,
+                f"{price.model}@{ZONE}",
+                rows,
+                int(nodes.gpus[rows].sum()),
+                int(nodes.gpus[rows].max()),
+                price,
+            )
+        )
     return tuple(pools)
 
 
 def pod_fits_pool(pods: PodTable, nodes: FleetNodes, pool: Pool) -> np.ndarray:
     """(P,) bool: some node of the pool has the GPUs, CPU and memory of the pod, and the
     pod's gpu_spec (if any) allows the pool's model."""
-    gpus, cpu, mem = nodes.gpus[pool.node_rows], nodes.cpu_milli[pool.node_rows], nodes.mem_mib[pool.node_rows]
+    gpus, cpu, mem = (
+        nodes.gpus[pool.node_rows],
+        nodes.cpu_milli[pool.node_rows],
+        nodes.mem_mib[pool.node_rows],
+    )
     fits = np.zeros(pods.size, dtype=bool)
     # distinct node shapes are few: test each shape against every pod
     for g, c, m in set(zip(gpus.tolist(), cpu.tolist(), mem.tolist())):
@@ -130,12 +143,23 @@ def resource_set(pools: tuple[Pool, ...], capacity: np.ndarray | None = None) ->
             cost.append(pp.serve_cost)
             drain_floor = (1.0 - pp.discount_max) * pp.price_min
             low.append(pp.price_min if cls == GUARANTEED else drain_floor)
-            high.append(pp.guaranteed_max if cls == GUARANTEED else (1.0 - pp.discount_min) * pp.guaranteed_max)
+            high.append(
+                pp.guaranteed_max if cls == GUARANTEED else (1.0 - pp.discount_min) * pp.guaranteed_max
+            )
             dmin.append(pp.discount_min)
             dmax.append(pp.discount_max)
     cap = np.full(len(names), np.inf) if capacity is None else np.asarray(capacity, dtype=np.float64)
-    return ResourceSet(tuple(names), cap, np.array(cost), np.array(low), np.array(high), tuple(classes),
-                       tuple(pool_ids), np.array(dmin), np.array(dmax))
+    return ResourceSet(
+        tuple(names),
+        cap,
+        np.array(cost),
+        np.array(low),
+        np.array(high),
+        tuple(classes),
+        tuple(pool_ids),
+        np.array(dmin),
+        np.array(dmax),
+    )
 
 
 ELASTICITY_FLOOR = 0.02  # the isoelastic family needs e > 0: a class stated at 0 is nearly inelastic
@@ -157,8 +181,13 @@ def _elasticities(elastic: np.ndarray, economics: EconomicAssumptions) -> np.nda
     return out
 
 
-def calibrate(pods: PodTable, nodes: FleetNodes, pools: tuple[Pool, ...], level_gpus: float,
-              economics: EconomicAssumptions) -> TenantModel:
+def calibrate(
+    pods: PodTable,
+    nodes: FleetNodes,
+    pools: tuple[Pool, ...],
+    level_gpus: float,
+    economics: EconomicAssumptions,
+) -> TenantModel:
     """The tenant population whose best response at the list prices is the trace's load."""
     if level_gpus <= 0:
         raise SimulationInputError(f"load level {level_gpus:.3g} GPUs: the trace's demand must be positive")
@@ -168,7 +197,8 @@ def calibrate(pods: PodTable, nodes: FleetNodes, pools: tuple[Pool, ...], level_
     unclassed = ~(is_elastic | is_rigid) & fits.any(axis=1)
     if unclassed.any():
         raise SimulationInputError(
-            f"economic assumptions: QoS {sorted(set(pods.qos[unclassed]))} is neither elastic nor rigid")
+            f"economic assumptions: QoS {sorted(set(pods.qos[unclassed]))} is neither elastic nor rigid"
+        )
     k = economics.tenants_per_class
     tenant_code = np.where(is_elastic, k, 0) + _tenant_of(pods.names, k)
     capacity = np.array([p.gpus for p in pools], dtype=np.float64)
@@ -178,7 +208,9 @@ def calibrate(pods: PodTable, nodes: FleetNodes, pools: tuple[Pool, ...], level_
     weight = pods.gpu_hours
     total = weight[usable].sum()
     if total <= 0:
-        raise SimulationInputError(f"pod list {pods.source}: no pod with a runtime fits any pool of the fleet")
+        raise SimulationInputError(
+            f"pod list {pods.source}: no pod with a runtime fits any pool of the fleet"
+        )
     ids, elastic, cells, chances, mean_gh, demand = [], [], [], [], [], []
     for code in np.unique(tenant_code[usable]):
         mine = np.flatnonzero(usable & (tenant_code == code))
@@ -209,18 +241,49 @@ def calibrate(pods: PodTable, nodes: FleetNodes, pools: tuple[Pool, ...], level_
     elasticity = np.concatenate([elasticity, elasticity[twins]])
     population = _population(ids, elastic_arr, elasticity, d0, pools, economics, twins)
     swing = economics.elasticity_tod_swing
-    hourly = tuple(_population(ids, elastic_arr, np.maximum(elasticity * tod_factor(h, swing), ELASTICITY_FLOOR),
-                               d0, pools, economics, twins) for h in range(24)) if swing > 0 else ()
+    hourly = (
+        tuple(
+            _population(
+                ids,
+                elastic_arr,
+                np.maximum(elasticity * tod_factor(h, swing), ELASTICITY_FLOOR),
+                d0,
+                pools,
+                economics,
+                twins,
+            )
+            for h in range(24)
+        )
+        if swing > 0
+        else ()
+    )
     d0 = np.concatenate([d0, np.zeros((twins.size, d0.shape[1]))])
-    model = TenantModel(tuple(ids), elastic_arr, elasticity, tuple(cells), tuple(chances), np.array(mean_gh),
-                        d0, population, float(level_gpus), latent, hourly)
+    model = TenantModel(
+        tuple(ids),
+        elastic_arr,
+        elasticity,
+        tuple(cells),
+        tuple(chances),
+        np.array(mean_gh),
+        d0,
+        population,
+        float(level_gpus),
+        latent,
+        hourly,
+    )
     _check_calibration(model, pools)
     return model
 
 
-def _population(ids: list[str], elastic: np.ndarray, elasticity: np.ndarray, d0: np.ndarray,
-                pools: tuple[Pool, ...], economics: EconomicAssumptions,
-                twins: np.ndarray | None = None) -> TenantPopulation:
+def _population(
+    ids: list[str],
+    elastic: np.ndarray,
+    elasticity: np.ndarray,
+    d0: np.ndarray,
+    pools: tuple[Pool, ...],
+    economics: EconomicAssumptions,
+    twins: np.ndarray | None = None,
+) -> TenantPopulation:
     """Steps 3 and 5 of the calibration: rows of d0 (the trace's tenants), then one latent
     row per entry of `twins` (a trace tenant's row index)."""
     twins = np.zeros(0, dtype=np.int64) if twins is None else twins
@@ -243,11 +306,21 @@ def _population(ids: list[str], elastic: np.ndarray, elasticity: np.ndarray, d0:
         else:  # latent twin: choke price p0, ratio * d0 of its twin at p0 / 2
             size = ratio * base[wanted] / (2.0 ** (1.0 / eta[j]) - 1.0)
             weight[j, cols[wanted]] = list_price[wanted] * size
-            budget[j] = (1.0 + economics.budget_headroom) * (0.5 * list_price[wanted] * ratio * base[wanted]).sum()
+            budget[j] = (1.0 + economics.budget_headroom) * (
+                0.5 * list_price[wanted] * ratio * base[wanted]
+            ).sum()
         saturation[j, cols[wanted]] = size
     drainable = np.tile([False, True], r)
-    return TenantPopulation.build(ids=ids, families=["isoelastic"] * t, weight=weight, saturation=saturation,
-                                  budget=budget, drainable_mask=drainable, eta=eta, drain_tolerant=elastic)
+    return TenantPopulation.build(
+        ids=ids,
+        families=["isoelastic"] * t,
+        weight=weight,
+        saturation=saturation,
+        budget=budget,
+        drainable_mask=drainable,
+        eta=eta,
+        drain_tolerant=elastic,
+    )
 
 
 def best_response(model: TenantModel, prices: np.ndarray, hour: int | None = None) -> np.ndarray:
@@ -273,4 +346,6 @@ def _check_calibration(model: TenantModel, pools: tuple[Pool, ...]) -> None:
         got = np.maximum(best_response(model, list_price_vector(pools), hour), 0.0)
         gap = max(gap, np.abs(got - model.base_demand).max() / max(model.base_demand.max(), 1e-12))
     if gap > 1e-6:
-        raise SimulationInputError(f"calibration failed: demand at the list price is off by {gap:.2e} (relative)")
+        raise SimulationInputError(
+            f"calibration failed: demand at the list price is off by {gap:.2e} (relative)"
+        )

@@ -43,12 +43,12 @@ def bare_append_seconds(table: pa.Table, path: Path) -> float:
     return seconds
 
 
-def bench_ingest(rows: int, bad_share: float = 0.001, workdir: str | None = None,
-                 repeats: int = 2, log=print) -> dict[str, float | int]:
+def bench_ingest(
+    rows: int, bad_share: float = 0.001, workdir: str | None = None, repeats: int = 2, log=print
+) -> dict[str, float | int]:
     """Best of `repeats` alternating runs of each contender (a shared machine is noisy)."""
     # String views: what polars hands to Arrow without copying, for both contenders.
-    table = fleet_samples(rows, bad_share=bad_share).to_arrow(
-        compat_level=pl.CompatLevel.newest())
+    table = fleet_samples(rows, bad_share=bad_share).to_arrow(compat_level=pl.CompatLevel.newest())
     now = FLEET_START + timedelta(minutes=rows // 8000 + 61)
     raw_runs: list[float] = []
     validated_runs: list[float] = []
@@ -60,12 +60,15 @@ def bench_ingest(rows: int, bad_share: float = 0.001, workdir: str | None = None
             target.unlink(missing_ok=True)
             warehouse = open_warehouse(target)
             started = time.perf_counter()
-            report = ingest_samples(warehouse, pl.from_arrow(table), source="bench",
-                                    policy=ValidationPolicy(now=now))
+            report = ingest_samples(
+                warehouse, pl.from_arrow(table), source="bench", policy=ValidationPolicy(now=now)
+            )
             validated_runs.append(time.perf_counter() - started)
-            log(f"run {attempt + 1}: bare append {raw_runs[-1]:.2f}s, validated ingest "
+            log(
+                f"run {attempt + 1}: bare append {raw_runs[-1]:.2f}s, validated ingest "
                 f"{validated_runs[-1]:.2f}s ({report.clean} clean, {report.quarantined} "
-                f"quarantined, {len(report.partitions)} partitions)")
+                f"quarantined, {len(report.partitions)} partitions)"
+            )
     raw, seconds = min(raw_runs), min(validated_runs)
     return {
         "rows": rows,
@@ -76,8 +79,13 @@ def bench_ingest(rows: int, bad_share: float = 0.001, workdir: str | None = None
     }
 
 
-def bench_checks(nodes: int = 1000, gpus_per_node: int = 8, workdir: str | None = None,
-                 telemetry: object | None = None, log=print) -> dict[str, object]:
+def bench_checks(
+    nodes: int = 1000,
+    gpus_per_node: int = 8,
+    workdir: str | None = None,
+    telemetry: object | None = None,
+    log=print,
+) -> dict[str, object]:
     """Ingest one hour of a fleet sampled each minute, then time every partition check."""
     from market_pipeline.config import TelemetryConfig
 
@@ -89,8 +97,9 @@ def bench_checks(nodes: int = 1000, gpus_per_node: int = 8, workdir: str | None 
     with tempfile.TemporaryDirectory(dir=workdir, prefix="bench-checks-") as scratch:
         warehouse = open_warehouse(Path(scratch) / "warehouse.duckdb")
         warehouse.append("fleet_gpus", _inventory(nodes, gpus_per_node, now))
-        policy = ValidationPolicy.from_config(telemetry, now=now, window=window,
-                                              known_gpu_uuids=fleet_gpu_uuids(nodes, gpus_per_node))
+        policy = ValidationPolicy.from_config(
+            telemetry, now=now, window=window, known_gpu_uuids=fleet_gpu_uuids(nodes, gpus_per_node)
+        )
         ingest_samples(warehouse, frame, source="bench", policy=policy)
         started = time.perf_counter()
         importlib.import_module("great_expectations")  # once per process, shown apart
@@ -99,21 +108,33 @@ def bench_checks(nodes: int = 1000, gpus_per_node: int = 8, workdir: str | None 
         started = time.perf_counter()
         result = evaluate_partition(warehouse, window.key, telemetry, now)
         seconds = time.perf_counter() - started
-    log(f"checks on {rows} rows: {seconds:.2f}s (great-expectations rules {result.rules.seconds:.2f}s)"
-        f"; importing great-expectations took {import_seconds:.2f}s more")
-    return {"rows": rows, "seconds": round(seconds, 3),
-            "gx_seconds": round(result.rules.seconds, 3),
-            "gx_import_seconds": round(import_seconds, 3), "passed": result.passed}
+    log(
+        f"checks on {rows} rows: {seconds:.2f}s (great-expectations rules {result.rules.seconds:.2f}s)"
+        f"; importing great-expectations took {import_seconds:.2f}s more"
+    )
+    return {
+        "rows": rows,
+        "seconds": round(seconds, 3),
+        "gx_seconds": round(result.rules.seconds, 3),
+        "gx_import_seconds": round(import_seconds, 3),
+        "passed": result.passed,
+    }
 
 
 def _inventory(nodes: int, gpus_per_node: int, now) -> pl.DataFrame:
     uuids = fleet_gpu_uuids(nodes, gpus_per_node)
-    return pl.DataFrame({
-        "gpu_uuid": uuids,
-        "node_id": [f"node-{i // gpus_per_node:05d}" for i in range(len(uuids))],
-        "gpu_index": [i % gpus_per_node for i in range(len(uuids))],
-        "gpu_model": ["H800"] * len(uuids),
-        "memory_total_mib": [81920] * len(uuids),
-        "observed_at": [now] * len(uuids),
-    }, schema_overrides={"gpu_index": pl.Int32, "memory_total_mib": pl.Int32,
-                         "observed_at": pl.Datetime("us", "UTC")})
+    return pl.DataFrame(
+        {
+            "gpu_uuid": uuids,
+            "node_id": [f"node-{i // gpus_per_node:05d}" for i in range(len(uuids))],
+            "gpu_index": [i % gpus_per_node for i in range(len(uuids))],
+            "gpu_model": ["H800"] * len(uuids),
+            "memory_total_mib": [81920] * len(uuids),
+            "observed_at": [now] * len(uuids),
+        },
+        schema_overrides={
+            "gpu_index": pl.Int32,
+            "memory_total_mib": pl.Int32,
+            "observed_at": pl.Datetime("us", "UTC"),
+        },
+    )

@@ -14,8 +14,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from market_pipeline.telemetry.gx_rules import RuleLimits, RulesReport, run_clean_rules
-from market_pipeline.telemetry.ingest import CLEAN_TABLE, LEDGER_TABLE, QUARANTINE_TABLE
-from market_pipeline.telemetry.ingest import known_gpu_uuids
+from market_pipeline.telemetry.ingest import CLEAN_TABLE, LEDGER_TABLE, QUARANTINE_TABLE, known_gpu_uuids
 from market_pipeline.telemetry.schema import SAMPLE_COLUMNS
 from market_pipeline.warehouse import Warehouse
 
@@ -50,8 +49,10 @@ class RateVerdict:
         if not self.stats.ingested:
             return f"partition {self.stats.partition_key} has not been ingested"
         relation = "<=" if self.passed else ">"
-        return (f"{self.stats.quarantined} of {self.stats.rows_in} rows quarantined "
-                f"({self.rate:.3%} {relation} {self.threshold:.3%})")
+        return (
+            f"{self.stats.quarantined} of {self.stats.rows_in} rows quarantined "
+            f"({self.rate:.3%} {relation} {self.threshold:.3%})"
+        )
 
 
 @dataclass(frozen=True)
@@ -86,15 +87,19 @@ class Freshness:
         if self.latest_ts is None:
             return "no clean telemetry at all"
         minutes = self.age.total_seconds() / 60
-        return (f"latest clean sample {self.latest_ts.isoformat()} (partition "
-                f"{self.latest_partition}) is {minutes:.1f} min old; allowed "
-                f"{self.max_age.total_seconds() / 60:.1f} min")
+        return (
+            f"latest clean sample {self.latest_ts.isoformat()} (partition "
+            f"{self.latest_partition}) is {minutes:.1f} min old; allowed "
+            f"{self.max_age.total_seconds() / 60:.1f} min"
+        )
 
 
 def quarantine_stats(warehouse: Warehouse, partition_key: str) -> QuarantineStats:
     ledger = warehouse.query(
         f"SELECT source, rows_in, clean, quarantined, by_reason FROM {LEDGER_TABLE} "
-        "WHERE partition_key = ? ORDER BY source", [partition_key])
+        "WHERE partition_key = ? ORDER BY source",
+        [partition_key],
+    )
     by_reason: dict[str, int] = {}
     for raw in ledger.get_column("by_reason").to_list():
         for reason, count in json.loads(raw).items():
@@ -111,8 +116,9 @@ def quarantine_stats(warehouse: Warehouse, partition_key: str) -> QuarantineStat
 
 def quarantine_rate_verdict(stats: QuarantineStats, threshold: float) -> RateVerdict:
     """Passes when the partition was ingested and its quarantine rate is within threshold."""
-    return RateVerdict(passed=stats.ingested and stats.rate <= threshold, rate=stats.rate,
-                       threshold=threshold, stats=stats)
+    return RateVerdict(
+        passed=stats.ingested and stats.rate <= threshold, rate=stats.rate, threshold=threshold, stats=stats
+    )
 
 
 def accounting(warehouse: Warehouse, partition_key: str) -> Accounting:
@@ -121,7 +127,8 @@ def accounting(warehouse: Warehouse, partition_key: str) -> Accounting:
               (SELECT coalesce(sum(rows_in), 0) FROM {LEDGER_TABLE} WHERE partition_key = $1),
               (SELECT count(*) FROM {CLEAN_TABLE} WHERE partition_key = $1),
               (SELECT count(*) FROM {QUARANTINE_TABLE} WHERE partition_key = $1)""",
-        [partition_key]).row(0)
+        [partition_key],
+    ).row(0)
     return Accounting(partition_key, int(row[0]), int(row[1]), int(row[2]))
 
 
@@ -135,12 +142,10 @@ def freshness(warehouse: Warehouse, now: datetime, max_age: timedelta) -> Freshn
 
 def clean_partition(warehouse: Warehouse, partition_key: str) -> pl.DataFrame:
     columns = ", ".join(SAMPLE_COLUMNS)
-    return warehouse.query(
-        f"SELECT {columns} FROM {CLEAN_TABLE} WHERE partition_key = ?", [partition_key])
+    return warehouse.query(f"SELECT {columns} FROM {CLEAN_TABLE} WHERE partition_key = ?", [partition_key])
 
 
-def clean_rules(warehouse: Warehouse, partition_key: str, telemetry: object,
-                now: datetime) -> RulesReport:
+def clean_rules(warehouse: Warehouse, partition_key: str, telemetry: object, now: datetime) -> RulesReport:
     """The great-expectations suite on one partition's clean rows."""
     limits = RuleLimits(
         now=now,
@@ -186,20 +191,26 @@ class PartitionChecks:
             "quarantine_rate": self.stats.rate,
             "quarantine_block": {"passed": self.block.passed, "threshold": self.block.threshold},
             "quarantine_warn": {"passed": self.warn.passed, "threshold": self.warn.threshold},
-            "accounting": {"passed": self.accounting.passed, "rows_in": self.accounting.rows_in,
-                           "clean": self.accounting.clean_rows,
-                           "quarantined": self.accounting.quarantined_rows},
-            "rules": {"passed": self.rules.passed, "rows": self.rules.rows,
-                      "seconds": round(self.rules.seconds, 3),
-                      "failed": [f"{r.expectation}({r.column})" for r in self.rules.failed]},
-            "freshness": {"passed": self.freshness.passed,
-                          "description": self.freshness.description},
+            "accounting": {
+                "passed": self.accounting.passed,
+                "rows_in": self.accounting.rows_in,
+                "clean": self.accounting.clean_rows,
+                "quarantined": self.accounting.quarantined_rows,
+            },
+            "rules": {
+                "passed": self.rules.passed,
+                "rows": self.rules.rows,
+                "seconds": round(self.rules.seconds, 3),
+                "failed": [f"{r.expectation}({r.column})" for r in self.rules.failed],
+            },
+            "freshness": {"passed": self.freshness.passed, "description": self.freshness.description},
             "by_reason": self.stats.by_reason,
         }
 
 
-def evaluate_partition(warehouse: Warehouse, partition_key: str, telemetry: object,
-                       now: datetime) -> PartitionChecks:
+def evaluate_partition(
+    warehouse: Warehouse, partition_key: str, telemetry: object, now: datetime
+) -> PartitionChecks:
     stats = quarantine_stats(warehouse, partition_key)
     return PartitionChecks(
         stats=stats,
@@ -207,6 +218,7 @@ def evaluate_partition(warehouse: Warehouse, partition_key: str, telemetry: obje
         warn=quarantine_rate_verdict(stats, float(getattr(telemetry, "quarantine_warn_rate"))),
         accounting=accounting(warehouse, partition_key),
         rules=clean_rules(warehouse, partition_key, telemetry, now),
-        freshness=freshness(warehouse, now, timedelta(
-            minutes=float(getattr(telemetry, "freshness_minutes")))),
+        freshness=freshness(
+            warehouse, now, timedelta(minutes=float(getattr(telemetry, "freshness_minutes")))
+        ),
     )

@@ -20,13 +20,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     tsub = telemetry.add_subparsers(dest="telemetry_command", required=True)
 
     ingest = tsub.add_parser("ingest", help="validate a CSV/Parquet/dcgm file into the warehouse")
-    ingest.add_argument("--file", required=True, help="CSV or Parquet in the canonical sample "
-                        "schema, or a dcgm-exporter text exposition (.txt/.prom)")
+    ingest.add_argument(
+        "--file",
+        required=True,
+        help="CSV or Parquet in the canonical sample schema, or a dcgm-exporter text exposition (.txt/.prom)",
+    )
     add_warehouse_argument(ingest)
-    ingest.add_argument("--source", help="source name (default: file:<absolute path>); "
-                        "re-ingesting a source replaces what it wrote to those partitions")
-    ingest.add_argument("--partition", help="hourly partition key (YYYY-MM-DD-HH:00): all rows "
-                        "belong to it, rows outside it are quarantined")
+    ingest.add_argument(
+        "--source",
+        help="source name (default: file:<absolute path>); "
+        "re-ingesting a source replaces what it wrote to those partitions",
+    )
+    ingest.add_argument(
+        "--partition",
+        help="hourly partition key (YYYY-MM-DD-HH:00): all rows "
+        "belong to it, rows outside it are quarantined",
+    )
     ingest.add_argument("--json", action="store_true", help="print one JSON object")
     ingest.set_defaults(handler=run_ingest)
 
@@ -46,11 +55,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     ingest = bench_sub.add_parser("ingest", help="validated telemetry ingest vs bare DuckDB append")
     ingest.add_argument("--rows", type=int, default=1_000_000)
-    ingest.add_argument("--bad-share", type=float, default=0.001,
-                        help="share of spoiled rows in the generated input")
+    ingest.add_argument(
+        "--bad-share", type=float, default=0.001, help="share of spoiled rows in the generated input"
+    )
     ingest.add_argument("--dir", help="scratch directory (default: the system temp dir)")
-    ingest.add_argument("--repeats", type=int, default=2,
-                        help="alternating runs of each contender; the best of each counts")
+    ingest.add_argument(
+        "--repeats", type=int, default=2, help="alternating runs of each contender; the best of each counts"
+    )
     ingest.add_argument("--json", action="store_true")
     ingest.set_defaults(handler=run_bench_ingest)
 
@@ -94,19 +105,30 @@ def run_ingest(args: argparse.Namespace) -> int:
         frame = read_sample_file(path)
         warehouse = open_warehouse(warehouse_path(args.warehouse, config))
         policy = ValidationPolicy.from_config(
-            config.telemetry, now=datetime.now(timezone.utc), window=window,
-            known_gpu_uuids=known_gpu_uuids(warehouse))
+            config.telemetry,
+            now=datetime.now(timezone.utc),
+            window=window,
+            known_gpu_uuids=known_gpu_uuids(warehouse),
+        )
         mtime = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
-        report = ingest_samples(warehouse, frame, source=args.source or f"file:{path.resolve()}",
-                                policy=policy, fallback_time=mtime, where=str(path))
+        report = ingest_samples(
+            warehouse,
+            frame,
+            source=args.source or f"file:{path.resolve()}",
+            policy=policy,
+            fallback_time=mtime,
+            where=str(path),
+        )
     except (TelemetryInputError, PartitionKeyError) as exc:
         return _fail(str(exc), args.json)
     except (ConfigError, WarehouseError, OSError) as exc:
         return _fail(str(exc), args.json, code=1)
     if report.ignored_columns:
         _log(f"ignored columns not in the sample schema: {', '.join(report.ignored_columns)}")
-    _log(f"ingest {report.ingest_id}: partitions {', '.join(report.partitions) or '-'} "
-         f"in {report.seconds:.2f}s")
+    _log(
+        f"ingest {report.ingest_id}: partitions {', '.join(report.partitions) or '-'} "
+        f"in {report.seconds:.2f}s"
+    )
     _emit(report.summary(), args.json)
     return 0
 
@@ -119,8 +141,7 @@ def run_check(args: argparse.Namespace) -> int:
         config = load_config()
         partition_window(args.partition)
         warehouse = Warehouse(warehouse_path(args.warehouse, config))
-        result = evaluate_partition(warehouse, args.partition, config.telemetry,
-                                    datetime.now(timezone.utc))
+        result = evaluate_partition(warehouse, args.partition, config.telemetry, datetime.now(timezone.utc))
     except PartitionKeyError as exc:
         return _fail(str(exc), args.json)
     except (ConfigError, WarehouseError) as exc:
@@ -148,8 +169,11 @@ def run_probe(args: argparse.Namespace) -> int:
         from market_pipeline.hardware.dcgm import DcgmAdapter, DcgmSourceError
 
         try:
-            adapter = (DcgmAdapter([s.strip() for s in args.endpoint.split(",")])
-                       if args.endpoint else DcgmAdapter.from_config(config))
+            adapter = (
+                DcgmAdapter([s.strip() for s in args.endpoint.split(",")])
+                if args.endpoint
+                else DcgmAdapter.from_config(config)
+            )
         except DcgmSourceError as exc:
             return _fail(str(exc), args.json)
         _emit(_dcgm_snapshot(adapter), args.json)
@@ -162,12 +186,20 @@ def _dcgm_snapshot(adapter) -> dict[str, object]:
     from market_pipeline.hardware.nvml_snapshot import json_ready
 
     outcome = adapter.probe()
-    snapshot: dict[str, object] = {"backend": "dcgm", "sources": list(adapter.sources),
-                                   "status": outcome.status.value, "detail": outcome.detail}
+    snapshot: dict[str, object] = {
+        "backend": "dcgm",
+        "sources": list(adapter.sources),
+        "status": outcome.status.value,
+        "detail": outcome.detail,
+    }
     if outcome.ok:
         rows = [row for scrape in adapter.scrape() for row in scrape_samples(scrape).to_dicts()]
-        snapshot.update(nodes=json_ready(adapter.list_nodes()), gpus=json_ready(adapter.list_gpus()),
-                        tasks=json_ready(adapter.list_tasks()), samples=json_ready(rows))
+        snapshot.update(
+            nodes=json_ready(adapter.list_nodes()),
+            gpus=json_ready(adapter.list_gpus()),
+            tasks=json_ready(adapter.list_tasks()),
+            samples=json_ready(rows),
+        )
     return snapshot
 
 
@@ -176,8 +208,10 @@ def run_bench_ingest(args: argparse.Namespace) -> int:
 
     if args.rows < 1:
         return _fail("--rows must be at least 1", args.json)
-    _emit(bench_ingest(args.rows, bad_share=args.bad_share, workdir=args.dir,
-                       repeats=args.repeats, log=_log), args.json)
+    _emit(
+        bench_ingest(args.rows, bad_share=args.bad_share, workdir=args.dir, repeats=args.repeats, log=_log),
+        args.json,
+    )
     return 0
 
 
@@ -188,6 +222,8 @@ def run_bench_checks(args: argparse.Namespace) -> int:
         telemetry = load_config().telemetry
     except ConfigError as exc:
         return _fail(str(exc), args.json, code=1)
-    _emit(bench_checks(args.nodes, args.gpus_per_node, workdir=args.dir, telemetry=telemetry,
-                       log=_log), args.json)
+    _emit(
+        bench_checks(args.nodes, args.gpus_per_node, workdir=args.dir, telemetry=telemetry, log=_log),
+        args.json,
+    )
     return 0

@@ -34,8 +34,9 @@ def run_clean_rules(clean: pl.DataFrame, limits: RuleLimits) -> RulesReport:
     """Run the expectation suite on `clean` (SAMPLE_SCHEMA columns) with an ephemeral context."""
     frame = _with_inventory_column(clean, limits.known_gpu_uuids)
     # Int64: GX vectorises range checks only on int64/float64 columns (else a Python loop).
-    return validate_frame(frame.with_columns(pl.col("gpu_index").cast(pl.Int64)),
-                          _expectations(limits), "telemetry_clean")
+    return validate_frame(
+        frame.with_columns(pl.col("gpu_index").cast(pl.Int64)), _expectations(limits), "telemetry_clean"
+    )
 
 
 def _expectations(limits: RuleLimits) -> list[object]:
@@ -43,8 +44,17 @@ def _expectations(limits: RuleLimits) -> list[object]:
 
     expectations: list[object] = [
         gxe.ExpectColumnValuesToNotBeNull(column=column)
-        for column in ("ts", "node_id", "gpu_uuid", "gpu_index", "sm_util_pct", "mem_used_mib",
-                       "mem_total_mib", "power_w", "temp_c")
+        for column in (
+            "ts",
+            "node_id",
+            "gpu_uuid",
+            "gpu_index",
+            "sm_util_pct",
+            "mem_used_mib",
+            "mem_total_mib",
+            "power_w",
+            "temp_c",
+        )
     ]
     expectations += [
         gxe.ExpectColumnValueLengthsToBeBetween(column="node_id", min_value=1),
@@ -52,13 +62,16 @@ def _expectations(limits: RuleLimits) -> list[object]:
         gxe.ExpectColumnValuesToBeBetween(column="gpu_index", min_value=0),
         gxe.ExpectColumnValuesToBeBetween(column="sm_util_pct", min_value=0, max_value=100),
         gxe.ExpectColumnValuesToBeBetween(column="mem_used_mib", min_value=0, max_value=_FLOAT_MAX),
-        gxe.ExpectColumnValuesToBeBetween(column="mem_total_mib", min_value=0, strict_min=True,
-                                          max_value=_FLOAT_MAX),
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="mem_total_mib",
-                                                    column_B="mem_used_mib", or_equal=True),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="mem_total_mib", min_value=0, strict_min=True, max_value=_FLOAT_MAX
+        ),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="mem_total_mib", column_B="mem_used_mib", or_equal=True
+        ),
         gxe.ExpectColumnValuesToBeBetween(column="power_w", min_value=0, max_value=_FLOAT_MAX),
-        gxe.ExpectColumnValuesToBeBetween(column="temp_c", min_value=limits.temp_min_c,
-                                          max_value=limits.temp_max_c),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="temp_c", min_value=limits.temp_min_c, max_value=limits.temp_max_c
+        ),
         gxe.ExpectColumnMaxToBeBetween(column="ts", max_value=limits.now + limits.clock_skew),
         gxe.ExpectCompoundColumnsToBeUnique(column_list=["node_id", "gpu_uuid", "ts"]),
     ]
@@ -81,7 +94,15 @@ def _with_inventory_column(clean: pl.DataFrame, known: frozenset[str] | None) ->
         return clean
     inventory = pl.DataFrame({INVENTORY_COLUMN: sorted(known)})
     parent = pl.col("gpu_uuid").str.split(MIG_INSTANCE_SEPARATOR).list.first()
-    return (clean.with_columns(parent.alias("_parent"))
-            .join(inventory, left_on="_parent", right_on=INVENTORY_COLUMN, how="left",
-                  coalesce=False, maintain_order="left")
-            .drop("_parent"))
+    return (
+        clean.with_columns(parent.alias("_parent"))
+        .join(
+            inventory,
+            left_on="_parent",
+            right_on=INVENTORY_COLUMN,
+            how="left",
+            coalesce=False,
+            maintain_order="left",
+        )
+        .drop("_parent")
+    )

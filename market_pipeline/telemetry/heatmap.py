@@ -14,23 +14,30 @@ import numpy as np
 import polars as pl
 
 
-def utilisation_matrix(clean: pl.DataFrame, max_rows: int = 64, max_columns: int = 120
-                       ) -> tuple[np.ndarray, list[str], list[str]]:
+def utilisation_matrix(
+    clean: pl.DataFrame, max_rows: int = 64, max_columns: int = 120
+) -> tuple[np.ndarray, list[str], list[str]]:
     """Mean SM utilisation per (GPU band, time bucket), with row and column labels."""
     if clean.is_empty():
         return np.zeros((0, 0)), [], []
-    gpus = (clean.select("node_id", "gpu_index", "gpu_uuid").unique()
-            .sort("node_id", "gpu_index", "gpu_uuid").with_row_index("gpu_row"))
+    gpus = (
+        clean.select("node_id", "gpu_index", "gpu_uuid")
+        .unique()
+        .sort("node_id", "gpu_index", "gpu_uuid")
+        .with_row_index("gpu_row")
+    )
     band_size = max(1, math.ceil(gpus.height / max_rows))
     gpus = gpus.with_columns((pl.col("gpu_row") // band_size).alias("band"))
     start, end = clean.get_column("ts").min(), clean.get_column("ts").max()
     span_minutes = max(1.0, (end - start).total_seconds() / 60 + 1)
     bucket_minutes = max(1, math.ceil(span_minutes / max_columns))
     bucketed = (
-        clean.join(gpus.select("gpu_uuid", "node_id", "gpu_index", "band"),
-                   on=["gpu_uuid", "node_id", "gpu_index"])
+        clean.join(
+            gpus.select("gpu_uuid", "node_id", "gpu_index", "band"), on=["gpu_uuid", "node_id", "gpu_index"]
+        )
         .with_columns(pl.col("ts").dt.truncate(f"{bucket_minutes}m").alias("bucket"))
-        .group_by("band", "bucket").agg(pl.col("sm_util_pct").mean().alias("util"))
+        .group_by("band", "bucket")
+        .agg(pl.col("sm_util_pct").mean().alias("util"))
     )
     buckets = bucketed.get_column("bucket").unique().sort()
     bucket_position = {b: i for i, b in enumerate(buckets.to_list())}
@@ -50,13 +57,13 @@ def _band_labels(gpus: pl.DataFrame, band_size: int) -> list[str]:
         if band_size == 1:
             labels.append(f"{first['node_id']}/{first['gpu_index']}")
         else:
-            labels.append(f"{first['node_id']}/{first['gpu_index']}…{last['node_id']}/"
-                          f"{last['gpu_index']}")
+            labels.append(f"{first['node_id']}/{first['gpu_index']}…{last['node_id']}/{last['gpu_index']}")
     return labels
 
 
-def utilisation_heatmap_png(clean: pl.DataFrame, title: str = "SM utilisation (%)",
-                            max_rows: int = 64, max_columns: int = 120) -> bytes | None:
+def utilisation_heatmap_png(
+    clean: pl.DataFrame, title: str = "SM utilisation (%)", max_rows: int = 64, max_columns: int = 120
+) -> bytes | None:
     """The heatmap as PNG bytes; None when there are no clean samples to draw."""
     matrix, rows, columns = utilisation_matrix(clean, max_rows, max_columns)
     if matrix.size == 0:
@@ -69,8 +76,14 @@ def utilisation_heatmap_png(clean: pl.DataFrame, title: str = "SM utilisation (%
     height = min(9.0, 1.5 + 0.14 * len(rows))
     figure, axes = plt.subplots(figsize=(9.0, height), dpi=80)
     try:
-        image = axes.imshow(np.ma.masked_invalid(matrix), aspect="auto", cmap="viridis",
-                            vmin=0, vmax=100, interpolation="nearest")
+        image = axes.imshow(
+            np.ma.masked_invalid(matrix),
+            aspect="auto",
+            cmap="viridis",
+            vmin=0,
+            vmax=100,
+            interpolation="nearest",
+        )
         figure.colorbar(image, ax=axes, label="SM util %")
         axes.set_title(title)
         axes.set_xlabel("time (UTC)")
@@ -85,4 +98,3 @@ def utilisation_heatmap_png(clean: pl.DataFrame, title: str = "SM utilisation (%
     finally:
         plt.close(figure)
     return buffer.getvalue()
-

@@ -62,8 +62,12 @@ class IngestReport:
 
     def summary(self) -> dict[str, object]:
         """The CLI's JSON contract."""
-        return {"rows_in": self.rows_in, "clean": self.clean, "quarantined": self.quarantined,
-                "by_reason": dict(self.by_reason)}
+        return {
+            "rows_in": self.rows_in,
+            "clean": self.clean,
+            "quarantined": self.quarantined,
+            "by_reason": dict(self.by_reason),
+        }
 
     @property
     def quarantine_rate(self) -> float:
@@ -76,9 +80,15 @@ def known_gpu_uuids(warehouse: Warehouse) -> frozenset[str]:
     return frozenset(frame.get_column("gpu_uuid").to_list())
 
 
-def ingest_samples(warehouse: Warehouse, frame: pl.DataFrame, *, source: str,
-                   policy: ValidationPolicy, fallback_time: datetime | None = None,
-                   where: str = "input") -> IngestReport:
+def ingest_samples(
+    warehouse: Warehouse,
+    frame: pl.DataFrame,
+    *,
+    source: str,
+    policy: ValidationPolicy,
+    fallback_time: datetime | None = None,
+    where: str = "input",
+) -> IngestReport:
     """Validate `frame` and rewrite the partitions it touches for `source`."""
     started = time.perf_counter()
     samples = localize_naive(coerce_samples(frame, where), policy.naive_timezone)
@@ -97,24 +107,32 @@ def ingest_samples(warehouse: Warehouse, frame: pl.DataFrame, *, source: str,
         if clean.height + quarantine.height != rows_in:
             raise TelemetryAccountingError(
                 f"ingest of {source}: {rows_in} rows in, {clean.height} clean + "
-                f"{quarantine.height} quarantined")
+                f"{quarantine.height} quarantined"
+            )
         partitions = ledger.get_column("partition_key").to_list()
         warehouse.rewrite_tables(_rewrites(source, partitions, clean, quarantine, ledger), con=con)
     return IngestReport(
-        ingest_id=ingest_id, source=source, rows_in=rows_in, clean=clean.height,
-        quarantined=quarantine.height, by_reason=count_reasons(screening.bad_bits),
-        partitions=tuple(partitions), ignored_columns=samples.ignored_columns,
+        ingest_id=ingest_id,
+        source=source,
+        rows_in=rows_in,
+        clean=clean.height,
+        quarantined=quarantine.height,
+        by_reason=count_reasons(screening.bad_bits),
+        partitions=tuple(partitions),
+        ignored_columns=samples.ignored_columns,
         seconds=time.perf_counter() - started,
     )
 
 
-def _row_hours(samples: CoercedSamples, screening: Screening, policy: ValidationPolicy,
-               fallback_time: datetime | None) -> pl.Series | int:
+def _row_hours(
+    samples: CoercedSamples, screening: Screening, policy: ValidationPolicy, fallback_time: datetime | None
+) -> pl.Series | int:
     """Each row's partition as an epoch hour (a single int in window mode)."""
     if policy.window is not None:
         return int(policy.window.start.timestamp()) // 3600
     ts_hour = samples.typed.select(
-        (pl.col("ts").dt.epoch("us") // _MICROS_PER_HOUR).alias("hour")).to_series()
+        (pl.col("ts").dt.epoch("us") // _MICROS_PER_HOUR).alias("hour")
+    ).to_series()
     unusable = np.zeros(samples.height, dtype=bool)
     unplaceable = np.uint64(sum(REASON_BIT[r] for r in UNPLACEABLE_TS))
     unusable[screening.bad_rows[(screening.bad_bits & unplaceable) != 0]] = True
@@ -126,9 +144,11 @@ def _row_hours(samples: CoercedSamples, screening: Screening, policy: Validation
         home = int(when.astimezone(timezone.utc).timestamp()) // 3600
     if not unusable.any() and ts_hour.null_count() == 0:
         return ts_hour
-    return pl.select(
-        pl.when(pl.Series(unusable) | ts_hour.is_null()).then(home).otherwise(ts_hour)
-    ).to_series().cast(pl.Int64)
+    return (
+        pl.select(pl.when(pl.Series(unusable) | ts_hour.is_null()).then(home).otherwise(ts_hour))
+        .to_series()
+        .cast(pl.Int64)
+    )
 
 
 def _keys_expr(hours: pl.Series | int, rows: np.ndarray | None) -> tuple[pl.Expr, list[str]]:
@@ -140,26 +160,31 @@ def _keys_expr(hours: pl.Series | int, rows: np.ndarray | None) -> tuple[pl.Expr
     distinct = sorted(int(h) for h in selected.unique().to_list())
     mapping = {h: partition_key_of_hour(h) for h in distinct}
     keys = sorted(mapping.values())
-    expr = pl.lit(selected).replace_strict(mapping, return_dtype=pl.Enum(keys)) if keys else (
-        pl.lit(None, dtype=pl.Utf8))
+    expr = (
+        pl.lit(selected).replace_strict(mapping, return_dtype=pl.Enum(keys))
+        if keys
+        else (pl.lit(None, dtype=pl.Utf8))
+    )
     return expr, keys
 
 
-def _clean_frame(samples: CoercedSamples, good: np.ndarray, hours: pl.Series | int,
-                 ingest_id: int) -> pl.DataFrame:
+def _clean_frame(
+    samples: CoercedSamples, good: np.ndarray, hours: pl.Series | int, ingest_id: int
+) -> pl.DataFrame:
     typed = samples.typed.select(SAMPLE_COLUMNS)
     all_good = bool(good.all())
     clean = typed if all_good else typed.filter(pl.Series(good))
     key_expr, _ = _keys_expr(hours, None if all_good else good)
-    return clean.with_columns(key_expr.alias("partition_key"),
-                              pl.lit(ingest_id, dtype=pl.Int64).alias("ingest_id"))
+    return clean.with_columns(
+        key_expr.alias("partition_key"), pl.lit(ingest_id, dtype=pl.Int64).alias("ingest_id")
+    )
 
 
-def _quarantine_frame(samples: CoercedSamples, screening: Screening, hours: pl.Series | int,
-                      ingest_id: int) -> pl.DataFrame:
+def _quarantine_frame(
+    samples: CoercedSamples, screening: Screening, hours: pl.Series | int, ingest_id: int
+) -> pl.DataFrame:
     rows = pl.Series(screening.bad_rows, dtype=pl.UInt32)
-    payload = samples.as_read[rows].select([_as_text(c, samples.as_read.schema[c])
-                                           for c in SAMPLE_COLUMNS])
+    payload = samples.as_read[rows].select([_as_text(c, samples.as_read.schema[c]) for c in SAMPLE_COLUMNS])
     if isinstance(hours, int):
         keys = pl.lit(partition_key_of_hour(hours), dtype=pl.Utf8)
     else:
@@ -182,8 +207,9 @@ def _as_text(column: str, dtype: pl.DataType) -> pl.Expr:
     return pl.col(column).cast(pl.Utf8).alias(column)
 
 
-def _ledger_frame(clean: pl.DataFrame, quarantine: pl.DataFrame, source: str, ingest_id: int,
-                  policy: ValidationPolicy) -> pl.DataFrame:
+def _ledger_frame(
+    clean: pl.DataFrame, quarantine: pl.DataFrame, source: str, ingest_id: int, policy: ValidationPolicy
+) -> pl.DataFrame:
     counts: dict[str, list[int]] = {}
     for key, count in clean.group_by("partition_key").len().iter_rows():
         counts.setdefault(str(key), [0, 0])[0] += count
@@ -196,31 +222,42 @@ def _ledger_frame(clean: pl.DataFrame, quarantine: pl.DataFrame, source: str, in
     if not counts and policy.window is not None:
         counts[policy.window.key] = [0, 0]  # an empty window is still a materialised partition
     keys = sorted(counts)
-    return pl.DataFrame({
-        "partition_key": keys,
-        "source": [source] * len(keys),
-        "ingest_id": [ingest_id] * len(keys),
-        "rows_in": [sum(counts[k]) for k in keys],
-        "clean": [counts[k][0] for k in keys],
-        "quarantined": [counts[k][1] for k in keys],
-        "by_reason": [json.dumps(dict(sorted(by_reason.get(k, {}).items()))) for k in keys],
-        "ingested_at": [datetime.now(timezone.utc)] * len(keys),
-    }, schema_overrides={"ingest_id": pl.Int64, "rows_in": pl.Int64, "clean": pl.Int64,
-                         "quarantined": pl.Int64,
-                         "ingested_at": pl.Datetime("us", "UTC")})
+    return pl.DataFrame(
+        {
+            "partition_key": keys,
+            "source": [source] * len(keys),
+            "ingest_id": [ingest_id] * len(keys),
+            "rows_in": [sum(counts[k]) for k in keys],
+            "clean": [counts[k][0] for k in keys],
+            "quarantined": [counts[k][1] for k in keys],
+            "by_reason": [json.dumps(dict(sorted(by_reason.get(k, {}).items()))) for k in keys],
+            "ingested_at": [datetime.now(timezone.utc)] * len(keys),
+        },
+        schema_overrides={
+            "ingest_id": pl.Int64,
+            "rows_in": pl.Int64,
+            "clean": pl.Int64,
+            "quarantined": pl.Int64,
+            "ingested_at": pl.Datetime("us", "UTC"),
+        },
+    )
 
 
-def _rewrites(source: str, partitions: list[str], clean: pl.DataFrame, quarantine: pl.DataFrame,
-              ledger: pl.DataFrame) -> list[TableRewrite]:
-    owned = (f"list_contains(?, partition_key) AND ingest_id IN (SELECT ingest_id FROM "
-             f"{LEDGER_TABLE} WHERE source = ? AND list_contains(?, partition_key))")
+def _rewrites(
+    source: str, partitions: list[str], clean: pl.DataFrame, quarantine: pl.DataFrame, ledger: pl.DataFrame
+) -> list[TableRewrite]:
+    owned = (
+        f"list_contains(?, partition_key) AND ingest_id IN (SELECT ingest_id FROM "
+        f"{LEDGER_TABLE} WHERE source = ? AND list_contains(?, partition_key))"
+    )
     params = (partitions, source, partitions)
     quarantine_columns = ["source_row", *SAMPLE_COLUMNS, "reasons", "partition_key", "ingest_id"]
     return [
         TableRewrite(CLEAN_TABLE, owned, params, _arrow(clean)),
         TableRewrite(QUARANTINE_TABLE, owned, params, _arrow(quarantine.select(quarantine_columns))),
-        TableRewrite(LEDGER_TABLE, "source = ? AND list_contains(?, partition_key)",
-                     (source, partitions), ledger),
+        TableRewrite(
+            LEDGER_TABLE, "source = ? AND list_contains(?, partition_key)", (source, partitions), ledger
+        ),
     ]
 
 
@@ -230,8 +267,9 @@ def _arrow(frame: pl.DataFrame) -> pa.Table:
     return frame.to_arrow(compat_level=pl.CompatLevel.newest())
 
 
-def _quarantine_keys_of_other_sources(con, samples: CoercedSamples, screening: Screening,
-                                      hours: pl.Series | int, source: str) -> Screening:
+def _quarantine_keys_of_other_sources(
+    con, samples: CoercedSamples, screening: Screening, hours: pl.Series | int, source: str
+) -> Screening:
     """Keys that another source already delivered clean into these partitions."""
     good = screening.good_mask()
     _, partitions = _keys_expr(hours, good)
@@ -239,17 +277,23 @@ def _quarantine_keys_of_other_sources(con, samples: CoercedSamples, screening: S
         return screening
     others = con.execute(
         f"SELECT count(*) FROM {LEDGER_TABLE} WHERE source <> ? AND clean > 0 "
-        "AND list_contains(?, partition_key)", [source, partitions]).fetchone()[0]
+        "AND list_contains(?, partition_key)",
+        [source, partitions],
+    ).fetchone()[0]
     if not others:
         return screening
-    existing = con.execute(
-        f"""SELECT c.node_id, c.gpu_uuid, c.ts FROM {CLEAN_TABLE} c
+    existing = (
+        con.execute(
+            f"""SELECT c.node_id, c.gpu_uuid, c.ts FROM {CLEAN_TABLE} c
             JOIN {LEDGER_TABLE} i ON i.partition_key = c.partition_key
                                   AND i.ingest_id = c.ingest_id
             WHERE i.source <> ? AND list_contains(?, c.partition_key)""",
-        [source, partitions]).pl().with_columns(pl.col("ts").cast(samples.typed.schema["ts"]))
+            [source, partitions],
+        )
+        .pl()
+        .with_columns(pl.col("ts").cast(samples.typed.schema["ts"]))
+    )
     candidates = samples.typed.select(KEY_COLUMNS).with_row_index("position").filter(pl.Series(good))
     clashes = candidates.join(existing, on=list(KEY_COLUMNS), how="semi")
     positions = clashes.get_column("position").to_numpy().astype(np.uint32)
     return screening.with_reason(positions, ALREADY_INGESTED)
-

@@ -42,9 +42,7 @@ def partition_window(key: str) -> PartitionWindow:
     try:
         start = datetime.strptime(key, PARTITION_FORMAT).replace(tzinfo=timezone.utc)
     except ValueError:
-        raise PartitionKeyError(
-            f"partition key {key!r} is not an hourly key like 2024-01-31-13:00"
-        ) from None
+        raise PartitionKeyError(f"partition key {key!r} is not an hourly key like 2024-01-31-13:00") from None
     if start.minute or start.second:
         raise PartitionKeyError(f"partition key {key!r} does not start on the hour")
     return PartitionWindow(key=key, start=start, end=start + PARTITION_LENGTH)

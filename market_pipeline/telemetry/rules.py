@@ -18,8 +18,8 @@ from market_pipeline.telemetry.partitions import PartitionWindow
 from market_pipeline.telemetry.schema import (
     FLOAT_COLUMNS,
     KEY_TEXT_COLUMNS,
-    SAMPLE_COLUMNS,
     NAIVE_FLAG,
+    SAMPLE_COLUMNS,
     CoercedSamples,
     unparsed_flag,
 )
@@ -31,14 +31,26 @@ MIG_INSTANCE_SEPARATOR = "/"
 ASCII_WHITESPACE = " \t\n\r\x0b\x0c"
 
 ROW_REASONS: tuple[str, ...] = (
-    "ts:missing", "ts:unparseable", "ts:in_future", "ts:outside_partition",
-    "node_id:missing", "gpu_uuid:missing", "gpu_uuid:unknown",
-    "gpu_index:missing", "gpu_index:not_an_integer", "gpu_index:out_of_range",
-    *(f"{c}:{problem}" for c in FLOAT_COLUMNS
-      for problem in ("missing", "not_a_number", "not_finite", "out_of_range")),
+    "ts:missing",
+    "ts:unparseable",
+    "ts:in_future",
+    "ts:outside_partition",
+    "node_id:missing",
+    "gpu_uuid:missing",
+    "gpu_uuid:unknown",
+    "gpu_index:missing",
+    "gpu_index:not_an_integer",
+    "gpu_index:out_of_range",
+    *(
+        f"{c}:{problem}"
+        for c in FLOAT_COLUMNS
+        for problem in ("missing", "not_a_number", "not_finite", "out_of_range")
+    ),
     "mem_used_mib:above_total",
-    "xid_errors:not_an_integer", "xid_errors:out_of_range",
-    "ts:implausible", "ts:naive",
+    "xid_errors:not_an_integer",
+    "xid_errors:out_of_range",
+    "ts:implausible",
+    "ts:naive",
 )
 # Before this no GPU of the fleet reported telemetry: an earlier time is a broken clock or a
 # placeholder (0001-01-01 was ingested as clean into partition 1-01-01-00:00).
@@ -65,8 +77,13 @@ class ValidationPolicy:
     naive_timezone: str | None = None
 
     @classmethod
-    def from_config(cls, telemetry: object, now: datetime, window: PartitionWindow | None = None,
-                    known_gpu_uuids: Iterable[str] | None = None) -> "ValidationPolicy":
+    def from_config(
+        cls,
+        telemetry: object,
+        now: datetime,
+        window: PartitionWindow | None = None,
+        known_gpu_uuids: Iterable[str] | None = None,
+    ) -> "ValidationPolicy":
         known = frozenset(known_gpu_uuids) if known_gpu_uuids is not None else None
         return cls(
             now=now,
@@ -120,8 +137,7 @@ def reason_exprs(policy: ValidationPolicy, exact: bool = True) -> dict[str, pl.E
         "ts:naive": pl.col(NAIVE_FLAG),
     }
     if policy.window is not None:
-        exprs["ts:outside_partition"] = (ts < pl.lit(policy.window.start)) | (
-            ts >= pl.lit(policy.window.end))
+        exprs["ts:outside_partition"] = (ts < pl.lit(policy.window.start)) | (ts >= pl.lit(policy.window.end))
     for column in KEY_TEXT_COLUMNS:
         exprs[f"{column}:missing"] = pl.col(column).is_null() | _blank(column, exact)
     exprs["gpu_index:missing"] = pl.col("gpu_index").is_null() & ~pl.col(unparsed_flag("gpu_index"))
@@ -146,8 +162,11 @@ def reason_exprs(policy: ValidationPolicy, exact: bool = True) -> dict[str, pl.E
         exprs[name] = exprs[name] & pl.col(column).is_finite()
     # Compared only against a usable total: a broken total is blamed on its own.
     exprs["mem_used_mib:above_total"] = (
-        exprs["mem_used_mib:above_total"] & pl.col("mem_used_mib").is_finite()
-        & pl.col("mem_total_mib").is_finite() & (pl.col("mem_total_mib") > 0))
+        exprs["mem_used_mib:above_total"]
+        & pl.col("mem_used_mib").is_finite()
+        & pl.col("mem_total_mib").is_finite()
+        & (pl.col("mem_total_mib") > 0)
+    )
     return {name: expr.fill_null(False) for name, expr in exprs.items()}
 
 
@@ -177,32 +196,27 @@ def _bits_of(typed: pl.DataFrame, rows: np.ndarray, exprs: dict[str, pl.Expr]) -
         return np.zeros(0, dtype=np.uint64)
     subset = typed[pl.Series(rows)]
     bit_exprs = [
-        expr.cast(pl.UInt64) * pl.lit(REASON_BIT[name], dtype=pl.UInt64)
-        for name, expr in exprs.items()
+        expr.cast(pl.UInt64) * pl.lit(REASON_BIT[name], dtype=pl.UInt64) for name, expr in exprs.items()
     ]
     return subset.select(pl.sum_horizontal(bit_exprs)).to_series().to_numpy().astype(np.uint64)
 
 
-def _unknown_gpus(typed: pl.DataFrame, screening: Screening,
-                  policy: ValidationPolicy) -> Screening:
+def _unknown_gpus(typed: pl.DataFrame, screening: Screening, policy: ValidationPolicy) -> Screening:
     known = policy.known_gpu_uuids
     if not known:
         return screening
     known_series = pl.Series(sorted(known), dtype=pl.Utf8)
     unseen = typed.select(
-        (pl.col("gpu_uuid").is_not_null() & ~pl.col("gpu_uuid").is_in(known_series.implode()))
-        .alias("unseen")
+        (pl.col("gpu_uuid").is_not_null() & ~pl.col("gpu_uuid").is_in(known_series.implode())).alias("unseen")
     ).to_series()
     if not unseen.any():
         return screening
     candidates = typed.filter(unseen).get_column("gpu_uuid").unique().to_list()
-    unknown = [u for u in candidates
-               if u.split(MIG_INSTANCE_SEPARATOR, 1)[0] not in known]
+    unknown = [u for u in candidates if u.split(MIG_INSTANCE_SEPARATOR, 1)[0] not in known]
     if not unknown:
         return screening
     flags = typed.select(pl.col("gpu_uuid").is_in(pl.Series(unknown).implode())).to_series()
-    return screening.with_reason(np.flatnonzero(flags.to_numpy()).astype(np.uint32),
-                                 "gpu_uuid:unknown")
+    return screening.with_reason(np.flatnonzero(flags.to_numpy()).astype(np.uint32), "gpu_uuid:unknown")
 
 
 def _duplicates(typed: pl.DataFrame, screening: Screening) -> Screening:
@@ -235,10 +249,12 @@ def _duplicates(typed: pl.DataFrame, screening: Screening) -> Screening:
 def reasons_expr(bits_column: str) -> pl.Expr:
     """The reason names of a UInt64 bitmask column as a list, in REASONS order."""
     bits = pl.col(bits_column)
-    return pl.concat_list([
-        pl.when((bits & pl.lit(bit, dtype=pl.UInt64)) != 0).then(pl.lit(name))
-        for name, bit in REASON_BIT.items()
-    ]).list.drop_nulls()
+    return pl.concat_list(
+        [
+            pl.when((bits & pl.lit(bit, dtype=pl.UInt64)) != 0).then(pl.lit(name))
+            for name, bit in REASON_BIT.items()
+        ]
+    ).list.drop_nulls()
 
 
 def count_reasons(bits: np.ndarray) -> dict[str, int]:

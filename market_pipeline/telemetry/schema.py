@@ -62,7 +62,7 @@ class UnreadableFileError(TelemetryInputError):
 
 NAIVE_FLAG = "naive__ts"
 # An ISO time whose time of day is followed by a zone: Z, UTC/GMT, +HH[:MM] or a zone name.
-_ZONED_TEXT = r'\d:\d\d(:\d\d([.,]\d*)?)?\s*([zZ]|UTC|GMT|utc|gmt|[+-]\d\d(:?\d\d)?|[A-Za-z]+/[A-Za-z_/+-]+)$'
+_ZONED_TEXT = r"\d:\d\d(:\d\d([.,]\d*)?)?\s*([zZ]|UTC|GMT|utc|gmt|[+-]\d\d(:?\d\d)?|[A-Za-z]+/[A-Za-z_/+-]+)$"
 
 
 def unparsed_flag(column: str) -> str:
@@ -93,8 +93,10 @@ def coerce_samples(frame: pl.DataFrame, where: str = "input") -> CoercedSamples:
     """Type every sample column; flag values that are present but do not parse."""
     require_columns(frame, where)
     as_read = frame.select(
-        [pl.col(c) if c in frame.columns else pl.lit(None, dtype=SAMPLE_SCHEMA[c]).alias(c)
-         for c in SAMPLE_COLUMNS]
+        [
+            pl.col(c) if c in frame.columns else pl.lit(None, dtype=SAMPLE_SCHEMA[c]).alias(c)
+            for c in SAMPLE_COLUMNS
+        ]
     )
     typed_exprs: list[pl.Expr] = []
     for column in SAMPLE_COLUMNS:
@@ -109,8 +111,9 @@ def coerce_samples(frame: pl.DataFrame, where: str = "input") -> CoercedSamples:
             typed_exprs.append(_text_expr(column, dtype))
     typed = as_read.select(typed_exprs)
     ts_typed, ts_unparsed, ts_naive = _timestamps(as_read.get_column("ts"))
-    typed = typed.with_columns(ts_typed.alias("ts"), ts_unparsed.alias(unparsed_flag("ts")),
-                               ts_naive.alias(NAIVE_FLAG))
+    typed = typed.with_columns(
+        ts_typed.alias("ts"), ts_unparsed.alias(unparsed_flag("ts")), ts_naive.alias(NAIVE_FLAG)
+    )
     order = list(SAMPLE_COLUMNS) + [c for c in typed.columns if c.startswith("unparsed__")] + [NAIVE_FLAG]
     ignored = tuple(c for c in frame.columns if c not in SAMPLE_SCHEMA)
     return CoercedSamples(typed=typed.select(order), as_read=as_read, ignored_columns=ignored)
@@ -172,14 +175,20 @@ def _timestamps(raw: pl.Series) -> tuple[pl.Series, pl.Series, pl.Series]:
     target = SAMPLE_SCHEMA["ts"]
     if isinstance(dtype, pl.Datetime):
         if dtype.time_zone is None:
-            return (raw.dt.replace_time_zone("UTC").cast(target), _all_false(raw.len()),
-                    raw.is_not_null())
+            return (raw.dt.replace_time_zone("UTC").cast(target), _all_false(raw.len()), raw.is_not_null())
         return raw.dt.convert_time_zone("UTC").cast(target), _all_false(raw.len()), _all_false(raw.len())
     if dtype == pl.Date:
-        return (raw.cast(pl.Datetime("us")).dt.replace_time_zone("UTC"), _all_false(raw.len()),
-                raw.is_not_null())
+        return (
+            raw.cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
+            _all_false(raw.len()),
+            raw.is_not_null(),
+        )
     if dtype == pl.Null:
-        return pl.Series(raw.name, [None] * raw.len(), dtype=target), _all_false(raw.len()), _all_false(raw.len())
+        return (
+            pl.Series(raw.name, [None] * raw.len(), dtype=target),
+            _all_false(raw.len()),
+            _all_false(raw.len()),
+        )
     if dtype.is_numeric():
         seconds = raw.cast(pl.Float64)
         plausible = (seconds.is_finite() & seconds.is_between(0, _MAX_EPOCH_SECONDS)).fill_null(False)
@@ -231,9 +240,12 @@ def localize_naive(samples: CoercedSamples, zone: str | None) -> CoercedSamples:
     if zone is None or NAIVE_FLAG not in typed.columns or not typed.get_column(NAIVE_FLAG).any():
         return samples
     naive = pl.col(NAIVE_FLAG)
-    local = (pl.col("ts").dt.replace_time_zone(None)
-             .dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
-             .dt.convert_time_zone("UTC"))
+    local = (
+        pl.col("ts")
+        .dt.replace_time_zone(None)
+        .dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
+        .dt.convert_time_zone("UTC")
+    )
     typed = typed.with_columns(
         pl.when(naive).then(local).otherwise(pl.col("ts")).alias("ts"),
         (pl.col(unparsed_flag("ts")) | (naive & local.is_null())).alias(unparsed_flag("ts")),

@@ -9,9 +9,17 @@ from market_pipeline.tick.market_tick import (
     PoolTickRecord,
     run_market_tick,
 )
-from market_pipeline.tick.promises import Promises, PriceWindow, drainable_window, guaranteed_window
+from market_pipeline.tick.promises import PriceWindow, Promises, drainable_window, guaranteed_window
 
 __all__ = [
-    "AS_SOLVED", "MarketTick", "MarketTickError", "PoolTickInput", "PoolTickRecord", "Promises", "PriceWindow",
-    "drainable_window", "guaranteed_window", "run_market_tick",
+    "AS_SOLVED",
+    "MarketTick",
+    "MarketTickError",
+    "PoolTickInput",
+    "PoolTickRecord",
+    "Promises",
+    "PriceWindow",
+    "drainable_window",
+    "guaranteed_window",
+    "run_market_tick",
 ]

@@ -16,22 +16,37 @@ import polars as pl
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.guardrails.backlog import backlog_params_from_config
 from market_pipeline.market import DRAINABLE, GUARANTEED
-from market_pipeline.tick.pricing import mid_band_discount, resource_name
 from market_pipeline.scaling.settings import capacity_horizon_minutes
 from market_pipeline.tick.market_tick import AS_SOLVED, MarketTick, PoolTickInput
+from market_pipeline.tick.pricing import mid_band_discount, resource_name
 from market_pipeline.tick.promises import Promises, guaranteed_window
 from market_pipeline.warehouse import Warehouse
 from market_pipeline.warehouse.readers import last_certified_prices
 
 EXPERIMENT_REASON = "price experiment"
 TICK_SCHEMA = {
-    "tick_at": pl.Datetime("us", "UTC"), "solve_id": pl.Utf8, "pool_id": pl.Utf8, "status": pl.Utf8,
-    "list_price": pl.Float64, "solver_guaranteed": pl.Float64, "solver_drainable": pl.Float64,
-    "guaranteed": pl.Float64, "drainable": pl.Float64, "guaranteed_reason": pl.Utf8,
-    "drainable_reason": pl.Utf8, "certified": pl.Boolean, "margin": pl.Float64,
-    "required_margin": pl.Float64, "serving_gpus": pl.Float64, "capacity_target_gpus": pl.Float64,
-    "equilibrium_price": pl.Float64, "shield_factor": pl.Float64, "demand_gpus": pl.Float64,
-    "backlog_gpus": pl.Float64, "forecast_upper_gpus": pl.Float64, "shadow": pl.Boolean,
+    "tick_at": pl.Datetime("us", "UTC"),
+    "solve_id": pl.Utf8,
+    "pool_id": pl.Utf8,
+    "status": pl.Utf8,
+    "list_price": pl.Float64,
+    "solver_guaranteed": pl.Float64,
+    "solver_drainable": pl.Float64,
+    "guaranteed": pl.Float64,
+    "drainable": pl.Float64,
+    "guaranteed_reason": pl.Utf8,
+    "drainable_reason": pl.Utf8,
+    "certified": pl.Boolean,
+    "margin": pl.Float64,
+    "required_margin": pl.Float64,
+    "serving_gpus": pl.Float64,
+    "capacity_target_gpus": pl.Float64,
+    "equilibrium_price": pl.Float64,
+    "shield_factor": pl.Float64,
+    "demand_gpus": pl.Float64,
+    "backlog_gpus": pl.Float64,
+    "forecast_upper_gpus": pl.Float64,
+    "shadow": pl.Boolean,
 }
 
 
@@ -53,35 +68,57 @@ def prices_in_force(config: MarketPipelineConfig, store: Warehouse) -> dict[str,
     return out
 
 
-def pool_tick_inputs(config: MarketPipelineConfig, store: Warehouse, now: datetime,
-                     in_force: dict[str, float], serving: dict[str, float]) -> list[PoolTickInput]:
+def pool_tick_inputs(
+    config: MarketPipelineConfig,
+    store: Warehouse,
+    now: datetime,
+    in_force: dict[str, float],
+    serving: dict[str, float],
+) -> list[PoolTickInput]:
     """What the tick needs per configured pool: powered GPUs, every GPU the pool can reach,
     demand and backlog now, the forecast's upper quantile over the horizon the policy needs
     (`capacity_horizon_minutes`: an hour with the default settings)."""
     observed = store.query(
         "SELECT pool_id, arg_max(demand, ts) AS demand, arg_max(pending_gpus, ts) AS pending "
-        "FROM demand_history WHERE ts < ? GROUP BY pool_id", [now])
+        "FROM demand_history WHERE ts < ? GROUP BY pool_id",
+        [now],
+    )
     demand = {r["pool_id"]: (float(r["demand"]), float(r["pending"])) for r in observed.iter_rows(named=True)}
-    upper = dict(store.query(
-        "SELECT pool_id, max(q90) AS q90 FROM demand_forecasts WHERE origin_ts = "
-        "(SELECT max(origin_ts) FROM demand_forecasts WHERE origin_ts <= ?) AND horizon_min <= ? "
-        "GROUP BY pool_id", [now, capacity_horizon_minutes(config)]).iter_rows())
-    reachable = dict(store.query(
-        "SELECT pool_id, sum(gpus)::DOUBLE FROM fleet_nodes GROUP BY pool_id").iter_rows())
+    upper = dict(
+        store.query(
+            "SELECT pool_id, max(q90) AS q90 FROM demand_forecasts WHERE origin_ts = "
+            "(SELECT max(origin_ts) FROM demand_forecasts WHERE origin_ts <= ?) AND horizon_min <= ? "
+            "GROUP BY pool_id",
+            [now, capacity_horizon_minutes(config)],
+        ).iter_rows()
+    )
+    reachable = dict(
+        store.query("SELECT pool_id, sum(gpus)::DOUBLE FROM fleet_nodes GROUP BY pool_id").iter_rows()
+    )
     out = []
     for pool in config.pools:
         now_demand, pending = demand.get(pool.pool_id, (0.0, 0.0))
         g = in_force[resource_name(pool.pool_id, GUARANTEED)]
-        out.append(PoolTickInput(
-            pool_id=pool.pool_id, list_price=pool.base_price, price_min=pool.price_min, price_max=pool.price_max,
-            node_gpus=float(pool.gpus_per_node), serving_gpus=float(serving.get(pool.pool_id, 0.0)),
-            reachable_gpus=float(max(reachable.get(pool.pool_id) or 0.0, pool.max_nodes * pool.gpus_per_node)),
-            demand_gpus=max(now_demand, 0.0), backlog_gpus=max(pending, 0.0),
-            forecast_upper_gpus=max(float(upper.get(pool.pool_id) or now_demand), 0.0),
-            in_force_guaranteed=g, in_force_drainable=in_force[resource_name(pool.pool_id, DRAINABLE)],
-            forecast_price=g,  # the demand history (so the forecast) was observed at the prices in force
-            backlog=backlog_params_from_config(config, pool.pool_id),
-        ))
+        out.append(
+            PoolTickInput(
+                pool_id=pool.pool_id,
+                list_price=pool.base_price,
+                price_min=pool.price_min,
+                price_max=pool.price_max,
+                node_gpus=float(pool.gpus_per_node),
+                serving_gpus=float(serving.get(pool.pool_id, 0.0)),
+                reachable_gpus=float(
+                    max(reachable.get(pool.pool_id) or 0.0, pool.max_nodes * pool.gpus_per_node)
+                ),
+                demand_gpus=max(now_demand, 0.0),
+                backlog_gpus=max(pending, 0.0),
+                forecast_upper_gpus=max(float(upper.get(pool.pool_id) or now_demand), 0.0),
+                in_force_guaranteed=g,
+                in_force_drainable=in_force[resource_name(pool.pool_id, DRAINABLE)],
+                forecast_price=g,  # the demand history (so the forecast) was observed at the prices in force
+                backlog=backlog_params_from_config(config, pool.pool_id),
+            )
+        )
     return out
 
 
@@ -89,13 +126,19 @@ def next_price_ceilings(config: MarketPipelineConfig, in_force: dict[str, float]
     """Per pool, the most the next tick may publish for the guaranteed class (its promise
     window from the price now in force): what the scaling plan may count on pricing for."""
     promises = Promises.from_config(config)
-    return {p.pool_id: guaranteed_window(in_force[resource_name(p.pool_id, GUARANTEED)], p.base_price,
-                                         p.price_min, p.price_max, promises).high for p in config.pools}
+    return {
+        p.pool_id: guaranteed_window(
+            in_force[resource_name(p.pool_id, GUARANTEED)], p.base_price, p.price_min, p.price_max, promises
+        ).high
+        for p in config.pools
+    }
 
 
 def tick_rows(tick: MarketTick, tick_at: datetime, solve_id: str, shadow: bool) -> pl.DataFrame:
-    rows = [{**r.to_dict(), "tick_at": tick_at, "solve_id": solve_id, "status": tick.status, "shadow": shadow}
-            for r in tick.pools]
+    rows = [
+        {**r.to_dict(), "tick_at": tick_at, "solve_id": solve_id, "status": tick.status, "shadow": shadow}
+        for r in tick.pools
+    ]
     return pl.DataFrame(rows, schema=TICK_SCHEMA) if rows else pl.DataFrame(schema=TICK_SCHEMA)
 
 
@@ -121,11 +164,22 @@ def published_rows(config: MarketPipelineConfig, tick: pl.DataFrame) -> pl.DataF
             continue
         g_list, d_list = list_prices(config, pool.pool_id)
         for cls, price, solver, reason, listed in (
-                (GUARANTEED, r["guaranteed"], r["solver_guaranteed"], r["guaranteed_reason"], g_list),
-                (DRAINABLE, r["drainable"], r["solver_drainable"], r["drainable_reason"], d_list)):
-            rows.append(price_row(pool, cls, price, r["tick_at"], r["solve_id"],
-                                  price_source(r["status"], reason, r["shield_factor"], r["certified"]),
-                                  listed, solver, reason))
+            (GUARANTEED, r["guaranteed"], r["solver_guaranteed"], r["guaranteed_reason"], g_list),
+            (DRAINABLE, r["drainable"], r["solver_drainable"], r["drainable_reason"], d_list),
+        ):
+            rows.append(
+                price_row(
+                    pool,
+                    cls,
+                    price,
+                    r["tick_at"],
+                    r["solve_id"],
+                    price_source(r["status"], reason, r["shield_factor"], r["certified"]),
+                    listed,
+                    solver,
+                    reason,
+                )
+            )
     return price_frame(rows)
 
 
@@ -134,23 +188,61 @@ def base_price_rows(config: MarketPipelineConfig, effective_from: datetime) -> p
     rows = []
     for pool in config.pools:
         for cls, price in zip((GUARANTEED, DRAINABLE), list_prices(config, pool.pool_id)):
-            rows.append(price_row(pool, cls, price, effective_from, "config-base-price", "config", price, None,
-                                  "list price before the first tick"))
+            rows.append(
+                price_row(
+                    pool,
+                    cls,
+                    price,
+                    effective_from,
+                    "config-base-price",
+                    "config",
+                    price,
+                    None,
+                    "list price before the first tick",
+                )
+            )
     return price_frame(rows)
 
 
-def price_row(pool, resource_class: str, price: float, effective_from: datetime, solve_id: str, source: str,
-              list_price: float, solver_price: float | None, reason: str) -> dict:
-    return {"effective_from": effective_from, "pool_id": pool.pool_id, "gpu_model": pool.gpu_model,
-            "zone": pool.zone, "resource_class": resource_class, "price_per_gpu_hour": round(price, 6),
-            "solve_id": solve_id, "source": source, "list_price_per_gpu_hour": round(list_price, 6),
-            "solver_price_per_gpu_hour": None if solver_price is None else round(solver_price, 6),
-            "intervention_reason": reason}
+def price_row(
+    pool,
+    resource_class: str,
+    price: float,
+    effective_from: datetime,
+    solve_id: str,
+    source: str,
+    list_price: float,
+    solver_price: float | None,
+    reason: str,
+) -> dict:
+    return {
+        "effective_from": effective_from,
+        "pool_id": pool.pool_id,
+        "gpu_model": pool.gpu_model,
+        "zone": pool.zone,
+        "resource_class": resource_class,
+        "price_per_gpu_hour": round(price, 6),
+        "solve_id": solve_id,
+        "source": source,
+        "list_price_per_gpu_hour": round(list_price, 6),
+        "solver_price_per_gpu_hour": None if solver_price is None else round(solver_price, 6),
+        "intervention_reason": reason,
+    }
 
 
 def price_frame(rows: list[dict]) -> pl.DataFrame:
     money = pl.Decimal(18, 6)
-    schema = {"effective_from": pl.Datetime("us", "UTC"), "pool_id": pl.Utf8, "gpu_model": pl.Utf8, "zone": pl.Utf8,
-              "resource_class": pl.Utf8, "price_per_gpu_hour": money, "solve_id": pl.Utf8, "source": pl.Utf8,
-              "list_price_per_gpu_hour": money, "solver_price_per_gpu_hour": money, "intervention_reason": pl.Utf8}
+    schema = {
+        "effective_from": pl.Datetime("us", "UTC"),
+        "pool_id": pl.Utf8,
+        "gpu_model": pl.Utf8,
+        "zone": pl.Utf8,
+        "resource_class": pl.Utf8,
+        "price_per_gpu_hour": money,
+        "solve_id": pl.Utf8,
+        "source": pl.Utf8,
+        "list_price_per_gpu_hour": money,
+        "solver_price_per_gpu_hour": money,
+        "intervention_reason": pl.Utf8,
+    }
     return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)

@@ -75,8 +75,10 @@ class PoolTickInput:
             if not (math.isfinite(value) and value > 0):
                 raise MarketTickError(f"pool {self.pool_id}: {name} must be finite and > 0, got {value!r}")
         if not (math.isfinite(self.price_min) and 0 <= self.price_min < self.price_max):
-            raise MarketTickError(f"pool {self.pool_id}: need 0 <= price_min < price_max, got "
-                                  f"{self.price_min!r}, {self.price_max!r}")
+            raise MarketTickError(
+                f"pool {self.pool_id}: need 0 <= price_min < price_max, got "
+                f"{self.price_min!r}, {self.price_max!r}"
+            )
         for name in ("serving_gpus", "reachable_gpus", "demand_gpus", "backlog_gpus", "forecast_upper_gpus"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
@@ -125,16 +127,25 @@ class MarketTick:
         """Published prices in resource order (pool by pool: guaranteed, drainable)."""
         return np.array([v for r in self.pools for v in (r.guaranteed, r.drainable)], dtype=np.float64)
 
-
     @property
     def record(self) -> dict[str, object]:
-        return {"status": self.status, "converged": self.converged, "pools": [p.to_dict() for p in self.pools]}
+        return {
+            "status": self.status,
+            "converged": self.converged,
+            "pools": [p.to_dict() for p in self.pools],
+        }
 
 
-def run_market_tick(pools: list[PoolTickInput] | tuple[PoolTickInput, ...], problem: MarketProblem | None,
-                    promises: Promises, solver: SolverSettings | None = None, *,
-                    global_resolve: bool = False, switch_threshold: float = 1e-3,
-                    response: Mapping[str, float] | None = None) -> MarketTick:
+def run_market_tick(
+    pools: list[PoolTickInput] | tuple[PoolTickInput, ...],
+    problem: MarketProblem | None,
+    promises: Promises,
+    solver: SolverSettings | None = None,
+    *,
+    global_resolve: bool = False,
+    switch_threshold: float = 1e-3,
+    response: Mapping[str, float] | None = None,
+) -> MarketTick:
     """One tick over every pool; `problem`'s resources are the pools' (guaranteed, drainable)
     pairs in `pools` order, or None where no market is modelled (the list prices are the
     equilibrium, drainable at the middle of the band).
@@ -163,19 +174,34 @@ def run_market_tick(pools: list[PoolTickInput] | tuple[PoolTickInput, ...], prob
             lists = np.array([p.list_price for p in pools for _ in (GUARANTEED, DRAINABLE)])
             mid = 0.5 * (promises.discount_min + promises.discount_max)
             problem = calibrated_to_response(
-                problem, reference_prices(lists, problem.resources.resource_class, mid), response)
+                problem, reference_prices(lists, problem.resources.resource_class, mid), response
+            )
         bounded = _within_promises(problem, pools, promises)
         report = solve_equilibrium(bounded, last_prices=in_force, max_step=promises.max_step, settings=solver)
-        solved, status, converged = np.asarray(report.prices, dtype=np.float64), report.status, report.converged
+        solved, status, converged = (
+            np.asarray(report.prices, dtype=np.float64),
+            report.status,
+            report.converged,
+        )
         if global_resolve and converged:
-            solved, note = _toward_global_optimum(bounded, report, in_force, promises, solver, switch_threshold)
-    records = tuple(_pool_tick(p, float(solved[2 * i]), float(solved[2 * i + 1]), promises, status, note)
-                    for i, p in enumerate(pools))
+            solved, note = _toward_global_optimum(
+                bounded, report, in_force, promises, solver, switch_threshold
+            )
+    records = tuple(
+        _pool_tick(p, float(solved[2 * i]), float(solved[2 * i + 1]), promises, status, note)
+        for i, p in enumerate(pools)
+    )
     return MarketTick(status, converged, records, report)
 
 
-def _toward_global_optimum(problem: MarketProblem, warm: SolveReport, in_force: np.ndarray, promises: Promises,
-                           solver: SolverSettings | None, threshold: float) -> tuple[np.ndarray, str]:
+def _toward_global_optimum(
+    problem: MarketProblem,
+    warm: SolveReport,
+    in_force: np.ndarray,
+    promises: Promises,
+    solver: SolverSettings | None,
+    threshold: float,
+) -> tuple[np.ndarray, str]:
     """The warm prices, or one step toward a cold global optimum worth switching to (and why)."""
     from market_pipeline.market.resolve import global_resolve, relative_gain, step_toward, worth_switching
 
@@ -184,19 +210,30 @@ def _toward_global_optimum(problem: MarketProblem, warm: SolveReport, in_force: 
     if fresh.status != "converged" or not worth_switching(gain, threshold):
         return np.asarray(warm.prices, dtype=np.float64), ""
     res = problem.resources
-    moved = step_toward(np.asarray(fresh.prices), in_force, max_step=promises.max_step, price_min=res.price_min,
-                        price_max=res.price_max, band_pairs=res.band_pairs)
+    moved = step_toward(
+        np.asarray(fresh.prices),
+        in_force,
+        max_step=promises.max_step,
+        price_min=res.price_min,
+        price_max=res.price_max,
+        band_pairs=res.band_pairs,
+    )
     return moved, f"global re-solve: another optimum earns {gain:+.2%}; stepping toward it"
 
 
 def _check_layout(problem: MarketProblem, pools: tuple[PoolTickInput, ...]) -> None:
     classes = problem.resources.resource_class
     if len(classes) != 2 * len(pools) or any(
-            classes[2 * i] != GUARANTEED or classes[2 * i + 1] != DRAINABLE for i in range(len(pools))):
-        raise MarketTickError("problem: resources must be each pool's (guaranteed, drainable) pair, in pool order")
+        classes[2 * i] != GUARANTEED or classes[2 * i + 1] != DRAINABLE for i in range(len(pools))
+    ):
+        raise MarketTickError(
+            "problem: resources must be each pool's (guaranteed, drainable) pair, in pool order"
+        )
 
 
-def _within_promises(problem: MarketProblem, pools: tuple[PoolTickInput, ...], promises: Promises) -> MarketProblem:
+def _within_promises(
+    problem: MarketProblem, pools: tuple[PoolTickInput, ...], promises: Promises
+) -> MarketProblem:
     """The problem with the guaranteed cap as its upper price bound (the step goes as max_step)."""
     from market_pipeline.market import MarketProblem
 
@@ -212,8 +249,9 @@ def _within_promises(problem: MarketProblem, pools: tuple[PoolTickInput, ...], p
     return MarketProblem(replace(res, price_min=low, price_max=high), problem.tenants)
 
 
-def _pool_tick(p: PoolTickInput, solver_g: float, solver_d: float, promises: Promises, status: str,
-               note: str = "") -> PoolTickRecord:
+def _pool_tick(
+    p: PoolTickInput, solver_g: float, solver_d: float, promises: Promises, status: str, note: str = ""
+) -> PoolTickRecord:
     window = guaranteed_window(p.in_force_guaranteed, p.list_price, p.price_min, p.price_max, promises)
     equilibrium, clipped = window.clip(solver_g)
     reasons = [f"solve {status}"] if status not in ("converged", "list") else []
@@ -226,26 +264,42 @@ def _pool_tick(p: PoolTickInput, solver_g: float, solver_d: float, promises: Pro
     guaranteed = equilibrium
     if not result.feasible:
         guaranteed = window.high
-        reasons.append(f"backlog shield: no price up to the {window.high_by} {window.high:.4g} drains the "
-                       f"backlog at {p.serving_gpus:g} GPUs; {_capacity_answer(p)}")
+        reasons.append(
+            f"backlog shield: no price up to the {window.high_by} {window.high:.4g} drains the "
+            f"backlog at {p.serving_gpus:g} GPUs; {_capacity_answer(p)}"
+        )
     elif result.price > equilibrium * (1 + 1e-9):
         guaranteed = result.price
         reasons.append(f"backlog shield x{guaranteed / equilibrium:.3f}: {result.why[-1]}")
     cert = certify(state, guaranteed, p.serving_gpus, params)
     target = _capacity_target(p, equilibrium, params)
     factor = guaranteed / equilibrium
-    d_window = drainable_window(p.in_force_drainable, guaranteed, p.price_min * (1 - promises.discount_max), promises)
+    d_window = drainable_window(
+        p.in_force_drainable, guaranteed, p.price_min * (1 - promises.discount_max), promises
+    )
     drainable, d_clipped = d_window.clip(solver_d * factor)
     d_reasons = [f"follows the guaranteed shield x{factor:.3f}"] if factor > 1 + 1e-9 else []
     if d_clipped:
         d_reasons.append(f"price {d_clipped}")
     return PoolTickRecord(
-        pool_id=p.pool_id, list_price=p.list_price, solver_guaranteed=solver_g, solver_drainable=solver_d,
-        guaranteed=guaranteed, drainable=drainable, guaranteed_reason="; ".join(reasons) or AS_SOLVED,
-        drainable_reason="; ".join(d_reasons) or AS_SOLVED, certified=cert.admissible, margin=cert.margin,
-        required_margin=cert.required_margin, serving_gpus=p.serving_gpus, capacity_target_gpus=target,
-        equilibrium_price=equilibrium, shield_factor=factor, demand_gpus=p.demand_gpus,
-        backlog_gpus=p.backlog_gpus, forecast_upper_gpus=p.forecast_upper_gpus,
+        pool_id=p.pool_id,
+        list_price=p.list_price,
+        solver_guaranteed=solver_g,
+        solver_drainable=solver_d,
+        guaranteed=guaranteed,
+        drainable=drainable,
+        guaranteed_reason="; ".join(reasons) or AS_SOLVED,
+        drainable_reason="; ".join(d_reasons) or AS_SOLVED,
+        certified=cert.admissible,
+        margin=cert.margin,
+        required_margin=cert.required_margin,
+        serving_gpus=p.serving_gpus,
+        capacity_target_gpus=target,
+        equilibrium_price=equilibrium,
+        shield_factor=factor,
+        demand_gpus=p.demand_gpus,
+        backlog_gpus=p.backlog_gpus,
+        forecast_upper_gpus=p.forecast_upper_gpus,
     )
 
 
@@ -258,9 +312,14 @@ def _capacity_answer(p: PoolTickInput) -> str:
 
 
 def _backlog_state(p: PoolTickInput, reference_price: float, max_capacity: float) -> BacklogState:
-    return BacklogState(pool=p.pool_id, demand_forecast_gpus=max(p.forecast_upper_gpus, p.demand_gpus),
-                        reference_price=reference_price, backlog_gpus=p.backlog_gpus,
-                        max_capacity_gpus=max_capacity, capacity_step_gpus=p.node_gpus)
+    return BacklogState(
+        pool=p.pool_id,
+        demand_forecast_gpus=max(p.forecast_upper_gpus, p.demand_gpus),
+        reference_price=reference_price,
+        backlog_gpus=p.backlog_gpus,
+        max_capacity_gpus=max_capacity,
+        capacity_step_gpus=p.node_gpus,
+    )
 
 
 def _capacity_target(p: PoolTickInput, equilibrium: float, params: BacklogParams) -> float:

@@ -31,13 +31,13 @@ import torch
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.market import (
     DRAINABLE,
-    solve_followers,
     GUARANTEED,
     MarketProblem,
     ResourceSet,
     SolverSettings,
     TenantPopulation,
     demand_at,
+    solve_followers,
 )
 
 # The calibration may raise or lower a pool's configured valuation by at most this factor:
@@ -84,26 +84,44 @@ def build_market_problem(
             classes.append(cls)
             capacity.append(float(gpus_on_by_pool.get(pool.pool_id, 0.0)))
             unit_cost.append(model.cost_per_gpu_hour)
-            low = pool.price_min * (1.0 - config.market.drainable_discount_max) if cls == DRAINABLE else pool.price_min
+            low = (
+                pool.price_min * (1.0 - config.market.drainable_discount_max)
+                if cls == DRAINABLE
+                else pool.price_min
+            )
             price_min.append(low)
             price_max.append(pool.price_max)
             disc_min.append(config.market.drainable_discount_min if cls == DRAINABLE else 0.0)
             disc_max.append(config.market.drainable_discount_max if cls == DRAINABLE else 0.0)
     resources = ResourceSet(
-        names=tuple(names), capacity=np.array(capacity), unit_cost=np.array(unit_cost),
-        price_min=np.array(price_min), price_max=np.array(price_max),
-        resource_class=tuple(classes), pool=tuple(pools),
-        discount_min=np.array(disc_min), discount_max=np.array(disc_max),
+        names=tuple(names),
+        capacity=np.array(capacity),
+        unit_cost=np.array(unit_cost),
+        price_min=np.array(price_min),
+        price_max=np.array(price_max),
+        resource_class=tuple(classes),
+        pool=tuple(pools),
+        discount_min=np.array(disc_min),
+        discount_max=np.array(disc_max),
     )
     tenants = _population(config, pools, classes)
     problem = MarketProblem(resources, tenants)
     if typical_demand_by_pool:
-        problem = MarketProblem(resources, sized_to_typical(
-            tenants, reference_prices(config, pools, classes), pools, typical_demand_by_pool,
-            config.market.reference_elasticity))
+        problem = MarketProblem(
+            resources,
+            sized_to_typical(
+                tenants,
+                reference_prices(config, pools, classes),
+                pools,
+                typical_demand_by_pool,
+                config.market.reference_elasticity,
+            ),
+        )
     scale_by_pool = calibration_scale(config, problem, pools, expected_demand_by_pool or {})
     if any(k != 1.0 for k in scale_by_pool.values()):
-        problem = MarketProblem(problem.resources, value_scaled(problem.tenants, np.array([scale_by_pool[p] for p in pools])))
+        problem = MarketProblem(
+            problem.resources, value_scaled(problem.tenants, np.array([scale_by_pool[p] for p in pools]))
+        )
     return PricingInputs(problem, dict(zip(names, pools)), dict(zip(names, classes)), scale_by_pool)
 
 
@@ -115,18 +133,28 @@ def mid_band_discount(config: MarketPipelineConfig) -> float:
 def reference_prices(config: MarketPipelineConfig, pools: list[str], classes: list[str]) -> np.ndarray:
     """Per resource, the configured base price (drainable: at the middle of the band)."""
     discount = mid_band_discount(config)
-    return np.array([config.pool_by_id[p].base_price * ((1 - discount) if c == DRAINABLE else 1.0)
-                     for p, c in zip(pools, classes)])
+    return np.array(
+        [
+            config.pool_by_id[p].base_price * ((1 - discount) if c == DRAINABLE else 1.0)
+            for p, c in zip(pools, classes)
+        ]
+    )
 
 
-def calibration_scale(config: MarketPipelineConfig, problem: MarketProblem, pools: list[str],
-                      expected_demand_by_pool: Mapping[str, float]) -> dict[str, float]:
+def calibration_scale(
+    config: MarketPipelineConfig,
+    problem: MarketProblem,
+    pools: list[str],
+    expected_demand_by_pool: Mapping[str, float],
+) -> dict[str, float]:
     """Per pool, the factor on the tenants' valuation that makes them buy the expected GPUs at
     the reference prices, within [1/MAX_VALUE_SCALE, MAX_VALUE_SCALE] (bisection in logs, all
     pools at once: a pool's factor moves its own demand, budgets couple them only weakly); 1
     where there is no expectation or no tenant claims the pool's GPU model."""
     scale = {p: 1.0 for p in pools}
-    wanted = {p: max(float(v), 0.0) for p, v in expected_demand_by_pool.items() if p in scale and np.isfinite(v)}
+    wanted = {
+        p: max(float(v), 0.0) for p, v in expected_demand_by_pool.items() if p in scale and np.isfinite(v)
+    }
     if not wanted:
         return scale
     pool_ids = sorted(set(pools))
@@ -139,7 +167,9 @@ def calibration_scale(config: MarketPipelineConfig, problem: MarketProblem, pool
     lo, hi = np.where(free, -bound, 0.0), np.where(free, bound, 0.0)
     for _ in range(CALIBRATION_ROUNDS):
         mid = 0.5 * (lo + hi)
-        demand = demand_at(MarketProblem(problem.resources, value_scaled(problem.tenants, np.exp(mid[column]))), reference)
+        demand = demand_at(
+            MarketProblem(problem.resources, value_scaled(problem.tenants, np.exp(mid[column]))), reference
+        )
         by_pool = np.bincount(column, weights=demand, minlength=len(pool_ids))
         low = free & (by_pool < target)
         lo, hi = np.where(low, mid, lo), np.where(low, hi, mid)
@@ -150,8 +180,13 @@ def calibration_scale(config: MarketPipelineConfig, problem: MarketProblem, pool
     return scale
 
 
-def sized_to_typical(tenants: TenantPopulation, reference: np.ndarray, pools: list[str],
-                     typical_by_pool: Mapping[str, float], elasticity: float) -> TenantPopulation:
+def sized_to_typical(
+    tenants: TenantPopulation,
+    reference: np.ndarray,
+    pools: list[str],
+    typical_by_pool: Mapping[str, float],
+    elasticity: float,
+) -> TenantPopulation:
     """Log tenants reshaped so that at the reference prices they buy the pool's typical demand,
     shared as their claims share it, each with price elasticity `elasticity` there: demand
     w/p - s = d with (w/p)/d = e gives s = (e - 1) d and w = e p d. Budgets keep their ratio
@@ -167,11 +202,18 @@ def sized_to_typical(tenants: TenantPopulation, reference: np.ndarray, pools: li
     sized = demand * factor
     keep = factor == 1.0  # resources left as configured
     weight = np.where(keep, tenants.weight.numpy(), elasticity * reference * sized)
-    saturation = np.where(keep, tenants.saturation.numpy(), np.where(sized > 0, (elasticity - 1) * sized, 1.0))
+    saturation = np.where(
+        keep, tenants.saturation.numpy(), np.where(sized > 0, (elasticity - 1) * sized, 1.0)
+    )
     spend, resized = demand @ reference, sized @ reference
     budget = tenants.budget.numpy() * np.where(spend > 0, resized / np.where(spend > 0, spend, 1.0), 1.0)
-    return dataclasses.replace(tenants, weight=torch.as_tensor(weight), saturation=torch.as_tensor(saturation),
-                               budget=torch.as_tensor(budget), _device_cache={})
+    return dataclasses.replace(
+        tenants,
+        weight=torch.as_tensor(weight),
+        saturation=torch.as_tensor(saturation),
+        budget=torch.as_tensor(budget),
+        _device_cache={},
+    )
 
 
 def value_scaled(tenants: TenantPopulation, factor: np.ndarray) -> TenantPopulation:
@@ -180,7 +222,9 @@ def value_scaled(tenants: TenantPopulation, factor: np.ndarray) -> TenantPopulat
     k = torch.as_tensor(np.asarray(factor, dtype=np.float64))
     total = tenants.weight.sum(dim=1)
     share = torch.where(total > 0, (tenants.weight @ k) / total.clamp_min(1e-300), torch.ones_like(total))
-    return dataclasses.replace(tenants, weight=tenants.weight * k, budget=tenants.budget * share, _device_cache={})
+    return dataclasses.replace(
+        tenants, weight=tenants.weight * k, budget=tenants.budget * share, _device_cache={}
+    )
 
 
 def _population(config: MarketPipelineConfig, pools: list[str], classes: list[str]) -> TenantPopulation:

@@ -43,8 +43,12 @@ class Promises:
     @classmethod
     def from_config(cls, config: MarketPipelineConfig) -> "Promises":
         market = config.market
-        return cls(max_step=market.max_price_step, guaranteed_cap=market.guaranteed_price_cap,
-                   discount_min=market.drainable_discount_min, discount_max=market.drainable_discount_max)
+        return cls(
+            max_step=market.max_price_step,
+            guaranteed_cap=market.guaranteed_price_cap,
+            discount_min=market.drainable_discount_min,
+            discount_max=market.drainable_discount_max,
+        )
 
 
 @dataclass(frozen=True)
@@ -64,18 +68,27 @@ class PriceWindow:
         return price, None
 
 
-def guaranteed_window(in_force: float, list_price: float, price_min: float, price_max: float,
-                      promises: Promises) -> PriceWindow:
+def guaranteed_window(
+    in_force: float, list_price: float, price_min: float, price_max: float, promises: Promises
+) -> PriceWindow:
     """The guaranteed price's window: step from the price in force, the cap and the bounds."""
-    ceiling, ceiling_by = min(price_max, promises.guaranteed_cap * list_price), (
-        "guaranteed cap" if promises.guaranteed_cap * list_price < price_max else "price_max")
+    ceiling, ceiling_by = (
+        min(price_max, promises.guaranteed_cap * list_price),
+        ("guaranteed cap" if promises.guaranteed_cap * list_price < price_max else "price_max"),
+    )
     return _window(in_force, promises.max_step, price_min, "price_min", ceiling, ceiling_by)
 
 
 def drainable_window(in_force: float, guaranteed: float, floor: float, promises: Promises) -> PriceWindow:
     """The drainable price's window: the band below this tick's guaranteed price, the step."""
-    return _window(in_force, promises.max_step, max(floor, guaranteed * (1 - promises.discount_max)),
-                   "drainable band", guaranteed * (1 - promises.discount_min), "drainable band")
+    return _window(
+        in_force,
+        promises.max_step,
+        max(floor, guaranteed * (1 - promises.discount_max)),
+        "drainable band",
+        guaranteed * (1 - promises.discount_min),
+        "drainable band",
+    )
 
 
 def _window(in_force: float, step: float, low: float, low_by: str, high: float, high_by: str) -> PriceWindow:

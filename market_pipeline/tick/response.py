@@ -23,7 +23,9 @@ from market_pipeline.market import DRAINABLE, MarketProblem, TenantPopulation, d
 # The isoelastic family needs e > 0; a rigid class fitted at ~0 is priced as nearly inelastic.
 ELASTICITY_FLOOR = 0.02
 ELASTICITY_CEILING = 20.0
-BUDGET_MARGIN = 4.0  # the representative's budget: this times its spend at the top price and lowest demand's price
+BUDGET_MARGIN = (
+    4.0  # the representative's budget: this times its spend at the top price and lowest demand's price
+)
 
 
 def response_key(pool_id: str, resource_class: str) -> str:
@@ -36,13 +38,17 @@ def reference_prices(list_prices: np.ndarray, classes: tuple[str, ...], mid_disc
     return np.array([p * (1 - mid_discount) if c == DRAINABLE else p for p, c in zip(list_prices, classes)])
 
 
-def calibrated_to_response(problem: MarketProblem, reference: np.ndarray,
-                           elasticity: Mapping[str, float]) -> MarketProblem:
+def calibrated_to_response(
+    problem: MarketProblem, reference: np.ndarray, elasticity: Mapping[str, float]
+) -> MarketProblem:
     """`problem` with every resource named in `elasticity` (key "<pool>/<class>") answering its
     price with that elasticity at the reference price, at the demand the population buys there."""
     res = problem.resources
-    fitted = [(r, float(elasticity[response_key(res.pool[r], res.resource_class[r])]))
-              for r in range(res.size) if response_key(res.pool[r], res.resource_class[r]) in elasticity]
+    fitted = [
+        (r, float(elasticity[response_key(res.pool[r], res.resource_class[r])]))
+        for r in range(res.size)
+        if response_key(res.pool[r], res.resource_class[r]) in elasticity
+    ]
     fitted = [(r, e) for r, e in fitted if np.isfinite(e)]
     if not fitted:
         return problem
@@ -56,9 +62,15 @@ def calibrated_to_response(problem: MarketProblem, reference: np.ndarray,
     return MarketProblem(res, response_population(res, reference, d0, fitted, problem.tenants, weight))
 
 
-def response_population(res, reference: np.ndarray, d0: np.ndarray, fitted: list[tuple[int, float]],
-                        base: TenantPopulation | None = None, base_weight: np.ndarray | None = None,
-                        latent_ratio: float = 0.0) -> TenantPopulation:
+def response_population(
+    res,
+    reference: np.ndarray,
+    d0: np.ndarray,
+    fitted: list[tuple[int, float]],
+    base: TenantPopulation | None = None,
+    base_weight: np.ndarray | None = None,
+    latent_ratio: float = 0.0,
+) -> TenantPopulation:
     """`base`'s tenants (with `base_weight`) plus one representative isoelastic tenant per
     (resource, elasticity) in `fitted`, buying d0[r] at reference[r] with local elasticity e.
     `latent_ratio` > 0 adds, per drainable representative, a latent twin that buys nothing at
@@ -71,7 +83,7 @@ def response_population(res, reference: np.ndarray, d0: np.ndarray, fitted: list
         most = d0[r] * 2.0 * (reference[r] / max(float(res.price_min[r]), 1e-9)) ** (1.0 / eta)
         budget = BUDGET_MARGIN * float(res.price_max[r]) * most
         key = response_key(res.pool[r], res.resource_class[r])
-        rows.append((f"response:{key}", r, eta, d0[r], reference[r] * d0[r] * 2.0 ** eta, budget))
+        rows.append((f"response:{key}", r, eta, d0[r], reference[r] * d0[r] * 2.0**eta, budget))
         if latent_ratio > 0 and res.resource_class[r] == DRAINABLE:
             size = latent_ratio * d0[r] / (2.0 ** (1.0 / eta) - 1.0)
             rows.append((f"latent:{key}", r, eta, size, reference[r] * size, budget * (1 + latent_ratio)))
@@ -80,10 +92,16 @@ def response_population(res, reference: np.ndarray, d0: np.ndarray, fitted: list
         new_s[i, r], new_w[i, r] = size, w
     n = 0 if base is None else base.size
     families = [] if base is None else [f for f, start, stop in base.family_spans for _ in range(start, stop)]
-    delay = None if base is None or base.delay_cost is None else np.vstack([base.delay_cost.numpy(),
-                                                                              np.zeros((len(rows), m))])
-    mult = None if base is None or base.multiplicity is None else np.concatenate(
-        [base.multiplicity.numpy(), np.ones(len(rows))])
+    delay = (
+        None
+        if base is None or base.delay_cost is None
+        else np.vstack([base.delay_cost.numpy(), np.zeros((len(rows), m))])
+    )
+    mult = (
+        None
+        if base is None or base.multiplicity is None
+        else np.concatenate([base.multiplicity.numpy(), np.ones(len(rows))])
+    )
     weight = base.weight.numpy() if base_weight is None and base is not None else base_weight
     return TenantPopulation.build(
         ids=[*(base.ids if base is not None else ()), *(row[0] for row in rows)],
@@ -93,7 +111,12 @@ def response_population(res, reference: np.ndarray, d0: np.ndarray, fitted: list
         budget=np.concatenate([base.budget.numpy() if n else np.zeros(0), [row[5] for row in rows]]),
         drainable_mask=np.array([c == DRAINABLE for c in res.resource_class]),
         eta=np.concatenate([base.eta.numpy() if n else np.zeros(0), [row[2] for row in rows]]),
-        delay_cost=delay, multiplicity=mult,
-        drain_tolerant=np.concatenate([base.drain_tolerant.numpy() if n else np.zeros(0, dtype=bool),
-                                       [res.resource_class[row[1]] == DRAINABLE for row in rows]]),
+        delay_cost=delay,
+        multiplicity=mult,
+        drain_tolerant=np.concatenate(
+            [
+                base.drain_tolerant.numpy() if n else np.zeros(0, dtype=bool),
+                [res.resource_class[row[1]] == DRAINABLE for row in rows],
+            ]
+        ),
     )

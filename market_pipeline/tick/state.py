@@ -26,28 +26,48 @@ def tick_origin(now: datetime, step_minutes: int) -> datetime:
 
 def solve_record(report: SolveReport, solved_at: datetime, shadow: bool) -> pl.DataFrame:
     body = report.to_dict()
-    return pl.DataFrame([{
-        "solve_id": f"solve-{solved_at:%Y%m%dT%H%M}-{uuid.uuid4().hex[:8]}",
-        "solved_at": solved_at,
-        "status": str(body.get("status", "converged" if report.converged else "fallback")),
-        "converged": bool(report.converged),
-        "profit": body.get("profit"),
-        "kkt_residual": body.get("kkt_residual"),
-        "iterations": int(body.get("iterations") or 0),
-        "seconds": float(body.get("seconds") or 0.0),
-        "fallback_reason": body.get("fallback_reason"),
-        "shadow": shadow,
-        "report": json.dumps(body),
-    }], schema_overrides={"solved_at": pl.Datetime("us", "UTC"), "profit": pl.Float64,
-                          "kkt_residual": pl.Float64, "fallback_reason": pl.Utf8})
+    return pl.DataFrame(
+        [
+            {
+                "solve_id": f"solve-{solved_at:%Y%m%dT%H%M}-{uuid.uuid4().hex[:8]}",
+                "solved_at": solved_at,
+                "status": str(body.get("status", "converged" if report.converged else "fallback")),
+                "converged": bool(report.converged),
+                "profit": body.get("profit"),
+                "kkt_residual": body.get("kkt_residual"),
+                "iterations": int(body.get("iterations") or 0),
+                "seconds": float(body.get("seconds") or 0.0),
+                "fallback_reason": body.get("fallback_reason"),
+                "shadow": shadow,
+                "report": json.dumps(body),
+            }
+        ],
+        schema_overrides={
+            "solved_at": pl.Datetime("us", "UTC"),
+            "profit": pl.Float64,
+            "kkt_residual": pl.Float64,
+            "fallback_reason": pl.Utf8,
+        },
+    )
 
 
 def shadow_price_decisions(rows: pl.DataFrame, decided_at: datetime) -> pl.DataFrame:
     """Shadow mode: the price changes the loop would publish, as decisions it did not execute."""
-    return decisions_frame(DecisionRow(
-        decision_id=f"price-{r['solve_id']}-{r['pool_id']}-{r['resource_class']}", kind=DecisionKind.PRICE,
-        action="publish_price", decided_at=decided_at, allowed=True, shadow=True, pool_id=r["pool_id"],
-        target=r["resource_class"], reasons=("shadow mode: recorded, not published",),
-        inputs={"price_per_gpu_hour": str(r["price_per_gpu_hour"]),
-                "effective_from": r["effective_from"].isoformat()},
-    ) for r in rows.iter_rows(named=True))
+    return decisions_frame(
+        DecisionRow(
+            decision_id=f"price-{r['solve_id']}-{r['pool_id']}-{r['resource_class']}",
+            kind=DecisionKind.PRICE,
+            action="publish_price",
+            decided_at=decided_at,
+            allowed=True,
+            shadow=True,
+            pool_id=r["pool_id"],
+            target=r["resource_class"],
+            reasons=("shadow mode: recorded, not published",),
+            inputs={
+                "price_per_gpu_hour": str(r["price_per_gpu_hour"]),
+                "effective_from": r["effective_from"].isoformat(),
+            },
+        )
+        for r in rows.iter_rows(named=True)
+    )

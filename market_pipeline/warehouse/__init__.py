@@ -15,5 +15,12 @@ from market_pipeline.warehouse.store import (
     open_warehouse,
 )
 
-__all__ = ["LOCK_RETRY_SECONDS", "MIGRATIONS", "Migration", "TableRewrite", "Warehouse", "WarehouseError",
-           "open_warehouse"]
+__all__ = [
+    "LOCK_RETRY_SECONDS",
+    "MIGRATIONS",
+    "Migration",
+    "TableRewrite",
+    "Warehouse",
+    "WarehouseError",
+    "open_warehouse",
+]

@@ -26,9 +26,16 @@ class DecisionKind(StrEnum):
 
 
 DECISION_SCHEMA: dict[str, pl.DataType] = {
-    "decision_id": pl.Utf8(), "kind": pl.Utf8(), "pool_id": pl.Utf8(), "target": pl.Utf8(),
-    "action": pl.Utf8(), "allowed": pl.Boolean(), "shadow": pl.Boolean(), "reasons": pl.List(pl.Utf8()),
-    "inputs": pl.Utf8(), "decided_at": pl.Datetime("us", "UTC"),
+    "decision_id": pl.Utf8(),
+    "kind": pl.Utf8(),
+    "pool_id": pl.Utf8(),
+    "target": pl.Utf8(),
+    "action": pl.Utf8(),
+    "allowed": pl.Boolean(),
+    "shadow": pl.Boolean(),
+    "reasons": pl.List(pl.Utf8()),
+    "inputs": pl.Utf8(),
+    "decided_at": pl.Datetime("us", "UTC"),
 }
 
 
@@ -50,10 +57,18 @@ class DecisionRow:
 
     def to_row(self) -> dict[str, Any]:
         """The row for `decisions`; `inputs` as JSON (values it cannot encode as their str)."""
-        return {"decision_id": self.decision_id, "kind": str(self.kind), "pool_id": self.pool_id,
-                "target": self.target, "action": self.action, "allowed": self.allowed, "shadow": self.shadow,
-                "reasons": list(self.reasons), "inputs": json.dumps(dict(self.inputs), default=str),
-                "decided_at": self.decided_at}
+        return {
+            "decision_id": self.decision_id,
+            "kind": str(self.kind),
+            "pool_id": self.pool_id,
+            "target": self.target,
+            "action": self.action,
+            "allowed": self.allowed,
+            "shadow": self.shadow,
+            "reasons": list(self.reasons),
+            "inputs": json.dumps(dict(self.inputs), default=str),
+            "decided_at": self.decided_at,
+        }
 
 
 def decisions_frame(rows: Iterable[DecisionRow]) -> pl.DataFrame:

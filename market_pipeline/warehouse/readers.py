@@ -18,8 +18,11 @@ from market_pipeline.warehouse.store import Warehouse, WarehouseError
 
 def usage_overlapping(store: Warehouse, start: datetime, end: datetime) -> pl.DataFrame:
     """Usage intervals overlapping [start, end): pool_id, started_at, ended_at, gpu_fraction."""
-    return store.query("SELECT pool_id, started_at, ended_at, gpu_fraction FROM usage_intervals "
-                       "WHERE ended_at > ? AND started_at < ?", [start, end])
+    return store.query(
+        "SELECT pool_id, started_at, ended_at, gpu_fraction FROM usage_intervals "
+        "WHERE ended_at > ? AND started_at < ?",
+        [start, end],
+    )
 
 
 def pending_snapshots_before(store: Warehouse, end: datetime) -> pl.DataFrame:
@@ -29,8 +32,9 @@ def pending_snapshots_before(store: Warehouse, end: datetime) -> pl.DataFrame:
 
 def demand_history_before(store: Warehouse, origin: datetime) -> pl.DataFrame:
     """The demand grid before `origin`, by pool and time: pool_id, ts, demand, price."""
-    return store.query("SELECT pool_id, ts, demand, price FROM demand_history WHERE ts < ? "
-                       "ORDER BY pool_id, ts", [origin])
+    return store.query(
+        "SELECT pool_id, ts, demand, price FROM demand_history WHERE ts < ? ORDER BY pool_id, ts", [origin]
+    )
 
 
 def expected_demand_by_pool(store: Warehouse, origin: datetime, horizon_min: int) -> dict[str, float]:
@@ -45,9 +49,14 @@ def expected_demand_by_pool(store: Warehouse, origin: datetime, horizon_min: int
                    WHERE ts < ? GROUP BY pool_id)
         SELECT pool_id, coalesce(f.q50, d.demand_now) AS expected
         FROM f FULL OUTER JOIN d USING (pool_id)
-        """, [origin, horizon_min, origin])
-    return {row["pool_id"]: max(float(row["expected"]), 0.0) for row in frame.iter_rows(named=True)
-            if row["expected"] is not None}
+        """,
+        [origin, horizon_min, origin],
+    )
+    return {
+        row["pool_id"]: max(float(row["expected"]), 0.0)
+        for row in frame.iter_rows(named=True)
+        if row["expected"] is not None
+    }
 
 
 def typical_demand_by_pool(store: Warehouse, origin: datetime) -> dict[str, float]:
@@ -56,14 +65,21 @@ def typical_demand_by_pool(store: Warehouse, origin: datetime) -> dict[str, floa
     no observation, not zero demand). Pools with no history yet are left out."""
     frame = store.query(
         "SELECT pool_id, avg(demand) AS typical FROM demand_history WHERE ts < ? "
-        "AND ts >= (SELECT min(ts) FROM pool_demand_snapshots) GROUP BY pool_id", [origin])
-    return {r["pool_id"]: float(r["typical"]) for r in frame.iter_rows(named=True)
-            if r["typical"] is not None and r["typical"] > 0}
+        "AND ts >= (SELECT min(ts) FROM pool_demand_snapshots) GROUP BY pool_id",
+        [origin],
+    )
+    return {
+        r["pool_id"]: float(r["typical"])
+        for r in frame.iter_rows(named=True)
+        if r["typical"] is not None and r["typical"] > 0
+    }
 
 
 def capacity_by_pool(store: Warehouse) -> dict[str, float]:
     """GPUs powered on per pool, from the latest fleet inventory."""
-    frame = store.query("SELECT pool_id, sum(gpus) AS gpus FROM fleet_nodes WHERE state = 'on' GROUP BY pool_id")
+    frame = store.query(
+        "SELECT pool_id, sum(gpus) AS gpus FROM fleet_nodes WHERE state = 'on' GROUP BY pool_id"
+    )
     return {row["pool_id"]: float(row["gpus"]) for row in frame.iter_rows(named=True)}
 
 
@@ -72,8 +88,11 @@ def capacity_by_pool(store: Warehouse) -> dict[str, float]:
 
 def guaranteed_prices_before(store: Warehouse, end: datetime) -> pl.DataFrame:
     """The guaranteed price book before `end`: effective_from, pool_id, price (float)."""
-    return store.query("SELECT effective_from, pool_id, CAST(price_per_gpu_hour AS DOUBLE) AS price "
-                       "FROM price_book WHERE resource_class = 'guaranteed' AND effective_from < ?", [end])
+    return store.query(
+        "SELECT effective_from, pool_id, CAST(price_per_gpu_hour AS DOUBLE) AS price "
+        "FROM price_book WHERE resource_class = 'guaranteed' AND effective_from < ?",
+        [end],
+    )
 
 
 def price_book_is_empty(store: Warehouse) -> bool:
@@ -86,7 +105,9 @@ def price_history(store: Warehouse, since: datetime) -> pl.DataFrame:
     return store.query(
         "SELECT effective_from, pool_id || '/' || resource_class AS resource, "
         "CAST(price_per_gpu_hour AS DOUBLE) AS price FROM price_book "
-        "WHERE effective_from >= ? ORDER BY effective_from", [since])
+        "WHERE effective_from >= ? ORDER BY effective_from",
+        [since],
+    )
 
 
 def last_certified_prices(store: Warehouse) -> dict[str, float]:
@@ -94,7 +115,8 @@ def last_certified_prices(store: Warehouse) -> dict[str, float]:
     frame = store.query(
         "SELECT pool_id || '/' || resource_class AS resource, "
         "CAST(arg_max(price_per_gpu_hour, effective_from) AS DOUBLE) AS price "
-        "FROM price_book GROUP BY 1")
+        "FROM price_book GROUP BY 1"
+    )
     return {row["resource"]: row["price"] for row in frame.iter_rows(named=True)}
 
 
@@ -104,7 +126,9 @@ def latest_tick(store: Warehouse, at: datetime) -> pl.DataFrame:
     target, the forecast the tick sized to); empty before the first tick."""
     return store.query(
         "SELECT * FROM market_ticks WHERE tick_at = (SELECT max(tick_at) FROM market_ticks WHERE tick_at <= ?) "
-        "ORDER BY pool_id", [at])
+        "ORDER BY pool_id",
+        [at],
+    )
 
 
 def latest_tick_at(store: Warehouse) -> datetime | None:
@@ -123,14 +147,17 @@ def experiments_of_fit(store: Warehouse, fitted_at: datetime, status: str, tick_
         "sum(estimated_cost_per_hour) * ? / 60.0 AS estimated_cost, bool_and(published) AS published "
         "FROM price_experiments WHERE experiment_id IN (SELECT experiment_id FROM demand_response "
         "WHERE fitted_at = ? AND experiment = ?) GROUP BY ALL ORDER BY experiment_id",
-        [tick_minutes, fitted_at, status])
+        [tick_minutes, fitted_at, status],
+    )
 
 
 def elasticity_history(store: Warehouse, since: datetime) -> pl.DataFrame:
     """Fitted elasticities from `since` on, oldest first: fitted_at, resource, elasticity."""
     return store.query(
         "SELECT fitted_at, pool_id || '/' || resource_class AS resource, elasticity FROM demand_response "
-        "WHERE fitted_at >= ? AND elasticity IS NOT NULL ORDER BY fitted_at", [since])
+        "WHERE fitted_at >= ? AND elasticity IS NOT NULL ORDER BY fitted_at",
+        [since],
+    )
 
 
 # -- billing and soak accounting ---------------------------------------------------------
@@ -143,20 +170,26 @@ def tenant_balances(store: Warehouse) -> pl.DataFrame:
 
 def telemetry_rows_unaccounted(store: Warehouse) -> int:
     """Telemetry rows an ingest took in that are neither clean nor quarantined, over all partitions."""
-    return int(store.query("""
+    return int(
+        store.query("""
         WITH ins AS (SELECT partition_key, sum(rows_in) AS rows_in FROM telemetry_ingests GROUP BY 1),
              clean AS (SELECT partition_key, count(*) AS n FROM telemetry_clean GROUP BY 1),
              quarantine AS (SELECT partition_key, count(*) AS n FROM telemetry_quarantine GROUP BY 1)
         SELECT coalesce(sum(abs(ins.rows_in - coalesce(clean.n, 0) - coalesce(quarantine.n, 0))), 0)
-        FROM ins LEFT JOIN clean USING (partition_key) LEFT JOIN quarantine USING (partition_key)""").row(0)[0])
+        FROM ins LEFT JOIN clean USING (partition_key) LEFT JOIN quarantine USING (partition_key)""").row(0)[
+            0
+        ]
+    )
 
 
 def metered_seconds_unbilled(store: Warehouse) -> int:
     """Metered seconds of billed hours that the rated usage does not hold (0 before dbt built it)."""
     try:
-        return int(store.query("""
+        return int(
+            store.query("""
         SELECT coalesce(sum(u.metered_seconds), 0) FROM usage_intervals u
         WHERE u.partition_key IN (SELECT DISTINCT partition_key FROM fct_rated_usage)
-          AND NOT EXISTS (SELECT 1 FROM fct_rated_usage r WHERE r.interval_id = u.interval_id)""").row(0)[0])
+          AND NOT EXISTS (SELECT 1 FROM fct_rated_usage r WHERE r.interval_id = u.interval_id)""").row(0)[0]
+        )
     except WarehouseError:  # no hour billed yet (dbt has not built the mart)
         return 0

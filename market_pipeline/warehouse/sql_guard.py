@@ -37,8 +37,9 @@ import pyarrow as pa
 from market_pipeline.warehouse.store import LOCK_RETRY_SECONDS  # the store's wait on a writer's lock
 
 # First keywords of the read-only statement forms DuckDB parses as SELECT.
-READ_ONLY_KEYWORDS = frozenset({"select", "with", "describe", "desc", "show", "summarize", "from",
-                                "values", "table"})
+READ_ONLY_KEYWORDS = frozenset(
+    {"select", "with", "describe", "desc", "show", "summarize", "from", "values", "table"}
+)
 DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_MEMORY_LIMIT_MB = 1024
 DEFAULT_MAX_ROWS = 1_000_000
@@ -60,9 +61,13 @@ class SqlLimits:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.timeout_seconds) and 0 < self.timeout_seconds <= MAX_TIMEOUT_SECONDS):
-            raise SqlRefused(f"timeout must be in (0, {MAX_TIMEOUT_SECONDS:g}] seconds, got {self.timeout_seconds}")
+            raise SqlRefused(
+                f"timeout must be in (0, {MAX_TIMEOUT_SECONDS:g}] seconds, got {self.timeout_seconds}"
+            )
         if not 16 <= self.memory_limit_mb <= MAX_MEMORY_LIMIT_MB:
-            raise SqlRefused(f"memory limit must be in [16, {MAX_MEMORY_LIMIT_MB}] MB, got {self.memory_limit_mb}")
+            raise SqlRefused(
+                f"memory limit must be in [16, {MAX_MEMORY_LIMIT_MB}] MB, got {self.memory_limit_mb}"
+            )
         if not 1 <= self.max_rows <= 100_000_000:
             raise SqlRefused(f"max rows must be in [1, 100000000], got {self.max_rows}")
         if not 1 <= self.threads <= 64:
@@ -81,7 +86,9 @@ def check_read_only(sql: str) -> str:
         raise SqlRefused(f"exactly one statement is allowed, got {len(statements)}")
     statement = statements[0]
     if statement.type != duckdb.StatementType.SELECT:
-        raise SqlRefused(f"only a read-only query (SELECT, WITH, DESCRIBE) is allowed, got {statement.type.name}")
+        raise SqlRefused(
+            f"only a read-only query (SELECT, WITH, DESCRIBE) is allowed, got {statement.type.name}"
+        )
     first = _first_keyword(sql)
     if first not in READ_ONLY_KEYWORDS and first != "(":
         raise SqlRefused(f"only a read-only query (SELECT, WITH, DESCRIBE) is allowed, not {first.upper()}")
@@ -149,8 +156,9 @@ def _attach_read_only(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             delay = min(delay * 2, 1.0)
 
 
-def run_limited(con: duckdb.DuckDBPyConnection, sql: str, limits: SqlLimits,
-                params: Sequence[object] | None = None) -> pl.DataFrame:
+def run_limited(
+    con: duckdb.DuckDBPyConnection, sql: str, limits: SqlLimits, params: Sequence[object] | None = None
+) -> pl.DataFrame:
     """Run one checked query on a locked connection under the time and row limits."""
     check_read_only(sql)
     fired = threading.Event()

@@ -115,8 +115,9 @@ class Warehouse:
             except duckdb.Error as exc:
                 raise WarehouseError(f"query failed: {exc}") from exc
 
-    def append(self, table: str, frame: pl.DataFrame | pa.Table,
-               con: duckdb.DuckDBPyConnection | None = None) -> int:
+    def append(
+        self, table: str, frame: pl.DataFrame | pa.Table, con: duckdb.DuckDBPyConnection | None = None
+    ) -> int:
         """Append rows by column name; return the count written."""
         arrow = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame
         if arrow.num_rows == 0:
@@ -132,8 +133,9 @@ class Warehouse:
                 c.unregister("_incoming")
         return arrow.num_rows
 
-    def replace_where(self, table: str, where_sql: str, params: Sequence[object],
-                      frame: pl.DataFrame | pa.Table) -> int:
+    def replace_where(
+        self, table: str, where_sql: str, params: Sequence[object], frame: pl.DataFrame | pa.Table
+    ) -> int:
         """Atomically delete the rows matching `where_sql` and append `frame` (idempotent rewrite)."""
         with self.connect() as con:
             con.execute("BEGIN")
@@ -146,8 +148,9 @@ class Warehouse:
                 raise
         return written
 
-    def rewrite_tables(self, rewrites: Sequence["TableRewrite"],
-                       con: duckdb.DuckDBPyConnection | None = None) -> dict[str, int]:
+    def rewrite_tables(
+        self, rewrites: Sequence["TableRewrite"], con: duckdb.DuckDBPyConnection | None = None
+    ) -> dict[str, int]:
         """Several tables' delete-then-append in one transaction (idempotent partition rewrite).
 
         All deletes run first, in the given order (a later delete may still read a table an
@@ -159,8 +162,7 @@ class Warehouse:
             try:
                 for step in rewrites:
                     try:
-                        c.execute(f"DELETE FROM {step.table} WHERE {step.where_sql}",
-                                  list(step.params))
+                        c.execute(f"DELETE FROM {step.table} WHERE {step.where_sql}", list(step.params))
                     except duckdb.Error as exc:
                         raise WarehouseError(f"delete from {step.table} failed: {exc}") from exc
                 for step in rewrites:
@@ -181,9 +183,7 @@ class Warehouse:
         with self.connect() as con:
             con.register("_incoming", arrow)
             try:
-                con.execute(
-                    f"INSERT OR REPLACE INTO {table} ({columns}) SELECT {columns} FROM _incoming"
-                )
+                con.execute(f"INSERT OR REPLACE INTO {table} ({columns}) SELECT {columns} FROM _incoming")
             except duckdb.Error as exc:
                 raise WarehouseError(f"upsert into {table} failed: {exc}") from exc
         return arrow.num_rows
@@ -194,8 +194,7 @@ class Warehouse:
             con.execute(sql, params or [])
 
     @contextlib.contextmanager
-    def _maybe_connect(self, con: duckdb.DuckDBPyConnection | None
-                       ) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _maybe_connect(self, con: duckdb.DuckDBPyConnection | None) -> Iterator[duckdb.DuckDBPyConnection]:
         if con is not None:
             yield con
         else:

@@ -11,8 +11,14 @@ import polars as pl
 from market_pipeline.warehouse.store import Warehouse
 
 
-def write_fleet_inventory(store: Warehouse, observed_at: datetime, snapshot: pl.DataFrame, nodes: pl.DataFrame,
-                          gpus: pl.DataFrame, tasks: pl.DataFrame) -> None:
+def write_fleet_inventory(
+    store: Warehouse,
+    observed_at: datetime,
+    snapshot: pl.DataFrame,
+    nodes: pl.DataFrame,
+    gpus: pl.DataFrame,
+    tasks: pl.DataFrame,
+) -> None:
     """The fleet as observed at `observed_at`: the pools' demand snapshot of that moment, the
     node and GPU inventory (replaced whole), the running tasks (upserted); tasks the adapter no
     longer lists ended when they were last seen."""
@@ -20,8 +26,11 @@ def write_fleet_inventory(store: Warehouse, observed_at: datetime, snapshot: pl.
     store.replace_where("fleet_nodes", "true", [], nodes)
     store.replace_where("fleet_gpus", "true", [], gpus)
     store.upsert("tasks", tasks)
-    store.execute("UPDATE tasks SET ended_at = last_seen_at, end_reason = 'not_seen' "
-                  "WHERE ended_at IS NULL AND last_seen_at < ?", [observed_at])
+    store.execute(
+        "UPDATE tasks SET ended_at = last_seen_at, end_reason = 'not_seen' "
+        "WHERE ended_at IS NULL AND last_seen_at < ?",
+        [observed_at],
+    )
 
 
 def write_demand_history(store: Warehouse, start: datetime, end: datetime, history: pl.DataFrame) -> int:
@@ -34,8 +43,9 @@ def write_forecasts(store: Warehouse, origin: datetime, frame: pl.DataFrame) -> 
     return store.replace_where("demand_forecasts", "origin_ts = ?", [origin], frame)
 
 
-def write_market_tick(store: Warehouse, tick_at: datetime, solve: pl.DataFrame, rows: pl.DataFrame,
-                      experiments: pl.DataFrame) -> int:
+def write_market_tick(
+    store: Warehouse, tick_at: datetime, solve: pl.DataFrame, rows: pl.DataFrame, experiments: pl.DataFrame
+) -> int:
     """One market tick: its solve report (appended: every solve is kept), its per-pool rows
     and its price experiments (replacing the tick's). Returns the tick rows written."""
     store.append("solve_reports", solve)

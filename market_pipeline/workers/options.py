@@ -19,7 +19,16 @@ class WorkerOptions:
     crash_on: str = "none"  # none | checkpoint | warning
 
     def argv(self) -> list[str]:
-        args = ["--util-pct", str(self.util_pct), "--step-seconds", str(self.step_seconds),
-                "--metrics-seconds", str(self.metrics_seconds),
-                "--checkpoint-seconds", str(self.checkpoint_seconds), "--crash-on", self.crash_on]
+        args = [
+            "--util-pct",
+            str(self.util_pct),
+            "--step-seconds",
+            str(self.step_seconds),
+            "--metrics-seconds",
+            str(self.metrics_seconds),
+            "--checkpoint-seconds",
+            str(self.checkpoint_seconds),
+            "--crash-on",
+            self.crash_on,
+        ]
         return args + (["--ignore-sigterm"] if self.ignore_sigterm else [])

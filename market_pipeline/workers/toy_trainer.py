@@ -96,15 +96,15 @@ def train_for(model: Model, seconds: float, rng: random.Random) -> float:
 
 def save_checkpoint(model: Model, path: Path, slow_seconds: float) -> None:
     time.sleep(slow_seconds)  # stands in for writing optimizer state to slow storage
-    write_json_atomically(path, {"w": model.w, "b": model.b, "step": model.step,
-                                 "saved_at": time.time()})
+    write_json_atomically(path, {"w": model.w, "b": model.b, "step": model.step, "saved_at": time.time()})
 
 
 def acknowledge(path: Path, model: Model) -> None:
     request = path.with_name(path.name + ".request")
     token = request.read_text().strip() if request.exists() else ""
-    write_json_atomically(path.with_name(path.name + ".done"),
-                          {"token": token, "step": model.step, "ts": time.time()})
+    write_json_atomically(
+        path.with_name(path.name + ".done"), {"token": token, "step": model.step, "ts": time.time()}
+    )
 
 
 def install_handlers(flags: Flags, ignore_sigterm: bool) -> None:
@@ -140,8 +140,18 @@ def run(args: argparse.Namespace) -> int:
         now = time.time()
         if metrics is not None and now - window_start >= args.metrics_seconds:
             util = min(100.0, 100.0 * busy / max(now - window_start, 1e-9))
-            metrics.write(json.dumps({"ts": now, "util_pct": round(util, 2), "step": model.step,
-                                      "loss": loss, "warned": flags.warned}) + "\n")
+            metrics.write(
+                json.dumps(
+                    {
+                        "ts": now,
+                        "util_pct": round(util, 2),
+                        "step": model.step,
+                        "loss": loss,
+                        "warned": flags.warned,
+                    }
+                )
+                + "\n"
+            )
             window_start, busy = now, 0.0
         if flags.checkpoint_requested:
             flags.checkpoint_requested = False

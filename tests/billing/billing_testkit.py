@@ -29,27 +29,50 @@ T0 = dt.datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday; 09:00 UTC is a peak 
 A100 = "A100-80GB@cn-hangzhou-a"
 H800 = "H800@cn-beijing-b"
 A10 = "A10@cn-hangzhou-a"
-HOURS = (HourWindow(T0, T0 + dt.timedelta(hours=1)),
-         HourWindow(T0 + dt.timedelta(hours=1), T0 + dt.timedelta(hours=2)))
+HOURS = (
+    HourWindow(T0, T0 + dt.timedelta(hours=1)),
+    HourWindow(T0 + dt.timedelta(hours=1), T0 + dt.timedelta(hours=2)),
+)
 
 
 def at(minutes: float) -> dt.datetime:
     return T0 + dt.timedelta(minutes=minutes)
 
 
-def task(task_id: str, tenant: str, pool: str, gpus: int = 1, milli: int = 1000,
-         cls: ResourceClass = ResourceClass.GUARANTEED, start: dt.datetime = T0, mem_mib: int = 0,
-         mig: str | None = None) -> TaskInfo:
-    return TaskInfo(task_id=task_id, tenant_id=tenant, pool_id=pool, node_id=f"node-{task_id}",
-                    gpu_uuids=tuple(f"GPU-{task_id}-{i}" for i in range(gpus)), gpu_milli=milli,
-                    kind=TaskKind.TRAINING, qos="BE", priority=1, resource_class=cls,
-                    started_at=start, mem_mib=mem_mib, mig_profile=mig)
+def task(
+    task_id: str,
+    tenant: str,
+    pool: str,
+    gpus: int = 1,
+    milli: int = 1000,
+    cls: ResourceClass = ResourceClass.GUARANTEED,
+    start: dt.datetime = T0,
+    mem_mib: int = 0,
+    mig: str | None = None,
+) -> TaskInfo:
+    return TaskInfo(
+        task_id=task_id,
+        tenant_id=tenant,
+        pool_id=pool,
+        node_id=f"node-{task_id}",
+        gpu_uuids=tuple(f"GPU-{task_id}-{i}" for i in range(gpus)),
+        gpu_milli=milli,
+        kind=TaskKind.TRAINING,
+        qos="BE",
+        priority=1,
+        resource_class=cls,
+        started_at=start,
+        mem_mib=mem_mib,
+        mig_profile=mig,
+    )
 
 
 def events(rows: Sequence[tuple[dt.datetime, str, str, bool]]) -> pl.DataFrame:
     """Events from (ts, task_id, event, platform_fault) tuples."""
-    return pl.DataFrame([{"ts": ts, "task_id": t, "event": e, "reason": "", "platform_fault": f}
-                         for ts, t, e, f in rows], schema=TASK_EVENT_SCHEMA)
+    return pl.DataFrame(
+        [{"ts": ts, "task_id": t, "event": e, "reason": "", "platform_fault": f} for ts, t, e, f in rows],
+        schema=TASK_EVENT_SCHEMA,
+    )
 
 
 class ScriptedFleet:
@@ -92,14 +115,20 @@ def scenario() -> ScriptedFleet:
         task("t-fault", "delta-vision", H800),
         task("t-a10", "cobalt-labs", A10, milli=250, start=at(30)),
     ]
-    script = events([
-        (T0, "t-full", "start", False), (at(30), "t-full", "end", False),
-        (at(15), "t-mig", "start", False), (at(80), "t-mig", "end", False),
-        (T0, "t-drain", "start", False), (at(65), "t-drain", "drain_signal", False),
-        (at(70), "t-drain", "drained", False),
-        (T0, "t-fault", "start", False), (at(20), "t-fault", "failed", True),
-        (at(30), "t-a10", "start", False),
-    ])
+    script = events(
+        [
+            (T0, "t-full", "start", False),
+            (at(30), "t-full", "end", False),
+            (at(15), "t-mig", "start", False),
+            (at(80), "t-mig", "end", False),
+            (T0, "t-drain", "start", False),
+            (at(65), "t-drain", "drain_signal", False),
+            (at(70), "t-drain", "drained", False),
+            (T0, "t-fault", "start", False),
+            (at(20), "t-fault", "failed", True),
+            (at(30), "t-a10", "start", False),
+        ]
+    )
     return ScriptedFleet(tasks, script, running=["t-a10"])
 
 
@@ -110,11 +139,22 @@ def price_book() -> pl.DataFrame:
         (at(10), A100, "drainable", "1.500000"),
         (at(-60), A10, "guaranteed", "0.700000"),
     ]
-    return pl.DataFrame([{
-        "effective_from": ts, "pool_id": pool, "gpu_model": pool.split("@")[0], "zone": pool.split("@")[1],
-        "resource_class": cls, "price_per_gpu_hour": Decimal(price), "solve_id": f"solve-{i}",
-        "source": "test"} for i, (ts, pool, cls, price) in enumerate(rows)],
-        schema_overrides={"price_per_gpu_hour": pl.Decimal(18, 6)})
+    return pl.DataFrame(
+        [
+            {
+                "effective_from": ts,
+                "pool_id": pool,
+                "gpu_model": pool.split("@")[0],
+                "zone": pool.split("@")[1],
+                "resource_class": cls,
+                "price_per_gpu_hour": Decimal(price),
+                "solve_id": f"solve-{i}",
+                "source": "test",
+            }
+            for i, (ts, pool, cls, price) in enumerate(rows)
+        ],
+        schema_overrides={"price_per_gpu_hour": pl.Decimal(18, 6)},
+    )
 
 
 def build_scenario(path: Path, config: MarketPipelineConfig, fleet: ScriptedFleet) -> Warehouse:
@@ -130,16 +170,26 @@ def build_scenario(path: Path, config: MarketPipelineConfig, fleet: ScriptedFlee
 def rate_hours(warehouse: Warehouse, windows: Sequence[HourWindow] = HOURS, command: str = "build") -> None:
     """The billing rollup hour by hour, as the hourly schedule runs it."""
     for window in windows:
-        run_dbt([command, "--select", "+focus_export", "+agg_tenant_daily_cost", "+agg_revenue_by_pool",
-                 "+agg_tenant_capacity_cost"],
-                warehouse.path, dbt_vars=window_vars(window.start, window.end))
+        run_dbt(
+            [
+                command,
+                "--select",
+                "+focus_export",
+                "+agg_tenant_daily_cost",
+                "+agg_revenue_by_pool",
+                "+agg_tenant_capacity_cost",
+            ],
+            warehouse.path,
+            dbt_vars=window_vars(window.start, window.end),
+        )
 
 
 def invoice_snapshot(warehouse: Warehouse) -> dict:
     """Everything exactly-once must preserve: invoice lines, FOCUS rows, credits, rated seconds."""
     return {
-        "invoice": warehouse.query("SELECT invoice_line_id, billed_cost, billed_seconds FROM fct_invoice_lines"
-                                   " ORDER BY 1").rows(),
+        "invoice": warehouse.query(
+            "SELECT invoice_line_id, billed_cost, billed_seconds FROM fct_invoice_lines ORDER BY 1"
+        ).rows(),
         "focus": warehouse.query('SELECT x_FocusRowId, "BilledCost" FROM focus_export ORDER BY 1').rows(),
         "credits": warehouse.query("SELECT credit_id, credit_amount FROM fct_sla_credits ORDER BY 1").rows(),
         "rated_seconds": warehouse.query("SELECT sum(billed_seconds) FROM fct_rated_usage").item(),

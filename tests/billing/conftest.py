@@ -18,8 +18,9 @@ def billing_config() -> MarketPipelineConfig:
 
 
 @pytest.fixture(scope="session")
-def rated_warehouse(tmp_path_factory: pytest.TempPathFactory, billing_config: MarketPipelineConfig
-                    ) -> Warehouse:
+def rated_warehouse(
+    tmp_path_factory: pytest.TempPathFactory, billing_config: MarketPipelineConfig
+) -> Warehouse:
     """The scenario metered and rated once (dbt build per hour); treat as read-only."""
     path = tmp_path_factory.mktemp("billing") / "warehouse.duckdb"
     warehouse = build_scenario(path, billing_config, scenario())

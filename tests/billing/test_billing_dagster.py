@@ -32,22 +32,42 @@ def test_billing_job_meters_rates_and_checks_a_partition_range(tmp_path):
     warehouse = open_warehouse(path)
     warehouse.append("price_book", price_book())
     refresh_rate_card(warehouse, ScriptedFleetResource().config())
-    defs = dg.Definitions(assets=[*billing_assets, billing_dbt_models()], jobs=[billing_job],
-                          resources={"warehouse": WarehouseResource(path=str(path)),
-                                     "fleet": ScriptedFleetResource(), "dbt": dbt_resource()})
+    defs = dg.Definitions(
+        assets=[*billing_assets, billing_dbt_models()],
+        jobs=[billing_job],
+        resources={
+            "warehouse": WarehouseResource(path=str(path)),
+            "fleet": ScriptedFleetResource(),
+            "dbt": dbt_resource(),
+        },
+    )
     job = defs.resolve_job_def("billing_job")
     result = job.execute_in_process(tags=billing_range_tags(HOURS[0].start, HOURS[1].end))
     assert result.success
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert {"usage_intervals", "fct_rated_usage", "fct_invoice_lines", "focus_export", "fct_sla_credits",
-            "agg_tenant_daily_cost", "agg_revenue_by_pool", "billing_ledger", "budget_guard"} <= materialized
+    assert {
+        "usage_intervals",
+        "fct_rated_usage",
+        "fct_invoice_lines",
+        "focus_export",
+        "fct_sla_credits",
+        "agg_tenant_daily_cost",
+        "agg_revenue_by_pool",
+        "billing_ledger",
+        "budget_guard",
+    } <= materialized
     checks = result.get_asset_check_evaluations()
     names = {c.check_name for c in checks}
-    assert {"assert_focus_total_equals_invoice_total", "assert_billed_le_metered_seconds",
-            "assert_every_interval_rated"} <= names
+    assert {
+        "assert_focus_total_equals_invoice_total",
+        "assert_billed_le_metered_seconds",
+        "assert_every_interval_rated",
+    } <= names
     assert checks and all(c.passed for c in checks)
     # dbt models carry their row counts, read once dbt let go of the warehouse
-    events = {e.asset_key.to_user_string(): e.materialization for e in result.get_asset_materialization_events()}
+    events = {
+        e.asset_key.to_user_string(): e.materialization for e in result.get_asset_materialization_events()
+    }
     lines = Warehouse(path).query("SELECT count(*) AS n FROM fct_invoice_lines")["n"].item()
     assert lines > 0 and events["fct_invoice_lines"].metadata["dagster/row_count"].value == lines
     assert events["usage_intervals"].metadata["dagster/row_count"].value > 0
@@ -74,7 +94,11 @@ def test_dbt_models_and_tests_read_as_descriptions_not_sql():
     invoice = graph.get(dg.AssetKey("fct_invoice_lines")).description
     assert invoice.startswith("Hourly and daily invoice lines") and "Raw SQL" not in invoice
     specs = {s.name: s for a in defs.assets if isinstance(a, dg.AssetsDefinition) for s in a.check_specs}
-    assert specs["not_null_fct_invoice_lines_billed_cost"].description == "fct_invoice_lines.billed_cost is never null."
+    assert (
+        specs["not_null_fct_invoice_lines_billed_cost"].description
+        == "fct_invoice_lines.billed_cost is never null."
+    )
     assert specs["assert_credits_not_above_affected_cost"].description == (
-        "An SLA credit never exceeds the cost it compensates, nor goes negative.")
+        "An SLA credit never exceeds the cost it compensates, nor goes negative."
+    )
     assert all(s.description for s in specs.values())

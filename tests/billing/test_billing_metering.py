@@ -15,8 +15,11 @@ from market_pipeline.billing.metering_source import meter_partition, write_parti
 from market_pipeline.hardware.protocol import ResourceClass
 from market_pipeline.warehouse import open_warehouse
 
-POOLS = {A100: ("A100-80GB", "cn-hangzhou-a"), "H800@cn-beijing-b": ("H800", "cn-beijing-b"),
-         "A10@cn-hangzhou-a": ("A10", "cn-hangzhou-a")}
+POOLS = {
+    A100: ("A100-80GB", "cn-hangzhou-a"),
+    "H800@cn-beijing-b": ("H800", "cn-beijing-b"),
+    "A10@cn-hangzhou-a": ("A10", "cn-hangzhou-a"),
+}
 
 
 def meter(fleet, window):
@@ -54,8 +57,9 @@ def test_billing_intervals_clip_at_the_hour_and_close_at_drain_and_failure():
 def test_billing_intervals_are_whole_seconds_and_use_only_events_before_the_window_end():
     start = T0 + dt.timedelta(seconds=10, microseconds=400_000)
     fleet_tasks = [task("t-x", "acme-research", A100, start=start)]
-    script = events([(start, "t-x", "start", False),
-                     (T0 + dt.timedelta(hours=1, minutes=5), "t-x", "end", False)])
+    script = events(
+        [(start, "t-x", "start", False), (T0 + dt.timedelta(hours=1, minutes=5), "t-x", "end", False)]
+    )
     row = meter_window(script, fleet_tasks, HOURS[0], POOLS).row(0, named=True)
     assert row["started_at"] == T0 + dt.timedelta(seconds=10)  # floored to the second
     assert row["ended_at"] == HOURS[0].end and row["end_reason"] == "running"  # the end is later
@@ -76,8 +80,12 @@ def test_billing_metering_rejects_bad_input_with_names():
     with pytest.raises(MeteringError, match="t-ghost"):
         meter_window(events([(T0, "t-ghost", "start", False)]), fleet.tasks.values(), HOURS[0], POOLS)
     with pytest.raises(MeteringError, match="gpu_milli"):
-        meter_window(fleet.script.filter(pl.col("task_id") == "t-full"),
-                     [task("t-full", "acme-research", A100, milli=0)], HOURS[0], POOLS)
+        meter_window(
+            fleet.script.filter(pl.col("task_id") == "t-full"),
+            [task("t-full", "acme-research", A100, milli=0)],
+            HOURS[0],
+            POOLS,
+        )
     with pytest.raises(MeteringError, match="hourly key"):
         HourWindow.from_partition_key("2026-03-02")
 
@@ -97,10 +105,10 @@ def test_billing_meter_partition_is_idempotent_and_survives_a_failed_write(tmp_p
     meter_partition(fleet, warehouse, billing_config, HOURS[1])
     seconds = warehouse.query(
         "SELECT task_id, sum(date_diff('second', started_at, ended_at)) AS s FROM usage_intervals"
-        " GROUP BY 1 ORDER BY 1").rows()
+        " GROUP BY 1 ORDER BY 1"
+    ).rows()
     # nothing missing or doubled across the hour boundary: 2 GPUs x 30 min, 65 min, 70 min ...
-    assert dict(seconds) == {"t-full": 3600, "t-mig": 3900, "t-drain": 4200, "t-fault": 1200,
-                             "t-a10": 5400}
+    assert dict(seconds) == {"t-full": 3600, "t-mig": 3900, "t-drain": 4200, "t-fault": 1200, "t-a10": 5400}
 
 
 def test_billing_carry_over_finds_tasks_older_than_the_event_lookback(tmp_path, billing_config):

@@ -33,14 +33,22 @@ NOON = T0 + dt.timedelta(hours=3)
 
 
 def test_billing_tenant_scope_cannot_read_other_tenants(rated_warehouse):
-    mine = tenant_query(rated_warehouse, "acme-research",
-                        "SELECT DISTINCT tenant_id FROM fct_rated_usage UNION SELECT DISTINCT tenant_id"
-                        " FROM fct_invoice_lines UNION SELECT DISTINCT \"BillingAccountId\" FROM focus_export")
+    mine = tenant_query(
+        rated_warehouse,
+        "acme-research",
+        "SELECT DISTINCT tenant_id FROM fct_rated_usage UNION SELECT DISTINCT tenant_id"
+        ' FROM fct_invoice_lines UNION SELECT DISTINCT "BillingAccountId" FROM focus_export',
+    )
     assert mine["tenant_id"].to_list() == ["acme-research"]
-    asked = tenant_query(rated_warehouse, "acme-research",
-                         "SELECT count(*) AS n FROM stg_usage_intervals WHERE tenant_id = 'delta-vision'")
+    asked = tenant_query(
+        rated_warehouse,
+        "acme-research",
+        "SELECT count(*) AS n FROM stg_usage_intervals WHERE tenant_id = 'delta-vision'",
+    )
     assert asked["n"].item() == 0  # delta's rows exist in the warehouse, but not in the scope
-    assert tenant_query(rated_warehouse, "acme-research", "SELECT count(*) AS n FROM price_book")["n"].item() > 0
+    assert (
+        tenant_query(rated_warehouse, "acme-research", "SELECT count(*) AS n FROM price_book")["n"].item() > 0
+    )
     escape = f"ATTACH '{rated_warehouse.path}' AS w (READ_ONLY); SELECT * FROM w.fct_rated_usage"
     with pytest.raises(TenantScopeError):
         tenant_query(rated_warehouse, "acme-research", escape)
@@ -54,9 +62,13 @@ def test_billing_ledger_posting_is_exactly_once_and_guards_block_and_drain(wareh
     start, end = T0, T0 + dt.timedelta(hours=2)
     first = post_invoice_window(warehouse_copy, start, end)
     assert post_invoice_window(warehouse_copy, start, end) == first  # repost replaces
-    usage = warehouse_copy.query("SELECT sum(amount) AS a FROM billing_ledger WHERE tenant_id = 'acme-research'")
-    billed = warehouse_copy.query("SELECT sum(billed_cost) AS b FROM fct_invoice_lines"
-                                  " WHERE tenant_id = 'acme-research' AND period_grain = 'hour'")
+    usage = warehouse_copy.query(
+        "SELECT sum(amount) AS a FROM billing_ledger WHERE tenant_id = 'acme-research'"
+    )
+    billed = warehouse_copy.query(
+        "SELECT sum(billed_cost) AS b FROM fct_invoice_lines"
+        " WHERE tenant_id = 'acme-research' AND period_grain = 'hour'"
+    )
     assert usage["a"].item() == -billed["b"].item()
     set_account(warehouse_copy, Account("acme-research", prepaid=True))
     record_payment(warehouse_copy, "acme-research", Decimal("4.00"), "wire-1")
@@ -78,8 +90,12 @@ def test_billing_ledger_posting_is_exactly_once_and_guards_block_and_drain(wareh
     assert tenant_admission(warehouse_copy, "cobalt-labs", NOON) == (True, [])
     record_payment(warehouse_copy, "acme-research", Decimal("100"), "wire-2")
     later = NOON + dt.timedelta(hours=1)
-    again = {v.tenant_id: v for v in run_budget_guards(warehouse_copy, billing_config, running, later).verdicts}
-    assert again["acme-research"].admit_new_tasks and tenant_admission(warehouse_copy, "acme-research", later)[0]
+    again = {
+        v.tenant_id: v for v in run_budget_guards(warehouse_copy, billing_config, running, later).verdicts
+    }
+    assert (
+        again["acme-research"].admit_new_tasks and tenant_admission(warehouse_copy, "acme-research", later)[0]
+    )
 
 
 def test_billing_quote_expected_cost_and_band(warehouse_copy, billing_config):
@@ -87,16 +103,41 @@ def test_billing_quote_expected_cost_and_band(warehouse_copy, billing_config):
     assert plain.band_method == "price_bounds"
     # configured base 2.40 x 4 GPUs x 2 peak hours x 1.15
     assert plain.expected_cost == Decimal("22.08") and plain.low_90 <= plain.expected_cost <= plain.high_90
-    booked = quote(billing_config, warehouse_copy, "acme-research", A100, gpus=4, hours=2,
-                   resource_class="drainable", start=T0 + dt.timedelta(minutes=20))
+    booked = quote(
+        billing_config,
+        warehouse_copy,
+        "acme-research",
+        A100,
+        gpus=4,
+        hours=2,
+        resource_class="drainable",
+        start=T0 + dt.timedelta(minutes=20),
+    )
     assert booked.components["drainability_discount"] < 0 and booked.unit_price_now < plain.unit_price_now
-    history = pl.concat([price_book().filter(pl.col("pool_id") == "none")] + [
-        price_book().head(1).with_columns(
-            pl.lit(T0 - dt.timedelta(hours=200 - i)).dt.cast_time_unit("us").alias("effective_from"),
-            pl.lit(Decimal(f"{2.4 + 0.3 * ((i * 7) % 5) / 5:.6f}")).cast(pl.Decimal(18, 6))
-            .alias("price_per_gpu_hour")) for i in range(100)])
+    history = pl.concat(
+        [price_book().filter(pl.col("pool_id") == "none")]
+        + [
+            price_book()
+            .head(1)
+            .with_columns(
+                pl.lit(T0 - dt.timedelta(hours=200 - i)).dt.cast_time_unit("us").alias("effective_from"),
+                pl.lit(Decimal(f"{2.4 + 0.3 * ((i * 7) % 5) / 5:.6f}"))
+                .cast(pl.Decimal(18, 6))
+                .alias("price_per_gpu_hour"),
+            )
+            for i in range(100)
+        ]
+    )
     warehouse_copy.append("price_book", history)
-    rich = quote(billing_config, warehouse_copy, "cobalt-labs", A100, gpus=1, hours=1, start=T0 - dt.timedelta(hours=50))
+    rich = quote(
+        billing_config,
+        warehouse_copy,
+        "cobalt-labs",
+        A100,
+        gpus=1,
+        hours=1,
+        start=T0 - dt.timedelta(hours=50),
+    )
     assert rich.band_method == "empirical_90" and rich.band_samples >= 20
     assert rich.low_90 < rich.expected_cost < rich.high_90
     with pytest.raises(QuoteError, match="unknown tenant"):
@@ -106,13 +147,42 @@ def test_billing_quote_expected_cost_and_band(warehouse_copy, billing_config):
 
 
 def test_billing_cli_quote_and_cost_report(rated_warehouse, tmp_path, capsys):
-    code = main(["quote", "--tenant", "acme-research", "--pool", A100, "--gpus", "2", "--hours", "1.5",
-                 "--start", T0.isoformat(), "--warehouse", str(rated_warehouse.path), "--json"])
+    code = main(
+        [
+            "quote",
+            "--tenant",
+            "acme-research",
+            "--pool",
+            A100,
+            "--gpus",
+            "2",
+            "--hours",
+            "1.5",
+            "--start",
+            T0.isoformat(),
+            "--warehouse",
+            str(rated_warehouse.path),
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["low_90"] <= out["expected_cost"] <= out["high_90"] and out["currency"] == "USD"
     html_path = tmp_path / "acme.html"
-    assert main(["cost-report", "--tenant", "acme-research", "--warehouse", str(rated_warehouse.path),
-                 "--out", str(html_path), "--json"]) == 0
+    assert (
+        main(
+            [
+                "cost-report",
+                "--tenant",
+                "acme-research",
+                "--warehouse",
+                str(rated_warehouse.path),
+                "--out",
+                str(html_path),
+                "--json",
+            ]
+        )
+        == 0
+    )
     page = html_path.read_text()
     assert "acme-research" in page and "data:image/png;base64," in page and "drainability" in page
     assert "delta-vision" not in page and "blue-inference" not in page

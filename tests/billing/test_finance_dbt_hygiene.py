@@ -14,8 +14,11 @@ def test_money_macro_unit_tests_pass(rated_warehouse):
     run = run_dbt(["test", "--select", "test_type:unit"], rated_warehouse.path, raise_on_failure=False)
     names = {name for name, _ in run.node_seconds}
     assert run.success, run.failures
-    assert {"money_rated_rows_round_half_up_at_each_step", "money_nano_units_to_decimal_and_unit_prices",
-            "money_decimal_ratio_rounds_half_up_and_is_null_on_zero"} <= names
+    assert {
+        "money_rated_rows_round_half_up_at_each_step",
+        "money_nano_units_to_decimal_and_unit_prices",
+        "money_decimal_ratio_rounds_half_up_and_is_null_on_zero",
+    } <= names
 
 
 def test_source_freshness_flags_stale_usage_and_prices(warehouse_copy):
@@ -24,8 +27,11 @@ def test_source_freshness_flags_stale_usage_and_prices(warehouse_copy):
     assert {"usage_intervals", "price_book"} <= {f.split(":")[0].split(".")[-1] for f in stale.failures}
     now = dt.datetime.now(dt.timezone.utc)
     with duckdb.connect(str(warehouse_copy.path)) as con:
-        con.execute("UPDATE usage_intervals SET ended_at = ? WHERE interval_id = (SELECT min(interval_id)"
-                    " FROM usage_intervals)", [now])
+        con.execute(
+            "UPDATE usage_intervals SET ended_at = ? WHERE interval_id = (SELECT min(interval_id)"
+            " FROM usage_intervals)",
+            [now],
+        )
         con.execute("UPDATE price_book SET effective_from = ? WHERE solve_id = 'solve-0'", [now])
     fresh = run_dbt(["source", "freshness"], warehouse_copy.path, raise_on_failure=False)
     assert fresh.success, fresh.failures

@@ -19,14 +19,26 @@ ECONOMICS = ["build", "--select", "agg_pool_economics+", "--exclude-resource-typ
 
 def snapshots(rows):
     """pool_demand_snapshots rows from (minutes after T0, pool, gpus_on)."""
-    return pl.DataFrame([{"ts": T0 + dt.timedelta(minutes=m), "pool_id": p, "running_gpus": 0.0,
-                          "pending_gpus": 0.0, "gpus_on": g} for m, p, g in rows],
-                        schema_overrides={"gpus_on": pl.Int32})
+    return pl.DataFrame(
+        [
+            {
+                "ts": T0 + dt.timedelta(minutes=m),
+                "pool_id": p,
+                "running_gpus": 0.0,
+                "pending_gpus": 0.0,
+                "gpus_on": g,
+            }
+            for m, p, g in rows
+        ],
+        schema_overrides={"gpus_on": pl.Int32},
+    )
 
 
 def hour_row(warehouse, pool, hour=T0):
-    return warehouse.query("SELECT * FROM agg_pool_economics WHERE period_grain = 'hour' AND pool_id = ?"
-                           " AND period_start = ?", [pool, hour]).row(0, named=True)
+    return warehouse.query(
+        "SELECT * FROM agg_pool_economics WHERE period_grain = 'hour' AND pool_id = ? AND period_start = ?",
+        [pool, hour],
+    ).row(0, named=True)
 
 
 @pytest.fixture()
@@ -40,8 +52,11 @@ def observed(warehouse_copy):
 
 def test_economics_prices_the_observed_powered_capacity(observed, billing_config):
     row = hour_row(observed, A100)
-    sold = observed.query("SELECT sum(consumed_gpu_hours) FROM fct_invoice_lines WHERE period_grain = 'hour'"
-                          " AND pool_id = ? AND period_start = ? AND charge_category = 'Usage'", [A100, T0]).item()
+    sold = observed.query(
+        "SELECT sum(consumed_gpu_hours) FROM fct_invoice_lines WHERE period_grain = 'hour'"
+        " AND pool_id = ? AND period_start = ? AND charge_category = 'Usage'",
+        [A100, T0],
+    ).item()
     assert row["observed_gpu_hours"] == row["powered_gpu_hours"] == Decimal("6")  # 8 x 0.5 h + 4 x 0.5 h
     assert row["sold_gpu_hours"] == sold == row["sold_guaranteed_gpu_hours"] + row["sold_drainable_gpu_hours"]
     assert row["sold_drainable_gpu_hours"] > 0 and row["idle_gpu_hours"] == Decimal("6") - sold
@@ -51,8 +66,10 @@ def test_economics_prices_the_observed_powered_capacity(observed, billing_config
     assert row["utilisation"] == (sold / Decimal("6")).quantize(Decimal("1e-6"))
     later = hour_row(observed, A100, T0 + dt.timedelta(hours=1))
     assert later["observed_gpu_hours"] == Decimal("2")  # the 09:30 snapshot holds until 10:30
-    present = observed.query("SELECT count(*) FROM agg_pool_economics WHERE pool_id = ? AND period_start >= ?",
-                             [A10, T0 + dt.timedelta(hours=2)]).item()
+    present = observed.query(
+        "SELECT count(*) FROM agg_pool_economics WHERE pool_id = ? AND period_start >= ?",
+        [A10, T0 + dt.timedelta(hours=2)],
+    ).item()
     assert present == 0
 
 
@@ -61,17 +78,24 @@ def test_economics_counts_billed_use_the_snapshots_missed_as_powered(observed):
     assert fault["observed_gpu_hours"] == 0 and fault["powered_gpu_hours"] == fault["sold_gpu_hours"] > 0
     assert fault["unobserved_gpu_hours"] == fault["sold_gpu_hours"] and fault["idle_gpu_hours"] == 0
     assert fault["revenue"] < fault["usage_revenue"]  # the SLA credit is netted
-    totals = observed.query("SELECT period_grain, sum(revenue) AS r, sum(margin) AS m, sum(capacity_cost) AS c"
-                            " FROM agg_pool_economics GROUP BY 1 ORDER BY 1").rows()
-    invoice = observed.query("SELECT sum(billed_cost) FROM fct_invoice_lines WHERE period_grain = 'hour'").item()
+    totals = observed.query(
+        "SELECT period_grain, sum(revenue) AS r, sum(margin) AS m, sum(capacity_cost) AS c"
+        " FROM agg_pool_economics GROUP BY 1 ORDER BY 1"
+    ).rows()
+    invoice = observed.query(
+        "SELECT sum(billed_cost) FROM fct_invoice_lines WHERE period_grain = 'hour'"
+    ).item()
     (_, day_r, day_m, day_c), (_, hour_r, hour_m, hour_c) = totals
     assert day_r == hour_r == invoice and day_m == hour_m == hour_r - hour_c and day_c == hour_c
 
 
 def test_idle_cost_is_shared_by_use_by_default(observed):
     row = hour_row(observed, A100)
-    lines = observed.query("SELECT * FROM agg_tenant_capacity_cost WHERE period_grain = 'hour' AND pool_id = ?"
-                           " AND period_start = ? ORDER BY tenant_id", [A100, T0])
+    lines = observed.query(
+        "SELECT * FROM agg_tenant_capacity_cost WHERE period_grain = 'hour' AND pool_id = ?"
+        " AND period_start = ? ORDER BY tenant_id",
+        [A100, T0],
+    )
     assert set(lines["tenant_id"]) == {"acme-research", "blue-inference"}  # no __idle__ line
     assert sum(lines["allocated_capacity_cost"]) == row["capacity_cost"]
     for line in lines.iter_rows(named=True):
@@ -81,15 +105,24 @@ def test_idle_cost_is_shared_by_use_by_default(observed):
 
 
 def test_idle_line_mode_books_idle_capacity_to_one_line(observed):
-    run_dbt(["run", "--select", "agg_tenant_capacity_cost"], observed.path,
-            dbt_vars={"idle_cost_allocation": "idle_line"})
+    run_dbt(
+        ["run", "--select", "agg_tenant_capacity_cost"],
+        observed.path,
+        dbt_vars={"idle_cost_allocation": "idle_line"},
+    )
     row = hour_row(observed, A100)
-    lines = {r["tenant_id"]: r for r in observed.query(
-        "SELECT * FROM agg_tenant_capacity_cost WHERE period_grain = 'hour' AND pool_id = ? AND period_start = ?",
-        [A100, T0]).iter_rows(named=True)}
+    lines = {
+        r["tenant_id"]: r
+        for r in observed.query(
+            "SELECT * FROM agg_tenant_capacity_cost WHERE period_grain = 'hour' AND pool_id = ? AND period_start = ?",
+            [A100, T0],
+        ).iter_rows(named=True)
+    }
     idle = lines.pop("__idle__")
     assert all(r["idle_cost_share"] == 0 for r in lines.values())
-    assert idle["allocated_capacity_cost"] == row["capacity_cost"] - sum(r["used_capacity_cost"] for r in lines.values())
+    assert idle["allocated_capacity_cost"] == row["capacity_cost"] - sum(
+        r["used_capacity_cost"] for r in lines.values()
+    )
     rate = row["cost_per_gpu_hour"]
     assert idle["allocated_capacity_cost"] == pytest.approx(row["idle_gpu_hours"] * rate, abs=Decimal("1e-8"))
     assert idle["idle_cost_allocation"] == "idle_line"

@@ -25,8 +25,11 @@ def export(capsys, warehouse, *args):
 
 
 def digests(folder):
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
@@ -50,16 +53,36 @@ def test_export_partitions_by_billing_period_and_keeps_the_window(warehouse_copy
                            period_start_utc + INTERVAL 31 DAY AS period_start_utc)
                        FROM fct_invoice_lines""")
     out = tmp_path / "out"
-    code, _, _ = export(capsys, warehouse_copy, "invoices", "--from", "2026-03-01T00:00:00Z",
-                        "--to", "2026-05-01T00:00:00Z", "--out", str(out))
+    code, _, _ = export(
+        capsys,
+        warehouse_copy,
+        "invoices",
+        "--from",
+        "2026-03-01T00:00:00Z",
+        "--to",
+        "2026-05-01T00:00:00Z",
+        "--out",
+        str(out),
+    )
     manifest = json.loads((out / MANIFEST).read_text())
     assert code == 0 and [f["billing_period"] for f in manifest["files"]] == ["2026-03", "2026-04"]
     march, april = (list(csv.DictReader(open(out / f["path"]))) for f in manifest["files"])
     assert len(march) == len(april) and all(r["period_start"].startswith("2026-04") for r in april)
-    code, _, _ = export(capsys, warehouse_copy, "invoices", "--from", "2026-03-02T09:00:00Z",
-                        "--to", "2026-03-02T10:00:00Z", "--out", str(out))
+    code, _, _ = export(
+        capsys,
+        warehouse_copy,
+        "invoices",
+        "--from",
+        "2026-03-02T09:00:00Z",
+        "--to",
+        "2026-03-02T10:00:00Z",
+        "--out",
+        str(out),
+    )
     lines = list(csv.DictReader(open(out / "billing_period=2026-03" / "invoice_lines.csv")))
-    assert code == 0 and lines and {r["period_grain"] for r in lines} == {"hour"}  # a day is not inside one hour
+    assert (
+        code == 0 and lines and {r["period_grain"] for r in lines} == {"hour"}
+    )  # a day is not inside one hour
     assert {r["period_start"] for r in lines} == {"2026-03-02T09:00:00Z"}
 
 
@@ -69,29 +92,40 @@ def test_focus_export_writes_schema_metadata_and_focus_date_times(rated_warehous
     metadata = json.loads((out / "focus-metadata.json").read_text())
     assert metadata["FocusVersion"] == "1.2" and metadata["DataGenerator"] == "market-pipeline"
     # a column change changes the SchemaId: bump FOCUS_SCHEMA_CREATED with this pin
-    assert (metadata["SchemaId"], metadata["CreationDate"]) == ("d067c25385dca0a09d7055f34c5807e9",
-                                                                FOCUS_SCHEMA_CREATED)
+    assert (metadata["SchemaId"], metadata["CreationDate"]) == (
+        "d067c25385dca0a09d7055f34c5807e9",
+        FOCUS_SCHEMA_CREATED,
+    )
     columns = {c["ColumnName"]: c for c in metadata["ColumnDefinition"]}
-    assert columns["BilledCost"] == {"ColumnName": "BilledCost", "DataType": "DECIMAL", "NumericPrecision": 38,
-                                     "NumberScale": 9}
+    assert columns["BilledCost"] == {
+        "ColumnName": "BilledCost",
+        "DataType": "DECIMAL",
+        "NumericPrecision": 38,
+        "NumberScale": 9,
+    }
     rows = list(csv.DictReader(open(out / "billing_period=2026-03" / "focus.csv")))
     assert list(rows[0])[:3] == ["AvailabilityZone", "BilledCost", "BillingAccountId"]
     assert all(r["ChargePeriodStart"].endswith(":00:00Z") and "T" in r["ChargePeriodStart"] for r in rows)
     assert {r["BillingPeriodStart"] for r in rows} == {"2026-03-01T00:00:00Z"}
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--from", "2026-03-02T00:00:00Z", "--to", "2026-03-01T00:00:00Z"], "empty window"),
-    (["--from", "2026-03-01T00:30:00Z", "--to", "2026-03-02T00:00:00Z"], "not on a whole UTC hour"),
-    (["--from", "last week", "--to", "2026-03-02T00:00:00Z"], "not an ISO time"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--from", "2026-03-02T00:00:00Z", "--to", "2026-03-01T00:00:00Z"], "empty window"),
+        (["--from", "2026-03-01T00:30:00Z", "--to", "2026-03-02T00:00:00Z"], "not on a whole UTC hour"),
+        (["--from", "last week", "--to", "2026-03-02T00:00:00Z"], "not an ISO time"),
+    ],
+)
 def test_export_refuses_a_bad_window_in_one_line(rated_warehouse, tmp_path, capsys, args, message):
     code, _, err = export(capsys, rated_warehouse, "focus", *args, "--out", str(tmp_path / "out"))
     assert code == 2 and message in err and err.count("\n") == 1 and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
 
 
-def test_export_refuses_unwritable_or_foreign_paths_and_keeps_the_old_export(rated_warehouse, tmp_path, capsys):
+def test_export_refuses_unwritable_or_foreign_paths_and_keeps_the_old_export(
+    rated_warehouse, tmp_path, capsys
+):
     locked = tmp_path / "locked"
     locked.mkdir()
     os.chmod(locked, 0o500)
@@ -117,4 +151,9 @@ def test_export_refuses_unwritable_or_foreign_paths_and_keeps_the_old_export(rat
     code, _, err = export(capsys, empty, "economics", *MARCH, "--out", str(out))
     assert code == 2 and "billing-rollup" in err and err.count("\n") == 1
     assert digests(out) == before and sorted(p.name for p in tmp_path.iterdir()) == [
-        "empty.duckdb", "file", "home", "locked", "out"]
+        "empty.duckdb",
+        "file",
+        "home",
+        "locked",
+        "out",
+    ]

@@ -21,8 +21,7 @@ def test_shipped_defaults_validate_and_link_pools_to_catalog():
 
 
 def test_unknown_key_is_reported_by_name(tmp_path):
-    text = DEFAULT_CONFIG_PATH.read_text().replace(
-        "[warehouse]\n", "[warehouse]\nnot_a_key = 3\n", 1)
+    text = DEFAULT_CONFIG_PATH.read_text().replace("[warehouse]\n", "[warehouse]\nnot_a_key = 3\n", 1)
     with pytest.raises(ConfigError, match=r"warehouse\.not_a_key: unknown key"):
         load_config(_write(tmp_path, text), environ={})
 
@@ -40,11 +39,14 @@ def test_pool_referencing_unknown_model_is_rejected(tmp_path):
 
 
 def test_env_overrides_scalars_and_are_validated():
-    config = load_config(DEFAULT_CONFIG_PATH, environ={
-        "MP__LOOP__SHADOW_MODE": "true",
-        "MP__WAREHOUSE__PATH": "/tmp/elsewhere.duckdb",
-        "MP__GUARDRAILS__TASK_DRAIN__WARN_SECONDS": "45",
-    })
+    config = load_config(
+        DEFAULT_CONFIG_PATH,
+        environ={
+            "MP__LOOP__SHADOW_MODE": "true",
+            "MP__WAREHOUSE__PATH": "/tmp/elsewhere.duckdb",
+            "MP__GUARDRAILS__TASK_DRAIN__WARN_SECONDS": "45",
+        },
+    )
     assert config.loop.shadow_mode is True
     assert config.warehouse_path == Path("/tmp/elsewhere.duckdb")
     assert config.guardrails.task_drain.warn_seconds == 45.0

@@ -24,10 +24,19 @@ def demo_home(tmp_path_factory):
     dagster_home = home / "dagster_home"
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
-    env = {**{k: v for k, v in os.environ.items() if k != "MARKET_PIPELINE_HISTORY_START"},
-           "MARKET_PIPELINE_HOME": str(home), "DAGSTER_HOME": str(dagster_home)}
-    done = subprocess.run([sys.executable, "-m", "sensors.demo", "--days", str(1 / 24)], cwd=REPO_ROOT,
-                          env=env, capture_output=True, text=True, timeout=280)
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "MARKET_PIPELINE_HISTORY_START"},
+        "MARKET_PIPELINE_HOME": str(home),
+        "DAGSTER_HOME": str(dagster_home),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "sensors.demo", "--days", str(1 / 24)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return home, done.stdout
 
@@ -68,7 +77,8 @@ def test_published_prices_keep_every_promise(demo_home):
     book = store.query(
         "SELECT effective_from, pool_id, resource_class, price_per_gpu_hour::DOUBLE AS price, "
         "list_price_per_gpu_hour::DOUBLE AS list, solver_price_per_gpu_hour::DOUBLE AS solver, "
-        "source, intervention_reason FROM price_book ORDER BY pool_id, resource_class, effective_from")
+        "source, intervention_reason FROM price_book ORDER BY pool_id, resource_class, effective_from"
+    )
     assert book.filter(book["source"] != "config").height > 0
     assert book["list"].null_count() == 0 and book["intervention_reason"].null_count() == 0
     for (pool, cls), rows in book.group_by(["pool_id", "resource_class"]):
@@ -79,7 +89,9 @@ def test_published_prices_keep_every_promise(demo_home):
             assert (rows["price"] <= rows["list"] * market.guaranteed_price_cap + 1e-6).all()
     ticks = store.query("SELECT pool_id, guaranteed, drainable FROM market_ticks")
     ratio = 1 - ticks["drainable"] / ticks["guaranteed"]
-    assert ((ratio >= market.drainable_discount_min - 1e-9) & (ratio <= market.drainable_discount_max + 1e-9)).all()
+    assert (
+        (ratio >= market.drainable_discount_min - 1e-9) & (ratio <= market.drainable_discount_max + 1e-9)
+    ).all()
 
 
 def test_every_demo_run_went_through_the_instance_under_its_job_schedule_sensor_or_backfill(demo_home):
@@ -109,8 +121,10 @@ def test_every_demo_run_went_through_the_instance_under_its_job_schedule_sensor_
     assert "dagster/asset_partition_range_start" in backfilled[0].tags
     [backfill] = instance.get_backfills()
     assert backfill.status.value == "COMPLETED_SUCCESS"
-    schedules = {state.instigator_name: state for state in
-                 instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE)}
+    schedules = {
+        state.instigator_name: state
+        for state in instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE)
+    }
     # the demo leaves its schedules stopped: `make ui` over this instance only looks
     assert not any(state.is_running for state in schedules.values())
     tick = schedules["control_loop_tick"]
@@ -118,7 +132,9 @@ def test_every_demo_run_went_through_the_instance_under_its_job_schedule_sensor_
     assert any(t.status == TickStatus.SUCCESS and t.run_ids for t in ticks)
     # the control tick serves the simulated hour, in the fleet's time, not the wall clock's
     served = {run.tags["market_pipeline/tick"] for run in runs if run.job_name == "control_loop_job"}
-    epoch = Warehouse(home / "var" / "warehouse.duckdb").query("SELECT min(ts) FROM telemetry_clean").row(0)[0]
+    epoch = (
+        Warehouse(home / "var" / "warehouse.duckdb").query("SELECT min(ts) FROM telemetry_clean").row(0)[0]
+    )
     assert all(abs((dt.datetime.fromisoformat(t) - epoch).total_seconds()) <= 3600 for t in served), served
 
 
@@ -140,10 +156,20 @@ def test_the_ui_re_executes_demo_runs_as_the_same_version(demo_home):
     from dagster._core.instance.ref import InstanceRef
 
     home, _ = demo_home
-    env = {k: v for k, v in os.environ.items() if k != "MARKET_PIPELINE_HISTORY_START" and not k.startswith("MP__")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "MARKET_PIPELINE_HISTORY_START" and not k.startswith("MP__")
+    }
     env.update(MARKET_PIPELINE_HOME=str(home), DAGSTER_HOME=str(home / "dagster_home"))
-    done = subprocess.run([sys.executable, "-c", SNAPSHOT_IDS], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SNAPSHOT_IDS],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     current = json.loads(done.stdout.strip().splitlines()[-1])
     instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home / "dagster_home")))

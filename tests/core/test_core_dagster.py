@@ -12,8 +12,13 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-SLICE = ["telemetry_samples", "usage_intervals", "billing_rate_card", "stg_usage_intervals",
-         "fct_invoice_lines"]
+SLICE = [
+    "telemetry_samples",
+    "usage_intervals",
+    "billing_rate_card",
+    "stg_usage_intervals",
+    "fct_invoice_lines",
+]
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
@@ -28,12 +33,22 @@ def test_workspace_yaml_points_at_the_definitions_module():
     from sensors.definitions import defs
 
     repo = defs.get_repository_def()
-    assert {"telemetry_job", "control_loop_job", "drain_job", "scaling_actions_job",
-            "billing_job"} <= set(repo.job_names)
+    assert {"telemetry_job", "control_loop_job", "drain_job", "scaling_actions_job", "billing_job"} <= set(
+        repo.job_names
+    )
     assert {"drain_sensor", "scaling_sensor"} <= {s.name for s in repo.sensor_defs}
     keys = {key.to_user_string() for key in repo.asset_graph.get_all_asset_keys()}
-    for name in ("telemetry_samples", "usage_intervals", "demand_forecast", "equilibrium_prices",
-                 "price_book", "scaling_plan", "drain_requests", "fct_invoice_lines", "focus_export"):
+    for name in (
+        "telemetry_samples",
+        "usage_intervals",
+        "demand_forecast",
+        "equilibrium_prices",
+        "price_book",
+        "scaling_plan",
+        "drain_requests",
+        "fct_invoice_lines",
+        "focus_export",
+    ):
         assert name in keys
 
 
@@ -41,8 +56,15 @@ def test_writers_take_the_warehouse_pool():
     from sensors.definitions import defs
 
     graph = defs.get_repository_def().asset_graph
-    writers = ["telemetry_samples", "usage_intervals", "price_book", "equilibrium_prices", "scaling_plan",
-               "drain_requests", "fct_invoice_lines"]
+    writers = [
+        "telemetry_samples",
+        "usage_intervals",
+        "price_book",
+        "equilibrium_prices",
+        "scaling_plan",
+        "drain_requests",
+        "fct_invoice_lines",
+    ]
     for name in writers:
         node = graph.get(dg.AssetKey(name))
         assert node.pools == {"warehouse"}, name
@@ -55,38 +77,52 @@ def project_home(tmp_path, monkeypatch):
 
 
 def _materialise_slice(instance: dg.DagsterInstance, home: Path, with_dbt: bool = True) -> str:
-    from market_pipeline.config import load_config
     from assets.billing_dbt import billing_dbt_models
     from assets.resources import FleetAdapterResource, WarehouseResource
+    from market_pipeline.config import load_config
     from sensors.definitions import defs
 
     config = load_config()
     fleet = FleetAdapterResource()
     partition = fleet.get().epoch_time().strftime("%Y-%m-%d-%H:%M")
-    resources = {**defs.resources, "fleet": fleet,
-                 "warehouse": WarehouseResource(path=str(config.warehouse_path))}
+    resources = {
+        **defs.resources,
+        "fleet": fleet,
+        "warehouse": WarehouseResource(path=str(config.warehouse_path)),
+    }
     result = dg.materialize(
         [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)],
-        selection=(dg.AssetSelection.assets(*SLICE[:3]) | dg.AssetSelection.assets(billing_dbt_models())
-                   if with_dbt else dg.AssetSelection.assets(*SLICE[:2])),
-        partition_key=partition, resources=resources, instance=instance)
+        selection=(
+            dg.AssetSelection.assets(*SLICE[:3]) | dg.AssetSelection.assets(billing_dbt_models())
+            if with_dbt
+            else dg.AssetSelection.assets(*SLICE[:2])
+        ),
+        partition_key=partition,
+        resources=resources,
+        instance=instance,
+    )
     assert result.success
     return partition
 
 
-def _assert_slice_landed(instance: dg.DagsterInstance, home: Path, partition: str,
-                         with_dbt: bool = True) -> None:
+def _assert_slice_landed(
+    instance: dg.DagsterInstance, home: Path, partition: str, with_dbt: bool = True
+) -> None:
     from market_pipeline.warehouse import Warehouse
 
     for name in SLICE if with_dbt else SLICE[:2]:
         event = instance.get_latest_materialization_event(dg.AssetKey(name))
         assert event is not None, name
     store = Warehouse(home / "var" / "warehouse.duckdb")
-    clean = store.query("SELECT count(*) AS n FROM telemetry_clean WHERE partition_key = ?", [partition])["n"][0]
+    clean = store.query("SELECT count(*) AS n FROM telemetry_clean WHERE partition_key = ?", [partition])[
+        "n"
+    ][0]
     metered = store.query("SELECT count(*) AS n FROM usage_intervals")["n"][0]
     assert clean > 0 and metered > 0
     if with_dbt:
-        staged = store.query("SELECT count(*) AS n, sum(metered_seconds) AS s FROM stg_usage_intervals").row(0)
+        staged = store.query("SELECT count(*) AS n, sum(metered_seconds) AS s FROM stg_usage_intervals").row(
+            0
+        )
         assert staged[0] == metered and staged[1] > 0
 
 

@@ -49,12 +49,15 @@ def test_more_expected_load_raises_the_equilibrium_price_with_capacity_to_spare(
     # so the leader's price rises with it although capacity never binds
     base = build_market_problem(config, _capacity(config))
     names = base.problem.resource_names
-    reference = reference_prices(config, [base.pool_of_resource[n] for n in names],
-                                 [base.class_of_resource[n] for n in names])
+    reference = reference_prices(
+        config, [base.pool_of_resource[n] for n in names], [base.class_of_resource[n] for n in names]
+    )
     configured = _pool_demand(base, reference)
     prices = []
     for factor in (0.5, 2.0):
-        inputs = build_market_problem(config, _capacity(config), {p: factor * d for p, d in configured.items()})
+        inputs = build_market_problem(
+            config, _capacity(config), {p: factor * d for p, d in configured.items()}
+        )
         report = solve_equilibrium(inputs.problem)
         assert report.status == "converged"
         assert not report.oversold
@@ -71,8 +74,9 @@ def test_calibration_is_bounded_and_ignores_unknown_pools(config):
     idle = build_market_problem(config, _capacity(config), {pool: 0.0})
     assert idle.demand_scale_by_pool[pool] < 1.0
     names = idle.problem.resource_names
-    reference = reference_prices(config, [idle.pool_of_resource[n] for n in names],
-                                 [idle.class_of_resource[n] for n in names])
+    reference = reference_prices(
+        config, [idle.pool_of_resource[n] for n in names], [idle.class_of_resource[n] for n in names]
+    )
     assert _pool_demand(idle, reference)[pool] == pytest.approx(0.0, abs=1e-3)
 
 
@@ -83,7 +87,9 @@ def test_at_a_pools_typical_load_the_list_price_is_the_equilibrium(config):
     typical = {p.pool_id: 20.0 for p in config.pools}
     prices = {}
     for factor in (0.5, 1.0, 1.5):
-        inputs = build_market_problem(config, _capacity(config), {p: factor * t for p, t in typical.items()}, typical)
+        inputs = build_market_problem(
+            config, _capacity(config), {p: factor * t for p, t in typical.items()}, typical
+        )
         report = solve_equilibrium(inputs.problem)
         assert report.converged
         prices[factor] = report.prices

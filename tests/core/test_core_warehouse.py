@@ -13,7 +13,8 @@ from market_pipeline.warehouse import MIGRATIONS, Migration, Warehouse, Warehous
 def _schema_snapshot(warehouse: Warehouse) -> list[tuple]:
     return warehouse.query(
         "SELECT table_name, column_name, data_type FROM information_schema.columns "
-        "ORDER BY table_name, column_name").rows()
+        "ORDER BY table_name, column_name"
+    ).rows()
 
 
 def test_migrations_run_twice_without_change(tmp_path):
@@ -44,13 +45,20 @@ def test_failed_migration_rolls_back_and_names_itself(tmp_path):
 def test_append_and_replace_where_are_typed_and_idempotent(tmp_path):
     warehouse = open_warehouse(tmp_path / "w.duckdb")
     at = datetime(2026, 11, 1, tzinfo=timezone.utc)
-    frame = pl.DataFrame({
-        "ts": [at, at], "pool_id": ["a", "b"], "running_gpus": [1.0, 2.0],
-        "pending_gpus": [0.0, 0.5], "gpus_on": [8, 16]})
+    frame = pl.DataFrame(
+        {
+            "ts": [at, at],
+            "pool_id": ["a", "b"],
+            "running_gpus": [1.0, 2.0],
+            "pending_gpus": [0.0, 0.5],
+            "gpus_on": [8, 16],
+        }
+    )
     assert warehouse.append("pool_demand_snapshots", frame) == 2
     for _ in range(2):
-        warehouse.replace_where("pool_demand_snapshots", "pool_id = ?", ["a"],
-                                frame.filter(pl.col("pool_id") == "a"))
+        warehouse.replace_where(
+            "pool_demand_snapshots", "pool_id = ?", ["a"], frame.filter(pl.col("pool_id") == "a")
+        )
     got = warehouse.query("SELECT pool_id, gpus_on FROM pool_demand_snapshots ORDER BY pool_id")
     assert got.rows() == [("a", 8), ("b", 16)]
 
@@ -58,9 +66,18 @@ def test_append_and_replace_where_are_typed_and_idempotent(tmp_path):
 def test_reader_waits_for_writer_lock_instead_of_failing(tmp_path):
     path = tmp_path / "w.duckdb"
     open_warehouse(path)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import duckdb, time; c = duckdb.connect(%r); print('held', flush=True); time.sleep(1.5); c.close()"
-    ) % str(path)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import duckdb, time; c = duckdb.connect(%r); print('held', flush=True); time.sleep(1.5); c.close()"
+            )
+            % str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     got = Warehouse(path).query("SELECT count(*) AS n FROM schema_migrations")
     holder.wait(timeout=10)
@@ -76,8 +93,12 @@ def test_sql_command_prints_table_and_json(tmp_path):
     path = tmp_path / "w.duckdb"
     open_warehouse(path)
     base = [sys.executable, "-m", "market_pipeline.cli", "sql", "--warehouse", str(path)]
-    out = subprocess.run(base + ["select count(*) as n from schema_migrations", "--json"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        base + ["select count(*) as n from schema_migrations", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(out.stdout) == [{"n": len(MIGRATIONS)}]
     table = subprocess.run(base + ["select 41 + 1 as answer"], capture_output=True, text=True, check=True)
     assert "answer" in table.stdout and "42" in table.stdout
@@ -88,8 +109,19 @@ def test_sql_command_prints_table_and_json(tmp_path):
 def test_sql_command_is_read_only(tmp_path):
     path = tmp_path / "w.duckdb"
     open_warehouse(path)
-    out = subprocess.run([sys.executable, "-m", "market_pipeline.cli", "sql", "--warehouse", str(path),
-                          "create table evil (x int)"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "market_pipeline.cli",
+            "sql",
+            "--warehouse",
+            str(path),
+            "create table evil (x int)",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and "read-only" in out.stderr.lower()
     with duckdb.connect(str(path), read_only=True) as con:
         names = [r[0] for r in con.execute("select table_name from information_schema.tables").fetchall()]

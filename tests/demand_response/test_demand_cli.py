@@ -18,8 +18,12 @@ def _csv(tmp_path, frame: pl.DataFrame):
 
 
 def test_fit_prints_one_object_keyed_by_pool_and_class(tmp_path, capsys):
-    frame = pl.concat([synthetic_history(1.5, seed=1),
-                       synthetic_history(0.4, seed=2, pool_id="T4@b", resource_class="guaranteed")])
+    frame = pl.concat(
+        [
+            synthetic_history(1.5, seed=1),
+            synthetic_history(0.4, seed=2, pool_id="T4@b", resource_class="guaranteed"),
+        ]
+    )
     assert main(["demand", "fit", "--history", str(_csv(tmp_path, frame)), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"A100@synthetic/drainable", "T4@b/guaranteed"}
@@ -31,14 +35,22 @@ def test_fit_prints_one_object_keyed_by_pool_and_class(tmp_path, capsys):
         assert abs(row["elasticity"] / truth - 1) < 0.3
 
 
-@pytest.mark.parametrize("text, message", [
-    ("ts,pool_id,price,demand\n2026-01-01T00:00:00Z,a,1,2\n", "missing column(s) resource_class"),
-    ("ts,pool_id,resource_class,price,demand\n2026-01-01T00:00:00Z,a,g,abc,2\n", "price 'abc' is not a finite"),
-    ("ts,pool_id,resource_class,price,demand\nyesterday,a,g,1,2\n", "is not an ISO UTC time"),
-    ("ts,pool_id,resource_class,price,demand\n", "no rows"),
-    ("ts,pool_id,resource_class,price,demand\n2026-01-01T00:00:00Z,a,g,1,2\n2026-01-01T00:00:00Z,a,g,1,3\n",
-     "two rows for a/g"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("ts,pool_id,price,demand\n2026-01-01T00:00:00Z,a,1,2\n", "missing column(s) resource_class"),
+        (
+            "ts,pool_id,resource_class,price,demand\n2026-01-01T00:00:00Z,a,g,abc,2\n",
+            "price 'abc' is not a finite",
+        ),
+        ("ts,pool_id,resource_class,price,demand\nyesterday,a,g,1,2\n", "is not an ISO UTC time"),
+        ("ts,pool_id,resource_class,price,demand\n", "no rows"),
+        (
+            "ts,pool_id,resource_class,price,demand\n2026-01-01T00:00:00Z,a,g,1,2\n2026-01-01T00:00:00Z,a,g,1,3\n",
+            "two rows for a/g",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, text, message):
     path = tmp_path / "bad.csv"
     path.write_text(text)

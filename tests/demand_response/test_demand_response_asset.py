@@ -14,15 +14,20 @@ def project_home(tmp_path, monkeypatch):
 
 def test_refit_asset_writes_a_row_per_pool_and_class_and_its_metadata(project_home):
     from assets.demand_response import demand_response
-    from sensors.schedules import demand_response_schedule_for
     from assets.resources import FleetAdapterResource, WarehouseResource
     from market_pipeline.config import load_config
     from market_pipeline.warehouse import Warehouse
+    from sensors.schedules import demand_response_schedule_for
 
     config = load_config()
-    result = dg.materialize([demand_response], resources={
-        "fleet": FleetAdapterResource(), "warehouse": WarehouseResource(path=str(config.warehouse_path))},
-        instance=dg.DagsterInstance.ephemeral())
+    result = dg.materialize(
+        [demand_response],
+        resources={
+            "fleet": FleetAdapterResource(),
+            "warehouse": WarehouseResource(path=str(config.warehouse_path)),
+        },
+        instance=dg.DagsterInstance.ephemeral(),
+    )
     assert result.success
     store = Warehouse(config.warehouse_path)
     rows = store.query("SELECT * FROM demand_response")
@@ -31,8 +36,13 @@ def test_refit_asset_writes_a_row_per_pool_and_class_and_its_metadata(project_ho
     assert (rows["method"] == "prior").all() and (rows["experiment"] == "running").all()
     metadata = result.asset_materializations_for_node("demand_response")[0].metadata
     assert metadata["dagster/row_count"].value == rows.height
-    assert {"elasticity", "experiments", "experiments_running", "experiments_cost",
-            "elasticity_over_time"} <= set(metadata)
+    assert {
+        "elasticity",
+        "experiments",
+        "experiments_running",
+        "experiments_cost",
+        "elasticity_over_time",
+    } <= set(metadata)
     assert demand_response_schedule_for(config.demand_response).cron_schedule == "0 */1 * * *"
 
 

@@ -79,8 +79,9 @@ def test_a_perfect_fit_is_not_a_measurement():
 
     ts = 3600.0 * np.arange(30)
     price = 1.0 + 0.05 * np.sin(np.arange(30))
-    fit = fit_elasticity(ts, price, 3.0 * price ** -1.0, prior=(0.2, 0.3))
+    fit = fit_elasticity(ts, price, 3.0 * price**-1.0, prior=(0.2, 0.3))
     assert fit.method == "prior" and fit.elasticity == 0.2 and "perfect fit" in fit.reason
-    noisy = fit_elasticity(ts, price, 3.0 * price ** -1.0 * np.exp(np.random.default_rng(0).normal(0, 0.01, 30)),
-                           prior=(0.2, 0.3))
+    noisy = fit_elasticity(
+        ts, price, 3.0 * price**-1.0 * np.exp(np.random.default_rng(0).normal(0, 0.01, 30)), prior=(0.2, 0.3)
+    )
     assert noisy.method == "fe-ols+prior" and noisy.data_elasticity is not None

@@ -28,7 +28,9 @@ KEYS = set(MARKET.keys)
 
 def _problem(elasticity, scale=1.0):
     pop = MARKET.population(np.asarray(elasticity, dtype=float), scale)
-    return MARKET.with_capacity(MarketProblem(MARKET.resources, pop), MARKET.capacity(scale * MARKET.base_demand[0::2]))
+    return MARKET.with_capacity(
+        MarketProblem(MARKET.resources, pop), MARKET.capacity(scale * MARKET.base_demand[0::2])
+    )
 
 
 def _tick(in_force, elasticity=(0.2, 2.0, 0.2, 2.0), response=None):
@@ -45,7 +47,9 @@ def test_calibration_keeps_the_level_and_takes_the_fitted_slope():
     bump = MARKET.reference * np.exp(np.where(np.arange(4) >= 0, 1e-4, 0))
     local = -(np.log(demand_at(problem, bump)) - np.log(at_ref)) / 1e-4
     assert local[1] == pytest.approx(0.7, rel=1e-2) and local[2] == pytest.approx(0.05, rel=2e-2)
-    assert local[0] == pytest.approx(0.2, rel=1e-2) and local[3] == pytest.approx(2.0, rel=1e-2)  # claims kept
+    assert local[0] == pytest.approx(0.2, rel=1e-2) and local[3] == pytest.approx(
+        2.0, rel=1e-2
+    )  # claims kept
 
 
 def test_the_tick_prices_the_fit_not_the_claims():
@@ -90,7 +94,9 @@ def test_signs_are_randomised_across_pools_and_hours():
 
 def test_an_experiment_stops_when_the_datas_interval_is_narrow():
     settings = ExperimentSettings(stop_relative_width=0.3, stop_absolute_width=0.2)
-    wide = ResponseFit("p", "drainable", 2.0, 1.0, 3.0, 100, std_error=0.1, data_std_error=0.5, data_elasticity=2.0)
+    wide = ResponseFit(
+        "p", "drainable", 2.0, 1.0, 3.0, 100, std_error=0.1, data_std_error=0.5, data_elasticity=2.0
+    )
     narrow = replace(wide, data_std_error=0.2)  # 80%: 2 x 1.28 x 0.2 = 0.51 <= 0.3 x 2
     assert not interval_narrow(wide, settings) and interval_narrow(narrow, settings)
     assert not interval_narrow(replace(wide, data_std_error=None, method="prior"), settings)

@@ -24,19 +24,45 @@ def _load(store, config, frame: pl.DataFrame) -> None:
     pool = config.pool_by_id[frame["pool_id"][0]]
     prices, usage = [], []
     for i, row in enumerate(frame.iter_rows(named=True)):
-        prices.append({"effective_from": row["ts"], "pool_id": pool.pool_id, "gpu_model": pool.gpu_model,
-                       "zone": pool.zone, "resource_class": row["resource_class"],
-                       "price_per_gpu_hour": round(row["price"], 6), "solve_id": f"s{i}", "source": "solver"})
+        prices.append(
+            {
+                "effective_from": row["ts"],
+                "pool_id": pool.pool_id,
+                "gpu_model": pool.gpu_model,
+                "zone": pool.zone,
+                "resource_class": row["resource_class"],
+                "price_per_gpu_hour": round(row["price"], 6),
+                "solve_id": f"s{i}",
+                "source": "solver",
+            }
+        )
         pieces = math.ceil(row["demand"] / 50)
         for k in range(pieces):
-            usage.append({"interval_id": f"u{i}-{k}", "task_id": f"t{i}-{k}", "tenant_id": "acme",
-                          "pool_id": pool.pool_id, "gpu_model": pool.gpu_model, "zone": pool.zone,
-                          "resource_class": row["resource_class"], "node_id": "n1", "gpu_uuid": "g1",
-                          "gpu_fraction": round(row["demand"] / pieces, 4), "mem_mib": 1,
-                          "started_at": row["ts"], "ended_at": row["ts"] + timedelta(hours=1),
-                          "end_reason": "completed", "partition_key": "p"})
-    store.append("price_book", pl.DataFrame(prices).with_columns(pl.col("price_per_gpu_hour").cast(pl.Decimal(18, 6))))
-    store.append("usage_intervals", pl.DataFrame(usage).with_columns(pl.col("gpu_fraction").cast(pl.Decimal(6, 4))))
+            usage.append(
+                {
+                    "interval_id": f"u{i}-{k}",
+                    "task_id": f"t{i}-{k}",
+                    "tenant_id": "acme",
+                    "pool_id": pool.pool_id,
+                    "gpu_model": pool.gpu_model,
+                    "zone": pool.zone,
+                    "resource_class": row["resource_class"],
+                    "node_id": "n1",
+                    "gpu_uuid": "g1",
+                    "gpu_fraction": round(row["demand"] / pieces, 4),
+                    "mem_mib": 1,
+                    "started_at": row["ts"],
+                    "ended_at": row["ts"] + timedelta(hours=1),
+                    "end_reason": "completed",
+                    "partition_key": "p",
+                }
+            )
+    store.append(
+        "price_book", pl.DataFrame(prices).with_columns(pl.col("price_per_gpu_hour").cast(pl.Decimal(18, 6)))
+    )
+    store.append(
+        "usage_intervals", pl.DataFrame(usage).with_columns(pl.col("gpu_fraction").cast(pl.Decimal(6, 4)))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +70,15 @@ def refit(tmp_path_factory):
     config = load_config(resolve_fleet=False, environ={})
     store = open_warehouse(tmp_path_factory.mktemp("wh") / "w.duckdb")
     pool_id = config.pools[0].pool_id
-    frame = synthetic_history(1.5, days=14, step_minutes=60, seed=4, pool_id=pool_id, resource_class="drainable",
-                              base_price=config.pools[0].base_price * 0.6)
+    frame = synthetic_history(
+        1.5,
+        days=14,
+        step_minutes=60,
+        seed=4,
+        pool_id=pool_id,
+        resource_class="drainable",
+        base_price=config.pools[0].base_price * 0.6,
+    )
     _load(store, config, frame)
     now = frame["ts"].max() + timedelta(hours=1)
     rows = refit_rows(config, store, now)
@@ -56,24 +89,39 @@ def refit(tmp_path_factory):
 def test_the_refit_recovers_the_elasticity_from_sold_hours_and_prices(refit):
     config, _, _, pool_id, rows = refit
     assert rows.height == 2 * len(config.pools)
-    row = rows.filter((pl.col("pool_id") == pool_id) & (pl.col("resource_class") == "drainable")).row(0, named=True)
+    row = rows.filter((pl.col("pool_id") == pool_id) & (pl.col("resource_class") == "drainable")).row(
+        0, named=True
+    )
     assert row["method"] == "fe-ols+prior" and row["observations"] == 14 * 24
     assert row["elasticity"] == pytest.approx(1.5, rel=0.15)
     assert row["elasticity_low"] < row["elasticity"] < row["elasticity_high"]
     unfitted = rows.filter(pl.col("observations") == 0)
-    assert (unfitted["method"] == "prior").all() and (unfitted["elasticity"] == config.market.reference_elasticity).all()
+    assert (unfitted["method"] == "prior").all() and (
+        unfitted["elasticity"] == config.market.reference_elasticity
+    ).all()
 
 
 def test_the_tick_reads_the_fit_and_the_running_experiments(refit):
     config, store, now, pool_id, rows = refit
     response, running = tick_response(config, store, now)
-    assert response[f"{pool_id}/drainable"] == pytest.approx(rows.filter(
-        (pl.col("pool_id") == pool_id) & (pl.col("resource_class") == "drainable"))["elasticity"][0])
-    assert set(running) == set((rows.filter(pl.col("experiment") == "running")
-                                .select(pl.concat_str("pool_id", "resource_class", separator="/")))
-                               .to_series().to_list())
+    assert response[f"{pool_id}/drainable"] == pytest.approx(
+        rows.filter((pl.col("pool_id") == pool_id) & (pl.col("resource_class") == "drainable"))["elasticity"][
+            0
+        ]
+    )
+    assert set(running) == set(
+        (
+            rows.filter(pl.col("experiment") == "running").select(
+                pl.concat_str("pool_id", "resource_class", separator="/")
+            )
+        )
+        .to_series()
+        .to_list()
+    )
     assert all(v.endswith(f"@{now:%Y-%m-%dT%H:%MZ}") for v in running.values())
-    off = config.model_copy(update={"demand_response": config.demand_response.model_copy(update={"enabled": False})})
+    off = config.model_copy(
+        update={"demand_response": config.demand_response.model_copy(update={"enabled": False})}
+    )
     assert tick_response(off, store, now) == ({}, {})
 
 
@@ -91,11 +139,14 @@ def test_experiment_rows_record_the_cost_and_shadow_mode_publishes_nothing(shado
     promises = Promises.from_config(config)
     market = grid_market(promises.discount_min, promises.discount_max)
     pop = market.population(np.array([0.2, 2.0, 0.2, 2.0]), 1.0)
-    problem = market.with_capacity(MarketProblem(market.resources, pop), market.capacity(market.base_demand[0::2]))
+    problem = market.with_capacity(
+        MarketProblem(market.resources, pop), market.capacity(market.base_demand[0::2])
+    )
     pools = pool_inputs(market, market.reference, market.base_demand, market.base_demand, promises)
     tick = run_market_tick(pools, problem, promises)
     running = {k: f"{k}@t0" for k in market.keys}
     from datetime import datetime, timezone
+
     now = datetime(2026, 3, 2, 5, tzinfo=timezone.utc)
     published, rows = run_experiments(config, tick, pools, problem, {}, running, now, shadow)
     assert rows.height == 4 and (rows["published"] == (not shadow)).all()

@@ -13,8 +13,11 @@ SMALL = GridSettings(days=1, history_days=3)
 
 @pytest.fixture(scope="module")
 def small_grid():
-    points = (TruthPoint("inelastic e0.3/r0", 0.3, 0.0), TruthPoint("elastic e2.5/r0.5", 2.5, 0.5),
-              TruthPoint("latent e2/r0.2", 2.0, 0.2, latent_ratio=1.0))
+    points = (
+        TruthPoint("inelastic e0.3/r0", 0.3, 0.0),
+        TruthPoint("elastic e2.5/r0.5", 2.5, 0.5),
+        TruthPoint("latent e2/r0.2", 2.0, 0.2, latent_ratio=1.0),
+    )
     return run_grid(points, SMALL)
 
 
@@ -24,7 +27,9 @@ def test_targets_hold_on_a_small_grid(small_grid):
     assert summary["revenue_ge_static_everywhere"]
     assert summary["experiment_cost_share_worst"] <= 0.01
     assert summary["regret_worst"] <= 0.08
-    assert summary["claims_only_regret_worst"] > summary["regret_worst"]  # claims at 2, truth at 0.3: learning pays
+    assert (
+        summary["claims_only_regret_worst"] > summary["regret_worst"]
+    )  # claims at 2, truth at 0.3: learning pays
 
 
 def test_every_point_reports_the_seed_table_and_the_error_over_time(small_grid):
@@ -59,4 +64,6 @@ def test_judged_points_are_held_out_from_tuning():
     rigid = [p.rigid for p in judged_points()]
     assert min(elastic) == 0.2 and max(elastic) == 3.0 and min(rigid) == 0.0 and max(rigid) == 0.5
     assert any(p.latent_ratio > 0 for p in judged_points())
-    assert TruthPoint("x", 2.0, 0.2).elasticity("drainable", 3) > TruthPoint("x", 2.0, 0.2).elasticity("drainable", 15)
+    assert TruthPoint("x", 2.0, 0.2).elasticity("drainable", 3) > TruthPoint("x", 2.0, 0.2).elasticity(
+        "drainable", 15
+    )

@@ -24,8 +24,20 @@ WARN, GRACE = 1.0, 1.0
 
 
 def argv(pid: int, audit: str, warn: float = WARN, grace: float = GRACE) -> list[str]:
-    return ["drain", "--backend", "local-process", "--pid", str(pid), "--warn-seconds",
-            str(warn), "--timeout-seconds", str(grace), "--audit", audit, "--json"]
+    return [
+        "drain",
+        "--backend",
+        "local-process",
+        "--pid",
+        str(pid),
+        "--warn-seconds",
+        str(warn),
+        "--timeout-seconds",
+        str(grace),
+        "--audit",
+        audit,
+        "--json",
+    ]
 
 
 def tree(tmp: Path, audit: str, flags: tuple[str, ...]) -> dict:
@@ -61,8 +73,13 @@ def resumed(tmp: Path, audit: str) -> dict:
         # No SIGTERM at all: the drain's hard bound (max_total_seconds) ran out first.
         return {"target": target, "processes": 1, "outcome": outcome}
     notice = target.first("SIGTERM") - target.first("SIGUSR1")
-    return {"target": target, "processes": 1, "short_notice": notice < warn - 0.05,
-            "notice_seconds": round(notice, 2), "outcome": outcome}
+    return {
+        "target": target,
+        "processes": 1,
+        "short_notice": notice < warn - 0.05,
+        "notice_seconds": round(notice, 2),
+        "outcome": outcome,
+    }
 
 
 def refused_wrote(tmp: Path) -> int:
@@ -75,11 +92,21 @@ def refused_wrote(tmp: Path) -> int:
     sys.stdout = sys.stderr = sink
     try:
         for pid in ("1", str(os.getpid()), str(os.getppid()), "3999999", "10" * 10):
-            cli(["drain", "--backend", "local-process", "--pid", pid, "--warn-seconds", "0.1",
-                 "--timeout-seconds", "0.1"])
+            cli(
+                [
+                    "drain",
+                    "--backend",
+                    "local-process",
+                    "--pid",
+                    pid,
+                    "--warn-seconds",
+                    "0.1",
+                    "--timeout-seconds",
+                    "0.1",
+                ]
+            )
         for bad in ("nan", "inf", "0", "-1"):
-            cli(["drain", "--backend", "local-process", "--pid", str(os.getpid()),
-                 f"--warn-seconds={bad}"])
+            cli(["drain", "--backend", "local-process", "--pid", str(os.getpid()), f"--warn-seconds={bad}"])
     finally:
         sys.stdout, sys.stderr = saved
     return len(list(home.rglob("*")))
@@ -88,13 +115,22 @@ def refused_wrote(tmp: Path) -> int:
 def main() -> None:
     import market_pipeline
 
-    assert Path(market_pipeline.__file__).parents[1] == Path(__file__).parents[2], \
+    assert Path(market_pipeline.__file__).parents[1] == Path(__file__).parents[2], (
         f"run from the repository root: imported {market_pipeline.__file__}"
+    )
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=2)
     rounds = parser.parse_args().rounds
-    counts = {"scenarios": 0, "processes": 0, "signals": 0, "double_signals": 0,
-              "left_behind": 0, "short_notice": 0, "notices_seconds": [], "resumed_outcomes": []}
+    counts = {
+        "scenarios": 0,
+        "processes": 0,
+        "signals": 0,
+        "double_signals": 0,
+        "left_behind": 0,
+        "short_notice": 0,
+        "notices_seconds": [],
+        "resumed_outcomes": [],
+    }
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         os.environ["MARKET_PIPELINE_HOME"] = str(tmp / "home")
@@ -103,10 +139,11 @@ def main() -> None:
                 work = tmp / f"{round_no}-{audit}"
                 work.mkdir()
                 for scenario in (
-                        lambda: tree(work, audit, ("--setsid", "--children", "5", "--orphans", "2")),
-                        lambda: tree(work, audit, ("--children", "3", "--deaf-children")),
-                        lambda: concurrent(work, audit),
-                        lambda: resumed(work, audit)):
+                    lambda: tree(work, audit, ("--setsid", "--children", "5", "--orphans", "2")),
+                    lambda: tree(work, audit, ("--children", "3", "--deaf-children")),
+                    lambda: concurrent(work, audit),
+                    lambda: resumed(work, audit),
+                ):
                     result = scenario()
                     target = result["target"]
                     time.sleep(0.1)

@@ -42,8 +42,7 @@ class Target:
         for pid in self.pids:
             try:
                 proc = psutil.Process(pid)
-                if proc.create_time() == self.created[pid] and \
-                        proc.status() != psutil.STATUS_ZOMBIE:
+                if proc.create_time() == self.created[pid] and proc.status() != psutil.STATUS_ZOMBIE:
                     alive.append(pid)
             except psutil.NoSuchProcess:
                 continue
@@ -61,8 +60,9 @@ class Target:
 
 def start_target(tmp: Path, *flags: str) -> Target:
     log = tmp / f"signals-{len(list(tmp.glob('signals-*')))}.log"
-    proc = subprocess.Popen([sys.executable, str(TARGET), str(log), *flags],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(TARGET), str(log), *flags], stdout=subprocess.PIPE, text=True
+    )
     line = proc.stdout.readline().split()
     assert line and line[0] == "ready", line
     pids = [int(p) for p in line[1:]]

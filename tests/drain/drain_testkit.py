@@ -29,8 +29,15 @@ from market_pipeline.hardware.protocol import (
 )
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
-BEHAVIOURS = ("cooperative", "slow_checkpoint", "ignores_sigterm", "crashes_mid_drain",
-              "already_gone", "exits_during_notice", "gpu_held_after_exit")
+BEHAVIOURS = (
+    "cooperative",
+    "slow_checkpoint",
+    "ignores_sigterm",
+    "crashes_mid_drain",
+    "already_gone",
+    "exits_during_notice",
+    "gpu_held_after_exit",
+)
 SIDE_EFFECTS = ("warn", "checkpoint", "terminate", "kill")
 HANG_OVERSHOOT = 0.5
 CALL_MARGIN = 5.0  # fault tests give the executor this margin; hangs overrun it slightly
@@ -51,16 +58,36 @@ class FakeClock:
         self.t += timedelta(seconds=max(seconds, 0.0))
 
 
-def make_task(task_id: str, *, tenant: str = "t1", pool: str = "p1", node: str = "n1",
-              priority: int = 0, kind: TaskKind = TaskKind.TRAINING, checkpointable: bool = True,
-              do_not_drain: bool = False, started_at: datetime = T0 - timedelta(hours=1),
-              gpus: int = 1, gpu_milli: int = 1000,
-              resource_class: ResourceClass = ResourceClass.DRAINABLE) -> TaskInfo:
-    return TaskInfo(task_id=task_id, tenant_id=tenant, pool_id=pool, node_id=node,
-                    gpu_uuids=tuple(f"{node}-g{i}-{task_id}" for i in range(gpus)),
-                    gpu_milli=gpu_milli, kind=kind, qos="BE", priority=priority,
-                    resource_class=resource_class, started_at=started_at,
-                    do_not_drain=do_not_drain, checkpointable=checkpointable)
+def make_task(
+    task_id: str,
+    *,
+    tenant: str = "t1",
+    pool: str = "p1",
+    node: str = "n1",
+    priority: int = 0,
+    kind: TaskKind = TaskKind.TRAINING,
+    checkpointable: bool = True,
+    do_not_drain: bool = False,
+    started_at: datetime = T0 - timedelta(hours=1),
+    gpus: int = 1,
+    gpu_milli: int = 1000,
+    resource_class: ResourceClass = ResourceClass.DRAINABLE,
+) -> TaskInfo:
+    return TaskInfo(
+        task_id=task_id,
+        tenant_id=tenant,
+        pool_id=pool,
+        node_id=node,
+        gpu_uuids=tuple(f"{node}-g{i}-{task_id}" for i in range(gpus)),
+        gpu_milli=gpu_milli,
+        kind=kind,
+        qos="BE",
+        priority=priority,
+        resource_class=resource_class,
+        started_at=started_at,
+        do_not_drain=do_not_drain,
+        checkpointable=checkpointable,
+    )
 
 
 @dataclass
@@ -93,17 +120,26 @@ class FaultPlan:
 class FakeFleetAdapter:
     backend = "fake"
 
-    def __init__(self, clock: FakeClock, tasks: Sequence[tuple[TaskInfo, str]],
-                 nodes: Sequence[NodeInfo], rng: random.Random | None = None,
-                 faults: FaultPlan | None = None, checkpoint_seconds: float = 0.5) -> None:
+    def __init__(
+        self,
+        clock: FakeClock,
+        tasks: Sequence[tuple[TaskInfo, str]],
+        nodes: Sequence[NodeInfo],
+        rng: random.Random | None = None,
+        faults: FaultPlan | None = None,
+        checkpoint_seconds: float = 0.5,
+    ) -> None:
         self.clock = clock
         self.rng = rng or random.Random(0)
         self.faults = faults or FaultPlan()
         self.nodes = {n.node_id: n for n in nodes}
         self.vanished: set[str] = set()
-        self.tasks = {t.task_id: FakeTask(t, b, alive=b != "already_gone",
-                                          died_at=None if b != "already_gone" else clock.now())
-                      for t, b in tasks}
+        self.tasks = {
+            t.task_id: FakeTask(
+                t, b, alive=b != "already_gone", died_at=None if b != "already_gone" else clock.now()
+            )
+            for t, b in tasks
+        }
         for task in self.tasks.values():
             if task.behaviour == "gpu_held_after_exit":
                 task.gpu_hold_seconds = self.rng.choice([0.3, 30.0])
@@ -176,8 +212,7 @@ class FakeFleetAdapter:
         fault = self._maybe_fault(CALL_MARGIN)
         if fault is not None and fault.status is OutcomeStatus.FAILED:
             raise RuntimeError("list_tasks failed")
-        return [t.info for t in self.tasks.values()
-                if t.alive and t.info.node_id not in self.vanished]
+        return [t.info for t in self.tasks.values() if t.alive and t.info.node_id not in self.vanished]
 
     def read_task_events(self, start: datetime, end: datetime) -> pl.DataFrame:
         return empty_task_events()
@@ -270,8 +305,7 @@ class FakeFleetAdapter:
         return Outcome.success()
 
     def power_off(self, node_id: str) -> Outcome:
-        alive = sorted(t.info.task_id for t in self.tasks.values()
-                       if t.alive and t.info.node_id == node_id)
+        alive = sorted(t.info.task_id for t in self.tasks.values() if t.alive and t.info.node_id == node_id)
         self.powered_off.append((node_id, self.clock.now(), alive))
         return Outcome.success()
 
@@ -308,8 +342,22 @@ def samples_for(util_by_task: dict[str, float], minutes=6) -> pl.DataFrame:
     rows = []
     for task_id, util in util_by_task.items():
         for m in range(minutes + 1):
-            rows.append({"ts": T0 - timedelta(minutes=m), "sm_util_pct": util, "task_id": task_id,
-                         "node_id": "n1", "gpu_uuid": f"g-{task_id}"})
-    return pl.DataFrame(rows, schema={"ts": pl.Datetime("us", "UTC"), "sm_util_pct": pl.Float64,
-                                      "task_id": pl.Utf8, "node_id": pl.Utf8,
-                                      "gpu_uuid": pl.Utf8})
+            rows.append(
+                {
+                    "ts": T0 - timedelta(minutes=m),
+                    "sm_util_pct": util,
+                    "task_id": task_id,
+                    "node_id": "n1",
+                    "gpu_uuid": f"g-{task_id}",
+                }
+            )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "ts": pl.Datetime("us", "UTC"),
+            "sm_util_pct": pl.Float64,
+            "task_id": pl.Utf8,
+            "node_id": pl.Utf8,
+            "gpu_uuid": pl.Utf8,
+        },
+    )

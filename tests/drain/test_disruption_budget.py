@@ -6,8 +6,8 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
-
 from drain_testkit import T0, make_task, node, samples_for
+
 from market_pipeline.guardrails.backlog import BacklogParams
 from market_pipeline.guardrails.disruption_budget import (
     BudgetRule,
@@ -21,18 +21,43 @@ from market_pipeline.guardrails.task_drain_plan import PlanningInputs, Selection
 from market_pipeline.guardrails.task_drain_triggers import DRAIN_METHODS
 from market_pipeline.scaling.disruption import SCALER_METHODS
 from market_pipeline.scaling.policy import plan_pool
-from market_pipeline.scaling.types import NodeState, NodeView, PoolState, ScalerMemory, ScalingConfig, ScalingReason
+from market_pipeline.scaling.types import (
+    NodeState,
+    NodeView,
+    PoolState,
+    ScalerMemory,
+    ScalingConfig,
+    ScalingReason,
+)
 
-POLICY = SelectionPolicy(under_use_util_pct=20, under_use_minutes=5, pressure_util_pct=92,
-                         min_score=0.4, sample_interval_seconds=60, tick_minutes=5)
-LIMITS = DrainLimits(tenant_max_drains_per_day=4, landing_cooldown_minutes=15.0,
-                     budgets=(BudgetRule(percent=20.0),), decision_ttl_seconds=900)
+POLICY = SelectionPolicy(
+    under_use_util_pct=20,
+    under_use_minutes=5,
+    pressure_util_pct=92,
+    min_score=0.4,
+    sample_interval_seconds=60,
+    tick_minutes=5,
+)
+LIMITS = DrainLimits(
+    tenant_max_drains_per_day=4,
+    landing_cooldown_minutes=15.0,
+    budgets=(BudgetRule(percent=20.0),),
+    decision_ttl_seconds=900,
+)
 SCALING = ScalingConfig(
     backlog=BacklogParams(residual_share=0.2, elasticity=1.0, price_min=0.5, price_max=3.0),
-    keep_window_hours=0.0, drainable_floor_window_hours=0.0, scale_up_persistence_minutes=0.0,
-    urgent_persistence_minutes=0.0, min_scale_down_fraction=0.0, warm_pool_nodes=0, interval_minutes=5.0,
-    hysteresis_minutes=10.0, scale_up_cooldown_minutes=0.0, max_removals_per_hour=10,
-    disruption_budget_pct=20.0, replacement_cost_per_node=0.5,
+    keep_window_hours=0.0,
+    drainable_floor_window_hours=0.0,
+    scale_up_persistence_minutes=0.0,
+    urgent_persistence_minutes=0.0,
+    min_scale_down_fraction=0.0,
+    warm_pool_nodes=0,
+    interval_minutes=5.0,
+    hysteresis_minutes=10.0,
+    scale_up_cooldown_minutes=0.0,
+    max_removals_per_hour=10,
+    disruption_budget_pct=20.0,
+    replacement_cost_per_node=0.5,
 )
 NODES = [f"n{i}" for i in range(10)]
 
@@ -43,17 +68,24 @@ def scale_down_tick(budget: DisruptionBudget | None) -> list:
     state = PoolState("p1", node_gpus=8, max_nodes=10, demand_gpus=10.0, gpu_hour_cost=1.2)
     memory = ScalerMemory("p1")
     plan_pool(state, 10.0, 1.0, views, {}, SCALING, T0, memory=memory)
-    return plan_pool(state, 10.0, 1.0, views, {}, SCALING, T0 + timedelta(minutes=20), memory=memory,
-                     budget=budget)
+    return plan_pool(
+        state, 10.0, 1.0, views, {}, SCALING, T0 + timedelta(minutes=20), memory=memory, budget=budget
+    )
 
 
 def drains_after(cordoned: list[str], budget: DisruptionBudget | None, idle: list[str] = NODES) -> list:
     """One task on every node, under-used on the `idle` nodes; the scaler's nodes are to be emptied."""
     tasks = [make_task(f"t-{n}", node=n, tenant=f"ten-{n}") for n in NODES]
     util = {t.task_id: 1 if t.node_id in idle else 100 for t in tasks}
-    inputs = PlanningInputs(fleet_now=T0, tasks=tasks, nodes=[node(n) for n in NODES],
-                            samples=samples_for(util), ledger=DrainLedger(),
-                            shadow=False, scale_down_nodes=tuple(cordoned))
+    inputs = PlanningInputs(
+        fleet_now=T0,
+        tasks=tasks,
+        nodes=[node(n) for n in NODES],
+        samples=samples_for(util),
+        ledger=DrainLedger(),
+        shadow=False,
+        scale_down_nodes=tuple(cordoned),
+    )
     return plan_drains(inputs, POLICY, LIMITS, budget)
 
 
@@ -105,24 +137,40 @@ def test_methods_run_in_order_each_consuming_from_the_same_budget() -> None:
     run_methods([Takes("a"), Takes("a"), Takes("b"), Takes("c")], seen, budget)
     assert seen == [("a", 1), ("a", 1), ("b", 2), ("c", 2)]  # a node already disrupting is free; c is over
     assert [m.reason for m in DRAIN_METHODS] == [
-        DisruptionReason.PRESSURE, DisruptionReason.MANUAL, DisruptionReason.BUDGET,
-        DisruptionReason.SCALE_DOWN, DisruptionReason.UNDER_USED]
+        DisruptionReason.PRESSURE,
+        DisruptionReason.MANUAL,
+        DisruptionReason.BUDGET,
+        DisruptionReason.SCALE_DOWN,
+        DisruptionReason.UNDER_USED,
+    ]
     assert [m.reason for m in SCALER_METHODS] == [DisruptionReason.SCALE_DOWN, DisruptionReason.NODE_HEALTH]
 
 
 def test_a_pressure_drain_uses_the_budget_an_under_used_drain_then_lacks() -> None:
     # 17 of 17 GPUs allocated: pressure frees one 8-GPU task (low priority first); the idle
     # task on a third node is under-used, but the one node the budget allows is taken
-    tasks = [make_task("big", node="n0", tenant="a", gpus=8), make_task("fill", node="n1", tenant="b", gpus=8),
-             make_task("idle", node="n2", tenant="c", priority=10)]
-    inputs = PlanningInputs(fleet_now=T0, tasks=tasks, nodes=[node("n0"), node("n1"), node("n2", gpus=1)],
-                            samples=samples_for({"big": 100, "fill": 100, "idle": 1}), ledger=DrainLedger(),
-                            shadow=False)
+    tasks = [
+        make_task("big", node="n0", tenant="a", gpus=8),
+        make_task("fill", node="n1", tenant="b", gpus=8),
+        make_task("idle", node="n2", tenant="c", priority=10),
+    ]
+    inputs = PlanningInputs(
+        fleet_now=T0,
+        tasks=tasks,
+        nodes=[node("n0"), node("n1"), node("n2", gpus=1)],
+        samples=samples_for({"big": 100, "fill": 100, "idle": 1}),
+        ledger=DrainLedger(),
+        shadow=False,
+    )
     decisions = plan_drains(inputs, POLICY, dataclasses.replace(LIMITS, budgets=(BudgetRule(nodes=1),)))
     assert [(d.reason, d.allowed) for d in decisions] == [
-        (DisruptionReason.PRESSURE, True), (DisruptionReason.UNDER_USED, False)]
+        (DisruptionReason.PRESSURE, True),
+        (DisruptionReason.UNDER_USED, False),
+    ]
     assert decisions[1].task.task_id == "idle"
-    assert decisions[1].reasons[-1].startswith("pool_budget: p1 allows 1 of 3 node(s) disrupted for under_used")
+    assert (
+        decisions[1].reasons[-1].startswith("pool_budget: p1 allows 1 of 3 node(s) disrupted for under_used")
+    )
 
 
 def test_busy_cordoned_nodes_count_as_disrupting() -> None:
@@ -135,12 +183,22 @@ def test_busy_cordoned_nodes_count_as_disrupting() -> None:
     assert empty.pool("p1").disrupting == set()  # an empty cordoned node disrupts nothing
 
 
-@pytest.mark.parametrize(("rules", "reason", "cap"), [
-    ((BudgetRule(percent=10.0),), DisruptionReason.SCALE_DOWN, 1),
-    ((BudgetRule(percent=10.0), BudgetRule(nodes=0, reasons=frozenset({DisruptionReason.UNDER_USED}))),
-     DisruptionReason.UNDER_USED, 0),
-    ((BudgetRule(nodes=0, reasons=frozenset({DisruptionReason.UNDER_USED})),), DisruptionReason.PRESSURE, None),
-])
+@pytest.mark.parametrize(
+    ("rules", "reason", "cap"),
+    [
+        ((BudgetRule(percent=10.0),), DisruptionReason.SCALE_DOWN, 1),
+        (
+            (BudgetRule(percent=10.0), BudgetRule(nodes=0, reasons=frozenset({DisruptionReason.UNDER_USED}))),
+            DisruptionReason.UNDER_USED,
+            0,
+        ),
+        (
+            (BudgetRule(nodes=0, reasons=frozenset({DisruptionReason.UNDER_USED})),),
+            DisruptionReason.PRESSURE,
+            None,
+        ),
+    ],
+)
 def test_the_most_restrictive_rule_for_the_reason_caps_it(rules, reason, cap) -> None:
     pool = PoolBudget("p1", 5, rules, T0)
     assert pool.cap(reason) == cap
@@ -151,4 +209,5 @@ def test_a_cap_below_the_nodes_already_disrupting_blocks_them_too() -> None:
     pool = PoolBudget("p1", 10, (BudgetRule(nodes=1),), T0, {"n1", "n2"})
     assert not pool.allows(DisruptionReason.PRESSURE, "n1")
     assert pool.blocker(DisruptionReason.PRESSURE, "n1") == (
-        "pool_budget: p1 allows 1 of 10 node(s) disrupted for pressure, 2 busy")
+        "pool_budget: p1 allows 1 of 10 node(s) disrupted for pressure, 2 busy"
+    )

@@ -41,12 +41,26 @@ def _invoice_lines(warehouse, rows: list[tuple[str, float]]) -> None:
     """Hourly usage invoice lines as the dbt rollup leaves them (the columns the ledger reads)."""
     hour = T0 - timedelta(hours=1)
     frame = pl.DataFrame(
-        [{"tenant_id": t, "period_grain": "hour", "period_start": hour,
-          "period_start_utc": hour.replace(tzinfo=None), "charge_category": "Usage",
-          "billed_cost": Decimal(str(cost))} for t, cost in rows],
-        schema={"tenant_id": pl.Utf8, "period_grain": pl.Utf8, "period_start": pl.Datetime("us", "UTC"),
-                "period_start_utc": pl.Datetime("us"), "charge_category": pl.Utf8,
-                "billed_cost": pl.Decimal(38, 9)})
+        [
+            {
+                "tenant_id": t,
+                "period_grain": "hour",
+                "period_start": hour,
+                "period_start_utc": hour.replace(tzinfo=None),
+                "charge_category": "Usage",
+                "billed_cost": Decimal(str(cost)),
+            }
+            for t, cost in rows
+        ],
+        schema={
+            "tenant_id": pl.Utf8,
+            "period_grain": pl.Utf8,
+            "period_start": pl.Datetime("us", "UTC"),
+            "period_start_utc": pl.Datetime("us"),
+            "charge_category": pl.Utf8,
+            "billed_cost": pl.Decimal(38, 9),
+        },
+    )
     with warehouse.connect() as con:
         con.register("_lines", frame.to_arrow())
         con.execute("CREATE TABLE fct_invoice_lines AS SELECT * FROM _lines")
@@ -66,8 +80,14 @@ def scenario(tmp_path):
     started = T0 - timedelta(hours=2)  # past the landing cool-down
     tasks = [
         make_task("broke-1", tenant=BROKE, pool=A100, node="n1", started_at=started),
-        make_task("broke-2", tenant=BROKE, pool=A100, node="n2", started_at=started,
-                  resource_class=ResourceClass.GUARANTEED),
+        make_task(
+            "broke-2",
+            tenant=BROKE,
+            pool=A100,
+            node="n2",
+            started_at=started,
+            resource_class=ResourceClass.GUARANTEED,
+        ),
         make_task("broke-3", tenant=BROKE, pool=H800, node="n3", started_at=started, priority=9),
         make_task("rich-1", tenant=RICH, pool=A100, node="n1", started_at=started),
         make_task("free-1", tenant=UNGUARDED, pool=H800, node="n4", started_at=started),
@@ -122,7 +142,9 @@ def test_budget_blocks_respect_grace_ttl_and_shadow(scenario):
     grace = timedelta(seconds=config.billing.grace_seconds)
     assert load_budget_blocks(warehouse, T0 + grace - timedelta(seconds=1), shadow=False) == {}
     block = load_budget_blocks(warehouse, T0 + grace, shadow=False)[BROKE]
-    assert block.drain_after == T0 + grace and set(load_budget_blocks(warehouse, T0 + grace, False)) == {BROKE}
+    assert block.drain_after == T0 + grace and set(load_budget_blocks(warehouse, T0 + grace, False)) == {
+        BROKE
+    }
     # a guard decision stands for one guard cadence; a tenant not blocked again is let go
     assert load_budget_blocks(warehouse, T0 + BUDGET_DECISION_TTL + timedelta(seconds=1), False) == {}
     warehouse.execute("UPDATE decisions SET shadow = true WHERE kind = 'budget_guard'")

@@ -37,8 +37,9 @@ def main(argv: list[str]) -> int:
 def run_cli(home: Path, *args: str) -> tuple[dict, float, int]:
     env = {**os.environ, "MARKET_PIPELINE_HOME": str(home)}
     started = time.monotonic()
-    done = subprocess.run([str(CLI), "drain", *args], capture_output=True, text=True, env=env,
-                          cwd=home, timeout=120)
+    done = subprocess.run(
+        [str(CLI), "drain", *args], capture_output=True, text=True, env=env, cwd=home, timeout=120
+    )
     wall = time.monotonic() - started
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 1, (done.stdout, done.stderr)
@@ -48,20 +49,38 @@ def run_cli(home: Path, *args: str) -> tuple[dict, float, int]:
 def test_drain_cli_drains_an_arbitrary_pid_and_audits_it(home):
     proc = subprocess.Popen(["sleep", "60"])
     try:
-        result, wall, code = run_cli(home, "--backend", "local-process", "--pid", str(proc.pid),
-                                     "--warn-seconds", str(W), "--timeout-seconds", str(T),
-                                     "--json")
+        result, wall, code = run_cli(
+            home,
+            "--backend",
+            "local-process",
+            "--pid",
+            str(proc.pid),
+            "--warn-seconds",
+            str(W),
+            "--timeout-seconds",
+            str(T),
+            "--json",
+        )
         assert code == 0
         assert result["outcome"] == "terminated" and result["pid"] == proc.pid
-        assert result["states"] == ["requested", "warned", "checkpointing", "terminating",
-                                    "released", "reported"]
+        assert result["states"] == [
+            "requested",
+            "warned",
+            "checkpointing",
+            "terminating",
+            "released",
+            "reported",
+        ]
         assert W <= result["seconds"] <= W + T + 0.5  # waited the notice, no more
         assert proc.wait(timeout=5) == -signal.SIGTERM
         # Interpreter start-up (imports of every command module) is the constant on top of
         # W + T; generous here because the test machine's 2 cores are shared.
         assert wall < W + T + 45
-        audit = Warehouse(home / "var" / "warehouse.duckdb").query(
-            "SELECT state FROM drain_audit ORDER BY seq")["state"].to_list()
+        audit = (
+            Warehouse(home / "var" / "warehouse.duckdb")
+            .query("SELECT state FROM drain_audit ORDER BY seq")["state"]
+            .to_list()
+        )
         assert audit[0] == "requested" and audit[-1] == "reported"
     finally:
         proc.kill()
@@ -69,14 +88,29 @@ def test_drain_cli_drains_an_arbitrary_pid_and_audits_it(home):
 
 
 def test_drain_cli_kills_a_process_that_ignores_sigterm(home, capsys):
-    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('ready', flush=True); time.sleep(60)")
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        rc = main(["drain", "--backend", "local-process", "--pid", str(proc.pid),
-                   "--warn-seconds", "0.3", "--timeout-seconds", "0.5", "--audit", "memory",
-                   "--json"])
+        rc = main(
+            [
+                "drain",
+                "--backend",
+                "local-process",
+                "--pid",
+                str(proc.pid),
+                "--warn-seconds",
+                "0.3",
+                "--timeout-seconds",
+                "0.5",
+                "--audit",
+                "memory",
+                "--json",
+            ]
+        )
         result = json.loads(capsys.readouterr().out)
         assert rc == 0 and result["outcome"] == "killed"
         assert "killed" in result["states"]
@@ -91,8 +125,20 @@ def test_drain_cli_refuses_a_pid_that_names_no_process(home, capsys):
     proc = subprocess.Popen(["true"])
     proc.wait()
     for pid in (str(proc.pid), "100000000000000000000"):
-        rc = main(["drain", "--backend", "local-process", "--pid", pid,
-                   "--warn-seconds", "0.2", "--timeout-seconds", "0.2", "--json"])
+        rc = main(
+            [
+                "drain",
+                "--backend",
+                "local-process",
+                "--pid",
+                pid,
+                "--warn-seconds",
+                "0.2",
+                "--timeout-seconds",
+                "0.2",
+                "--json",
+            ]
+        )
         captured = capsys.readouterr()
         assert rc == 2 and captured.out == ""
         assert captured.err.count("\n") == 1 and captured.err.startswith("error: ")
@@ -115,15 +161,17 @@ def test_drain_cli_plans_then_executes_a_decision(home, monkeypatch, capsys):
     from market_pipeline.config import load_config
     from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
 
-    for key, value in {"ADAPTER__BACKEND": "local-process", "LOOP__SAMPLE_INTERVAL_SECONDS": "1",
-                       "GUARDRAILS__TASK_DRAIN__UNDER_USE_MINUTES": "0.02",
-                       "GUARDRAILS__TASK_DRAIN__LANDING_COOLDOWN_MINUTES": "0",
-                       "GUARDRAILS__TASK_DRAIN__CHECKPOINT_TIMEOUT_SECONDS": "1",
-                       "GUARDRAILS__TASK_DRAIN__TERMINATE_TIMEOUT_SECONDS": "1"}.items():
+    for key, value in {
+        "ADAPTER__BACKEND": "local-process",
+        "LOOP__SAMPLE_INTERVAL_SECONDS": "1",
+        "GUARDRAILS__TASK_DRAIN__UNDER_USE_MINUTES": "0.02",
+        "GUARDRAILS__TASK_DRAIN__LANDING_COOLDOWN_MINUTES": "0",
+        "GUARDRAILS__TASK_DRAIN__CHECKPOINT_TIMEOUT_SECONDS": "1",
+        "GUARDRAILS__TASK_DRAIN__TERMINATE_TIMEOUT_SECONDS": "1",
+    }.items():
         monkeypatch.setenv(f"MP__{key}", value)
     adapter = LocalProcessAdapter.from_config(load_config())
-    task = adapter.launch_task(task_id="idle", options=WorkerOptions(util_pct=2,
-                                                                     metrics_seconds=0.2))
+    task = adapter.launch_task(task_id="idle", options=WorkerOptions(util_pct=2, metrics_seconds=0.2))
     try:
         time.sleep(1.0)
         assert main(["drain-plan", "--json"]) == 0

@@ -7,12 +7,10 @@ from datetime import datetime, timezone
 
 import dagster as dg
 import pytest
+from drain_testkit import make_task
 
 from assets.drain import drain_requests
-from sensors.jobs import drain_job
-from sensors.ops import drain_run_config
 from assets.resources import FleetAdapterResource, WarehouseResource
-from drain_testkit import make_task
 from market_pipeline.action_batches import batch_id_for, batch_rows, carry_out, result_for
 from market_pipeline.config import load_config
 from market_pipeline.guardrails.task_drain_limits import DrainReason
@@ -22,12 +20,15 @@ from market_pipeline.guardrails.task_drain_store import write_decisions
 from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
 from market_pipeline.warehouse import open_warehouse
 from sensors.drain import drain_sensor
+from sensors.jobs import drain_job
+from sensors.ops import drain_run_config
 
 try:  # the lazy backend factory lives in hardware/__init__.py (another concern)
     from market_pipeline.hardware import make_adapter  # noqa: F401
 
     FleetResource = FleetAdapterResource
 except ImportError:
+
     class FleetResource(FleetAdapterResource):  # type: ignore[no-redef]
         def get(self):
             return LocalProcessAdapter.from_config(self.config())
@@ -42,8 +43,10 @@ def instance():
 @pytest.fixture
 def local_config(tmp_path, monkeypatch):
     settings = {
-        "ADAPTER__BACKEND": "local-process", "ADAPTER__STATE_PATH": str(tmp_path / "fleet.json"),
-        "ADAPTER__OPERATION_TIMEOUT_SECONDS": "3", "WAREHOUSE__PATH": str(tmp_path / "w.duckdb"),
+        "ADAPTER__BACKEND": "local-process",
+        "ADAPTER__STATE_PATH": str(tmp_path / "fleet.json"),
+        "ADAPTER__OPERATION_TIMEOUT_SECONDS": "3",
+        "WAREHOUSE__PATH": str(tmp_path / "w.duckdb"),
         "LOOP__SAMPLE_INTERVAL_SECONDS": "1",
         "GUARDRAILS__TASK_DRAIN__UNDER_USE_MINUTES": "0.02",
         "GUARDRAILS__TASK_DRAIN__LANDING_COOLDOWN_MINUTES": "0",
@@ -58,28 +61,46 @@ def local_config(tmp_path, monkeypatch):
 
 
 def resources(config):
-    return {"warehouse": WarehouseResource(path=str(config.warehouse_path)),
-            "fleet": FleetResource()}
+    return {"warehouse": WarehouseResource(path=str(config.warehouse_path)), "fleet": FleetResource()}
 
 
 def decision(task_id: str, *, allowed=True, shadow=False, at: datetime | None = None) -> DrainDecision:
     task = make_task(task_id)
     now = at or datetime.now(timezone.utc)
-    return DrainDecision(decision_id=f"drain-{task_id}", task=task, reason=DrainReason.UNDER_USED,
-                         allowed=allowed, shadow=shadow, reasons=("under_used: test",),
-                         score=drainability_score(task, None, None), utilisation=None,
-                         decided_at=now, fleet_now=now)
+    return DrainDecision(
+        decision_id=f"drain-{task_id}",
+        task=task,
+        reason=DrainReason.UNDER_USED,
+        allowed=allowed,
+        shadow=shadow,
+        reasons=("under_used: test",),
+        score=drainability_score(task, None, None),
+        utilisation=None,
+        decided_at=now,
+        fleet_now=now,
+    )
 
 
 def test_drain_sensor_launches_one_run_per_tick_and_has_no_side_effect(tmp_path, instance):
     warehouse = open_warehouse(tmp_path / "w.duckdb")
-    tick, later = datetime(2026, 1, 5, 10, tzinfo=timezone.utc), datetime(2026, 1, 5, 10, 5, tzinfo=timezone.utc)
-    write_decisions(warehouse, [decision("a", at=tick), decision("b", at=tick), decision("c", at=later),
-                                decision("blocked", allowed=False, at=tick),
-                                decision("shadow", shadow=True, at=tick)])
+    tick, later = (
+        datetime(2026, 1, 5, 10, tzinfo=timezone.utc),
+        datetime(2026, 1, 5, 10, 5, tzinfo=timezone.utc),
+    )
+    write_decisions(
+        warehouse,
+        [
+            decision("a", at=tick),
+            decision("b", at=tick),
+            decision("c", at=later),
+            decision("blocked", allowed=False, at=tick),
+            decision("shadow", shadow=True, at=tick),
+        ],
+    )
     before = warehouse.query("SELECT * FROM decisions ORDER BY decision_id")
     context = dg.build_sensor_context(
-        instance=instance, resources={"warehouse": WarehouseResource(path=str(warehouse.path))})
+        instance=instance, resources={"warehouse": WarehouseResource(path=str(warehouse.path))}
+    )
     first = drain_sensor.evaluate_tick(context).run_requests
     second = drain_sensor.evaluate_tick(context).run_requests
     batch = batch_id_for("drain", tick)
@@ -87,17 +108,25 @@ def test_drain_sensor_launches_one_run_per_tick_and_has_no_side_effect(tmp_path,
     assert first[0].tags["drain/batch_id"] == batch and first[0].tags["drain/decisions"] == "2"
     assert first[0].tags["drain/tick"] == tick.isoformat()
     assert warehouse.query("SELECT * FROM decisions ORDER BY decision_id").equals(before)
-    warehouse.execute("UPDATE decisions SET executed_at = now(), outcome = 'terminated' "
-                      "WHERE decision_id IN ('drain-a', 'drain-c')")
+    warehouse.execute(
+        "UPDATE decisions SET executed_at = now(), outcome = 'terminated' "
+        "WHERE decision_id IN ('drain-a', 'drain-c')"
+    )
     context = dg.build_sensor_context(
-        instance=instance, resources={"warehouse": WarehouseResource(path=str(warehouse.path))})
+        instance=instance, resources={"warehouse": WarehouseResource(path=str(warehouse.path))}
+    )
     assert [r.run_key for r in drain_sensor.evaluate_tick(context).run_requests] == [batch]
     # A run that died before finishing its drains gets a resume run, not a silent stall.
     failed = drain_job.execute_in_process(
-        run_config=drain_run_config(tick), instance=instance, raise_on_error=False,
+        run_config=drain_run_config(tick),
+        instance=instance,
+        raise_on_error=False,
         tags={"drain/batch_id": batch},
-        resources={"warehouse": WarehouseResource(path=str(warehouse.path)),
-                   "fleet": FleetAdapterResource(config_path=str(tmp_path / "missing.toml"))})
+        resources={
+            "warehouse": WarehouseResource(path=str(warehouse.path)),
+            "fleet": FleetAdapterResource(config_path=str(tmp_path / "missing.toml")),
+        },
+    )
     assert not failed.success
     [resume] = drain_sensor.evaluate_tick(context).run_requests
     assert resume.run_key == f"{batch}#resume1" and resume.tags["drain/batch_id"] == batch
@@ -116,9 +145,17 @@ def test_a_drain_whose_run_died_is_taken_over_and_one_in_flight_is_left(tmp_path
         return result_for(row, "ok", "terminated")
 
     def run(run_id):
-        return carry_out(warehouse, batch_rows(warehouse, "drain", tick), batch_id=batch_id_for("drain", tick),
-                         run_id=run_id, now=tick, run_is_live=lambda r: r == "live", resumable=True, act=act,
-                         record=False)
+        return carry_out(
+            warehouse,
+            batch_rows(warehouse, "drain", tick),
+            batch_id=batch_id_for("drain", tick),
+            run_id=run_id,
+            now=tick,
+            run_is_live=lambda r: r == "live",
+            resumable=True,
+            act=act,
+            record=False,
+        )
 
     assert [r.status for r in run("r1")] == ["ok", "skipped", "ok"]
     assert acted == ["drain-a", "drain-c"]  # the drain protocol resumes a from its audit log
@@ -131,18 +168,20 @@ def test_a_drain_whose_run_died_is_taken_over_and_one_in_flight_is_left(tmp_path
 
 def test_drain_sensor_skips_without_a_warehouse(tmp_path, instance):
     context = dg.build_sensor_context(
-        instance=instance,
-        resources={"warehouse": WarehouseResource(path=str(tmp_path / "none.duckdb"))})
+        instance=instance, resources={"warehouse": WarehouseResource(path=str(tmp_path / "none.duckdb"))}
+    )
     result = drain_sensor.evaluate_tick(context)
     assert result.run_requests == [] and result.skip_message
 
 
 def test_drain_end_to_end_under_used_worker(local_config, instance):
     adapter = LocalProcessAdapter.from_config(local_config)
-    worker = adapter.launch_task(task_id="idle", tenant_id="acme-research",
-                                 options=WorkerOptions(util_pct=3, metrics_seconds=0.2))
-    busy = adapter.launch_task(task_id="busy", tenant_id="ember-ai",
-                               options=WorkerOptions(util_pct=95, metrics_seconds=0.2))
+    worker = adapter.launch_task(
+        task_id="idle", tenant_id="acme-research", options=WorkerOptions(util_pct=3, metrics_seconds=0.2)
+    )
+    busy = adapter.launch_task(
+        task_id="busy", tenant_id="ember-ai", options=WorkerOptions(util_pct=95, metrics_seconds=0.2)
+    )
     try:
         time.sleep(1.0)  # a few utilisation samples
         res = resources(local_config)
@@ -156,8 +195,9 @@ def test_drain_end_to_end_under_used_worker(local_config, instance):
         row = warehouse.query("SELECT decision_id, target, reasons, decided_at FROM decisions").to_dicts()[0]
         assert request.run_key == batch_id_for("drain", row["decided_at"]) and row["target"] == "idle"
         assert row["reasons"][0].startswith("under_used")
-        run = drain_job.execute_in_process(run_config=request.run_config, resources=res,
-                                           instance=instance, tags=request.tags)
+        run = drain_job.execute_in_process(
+            run_config=request.run_config, resources=res, instance=instance, tags=request.tags
+        )
         assert run.success
         assert _counts(run) == {"ok": 1}
         executed = warehouse.query("SELECT outcome, executed_at, claimed_by FROM decisions").to_dicts()[0]
@@ -167,14 +207,21 @@ def test_drain_end_to_end_under_used_worker(local_config, instance):
         assert (adapter.workdir / "idle" / "checkpoint.json").exists()
         rows = warehouse.query("SELECT count(*) AS n FROM drain_audit")["n"][0]
         # A repeated run of the same batch drains nothing and writes nothing.
-        again = drain_job.execute_in_process(run_config=drain_run_config(row["decided_at"]),
-                                             resources=res, instance=instance)
+        again = drain_job.execute_in_process(
+            run_config=drain_run_config(row["decided_at"]), resources=res, instance=instance
+        )
         assert again.success and _counts(again) == {"skipped": 1}
         assert warehouse.query("SELECT count(*) AS n FROM drain_audit")["n"][0] == rows
-        billing = warehouse.query("SELECT outcome, platform_fault, grace_seconds "
-                                  "FROM drain_billing_events").to_dicts()
-        assert billing == [{"outcome": "terminated", "platform_fault": False,
-                            "grace_seconds": float(local_config.billing.grace_seconds)}]
+        billing = warehouse.query(
+            "SELECT outcome, platform_fault, grace_seconds FROM drain_billing_events"
+        ).to_dicts()
+        assert billing == [
+            {
+                "outcome": "terminated",
+                "platform_fault": False,
+                "grace_seconds": float(local_config.billing.grace_seconds),
+            }
+        ]
         context = dg.build_sensor_context(instance=instance, resources=res)
         assert drain_sensor.evaluate_tick(context).run_requests == []
     finally:

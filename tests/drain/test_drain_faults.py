@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import polars as pl
-
 from drain_testkit import (
     BEHAVIOURS,
     CALL_MARGIN,
@@ -33,6 +32,7 @@ from drain_testkit import (
     make_task,
     node,
 )
+
 from market_pipeline.guardrails.disruption_budget import BudgetRule
 from market_pipeline.guardrails.task_drain_executor import (
     DrainExecutor,
@@ -62,8 +62,12 @@ from market_pipeline.hardware.protocol import TaskKind
 
 SCENARIOS = 1000
 TICKS = 3
-STATE_OF_OP = {"warn": DrainState.WARNED, "checkpoint": DrainState.CHECKPOINTING,
-               "terminate": DrainState.TERMINATING, "kill": DrainState.KILLED}
+STATE_OF_OP = {
+    "warn": DrainState.WARNED,
+    "checkpoint": DrainState.CHECKPOINTING,
+    "terminate": DrainState.TERMINATING,
+    "kill": DrainState.KILLED,
+}
 SAMPLE_SCHEMA = {"ts": pl.Datetime("us", "UTC"), "sm_util_pct": pl.Float64, "task_id": pl.Utf8}
 
 
@@ -94,41 +98,70 @@ def build(seed: int) -> Scenario:
     rng = random.Random(seed)
     clock = FakeClock()
     pools = ["p1"] if rng.random() < 0.5 else ["p1", "p2"]
-    nodes = [node(f"{p}-n{i}", pool=p, gpus=rng.choice([2, 4]))
-             for p in pools for i in range(rng.randint(2, 4))]
+    nodes = [
+        node(f"{p}-n{i}", pool=p, gpus=rng.choice([2, 4])) for p in pools for i in range(rng.randint(2, 4))
+    ]
     tasks = []
     for i in range(rng.randint(3, 8)):
         where = rng.choice(nodes)
-        task = make_task(f"s{seed}-t{i}", tenant=rng.choice("abc"), pool=where.pool_id,
-                         node=where.node_id, priority=rng.randint(0, 5),
-                         kind=rng.choice(list(TaskKind)), checkpointable=rng.random() < 0.7,
-                         do_not_drain=rng.random() < 0.15,
-                         started_at=T0 - timedelta(minutes=rng.choice([2, 30, 600])))
+        task = make_task(
+            f"s{seed}-t{i}",
+            tenant=rng.choice("abc"),
+            pool=where.pool_id,
+            node=where.node_id,
+            priority=rng.randint(0, 5),
+            kind=rng.choice(list(TaskKind)),
+            checkpointable=rng.random() < 0.7,
+            do_not_drain=rng.random() < 0.15,
+            started_at=T0 - timedelta(minutes=rng.choice([2, 30, 600])),
+        )
         tasks.append((task, rng.choice(BEHAVIOURS)))
-    faults = FaultPlan(exception=rng.choice([0.0, 0.05, 0.15]), hang=rng.choice([0.0, 0.05, 0.1]),
-                       failed=rng.choice([0.0, 0.05, 0.1]), node_vanish=rng.choice([0.0, 0.02]),
-                       crash_before=rng.choice([0.0, 0.05]), crash_after=rng.choice([0.0, 0.05]))
+    faults = FaultPlan(
+        exception=rng.choice([0.0, 0.05, 0.15]),
+        hang=rng.choice([0.0, 0.05, 0.1]),
+        failed=rng.choice([0.0, 0.05, 0.1]),
+        node_vanish=rng.choice([0.0, 0.02]),
+        crash_before=rng.choice([0.0, 0.05]),
+        crash_after=rng.choice([0.0, 0.05]),
+    )
     adapter = FakeFleetAdapter(clock, tasks, nodes, rng=rng, faults=faults)
-    store = CrashingStore(rng, crash_before=rng.choice([0.0, 0.05]),
-                          crash_after=rng.choice([0.0, 0.05]))
-    budget = (BudgetRule(percent=rng.choice([0.0, 10.0, 34.0, 50.0, 100.0]))
-              if rng.random() < 0.7 else BudgetRule(nodes=rng.randint(0, 2)))
-    limits = DrainLimits(tenant_max_drains_per_day=rng.randint(1, 3), landing_cooldown_minutes=10,
-                         budgets=(budget,), decision_ttl_seconds=3600)
-    policy = SelectionPolicy(under_use_util_pct=20, under_use_minutes=5,
-                             pressure_util_pct=rng.choice([60.0, 92.0]), min_score=0.3,
-                             sample_interval_seconds=60, tick_minutes=5)
-    timing = DrainTiming(warn_seconds=rng.uniform(0.5, 5), checkpoint_timeout_seconds=rng.uniform(1, 5),
-                         terminate_timeout_seconds=rng.uniform(1, 5),
-                         max_total_seconds=rng.choice([5.0, 20.0, 60.0]), kill_timeout_seconds=2,
-                         verify_timeout_seconds=2, verify_attempts=3, verify_retry_seconds=0.2,
-                         call_margin_seconds=CALL_MARGIN, poll_seconds=0.5)
+    store = CrashingStore(rng, crash_before=rng.choice([0.0, 0.05]), crash_after=rng.choice([0.0, 0.05]))
+    budget = (
+        BudgetRule(percent=rng.choice([0.0, 10.0, 34.0, 50.0, 100.0]))
+        if rng.random() < 0.7
+        else BudgetRule(nodes=rng.randint(0, 2))
+    )
+    limits = DrainLimits(
+        tenant_max_drains_per_day=rng.randint(1, 3),
+        landing_cooldown_minutes=10,
+        budgets=(budget,),
+        decision_ttl_seconds=3600,
+    )
+    policy = SelectionPolicy(
+        under_use_util_pct=20,
+        under_use_minutes=5,
+        pressure_util_pct=rng.choice([60.0, 92.0]),
+        min_score=0.3,
+        sample_interval_seconds=60,
+        tick_minutes=5,
+    )
+    timing = DrainTiming(
+        warn_seconds=rng.uniform(0.5, 5),
+        checkpoint_timeout_seconds=rng.uniform(1, 5),
+        terminate_timeout_seconds=rng.uniform(1, 5),
+        max_total_seconds=rng.choice([5.0, 20.0, 60.0]),
+        kill_timeout_seconds=2,
+        verify_timeout_seconds=2,
+        verify_attempts=3,
+        verify_retry_seconds=0.2,
+        call_margin_seconds=CALL_MARGIN,
+        poll_seconds=0.5,
+    )
     return Scenario(seed, rng, clock, adapter, store, limits, policy, timing)
 
 
 def truth_tasks(s: Scenario):
-    return [t.info for t in s.adapter.tasks.values()
-            if t.alive and t.info.node_id not in s.adapter.vanished]
+    return [t.info for t in s.adapter.tasks.values() if t.alive and t.info.node_id not in s.adapter.vanished]
 
 
 def samples(s: Scenario) -> pl.DataFrame:
@@ -136,24 +169,45 @@ def samples(s: Scenario) -> pl.DataFrame:
     for task in truth_tasks(s):
         util = 3.0 if s.rng.random() < 0.5 else 85.0
         for minute in range(7):
-            rows.append({"ts": s.clock.now() - timedelta(minutes=minute), "sm_util_pct": util,
-                         "task_id": task.task_id})
+            rows.append(
+                {
+                    "ts": s.clock.now() - timedelta(minutes=minute),
+                    "sm_util_pct": util,
+                    "task_id": task.task_id,
+                }
+            )
     return pl.DataFrame(rows, schema=SAMPLE_SCHEMA)
 
 
 def ledger(s: Scenario) -> DrainLedger:
-    return DrainLedger([LedgerEntry(r.decision.decision_id, r.decision.task.task_id,
-                                    r.decision.task.tenant_id, r.decision.task.pool_id,
-                                    r.decision.task.node_id, r.decision.decided_at, r.outcome)
-                        for r in s.log.values() if r.decision.allowed])
+    return DrainLedger(
+        [
+            LedgerEntry(
+                r.decision.decision_id,
+                r.decision.task.task_id,
+                r.decision.task.tenant_id,
+                r.decision.task.pool_id,
+                r.decision.task.node_id,
+                r.decision.decided_at,
+                r.outcome,
+            )
+            for r in s.log.values()
+            if r.decision.allowed
+        ]
+    )
 
 
 def execute(s: Scenario, decision: DrainDecision) -> None:
-    request = DrainRequest(drain_id=decision.decision_id, task=decision.task,
-                           reasons=decision.reasons, decision_id=decision.decision_id)
+    request = DrainRequest(
+        drain_id=decision.decision_id,
+        task=decision.task,
+        reasons=decision.reasons,
+        decision_id=decision.decision_id,
+    )
     for _ in range(500):
-        executor = DrainExecutor(s.adapter, s.store, s.timing, grace_seconds=10, clock=s.clock,
-                                 caller=InlineStepCaller(s.clock))
+        executor = DrainExecutor(
+            s.adapter, s.store, s.timing, grace_seconds=10, clock=s.clock, caller=InlineStepCaller(s.clock)
+        )
         try:
             report = executor.run(request)
             break
@@ -170,17 +224,25 @@ def execute(s: Scenario, decision: DrainDecision) -> None:
 
 
 def tick(s: Scenario) -> None:
-    inputs = PlanningInputs(fleet_now=s.clock.now(), tasks=truth_tasks(s),
-                            nodes=s.adapter.list_nodes(), samples=samples(s), ledger=ledger(s),
-                            shadow=False)
+    inputs = PlanningInputs(
+        fleet_now=s.clock.now(),
+        tasks=truth_tasks(s),
+        nodes=s.adapter.list_nodes(),
+        samples=samples(s),
+        ledger=ledger(s),
+        shadow=False,
+    )
     decisions = plan_drains(inputs, s.policy, s.limits)
     check_limits(s, decisions, Counter(n.pool_id for n in inputs.nodes))
     for decision in decisions:
         s.log.setdefault(decision.decision_id, DecisionRow(decision))
     requests: list[str] = []
     for _ in range(s.rng.choice([1, 2])):  # the sensor may tick twice before runs start
-        requests += [d for d, r in s.log.items()
-                     if r.decision.allowed and not r.decision.shadow and r.executed_at is None]
+        requests += [
+            d
+            for d, r in s.log.items()
+            if r.decision.allowed and not r.decision.shadow and r.executed_at is None
+        ]
     for run_key in requests:
         if run_key in s.launched and s.rng.random() > 0.1:
             continue  # Dagster dedupes by run_key; 10% of the time a retry slips through
@@ -194,11 +256,17 @@ def power_off_released_nodes(s: Scenario) -> None:
     """The scaler's gate: a node goes off only when every task on it was drained."""
     for node_id in sorted(s.adapter.nodes):
         on_node = [t for t in s.adapter.tasks.values() if t.info.node_id == node_id]
-        drained = all(any(h and h[-1].state is DrainState.REPORTED and
-                          any(r.state is DrainState.RELEASED for r in h)
-                          for h in (s.store.load_states(d) for d in s.launched
-                                    if s.log[d].decision.task.task_id == t.info.task_id))
-                      for t in on_node)
+        drained = all(
+            any(
+                h and h[-1].state is DrainState.REPORTED and any(r.state is DrainState.RELEASED for r in h)
+                for h in (
+                    s.store.load_states(d)
+                    for d in s.launched
+                    if s.log[d].decision.task.task_id == t.info.task_id
+                )
+            )
+            for t in on_node
+        )
         if on_node and drained and node_id not in s.adapter.vanished:
             s.adapter.power_off(node_id)
 
@@ -213,12 +281,20 @@ def check_limits(s: Scenario, decisions: list[DrainDecision], pool_nodes: Counte
             continue
         assert not d.task.do_not_drain, (s.seed, "protected task approved")
         since = d.decided_at - TENANT_CAP_WINDOW
-        used = sum(1 for r in prior if r.decision.task.tenant_id == d.task.tenant_id
-                   and r.decision.decided_at >= since and r.outcome != "aborted")
+        used = sum(
+            1
+            for r in prior
+            if r.decision.task.tenant_id == d.task.tenant_id
+            and r.decision.decided_at >= since
+            and r.outcome != "aborted"
+        )
         used += sum(1 for b in batch if b.task.tenant_id == d.task.tenant_id)
         assert used + 1 <= s.limits.tenant_max_drains_per_day, (s.seed, d.decision_id, "tenant cap")
-        busy = {r.decision.task.node_id for r in prior
-                if r.outcome is None and r.decision.task.pool_id == d.task.pool_id}
+        busy = {
+            r.decision.task.node_id
+            for r in prior
+            if r.outcome is None and r.decision.task.pool_id == d.task.pool_id
+        }
         busy |= {b.task.node_id for b in batch if b.task.pool_id == d.task.pool_id}
         allowance = s.limits.pool_allowance(d.reason, pool_nodes[d.task.pool_id], d.decided_at)
         assert allowance is not None
@@ -227,18 +303,28 @@ def check_limits(s: Scenario, decisions: list[DrainDecision], pool_nodes: Counte
 
 
 def check_invariants(s: Scenario) -> None:
-    bound = (s.timing.max_total_seconds + s.timing.kill_timeout_seconds
-             + 2 * (CALL_MARGIN + HANG_OVERSHOOT)
-             + s.timing.verify_attempts * (2 * (CALL_MARGIN + HANG_OVERSHOOT)
-                                           + s.timing.verify_timeout_seconds
-                                           + s.timing.verify_retry_seconds) + 1.0)
+    bound = (
+        s.timing.max_total_seconds
+        + s.timing.kill_timeout_seconds
+        + 2 * (CALL_MARGIN + HANG_OVERSHOOT)
+        + s.timing.verify_attempts
+        * (
+            2 * (CALL_MARGIN + HANG_OVERSHOOT)
+            + s.timing.verify_timeout_seconds
+            + s.timing.verify_retry_seconds
+        )
+        + 1.0
+    )
     spans: dict[str, list[tuple[datetime, datetime, str]]] = {}
     for drain_id in s.launched:
         history = s.store.load_states(drain_id)
         assert history and history[-1].state in TERMINAL_STATES, (s.seed, drain_id, "not terminal")
         first, last = history[0], history[-1]
-        assert (last.recorded_at - first.recorded_at).total_seconds() <= bound, \
-            (s.seed, drain_id, "drain outlived its bound")
+        assert (last.recorded_at - first.recorded_at).total_seconds() <= bound, (
+            s.seed,
+            drain_id,
+            "drain outlived its bound",
+        )
         spans.setdefault(first.task_id, []).append((first.recorded_at, last.recorded_at, drain_id))
         begins = Counter(r.state for r in history if r.phase is Phase.BEGIN)
         for state in SIDE_EFFECT_STATES - {DrainState.KILLED}:
@@ -246,8 +332,11 @@ def check_invariants(s: Scenario) -> None:
         for row in history:
             if row.state is DrainState.RELEASED:
                 fake = s.adapter.tasks[first.task_id]
-                assert not fake.alive and fake.gpu_free_at <= row.recorded_at, \
-                    (s.seed, drain_id, "released while the task or its GPU was busy")
+                assert not fake.alive and fake.gpu_free_at <= row.recorded_at, (
+                    s.seed,
+                    drain_id,
+                    "released while the task or its GPU was busy",
+                )
         assert s.store.inner.billing_events.count(last.detail["billing"]) == 1
     for task_id, windows in spans.items():
         windows.sort()
@@ -255,8 +344,11 @@ def check_invariants(s: Scenario) -> None:
             assert end <= start, (s.seed, task_id, f"drains {a} and {b} overlap")
         for op, _ in STATE_OF_OP.items():
             for start, end, drain_id in windows:
-                delivered = [t for tid, o, t in s.adapter.delivery_log
-                             if tid == task_id and o == op and start <= t <= end]
+                delivered = [
+                    t
+                    for tid, o, t in s.adapter.delivery_log
+                    if tid == task_id and o == op and start <= t <= end
+                ]
                 assert len(delivered) <= 1, (s.seed, drain_id, f"{op} delivered twice")
     for task_id, fake in s.adapter.tasks.items():
         if fake.info.do_not_drain:

@@ -6,7 +6,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-
 from market_pipeline.config import load_config
 from market_pipeline.guardrails.task_drain_calls import AdvancingClock, SystemClock, clock_for
 from market_pipeline.hardware.simulated import SimulatedAdapter
@@ -53,8 +52,13 @@ def test_drain_on_the_simulated_fleet_completes_on_fleet_time(tmp_path: Path, mo
     monkeypatch.setattr(time, "sleep", lambda s: (_ for _ in ()).throw(AssertionError("wall sleep")))
     fleet_before = adapter.now()
     clock = clock_for(adapter)
-    executor = DrainExecutor(adapter, InMemoryAuditStore(), DrainTiming.from_config(config),
-                             clock=clock, caller=InlineStepCaller(clock))
+    executor = DrainExecutor(
+        adapter,
+        InMemoryAuditStore(),
+        DrainTiming.from_config(config),
+        clock=clock,
+        caller=InlineStepCaller(clock),
+    )
     report = executor.run(DrainRequest(drain_id="d1", task=task, reasons=("test",), decision_id="d1"))
     assert report.terminal
     assert task.task_id not in {t.task_id for t in adapter.list_tasks()}

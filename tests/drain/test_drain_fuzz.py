@@ -10,16 +10,19 @@ from pathlib import Path
 
 import psutil
 import pytest
+from drain_targets import cli, start_target
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drain_targets import cli, start_target
 from market_pipeline.guardrails.commands import MAX_DRAIN_SECONDS, _pid_max
 
 FLAGS = ("--warn-seconds", "--timeout-seconds", "--checkpoint-timeout-seconds")
 # capsys is read (and so reset) once per example.
-FUZZ = settings(max_examples=60, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 def _valid_seconds(text: str) -> bool:
@@ -46,8 +49,9 @@ bad_pids = st.one_of(
     st.sampled_from([str(p) for p in PROTECTED]),  # refused although they exist
 )
 bad_seconds = st.one_of(
-    st.floats(allow_nan=True, allow_infinity=True).filter(
-        lambda v: not (math.isfinite(v) and 0 < v <= MAX_DRAIN_SECONDS)).map(repr),
+    st.floats(allow_nan=True, allow_infinity=True)
+    .filter(lambda v: not (math.isfinite(v) and 0 < v <= MAX_DRAIN_SECONDS))
+    .map(repr),
     st.sampled_from(["nan", "inf", "-inf", "0", "-0", "1e400", "-1", "", " ", "1s", "0x10"]),
     st.text(max_size=12).filter(lambda t: not _valid_seconds(t)),
 )
@@ -84,8 +88,11 @@ def refused(home: Path, argv: list[str], capsys) -> str:
 
 
 @FUZZ
-@given(pid=bad_pids, seconds=st.lists(any_seconds, min_size=3, max_size=3),
-       given_flags=st.lists(st.booleans(), min_size=3, max_size=3))
+@given(
+    pid=bad_pids,
+    seconds=st.lists(any_seconds, min_size=3, max_size=3),
+    given_flags=st.lists(st.booleans(), min_size=3, max_size=3),
+)
 def test_fuzz_drain_refuses_a_bad_pid(home, capsys, pid, seconds, given_flags):
     argv = ["drain", "--backend", "local-process", f"--pid={pid}", "--audit", "memory"]
     argv += [f"{f}={v}" for f, v, on in zip(FLAGS, seconds, given_flags) if on]
@@ -93,10 +100,8 @@ def test_fuzz_drain_refuses_a_bad_pid(home, capsys, pid, seconds, given_flags):
 
 
 @FUZZ
-@given(bad=bad_seconds, which=st.sampled_from(FLAGS), others=st.lists(any_seconds, min_size=2,
-                                                                       max_size=2))
-def test_fuzz_drain_refuses_a_bad_duration_of_a_live_pid(home, target, capsys, bad, which,
-                                                         others):
+@given(bad=bad_seconds, which=st.sampled_from(FLAGS), others=st.lists(any_seconds, min_size=2, max_size=2))
+def test_fuzz_drain_refuses_a_bad_duration_of_a_live_pid(home, target, capsys, bad, which, others):
     rest = [f for f in FLAGS if f != which]
     argv = ["drain", "--backend", "local-process", f"--pid={target.pids[0]}", f"{which}={bad}"]
     argv += [f"{f}={v}" for f, v in zip(rest, others)]
@@ -105,11 +110,23 @@ def test_fuzz_drain_refuses_a_bad_duration_of_a_live_pid(home, target, capsys, b
 
 
 @FUZZ
-@given(tenant=st.one_of(st.just(""), st.text(min_size=129, max_size=200),
-                        st.text(min_size=1, max_size=20).filter(lambda t: not t.isprintable())))
+@given(
+    tenant=st.one_of(
+        st.just(""),
+        st.text(min_size=129, max_size=200),
+        st.text(min_size=1, max_size=20).filter(lambda t: not t.isprintable()),
+    )
+)
 def test_fuzz_drain_refuses_a_bad_tenant(home, target, capsys, tenant):
-    argv = ["drain", "--backend", "local-process", f"--pid={target.pids[0]}",
-            "--warn-seconds=0.1", "--timeout-seconds=0.1", f"--tenant-id={tenant}"]
+    argv = [
+        "drain",
+        "--backend",
+        "local-process",
+        f"--pid={target.pids[0]}",
+        "--warn-seconds=0.1",
+        "--timeout-seconds=0.1",
+        f"--tenant-id={tenant}",
+    ]
     assert "--tenant-id must be" in refused(home, argv, capsys)
     assert not target.signals()
 
@@ -124,5 +141,4 @@ def test_fuzz_drain_decision_refuses_pid_timing(home, capsys, decision, flag, va
 @FUZZ
 @given(decision=st.text(max_size=30))
 def test_fuzz_drain_refuses_an_unknown_decision_without_a_warehouse(home, capsys, decision):
-    assert "no drain decision with id" in refused(home, ["drain", f"--decision-id={decision}"],
-                                                  capsys)
+    assert "no drain decision with id" in refused(home, ["drain", f"--decision-id={decision}"], capsys)

@@ -9,8 +9,8 @@ import signal
 import time
 
 import pytest
-
 from drain_targets import cli, fork_cli, start_target
+
 from market_pipeline.guardrails.task_drain_steps import DrainTiming
 
 W, T = 1.0, 1.0
@@ -23,18 +23,30 @@ def home(tmp_path, monkeypatch):
 
 
 def drain_argv(pid: int, *extra: str, warn: float = W, grace: float = T) -> list[str]:
-    return ["drain", "--backend", "local-process", "--pid", str(pid), "--warn-seconds",
-            str(warn), "--timeout-seconds", str(grace), "--json", *extra]
+    return [
+        "drain",
+        "--backend",
+        "local-process",
+        "--pid",
+        str(pid),
+        "--warn-seconds",
+        str(warn),
+        "--timeout-seconds",
+        str(grace),
+        "--json",
+        *extra,
+    ]
 
 
 def nothing_written(home) -> bool:
-    return not (home / "var" / "warehouse.duckdb").exists() and \
-        not list(home.rglob("*.journal.json"))
+    return not (home / "var" / "warehouse.duckdb").exists() and not list(home.rglob("*.journal.json"))
 
 
-@pytest.mark.parametrize("flags", [("--setsid", "--children", "5", "--orphans", "2"),
-                                   ("--children", "3", "--deaf-children")],
-                         ids=["own-session-with-orphans", "in-our-group-children-ignore-term"])
+@pytest.mark.parametrize(
+    "flags",
+    [("--setsid", "--children", "5", "--orphans", "2"), ("--children", "3", "--deaf-children")],
+    ids=["own-session-with-orphans", "in-our-group-children-ignore-term"],
+)
 def test_drain_reaches_every_process_of_a_forked_task(home, tmp_path, capsys, flags):
     target = start_target(tmp_path, *flags)
     try:
@@ -114,14 +126,12 @@ def test_drain_refuses_pid_1_itself_and_its_ancestors(home, capsys):
     assert nothing_written(home)
 
 
-@pytest.mark.parametrize("flag", ["--warn-seconds", "--timeout-seconds",
-                                  "--checkpoint-timeout-seconds"])
+@pytest.mark.parametrize("flag", ["--warn-seconds", "--timeout-seconds", "--checkpoint-timeout-seconds"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0", "1e400", "abc", ""])
 def test_drain_refuses_a_bad_duration_before_any_row(home, tmp_path, capsys, flag, value):
     target = start_target(tmp_path)
     try:
-        argv = ["drain", "--backend", "local-process", "--pid", str(target.pids[0]),
-                f"{flag}={value}"]
+        argv = ["drain", "--backend", "local-process", "--pid", str(target.pids[0]), f"{flag}={value}"]
         rc = cli(argv)
         captured = capsys.readouterr()
         assert rc == 2 and captured.out == ""
@@ -134,11 +144,19 @@ def test_drain_refuses_a_bad_duration_before_any_row(home, tmp_path, capsys, fla
 def test_drain_timing_itself_refuses_non_finite_waits():
     for bad in (float("nan"), float("inf")):
         with pytest.raises(ValueError, match="finite"):
-            DrainTiming(warn_seconds=bad, checkpoint_timeout_seconds=1,
-                        terminate_timeout_seconds=1, max_total_seconds=10)
+            DrainTiming(
+                warn_seconds=bad,
+                checkpoint_timeout_seconds=1,
+                terminate_timeout_seconds=1,
+                max_total_seconds=10,
+            )
         with pytest.raises(ValueError, match="finite"):
-            DrainTiming(warn_seconds=1, checkpoint_timeout_seconds=1,
-                        terminate_timeout_seconds=1, max_total_seconds=bad)
+            DrainTiming(
+                warn_seconds=1,
+                checkpoint_timeout_seconds=1,
+                terminate_timeout_seconds=1,
+                max_total_seconds=bad,
+            )
 
 
 def test_a_drain_whose_task_lease_is_held_writes_nothing_and_sends_nothing(tmp_path):
@@ -153,8 +171,9 @@ def test_a_drain_whose_task_lease_is_held_writes_nothing_and_sends_nothing(tmp_p
     clock = FakeClock(T0)
     task = make_task("t-1")
     fleet = FakeFleetAdapter(clock, [(task, "cooperative")], [node("n1")])
-    timing = DrainTiming(warn_seconds=1, checkpoint_timeout_seconds=1,
-                         terminate_timeout_seconds=1, max_total_seconds=10)
+    timing = DrainTiming(
+        warn_seconds=1, checkpoint_timeout_seconds=1, terminate_timeout_seconds=1, max_total_seconds=10
+    )
     store = InMemoryAuditStore()
     executor = DrainExecutor(fleet, store, timing, clock=clock, lease_dir=tmp_path)
     with TaskLease(tmp_path, "t-1"):
@@ -178,9 +197,16 @@ def test_a_recycled_pid_is_not_part_of_the_task(tmp_path):
     try:
         pid = target.pids[0]
         assert task_tree(pid, target.created[pid] - 30).members == ()
-        adapter = LocalProcessAdapter(tmp_path / "registry.json", tmp_path / "tasks",
-                                      node_id="box", pool_id="A10@z", gpu_model="A10", zone="z",
-                                      gpu_slots=1, use_nvml=False)
+        adapter = LocalProcessAdapter(
+            tmp_path / "registry.json",
+            tmp_path / "tasks",
+            node_id="box",
+            pool_id="A10@z",
+            gpu_model="A10",
+            zone="z",
+            gpu_slots=1,
+            use_nvml=False,
+        )
         task = adapter.adopt_pid(pid)
         with adapter.registry.edit() as reg:  # as if the adopted process had died long ago
             reg["tasks"][task.task_id]["create_time"] -= 30
@@ -195,9 +221,16 @@ def test_adopting_a_launched_worker_keeps_its_task(tmp_path):
     lease), not a second task over the same process."""
     from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
 
-    adapter = LocalProcessAdapter(tmp_path / "registry.json", tmp_path / "tasks", node_id="box",
-                                  pool_id="A10@z", gpu_model="A10", zone="z", gpu_slots=1,
-                                  use_nvml=False)
+    adapter = LocalProcessAdapter(
+        tmp_path / "registry.json",
+        tmp_path / "tasks",
+        node_id="box",
+        pool_id="A10@z",
+        gpu_model="A10",
+        zone="z",
+        gpu_slots=1,
+        use_nvml=False,
+    )
     task = adapter.launch_task(task_id="w", options=WorkerOptions(util_pct=5))
     try:
         assert adapter.adopt_pid(task.pid).task_id == "w"

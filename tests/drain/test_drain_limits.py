@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import polars as pl
 import pytest
-
 from drain_testkit import T0, make_task, node, samples_for
+
 from market_pipeline.config import load_config
 from market_pipeline.guardrails.disruption_budget import BudgetRule, BudgetRuleError
 from market_pipeline.guardrails.task_drain_limits import (
@@ -31,20 +31,35 @@ from market_pipeline.guardrails.task_drain_score import (
 )
 from market_pipeline.hardware.protocol import ResourceClass, TaskKind
 
-POLICY = SelectionPolicy(under_use_util_pct=20, under_use_minutes=5, pressure_util_pct=92,
-                         min_score=0.4, sample_interval_seconds=60, tick_minutes=5)
+POLICY = SelectionPolicy(
+    under_use_util_pct=20,
+    under_use_minutes=5,
+    pressure_util_pct=92,
+    min_score=0.4,
+    sample_interval_seconds=60,
+    tick_minutes=5,
+)
 
 
 def limits(cap=4, budget_pct=100.0, cooldown=15.0, extra=()):
-    return DrainLimits(tenant_max_drains_per_day=cap, landing_cooldown_minutes=cooldown,
-                       budgets=(BudgetRule(percent=budget_pct), *extra),
-                       decision_ttl_seconds=900)
+    return DrainLimits(
+        tenant_max_drains_per_day=cap,
+        landing_cooldown_minutes=cooldown,
+        budgets=(BudgetRule(percent=budget_pct), *extra),
+        decision_ttl_seconds=900,
+    )
 
 
 def inputs(tasks, nodes=None, samples=None, ledger=None, **kw) -> PlanningInputs:
-    return PlanningInputs(fleet_now=T0, tasks=tasks, nodes=nodes or [node("n1"), node("n2")],
-                          samples=samples if samples is not None else samples_for({}),
-                          ledger=ledger or DrainLedger(), shadow=False, **kw)
+    return PlanningInputs(
+        fleet_now=T0,
+        tasks=tasks,
+        nodes=nodes or [node("n1"), node("n2")],
+        samples=samples if samples is not None else samples_for({}),
+        ledger=ledger or DrainLedger(),
+        shadow=False,
+        **kw,
+    )
 
 
 def test_drain_score_prefers_responsive_checkpointing_idle_drainable_tasks():
@@ -52,10 +67,8 @@ def test_drain_score_prefers_responsive_checkpointing_idle_drainable_tasks():
     good = drainability_score(make_task("a"), idle, DrainHistory(answered=5))
     stubborn = drainability_score(make_task("a"), idle, DrainHistory(ignored=5))
     no_ckpt = drainability_score(make_task("a", checkpointable=False), idle, None)
-    guaranteed = drainability_score(
-        make_task("a", resource_class=ResourceClass.GUARANTEED), idle, None)
-    inference = drainability_score(make_task("a", kind=TaskKind.INFERENCE,
-                                             checkpointable=False), idle, None)
+    guaranteed = drainability_score(make_task("a", resource_class=ResourceClass.GUARANTEED), idle, None)
+    inference = drainability_score(make_task("a", kind=TaskKind.INFERENCE, checkpointable=False), idle, None)
     assert good.score > stubborn.score
     assert drainability_score(make_task("a"), idle, None).score > no_ckpt.score
     assert drainability_score(make_task("a"), idle, None).score > guaranteed.score
@@ -76,8 +89,9 @@ def test_drain_utilisation_is_relative_to_the_request():
 
 def test_drain_under_used_candidates_and_do_not_drain():
     tasks = [make_task("idle"), make_task("busy"), make_task("vip", do_not_drain=True)]
-    decisions = plan_drains(inputs(tasks, samples=samples_for({"idle": 3, "busy": 80, "vip": 1})),
-                            POLICY, limits())
+    decisions = plan_drains(
+        inputs(tasks, samples=samples_for({"idle": 3, "busy": 80, "vip": 1})), POLICY, limits()
+    )
     by_task = {d.task.task_id: d for d in decisions}
     assert set(by_task) == {"idle", "vip"}
     assert by_task["idle"].allowed and by_task["idle"].reason is DrainReason.UNDER_USED
@@ -87,21 +101,23 @@ def test_drain_under_used_candidates_and_do_not_drain():
 
 def test_drain_landing_cooldown_blocks_fresh_tasks():
     fresh = make_task("fresh", started_at=T0 - timedelta(minutes=3))
-    [decision] = plan_drains(inputs([fresh], samples=samples_for({"fresh": 1})), POLICY,
-                             limits(cooldown=15))
+    [decision] = plan_drains(inputs([fresh], samples=samples_for({"fresh": 1})), POLICY, limits(cooldown=15))
     assert not decision.allowed
     assert any(r.startswith("landing_cooldown") for r in decision.reasons)
 
 
 def test_drain_tenant_cap_counts_recent_drains_only():
-    ledger = DrainLedger([
-        LedgerEntry("old", "x", "t1", "p1", "n9", T0 - timedelta(hours=30), "terminated"),
-        LedgerEntry("recent", "y", "t1", "p1", "n9", T0 - timedelta(hours=2), "killed"),
-        LedgerEntry("aborted", "z", "t1", "p1", "n9", T0 - timedelta(hours=1), "aborted"),
-    ])
+    ledger = DrainLedger(
+        [
+            LedgerEntry("old", "x", "t1", "p1", "n9", T0 - timedelta(hours=30), "terminated"),
+            LedgerEntry("recent", "y", "t1", "p1", "n9", T0 - timedelta(hours=2), "killed"),
+            LedgerEntry("aborted", "z", "t1", "p1", "n9", T0 - timedelta(hours=1), "aborted"),
+        ]
+    )
     tasks = [make_task("a", node="n1"), make_task("b", node="n2")]
-    decisions = plan_drains(inputs(tasks, samples=samples_for({"a": 1, "b": 1}), ledger=ledger),
-                            POLICY, limits(cap=2))
+    decisions = plan_drains(
+        inputs(tasks, samples=samples_for({"a": 1, "b": 1}), ledger=ledger), POLICY, limits(cap=2)
+    )
     assert [d.allowed for d in decisions] == [True, False]
     assert any(r.startswith("tenant_cap") for r in decisions[1].reasons)
 
@@ -110,9 +126,11 @@ def test_drain_pool_budget_counts_nodes_and_rounds_percent_up():
     nodes = [node(f"n{i}") for i in range(6)]
     tasks = [make_task(f"t{i}", node=f"n{i}", tenant=f"ten{i}") for i in range(3)]
     tasks.append(make_task("same-node", node="n0", tenant="ten9"))
-    decisions = plan_drains(inputs(tasks, nodes=nodes,
-                                   samples=samples_for({t.task_id: 1 for t in tasks})),
-                            POLICY, limits(budget_pct=10))  # ceil(0.6) = 1 node
+    decisions = plan_drains(
+        inputs(tasks, nodes=nodes, samples=samples_for({t.task_id: 1 for t in tasks})),
+        POLICY,
+        limits(budget_pct=10),
+    )  # ceil(0.6) = 1 node
     allowed = {d.task.task_id for d in decisions if d.allowed}
     assert allowed == {"same-node", "t0"}  # both on n0: one node disrupted
     blocked = [d for d in decisions if not d.allowed]
@@ -121,8 +139,9 @@ def test_drain_pool_budget_counts_nodes_and_rounds_percent_up():
 
 def test_drain_budget_by_reason_and_cron_window():
     monday_10 = datetime(2026, 3, 2, 10, 0, tzinfo=timezone.utc)  # a Monday
-    business = BudgetRule.parse({"nodes": "0", "reasons": ["under_used"],
-                                       "schedule": "0 9 * * 1-5", "duration_minutes": 480})
+    business = BudgetRule.parse(
+        {"nodes": "0", "reasons": ["under_used"], "schedule": "0 9 * * 1-5", "duration_minutes": 480}
+    )
     assert business.active(monday_10)
     assert not business.active(monday_10 + timedelta(hours=8))
     assert not business.active(datetime(2026, 3, 7, 10, 0, tzinfo=timezone.utc))  # Saturday
@@ -142,10 +161,13 @@ def test_drain_budget_by_reason_and_cron_window():
 
 def test_drain_pressure_frees_lowest_priority_first_until_under_threshold():
     nodes = [node("n1", gpus=4), node("n2", gpus=4)]
-    tasks = [make_task(f"t{i}", node="n1" if i < 4 else "n2", priority=p, tenant=f"ten{i}")
-             for i, p in enumerate([5, 1, 3, 9, 2, 7, 4, 8])]  # 8 of 8 GPUs allocated
-    decisions = plan_drains(inputs(tasks, nodes=nodes, samples=samples_for(
-        {t.task_id: 90 for t in tasks})), POLICY, limits())
+    tasks = [
+        make_task(f"t{i}", node="n1" if i < 4 else "n2", priority=p, tenant=f"ten{i}")
+        for i, p in enumerate([5, 1, 3, 9, 2, 7, 4, 8])
+    ]  # 8 of 8 GPUs allocated
+    decisions = plan_drains(
+        inputs(tasks, nodes=nodes, samples=samples_for({t.task_id: 90 for t in tasks})), POLICY, limits()
+    )
     pressure = [d for d in decisions if d.reason is DrainReason.PRESSURE]
     # 100% > 92%: one GPU frees enough; the lowest priority task goes.
     assert [(d.task.task_id, d.allowed) for d in pressure] == [("t1", True)]
@@ -153,8 +175,9 @@ def test_drain_pressure_frees_lowest_priority_first_until_under_threshold():
 
 def test_drain_tasks_with_an_open_drain_are_not_chosen_again():
     ledger = DrainLedger([LedgerEntry("d0", "idle", "t1", "p1", "n1", T0 - timedelta(minutes=1))])
-    decisions = plan_drains(inputs([make_task("idle")], samples=samples_for({"idle": 1}),
-                                   ledger=ledger), POLICY, limits())
+    decisions = plan_drains(
+        inputs([make_task("idle")], samples=samples_for({"idle": 1}), ledger=ledger), POLICY, limits()
+    )
     assert decisions == []
 
 
@@ -179,15 +202,20 @@ def test_drain_node_gate_and_limits_from_config():
 
 def test_drain_budget_drains_ignore_the_tenant_cap_but_not_pool_budgets():
     # the tenant already had its day's drains; a budget block still stops its tasks
-    ledger = DrainLedger([
-        LedgerEntry("d1", "x", "t1", "p1", "n9", T0 - timedelta(hours=2), "terminated"),
-        LedgerEntry("d2", "y", "t1", "p1", "n9", T0 - timedelta(hours=1), "terminated"),
-    ])
+    ledger = DrainLedger(
+        [
+            LedgerEntry("d1", "x", "t1", "p1", "n9", T0 - timedelta(hours=2), "terminated"),
+            LedgerEntry("d2", "y", "t1", "p1", "n9", T0 - timedelta(hours=1), "terminated"),
+        ]
+    )
     nodes = [node(f"n{i}") for i in range(1, 5)]
     tasks = [make_task("a", node="n1"), make_task("b", node="n2")]
     blocked = {"t1": "balance 0.00 cannot cover the next interval"}
-    decisions = plan_drains(inputs(tasks, nodes=nodes, ledger=ledger, budget_blocked_tenants=blocked),
-                            POLICY, limits(cap=2, budget_pct=25.0))
+    decisions = plan_drains(
+        inputs(tasks, nodes=nodes, ledger=ledger, budget_blocked_tenants=blocked),
+        POLICY,
+        limits(cap=2, budget_pct=25.0),
+    )
     by_task = {d.task.task_id: d for d in decisions}
     assert {d.reason for d in decisions} == {DrainReason.BUDGET}
     assert not any(r.startswith("tenant_cap") for d in decisions for r in d.reasons)

@@ -19,18 +19,31 @@ from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOp
 from market_pipeline.hardware.protocol import OutcomeStatus
 from market_pipeline.warehouse import open_warehouse
 
-TIMING = DrainTiming(warn_seconds=0.5, checkpoint_timeout_seconds=1.0,
-                     terminate_timeout_seconds=1.0, max_total_seconds=8.0,
-                     kill_timeout_seconds=3.0, verify_timeout_seconds=2.0,
-                     call_margin_seconds=2.0, poll_seconds=0.05)
+TIMING = DrainTiming(
+    warn_seconds=0.5,
+    checkpoint_timeout_seconds=1.0,
+    terminate_timeout_seconds=1.0,
+    max_total_seconds=8.0,
+    kill_timeout_seconds=3.0,
+    verify_timeout_seconds=2.0,
+    call_margin_seconds=2.0,
+    poll_seconds=0.05,
+)
 SLACK = 2.5  # process start-up and polling on a busy 2-core machine
 
 
 @pytest.fixture
 def adapter(tmp_path):
-    return LocalProcessAdapter(tmp_path / "registry.json", tmp_path / "tasks", node_id="box",
-                               pool_id="A10@z", gpu_model="A10", zone="z", gpu_slots=4,
-                               use_nvml=False)
+    return LocalProcessAdapter(
+        tmp_path / "registry.json",
+        tmp_path / "tasks",
+        node_id="box",
+        pool_id="A10@z",
+        gpu_model="A10",
+        zone="z",
+        gpu_slots=4,
+        use_nvml=False,
+    )
 
 
 def drain(adapter, task, store=None, timing=TIMING, drain_id=None):
@@ -51,25 +64,31 @@ def test_drain_cooperative_worker_checkpoints_and_exits(adapter):
     assert adapter.verify_released(task.gpu_uuids).status is OutcomeStatus.FAILED
     report, seconds = drain(adapter, task)
     assert report.outcome == "terminated" and report.checkpoint == "ok"
-    assert report.states == ("requested", "warned", "checkpointing", "terminating",
-                             "released", "reported")
+    assert report.states == ("requested", "warned", "checkpointing", "terminating", "released", "reported")
     ckpt = json.loads((adapter.workdir / "coop" / "checkpoint.json").read_text())
     assert ckpt["step"] > 0
     assert record(adapter, "coop")["exit_code"] == 0
     assert adapter.list_tasks() == []
     assert adapter.verify_released(task.gpu_uuids).ok
-    events = adapter.read_task_events(datetime(2000, 1, 1, tzinfo=timezone.utc),
-                                      datetime.now(timezone.utc) + timedelta(seconds=1))
+    events = adapter.read_task_events(
+        datetime(2000, 1, 1, tzinfo=timezone.utc), datetime.now(timezone.utc) + timedelta(seconds=1)
+    )
     assert events["event"].to_list() == ["start", "drain_signal", "drained"]
     assert seconds < TIMING.checkpoint_timeout_seconds + TIMING.terminate_timeout_seconds + SLACK
 
 
 def test_drain_slow_checkpoint_gets_its_sigterm_grace(adapter):
     task = adapter.launch_task(task_id="slow", options=WorkerOptions(checkpoint_seconds=1.5))
-    timing = DrainTiming(warn_seconds=0.3, checkpoint_timeout_seconds=0.3,
-                         terminate_timeout_seconds=4.0, max_total_seconds=10.0,
-                         kill_timeout_seconds=3.0, verify_timeout_seconds=2.0,
-                         call_margin_seconds=2.0, poll_seconds=0.05)
+    timing = DrainTiming(
+        warn_seconds=0.3,
+        checkpoint_timeout_seconds=0.3,
+        terminate_timeout_seconds=4.0,
+        max_total_seconds=10.0,
+        kill_timeout_seconds=3.0,
+        verify_timeout_seconds=2.0,
+        call_margin_seconds=2.0,
+        poll_seconds=0.05,
+    )
     report, _ = drain(adapter, task, timing=timing)
     # The checkpoint overran its wait, then finished inside the SIGTERM grace.
     assert report.checkpoint == "timeout" and report.outcome == "terminated"
@@ -119,8 +138,10 @@ def test_drain_arbitrary_pid_gets_only_sigterm(adapter):
 
 
 def test_drain_arbitrary_pid_ignoring_sigterm_is_killed(adapter):
-    code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('ready', flush=True); time.sleep(60)")
+    code = (
+        "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
@@ -134,8 +155,10 @@ def test_drain_arbitrary_pid_ignoring_sigterm_is_killed(adapter):
 
 def test_drain_adopted_worker_keeps_its_checkpoint_protocol(adapter, tmp_path):
     ckpt = tmp_path / "ext" / "ckpt.json"
-    proc = subprocess.Popen([sys.executable, "-m", "market_pipeline.workers.toy_trainer",
-                             "--checkpoint", str(ckpt)], stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "market_pipeline.workers.toy_trainer", "--checkpoint", str(ckpt)],
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:  # wait until its handlers are installed
@@ -159,15 +182,13 @@ def test_drain_audit_and_billing_event_in_the_warehouse(adapter, tmp_path):
     task = adapter.launch_task(task_id="billed", tenant_id="acme")
     store = WarehouseAuditStore(warehouse)
     report, _ = drain(adapter, task, store=store, drain_id="dec-1")
-    audit = warehouse.query("SELECT seq, state FROM drain_audit WHERE drain_id = 'dec-1' "
-                            "ORDER BY seq")
+    audit = warehouse.query("SELECT seq, state FROM drain_audit WHERE drain_id = 'dec-1' ORDER BY seq")
     assert audit["seq"].to_list() == list(range(audit.height))
     assert audit["state"][-1] == "reported"
     billing = warehouse.query("SELECT * FROM drain_billing_events").to_dicts()
     assert len(billing) == 1
     event = billing[0]
-    assert (event["tenant_id"], event["outcome"], event["platform_fault"]) == \
-        ("acme", "terminated", False)
+    assert (event["tenant_id"], event["outcome"], event["platform_fault"]) == ("acme", "terminated", False)
     assert event["grace_seconds"] == 10.0
     assert event["drain_signal_at"] == report.drain_signal_at
     assert event["task_ended_at"] >= event["drain_signal_at"]
@@ -177,11 +198,13 @@ def test_drain_audit_and_billing_event_in_the_warehouse(adapter, tmp_path):
 
 
 def test_drain_local_samples_report_the_worker_duty_cycle(adapter):
-    task = adapter.launch_task(task_id="busy", gpu_milli=500,
-                               options=WorkerOptions(util_pct=40, metrics_seconds=0.2))
+    task = adapter.launch_task(
+        task_id="busy", gpu_milli=500, options=WorkerOptions(util_pct=40, metrics_seconds=0.2)
+    )
     time.sleep(1.2)
-    samples = adapter.read_samples(datetime.now(timezone.utc) - timedelta(minutes=1),
-                                   datetime.now(timezone.utc) + timedelta(seconds=1))
+    samples = adapter.read_samples(
+        datetime.now(timezone.utc) - timedelta(minutes=1), datetime.now(timezone.utc) + timedelta(seconds=1)
+    )
     drain(adapter, task)
     assert samples.height >= 2
     assert set(samples["task_id"]) == {"busy"}

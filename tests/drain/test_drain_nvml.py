@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "telemetry"))
+from drain_targets import start_target  # noqa: E402
 from telemetry_fake_pynvml import GIB, FakeGpu, FakeNvml  # noqa: E402
 
-from drain_targets import start_target  # noqa: E402
 from market_pipeline.hardware.nvml import NvmlAdapter  # noqa: E402
 from market_pipeline.hardware.protocol import OutcomeStatus  # noqa: E402
 

@@ -6,7 +6,6 @@ import random
 from datetime import timedelta
 
 import pytest
-
 from drain_testkit import (
     T0,
     CrashingStore,
@@ -17,6 +16,7 @@ from drain_testkit import (
     make_task,
     node,
 )
+
 from market_pipeline.guardrails.task_drain_executor import (
     DrainExecutor,
     DrainRequest,
@@ -36,19 +36,35 @@ from market_pipeline.guardrails.task_drain_protocol import (
 from market_pipeline.guardrails.task_drain_steps import DrainTiming, Step, next_step
 from market_pipeline.hardware.protocol import Outcome, OutcomeStatus
 
-TIMING = DrainTiming(warn_seconds=10, checkpoint_timeout_seconds=20,
-                     terminate_timeout_seconds=10, max_total_seconds=120,
-                     kill_timeout_seconds=5, verify_timeout_seconds=5, call_margin_seconds=5)
+TIMING = DrainTiming(
+    warn_seconds=10,
+    checkpoint_timeout_seconds=20,
+    terminate_timeout_seconds=10,
+    max_total_seconds=120,
+    kill_timeout_seconds=5,
+    verify_timeout_seconds=5,
+    call_margin_seconds=5,
+)
 
 
 def row(seq: int, state: DrainState, phase: Phase, **detail) -> DrainTransition:
-    return DrainTransition("d1", seq, state, phase, T0 + timedelta(seconds=seq), "t1", "n1",
-                           "ten", {"phase": phase.value, **detail})
+    return DrainTransition(
+        "d1",
+        seq,
+        state,
+        phase,
+        T0 + timedelta(seconds=seq),
+        "t1",
+        "n1",
+        "ten",
+        {"phase": phase.value, **detail},
+    )
 
 
 def run_drain(adapter, store, clock, task, drain_id="d1"):
-    executor = DrainExecutor(adapter, store, TIMING, grace_seconds=10, clock=clock,
-                             caller=InlineStepCaller(clock))
+    executor = DrainExecutor(
+        adapter, store, TIMING, grace_seconds=10, clock=clock, caller=InlineStepCaller(clock)
+    )
     return executor.run(DrainRequest(drain_id=drain_id, task=task, decision_id=drain_id))
 
 
@@ -70,8 +86,7 @@ def test_drain_state_machine_rejects_skips_and_repeats():
     history.append(row(2, DrainState.WARNED, Phase.END, status="ok"))
     with pytest.raises(DrainProtocolError, match="begin/end"):
         check_transition(history, row(3, DrainState.CHECKPOINTING, Phase.ONLY))
-    history += [row(3, DrainState.KILLED, Phase.BEGIN), row(4, DrainState.KILLED, Phase.END,
-                                                             status="ok")]
+    history += [row(3, DrainState.KILLED, Phase.BEGIN), row(4, DrainState.KILLED, Phase.END, status="ok")]
     with pytest.raises(DrainProtocolError, match="undelivered"):
         check_transition(history, row(5, DrainState.KILLED, Phase.BEGIN))
     history += [row(5, DrainState.RELEASED, Phase.ONLY), row(6, DrainState.REPORTED, Phase.ONLY)]
@@ -95,15 +110,20 @@ def test_drain_next_step_rules():
     assert next_step(warned, T0, TIMING).step is Step.CLOSE_INTERRUPTED
     gone = warned + [row(2, DrainState.WARNED, Phase.END, status="gone")]
     assert next_step(gone, T0, TIMING).step is Step.VERIFY
-    term = base + [row(1, DrainState.TERMINATING, Phase.BEGIN),
-                   row(2, DrainState.TERMINATING, Phase.END, status="timeout")]
+    term = base + [
+        row(1, DrainState.TERMINATING, Phase.BEGIN),
+        row(2, DrainState.TERMINATING, Phase.END, status="timeout"),
+    ]
     assert next_step(term, T0, TIMING).step is Step.KILL
-    lost = base + [row(1, DrainState.TERMINATING, Phase.BEGIN),
-                   row(2, DrainState.TERMINATING, Phase.END, status="interrupted",
-                       alive_after=False)]
+    lost = base + [
+        row(1, DrainState.TERMINATING, Phase.BEGIN),
+        row(2, DrainState.TERMINATING, Phase.END, status="interrupted", alive_after=False),
+    ]
     assert next_step(lost, T0, TIMING).step is Step.VERIFY
-    kill_failed = base + [row(1, DrainState.KILLED, Phase.BEGIN),
-                          row(2, DrainState.KILLED, Phase.END, status="failed")]
+    kill_failed = base + [
+        row(1, DrainState.KILLED, Phase.BEGIN),
+        row(2, DrainState.KILLED, Phase.END, status="failed"),
+    ]
     assert next_step(kill_failed, T0, TIMING).step is Step.FAIL
 
 
@@ -114,14 +134,17 @@ def test_drain_task_snapshot_round_trips():
         task_from_dict({"task_id": "x"})
 
 
-@pytest.mark.parametrize("behaviour, outcome, checkpoint", [
-    ("cooperative", "terminated", "ok"),
-    ("slow_checkpoint", "terminated", "timeout"),
-    ("ignores_sigterm", "killed", "ok"),
-    ("crashes_mid_drain", "gone", "gone"),
-    ("already_gone", "gone", None),
-    ("exits_during_notice", "gone", "gone"),
-])
+@pytest.mark.parametrize(
+    "behaviour, outcome, checkpoint",
+    [
+        ("cooperative", "terminated", "ok"),
+        ("slow_checkpoint", "terminated", "timeout"),
+        ("ignores_sigterm", "killed", "ok"),
+        ("crashes_mid_drain", "gone", "gone"),
+        ("already_gone", "gone", None),
+        ("exits_during_notice", "gone", "gone"),
+    ],
+)
 def test_drain_behaviours_reach_their_outcome(behaviour, outcome, checkpoint):
     clock, task, adapter = fleet(behaviour)
     store = InMemoryAuditStore()
@@ -160,8 +183,9 @@ def test_drain_protected_or_restarted_task_is_aborted_before_any_signal():
 def test_drain_second_drain_of_same_task_is_refused():
     clock, task, adapter = fleet("ignores_sigterm")
     store = InMemoryAuditStore()
-    store.append(DrainTransition("other", 0, DrainState.REQUESTED, Phase.ONLY, T0, "t1", "n1",
-                                 "t1", {"phase": "only"}))
+    store.append(
+        DrainTransition("other", 0, DrainState.REQUESTED, Phase.ONLY, T0, "t1", "n1", "t1", {"phase": "only"})
+    )
     report = run_drain(adapter, store, clock, task, drain_id="d2")
     assert report.outcome == "aborted" and "duplicate" in report.reason
 
@@ -176,12 +200,19 @@ def test_drain_kill_failure_is_a_platform_fault():
 
 
 def test_drain_hard_bound_kills_when_the_budget_is_spent():
-    timing = DrainTiming(warn_seconds=50, checkpoint_timeout_seconds=50,
-                         terminate_timeout_seconds=50, max_total_seconds=30,
-                         kill_timeout_seconds=1, verify_timeout_seconds=1, call_margin_seconds=1)
+    timing = DrainTiming(
+        warn_seconds=50,
+        checkpoint_timeout_seconds=50,
+        terminate_timeout_seconds=50,
+        max_total_seconds=30,
+        kill_timeout_seconds=1,
+        verify_timeout_seconds=1,
+        call_margin_seconds=1,
+    )
     clock, task, adapter = fleet("slow_checkpoint")
-    executor = DrainExecutor(adapter, InMemoryAuditStore(), timing, clock=clock,
-                             caller=InlineStepCaller(clock))
+    executor = DrainExecutor(
+        adapter, InMemoryAuditStore(), timing, clock=clock, caller=InlineStepCaller(clock)
+    )
     report = executor.run(DrainRequest("d1", task))
     assert report.outcome == "killed"
     assert "terminating" not in report.states  # no SIGTERM wait left: straight to SIGKILL
@@ -191,8 +222,7 @@ def test_drain_hard_bound_kills_when_the_budget_is_spent():
 def test_drain_resumes_after_crashes_without_repeating_a_signal():
     for seed in range(40):
         rng = random.Random(seed)
-        clock, task, adapter = fleet(rng.choice(["cooperative", "ignores_sigterm",
-                                                 "slow_checkpoint"]))
+        clock, task, adapter = fleet(rng.choice(["cooperative", "ignores_sigterm", "slow_checkpoint"]))
         adapter.rng = rng
         adapter.faults = FaultPlan(crash_before=0.15, crash_after=0.15)
         store = CrashingStore(rng, crash_before=0.15, crash_after=0.15)
@@ -205,8 +235,7 @@ def test_drain_resumes_after_crashes_without_repeating_a_signal():
         else:
             pytest.fail(f"seed {seed}: drain never finished")
         assert report.terminal
-        assert all(adapter.delivered[("t1", op)] <= 1 for op in ("warn", "checkpoint",
-                                                                  "terminate", "kill"))
+        assert all(adapter.delivered[("t1", op)] <= 1 for op in ("warn", "checkpoint", "terminate", "kill"))
         # A second run of a finished drain touches nothing.
         before = dict(adapter.delivered)
         adapter.faults = FaultPlan()

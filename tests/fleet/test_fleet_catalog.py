@@ -51,13 +51,18 @@ def test_fleet_zone_slug_abbreviates_known_cities() -> None:
 
 def test_fleet_openb_node_list_maps_models_to_pools(tmp_path: Path) -> None:
     csv = tmp_path / "nodes.csv"
-    csv.write_text("sn,cpu_milli,memory_mib,gpu,model\n"
-                   "n0,64000,262144,2,P100\n"
-                   "n1,96000,786432,8,V100M32\n"
-                   "n2,32000,65536,0,\n")
+    csv.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        "n0,64000,262144,2,P100\n"
+        "n1,96000,786432,8,V100M32\n"
+        "n2,32000,65536,0,\n"
+    )
     catalog = catalog_from_node_csv(csv, load_config())
-    assert [n.pool_id for n in catalog.nodes] == ["P100@cn-hangzhou-a", "V100M32@cn-hangzhou-a",
-                                                 "none@cn-hangzhou-a"]
+    assert [n.pool_id for n in catalog.nodes] == [
+        "P100@cn-hangzhou-a",
+        "V100M32@cn-hangzhou-a",
+        "none@cn-hangzhou-a",
+    ]
     assert catalog.models["V100M32"].nvlink and catalog.models["V100M32"].nvlink_domain == 4
     cap = catalog.to_capacity()
     assert cap.total_gpus() == 10 and cap.cpu_total.tolist() == [64000, 96000, 32000]
@@ -65,8 +70,7 @@ def test_fleet_openb_node_list_maps_models_to_pools(tmp_path: Path) -> None:
 
 def test_fleet_spot_node_list_uses_configured_model_names(tmp_path: Path) -> None:
     csv = tmp_path / "spot.csv"
-    csv.write_text("gpu_model,gpu_capacity_num,cpu_num,node_name\n"
-                   "A100-SXM4-80GB,8,128,3\nA10,1,128,2\n")
+    csv.write_text("gpu_model,gpu_capacity_num,cpu_num,node_name\nA100-SXM4-80GB,8,128,3\nA10,1,128,2\n")
     catalog = catalog_from_node_csv(csv, load_config(), zone="cn-beijing-b")
     assert [n.node_id for n in catalog.nodes] == ["spot-3", "spot-2"]
     assert catalog.nodes[0].gpu_model == "A100-80GB"  # alias of the configured model

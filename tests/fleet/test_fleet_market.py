@@ -11,14 +11,34 @@ import pytest
 from market_pipeline.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
 from market_pipeline.fleet.gpu_catalog import load_gpu_catalog
 
-TRACE_MODELS = ("T4", "P100", "V100M16", "V100M32", "G1", "G2", "G3", "A10", "A100-SXM4-80GB",
-                "A800-SXM4-80GB", "H800", "GPU-series-1", "GPU-series-2")
+TRACE_MODELS = (
+    "T4",
+    "P100",
+    "V100M16",
+    "V100M32",
+    "G1",
+    "G2",
+    "G3",
+    "A10",
+    "A100-SXM4-80GB",
+    "A800-SXM4-80GB",
+    "H800",
+    "GPU-series-1",
+    "GPU-series-2",
+)
 
 
 def node_list(tmp_path: Path, rows: list[tuple[str, int, str]]) -> Path:
     path = tmp_path / "nodes.csv"
-    pl.DataFrame({"sn": [r[0] for r in rows], "cpu_milli": [64000] * len(rows), "memory_mib": [262144] * len(rows),
-                  "gpu": [r[1] for r in rows], "model": [r[2] for r in rows]}).write_csv(path)
+    pl.DataFrame(
+        {
+            "sn": [r[0] for r in rows],
+            "cpu_milli": [64000] * len(rows),
+            "memory_mib": [262144] * len(rows),
+            "gpu": [r[1] for r in rows],
+            "model": [r[2] for r in rows],
+        }
+    ).write_csv(path)
     return path
 
 
@@ -56,7 +76,9 @@ def test_pools_come_from_the_node_list(tmp_path: Path) -> None:
 def test_configured_tenants_stay_when_they_claim_the_fleet(tmp_path: Path) -> None:
     path = node_list(tmp_path, [("n0", 1, "A10"), ("n1", 1, "A10")])
     config = fleet_config(path)
-    assert [t.id for t in config.tenants] == [t.id for t in load_config(DEFAULT_CONFIG_PATH, environ={}).tenants]
+    assert [t.id for t in config.tenants] == [
+        t.id for t in load_config(DEFAULT_CONFIG_PATH, environ={}).tenants
+    ]
     derived = fleet_config(path, MP__ADAPTER__TENANTS_SOURCE="workload")
     assert all(t.id.endswith(("-single", "-multi")) for t in derived.tenants)
 
@@ -70,8 +92,10 @@ def test_an_unpriced_model_is_a_startup_error_naming_it_and_the_key(tmp_path: Pa
 
 
 def test_the_real_openb_and_spot_lists_are_fully_priced(shared_data: Path) -> None:
-    for path in (shared_data / "alibaba-gpu-2023" / "openb_node_list_gpu_node.csv",
-                 shared_data / "alibaba-spot-2026" / "node_info_df.csv"):
+    for path in (
+        shared_data / "alibaba-gpu-2023" / "openb_node_list_gpu_node.csv",
+        shared_data / "alibaba-spot-2026" / "node_info_df.csv",
+    ):
         config = fleet_config(path)
         gpus = sum(p.nodes * p.gpus_per_node for p in config.pools)
         assert len(config.pools) >= 6 and gpus > 0

@@ -47,7 +47,9 @@ def test_fleet_other_seed_other_samples(tmp_path: Path) -> None:
 def test_fleet_samples_match_the_schema_and_are_plausible(tmp_path: Path) -> None:
     samples = _adapter(tmp_path).read_samples(EPOCH, EPOCH + 2 * HOUR)
     assert dict(samples.schema) == SAMPLE_SCHEMA
-    assert samples.select(pl.col(c).null_count() for c in REQUIRED_SAMPLE_COLUMNS).sum_horizontal().item() == 0
+    assert (
+        samples.select(pl.col(c).null_count() for c in REQUIRED_SAMPLE_COLUMNS).sum_horizontal().item() == 0
+    )
     assert samples["sm_util_pct"].is_between(0, 100).all()
     assert (samples["mem_used_mib"] <= samples["mem_total_mib"]).all()
     assert samples.filter(pl.col("task_id").is_null())["sm_util_pct"].max() == 0.0
@@ -69,7 +71,9 @@ def test_fleet_state_persists_and_reload_continues_identically(tmp_path: Path) -
     late = reloaded.read_samples(EPOCH + 2 * HOUR, EPOCH + 4 * HOUR)
     assert straight.equals(pl.concat([early, late]))
     again = _adapter(tmp_path / "b").read_samples(EPOCH + HOUR, EPOCH + 3 * HOUR)
-    assert again.equals(straight.filter(pl.col("ts").is_between(EPOCH + HOUR, EPOCH + 3 * HOUR, closed="left")))
+    assert again.equals(
+        straight.filter(pl.col("ts").is_between(EPOCH + HOUR, EPOCH + 3 * HOUR, closed="left"))
+    )
 
 
 def test_fleet_two_adapters_on_one_state_see_each_other(tmp_path: Path) -> None:
@@ -100,10 +104,17 @@ def test_fleet_state_of_another_fleet_is_refused(tmp_path: Path) -> None:
 
 def test_fleet_unknown_ids_are_gone(tmp_path: Path) -> None:
     adapter = _adapter(tmp_path)
-    for outcome in (adapter.warn_task("nope", 30), adapter.checkpoint_task("nope", 30),
-                    adapter.terminate_task("nope", 30), adapter.kill_task("nope"),
-                    adapter.cordon("nope"), adapter.uncordon("nope"), adapter.power_on("nope"),
-                    adapter.power_off("nope"), adapter.verify_released(["GPU-nope"])):
+    for outcome in (
+        adapter.warn_task("nope", 30),
+        adapter.checkpoint_task("nope", 30),
+        adapter.terminate_task("nope", 30),
+        adapter.kill_task("nope"),
+        adapter.cordon("nope"),
+        adapter.uncordon("nope"),
+        adapter.power_on("nope"),
+        adapter.power_off("nope"),
+        adapter.verify_released(["GPU-nope"]),
+    ):
         assert outcome.status is OutcomeStatus.GONE, outcome
     assert adapter.task_catalog(["nope"]) == []
 
@@ -121,7 +132,9 @@ def test_fleet_drain_sequence_records_events_and_frees_gpus(tmp_path: Path) -> N
         assert adapter.kill_task(task.task_id).ok
     assert adapter.verify_released(task.gpu_uuids).ok
     assert adapter.kill_task(task.task_id).status is OutcomeStatus.GONE
-    events = adapter.read_task_events(EPOCH + HOUR, EPOCH + 2 * HOUR).filter(pl.col("task_id") == task.task_id)
+    events = adapter.read_task_events(EPOCH + HOUR, EPOCH + 2 * HOUR).filter(
+        pl.col("task_id") == task.task_id
+    )
     assert dict(events.schema) == TASK_EVENT_SCHEMA
     assert events["event"].to_list()[:2] == ["drain_signal", "drained"]
     ended = adapter.task_catalog([task.task_id])
@@ -133,7 +146,8 @@ def test_fleet_kill_without_warning_is_a_platform_fault(tmp_path: Path) -> None:
     task = adapter.list_tasks()[0]
     assert adapter.kill_task(task.task_id).ok
     events = adapter.read_task_events(EPOCH, EPOCH + timedelta(minutes=1)).filter(
-        pl.col("task_id") == task.task_id)
+        pl.col("task_id") == task.task_id
+    )
     failed = events.filter(pl.col("event") == "failed")
     assert failed.height == 1 and failed["platform_fault"].item()
 
@@ -154,8 +168,9 @@ def test_fleet_power_and_cordon(tmp_path: Path) -> None:
     assert adapter.power_off("a100-hz-a-08").ok  # already off is fine
     assert adapter.cordon(busy).ok
     adapter.advance(EPOCH + 3 * HOUR)
-    assert all(t.node_id != busy or t.started_at < EPOCH + timedelta(seconds=660)
-               for t in adapter.list_tasks())  # nothing new lands on a cordoned node
+    assert all(
+        t.node_id != busy or t.started_at < EPOCH + timedelta(seconds=660) for t in adapter.list_tasks()
+    )  # nothing new lands on a cordoned node
 
 
 def test_fleet_factory_builds_the_configured_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,8 +19,9 @@ from market_pipeline.hardware.simulated import SimulatedAdapter
 def _model(seed: int = 3) -> WorkloadModel:
     config = load_config()
     shapes = builtin_shapes(np.random.default_rng(seed))
-    return WorkloadModel(shapes, catalog_from_pools(config), config.tenants, WorkloadParams(),
-                         diurnal_profile(), seed)
+    return WorkloadModel(
+        shapes, catalog_from_pools(config), config.tenants, WorkloadParams(), diurnal_profile(), seed
+    )
 
 
 def test_fleet_builtin_shapes_follow_the_openb_mix() -> None:
@@ -41,7 +42,8 @@ def test_fleet_openb_pod_list_lifetimes(tmp_path: Path) -> None:
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
         "p0,4000,1024,1,460,,BE,Running,100,1100,200\n"
         "p1,8000,2048,2,1000,V100M32|V100M16,LS,Pending,100,600,\n"
-        "p2,1000,512,0,0,,LS,Running,0,10,0\n")
+        "p2,1000,512,0,0,,LS,Running,0,10,0\n"
+    )
     shapes = load_openb_pods(csv)
     assert shapes.lifetime_s.tolist() == [900, 500, 60]  # - scheduled, - creation, floor
     assert shapes.request(1).models == ("V100M32", "V100M16")
@@ -52,7 +54,8 @@ def test_fleet_openb_pod_list_rejects_unknown_qos(tmp_path: Path) -> None:
     csv = tmp_path / "pods.csv"
     csv.write_text(
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
-        "p0,4000,1024,1,460,,Premium,Running,100,1100,200\n")
+        "p0,4000,1024,1,460,,Premium,Running,100,1100,200\n"
+    )
     with pytest.raises(WorkloadError, match="unknown qos values \\['Premium'\\]"):
         load_openb_pods(csv)
     with pytest.raises(WorkloadError, match="missing columns"):
@@ -93,8 +96,10 @@ def test_fleet_diurnal_profile_peaks_at_the_peak_hour() -> None:
 
 def test_fleet_helios_profile_replays_running_plus_pending(tmp_path: Path) -> None:
     csv = tmp_path / "vc.csv"
-    csv.write_text("time,running_gpu_num,pending_gpu_num,total_gpu_num\n"
-                   "2020-05-01 00:00:00,10,0,64\n2020-05-01 00:01:00,20,10,64\n")
+    csv.write_text(
+        "time,running_gpu_num,pending_gpu_num,total_gpu_num\n"
+        "2020-05-01 00:00:00,10,0,64\n2020-05-01 00:01:00,20,10,64\n"
+    )
     profile = helios_profile(csv)
     assert profile.factor(np.array([0, 60, 120])).tolist() == pytest.approx([0.5, 1.5, 0.5])
     with pytest.raises(WorkloadError, match="cannot read columns"):

@@ -14,8 +14,15 @@ from market_pipeline.cli import main
 from market_pipeline.forecast import ForecastInputError, backtest_series, load_helios_series
 from market_pipeline.forecast.synthetic import job_demand
 
-REQUIRED_KEYS = {"mae", "persistence_mae", "seasonal_naive_mae", "coverage_80", "pinball_loss",
-                 "chosen_model", "origins"}
+REQUIRED_KEYS = {
+    "mae",
+    "persistence_mae",
+    "seasonal_naive_mae",
+    "coverage_80",
+    "pinball_loss",
+    "chosen_model",
+    "origins",
+}
 HELIOS_FILES = ("vc6YE", "vcLJZ", "vchbv", "vcvlY")
 
 
@@ -25,14 +32,15 @@ def write_helios_like(path: Path, minutes: int, seed: int = 0) -> np.ndarray:
     running = np.repeat(job_demand(rng, minutes // 5 + 1, mean_gpus=100.0), 5)[:minutes]
     pending = rng.choice([0, 0, 0, 8], minutes)
     start = dt.datetime(2020, 5, 1)
-    pl.DataFrame({
-        "time": [(start + dt.timedelta(minutes=i)).strftime("%Y-%m-%d %H:%M:%S")
-                 for i in range(minutes)],
-        "total_job_num": np.zeros(minutes, dtype=int),
-        "running_gpu_num": running.astype(int),
-        "pending_gpu_num": pending,
-        "total_gpu_num": np.full(minutes, 400),
-    }).write_csv(path)
+    pl.DataFrame(
+        {
+            "time": [(start + dt.timedelta(minutes=i)).strftime("%Y-%m-%d %H:%M:%S") for i in range(minutes)],
+            "total_job_num": np.zeros(minutes, dtype=int),
+            "running_gpu_num": running.astype(int),
+            "pending_gpu_num": pending,
+            "total_gpu_num": np.full(minutes, 400),
+        }
+    ).write_csv(path)
     return running.astype(int) + pending
 
 
@@ -76,12 +84,12 @@ def test_backtest_protocol_counts_and_baselines() -> None:
         backtest_series(values[:30])
 
 
-def test_backtest_cli_prints_one_json_object(tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_backtest_cli_prints_one_json_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "vcTEST.csv"
     write_helios_like(path, 4 * 1440, seed=2)
-    code, out, _ = run_cli(capsys, "forecast", "backtest", "--series", str(path),
-                           "--horizon", "30m", "--json")
+    code, out, _ = run_cli(
+        capsys, "forecast", "backtest", "--series", str(path), "--horizon", "30m", "--json"
+    )
     assert code == 0
     payload = json.loads(out)
     assert REQUIRED_KEYS <= payload.keys()
@@ -90,11 +98,11 @@ def test_backtest_cli_prints_one_json_object(tmp_path: Path,
 
 
 def test_backtest_cli_rejects_bad_horizon_and_missing_file(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit):
         main(["forecast", "backtest", "--series", "x.csv", "--horizon", "7m"])
-    code, out, err = run_cli(capsys, "forecast", "backtest", "--series",
-                             str(tmp_path / "none.csv"), "--json")
+    code, out, err = run_cli(capsys, "forecast", "backtest", "--series", str(tmp_path / "none.csv"), "--json")
     assert code == 2 and out == "" and "not found" in err
 
 
@@ -109,8 +117,9 @@ def test_bench_and_pools_commands(tmp_path: Path, capsys: pytest.CaptureFixture[
     demand = tmp_path / "demand.csv"
     synthetic_demand_table(2, days=1.0, seed=1).write_csv(demand)
     out_path = tmp_path / "forecast.parquet"
-    code, out, _ = run_cli(capsys, "forecast", "pools", "--demand", str(demand),
-                           "--out", str(out_path), "--json")
+    code, out, _ = run_cli(
+        capsys, "forecast", "pools", "--demand", str(demand), "--out", str(out_path), "--json"
+    )
     assert code == 0
     summary = json.loads(out)
     assert summary["pools"] == 2 and summary["rows"] == 70
@@ -162,8 +171,7 @@ def test_tie_floor_is_the_least_day_valid_coverage() -> None:
     quiet[:7], quiet[7:14] = 1.0, -1.0
     busy = np.zeros(288)
     busy[:115], busy[115:230] = 2.0, -2.0
-    assert tie_floor(np.concatenate([quiet, busy]), 288) == pytest.approx((0.951 + 0.8) / 2,
-                                                                          abs=1e-3)
+    assert tie_floor(np.concatenate([quiet, busy]), 288) == pytest.approx((0.951 + 0.8) / 2, abs=1e-3)
     assert tie_floor(np.ones(100), 288) is None  # shorter than a day
 
 

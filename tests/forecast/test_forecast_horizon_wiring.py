@@ -30,13 +30,26 @@ def test_capacity_horizon_follows_the_policys_own_timings() -> None:
 def _forecasts(pool_ids: list[str]) -> pl.DataFrame:
     """q90 rises with the horizon: 100 + the horizon in minutes (fine to 1 h, hourly to 6 h)."""
     horizons = list(range(5, 65, 5)) + list(range(120, 420, 60))
-    rows = [{"pool_id": pool, "origin_ts": ORIGIN,
-             "target_ts": ORIGIN + dt.timedelta(minutes=h), "horizon_min": h, "q10": 90.0,
-             "q50": 100.0, "q90": 100.0 + h, "model": "persistence", "model_version": "t",
-             "validation_mae": None, "fallback_reason": None}
-            for pool in pool_ids for h in horizons]
-    return pl.DataFrame(rows, schema_overrides={"origin_ts": pl.Datetime("us", "UTC"),
-                                                "target_ts": pl.Datetime("us", "UTC")})
+    rows = [
+        {
+            "pool_id": pool,
+            "origin_ts": ORIGIN,
+            "target_ts": ORIGIN + dt.timedelta(minutes=h),
+            "horizon_min": h,
+            "q10": 90.0,
+            "q50": 100.0,
+            "q90": 100.0 + h,
+            "model": "persistence",
+            "model_version": "t",
+            "validation_mae": None,
+            "fallback_reason": None,
+        }
+        for pool in pool_ids
+        for h in horizons
+    ]
+    return pl.DataFrame(
+        rows, schema_overrides={"origin_ts": pl.Datetime("us", "UTC"), "target_ts": pl.Datetime("us", "UTC")}
+    )
 
 
 def test_tick_reads_the_upper_quantile_at_the_capacity_horizon(tmp_path) -> None:

@@ -32,8 +32,7 @@ def test_persistence_repeats_the_origin_value() -> None:
 
 def test_seasonal_naive_reads_one_period_before_the_target() -> None:
     values = np.arange(100.0)
-    forecast = SeasonalNaive(PERIOD).predict(Series(values, PERIOD), np.array([30]),
-                                             np.array([1, 12, 24]))
+    forecast = SeasonalNaive(PERIOD).predict(Series(values, PERIOD), np.array([30]), np.array([1, 12, 24]))
     assert forecast.tolist() == [[30 + 1 - 24, 30 + 12 - 24, 30 + 24 - 24]]
 
 
@@ -55,13 +54,13 @@ def test_features_never_read_past_the_origin() -> None:
     price = rng.uniform(1, 3, 400)
     origins = np.arange(PERIOD, 300)
     offsets = seasonal_offsets(np.arange(1, 13), PERIOD)
-    before = feature_matrix(Series(values, PERIOD, price), origins, seasonal_offsets=offsets,
-                            with_price=True)
+    before = feature_matrix(Series(values, PERIOD, price), origins, seasonal_offsets=offsets, with_price=True)
     changed_values, changed_price = values.copy(), price.copy()
     changed_values[300:] += 1000.0  # the future changes ...
     changed_price[300:] *= 5.0
-    after = feature_matrix(Series(changed_values, PERIOD, changed_price), origins,
-                           seasonal_offsets=offsets, with_price=True)
+    after = feature_matrix(
+        Series(changed_values, PERIOD, changed_price), origins, seasonal_offsets=offsets, with_price=True
+    )
     np.testing.assert_array_equal(before, after)  # ... features up to origin 299 do not
 
 
@@ -113,8 +112,9 @@ def test_calibration_scales_with_recent_volatility() -> None:
     series = Series(values, PERIOD)
     origins = np.arange(1, 590)
     residuals = (values[origins + 1] - values[origins])[:, None]
-    calibration = calibrate(residuals, series, origins, np.array([1]), window=12,
-                            floor=0.1, lower_level=0.1, upper_level=0.9)
+    calibration = calibrate(
+        residuals, series, origins, np.array([1]), window=12, floor=0.1, lower_level=0.1, upper_level=0.9
+    )
     point = np.array([[100.0], [100.0]])
     low, high = calibration.bounds(point, series, np.array([200, 500]))
     quiet, busy = high[0, 0] - low[0, 0], high[1, 0] - low[1, 0]
@@ -127,8 +127,9 @@ def test_extrapolated_calibration_grows_like_sqrt_of_horizon() -> None:
     series = Series(values, PERIOD)
     origins = np.arange(0, 399)
     residuals = (values[origins + 1] - values[origins])[:, None]
-    base = calibrate(residuals, series, origins, np.array([1]), window=12, floor=0.5,
-                     lower_level=0.1, upper_level=0.9)
+    base = calibrate(
+        residuals, series, origins, np.array([1]), window=12, floor=0.5, lower_level=0.1, upper_level=0.9
+    )
     grown = base.extrapolated(np.array([4, 16]))
     np.testing.assert_allclose(grown.upper, base.upper[0] * np.array([2.0, 4.0]))
 

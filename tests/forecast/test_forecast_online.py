@@ -46,15 +46,13 @@ def test_offsets_in_force_at_a_row_ignore_targets_not_yet_observed() -> None:
     for column, delay in enumerate(delays):
         # Origin 100's target is observed at 100 + delay: nothing before may move.
         unchanged = slice(0, 100 + delay)
-        assert np.array_equal(base.upper_used[unchanged, column],
-                              moved.upper_used[unchanged, column])
+        assert np.array_equal(base.upper_used[unchanged, column], moved.upper_used[unchanged, column])
         assert moved.upper_used[100 + delay, column] > base.upper_used[100 + delay, column]
 
 
 def test_interval_always_contains_the_point_and_never_collapses() -> None:
     residuals = np.zeros((500, 2))  # demand that never changes: every target is the point
-    tracked = track(residuals, np.array([-1.0, -2.0]), np.array([1.0, 2.0]),
-                    np.array([1, 2]), rate=0.5)
+    tracked = track(residuals, np.array([-1.0, -2.0]), np.array([1.0, 2.0]), np.array([1, 2]), rate=0.5)
     assert np.all(tracked.lower_used < 0) and np.all(tracked.upper_used > 0)
     assert tracked.inside(residuals).all()
     # ... and the offsets handed on to the next (live) interval keep their band, whatever
@@ -64,12 +62,14 @@ def test_interval_always_contains_the_point_and_never_collapses() -> None:
 
 def test_rolling_backtest_holds_coverage_when_demand_doubles() -> None:
     rng = np.random.default_rng(5)
-    values = np.concatenate([job_demand(rng, 4 * 288, mean_gpus=60.0),
-                             job_demand(rng, 3 * 288, mean_gpus=150.0)])
+    values = np.concatenate(
+        [job_demand(rng, 4 * 288, mean_gpus=60.0), job_demand(rng, 3 * 288, mean_gpus=150.0)]
+    )
     settings = ForecastSettings(learned_models=())
     result = backtest_series(values, horizon_steps=12, settings=settings)
-    frozen = backtest_series(values, horizon_steps=12,
-                             settings=ForecastSettings(learned_models=(), online_rate=0.0))
+    frozen = backtest_series(
+        values, horizon_steps=12, settings=ForecastSettings(learned_models=(), online_rate=0.0)
+    )
     assert 0.75 <= result.coverage_80 <= 0.88, result.coverage_80
     assert abs(result.coverage_80 - 0.8) < abs(frozen.coverage_80 - 0.8) + 0.02
     assert result.refits == int(np.ceil(result.origins / 288))
@@ -91,8 +91,9 @@ def test_fallback_forecast_has_seen_no_steps() -> None:
     assert forecast.online_steps == 0 and forecast.chosen_by == "fallback"
 
 
-@pytest.mark.parametrize("bad", [{"online_rate": -0.1}, {"online_window_rows": 0},
-                                 {"coverage_window_rows": 0}])
+@pytest.mark.parametrize(
+    "bad", [{"online_rate": -0.1}, {"online_window_rows": 0}, {"coverage_window_rows": 0}]
+)
 def test_online_settings_are_validated(bad: dict) -> None:
     from market_pipeline.forecast import ForecastSettingsError
 
@@ -106,7 +107,7 @@ def lumpy_residuals(seed: int, rows: int = 6000, burst: int = 12) -> np.ndarray:
     rng = np.random.default_rng(seed)
     residuals = np.zeros(rows)
     for start in rng.choice(rows - burst, size=rows * 2 // 10 // burst, replace=False):
-        residuals[start:start + burst] = rng.choice([-1.0, 1.0]) * rng.uniform(2.0, 6.0)
+        residuals[start : start + burst] = rng.choice([-1.0, 1.0]) * rng.uniform(2.0, 6.0)
     return residuals[:, None]
 
 
@@ -120,8 +121,9 @@ def test_wound_up_state_keeps_a_lumpy_series_near_its_best_coverage(monkeypatch)
         gaps = []
         for seed in range(3):
             residuals = lumpy_residuals(seed)
-            tracked = track(residuals, np.array([-2.0]), np.array([2.0]), np.array([12]),
-                            rate=0.05, width=np.array([4.0]))
+            tracked = track(
+                residuals, np.array([-2.0]), np.array([2.0]), np.array([12]), rate=0.05, width=np.array([4.0])
+            )
             gaps.append(tracked.inside(residuals)[1000:].mean() - np.mean(residuals == 0))
         return float(np.mean(gaps))
 
@@ -155,8 +157,9 @@ def test_banked_credit_does_not_blind_a_quiet_pool_that_turns_busy() -> None:
         moved = rng.random(2000) < 0.04
         quiet[moved, 0] = rng.choice([-1.0, 1.0], moved.sum()) * 3.0
         residuals = np.vstack([quiet, rng.normal(0.0, 3.0, (1000, 1))])
-        tracked = track(residuals, np.array([-1.0]), np.array([1.0]), np.array([12]),
-                        rate=0.05, width=np.array([3.0]))
+        tracked = track(
+            residuals, np.array([-1.0]), np.array([1.0]), np.array([12]), rate=0.05, width=np.array([3.0])
+        )
         inside = tracked.inside(residuals)[:, 0]
         early.append(inside[2048:2096].mean())  # 4-8 h after the change
         late.append(inside[2096:].mean())

@@ -154,7 +154,8 @@ def test_extreme_but_valid_inputs_never_crash() -> None:
     for history in (spikes, np.r_[np.zeros(300), np.full(300, 5.0)], np.arange(36.0)):
         forecast = fit_and_forecast(history)
         assert_ordered_band(forecast.q10, forecast.q50, forecast.q90)
-    with_gbm = fit_and_forecast(spikes[:300], settings=ForecastSettings(
-        learned_models=("gbm",), learned_need_price=False))
+    with_gbm = fit_and_forecast(
+        spikes[:300], settings=ForecastSettings(learned_models=("gbm",), learned_need_price=False)
+    )
     assert "gbm" in with_gbm.validation_mae_by_model
     assert_ordered_band(with_gbm.q10, with_gbm.q50, with_gbm.q90)

@@ -27,11 +27,15 @@ START = dt.datetime(2026, 2, 2)
 def minute_table(pool_values: dict[str, np.ndarray]) -> pl.DataFrame:
     frames = []
     for pool_id, values in pool_values.items():
-        frames.append(pl.DataFrame({
-            "pool_id": [pool_id] * values.size,
-            "ts": [START + dt.timedelta(minutes=i) for i in range(values.size)],
-            "demand": values,
-        }))
+        frames.append(
+            pl.DataFrame(
+                {
+                    "pool_id": [pool_id] * values.size,
+                    "ts": [START + dt.timedelta(minutes=i) for i in range(values.size)],
+                    "demand": values,
+                }
+            )
+        )
     return pl.concat(frames)
 
 
@@ -56,8 +60,7 @@ def test_forecast_pools_long_format() -> None:
     assert per_pool == [12 + 23] * 3
     origin = table["ts"].max()
     assert (frame["origin_ts"] == origin).all()
-    assert ((frame["target_ts"] - frame["origin_ts"]).dt.total_minutes()
-            == frame["horizon_min"]).all()
+    assert ((frame["target_ts"] - frame["origin_ts"]).dt.total_minutes() == frame["horizon_min"]).all()
     assert (frame["q10"] <= frame["q50"]).all() and (frame["q50"] <= frame["q90"]).all()
     assert frame["model_version"].n_unique() == 1
 
@@ -65,15 +68,18 @@ def test_forecast_pools_long_format() -> None:
 def test_pools_with_problems_fall_back_without_stopping_the_others() -> None:
     rng = np.random.default_rng(9)
     busy = np.repeat(job_demand(rng, 600, mean_gpus=80.0), 5)  # minute samples, 5-min steps
-    table = minute_table({"busy": busy, "flat": np.full(busy.size, 16.0),
-                          "new": np.array([4.0, 4.0, 5.0])})
+    table = minute_table({"busy": busy, "flat": np.full(busy.size, 16.0), "new": np.array([4.0, 4.0, 5.0])})
     table = table.with_columns(
         pl.when(pl.col("pool_id") == "new")
         .then(pl.col("ts") + dt.timedelta(minutes=busy.size - 3))
-        .otherwise(pl.col("ts")).alias("ts"))
+        .otherwise(pl.col("ts"))
+        .alias("ts")
+    )
     frame = forecast_pools(table, priors={"new": 10.0})
-    reasons = {row["pool_id"]: row["fallback_reason"]
-               for row in frame.filter(pl.col("horizon_min") == 5).iter_rows(named=True)}
+    reasons = {
+        row["pool_id"]: row["fallback_reason"]
+        for row in frame.filter(pl.col("horizon_min") == 5).iter_rows(named=True)
+    }
     assert reasons["busy"] is None
     assert reasons["flat"].startswith("constant history")
     assert reasons["new"].startswith("short history")
@@ -82,13 +88,11 @@ def test_pools_with_problems_fall_back_without_stopping_the_others() -> None:
 def test_price_column_reaches_the_forecaster() -> None:
     table = synthetic_demand_table(2, days=2.0, seed=5, priced_share=1.0)
     results = forecast_pool_results(table)
-    assert all(result.price is not None and np.isfinite(result.price).all()
-               for result in results)
+    assert all(result.price is not None and np.isfinite(result.price).all() for result in results)
 
 
 def test_time_zone_of_the_input_is_kept() -> None:
-    table = synthetic_demand_table(1, days=1.0, seed=6).with_columns(
-        pl.col("ts").dt.replace_time_zone("UTC"))
+    table = synthetic_demand_table(1, days=1.0, seed=6).with_columns(pl.col("ts").dt.replace_time_zone("UTC"))
     frame = forecast_pools(table)
     assert frame.schema["origin_ts"] == pl.Datetime("us", "UTC")
 

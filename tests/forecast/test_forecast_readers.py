@@ -55,26 +55,27 @@ def test_residual_survival_of_exponential_lifetimes() -> None:
     lifetimes = np.random.default_rng(0).exponential(60.0, 20_000)
     context = DemandContext(lifetimes, np.array([]), np.array([]))
     # Memoryless: the running demand decays like a fresh task, exp(-h / mean).
-    assert context.residual_survival(np.array([60.0, 120.0])) == pytest.approx(
-        np.exp([-1.0, -2.0]), abs=0.02)
+    assert context.residual_survival(np.array([60.0, 120.0])) == pytest.approx(np.exp([-1.0, -2.0]), abs=0.02)
 
 
 def test_running_tasks_survive_by_their_ages() -> None:
-    context = DemandContext(lifetime_minutes=np.array([60.0, 60.0, 180.0, 180.0]),
-                            running_age_minutes=np.array([0.0, 100.0]),
-                            running_gpus=np.array([8.0, 4.0]))
+    context = DemandContext(
+        lifetime_minutes=np.array([60.0, 60.0, 180.0, 180.0]),
+        running_age_minutes=np.array([0.0, 100.0]),
+        running_gpus=np.array([8.0, 4.0]),
+    )
     # The new task lives 60 or 180 min (half each); the 100-min-old one must be a 180-min
     # task, so it survives 70 more minutes but not 90.
-    assert context.surviving_running(np.array([30.0, 70.0, 90.0])) == pytest.approx(
-        [12.0, 8.0, 4.0])
+    assert context.surviving_running(np.array([30.0, 70.0, 90.0])) == pytest.approx([12.0, 8.0, 4.0])
 
 
 def test_survival_candidate_uses_ages_at_the_newest_origin_only() -> None:
     values = np.full(400, 20.0)
     values[::7] = 22.0
     series = Series(values, 288)
-    context = DemandContext(np.array([60.0, 600.0]), np.array([0.0]), np.array([20.0]),
-                            arrival_gpus_per_minute=0.0)
+    context = DemandContext(
+        np.array([60.0, 600.0]), np.array([0.0]), np.array([20.0]), arrival_gpus_per_minute=0.0
+    )
     model = SurvivalArrival(48, 5, context)
     horizons = np.array([6, 24])  # 30 min and 2 h
     assert model.fit(series, np.arange(48, 370), horizons)
@@ -95,8 +96,11 @@ def test_context_input_is_checked() -> None:
 
 def test_fit_and_forecast_accepts_a_context() -> None:
     history = job_demand(np.random.default_rng(1), 3 * 288, mean_gpus=50.0)
-    context = DemandContext(np.random.default_rng(2).pareto(1.8, 500) * 600 + 5,
-                            np.array([10.0, 300.0]), np.array([float(history[-1]) / 2] * 2))
+    context = DemandContext(
+        np.random.default_rng(2).pareto(1.8, 500) * 600 + 5,
+        np.array([10.0, 300.0]),
+        np.array([float(history[-1]) / 2] * 2),
+    )
     forecast = fit_and_forecast(history, context=context)
     assert forecast.q90.shape == (12,) and np.all(forecast.q90 >= forecast.q50)
 
@@ -112,8 +116,11 @@ def test_operator_metadata_lists_every_pool_with_coverage(results: list) -> None
 
 def _with_coverage(result, value: float, reason: str | None = None):
     forecast = dataclasses.replace(
-        result.forecast, recent_coverage=np.full(12, value),
-        coarse_recent_coverage=np.full(24, value), fallback_reason=reason)
+        result.forecast,
+        recent_coverage=np.full(12, value),
+        coarse_recent_coverage=np.full(24, value),
+        fallback_reason=reason,
+    )
     return dataclasses.replace(result, forecast=forecast)
 
 
@@ -122,8 +129,9 @@ def test_coverage_check_passes_in_band_and_fails_outside(results: list) -> None:
     assert good.passed and "within" in good.reason and not good.warnings
     low = coverage_check([_with_coverage(r, 0.6) for r in results])
     assert not low.passed and "0.600" in low.reason and "60 min" in low.reason
-    mixed = coverage_check([_with_coverage(results[0], 0.95), _with_coverage(results[1], 0.75),
-                            _with_coverage(results[2], 0.75)])
+    mixed = coverage_check(
+        [_with_coverage(results[0], 0.95), _with_coverage(results[1], 0.75), _with_coverage(results[2], 0.75)]
+    )
     assert mixed.passed and any(results[0].pool_id in w for w in mixed.warnings)
 
 
@@ -184,8 +192,7 @@ def test_coverage_check_does_not_judge_a_handful_of_independent_targets() -> Non
     assert 0 < young.online_steps < 100 and day.online_steps >= 200
 
     def at(forecast, value: float):
-        return _pool(dataclasses.replace(forecast,
-                                         recent_coverage=np.full(forecast.q50.size, value)))
+        return _pool(dataclasses.replace(forecast, recent_coverage=np.full(forecast.q50.size, value)))
 
     unjudged = coverage_check([at(young, 0.3)])
     assert unjudged.passed and "too few to judge" in unjudged.reason

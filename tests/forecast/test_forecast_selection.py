@@ -27,8 +27,11 @@ def price_driven_demand(seed: int, steps: int = 4 * PERIOD) -> tuple[np.ndarray,
 
 
 def holdout_mae(values: np.ndarray, price: np.ndarray | None, fit_points: int) -> tuple:
-    group = fit_group(Series(values[:fit_points], PERIOD, None if price is None
-                             else price[:fit_points]), FINE, DEFAULT_SETTINGS)
+    group = fit_group(
+        Series(values[:fit_points], PERIOD, None if price is None else price[:fit_points]),
+        FINE,
+        DEFAULT_SETTINGS,
+    )
     origins = np.arange(fit_points, values.size - 12)
     _, median, _ = group.predict(Series(values, PERIOD, price), origins)
     target = values[origins + 12]
@@ -48,8 +51,7 @@ def test_gain_statistic_accounts_for_autocorrelation() -> None:
 
 
 def test_folds_are_contiguous_tail_blocks() -> None:
-    folds = validation_folds(last_origin=999, first_origin=0, settings=DEFAULT_SETTINGS,
-                             max_horizon=12)
+    folds = validation_folds(last_origin=999, first_origin=0, settings=DEFAULT_SETTINGS, max_horizon=12)
     assert len(folds) == 3
     joined = np.concatenate(folds)
     assert joined[-1] == 999 and np.all(np.diff(joined) == 1)
@@ -83,9 +85,10 @@ def test_price_feature_lets_the_learned_model_beat_persistence_out_of_sample() -
     with_price, mae, persistence_mae = holdout_mae(values, price, fit_points)
     assert with_price.model_name == "ridge"
     assert mae < 0.85 * persistence_mae
-    without_price = fit_group(Series(values[:fit_points], PERIOD), FINE,
-                              ForecastSettings(learned_need_price=False))
-    assert (with_price.scores["ridge"].pooled < without_price.scores["ridge"].pooled)
+    without_price = fit_group(
+        Series(values[:fit_points], PERIOD), FINE, ForecastSettings(learned_need_price=False)
+    )
+    assert with_price.scores["ridge"].pooled < without_price.scores["ridge"].pooled
 
 
 def test_seasonal_pattern_picks_a_seasonal_model_for_the_day_ahead_curve() -> None:
@@ -115,12 +118,11 @@ def test_intervals_cover_about_80_percent_out_of_sample() -> None:
 def test_predictions_at_an_origin_ignore_everything_after_it() -> None:
     values, price = price_driven_demand(3, steps=5 * PERIOD)
     fit_points = 4 * PERIOD
-    group = fit_group(Series(values[:fit_points], PERIOD, price[:fit_points]), FINE,
-                      DEFAULT_SETTINGS)
+    group = fit_group(Series(values[:fit_points], PERIOD, price[:fit_points]), FINE, DEFAULT_SETTINGS)
     cut = fit_points + 100
     altered_values, altered_price = values.copy(), price.copy()
-    altered_values[cut + 1:] = 0.0
-    altered_price[cut + 1:] *= 3.0
+    altered_values[cut + 1 :] = 0.0
+    altered_price[cut + 1 :] *= 3.0
     origins = np.arange(fit_points, cut + 1)
     original = group.predict(Series(values, PERIOD, price), origins)
     altered = group.predict(Series(altered_values, PERIOD, altered_price), origins)

@@ -100,7 +100,9 @@ def _ledger(warehouse: Path) -> dict[str, Decimal]:
     import duckdb
 
     with duckdb.connect(str(warehouse), read_only=True) as con:
-        return {k: Decimal(v) for k, v in con.execute("SELECT entry_id, amount FROM billing_ledger").fetchall()}
+        return {
+            k: Decimal(v) for k, v in con.execute("SELECT entry_id, amount FROM billing_ledger").fetchall()
+        }
 
 
 def run_attacks(workdir: Path, timeout_seconds: float = 5.0) -> dict[str, object]:
@@ -112,12 +114,23 @@ def run_attacks(workdir: Path, timeout_seconds: float = 5.0) -> dict[str, object
     out_dir = workdir / "out"
     out_dir.mkdir(exist_ok=True)
     before_files = sorted(p.name for p in workdir.rglob("*"))
-    counts = {"sql_attacks": 0, "ledger_attacks": 0, "refused": 0, "not_refused": [], "tracebacks": 0,
-              "checksum_changes": 0, "files_written_outside": 0, "leaks": 0, "ledger_rewrites": 0}
+    counts = {
+        "sql_attacks": 0,
+        "ledger_attacks": 0,
+        "refused": 0,
+        "not_refused": [],
+        "tracebacks": 0,
+        "checksum_changes": 0,
+        "files_written_outside": 0,
+        "leaks": 0,
+        "ledger_rewrites": 0,
+    }
     for template in SQL_ATTACKS:
         query = template.format(w=warehouse, s=secret, o=out_dir)
-        for argv in (("sql", query, "--warehouse", str(warehouse), *limits),
-                     ("tenant-sql", "--tenant", TENANT, query, "--warehouse", str(warehouse), *limits)):
+        for argv in (
+            ("sql", query, "--warehouse", str(warehouse), *limits),
+            ("tenant-sql", "--tenant", TENANT, query, "--warehouse", str(warehouse), *limits),
+        ):
             counts["sql_attacks"] += 1
             before = checksum(warehouse)
             code, out, err = run_cli(*argv)
@@ -129,17 +142,32 @@ def run_attacks(workdir: Path, timeout_seconds: float = 5.0) -> dict[str, object
             else:
                 counts["not_refused"].append(f"{argv[0]}: {query}")
     # the ledger: book r6 = 10 once, replay it, then the attacks
-    code, _, err = run_cli("balance", "--tenant", TENANT, "--top-up", "10", "--reference", "r6",
-                           "--warehouse", str(warehouse))
+    code, _, err = run_cli(
+        "balance", "--tenant", TENANT, "--top-up", "10", "--reference", "r6", "--warehouse", str(warehouse)
+    )
     assert code == 0, err
     booked = _ledger(warehouse)
-    replay = run_cli("balance", "--tenant", TENANT, "--top-up", "10.000", "--reference", "r6",
-                     "--warehouse", str(warehouse))
+    replay = run_cli(
+        "balance",
+        "--tenant",
+        TENANT,
+        "--top-up",
+        "10.000",
+        "--reference",
+        "r6",
+        "--warehouse",
+        str(warehouse),
+    )
     counts["replay_exit"] = replay[0]
     for extra in (*LEDGER_ATTACKS, *(("--tenant", "nobody", *a) for a in LEDGER_ATTACKS[:1])):
         counts["ledger_attacks"] += 1
-        argv = ("balance", *(() if extra[0] == "--tenant" else ("--tenant", TENANT)), *extra,
-                "--warehouse", str(warehouse))
+        argv = (
+            "balance",
+            *(() if extra[0] == "--tenant" else ("--tenant", TENANT)),
+            *extra,
+            "--warehouse",
+            str(warehouse),
+        )
         before = checksum(warehouse)
         code, out, err = run_cli(*argv)
         counts["tracebacks"] += "Traceback" in err or code == 70
@@ -149,9 +177,12 @@ def run_attacks(workdir: Path, timeout_seconds: float = 5.0) -> dict[str, object
         else:
             counts["not_refused"].append(" ".join(argv[:-2]))
     after = _ledger(warehouse)
-    counts["ledger_rewrites"] = sum(after.get(k) != v for k, v in booked.items()) + len(set(after) - set(booked))
-    counts["files_written_outside"] = len(set(p.name for p in workdir.rglob("*")) - set(before_files)
-                                          - {"warehouse.duckdb.wal"})
+    counts["ledger_rewrites"] = sum(after.get(k) != v for k, v in booked.items()) + len(
+        set(after) - set(booked)
+    )
+    counts["files_written_outside"] = len(
+        set(p.name for p in workdir.rglob("*")) - set(before_files) - {"warehouse.duckdb.wal"}
+    )
     counts["attacks"] = counts["sql_attacks"] + counts["ledger_attacks"]
     return counts
 

@@ -24,11 +24,15 @@ def build_warehouse(path: Path) -> Path:
     """A migrated warehouse with two tenants' ledger rows and a rated-usage table."""
     warehouse = open_warehouse(path)
     with warehouse.connect() as con:
-        con.execute("INSERT INTO billing_ledger VALUES"
-                    f" ('top_up:{TENANT}:seed', '{TENANT}', 'top_up', 5, NULL, now(), 'seed'),"
-                    f" ('top_up:{OTHER}:seed', '{OTHER}', 'top_up', 7, NULL, now(), 'seed')")
-        con.execute(f"CREATE TABLE fct_rated_usage AS SELECT '{TENANT}' AS tenant_id, i AS n"
-                    f" FROM range({USAGE_ROWS}) t(i) UNION ALL SELECT '{OTHER}', 1")
+        con.execute(
+            "INSERT INTO billing_ledger VALUES"
+            f" ('top_up:{TENANT}:seed', '{TENANT}', 'top_up', 5, NULL, now(), 'seed'),"
+            f" ('top_up:{OTHER}:seed', '{OTHER}', 'top_up', 7, NULL, now(), 'seed')"
+        )
+        con.execute(
+            f"CREATE TABLE fct_rated_usage AS SELECT '{TENANT}' AS tenant_id, i AS n"
+            f" FROM range({USAGE_ROWS}) t(i) UNION ALL SELECT '{OTHER}', 1"
+        )
         con.execute("CHECKPOINT")
     return path
 

@@ -49,16 +49,20 @@ def test_hardening_config_toml_datetime_sim_epoch(tmp_path: Path) -> None:
     assert json.loads(out)["adapter"]["sim_epoch"].startswith("2026-11-01T00:00:00")
 
 
-@pytest.mark.parametrize(("pattern", "value", "named"), [
-    (r"(?m)^nodes = \d+", "nodes = 1e8", "pools.0"),  # refused, if only as nodes > max_nodes
-    (r"(?m)^max_nodes = \d+", "max_nodes = 100000000", "pools.0.max_nodes"),
-    (r"(?m)^price_max = [0-9.]+", "price_max = inf", "pools.0.price_max"),
-    (r"(?m)^temp_min_c = [0-9.]+", "temp_min_c = nan", "telemetry.temp_min_c"),
-    (r"(?m)^temp_min_c = [0-9.]+", "temp_min_c = 120.0", "temp_min_c (120) must be below"),
-    (r"(?m)^temp_max_c = [0-9.]+", "temp_max_c = 1000.0", "telemetry.temp_max_c"),
-])
-def test_hardening_config_numbers_are_finite_and_physical(tmp_path: Path, pattern: str, value: str,
-                                                          named: str) -> None:
+@pytest.mark.parametrize(
+    ("pattern", "value", "named"),
+    [
+        (r"(?m)^nodes = \d+", "nodes = 1e8", "pools.0"),  # refused, if only as nodes > max_nodes
+        (r"(?m)^max_nodes = \d+", "max_nodes = 100000000", "pools.0.max_nodes"),
+        (r"(?m)^price_max = [0-9.]+", "price_max = inf", "pools.0.price_max"),
+        (r"(?m)^temp_min_c = [0-9.]+", "temp_min_c = nan", "telemetry.temp_min_c"),
+        (r"(?m)^temp_min_c = [0-9.]+", "temp_min_c = 120.0", "temp_min_c (120) must be below"),
+        (r"(?m)^temp_max_c = [0-9.]+", "temp_max_c = 1000.0", "telemetry.temp_max_c"),
+    ],
+)
+def test_hardening_config_numbers_are_finite_and_physical(
+    tmp_path: Path, pattern: str, value: str, named: str
+) -> None:
     text, n = re.subn(pattern, value, DEFAULTS, count=1)
     assert n == 1, pattern
     assert_refused(*run_cli("config", "--file", _toml(tmp_path, text))[::2], named)
@@ -91,14 +95,17 @@ def test_hardening_solve_bad_files_and_arguments(tmp_path: Path) -> None:
     assert_refused(*run_cli("solve", "--instance", instance, "--tolerance", "nan")[::2], "--tolerance")
     for value in ("abc", float("nan"), float("inf"), -1.0, True):
         prices = json.dumps(dict.fromkeys(names, value))
-        assert_refused(*run_cli("solve", "--instance", instance, "--last-prices", prices)[::2],
-                       "--last-prices")
+        assert_refused(
+            *run_cli("solve", "--instance", instance, "--last-prices", prices)[::2], "--last-prices"
+        )
 
 
 def test_hardening_solve_refuses_instances_too_large_to_solve(tmp_path: Path) -> None:
     item = {"name": "r", "capacity": 1, "unit_cost": 1, "price_min": 1, "price_max": 2}
-    big = {"resources": [{**item, "name": f"r{i}"} for i in range(5000)],
-           "tenants": [{"id": "t", "weight": [1] * 5000, "saturation": 1, "budget": 1}]}
+    big = {
+        "resources": [{**item, "name": f"r{i}"} for i in range(5000)],
+        "tenants": [{"id": "t", "weight": [1] * 5000, "saturation": 1, "budget": 1}],
+    }
     path = tmp_path / "big.json"
     path.write_text(json.dumps(big))
     assert_refused(*run_cli("solve", "--instance", str(path))[::2], "5000 resources")
@@ -121,15 +128,19 @@ def test_hardening_simulate_arguments_checked_before_the_run(tmp_path: Path) -> 
     assert not Path(out).exists()
 
 
-@pytest.mark.parametrize(("flag", "value", "named"), [
-    ("--start", "9999-12-31T23:00:00Z", "outside the years"),
-    ("--gpus", "1e9", "--gpus must be in"),
-    ("--gpus", "inf", "--gpus must be in"),
-    ("--hours", "nan", "--hours must be in"),
-])
+@pytest.mark.parametrize(
+    ("flag", "value", "named"),
+    [
+        ("--start", "9999-12-31T23:00:00Z", "outside the years"),
+        ("--gpus", "1e9", "--gpus must be in"),
+        ("--gpus", "inf", "--gpus must be in"),
+        ("--hours", "nan", "--hours must be in"),
+    ],
+)
 def test_hardening_quote_bounds(tmp_path: Path, flag: str, value: str, named: str) -> None:
     args = {"--gpus": "2", "--hours": "1", flag: value}
     argv = [x for k, v in args.items() for x in (k, v)]
-    code, _, err = run_cli("quote", "--tenant", TENANT, "--pool", POOL, *argv,
-                           "--warehouse", str(tmp_path / "none.duckdb"))
+    code, _, err = run_cli(
+        "quote", "--tenant", TENANT, "--pool", POOL, *argv, "--warehouse", str(tmp_path / "none.duckdb")
+    )
     assert_refused(code, err, named)

@@ -18,8 +18,12 @@ from market_pipeline.warehouse import Warehouse
 
 def _entries(path: Path, reference: str) -> list[Decimal]:
     with duckdb.connect(str(path), read_only=True) as con:
-        return [row[0] for row in con.execute(
-            "SELECT amount FROM billing_ledger WHERE reference = ?", [reference]).fetchall()]
+        return [
+            row[0]
+            for row in con.execute(
+                "SELECT amount FROM billing_ledger WHERE reference = ?", [reference]
+            ).fetchall()
+        ]
 
 
 def test_hardening_replay_is_a_no_op_and_another_amount_is_refused(tmp_path: Path) -> None:
@@ -39,14 +43,17 @@ def test_hardening_replay_is_a_no_op_and_another_amount_is_refused(tmp_path: Pat
 
 def test_hardening_balance_cli_refuses_unknown_tenants_and_bad_amounts(tmp_path: Path) -> None:
     path = build_warehouse(tmp_path / "w.duckdb")
-    code, _, err = run_cli("balance", "--tenant", "nobody", "--top-up", "5", "--reference", "x",
-                           "--warehouse", str(path))
+    code, _, err = run_cli(
+        "balance", "--tenant", "nobody", "--top-up", "5", "--reference", "x", "--warehouse", str(path)
+    )
     assert code == 2 and "unknown tenant 'nobody'" in err
-    code, _, err = run_cli("balance", "--tenant", TENANT, "--top-up", "nan", "--reference", "x",
-                           "--warehouse", str(path))
+    code, _, err = run_cli(
+        "balance", "--tenant", TENANT, "--top-up", "nan", "--reference", "x", "--warehouse", str(path)
+    )
     assert code == 2 and err.strip() == "error: --top-up must be a finite number, got NaN"
-    code, _, err = run_cli("balance", "--tenant", TENANT, "--top-up", "inf", "--reference", "x",
-                           "--warehouse", str(path))
+    code, _, err = run_cli(
+        "balance", "--tenant", TENANT, "--top-up", "inf", "--reference", "x", "--warehouse", str(path)
+    )
     assert code == 2 and "finite" in err
     assert _entries(path, "x") == []
 
@@ -70,8 +77,16 @@ def test_hardening_concurrent_replays_book_exactly_one_entry(tmp_path: Path) -> 
     """Six processes replay one reference at once, four with 10 and two with 99."""
     path = build_warehouse(tmp_path / "w.duckdb")
     amounts = ["10", "99", "10", "10", "99", "10"]
-    procs = [subprocess.Popen([sys.executable, "-c", REPLAY, str(path), TENANT, amount], cwd=REPO_ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for amount in amounts]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", REPLAY, str(path), TENANT, amount],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for amount in amounts
+    ]
     results = [(amount, p.wait(timeout=120), p.stderr.read()) for amount, p in zip(amounts, procs)]
     booked = _entries(path, "wire-c")
     assert len(booked) == 1

@@ -21,20 +21,26 @@ def test_hardening_attack_list_is_refused_without_a_trace(tmp_path: Path) -> Non
     counts = run_attacks(tmp_path / "attacks", timeout_seconds=1.0)
     assert counts["not_refused"] == []
     assert counts["refused"] == counts["attacks"] >= 100
-    assert {k: counts[k] for k in ("tracebacks", "checksum_changes", "files_written_outside", "leaks",
-                                   "ledger_rewrites")} == dict.fromkeys(
-        ("tracebacks", "checksum_changes", "files_written_outside", "leaks", "ledger_rewrites"), 0)
+    assert {
+        k: counts[k]
+        for k in ("tracebacks", "checksum_changes", "files_written_outside", "leaks", "ledger_rewrites")
+    } == dict.fromkeys(
+        ("tracebacks", "checksum_changes", "files_written_outside", "leaks", "ledger_rewrites"), 0
+    )
     assert counts["replay_exit"] == 0  # the same amount again is a no-op, not an error
 
 
-@pytest.mark.parametrize("query", [
-    "SELECT count(*) AS n FROM billing_ledger",
-    "  with x as (select 1 as n) select n from x",
-    "/* finance */ SELECT count(*) AS n FROM fct_rated_usage",
-    "DESCRIBE billing_ledger",
-    "SHOW TABLES",
-    "(SELECT 1 AS n) UNION ALL (SELECT 2)",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT count(*) AS n FROM billing_ledger",
+        "  with x as (select 1 as n) select n from x",
+        "/* finance */ SELECT count(*) AS n FROM fct_rated_usage",
+        "DESCRIBE billing_ledger",
+        "SHOW TABLES",
+        "(SELECT 1 AS n) UNION ALL (SELECT 2)",
+    ],
+)
 def test_hardening_sql_runs_read_only_queries(warehouse: Path, query: str) -> None:
     code, out, err = run_cli("sql", query, "--warehouse", str(warehouse), "--json")
     assert code == 0, err
@@ -53,10 +59,18 @@ def test_hardening_sql_names_the_statement_it_refuses() -> None:
 
 
 def test_hardening_sql_time_and_row_limits(warehouse: Path) -> None:
-    code, _, err = run_cli("sql", "SELECT count(*) FROM range(1000000000000)", "--warehouse", str(warehouse),
-                           "--timeout-seconds", "0.5")
+    code, _, err = run_cli(
+        "sql",
+        "SELECT count(*) FROM range(1000000000000)",
+        "--warehouse",
+        str(warehouse),
+        "--timeout-seconds",
+        "0.5",
+    )
     assert code == 2 and "time limit" in err
-    code, _, err = run_cli("sql", "SELECT * FROM range(50)", "--warehouse", str(warehouse), "--row-limit", "10")
+    code, _, err = run_cli(
+        "sql", "SELECT * FROM range(50)", "--warehouse", str(warehouse), "--row-limit", "10"
+    )
     assert code == 2 and "more than 10 rows" in err
     code, _, err = run_cli("sql", "SELECT 1", "--warehouse", str(warehouse), "--memory-limit-mb", "1")
     assert code == 2 and "memory limit" in err
@@ -68,8 +82,13 @@ def test_hardening_tenant_sql_answers_multi_table_queries(warehouse: Path) -> No
     code, out, err = run_cli("tenant-sql", "--tenant", TENANT, query, "--warehouse", str(warehouse))
     assert code == 0, err
     assert json.loads(out) == [{"a": USAGE_ROWS, "b": 1}]  # not a = 0: the first copy was lost
-    code, out, _ = run_cli("tenant-sql", "--tenant", OTHER,
-                           "SELECT DISTINCT l.tenant_id FROM billing_ledger l JOIN fct_rated_usage u USING"
-                           " (tenant_id)", "--warehouse", str(warehouse))
+    code, out, _ = run_cli(
+        "tenant-sql",
+        "--tenant",
+        OTHER,
+        "SELECT DISTINCT l.tenant_id FROM billing_ledger l JOIN fct_rated_usage u USING (tenant_id)",
+        "--warehouse",
+        str(warehouse),
+    )
     assert code == 0 and json.loads(out) == [{"tenant_id": OTHER}]
     assert checksum(warehouse) == before

@@ -8,23 +8,45 @@ from market_pipeline.market import TenantPopulation
 
 
 def resource(name, capacity=None, unit_cost=1.0, price_min=0.01, price_max=100.0, **extra):
-    return {"name": name, "capacity": capacity, "unit_cost": unit_cost, "price_min": price_min,
-            "price_max": price_max, **extra}
+    return {
+        "name": name,
+        "capacity": capacity,
+        "unit_cost": unit_cost,
+        "price_min": price_min,
+        "price_max": price_max,
+        **extra,
+    }
 
 
 def tenant(tid, weight, saturation, budget=None, utility="log", **extra):
-    return {"id": tid, "utility": utility, "weight": weight, "saturation": saturation, "budget": budget, **extra}
+    return {
+        "id": tid,
+        "utility": utility,
+        "weight": weight,
+        "saturation": saturation,
+        "budget": budget,
+        **extra,
+    }
 
 
-def mixed_population(n: int, m: int, seed: int, *, delay: bool = True, multiplicity: bool = False,
-                     drainable_mask: np.ndarray | None = None) -> TenantPopulation:
+def mixed_population(
+    n: int,
+    m: int,
+    seed: int,
+    *,
+    delay: bool = True,
+    multiplicity: bool = False,
+    drainable_mask: np.ndarray | None = None,
+) -> TenantPopulation:
     """All three families, tight budgets for about half of the tenants, some zero weights."""
     rng = np.random.default_rng(seed)
     families = list(rng.choice(["log", "isoelastic", "quadratic"], n))
     return TenantPopulation.build(
-        ids=[f"t{j}" for j in range(n)], families=families,
+        ids=[f"t{j}" for j in range(n)],
+        families=families,
         weight=rng.uniform(1.0, 5.0, (n, m)) * (rng.random((n, m)) < 0.8),
-        saturation=rng.uniform(0.5, 2.0, (n, m)), budget=rng.uniform(0.5, 6.0, n),
+        saturation=rng.uniform(0.5, 2.0, (n, m)),
+        budget=rng.uniform(0.5, 6.0, n),
         drainable_mask=np.zeros(m, dtype=bool) if drainable_mask is None else drainable_mask,
         eta=rng.uniform(0.3, 2.5, n),
         delay_cost=rng.uniform(0.0, 0.2, (n, m)) if delay else None,

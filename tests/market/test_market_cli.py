@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from market_test_helpers import resource, tenant
 
 from market_pipeline.cli import main
-
-from market_test_helpers import resource, tenant
 
 
 def _instance(tmp_path, resources, tenants):
@@ -18,8 +17,11 @@ def _instance(tmp_path, resources, tenants):
 
 
 def test_solve_prints_one_json_object(tmp_path, capsys):
-    path = _instance(tmp_path, [resource("gpu-a", 30.0, 1.0, 0.1, 20.0), resource("gpu-b", None, 0.5, 0.1, 20.0)],
-                     [tenant(f"t{j}", [4.0 + j, 2.0], [1.0, 2.0], 10.0) for j in range(6)])
+    path = _instance(
+        tmp_path,
+        [resource("gpu-a", 30.0, 1.0, 0.1, 20.0), resource("gpu-b", None, 0.5, 0.1, 20.0)],
+        [tenant(f"t{j}", [4.0 + j, 2.0], [1.0, 2.0], 10.0) for j in range(6)],
+    )
     assert main(["solve", "--instance", path, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["prices"]) == set(out["demand"]) == {"gpu-a", "gpu-b"}
@@ -43,8 +45,16 @@ def test_solve_missing_file(tmp_path, capsys):
 def test_bench_solver_with_baseline(capsys):
     assert main(["bench", "solver", "--tenants", "30", "--resources", "4", "--baseline", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    for key in ("tenants", "resources", "seconds", "kkt_residual", "profit", "converged",
-                "baseline_seconds", "baseline_profit"):
+    for key in (
+        "tenants",
+        "resources",
+        "seconds",
+        "kkt_residual",
+        "profit",
+        "converged",
+        "baseline_seconds",
+        "baseline_profit",
+    ):
         assert key in out
     assert out["tenants"] == 30 and out["resources"] == 4 and out["converged"] is True
     assert out["profit"] >= out["baseline_profit"] * (1 - 1e-3)
@@ -55,8 +65,12 @@ def test_bench_solver_memory_grows_linearly_with_tenants(capsys):
     (M = 11: no other test solves that width, so the pooled workspace is this test's)."""
     per_cell, peak_per_cell = [], []
     for tenants in (5000, 20000):  # both above compaction.MIN_ROWS (its buffers join above it)
-        assert main(["bench", "solver", "--tenants", str(tenants), "--resources", "11", "--repeat", "1",
-                     "--json"]) == 0
+        assert (
+            main(
+                ["bench", "solver", "--tenants", str(tenants), "--resources", "11", "--repeat", "1", "--json"]
+            )
+            == 0
+        )
         out = json.loads(capsys.readouterr().out)
         assert out["workspace_bytes"] >= 8 * tenants * 11  # at least one float64 (N, M) array
         per_cell.append(out["workspace_bytes_per_cell"])

@@ -6,10 +6,9 @@ import math
 
 import numpy as np
 import pytest
+from market_test_helpers import resource, tenant
 
 from market_pipeline.market import MarketProblem, solve_equilibrium
-
-from market_test_helpers import resource, tenant
 
 
 def _linear_demand_problem(capacity, unit_cost=1.0):
@@ -17,7 +16,8 @@ def _linear_demand_problem(capacity, unit_cost=1.0):
     chokes, sats = [8.0, 9.0, 10.0, 12.0], [3.0, 1.0, 2.0, 4.0]
     tenants = [tenant(f"q{j}", [w], [s], utility="quadratic") for j, (w, s) in enumerate(zip(chokes, sats))]
     problem = MarketProblem.from_instance_json(
-        {"resources": [resource("gpu", capacity, unit_cost, 0.1, 50.0)], "tenants": tenants})
+        {"resources": [resource("gpu", capacity, unit_cost, 0.1, 50.0)], "tenants": tenants}
+    )
     a = sum(sats)
     b = sum(s / w for w, s in zip(chokes, sats))
     return problem, a, b
@@ -50,7 +50,8 @@ def test_binding_capacity_price_clears_the_market():
 def test_identical_log_tenants_price(w, s, c):
     tenants = [tenant(f"t{j}", [w], [s]) for j in range(25)]
     problem = MarketProblem.from_instance_json(
-        {"resources": [resource("gpu", None, c, 0.01, 1000.0)], "tenants": tenants})
+        {"resources": [resource("gpu", None, c, 0.01, 1000.0)], "tenants": tenants}
+    )
     report = solve_equilibrium(problem, last_prices=np.array([50.0]))
     assert report.converged
     assert report.prices[0] == pytest.approx(math.sqrt(w * c / s), rel=1e-7)

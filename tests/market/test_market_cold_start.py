@@ -6,13 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from market_test_helpers import resource, tenant
 
 from market_pipeline.market import MarketProblem
 from market_pipeline.market.baseline import solve_baseline
 from market_pipeline.market.cold_start import GRID_POINTS, identical_tenant_prices, initial_prices
 from market_pipeline.market.generate import random_problem
-
-from market_test_helpers import resource, tenant
 
 
 def test_grid_start_lands_within_a_cell_of_the_separable_optimum():
@@ -28,18 +27,24 @@ def test_grid_start_lands_within_a_cell_of_the_separable_optimum():
 
 def test_grid_start_respects_capacity_and_bounds():
     # linear demand D = 4 - p (one quadratic tenant); capacity 1 makes the best uncoupled price 3
-    problem = MarketProblem.from_instance_json({
-        "resources": [resource("gpu", 1.0, 0.5, 0.2, 3.5)],
-        "tenants": [tenant("q", [4.0], [4.0], utility="quadratic")]})
+    problem = MarketProblem.from_instance_json(
+        {
+            "resources": [resource("gpu", 1.0, 0.5, 0.2, 3.5)],
+            "tenants": [tenant("q", [4.0], [4.0], utility="quadratic")],
+        }
+    )
     start = initial_prices(problem)
     assert 0.2 <= start[0] <= 3.5
     assert start[0] == pytest.approx(3.0, rel=0.05)
 
 
 def test_resource_nobody_wants_starts_at_its_floor():
-    problem = MarketProblem.from_instance_json({
-        "resources": [resource("a", None, 1.0, 0.3, 10.0), resource("b", None, 1.0, 0.7, 10.0)],
-        "tenants": [tenant("t", [5.0, 0.0], [1.0, 1.0])]})
+    problem = MarketProblem.from_instance_json(
+        {
+            "resources": [resource("a", None, 1.0, 0.3, 10.0), resource("b", None, 1.0, 0.7, 10.0)],
+            "tenants": [tenant("t", [5.0, 0.0], [1.0, 1.0])],
+        }
+    )
     assert initial_prices(problem)[1] == pytest.approx(0.7)
 
 

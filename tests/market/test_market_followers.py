@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from market_test_helpers import assert_close, mixed_population
 from scipy.optimize import minimize
 
 from market_pipeline.market import TenantPopulation, follower_kkt_residual, solve_followers
 from market_pipeline.market.utility import utility
-
-from market_test_helpers import assert_close, mixed_population
 
 
 @pytest.fixture(autouse=True)
@@ -42,11 +41,18 @@ def _tenant_utility(pop, block, row, d):
     with torch.no_grad():
         dd = torch.zeros_like(block.weight[:1])
         dd[0] = torch.as_tensor(d)
-        sub = type(block)(block.family, 0, 1, block.weight[row:row + 1], block.saturation[row:row + 1],
-                          block.neg_saturation[row:row + 1], block.choke[row:row + 1],
-                          None if block.eta is None else block.eta[row:row + 1],
-                          None if block.slope is None else block.slope[row:row + 1],
-                          None if block.neg_slope is None else block.neg_slope[row:row + 1])
+        sub = type(block)(
+            block.family,
+            0,
+            1,
+            block.weight[row : row + 1],
+            block.saturation[row : row + 1],
+            block.neg_saturation[row : row + 1],
+            block.choke[row : row + 1],
+            None if block.eta is None else block.eta[row : row + 1],
+            None if block.slope is None else block.slope[row : row + 1],
+            None if block.neg_slope is None else block.neg_slope[row : row + 1],
+        )
         return float(utility(sub, dd))
 
 
@@ -64,10 +70,14 @@ def test_best_response_matches_an_independent_nlp_solver():
             def negative_surplus(d, row=row, block=block, j=j):
                 return -(_tenant_utility(pop, block, row, d) - (price + delay[j]) @ d)
 
-            result = minimize(negative_surplus, np.full(4, 0.1), method="SLSQP",
-                              bounds=[(0, None)] * 4,
-                              constraints=[{"type": "ineq", "fun": lambda d: budget - price @ d}],
-                              options={"ftol": 1e-14, "maxiter": 500})
+            result = minimize(
+                negative_surplus,
+                np.full(4, 0.1),
+                method="SLSQP",
+                bounds=[(0, None)] * 4,
+                constraints=[{"type": "ineq", "fun": lambda d: budget - price @ d}],
+                options={"ftol": 1e-14, "maxiter": 500},
+            )
             ours = state.demand[j].numpy()
             assert -negative_surplus(ours) >= -result.fun - 1e-7  # at least as good as SLSQP
             np.testing.assert_allclose(ours, result.x, atol=2e-4)
@@ -87,9 +97,15 @@ def test_drain_intolerant_tenants_never_buy_the_drainable_class():
     drainable = np.array([False, True, False, True])
     population = mixed_population(60, 4, seed=4, drainable_mask=drainable)
     intolerant = TenantPopulation.build(
-        ids=list(population.ids), families=list(population.families), weight=population.weight,
-        saturation=population.saturation, budget=population.budget, drainable_mask=drainable,
-        eta=population.eta, drain_tolerant=np.arange(60) % 2 == 0)
+        ids=list(population.ids),
+        families=list(population.families),
+        weight=population.weight,
+        saturation=population.saturation,
+        budget=population.budget,
+        drainable_mask=drainable,
+        eta=population.eta,
+        drain_tolerant=np.arange(60) % 2 == 0,
+    )
     state = solve_followers(intolerant.on("cpu"), _prices(4, 4) * 0.3)
     rigid = ~intolerant.drain_tolerant
     assert float(state.demand[rigid][:, drainable].abs().max()) == 0.0
@@ -98,8 +114,14 @@ def test_drain_intolerant_tenants_never_buy_the_drainable_class():
 
 def test_budget_bound_log_tenants_substitute_across_gpu_models():
     # one tenant valuing two GPU models, budget-bound: a dearer H100 shifts spend to the A100
-    pop = TenantPopulation.build(ids=["j"], families=["log"], weight=[[4.0, 3.0]], saturation=[[1.0, 1.0]],
-                                 budget=[2.0], drainable_mask=np.zeros(2, dtype=bool)).on("cpu")
+    pop = TenantPopulation.build(
+        ids=["j"],
+        families=["log"],
+        weight=[[4.0, 3.0]],
+        saturation=[[1.0, 1.0]],
+        budget=[2.0],
+        drainable_mask=np.zeros(2, dtype=bool),
+    ).on("cpu")
     low = solve_followers(pop, torch.tensor([1.0, 1.0], dtype=torch.float64))
     high = solve_followers(pop, torch.tensor([1.2, 1.0], dtype=torch.float64))
     assert bool(low.budget_bound[0])

@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from market_test_helpers import grid_demand
 
 from market_pipeline.cli import main
 from market_pipeline.market import (
@@ -31,15 +32,15 @@ from market_pipeline.market.generate import random_problem
 from market_pipeline.market.reference import ExactDemand, reference_optimum
 from market_pipeline.market.workspace import Workspace
 
-from market_test_helpers import grid_demand
-
 TARGET = 1e-3  # the engine within 0.1% of the known optimum
 
 
 def grid_profit(problem, prices: np.ndarray) -> np.ndarray:
     """Profit at each row of ``prices``; -inf where capacity would be oversold."""
     res = problem.resources
-    demand = np.vstack([ExactDemand(problem)(chunk) for chunk in np.array_split(prices, max(1, len(prices) // 4096))])
+    demand = np.vstack(
+        [ExactDemand(problem)(chunk) for chunk in np.array_split(prices, max(1, len(prices) // 4096))]
+    )
     profit = ((prices - res.unit_cost) * demand).sum(axis=1)
     return np.where(np.all(demand <= res.capacity * (1 + 1e-9), axis=1), profit, -np.inf)
 
@@ -48,7 +49,9 @@ def test_exact_demand_matches_bisection():
     problem = coupled_problem(40, 3, 2, tight=True)
     res = problem.resources
     prices = res.price_min * (res.price_max / res.price_min) ** np.random.default_rng(0).random((20, 3))
-    np.testing.assert_allclose(ExactDemand(problem)(prices), grid_demand(problem, prices), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(
+        ExactDemand(problem)(prices), grid_demand(problem, prices), rtol=1e-9, atol=1e-9
+    )
 
 
 def brute_force(problem, points: int, rounds: int = 3, keep: int = 6) -> tuple[float, np.ndarray]:
@@ -72,12 +75,15 @@ def brute_force(problem, points: int, rounds: int = 3, keep: int = 6) -> tuple[f
     return float(profit[i]), grid[i]
 
 
-@pytest.mark.parametrize("tenants, resources, seed, tight, points", [
-    (24, 2, 0, False, 120),  # the local solve alone stops 0.9% short
-    (40, 2, 5, True, 120),  # tight capacity: three optima
-    (30, 3, 4, False, 28),
-    (30, 3, 7, True, 28),
-])
+@pytest.mark.parametrize(
+    "tenants, resources, seed, tight, points",
+    [
+        (24, 2, 0, False, 120),  # the local solve alone stops 0.9% short
+        (40, 2, 5, True, 120),  # tight capacity: three optima
+        (30, 3, 4, False, 28),
+        (30, 3, 7, True, 28),
+    ],
+)
 def test_engine_matches_the_brute_force_optimum(tenants, resources, seed, tight, points):
     problem = coupled_problem(tenants, resources, seed, tight=tight)
     report = solve_equilibrium(problem)
@@ -158,6 +164,7 @@ def test_bench_global_json(capsys):
 
 # -- the live loop's re-solve and walk ---------------------------------------------------------
 
+
 def test_global_resolve_is_never_worse_than_the_local_optimum_in_force():
     problem = coupled_problem(24, 2, 0)
     local = solve_equilibrium(problem, settings=SolverSettings(global_phase=False))
@@ -184,8 +191,14 @@ def _walk(target, current, resources, step):
     ticks = 0
     path = [current]
     while not np.array_equal(current, target) and ticks < 200:
-        current = step_toward(target, current, max_step=step, price_min=resources.price_min,
-                              price_max=resources.price_max, band_pairs=resources.band_pairs)
+        current = step_toward(
+            target,
+            current,
+            max_step=step,
+            price_min=resources.price_min,
+            price_max=resources.price_max,
+            band_pairs=resources.band_pairs,
+        )
         path.append(current)
         ticks += 1
     return path
@@ -217,8 +230,14 @@ def test_step_toward_moves_a_pool_by_one_shared_fraction():
     c0, c2 = res.unit_cost[0], res.unit_cost[2]
     current = np.array([2.0 * c0, 1.4 * c0, 2.0 * c2, 1.4 * c2])
     target = np.array([4.0 * c0, 2.0 * c0, 2.0 * c2, 1.4 * c2])  # pool 0 moves, pool 1 stays
-    out = step_toward(target, current, max_step=0.1, price_min=res.price_min, price_max=res.price_max,
-                      band_pairs=res.band_pairs)
+    out = step_toward(
+        target,
+        current,
+        max_step=0.1,
+        price_min=res.price_min,
+        price_max=res.price_max,
+        band_pairs=res.band_pairs,
+    )
     # the guaranteed price may go 10% of the way, the drainable one 23%: both go 10%
     np.testing.assert_allclose(out[:2], [2.2 * c0, 1.46 * c0])
     np.testing.assert_array_equal(out[2:], current[2:])
@@ -230,14 +249,19 @@ def test_step_toward_moves_a_pool_by_one_shared_fraction():
 
 def test_cold_solve_with_a_resource_nobody_buys():
     """A line over a price no tenant responds to screens no tenant at all (it used to crash)."""
-    from market_pipeline.market import MarketProblem
-
     from market_test_helpers import resource, tenant
 
-    problem = MarketProblem.from_instance_json({
-        "resources": [resource("a", unit_cost=1.0, price_max=20.0), resource("b", unit_cost=1.0, price_max=20.0)],
-        "tenants": [tenant(f"t{j}", [4.0 + j, 0.0], [1.0, 1.0], budget=2.0 + j) for j in range(6)],
-    })
+    from market_pipeline.market import MarketProblem
+
+    problem = MarketProblem.from_instance_json(
+        {
+            "resources": [
+                resource("a", unit_cost=1.0, price_max=20.0),
+                resource("b", unit_cost=1.0, price_max=20.0),
+            ],
+            "tenants": [tenant(f"t{j}", [4.0 + j, 0.0], [1.0, 1.0], budget=2.0 + j) for j in range(6)],
+        }
+    )
     report = solve_equilibrium(problem, settings=SolverSettings(global_full_after=0))  # far grid, refinement
     assert report.status == "converged" and report.screened_prices > 0
     assert report.demand[1] == 0.0

@@ -7,16 +7,23 @@ import copy
 import numpy as np
 import pytest
 import torch
+from market_test_helpers import assert_close, resource, tenant
 
 from market_pipeline.market import InstanceError, MarketProblem, solve_followers
-
-from market_test_helpers import assert_close, resource, tenant
 
 BASE = {
     "resources": [
         resource("h100/us-east/guaranteed", 10.0, 2.0, 0.5, 20.0, gpu_model="H100", zone="us-east"),
-        resource("h100/us-east/drainable", 5.0, 1.8, 0.2, 20.0, gpu_model="H100", zone="us-east",
-                 **{"class": "drainable", "discount_band": [0.2, 0.6]}),
+        resource(
+            "h100/us-east/drainable",
+            5.0,
+            1.8,
+            0.2,
+            20.0,
+            gpu_model="H100",
+            zone="us-east",
+            **{"class": "drainable", "discount_band": [0.2, 0.6]},
+        ),
         resource("a100/eu/guaranteed", None, 1.2, 0.3, 9.0),
     ],
     "tenants": [
@@ -55,26 +62,29 @@ def _broken(path, value):
     return data
 
 
-@pytest.mark.parametrize("path,value,message", [
-    (("tenants", 0, "budget"), KeyError, r"tenants\[0\].*missing field.*budget"),
-    (("tenants", 0, "utility"), "cobb-douglas", r"tenants\[0\].*utility"),
-    (("tenants", 0, "weight"), [1.0, -1.0, 0.0], r"tenants\.weight.*'a'"),
-    (("tenants", 0, "weight"), [1.0, 2.0], r"tenants\[0\].*weight.*3 values"),
-    (("tenants", 0, "saturation"), [1.0, 0.0, 1.0], r"tenants\.saturation"),
-    (("tenants", 0, "weights"), [1.0, 1.0, 1.0], r"unknown field.*weights"),
-    (("tenants", 2, "eta"), KeyError, r"eta.*isoelastic"),
-    (("tenants", 3, "drain_tolerant"), True, r"rigid.*drain tolerant"),
-    (("tenants", 1, "id"), "a", r"duplicate id 'a'"),
-    (("tenants", 1, "weight"), {"h200": 1.0}, r"unknown resource name.*h200"),
-    (("tenants", 0, "budget"), 0.0, r"tenants\.budget"),
-    (("resources", 0, "price_min"), 0.0, r"resources\.price_min"),
-    (("resources", 0, "price_max"), 0.1, r"resources\.price_max"),
-    (("resources", 0, "capacity"), "lots", r"resources\[0\]\.capacity"),
-    (("resources", 2, "class"), "spot", r"resources\[2\]\.class"),
-    (("resources", 2, "discount_band"), [0.1, 0.2], r"only drainable"),
-    (("resources", 1, "discount_band"), [0.5, 0.2], r"discount_band"),
-    (("resources", 1, "name"), "h100/us-east/guaranteed", r"names must be unique"),
-])
+@pytest.mark.parametrize(
+    "path,value,message",
+    [
+        (("tenants", 0, "budget"), KeyError, r"tenants\[0\].*missing field.*budget"),
+        (("tenants", 0, "utility"), "cobb-douglas", r"tenants\[0\].*utility"),
+        (("tenants", 0, "weight"), [1.0, -1.0, 0.0], r"tenants\.weight.*'a'"),
+        (("tenants", 0, "weight"), [1.0, 2.0], r"tenants\[0\].*weight.*3 values"),
+        (("tenants", 0, "saturation"), [1.0, 0.0, 1.0], r"tenants\.saturation"),
+        (("tenants", 0, "weights"), [1.0, 1.0, 1.0], r"unknown field.*weights"),
+        (("tenants", 2, "eta"), KeyError, r"eta.*isoelastic"),
+        (("tenants", 3, "drain_tolerant"), True, r"rigid.*drain tolerant"),
+        (("tenants", 1, "id"), "a", r"duplicate id 'a'"),
+        (("tenants", 1, "weight"), {"h200": 1.0}, r"unknown resource name.*h200"),
+        (("tenants", 0, "budget"), 0.0, r"tenants\.budget"),
+        (("resources", 0, "price_min"), 0.0, r"resources\.price_min"),
+        (("resources", 0, "price_max"), 0.1, r"resources\.price_max"),
+        (("resources", 0, "capacity"), "lots", r"resources\[0\]\.capacity"),
+        (("resources", 2, "class"), "spot", r"resources\[2\]\.class"),
+        (("resources", 2, "discount_band"), [0.1, 0.2], r"only drainable"),
+        (("resources", 1, "discount_band"), [0.5, 0.2], r"discount_band"),
+        (("resources", 1, "name"), "h100/us-east/guaranteed", r"names must be unique"),
+    ],
+)
 def test_invalid_instance_names_the_field(path, value, message):
     with pytest.raises(InstanceError, match=message):
         MarketProblem.from_instance_json(_broken(path, value))

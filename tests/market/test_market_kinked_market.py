@@ -25,8 +25,9 @@ def test_step_qp_survives_a_tiny_trust_region_at_a_bound():
     assert np.all(report.prices <= problem.resources.price_max + 1e-12)
     assert np.all(report.prices >= problem.resources.price_min - 1e-12)
     if report.status == "fallback":
-        np.testing.assert_allclose(report.prices, np.clip(last, problem.resources.price_min,
-                                                          problem.resources.price_max))
+        np.testing.assert_allclose(
+            report.prices, np.clip(last, problem.resources.price_min, problem.resources.price_max)
+        )
 
 
 def _fixture(name: str):
@@ -40,8 +41,9 @@ def test_capacity_infeasible_verdict_is_certified_with_exact_followers():
     at a point whose followers were solved loosely (a trial point), and the certification of
     that point failed, so the tick fell back. The verdict now comes with exact followers."""
     problem, last, max_step, tolerance = _fixture("capacity_infeasible_market.json")
-    report = solve_equilibrium(problem, last_prices=last, max_step=max_step,
-                               settings=SolverSettings(tolerance=tolerance))
+    report = solve_equilibrium(
+        problem, last_prices=last, max_step=max_step, settings=SolverSettings(tolerance=tolerance)
+    )
     assert report.status == "capacity_infeasible", report.fallback_reason
     assert report.follower_kkt <= tolerance
     assert report.capacity_violation > 0.5  # demand exceeds capacity even at the box's top prices

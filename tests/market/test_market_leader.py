@@ -6,11 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from market_test_helpers import grid_demand, grid_profit, resource, tenant
 from scipy.optimize import minimize
 
 from market_pipeline.market import MarketProblem, SolverSettings, random_problem, solve_equilibrium
-
-from market_test_helpers import grid_demand, grid_profit, resource, tenant
 
 
 def _small_problem(seed: int, m: int, capacities, band=None) -> MarketProblem:
@@ -22,8 +21,17 @@ def _small_problem(seed: int, m: int, capacities, band=None) -> MarketProblem:
         sat = rng.uniform(0.5, 2.0, m)
         choke = rng.uniform(2.0, 6.0, m)
         weight = choke if family == "quadratic" else choke * sat
-        tenants.append(tenant(f"t{j}", weight.tolist(), sat.tolist(), float(rng.uniform(2.0, 8.0)), family,
-                              delay_cost=float(rng.uniform(0, 0.2)), **extra))
+        tenants.append(
+            tenant(
+                f"t{j}",
+                weight.tolist(),
+                sat.tolist(),
+                float(rng.uniform(2.0, 8.0)),
+                family,
+                delay_cost=float(rng.uniform(0, 0.2)),
+                **extra,
+            )
+        )
     resources = [resource(f"r{i}", capacities[i], 1.0 + 0.2 * i, 0.5, 8.0) for i in range(m)]
     if band is not None:
         resources[0].update({"class": "guaranteed", "pool": "p"})
@@ -62,14 +70,24 @@ def test_profit_matches_multistart_slsqp_with_a_discount_band():
     def negative_profit(p):
         return -float(((p - res.unit_cost) * grid_demand(problem, p[None])[0]).sum())
 
-    constraints = [{"type": "ineq", "fun": lambda p: np.nan_to_num(res.capacity, posinf=1e12)
-                    - grid_demand(problem, p[None])[0]},
-                   {"type": "ineq", "fun": lambda p: np.array([p[1] - 0.5 * p[0], 0.8 * p[0] - p[1]])}]
+    constraints = [
+        {
+            "type": "ineq",
+            "fun": lambda p: np.nan_to_num(res.capacity, posinf=1e12) - grid_demand(problem, p[None])[0],
+        },
+        {"type": "ineq", "fun": lambda p: np.array([p[1] - 0.5 * p[0], 0.8 * p[0] - p[1]])},
+    ]
     best = -np.inf
     for start in np.random.default_rng(7).uniform(1.0, 6.0, (4, 3)):
         start[1] = 0.65 * start[0]
-        out = minimize(negative_profit, start, method="SLSQP", bounds=[(0.5, 8.0)] * 3,
-                       constraints=constraints, options={"ftol": 1e-12, "maxiter": 300})
+        out = minimize(
+            negative_profit,
+            start,
+            method="SLSQP",
+            bounds=[(0.5, 8.0)] * 3,
+            constraints=constraints,
+            options={"ftol": 1e-12, "maxiter": 300},
+        )
         if out.success:
             best = max(best, -out.fun)
     assert np.isfinite(best)
@@ -153,7 +171,8 @@ def test_fallback_without_last_prices_is_a_safe_in_bounds_price(monkeypatch):
 def test_capacity_infeasible_within_price_bounds_is_reported():
     tenants = [tenant(f"t{j}", [10.0], [5.0]) for j in range(5)]
     problem = MarketProblem.from_instance_json(
-        {"resources": [resource("gpu", 1.0, 0.5, 0.1, 0.8)], "tenants": tenants})
+        {"resources": [resource("gpu", 1.0, 0.5, 0.1, 0.8)], "tenants": tenants}
+    )
     report = solve_equilibrium(problem)
     assert report.status == "capacity_infeasible" and not report.converged
     assert report.prices[0] == pytest.approx(0.8)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from market_test_helpers import mixed_population
 
 from market_pipeline.market import solve_followers
 from market_pipeline.market.sensitivity import demand_derivatives
-
-from market_test_helpers import mixed_population
 
 
 @pytest.fixture(autouse=True)
@@ -19,6 +18,7 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
 
 STEP = 1e-6
 

@@ -17,13 +17,16 @@ from sensors.schedules import LIVE_ENV, closed_hour_key, hourly_partition_schedu
 def _evaluate(schedule: dg.ScheduleDefinition, when: datetime):
     from sensors.definitions import defs
 
-    with dg.build_schedule_context(scheduled_execution_time=when, repository_def=defs.get_repository_def()) as context:
+    with dg.build_schedule_context(
+        scheduled_execution_time=when, repository_def=defs.get_repository_def()
+    ) as context:
         return schedule.evaluate_tick(context)
 
 
 def test_an_hourly_schedule_asks_for_the_hour_that_closed_and_tags_its_tick():
-    schedule = hourly_partition_schedule(telemetry_job, "t", 0, "d", first_hour=datetime(2026, 11, 1, tzinfo=UTC),
-                                         priority=1)
+    schedule = hourly_partition_schedule(
+        telemetry_job, "t", 0, "d", first_hour=datetime(2026, 11, 1, tzinfo=UTC), priority=1
+    )
     data = _evaluate(schedule, datetime(2026, 11, 3, 5, 0, tzinfo=UTC))
     [request] = data.run_requests
     assert request.partition_key == "2026-11-03-04:00" == request.run_key
@@ -33,7 +36,9 @@ def test_an_hourly_schedule_asks_for_the_hour_that_closed_and_tags_its_tick():
 
 
 def test_an_hour_before_the_fleets_history_is_skipped_with_its_reason():
-    schedule = hourly_partition_schedule(telemetry_job, "t", 0, "d", first_hour=datetime(2026, 11, 1, tzinfo=UTC))
+    schedule = hourly_partition_schedule(
+        telemetry_job, "t", 0, "d", first_hour=datetime(2026, 11, 1, tzinfo=UTC)
+    )
     data = _evaluate(schedule, datetime(2026, 11, 1, 0, 0, tzinfo=UTC))
     assert not data.run_requests and "before the fleet's history" in data.skip_message
 
@@ -88,13 +93,24 @@ def test_the_loops_modules_import_without_a_loadable_config():
     import sys
     from pathlib import Path
 
-    code = ("import assets.billing_dbt, sensors.jobs, sensors.ops, sensors.schedules, sensors.scaling, "
-            "sensors.drain, assets.billing, assets.market, assets.scaling, assets.demand_response, assets.drain\n"
-            "print('loaded')")
+    code = (
+        "import assets.billing_dbt, sensors.jobs, sensors.ops, sensors.schedules, sensors.scaling, "
+        "sensors.drain, assets.billing, assets.market, assets.scaling, assets.demand_response, assets.drain\n"
+        "print('loaded')"
+    )
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(root),
-                               "MARKET_PIPELINE_CONFIG": str(root / "no-such-config.toml")})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(root),
+            "MARKET_PIPELINE_CONFIG": str(root / "no-such-config.toml"),
+        },
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "loaded" in done.stdout
 

@@ -28,8 +28,14 @@ def test_a_one_minute_soak_loses_nothing_and_repeats_nothing():
         pytest.skip("PostgreSQL is not running on 127.0.0.1:5432")
     # the partitions begin at the twin's epoch, not at the suite's pinned start
     env = {k: v for k, v in os.environ.items() if k != HISTORY_START_ENV and not k.startswith("MP__")}
-    done = subprocess.run([sys.executable, "-m", "market_pipeline.cli", "bench", "soak", "--minutes", "1", "--json"],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=400)
+    done = subprocess.run(
+        [sys.executable, "-m", "market_pipeline.cli", "bench", "soak", "--minutes", "1", "--json"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["runs"] >= 3 and result["steps"] >= 2, result

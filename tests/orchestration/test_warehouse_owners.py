@@ -22,15 +22,32 @@ NOW = datetime(2026, 11, 3, 5, 0, tzinfo=UTC)
 
 
 def _scale() -> pl.DataFrame:
-    decision = ScalingDecision(decision_id="d1", pool="p1", action="scale_up", node_id=None, allowed=True,
-                               reasons=["forecast q90 above capacity"], inputs={"at": NOW}, certificate_margin=0.5,
-                               decided_at=NOW.isoformat(), count=2)
+    decision = ScalingDecision(
+        decision_id="d1",
+        pool="p1",
+        action="scale_up",
+        node_id=None,
+        allowed=True,
+        reasons=["forecast q90 above capacity"],
+        inputs={"at": NOW},
+        certificate_margin=0.5,
+        decided_at=NOW.isoformat(),
+        count=2,
+    )
     return scale_rows([decision], shadow=True, decided_at=NOW)
 
 
 def _budget() -> pl.DataFrame:
-    verdict = GuardVerdict("t1", admit_new_tasks=False, drain_running=True, drain_after=NOW, balance=Decimal("-1"),
-                           available=None, next_interval_cost=Decimal("2"), reasons=("balance below zero",))
+    verdict = GuardVerdict(
+        "t1",
+        admit_new_tasks=False,
+        drain_running=True,
+        drain_after=NOW,
+        balance=Decimal("-1"),
+        available=None,
+        next_interval_cost=Decimal("2"),
+        reasons=("balance below zero",),
+    )
     return guard_decisions([verdict], {"t1": [("task-1", "p1")]}, NOW, shadow=False)
 
 
@@ -46,13 +63,22 @@ def test_every_kind_of_decision_has_the_one_schema_and_lands_in_the_table(tmp_pa
     store = open_warehouse(tmp_path / "w.duckdb")
     for frame in frames.values():
         writers.record_decisions(store, frame)
-    stored = store.query("SELECT kind, count(*) AS n, bool_and(inputs IS NOT NULL) AS has_inputs "
-                         "FROM decisions GROUP BY kind ORDER BY kind")
+    stored = store.query(
+        "SELECT kind, count(*) AS n, bool_and(inputs IS NOT NULL) AS has_inputs "
+        "FROM decisions GROUP BY kind ORDER BY kind"
+    )
     assert stored["kind"].to_list() == ["budget_guard", "price", "scale"]
     assert stored["n"].to_list() == [2, frames["price"].height, 1] and stored["has_inputs"].all()
-    scale = store.query("SELECT reasons, CAST(inputs AS VARCHAR) AS inputs FROM decisions WHERE kind = 'scale'")
-    assert scale["reasons"][0].to_list() == ["forecast q90 above capacity", "shadow mode: recorded, not executed"]
-    assert '"count": 2' in scale["inputs"][0] and "2026-11-03" in scale["inputs"][0]  # a datetime input as text
+    scale = store.query(
+        "SELECT reasons, CAST(inputs AS VARCHAR) AS inputs FROM decisions WHERE kind = 'scale'"
+    )
+    assert scale["reasons"][0].to_list() == [
+        "forecast q90 above capacity",
+        "shadow mode: recorded, not executed",
+    ]
+    assert (
+        '"count": 2' in scale["inputs"][0] and "2026-11-03" in scale["inputs"][0]
+    )  # a datetime input as text
 
 
 def test_prices_written_and_read_back_by_their_owners(tmp_path):

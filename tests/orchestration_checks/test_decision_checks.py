@@ -14,7 +14,12 @@ from market_pipeline.config import load_config
 from market_pipeline.decision_checks.drains import approved_drains, drain_limits_verdict
 from market_pipeline.decision_checks.flapping import flapping_verdict, node_actions
 from market_pipeline.decision_checks.margins import latest_plan, plan_margin_verdict, tick_margin_verdict
-from market_pipeline.decision_checks.prices import offending_prices, price_rules, promise_frame, published_with_previous
+from market_pipeline.decision_checks.prices import (
+    offending_prices,
+    price_rules,
+    promise_frame,
+    published_with_previous,
+)
 from market_pipeline.decision_checks.solve import solve_verdict
 from market_pipeline.guardrails.task_drain_limits import DrainLimits, DrainReason
 from market_pipeline.tick.live import TICK_SCHEMA, base_price_rows, price_frame, price_row
@@ -61,34 +66,89 @@ def test_a_negative_tick_margin_must_have_asked_for_capacity() -> None:
 
 
 def write_scale(store: Warehouse, rows: list[dict]) -> None:
-    frame = pl.DataFrame([{"decision_id": f"scale-{i}", "kind": "scale", "pool_id": "p", "target": None,
-                           "action": "hold", "allowed": True, "shadow": False, "reasons": ["r"],
-                           "inputs": "{}", "decided_at": T0, "outcome": None, **row} for i, row in enumerate(rows)],
-                         schema_overrides={"decided_at": pl.Datetime("us", "UTC"), "reasons": pl.List(pl.Utf8),
-                                           "target": pl.Utf8, "outcome": pl.Utf8})
+    frame = pl.DataFrame(
+        [
+            {
+                "decision_id": f"scale-{i}",
+                "kind": "scale",
+                "pool_id": "p",
+                "target": None,
+                "action": "hold",
+                "allowed": True,
+                "shadow": False,
+                "reasons": ["r"],
+                "inputs": "{}",
+                "decided_at": T0,
+                "outcome": None,
+                **row,
+            }
+            for i, row in enumerate(rows)
+        ],
+        schema_overrides={
+            "decided_at": pl.Datetime("us", "UTC"),
+            "reasons": pl.List(pl.Utf8),
+            "target": pl.Utf8,
+            "outcome": pl.Utf8,
+        },
+    )
     store.append("decisions", frame)
 
 
 def plan_inputs(margin: float, certified: bool = True, target: int = 4, max_nodes: int = 10) -> str:
-    return json.dumps({"certificate_margin": margin, "target_certified": certified, "target_nodes": target,
-                       "max_nodes": max_nodes})
+    return json.dumps(
+        {
+            "certificate_margin": margin,
+            "target_certified": certified,
+            "target_nodes": target,
+            "max_nodes": max_nodes,
+        }
+    )
 
 
 def test_plan_margins_fail_on_an_uncertified_target_or_a_removal_the_certificate_needs(store) -> None:
-    write_scale(store, [{"inputs": plan_inputs(2.0)},
-                        {"action": "cordon", "target": "n1", "inputs": plan_inputs(5.0)}])
+    write_scale(
+        store,
+        [{"inputs": plan_inputs(2.0)}, {"action": "cordon", "target": "n1", "inputs": plan_inputs(5.0)}],
+    )
     assert plan_margin_verdict(latest_plan(store)).passed
     later = T0 + timedelta(minutes=5)
-    write_scale(store, [{"decision_id": "late-0", "decided_at": later, "inputs": plan_inputs(-1.0, certified=False)},
-                        {"decision_id": "late-1", "decided_at": later, "action": "cordon", "target": "n2",
-                         "inputs": plan_inputs(-3.0)},
-                        {"decision_id": "late-2", "decided_at": later, "action": "uncordon", "target": "n3",
-                         "inputs": plan_inputs(-3.0)}])  # an uncordon that restores capacity is fine
+    write_scale(
+        store,
+        [
+            {"decision_id": "late-0", "decided_at": later, "inputs": plan_inputs(-1.0, certified=False)},
+            {
+                "decision_id": "late-1",
+                "decided_at": later,
+                "action": "cordon",
+                "target": "n2",
+                "inputs": plan_inputs(-3.0),
+            },
+            {
+                "decision_id": "late-2",
+                "decided_at": later,
+                "action": "uncordon",
+                "target": "n3",
+                "inputs": plan_inputs(-3.0),
+            },
+        ],
+    )  # an uncordon that restores capacity is fine
     bad = plan_margin_verdict(latest_plan(store))
     assert not bad.passed
     assert [(o["action"], o["target"]) for o in bad.offenders] == [("target", ""), ("cordon", "n2")]
-    at_max = plan_margin_verdict(pl.DataFrame([{"pool_id": "p", "target": None, "action": "hold", "allowed": True,
-                                                "shadow": False, "inputs": plan_inputs(-1.0, False, 10, 10)}]))
+    at_max = plan_margin_verdict(
+        pl.DataFrame(
+            [
+                {
+                    "pool_id": "p",
+                    "target": None,
+                    "action": "hold",
+                    "allowed": True,
+                    "shadow": False,
+                    "inputs": plan_inputs(-1.0, False, 10, 10),
+                }
+            ]
+        )
+    )
     assert at_max.passed  # every node is in: nothing more the plan could do
 
 
@@ -96,17 +156,31 @@ def publish(store: Warehouse, config, at: datetime, changes: dict[str, float]) -
     """Publish every resource of the first pool at its list price, but for `changes`."""
     pool = config.pools[0]
     base = base_price_rows(config, at).filter(pl.col("pool_id") == pool.pool_id)
-    rows = [price_row(pool, r["resource_class"], changes.get(r["resource_class"], float(r["price_per_gpu_hour"])),
-                      at, "solve-x", "solver", float(r["list_price_per_gpu_hour"]), None, "as solved")
-            for r in base.iter_rows(named=True)]
+    rows = [
+        price_row(
+            pool,
+            r["resource_class"],
+            changes.get(r["resource_class"], float(r["price_per_gpu_hour"])),
+            at,
+            "solve-x",
+            "solver",
+            float(r["list_price_per_gpu_hour"]),
+            None,
+            "as solved",
+        )
+        for r in base.iter_rows(named=True)
+    ]
     store.append("price_book", price_frame(rows))
 
 
 def test_price_promises_are_checked_with_great_expectations(store, config) -> None:
     pool = config.pools[0]
     listed = pool.base_price
-    drainable_list = float(base_price_rows(config, T0).filter(
-        (pl.col("pool_id") == pool.pool_id) & (pl.col("resource_class") == "drainable"))["price_per_gpu_hour"][0])
+    drainable_list = float(
+        base_price_rows(config, T0).filter(
+            (pl.col("pool_id") == pool.pool_id) & (pl.col("resource_class") == "drainable")
+        )["price_per_gpu_hour"][0]
+    )
     publish(store, config, T0, {})
     step = config.market.max_price_step
     cases = [  # (guaranteed, drainable, the promise it breaks)
@@ -128,23 +202,51 @@ def test_price_promises_are_checked_with_great_expectations(store, config) -> No
 
 def write_drains(store: Warehouse, drains: list[dict]) -> None:
     first = store.query("SELECT count(*) AS n FROM decisions")["n"][0]
-    rows = [{"decision_id": f"d{first + i}", "kind": "drain", "pool_id": d.get("pool", "p"), "target": f"task-{i}",
-             "action": "drain_task", "allowed": True, "shadow": False, "reasons": ["x"],
-             "inputs": json.dumps({"tenant_id": d.get("tenant", "t1"), "node_id": d.get("node", f"n{i}"),
-                                   "trigger": d.get("trigger", "scale_down")}),
-             "decided_at": T0 - timedelta(minutes=d.get("ago", 1)), "outcome": d.get("outcome", "terminated")}
-            for i, d in enumerate(drains)]
-    store.append("decisions", pl.DataFrame(rows, schema_overrides={
-        "decided_at": pl.Datetime("us", "UTC"), "reasons": pl.List(pl.Utf8), "outcome": pl.Utf8}))
+    rows = [
+        {
+            "decision_id": f"d{first + i}",
+            "kind": "drain",
+            "pool_id": d.get("pool", "p"),
+            "target": f"task-{i}",
+            "action": "drain_task",
+            "allowed": True,
+            "shadow": False,
+            "reasons": ["x"],
+            "inputs": json.dumps(
+                {
+                    "tenant_id": d.get("tenant", "t1"),
+                    "node_id": d.get("node", f"n{i}"),
+                    "trigger": d.get("trigger", "scale_down"),
+                }
+            ),
+            "decided_at": T0 - timedelta(minutes=d.get("ago", 1)),
+            "outcome": d.get("outcome", "terminated"),
+        }
+        for i, d in enumerate(drains)
+    ]
+    store.append(
+        "decisions",
+        pl.DataFrame(
+            rows,
+            schema_overrides={
+                "decided_at": pl.Datetime("us", "UTC"),
+                "reasons": pl.List(pl.Utf8),
+                "outcome": pl.Utf8,
+            },
+        ),
+    )
 
 
 def test_drains_past_a_tenant_cap_or_a_pool_budget_fail(store, config) -> None:
     limits = DrainLimits.from_config(config)
     cap = limits.tenant_max_drains_per_day
-    write_drains(store, [{"ago": 60 * i} for i in range(cap)]
-                 + [{"tenant": "t2", "trigger": "budget"}] * (cap + 1)  # the tenant's own budget: exempt
-                 + [{"tenant": "t3", "outcome": "aborted"}] * (cap + 1)  # disrupted nothing
-                 + [{"tenant": "t4", "ago": 25 * 60}] * (cap + 1))  # yesterday's
+    write_drains(
+        store,
+        [{"ago": 60 * i} for i in range(cap)]
+        + [{"tenant": "t2", "trigger": "budget"}] * (cap + 1)  # the tenant's own budget: exempt
+        + [{"tenant": "t3", "outcome": "aborted"}] * (cap + 1)  # disrupted nothing
+        + [{"tenant": "t4", "ago": 25 * 60}] * (cap + 1),
+    )  # yesterday's
     drains, now = approved_drains(store)
     assert drain_limits_verdict(drains, now, limits, {"p": 10}).passed
     write_drains(store, [{"tenant": "t1", "ago": 0}])
@@ -167,16 +269,50 @@ def test_open_drains_past_the_pool_budget_fail(store, config) -> None:
 
 def test_a_node_cordoned_three_times_a_day_flaps(store) -> None:
     hours = [1, 3, 5]
-    write_scale(store, [{"decision_id": f"c{h}", "action": "cordon", "target": "a10-hz-a-06",
-                         "decided_at": T0 + timedelta(hours=h), "outcome": "ok: cordoned"} for h in hours[:2]]
-                + [{"decision_id": f"u{h}", "action": "uncordon", "target": "a10-hz-a-06",
-                    "decided_at": T0 + timedelta(hours=h, minutes=30), "outcome": "ok"} for h in hours[:2]]
-                + [{"decision_id": "superseded", "action": "cordon", "target": "a10-hz-a-06",
-                    "decided_at": T0 + timedelta(hours=4),
-                    "outcome": "superseded: the plan of 2026-03-02T16:05:00+00:00 re-decided"}])
+    write_scale(
+        store,
+        [
+            {
+                "decision_id": f"c{h}",
+                "action": "cordon",
+                "target": "a10-hz-a-06",
+                "decided_at": T0 + timedelta(hours=h),
+                "outcome": "ok: cordoned",
+            }
+            for h in hours[:2]
+        ]
+        + [
+            {
+                "decision_id": f"u{h}",
+                "action": "uncordon",
+                "target": "a10-hz-a-06",
+                "decided_at": T0 + timedelta(hours=h, minutes=30),
+                "outcome": "ok",
+            }
+            for h in hours[:2]
+        ]
+        + [
+            {
+                "decision_id": "superseded",
+                "action": "cordon",
+                "target": "a10-hz-a-06",
+                "decided_at": T0 + timedelta(hours=4),
+                "outcome": "superseded: the plan of 2026-03-02T16:05:00+00:00 re-decided",
+            }
+        ],
+    )
     assert flapping_verdict(node_actions(store)).passed  # twice a day is the limit; superseded never acted
-    write_scale(store, [{"decision_id": "third", "action": "cordon", "target": "a10-hz-a-06",
-                         "decided_at": T0 + timedelta(hours=5)}])
+    write_scale(
+        store,
+        [
+            {
+                "decision_id": "third",
+                "action": "cordon",
+                "target": "a10-hz-a-06",
+                "decided_at": T0 + timedelta(hours=5),
+            }
+        ],
+    )
     verdict = flapping_verdict(node_actions(store))
     assert not verdict.passed and verdict.offenders[0]["node_id"] == "a10-hz-a-06"
     assert (verdict.offenders[0]["cordons"], verdict.offenders[0]["uncordons"]) == (3, 2)

@@ -24,26 +24,60 @@ T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 def test_every_decision_asset_has_its_checks_and_the_blocking_ones_block() -> None:
     from sensors.definitions import defs
 
-    checks = {(k.asset_key.to_user_string(), k.name) for a in defs.assets if isinstance(a, dg.AssetsDefinition)
-              for k in a.check_keys}
+    checks = {
+        (k.asset_key.to_user_string(), k.name)
+        for a in defs.assets
+        if isinstance(a, dg.AssetsDefinition)
+        for k in a.check_keys
+    }
     checks |= {(k.asset_key.to_user_string(), k.name) for c in defs.asset_checks for k in c.check_keys}
     for asset in ("equilibrium_prices", "price_book", "scaling_plan", "drain_requests", "demand_forecast"):
         assert any(a == asset for a, _ in checks), asset
     assert {("demand_forecast", FORECAST_COVERAGE), ("demand_forecast", FORECAST_FALLBACK)} <= checks
     blocking = {spec.key.name for c in decision_checks for spec in c.check_specs if spec.blocking}
-    assert blocking == {"equilibrium_solve_certified", "price_book_promises", "scaling_plan_margins",
-                        "drain_requests_within_limits"}
+    assert blocking == {
+        "equilibrium_solve_certified",
+        "price_book_promises",
+        "scaling_plan_margins",
+        "drain_requests_within_limits",
+    }
 
 
 def solve_and_tick(store, status: str, kkt: float) -> None:
-    store.append("solve_reports", pl.DataFrame([{
-        "solve_id": "solve-1", "solved_at": T0, "status": status, "converged": status == "converged",
-        "profit": 1.0, "kkt_residual": kkt, "iterations": 3, "seconds": 0.1,
-        "fallback_reason": "leader step diverged" if status == "fallback" else None, "shadow": False,
-        "report": "{}"}], schema_overrides={"solved_at": pl.Datetime("us", "UTC"), "fallback_reason": pl.Utf8}))
-    row = {name: (0.0 if dtype == pl.Float64 else False if dtype == pl.Boolean else "") for name, dtype in TICK_SCHEMA.items()}
-    row.update(tick_at=T0, solve_id="solve-1", pool_id="p", status=status, margin=1.0, serving_gpus=8.0,
-               capacity_target_gpus=8.0)
+    store.append(
+        "solve_reports",
+        pl.DataFrame(
+            [
+                {
+                    "solve_id": "solve-1",
+                    "solved_at": T0,
+                    "status": status,
+                    "converged": status == "converged",
+                    "profit": 1.0,
+                    "kkt_residual": kkt,
+                    "iterations": 3,
+                    "seconds": 0.1,
+                    "fallback_reason": "leader step diverged" if status == "fallback" else None,
+                    "shadow": False,
+                    "report": "{}",
+                }
+            ],
+            schema_overrides={"solved_at": pl.Datetime("us", "UTC"), "fallback_reason": pl.Utf8},
+        ),
+    )
+    row = {
+        name: (0.0 if dtype == pl.Float64 else False if dtype == pl.Boolean else "")
+        for name, dtype in TICK_SCHEMA.items()
+    }
+    row.update(
+        tick_at=T0,
+        solve_id="solve-1",
+        pool_id="p",
+        status=status,
+        margin=1.0,
+        serving_gpus=8.0,
+        capacity_target_gpus=8.0,
+    )
     store.append("market_ticks", pl.DataFrame([row], schema=TICK_SCHEMA))
 
 
@@ -58,9 +92,11 @@ def run(tmp_path, status: str, kkt: float) -> dg.ExecuteInProcessResult:
     def downstream() -> None:
         pass
 
-    return dg.materialize([stand_in, downstream, equilibrium_checks],
-                          resources={"warehouse": WarehouseResource(path=path), "fleet": FleetAdapterResource()},
-                          raise_on_error=False)
+    return dg.materialize(
+        [stand_in, downstream, equilibrium_checks],
+        resources={"warehouse": WarehouseResource(path=path), "fleet": FleetAdapterResource()},
+        raise_on_error=False,
+    )
 
 
 def test_a_fallback_solve_fails_its_check_and_stops_the_price_book(tmp_path) -> None:
@@ -80,5 +116,7 @@ def test_a_certified_solve_lets_the_price_book_run(tmp_path) -> None:
     assert result.success
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert "price_book" in materialized
-    (evaluation,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "equilibrium_solve_certified"]
+    (evaluation,) = [
+        e for e in result.get_asset_check_evaluations() if e.check_name == "equilibrium_solve_certified"
+    ]
     assert evaluation.metadata["kkt_residual"].value == 1e-9

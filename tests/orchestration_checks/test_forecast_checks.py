@@ -20,9 +20,12 @@ def results() -> list:
 
 
 def covered(result, value: float, reason: str | None = None):
-    forecast = dataclasses.replace(result.forecast, recent_coverage=np.full(result.forecast.q50.size, value),
-                                   coarse_recent_coverage=np.full(result.forecast.coarse_q50.size, value),
-                                   fallback_reason=reason)
+    forecast = dataclasses.replace(
+        result.forecast,
+        recent_coverage=np.full(result.forecast.q50.size, value),
+        coarse_recent_coverage=np.full(result.forecast.coarse_q50.size, value),
+        fallback_reason=reason,
+    )
     return dataclasses.replace(result, forecast=forecast)
 
 
@@ -39,8 +42,11 @@ def test_coverage_in_band_passes_and_outside_fails(results) -> None:
 
 
 def test_persistence_by_fallback_raises_a_warning(results) -> None:
-    checks = by_name(forecast_check_results([covered(results[0], 0.8, reason="history too short"),
-                                             covered(results[1], 0.8)]))
+    checks = by_name(
+        forecast_check_results(
+            [covered(results[0], 0.8, reason="history too short"), covered(results[1], 0.8)]
+        )
+    )
     warning = checks[FORECAST_FALLBACK]
     assert not warning.passed and warning.severity is dg.AssetCheckSeverity.WARN
     assert "history too short" in warning.description and warning.metadata["fallback_pools"].value == 1

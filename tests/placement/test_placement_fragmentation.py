@@ -43,8 +43,14 @@ def test_placement_fragmentation_by_hand() -> None:
 
 def test_placement_incremental_terms_match_a_fresh_computation() -> None:
     rng = np.random.default_rng(4)
-    cap = ClusterCapacity.build([f"n{i}" for i in range(12)], ["A"] * 6 + ["M"] * 6, [4] * 12,
-                                [32_000] * 12, [1 << 20] * 12, mig_sizes_by_model={"M": (1, 2, 3, 4, 7)})
+    cap = ClusterCapacity.build(
+        [f"n{i}" for i in range(12)],
+        ["A"] * 6 + ["M"] * 6,
+        [4] * 12,
+        [32_000] * 12,
+        [1 << 20] * 12,
+        mig_sizes_by_model={"M": (1, 2, 3, 4, 7)},
+    )
     typical = TypicalPods.from_requests([PodRequest(1, m, 2000) for m in (110, 470, 810, 1000)])
     terms = FragmentTerms(typical)
     for _ in range(30):
@@ -69,14 +75,19 @@ def test_placement_typical_pods_keep_the_popular_classes() -> None:
 
 
 def test_placement_saturation_replay_accounts_for_every_gpu() -> None:
-    cap = ClusterCapacity.build([f"n{i}" for i in range(20)], ["T4"] * 20, [4] * 20, [32_000] * 20, [1 << 18] * 20)
+    cap = ClusterCapacity.build(
+        [f"n{i}" for i in range(20)], ["T4"] * 20, [4] * 20, [32_000] * 20, [1 << 18] * 20
+    )
     rng = np.random.default_rng(2)
-    pods = [PodRequest(1, int(m), int(c)) for m, c in zip(rng.choice([250, 470, 1000], 60),
-                                                         rng.choice([2000, 6000, 12000], 60))]
+    pods = [
+        PodRequest(1, int(m), int(c))
+        for m, c in zip(rng.choice([250, 470, 1000], 60), rng.choice([2000, 6000, 12000], 60))
+    ]
     result = saturation_replay(cap, pods, "best_fit")
     assert result["arrived_gpus"] >= result["cluster_gpus"] == 80
     assert result["unallocated_gpus_at_saturation"] == pytest.approx(
-        result["cluster_gpus"] * (1 - result["allocation_ratio"]), abs=1e-2)
+        result["cluster_gpus"] * (1 - result["allocation_ratio"]), abs=1e-2
+    )
     assert result["placed_pods"] + result["rejected_pods"] == result["arrived_pods"]
     assert saturation_replay(cap, pods, "best_fit") | {"seconds": 0} == result | {"seconds": 0}
     assert cap.free_gpus() == 80  # the input cluster is left untouched
@@ -86,11 +97,17 @@ def test_placement_saturation_replay_accounts_for_every_gpu() -> None:
 
 def test_placement_fragment_aware_beats_best_fit_on_openb(shared_data: Path) -> None:
     folder = shared_data / "alibaba-gpu-2023"
-    cap, pods = load_openb_experiment(folder / "openb_node_list_gpu_node.csv", folder / "openb_pod_list_default.csv")
+    cap, pods = load_openb_experiment(
+        folder / "openb_node_list_gpu_node.csv", folder / "openb_pod_list_default.csv"
+    )
     rows = np.arange(0, cap.n_nodes, 6)  # every sixth node: a 203-node cluster, same mix
-    sub = ClusterCapacity.build([cap.node_ids[i] for i in rows], [cap.model_names[cap.model_code[i]] for i in rows],
-                                cap.present[rows].sum(axis=1).tolist(), cap.cpu_total[rows].tolist(),
-                                cap.mem_total[rows].tolist())
+    sub = ClusterCapacity.build(
+        [cap.node_ids[i] for i in rows],
+        [cap.model_names[cap.model_code[i]] for i in rows],
+        cap.present[rows].sum(axis=1).tolist(),
+        cap.cpu_total[rows].tolist(),
+        cap.mem_total[rows].tolist(),
+    )
     result = compare_policies(sub, pods, ["best_fit", "fragment_aware"])
     # the full fleet (bench placement) reaches the 30%; the subset keeps a margin
     assert result["fragment_aware_reduction_vs_best_fit"] >= 0.25

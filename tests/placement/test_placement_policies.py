@@ -24,9 +24,13 @@ def _cluster() -> ClusterCapacity:
     models = ["A100"] * 3 + ["V100M32"] * 3 + ["T4"] * 4
     gpus = [8] * 3 + [8] * 3 + [2] * 4
     return ClusterCapacity.build(
-        node_ids=[f"n{i}" for i in range(10)], models=models, gpus=gpus,
-        cpu_milli=[96_000] * 6 + [32_000] * 4, mem_mib=[512_000] * 6 + [128_000] * 4,
-        mig_sizes_by_model={"A100": (1, 2, 3, 4, 7)}, nvlink_domain_by_model={"A100": 8, "V100M32": 4},
+        node_ids=[f"n{i}" for i in range(10)],
+        models=models,
+        gpus=gpus,
+        cpu_milli=[96_000] * 6 + [32_000] * 4,
+        mem_mib=[512_000] * 6 + [128_000] * 4,
+        mig_sizes_by_model={"A100": (1, 2, 3, 4, 7)},
+        nvlink_domain_by_model={"A100": 8, "V100M32": 4},
     )
 
 
@@ -121,8 +125,9 @@ def test_placement_gpu_type_constraint_is_honoured(name: str) -> None:
 
 @pytest.mark.parametrize("name", POLICY_NAMES)
 def test_placement_multi_gpu_prefers_one_nvlink_domain(name: str) -> None:
-    cap = ClusterCapacity.build(["v0"], ["V100M32"], [8], [96_000], [512_000],
-                                nvlink_domain_by_model={"V100M32": 4})
+    cap = ClusterCapacity.build(
+        ["v0"], ["V100M32"], [8], [96_000], [512_000], nvlink_domain_by_model={"V100M32": 4}
+    )
     one = PodRequest(1, MILLI)
     cap.allocate(one, Placement(0, (0,), MILLI))  # domain 0 keeps 3 free, domain 1 keeps 4
     policy = make_policy(name, TypicalPods.from_requests([one]))

@@ -14,8 +14,14 @@ BACKLOG = BacklogParams(residual_share=0.2, elasticity=1.0, price_min=0.5, price
 def policy_config(**changes) -> ScalingConfig:
     """No keep window, drainable floor, persistence or warm pool: a test turns on what it checks."""
     base = dict(
-        backlog=BACKLOG, keep_window_hours=0.0, drainable_floor_window_hours=0.0,
-        scale_up_persistence_minutes=0.0, urgent_persistence_minutes=0.0, min_scale_down_fraction=0.0,
-        warm_pool_nodes=0, max_removals_per_hour=10, interval_minutes=5.0,
+        backlog=BACKLOG,
+        keep_window_hours=0.0,
+        drainable_floor_window_hours=0.0,
+        scale_up_persistence_minutes=0.0,
+        urgent_persistence_minutes=0.0,
+        min_scale_down_fraction=0.0,
+        warm_pool_nodes=0,
+        max_removals_per_hour=10,
+        interval_minutes=5.0,
     )
     return ScalingConfig(**{**base, **changes})

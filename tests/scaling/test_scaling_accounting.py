@@ -68,7 +68,9 @@ def test_demand_the_price_sheds_is_unserved_in_the_replay() -> None:
     served = drive(run, demand, 5)
     s = run.metrics.summary(run.fleet)
     assert s["priced_out_gpu_minutes"] > 100.0
-    assert s["pending_gpu_minutes"] == pytest.approx(s["queued_gpu_minutes"] + s["priced_out_gpu_minutes"], abs=0.05)
+    assert s["pending_gpu_minutes"] == pytest.approx(
+        s["queued_gpu_minutes"] + s["priced_out_gpu_minutes"], abs=0.05
+    )
     assert s["pending_gpu_minutes"] == pytest.approx(float(demand.sum()) - served, abs=0.05)
 
 
@@ -127,8 +129,12 @@ def test_apply_combo_sets_the_tick_everywhere_it_is_read() -> None:
 
 
 def _policy(idle: float, pending: float, actions: float = 1.0, violations: int = 0) -> dict:
-    return {"idle_gpu_hours": idle, "pending_gpu_minutes": pending, "actions_per_day": actions,
-            "certificate_violations": violations}
+    return {
+        "idle_gpu_hours": idle,
+        "pending_gpu_minutes": pending,
+        "actions_per_day": actions,
+        "certificate_violations": violations,
+    }
 
 
 def test_selection_prefers_feasible_then_least_worst_idle_ratio() -> None:
@@ -159,8 +165,11 @@ def test_shipped_defaults_do_not_flap_under_a_noisy_level_load(seed: int, level:
     tick = config.loop.tick_minutes
     initial = max(1, math.ceil(level / 8))
     fleet = FleetParams(max_nodes=2 * initial + 6, warm_nodes=1, seed=seed, pin_probability=0.2)
-    run = PolicyRun(ReplaySettings(fleet=fleet, scaling=scaling, tick_minutes=tick, forecast_horizon_minutes=tick),
-                    initial, T0)
+    run = PolicyRun(
+        ReplaySettings(fleet=fleet, scaling=scaling, tick_minutes=tick, forecast_horizon_minutes=tick),
+        initial,
+        T0,
+    )
     rng = np.random.default_rng(seed)
     demand = np.clip(np.round(level + rng.normal(0.0, noise * level, 2 * 1440)), 0.0, None)
     drive(run, demand, tick)

@@ -21,11 +21,19 @@ from market_pipeline.guardrails.backlog import (
     shield,
 )
 
-PARAMS = BacklogParams(residual_share=0.2, elasticity=1.0, min_margin_gpus=1.0,
-                       margin_fraction=0.05, price_min=0.5, price_max=3.0)
+PARAMS = BacklogParams(
+    residual_share=0.2,
+    elasticity=1.0,
+    min_margin_gpus=1.0,
+    margin_fraction=0.05,
+    price_min=0.5,
+    price_max=3.0,
+)
 
 
-def state(forecast: float, backlog: float = 0.0, max_capacity: float = math.inf, step: float = 8.0) -> BacklogState:
+def state(
+    forecast: float, backlog: float = 0.0, max_capacity: float = math.inf, step: float = 8.0
+) -> BacklogState:
     return BacklogState("p", forecast, 1.0, backlog, max_capacity, step)
 
 
@@ -125,7 +133,9 @@ def test_shield_output_is_admissible_whenever_feasible(
 
 @settings(max_examples=150, deadline=None)
 @given(forecasts, st.floats(0.0, 300.0), prices)
-def test_min_certified_capacity_is_the_least_step_multiple(forecast: float, backlog: float, price: float) -> None:
+def test_min_certified_capacity_is_the_least_step_multiple(
+    forecast: float, backlog: float, price: float
+) -> None:
     s = state(forecast, backlog)
     capacity = min_certified_capacity(s, price, PARAMS)
     assert certify(s, price, capacity, PARAMS).admissible

@@ -38,14 +38,43 @@ def fleet_env(tmp_path, monkeypatch):
     return config, open_warehouse(config.warehouse_path)
 
 
-def add(store: Warehouse, key: str, tick: datetime, action: str, target: str | None = None, *,
-        count: int = 1, allowed: bool = True, shadow: bool = False, pool: str = POOL) -> str:
+def add(
+    store: Warehouse,
+    key: str,
+    tick: datetime,
+    action: str,
+    target: str | None = None,
+    *,
+    count: int = 1,
+    allowed: bool = True,
+    shadow: bool = False,
+    pool: str = POOL,
+) -> str:
     decision_id = f"scale-{key}"
-    store.upsert("decisions", pl.DataFrame([{
-        "decision_id": decision_id, "kind": "scale", "pool_id": pool, "target": target, "action": action,
-        "allowed": allowed, "shadow": shadow, "reasons": ["test"], "inputs": json.dumps({"count": count}),
-        "decided_at": tick}], schema_overrides={"decided_at": pl.Datetime("us", "UTC"),
-                                                "reasons": pl.List(pl.Utf8), "target": pl.Utf8}))
+    store.upsert(
+        "decisions",
+        pl.DataFrame(
+            [
+                {
+                    "decision_id": decision_id,
+                    "kind": "scale",
+                    "pool_id": pool,
+                    "target": target,
+                    "action": action,
+                    "allowed": allowed,
+                    "shadow": shadow,
+                    "reasons": ["test"],
+                    "inputs": json.dumps({"count": count}),
+                    "decided_at": tick,
+                }
+            ],
+            schema_overrides={
+                "decided_at": pl.Datetime("us", "UTC"),
+                "reasons": pl.List(pl.Utf8),
+                "target": pl.Utf8,
+            },
+        ),
+    )
     return decision_id
 
 
@@ -55,15 +84,23 @@ def decisions(store: Warehouse) -> dict[str, dict]:
 
 
 def sensor_requests(instance, store: Warehouse) -> list[dg.RunRequest]:
-    context = dg.build_sensor_context(instance=instance,
-                                      resources={"warehouse": WarehouseResource(path=str(store.path))})
+    context = dg.build_sensor_context(
+        instance=instance, resources={"warehouse": WarehouseResource(path=str(store.path))}
+    )
     return scaling_sensor.evaluate_tick(context).run_requests
 
 
 def run_batch(instance, store: Warehouse, request: dg.RunRequest, fleet=None) -> dg.ExecuteInProcessResult:
     return scaling_actions_job.execute_in_process(
-        run_config=request.run_config, instance=instance, tags=request.tags, raise_on_error=False,
-        resources={"warehouse": WarehouseResource(path=str(store.path)), "fleet": fleet or FleetAdapterResource()})
+        run_config=request.run_config,
+        instance=instance,
+        tags=request.tags,
+        raise_on_error=False,
+        resources={
+            "warehouse": WarehouseResource(path=str(store.path)),
+            "fleet": fleet or FleetAdapterResource(),
+        },
+    )
 
 
 def batch_metadata(result: dg.ExecuteInProcessResult) -> dict:
@@ -93,8 +130,11 @@ def test_one_run_request_per_tick_and_none_new_on_a_second_evaluation(fleet_env,
 
     first = sensor_requests(instance, store)
     assert [r.run_key for r in first] == [batch_id_for("scale", T1), batch_id_for("scale", T2)]
-    assert {"scaling/batch_id": batch_id_for("scale", T1), "scaling/tick": T1.isoformat(),
-            "scaling/decisions": "3"}.items() <= first[0].tags.items()
+    assert {
+        "scaling/batch_id": batch_id_for("scale", T1),
+        "scaling/tick": T1.isoformat(),
+        "scaling/decisions": "3",
+    }.items() <= first[0].tags.items()
     assert [r.run_key for r in sensor_requests(instance, store)] == [r.run_key for r in first]
     assert store.query("SELECT * FROM decisions ORDER BY decision_id").equals(before)  # the sensor only reads
 
@@ -180,7 +220,10 @@ def test_each_action_is_claimed_once_across_runs(tmp_path):
     assert [(r.decision_id, r.status) for r in results] == [("scale-a", "abandoned"), ("scale-b", "skipped")]
     assert adapter.calls == []
     rows = decisions(store)
-    assert rows["scale-a"]["outcome"].startswith("abandoned: run r-dead") and rows["scale-b"]["executed_at"] is None
+    assert (
+        rows["scale-a"]["outcome"].startswith("abandoned: run r-dead")
+        and rows["scale-b"]["executed_at"] is None
+    )
 
     store.execute("UPDATE decisions SET claimed_by = NULL WHERE decision_id = 'scale-b'")
     results = execute_scaling_batch(store, adapter, T1, run_id="r2", now=T1, run_is_live=is_live)
@@ -191,7 +234,9 @@ def test_each_action_is_claimed_once_across_runs(tmp_path):
 
 def test_what_the_fleet_cannot_do_is_infeasible_and_the_run_succeeds(fleet_env, instance):
     config, store = fleet_env
-    spare = [n for n in make_adapter(config).list_nodes() if n.pool_id == POOL and n.state is not NodeState.ON]
+    spare = [
+        n for n in make_adapter(config).list_nodes() if n.pool_id == POOL and n.state is not NodeState.ON
+    ]
     # The first scale-up takes every spare node of the pool, so the second finds none left
     # (the nodes it powered on are still warm or off until they join).
     add(store, "1-all", T1, "scale_up", count=len(spare))
@@ -250,8 +295,16 @@ def test_a_batch_that_stops_early_keeps_what_it_did_and_hands_back_the_rest(tmp_
         return result_for(row, "ok", "cordoned")
 
     def run(run_id):
-        return carry_out(store, batch_rows(store, "scale", T1), batch_id="b1", run_id=run_id, now=T1,
-                         run_is_live=lambda _: False, resumable=False, act=act)
+        return carry_out(
+            store,
+            batch_rows(store, "scale", T1),
+            batch_id="b1",
+            run_id=run_id,
+            now=T1,
+            run_is_live=lambda _: False,
+            resumable=False,
+            act=act,
+        )
 
     with pytest.raises(OSError):
         run("r1")

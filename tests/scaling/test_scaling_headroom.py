@@ -21,8 +21,11 @@ def shipped() -> ScalingConfig:
     config = load_config(DEFAULT_CONFIG_PATH, environ={})
     pool = config.pools[0]
     scaling = scaling_config_from_config(config, pool.pool_id)
-    return dataclasses.replace(scaling, backlog=normalised_prices(scaling.backlog, pool.base_price),
-                               interval_minutes=float(config.loop.tick_minutes))
+    return dataclasses.replace(
+        scaling,
+        backlog=normalised_prices(scaling.backlog, pool.base_price),
+        interval_minutes=float(config.loop.tick_minutes),
+    )
 
 
 def full_pool(nodes: int = 16) -> list[NodeView]:
@@ -38,10 +41,21 @@ def shield_at(pool: PoolState, forecast: float, nodes: list[NodeView], config: S
     without the guaranteed cap, so the shield may raise the price as far as the bounds."""
     serving = serving_capacity_gpus(nodes, T0, config)
     tick_input = PoolTickInput(
-        pool_id=pool.pool, list_price=1.0, price_min=config.backlog.price_min, price_max=config.backlog.price_max,
-        node_gpus=float(pool.node_gpus), serving_gpus=serving, reachable_gpus=float(pool.max_nodes * pool.node_gpus),
-        demand_gpus=pool.demand_gpus, backlog_gpus=pool.backlog_gpus, forecast_upper_gpus=forecast,
-        in_force_guaranteed=1.0, in_force_drainable=0.6, forecast_price=1.0, backlog=config.backlog)
+        pool_id=pool.pool,
+        list_price=1.0,
+        price_min=config.backlog.price_min,
+        price_max=config.backlog.price_max,
+        node_gpus=float(pool.node_gpus),
+        serving_gpus=serving,
+        reachable_gpus=float(pool.max_nodes * pool.node_gpus),
+        demand_gpus=pool.demand_gpus,
+        backlog_gpus=pool.backlog_gpus,
+        forecast_upper_gpus=forecast,
+        in_force_guaranteed=1.0,
+        in_force_drainable=0.6,
+        forecast_price=1.0,
+        backlog=config.backlog,
+    )
     return run_market_tick([tick_input], None, Promises(guaranteed_cap=config.backlog.price_max)).pools[0]
 
 

@@ -28,8 +28,10 @@ def test_step_is_the_median_of_recent_nonzero_changes_and_memory_stays_bounded()
     config = policy_config(keep_band_step_changes=3)
     memory = ScalerMemory("pool")
     t = T0.timestamp()
-    steps = [record_demand(memory, demand, t + 300 * i, config).step_gpus
-             for i, demand in enumerate([10.0, 10.0, 26.0, 18.0, 50.0, 48.0])]
+    steps = [
+        record_demand(memory, demand, t + 300 * i, config).step_gpus
+        for i, demand in enumerate([10.0, 10.0, 26.0, 18.0, 50.0, 48.0])
+    ]
     # changes 16, 8, 32, 2 (a repeat is no change); the oldest falls out of the last three
     assert memory.demand_steps == [8.0, 32.0, 2.0]
     assert steps == [0.0, 0.0, 16.0, 12.0, 16.0, 8.0]
@@ -59,14 +61,18 @@ def test_the_band_and_the_forecast_rise_are_not_stacked() -> None:
 def test_demand_wobbling_on_a_node_boundary_keeps_the_node_above_it() -> None:
     """45 GPUs with 5% headroom fit 6 nodes and 46 need 7: a dead band of one step keeps the 7th."""
     backlog = dataclasses.replace(BACKLOG, margin_fraction=0.0, min_margin_gpus=0.25)
-    config = policy_config(backlog=backlog, headroom_fraction=0.05, keep_band_fraction=0.0, keep_band_step_changes=8)
+    config = policy_config(
+        backlog=backlog, headroom_fraction=0.05, keep_band_fraction=0.0, keep_band_step_changes=8
+    )
     one_gpu_steps = DemandEnvelope(keep_gpus=46.0, floor_gpus=0.0, step_gpus=1.0)
     state = PoolState("pool", node_gpus=8, max_nodes=20, demand_gpus=45.0)
     at_45 = target_capacity(state, 45.0, 1.0, config, one_gpu_steps)
     assert (at_45.need_nodes, at_45.keep_nodes) == (6, 7)
     at_44 = target_capacity(dataclasses.replace(state, demand_gpus=44.0), 44.0, 1.0, config, one_gpu_steps)
     assert at_44.keep_nodes == 6  # a whole step below the boundary: the 7th may go
-    no_band = target_capacity(state, 45.0, 1.0, dataclasses.replace(config, keep_deadband_fraction=0.0), one_gpu_steps)
+    no_band = target_capacity(
+        state, 45.0, 1.0, dataclasses.replace(config, keep_deadband_fraction=0.0), one_gpu_steps
+    )
     assert no_band.keep_nodes == 6
     # at most a quarter of a node: 6-GPU steps at 41 GPUs (43.05 with headroom) hold 2 GPUs more, not 6
     six_gpu_steps = DemandEnvelope(keep_gpus=64.0, floor_gpus=0.0, step_gpus=6.0)
@@ -98,7 +104,9 @@ def test_a_pool_moving_in_whole_jobs_keeps_room_for_one_job() -> None:
     back = _tick(80.0, memory, 60)
     # the job returns: no node enters service (the warm reserve may prewarm a standby node:
     # it holds one recent jump above the week's peak, and standby serves nothing)
-    assert not any(d.action in ("scale_up", "power_on") and d.allowed and d.inputs.get("to") != "standby" for d in back)
+    assert not any(
+        d.action in ("scale_up", "power_on") and d.allowed and d.inputs.get("to") != "standby" for d in back
+    )
 
 
 def test_without_the_step_the_same_pool_removes_the_jobs_room() -> None:

@@ -7,7 +7,6 @@ import datetime as dt
 import json
 
 import pytest
-
 from scaling_testkit import T0, policy_config
 
 from market_pipeline.scaling.policy import plan_pool
@@ -22,7 +21,10 @@ from market_pipeline.scaling.types import (
 )
 
 CONFIG = policy_config(
-    headroom_fraction=0.0, hysteresis_minutes=20.0, scale_up_cooldown_minutes=10.0, disruption_budget_pct=50.0,
+    headroom_fraction=0.0,
+    hysteresis_minutes=20.0,
+    scale_up_cooldown_minutes=10.0,
+    disruption_budget_pct=50.0,
 )
 
 
@@ -41,8 +43,14 @@ def nodes(active: int, used: float = 4.0, standby: int = 0, cordoned: tuple[str,
 def plan(demand, node_list, memory, minute=0, drains=None, config=CONFIG, forecast=None, max_nodes=20):
     state = PoolState("pool", node_gpus=8, max_nodes=max_nodes, demand_gpus=demand, gpu_hour_cost=1.2)
     return plan_pool(
-        state, demand if forecast is None else forecast, 1.0, node_list, drains or {}, config,
-        T0 + dt.timedelta(minutes=minute), memory=memory,
+        state,
+        demand if forecast is None else forecast,
+        1.0,
+        node_list,
+        drains or {},
+        config,
+        T0 + dt.timedelta(minutes=minute),
+        memory=memory,
     )
 
 
@@ -81,7 +89,9 @@ def test_transient_shortfall_is_priced_not_scaled_until_it_persists() -> None:
 
 
 def test_a_dear_shortfall_waits_one_tick_unless_no_price_drains_it() -> None:
-    config = cfg(scale_up_persistence_minutes=60.0, max_transient_price_ratio=1.5, urgent_persistence_minutes=3.0)
+    config = cfg(
+        scale_up_persistence_minutes=60.0, max_transient_price_ratio=1.5, urgent_persistence_minutes=3.0
+    )
     memory = ScalerMemory("pool")
     assert not allowed(plan(50.0, nodes(4, used=8.0), memory, config=config), "scale_up")  # a blip?
     assert allowed(plan(50.0, nodes(4, used=8.0), memory, minute=3, config=config), "scale_up")
@@ -107,13 +117,19 @@ def test_a_shortfall_of_headroom_or_forecast_alone_waits_one_tick() -> None:
 def test_a_full_pool_scales_at_once() -> None:
     config = cfg(headroom_fraction=0.05, anticipatory_persistence_minutes=5.0)
     # 32 GPUs on 4 nodes: none free, so the shortfall is not anticipation but demand waiting
-    assert allowed(plan(32.0, nodes(4, used=8.0), ScalerMemory("pool"), config=config, forecast=36.0), "scale_up")
+    assert allowed(
+        plan(32.0, nodes(4, used=8.0), ScalerMemory("pool"), config=config, forecast=36.0), "scale_up"
+    )
     # GPUs free but tasks queued (fragmented: no node has room for them): not anticipation either
-    queued = PoolState("pool", node_gpus=8, max_nodes=20, demand_gpus=31.0, backlog_gpus=4.0, gpu_hour_cost=1.2)
+    queued = PoolState(
+        "pool", node_gpus=8, max_nodes=20, demand_gpus=31.0, backlog_gpus=4.0, gpu_hour_cost=1.2
+    )
     decisions = plan_pool(queued, 36.0, 1.0, nodes(4, used=7.0), {}, config, T0, memory=ScalerMemory("pool"))
     assert allowed(decisions, "scale_up")
     off = cfg(headroom_fraction=0.05, anticipatory_persistence_minutes=0.0)
-    assert allowed(plan(31.0, nodes(4, used=7.75), ScalerMemory("pool"), config=off, forecast=36.0), "scale_up")
+    assert allowed(
+        plan(31.0, nodes(4, used=7.75), ScalerMemory("pool"), config=off, forecast=36.0), "scale_up"
+    )
 
 
 def test_scale_down_waits_for_hysteresis_then_cordons_the_least_loaded() -> None:
@@ -132,14 +148,18 @@ def test_a_batch_is_powered_off_together_once_every_drain_is_done() -> None:
     memory = ScalerMemory("pool")
     config = cfg(scale_down_wave_minutes=0.0)  # one wave: the batch goes once it is drained
     plan(12.0, nodes(6, used=3.0), memory, minute=0, config=config)
-    picked = [d.node_id for d in allowed(plan(12.0, nodes(6, used=3.0), memory, minute=25, config=config), "cordon")]
+    picked = [
+        d.node_id for d in allowed(plan(12.0, nodes(6, used=3.0), memory, minute=25, config=config), "cordon")
+    ]
     assert len(picked) >= 2
     still = nodes(6, used=3.0, cordoned=tuple(picked))
     half = {picked[0]: DrainStatus(picked[0], True)} | {n: DrainStatus(n, False) for n in picked[1:]}
     waiting = plan(12.0, still, memory, minute=26, drains=half, config=config)
     assert not allowed(waiting, "scale_down")
     assert any(d.node_id == picked[0] and "waiting" in d.reasons[0] for d in waiting)
-    done = plan(12.0, still, memory, minute=30, drains={n: DrainStatus(n, True) for n in picked}, config=config)
+    done = plan(
+        12.0, still, memory, minute=30, drains={n: DrainStatus(n, True) for n in picked}, config=config
+    )
     assert sorted(d.node_id for d in allowed(done, "scale_down")) == sorted(picked)
     assert not set(picked) & set(memory.draining)
 
@@ -147,14 +167,28 @@ def test_a_batch_is_powered_off_together_once_every_drain_is_done() -> None:
 def test_empty_node_needs_no_drain_status_and_refills_the_warm_pool() -> None:
     memory = ScalerMemory("pool")
     config = cfg(warm_pool_nodes=1)
-    node_list = nodes(5, used=3.0) + [NodeView("e", NodeState.ACTIVE, 8, 0.0), NodeView("s0", NodeState.STANDBY, 8)]
+    node_list = nodes(5, used=3.0) + [
+        NodeView("e", NodeState.ACTIVE, 8, 0.0),
+        NodeView("s0", NodeState.STANDBY, 8),
+    ]
     plan(12.0, node_list, memory, config=config)
     cordoned = allowed(plan(12.0, node_list, memory, minute=25, config=config), "cordon")
     assert "e" in {d.node_id for d in cordoned}
-    emptied = [n if n.node_id not in memory.draining else dataclasses.replace(n, state=NodeState.CORDONED)
-               for n in node_list]
-    removed = allowed(plan(12.0, emptied, memory, minute=26, config=config, drains={
-        n: DrainStatus(n, True) for n in memory.draining if n != "e"}), "scale_down")
+    emptied = [
+        n if n.node_id not in memory.draining else dataclasses.replace(n, state=NodeState.CORDONED)
+        for n in node_list
+    ]
+    removed = allowed(
+        plan(
+            12.0,
+            emptied,
+            memory,
+            minute=26,
+            config=config,
+            drains={n: DrainStatus(n, True) for n in memory.draining if n != "e"},
+        ),
+        "scale_down",
+    )
     targets = {d.node_id: d.inputs["to"] for d in removed}
     assert "e" in targets and "off" in targets.values()  # the warm pool already has its node
 
@@ -198,8 +232,9 @@ def test_blocked_drain_is_reported_after_max_attempts_and_not_retried() -> None:
         assert [d.node_id for d in cordon] == [victim]
         minute += 1
         blocked = {victim: DrainStatus(victim, False, blocked=True, reason="task refuses eviction")}
-        out = plan(12.0, nodes(6, used=3.0, cordoned=(victim,)), memory, config=config,
-                   minute=minute, drains=blocked)
+        out = plan(
+            12.0, nodes(6, used=3.0, cordoned=(victim,)), memory, config=config, minute=minute, drains=blocked
+        )
         assert allowed(out, "uncordon")[0].node_id == victim
     assert victim in memory.blocked
     later = plan(12.0, nodes(6, used=3.0), memory, config=config, minute=minute + 60)
@@ -212,8 +247,13 @@ def test_failed_drain_starts_a_cooldown() -> None:
     memory = ScalerMemory("pool")
     plan(12.0, nodes(6, used=3.0), memory)
     picked = [d.node_id for d in allowed(plan(12.0, nodes(6, used=3.0), memory, minute=25), "cordon")]
-    plan(12.0, nodes(6, used=3.0, cordoned=tuple(picked)), memory, minute=26,
-         drains={n: DrainStatus(n, False, blocked=True) for n in picked})
+    plan(
+        12.0,
+        nodes(6, used=3.0, cordoned=tuple(picked)),
+        memory,
+        minute=26,
+        drains={n: DrainStatus(n, False, blocked=True) for n in picked},
+    )
     again = plan(12.0, nodes(6, used=3.0), memory, minute=40)
     assert not allowed(again, "cordon")
     assert any("failed_scale_down_cooldown" in r for d in again for r in d.reasons)
@@ -240,11 +280,15 @@ def test_unhealthy_node_is_replaced_before_it_is_removed() -> None:
     up = node_list + [NodeView("s0", NodeState.ACTIVE, 8, 0.0)]
     second = plan(35.0, up, memory, minute=2)
     assert allowed(second, "replace")[0].node_id == "sick"
-    drained = nodes(4, used=6.0) + [NodeView("sick", NodeState.CORDONED, 8, 0.0, healthy=False),
-                                    NodeView("s0", NodeState.ACTIVE, 8, 6.0)]
+    drained = nodes(4, used=6.0) + [
+        NodeView("sick", NodeState.CORDONED, 8, 0.0, healthy=False),
+        NodeView("s0", NodeState.ACTIVE, 8, 6.0),
+    ]
     third = plan(35.0, drained, memory, minute=7, config=cfg(warm_pool_nodes=1))  # the warm pool is empty
     removed = allowed(third, "scale_down")
-    assert [d.node_id for d in removed] == ["sick"] and removed[0].inputs["to"] == "off"  # repair, not standby
+    assert [d.node_id for d in removed] == ["sick"] and removed[0].inputs[
+        "to"
+    ] == "off"  # repair, not standby
 
 
 def test_recent_peak_holds_capacity_within_the_band() -> None:
@@ -278,7 +322,9 @@ def test_decisions_are_json_able_and_ids_stable() -> None:
 def test_memory_round_trips_through_json() -> None:
     memory = ScalerMemory("pool")
     plan(12.0, nodes(6, used=3.0), memory, config=cfg(keep_window_hours=3.0, keep_band_fraction=0.0))
-    plan(12.0, nodes(6, used=3.0), memory, minute=25, config=cfg(keep_window_hours=3.0, keep_band_fraction=0.0))
+    plan(
+        12.0, nodes(6, used=3.0), memory, minute=25, config=cfg(keep_window_hours=3.0, keep_band_fraction=0.0)
+    )
     restored = ScalerMemory.from_dict(json.loads(json.dumps(memory.to_dict())))
     assert restored == memory and memory.draining and memory.demand_peaks
     with pytest.raises(ScalingError, match="missing key"):

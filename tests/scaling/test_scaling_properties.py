@@ -26,10 +26,14 @@ from market_pipeline.scaling.types import NodeState, ScalingConfig
 
 T0 = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
 TICK = 5
-CONFIG = ScalingConfig(backlog=BacklogParams(price_min=0.5, price_max=3.75), scale_up_persistence_minutes=30.0)
+CONFIG = ScalingConfig(
+    backlog=BacklogParams(price_min=0.5, price_max=3.75), scale_up_persistence_minutes=30.0
+)
 
 
-def make_run(level: float, seed: int, config: ScalingConfig = CONFIG, max_nodes: int | None = None) -> PolicyRun:
+def make_run(
+    level: float, seed: int, config: ScalingConfig = CONFIG, max_nodes: int | None = None
+) -> PolicyRun:
     initial = max(1, math.ceil(level / 8))
     fleet = FleetParams(max_nodes=max_nodes or 2 * initial + 6, warm_nodes=1, seed=seed, pin_probability=0.2)
     settings = ReplaySettings(fleet=fleet, scaling=config, tick_minutes=TICK, forecast_horizon_minutes=TICK)
@@ -84,16 +88,24 @@ def test_scaling_never_below_certified_capacity(seed: int, level: float, noise: 
 @given(st.integers(0, 10_000), st.floats(16.0, 120.0), st.floats(0.05, 0.4), st.integers(1, 5))
 def test_scaling_never_over_budget(seed: int, level: float, noise: float, jumps: int) -> None:
     config = ScalingConfig(
-        backlog=CONFIG.backlog, scale_up_persistence_minutes=30.0, disruption_budget_pct=20.0,
-        max_removals_per_hour=3, hysteresis_minutes=10.0,
+        backlog=CONFIG.backlog,
+        scale_up_persistence_minutes=30.0,
+        disruption_budget_pct=20.0,
+        max_removals_per_hour=3,
+        hysteresis_minutes=10.0,
     )
     run = make_run(level, seed, config)
     busy_starts: list[int] = []
 
     def check(minute: int, q90: float) -> None:
-        busy = [d for d in run.last_decisions
-                if d.allowed and d.action == "cordon" and d.inputs.get("used_gpus", 0) > 0]
-        pool_nodes = sum(1 for n in run.fleet.nodes if n.state in (NodeState.ACTIVE, NodeState.BOOTING, NodeState.CORDONED))
+        busy = [
+            d
+            for d in run.last_decisions
+            if d.allowed and d.action == "cordon" and d.inputs.get("used_gpus", 0) > 0
+        ]
+        pool_nodes = sum(
+            1 for n in run.fleet.nodes if n.state in (NodeState.ACTIVE, NodeState.BOOTING, NodeState.CORDONED)
+        )
         assert len(busy) <= max(1, math.ceil(0.2 * pool_nodes))
         busy_starts.extend([minute] * len(busy))
         assert sum(1 for m in busy_starts if minute - m < 60) <= 3
@@ -134,7 +146,12 @@ def test_demand_step_is_answered_within_bounded_ticks(seed: int, level: float, s
     needed = math.ceil(high / (0.95 * 8))  # certified at the equilibrium price, 5% drift margin
 
     def check(minute: int, q90: float) -> None:
-        if minute > step_at and not answered and in_service_gpus(run) >= needed * 8 and run.price_ratio == 1.0:
+        if (
+            minute > step_at
+            and not answered
+            and in_service_gpus(run) >= needed * 8
+            and run.price_ratio == 1.0
+        ):
             answered.append(minute)
 
     drive(run, demand, check)

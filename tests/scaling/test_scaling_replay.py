@@ -45,14 +45,16 @@ def test_forecast_is_causal_and_covers_typical_rises() -> None:
     changed[3000:] += 50
     second = causal_forecast_series(changed, CausalQuantileForecaster(5, 0.9))
     assert np.array_equal(first[:3000], second[:3000])
-    future_mean = np.array([series[m + 1:m + 6].mean() for m in range(1440, series.size - 6)])
-    covered = np.mean(first[1440:series.size - 6] >= future_mean - 1e-9)
+    future_mean = np.array([series[m + 1 : m + 6].mean() for m in range(1440, series.size - 6)])
+    covered = np.mean(first[1440 : series.size - 6] >= future_mean - 1e-9)
     assert covered >= 0.85  # an upper quantile, not a point forecast
 
 
 def test_policy_beats_the_baseline_on_a_diurnal_load_without_violations() -> None:
     load = DemandLoad(diurnal(), dt.datetime(2026, 5, 1, tzinfo=dt.UTC), initial_gpus=96, source="synthetic")
-    settings = ReplaySettings(fleet=FleetParams(max_nodes=24, warm_nodes=1), tick_minutes=3, forecast_horizon_minutes=3)
+    settings = ReplaySettings(
+        fleet=FleetParams(max_nodes=24, warm_nodes=1), tick_minutes=3, forecast_horizon_minutes=3
+    )
     policy, baseline = replay_policy(load, settings), replay_baseline(load, settings)
     assert METRICS <= policy.keys() and METRICS <= baseline.keys()
     assert policy["certificate_violations"] == 0
@@ -106,7 +108,9 @@ def test_helios_slice_replays_without_violations(capsys: pytest.CaptureFixture[s
     path = HELIOS / "vchbv.csv"
     if not path.is_file():
         pytest.skip("Helios traces not present under ../shared/data")
-    assert main(["scaling-eval", "--load", str(path), "--json", "--minutes", "4320", "--tick-minutes", "3"]) == 0
+    assert (
+        main(["scaling-eval", "--load", str(path), "--json", "--minutes", "4320", "--tick-minutes", "3"]) == 0
+    )
     out = json.loads(capsys.readouterr().out)
     # one tick: a jump of whole jobs that neither a price within the max step (25% a tick)
     # nor the nodes booting in that tick absorb; the unbounded shield priced it out at once

@@ -6,28 +6,39 @@ import dataclasses
 import datetime as dt
 
 import pytest
-
 from scaling_testkit import T0, policy_config
 
 from market_pipeline.scaling.policy import plan_pool
-from market_pipeline.scaling.types import DrainStatus, NodeState, NodeView, PoolState, ScalerMemory, ScalingConfig
+from market_pipeline.scaling.types import (
+    DrainStatus,
+    NodeState,
+    NodeView,
+    PoolState,
+    ScalerMemory,
+    ScalingConfig,
+)
 
 # one busy node drains at a time (budget 1% of the pool rounds up to one node)
 CONFIG = policy_config(
-    hysteresis_minutes=10.0, scale_up_cooldown_minutes=0.0, disruption_budget_pct=1.0, scale_down_wave_minutes=30.0,
+    hysteresis_minutes=10.0,
+    scale_up_cooldown_minutes=0.0,
+    disruption_budget_pct=1.0,
+    scale_down_wave_minutes=30.0,
 )
 
 
 def plan(demand, node_list, memory, minute, drains=None, config=CONFIG):
     state = PoolState("pool", node_gpus=8, max_nodes=20, demand_gpus=demand, gpu_hour_cost=1.2)
-    return plan_pool(state, demand, 1.0, node_list, drains or {}, config, T0 + dt.timedelta(minutes=minute),
-                     memory=memory)
+    return plan_pool(
+        state, demand, 1.0, node_list, drains or {}, config, T0 + dt.timedelta(minutes=minute), memory=memory
+    )
 
 
 def fleet(cordoned: set[str], off: set[str] = frozenset(), used: float = 2.0) -> list[NodeView]:
     return [
         NodeView(f"a{i}", NodeState.CORDONED if f"a{i}" in cordoned else NodeState.ACTIVE, 8, used)
-        for i in range(5) if f"a{i}" not in off
+        for i in range(5)
+        if f"a{i}" not in off
     ]
 
 
@@ -84,8 +95,13 @@ def test_warm_resumes_cover_the_tick_not_only_the_node_count() -> None:
     node_list += [NodeView(f"s{i}", NodeState.STANDBY, 8) for i in range(6)]
     config = dataclasses.replace(CONFIG, warm_resume_minutes=1.0)
     covered = plan(60.0, node_list, ScalerMemory("pool"), 0, config=config)
-    counted = plan(60.0, node_list, ScalerMemory("pool"), 0,
-                   config=dataclasses.replace(config, cover_interval_on_scale_up=False))
+    counted = plan(
+        60.0,
+        node_list,
+        ScalerMemory("pool"),
+        0,
+        config=dataclasses.replace(config, cover_interval_on_scale_up=False),
+    )
     assert len([d for d in allowed(covered, "power_on") if d.node_id]) == 5
     assert len([d for d in allowed(counted, "power_on") if d.node_id]) == 4
 
@@ -97,7 +113,9 @@ def test_warm_pool_holds_a_return_to_the_recent_peak() -> None:
         busy = [NodeView(f"a{i}", NodeState.ACTIVE, 8, 7.5) for i in range(8)]
         plan(60.0, busy, memory, 0, config=dataclasses.replace(config, warm_to_recent_peak=reserve))
         lull = [NodeView(f"a{i}", NodeState.ACTIVE, 8, 6.0) for i in range(2)]
-        decisions = plan(12.0, lull, memory, 5, config=dataclasses.replace(config, warm_to_recent_peak=reserve))
+        decisions = plan(
+            12.0, lull, memory, 5, config=dataclasses.replace(config, warm_to_recent_peak=reserve)
+        )
         prewarm = [d for d in allowed(decisions, "power_on") if d.inputs.get("to") == "standby"]
         assert sum(d.count for d in prewarm) == expected  # 60 GPUs need 8 nodes, 2 are in service
 
@@ -108,8 +126,13 @@ def test_warm_reserve_holds_the_largest_recent_rise_above_the_peak() -> None:
     config = dataclasses.replace(CONFIG, keep_window_hours=12.0, keep_band_fraction=0.0)
     memory = ScalerMemory("pool")
     for minute, demand in enumerate([20.0, 44.0, 36.0]):  # a rise of 24 GPUs, then a fall of 8
-        plan(demand, [NodeView(f"a{i}", NodeState.ACTIVE, 8, 6.0) for i in range(7)], memory, 5 * minute,
-             config=config)
+        plan(
+            demand,
+            [NodeView(f"a{i}", NodeState.ACTIVE, 8, 6.0) for i in range(7)],
+            memory,
+            5 * minute,
+            config=config,
+        )
     assert memory.demand_rises == [24.0]  # falls are no rises
     lull = [NodeView(f"a{i}", NodeState.ACTIVE, 8, 6.0) for i in range(2)]
     decisions = plan(12.0, lull, memory, 15, config=config)

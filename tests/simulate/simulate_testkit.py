@@ -16,13 +16,26 @@ def config() -> MarketPipelineConfig:
     return load_config(environ={})
 
 
-def inputs(*, days: float = 1.0, ratio: float = 0.5, pods: int = 400, seed: int = 0, fleet: dict | None = None,
-           runtime_s: float = 1800.0, economics: EconomicAssumptions | None = None,
-           strategies: tuple[str, ...] = ("static", "utilization", "stackelberg"),
-           max_gpus: int = 8) -> RunInputs:
-    settings = SimulationSettings(days=days, seed=seed, strategies=strategies, load_start_day=1.0,
-                                  target_utilization=ratio,
-                                  economics=economics or EconomicAssumptions(tenants_per_class=4))
+def inputs(
+    *,
+    days: float = 1.0,
+    ratio: float = 0.5,
+    pods: int = 400,
+    seed: int = 0,
+    fleet: dict | None = None,
+    runtime_s: float = 1800.0,
+    economics: EconomicAssumptions | None = None,
+    strategies: tuple[str, ...] = ("static", "utilization", "stackelberg"),
+    max_gpus: int = 8,
+) -> RunInputs:
+    settings = SimulationSettings(
+        days=days,
+        seed=seed,
+        strategies=strategies,
+        load_start_day=1.0,
+        target_utilization=ratio,
+        economics=economics or EconomicAssumptions(tenants_per_class=4),
+    )
     load = flat_load(int(days) + 3)
     table = synthetic_pods(pods, seed=seed, max_gpus=max_gpus, median_runtime_s=runtime_s)
     return build_inputs(config(), settings, table, synthetic_fleet(fleet or FLEET), load)

@@ -13,7 +13,12 @@ import pytest
 from market_pipeline.demand_response.experiments import ExperimentSettings
 from market_pipeline.demand_response.truth import TruthPoint
 from market_pipeline.market import DRAINABLE, GUARANTEED
-from market_pipeline.simulate.job_grid import elasticity_errors, point_report, point_settings, promise_breaches
+from market_pipeline.simulate.job_grid import (
+    elasticity_errors,
+    point_report,
+    point_settings,
+    promise_breaches,
+)
 from market_pipeline.simulate.learning import ResponseLearner
 from market_pipeline.simulate.runner import make_strategy, run_strategies
 from market_pipeline.simulate.settings import EconomicAssumptions
@@ -25,9 +30,18 @@ EPOCH = dt.datetime(2026, 3, 2, tzinfo=dt.UTC)
 
 
 def _learner(refit_every: int = 6) -> ResponseLearner:
-    return ResponseLearner(("P",), np.array([2.0, 2.0]), np.array([0.1, 0.1]), np.array([2.08, 1.66]),
-                           np.array([10.0, 5.0]), EPOCH, {GUARANTEED: (0.2, 0.3), DRAINABLE: (2.0, 1.0)},
-                           refit_every, ExperimentSettings(), Promises())
+    return ResponseLearner(
+        ("P",),
+        np.array([2.0, 2.0]),
+        np.array([0.1, 0.1]),
+        np.array([2.08, 1.66]),
+        np.array([10.0, 5.0]),
+        EPOCH,
+        {GUARANTEED: (0.2, 0.3), DRAINABLE: (2.0, 1.0)},
+        refit_every,
+        ExperimentSettings(),
+        Promises(),
+    )
 
 
 def test_learner_recovers_a_hidden_elasticity_from_its_own_dithered_prices():
@@ -58,13 +72,15 @@ def test_truth_varies_by_hour_of_day_but_every_hour_buys_d0_at_the_list_price():
     cheaper = lists * 0.7
     night, afternoon = best_response(model, cheaper, 3), best_response(model, cheaper, 15)
     elastic = model.elastic & (model.base_demand.sum(axis=1) > 0)
-    assert (night[elastic].sum() > afternoon[elastic].sum() * 1.05)
+    assert night[elastic].sum() > afternoon[elastic].sum() * 1.05
     assert tod_factor(3, 0.3) == pytest.approx(1.3) and tod_factor(15, 0.3) == pytest.approx(0.7)
 
 
 def test_the_learning_strategy_prices_with_the_claims_never_the_truth():
-    truths = [EconomicAssumptions(tenants_per_class=4, elastic_elasticity=e, rigid_elasticity=r)
-              for e, r in ((0.5, 0.0), (3.0, 0.5))]
+    truths = [
+        EconomicAssumptions(tenants_per_class=4, elastic_elasticity=e, rigid_elasticity=r)
+        for e, r in ((0.5, 0.0), (3.0, 0.5))
+    ]
     strategies = [make_strategy("stackelberg", kit.inputs(economics=t)) for t in truths]
     for strategy, truth in zip(strategies, truths):
         assert strategy.learner is not None
@@ -84,8 +100,13 @@ def test_a_job_level_truth_point_learns_experiments_and_keeps_the_promises():
     from market_pipeline.simulate.runner import build_inputs
     from market_pipeline.simulate.synthetic import flat_load, synthetic_fleet, synthetic_pods
 
-    run_inputs = build_inputs(kit.config(), settings, synthetic_pods(400, seed=0, max_gpus=8, median_runtime_s=1800.0),
-                              synthetic_fleet(kit.FLEET), flat_load(4))
+    run_inputs = build_inputs(
+        kit.config(),
+        settings,
+        synthetic_pods(400, seed=0, max_gpus=8, median_runtime_s=1800.0),
+        synthetic_fleet(kit.FLEET),
+        flat_load(4),
+    )
     results, _ = run_strategies(run_inputs, workers=1)
     row = point_report(point, run_inputs, results, 0.0)
     learning = results["stackelberg"].extra["learning"]
@@ -97,14 +118,21 @@ def test_a_job_level_truth_point_learns_experiments_and_keeps_the_promises():
     assert errors and errors[-1]["elastic_mae"] is not None
     # the fit moved from the claims (2.0) toward the truth (0.5)
     assert errors[-1]["elastic_mae"] < abs(2.0 - 0.5)
-    assert set(row["loop_vs_static"]) >= {"revenue_x", "profit_x", "utilisation", "elastic_cost_per_gpu_hour_x",
-                                          "rigid_cost_per_gpu_hour_x"}
+    assert set(row["loop_vs_static"]) >= {
+        "revenue_x",
+        "profit_x",
+        "utilisation",
+        "elastic_cost_per_gpu_hour_x",
+        "rigid_cost_per_gpu_hour_x",
+    }
 
 
 def test_elasticity_errors_and_breaches_are_measured_not_assumed():
     point = TruthPoint("p", 1.0, 0.0)
-    log = [{"tick": 30, "A/drainable": (1.5, 1.0, 2.0), "A/guaranteed": (0.3, 0.0, 0.6)},
-           {"tick": 40, "A/drainable": (1.2, 1.0, 1.4), "A/guaranteed": (0.1, 0.0, 0.2)}]
+    log = [
+        {"tick": 30, "A/drainable": (1.5, 1.0, 2.0), "A/guaranteed": (0.3, 0.0, 0.6)},
+        {"tick": 40, "A/drainable": (1.2, 1.0, 1.4), "A/guaranteed": (0.1, 0.0, 0.2)},
+    ]
     rows = elasticity_errors(point, log, warmup_ticks=24)
     assert rows == [{"day": 0, "tick": 40, "elastic_mae": 0.2, "rigid_mae": pytest.approx(0.08)}]
 
@@ -120,7 +148,9 @@ def test_elasticity_errors_and_breaches_are_measured_not_assumed():
     assert promise_breaches(Inputs(), Result()) == 2
 
 
-def test_bench_simulate_truth_skips_without_traces_and_refuses_an_unknown_point(tmp_path, capsys, shared_data):
+def test_bench_simulate_truth_skips_without_traces_and_refuses_an_unknown_point(
+    tmp_path, capsys, shared_data
+):
     from market_pipeline.cli import main
 
     assert main(["bench", "simulate-truth", "--data", str(tmp_path)]) == 0

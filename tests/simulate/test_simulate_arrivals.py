@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 import numpy as np
+from simulate_testkit import inputs
 
 from market_pipeline.simulate.arrivals import candidates, initial_population, thin
-from simulate_testkit import inputs
 
 
 def test_simulate_candidates_are_common_random_numbers():

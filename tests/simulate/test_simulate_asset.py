@@ -3,11 +3,11 @@ from __future__ import annotations
 import json
 
 import dagster as dg
+from simulate_testkit import inputs, run
 
 from assets.simulation import simulation_assets, simulation_report
 from market_pipeline.simulate.report import build_report
 from market_pipeline.simulate.saturation import compare_placement, experiment_from_tables
-from simulate_testkit import inputs, run
 
 
 def _report(tmp_path):

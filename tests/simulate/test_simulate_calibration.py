@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from simulate_testkit import FLEET, config
 
 from market_pipeline.simulate.errors import SimulationInputError
 from market_pipeline.simulate.settings import EconomicAssumptions, pool_prices
 from market_pipeline.simulate.synthetic import synthetic_fleet, synthetic_pods
 from market_pipeline.simulate.tenants import best_response, build_pools, calibrate, list_price_vector
-from simulate_testkit import FLEET, config
 
 
 def _model(economics: EconomicAssumptions | None = None, pods: int = 500, level: float = 40.0):

@@ -17,16 +17,20 @@ def _write_traces(folder: Path, pods: int = 300, seed: int = 0) -> tuple[Path, P
     rows += [f"node-{i:03d},96000,786432,8,G2" for i in range(6)]
     rows += [f"node-t{i:03d},32000,131072,2,T4" for i in range(6)]
     nodes.write_text("\n".join(rows) + "\n")
-    pod_rows = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
-                "deletion_time,scheduled_time"]
+    pod_rows = [
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+        "deletion_time,scheduled_time"
+    ]
     shapes = [(1, 1000), (1, 500), (1, 250), (2, 1000), (8, 1000), (0, 0)]
     for i in range(pods):
         n, m = shapes[int(rng.integers(len(shapes)))]
         qos = "BE" if rng.random() < 0.4 else "LS"
         start = int(rng.integers(0, 10_000))
         life = int(rng.lognormal(np.log(1800), 1.2)) + 60
-        pod_rows.append(f"p{i:04d},{4000 * max(n, 1)},{8192 * max(n, 1)},{n},{m},,{qos},Running,"
-                        f"{start},{start + life},{start}")
+        pod_rows.append(
+            f"p{i:04d},{4000 * max(n, 1)},{8192 * max(n, 1)},{n},{m},,{qos},Running,"
+            f"{start},{start + life},{start}"
+        )
     pods_path = folder / "pods.csv"
     pods_path.write_text("\n".join(pod_rows) + "\n")
     load = folder / "vc.csv"
@@ -41,10 +45,36 @@ def _write_traces(folder: Path, pods: int = 300, seed: int = 0) -> tuple[Path, P
 def test_simulate_cli_writes_the_interface_json_and_html(tmp_path, capsys):
     pods, nodes, load = _write_traces(tmp_path)
     out, page = tmp_path / "out.json", tmp_path / "out.html"
-    code = main(["simulate", "--pods", str(pods), "--nodes", str(nodes), "--load", str(load), "--days", "0.5",
-                 "--load-start-day", "1", "--strategies", "static,utilization,stackelberg",
-                 "--placement", "round_robin,best_fit,fragment_aware", "--seed", "3", "--json", str(out),
-                 "--html", str(page), "--workers", "1", "--tenants-per-class", "3", "--no-progress"])
+    code = main(
+        [
+            "simulate",
+            "--pods",
+            str(pods),
+            "--nodes",
+            str(nodes),
+            "--load",
+            str(load),
+            "--days",
+            "0.5",
+            "--load-start-day",
+            "1",
+            "--strategies",
+            "static,utilization,stackelberg",
+            "--placement",
+            "round_robin,best_fit,fragment_aware",
+            "--seed",
+            "3",
+            "--json",
+            str(out),
+            "--html",
+            str(page),
+            "--workers",
+            "1",
+            "--tenants-per-class",
+            "3",
+            "--no-progress",
+        ]
+    )
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
     report = json.loads(out.read_text())
@@ -64,23 +94,71 @@ def test_simulate_cli_same_seed_same_report(tmp_path, capsys):
     pods, nodes, load = _write_traces(tmp_path, pods=150)
     reports = []
     for name in ("a.json", "b.json"):
-        assert main(["simulate", "--pods", str(pods), "--nodes", str(nodes), "--load", str(load), "--days", "0.25",
-                     "--load-start-day", "1", "--strategies", "static,stackelberg", "--placement", "none",
-                     "--seed", "7", "--json", str(tmp_path / name), "--workers", "1", "--no-progress"]) == 0
+        assert (
+            main(
+                [
+                    "simulate",
+                    "--pods",
+                    str(pods),
+                    "--nodes",
+                    str(nodes),
+                    "--load",
+                    str(load),
+                    "--days",
+                    "0.25",
+                    "--load-start-day",
+                    "1",
+                    "--strategies",
+                    "static,stackelberg",
+                    "--placement",
+                    "none",
+                    "--seed",
+                    "7",
+                    "--json",
+                    str(tmp_path / name),
+                    "--workers",
+                    "1",
+                    "--no-progress",
+                ]
+            )
+            == 0
+        )
         reports.append(json.loads((tmp_path / name).read_text()))
     capsys.readouterr()
-    assert reports[0]["strategies"]["stackelberg"]["revenue"] == reports[1]["strategies"]["stackelberg"]["revenue"]
+    assert (
+        reports[0]["strategies"]["stackelberg"]["revenue"]
+        == reports[1]["strategies"]["stackelberg"]["revenue"]
+    )
     assert reports[0]["placement"] == {}
 
 
-@pytest.mark.parametrize("change, message", [
-    (["--strategies", "static,auction"], "strategies"),
-    (["--load", "missing.csv"], "missing.csv"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (["--strategies", "static,auction"], "strategies"),
+        (["--load", "missing.csv"], "missing.csv"),
+    ],
+)
 def test_simulate_cli_rejects_bad_input_naming_it(tmp_path, capsys, change, message):
     pods, nodes, load = _write_traces(tmp_path, pods=50)
-    args = ["simulate", "--pods", str(pods), "--nodes", str(nodes), "--load", str(load), "--days", "0.25",
-            "--load-start-day", "1", "--placement", "none", "--json", str(tmp_path / "x.json"), "--no-progress"]
+    args = [
+        "simulate",
+        "--pods",
+        str(pods),
+        "--nodes",
+        str(nodes),
+        "--load",
+        str(load),
+        "--days",
+        "0.25",
+        "--load-start-day",
+        "1",
+        "--placement",
+        "none",
+        "--json",
+        str(tmp_path / "x.json"),
+        "--no-progress",
+    ]
     index = args.index(change[0]) if change[0] in args else None
     if index is not None:
         args[index + 1] = str(tmp_path / change[1]) if change[1].endswith(".csv") else change[1]
@@ -94,6 +172,21 @@ def test_simulate_cli_rejects_bad_input_naming_it(tmp_path, capsys, change, mess
 def test_simulate_cli_rejects_a_pod_list_without_columns(tmp_path, capsys):
     pods, nodes, load = _write_traces(tmp_path, pods=20)
     pods.write_text("name,cpu_milli\np1,1000\n")
-    assert main(["simulate", "--pods", str(pods), "--nodes", str(nodes), "--load", str(load),
-                 "--json", str(tmp_path / "x.json"), "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "simulate",
+                "--pods",
+                str(pods),
+                "--nodes",
+                str(nodes),
+                "--load",
+                str(load),
+                "--json",
+                str(tmp_path / "x.json"),
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     assert "missing columns" in capsys.readouterr().err

@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from simulate_testkit import inputs, run
 
 from market_pipeline.simulate.engine import StrategyRun
 from market_pipeline.simulate.jobs import DONE, QUEUED, RUNNING
 from market_pipeline.simulate.pricing import ELASTIC, RIGID
 from market_pipeline.simulate.runner import make_strategy
 from market_pipeline.simulate.settings import EconomicAssumptions
-from simulate_testkit import inputs, run
 
 
 def test_simulate_static_uncongested_serves_the_load_without_waiting():
@@ -84,7 +84,10 @@ def test_simulate_stackelberg_prices_stay_in_bounds_and_band():
         assert (g >= pool.prices.price_min - 1e-9).all() and (g <= pool.prices.guaranteed_max + 1e-9).all()
         assert (d <= (1 - pool.prices.discount_min) * g + 1e-9).all()
         assert (d >= (1 - pool.prices.discount_max) * g - 1e-9).all()
-    assert result.metrics["elastic_cost_per_gpu_hour"] < run(scenario, "static").metrics["elastic_cost_per_gpu_hour"]
+    assert (
+        result.metrics["elastic_cost_per_gpu_hour"]
+        < run(scenario, "static").metrics["elastic_cost_per_gpu_hour"]
+    )
 
 
 def test_simulate_classes_are_billed_separately():

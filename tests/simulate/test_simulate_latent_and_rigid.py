@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from simulate_testkit import FLEET, config, inputs
 
 from market_pipeline.simulate.arrivals import initial_population
 from market_pipeline.simulate.cluster import PoolCluster
@@ -19,7 +20,6 @@ from market_pipeline.simulate.runner import make_strategy
 from market_pipeline.simulate.settings import EconomicAssumptions, pool_prices
 from market_pipeline.simulate.synthetic import synthetic_fleet, synthetic_pods
 from market_pipeline.simulate.tenants import best_response, build_pools, calibrate, list_price_vector
-from simulate_testkit import FLEET, config, inputs
 
 
 def _model(ratio: float):
@@ -41,13 +41,16 @@ def test_latent_twins_buy_nothing_at_list_and_the_ratio_at_half_price():
         twin = model.ids.index(model.ids[j].replace("latent", "elastic"))
         np.testing.assert_allclose(at_half[j], 1.5 * model.base_demand[twin], rtol=1e-6, atol=1e-9)
         assert model.population.budget[j].item() == pytest.approx(  # (1 + headroom) x spend at p0 / 2
-            1.25 * 0.5 * 1.5 * float((model.base_demand[twin] * [p.prices.list_price for p in pools]).sum()))
+            1.25 * 0.5 * 1.5 * float((model.base_demand[twin] * [p.prices.list_price for p in pools]).sum())
+        )
     none, _ = _model(0.0)
     assert not none.latent_mask.any() and none.size == model.size - 4
 
 
 def test_static_run_is_unchanged_by_latent_demand():
-    with_latent = inputs(days=0.5, economics=EconomicAssumptions(tenants_per_class=4, latent_elastic_ratio=1.0))
+    with_latent = inputs(
+        days=0.5, economics=EconomicAssumptions(tenants_per_class=4, latent_elastic_ratio=1.0)
+    )
     without = inputs(days=0.5, economics=EconomicAssumptions(tenants_per_class=4, latent_elastic_ratio=0.0))
     a = StrategyRun(with_latent, make_strategy("static", with_latent)).run().metrics
     b = StrategyRun(without, make_strategy("static", without)).run().metrics
@@ -124,7 +127,7 @@ def test_each_run_opens_from_its_own_prices_steady_state():
     gpus = run_inputs.pods.gpus
     elastic = model.elastic
     assert gpus[cheap.pod][elastic[cheap.tenant]].sum() > gpus[same.pod][elastic[same.tenant]].sum()
-    assert not elastic[cheap.tenant][:np.argmax(elastic[cheap.tenant])].any()  # rigid jobs placed first
+    assert not elastic[cheap.tenant][: np.argmax(elastic[cheap.tenant])].any()  # rigid jobs placed first
 
 
 def test_initial_cells_draw_independently_of_other_cells():
@@ -169,7 +172,9 @@ def test_a_rigid_job_spills_to_another_model_and_pays_its_own_pools_price():
     assert run.spilled == 1
     prices = np.repeat([p.prices.list_price for p in run_inputs.pools], 2)
     run.meter.close_tick(0, 3600.0, 3600.0, prices, run.capacity, run.unit_cost, run.serve_cost)
-    assert run.meter.revenue_by_pool[a10, RIGID] == pytest.approx(2.0 * prices[2 * a10])  # both at A10's price
+    assert run.meter.revenue_by_pool[a10, RIGID] == pytest.approx(
+        2.0 * prices[2 * a10]
+    )  # both at A10's price
     assert run.meter.revenue_by_pool[g2, RIGID] == 0.0
     assert run.meter.utilization[0, g2] == pytest.approx(1.0 / 16.0)  # ... though one runs on a G2
 
@@ -210,7 +215,10 @@ def test_elastic_work_leaves_the_last_whole_node_to_rigid_work():
     kept.release(one, taken[0])
     assert kept.free_top == 0 and kept.place(one, elastic=True) is not None  # a partly used node is fine
     small = inputs(days=0.5, fleet={"G2": (9, 8)}, strategies=("static",))
-    assert PoolCluster(small.pools[0], small.nodes, "best_fit", small.typical, list(small.requests), 1).reserve == 0
+    assert (
+        PoolCluster(small.pools[0], small.nodes, "best_fit", small.typical, list(small.requests), 1).reserve
+        == 0
+    )
 
 
 def test_rigid_price_index_holds_the_static_mix_fixed():

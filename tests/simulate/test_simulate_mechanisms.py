@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from simulate_testkit import inputs
 
 from market_pipeline.simulate.arrivals import Candidates
 from market_pipeline.simulate.deferral import DeferredDemand
@@ -13,7 +14,6 @@ from market_pipeline.simulate.pricing import MarketView, PriceDecision, Utilizat
 from market_pipeline.simulate.runner import make_strategy
 from market_pipeline.simulate.settings import EconomicAssumptions
 from market_pipeline.simulate.tenants import list_price_vector, resource_set
-from simulate_testkit import inputs
 
 
 class Alternating:
@@ -31,8 +31,12 @@ class Alternating:
 
 
 def _alternating(patience_hours: float, high: float = 1.6):
-    scenario = inputs(days=1.0, ratio=0.4, runtime_s=900.0,
-                      economics=EconomicAssumptions(tenants_per_class=4, elastic_patience_hours=patience_hours))
+    scenario = inputs(
+        days=1.0,
+        ratio=0.4,
+        runtime_s=900.0,
+        economics=EconomicAssumptions(tenants_per_class=4, elastic_patience_hours=patience_hours),
+    )
     strategy_run = StrategyRun(scenario, Alternating(scenario.pools, high))
     return strategy_run, strategy_run.run()
 
@@ -44,7 +48,9 @@ def test_deferred_elastic_work_is_served_at_the_next_cheaper_tick():
     # work turned away at an expensive (odd) tick buys at the next even tick: ~1 tick later
     assert 0.0 < extra["elastic_deferral_p50_h"] <= 1.0 + 1e-9
     # deferred jobs are submitted at tick starts of cheap ticks only
-    late = [j for j in range(len(run.jobs)) if run.jobs.arrival[j] > 0 and run.jobs.arrival[j] % 3600.0 == 0.0]
+    late = [
+        j for j in range(len(run.jobs)) if run.jobs.arrival[j] > 0 and run.jobs.arrival[j] % 3600.0 == 0.0
+    ]
     assert late and all(int(run.jobs.arrival[j] // 3600.0) % 2 == 0 for j in late)
     _, lost = _alternating(patience_hours=0.0)
     assert lost.extra["elastic_deferred_served"] == 0
@@ -61,7 +67,9 @@ def test_static_price_never_serves_deferred_work():
 def test_deferred_work_expires_after_its_patience():
     backlog = DeferredDemand(np.array([True, False]), patience_s=3600.0)
     one = np.array([0, 1])
-    backlog.add(Candidates(np.array([10.0, 20.0]), one, np.zeros(2, dtype=np.int64), one, np.array([0.5, 0.5])))
+    backlog.add(
+        Candidates(np.array([10.0, 20.0]), one, np.zeros(2, dtype=np.int64), one, np.array([0.5, 0.5]))
+    )
     assert backlog.size == 1  # the rigid candidate is lost at once
     none = backlog.release(np.full((2, 1), 0.4), 1800.0)  # ratio 0.4 <= u: not yet
     assert none.size == 0 and backlog.size == 1
@@ -72,8 +80,12 @@ def test_deferred_work_expires_after_its_patience():
 @pytest.mark.parametrize("strategy", ["utilization", "stackelberg"])
 def test_guaranteed_price_never_exceeds_the_cap(strategy):
     # congested: demand at the list price is 1.3 x capacity, so both strategies want more
-    scenario = inputs(days=1.0, ratio=1.3, runtime_s=1800.0,
-                      economics=EconomicAssumptions(tenants_per_class=4, guaranteed_cap=1.05))
+    scenario = inputs(
+        days=1.0,
+        ratio=1.3,
+        runtime_s=1800.0,
+        economics=EconomicAssumptions(tenants_per_class=4, guaranteed_cap=1.05),
+    )
     run = StrategyRun(scenario, make_strategy(strategy, scenario))
     result = run.run()
     list_price = np.array([p.prices.list_price for p in scenario.pools])
@@ -94,8 +106,12 @@ def test_solver_guaranteed_price_max_is_the_cap():
 
 
 def test_fixed_fleet_cost_is_charged_on_idle_capacity():
-    full = inputs(days=0.5, ratio=0.3, economics=EconomicAssumptions(tenants_per_class=2, avoidable_cost_share=1.0))
-    split = inputs(days=0.5, ratio=0.3, economics=EconomicAssumptions(tenants_per_class=2, avoidable_cost_share=0.1))
+    full = inputs(
+        days=0.5, ratio=0.3, economics=EconomicAssumptions(tenants_per_class=2, avoidable_cost_share=1.0)
+    )
+    split = inputs(
+        days=0.5, ratio=0.3, economics=EconomicAssumptions(tenants_per_class=2, avoidable_cost_share=0.1)
+    )
     a = StrategyRun(full, make_strategy("static", full)).run().metrics
     b = StrategyRun(split, make_strategy("static", split)).run().metrics
     assert a["revenue"] == pytest.approx(b["revenue"])  # same run, only the cost differs

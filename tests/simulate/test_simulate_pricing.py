@@ -4,11 +4,11 @@ import math
 
 import numpy as np
 import pytest
+from simulate_testkit import inputs
 
 from market_pipeline.simulate.pricing import MarketView, StaticPricing, UtilizationPricing
 from market_pipeline.simulate.settings import EconomicAssumptions
 from market_pipeline.simulate.stackelberg import StackelbergPricing
-from simulate_testkit import inputs
 
 
 def _view(scenario, demand_share: float, pending_rigid: float = 0.0) -> MarketView:
@@ -67,7 +67,9 @@ def test_simulate_backlog_shield_raises_the_price_of_a_backlogged_pool():
     assert summary["shielded_ticks"] + summary["undrainable_pool_ticks"] >= 1
 
 
-@pytest.mark.parametrize("bad", [{"elastic_elasticity": 0.0}, {"budget_headroom": 0.0}, {"guaranteed_cap": 0.9}])
+@pytest.mark.parametrize(
+    "bad", [{"elastic_elasticity": 0.0}, {"budget_headroom": 0.0}, {"guaranteed_cap": 0.9}]
+)
 def test_simulate_economics_validate(bad):
     from market_pipeline.simulate.errors import SimulationInputError
 

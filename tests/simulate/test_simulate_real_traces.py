@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from simulate_testkit import config
 
 from market_pipeline.simulate.inputs import load_helios, load_nodes, load_pods
 from market_pipeline.simulate.runner import build_inputs
 from market_pipeline.simulate.settings import SimulationSettings
 from market_pipeline.simulate.tenants import best_response, list_price_vector
-from simulate_testkit import config
 
 
 @pytest.fixture(scope="module")

@@ -34,10 +34,12 @@ class NVMLError(Exception):
         self.value = value
 
     def __str__(self) -> str:
-        return {NVML_ERROR_NOT_SUPPORTED: "Not Supported", NVML_ERROR_NOT_FOUND: "Not Found",
-                NVML_ERROR_TIMEOUT: "Timeout",
-                NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found"}.get(
-                    self.value, f"NVML error {self.value}")
+        return {
+            NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+            NVML_ERROR_NOT_FOUND: "Not Found",
+            NVML_ERROR_TIMEOUT: "Timeout",
+            NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+        }.get(self.value, f"NVML error {self.value}")
 
 
 @dataclass
@@ -199,8 +201,13 @@ class FakeNvml:
         return sample
 
     def c_nvmlGpmMetricsGet_t(self):
-        return SimpleNamespace(version=0, numMetrics=0, sample1=None, sample2=None,
-                               metrics=[SimpleNamespace(metricId=0, value=0.0, nvmlReturn=-1)])
+        return SimpleNamespace(
+            version=0,
+            numMetrics=0,
+            sample1=None,
+            sample2=None,
+            metrics=[SimpleNamespace(metricId=0, value=0.0, nvmlReturn=-1)],
+        )
 
     def nvmlGpmMetricsGet(self, request):
         util = request.sample2.util

@@ -52,15 +52,20 @@ class FakeFleet(FleetAdapterResource):
 def spoiled(share_rows: int) -> pl.DataFrame:
     frame = fleet_samples(16 * 60, nodes=2, gpus_per_node=8)
     return frame.with_columns(
-        pl.when(pl.int_range(pl.len()) < share_rows).then(-1.0).otherwise(pl.col("temp_c"))
-        .alias("temp_c"))
+        pl.when(pl.int_range(pl.len()) < share_rows).then(-1.0).otherwise(pl.col("temp_c")).alias("temp_c")
+    )
 
 
 def run(tmp_path: Path, name: str, selection: list) -> dg.ExecuteInProcessResult:
     return dg.materialize(
-        selection, partition_key=WINDOW.key, raise_on_error=False,
-        resources={"fleet": FakeFleet(name=name),
-                   "warehouse": WarehouseResource(path=str(tmp_path / "w.duckdb"))})
+        selection,
+        partition_key=WINDOW.key,
+        raise_on_error=False,
+        resources={
+            "fleet": FakeFleet(name=name),
+            "warehouse": WarehouseResource(path=str(tmp_path / "w.duckdb")),
+        },
+    )
 
 
 def test_telemetry_asset_writes_the_partition_and_reports_for_the_operator(tmp_path: Path) -> None:
@@ -69,8 +74,11 @@ def test_telemetry_asset_writes_the_partition_and_reports_for_the_operator(tmp_p
     assert result.success
     (materialization,) = result.asset_materializations_for_node("telemetry_samples")
     metadata = materialization.metadata
-    assert (metadata["rows_in"].value, metadata["clean"].value,
-            metadata["quarantined"].value) == (960, 950, 10)
+    assert (metadata["rows_in"].value, metadata["clean"].value, metadata["quarantined"].value) == (
+        960,
+        950,
+        10,
+    )
     reasons = metadata["quarantine_reasons"]  # a table with its schema, not Markdown
     assert [c.name for c in reasons.schema.columns] == ["reason", "rows"]
     assert {"reason": "temp_c:out_of_range", "rows": 10} in [r.data for r in reasons.records]
@@ -112,5 +120,7 @@ def test_telemetry_partitions_are_hourly_and_shared() -> None:
     assert isinstance(HOURLY_PARTITIONS, dg.HourlyPartitionsDefinition)
     from market_pipeline.fleet.history import configured_history_start
 
-    assert HOURLY_PARTITIONS.get_first_partition_key() == configured_history_start().strftime("%Y-%m-%d-%H:%M")
+    assert HOURLY_PARTITIONS.get_first_partition_key() == configured_history_start().strftime(
+        "%Y-%m-%d-%H:%M"
+    )
     assert telemetry_samples.partitions_def == HOURLY_PARTITIONS

@@ -34,18 +34,19 @@ def warehouse(tmp_path: Path) -> Warehouse:
     store = open_warehouse(tmp_path / "w.duckdb")
     frame = fleet_samples(16 * 60, nodes=2, gpus_per_node=8)
     spoiled = frame.with_columns(
-        pl.when(pl.int_range(pl.len()) < 12).then(float("nan")).otherwise(pl.col("power_w"))
-        .alias("power_w"))
-    ingest_samples(store, spoiled, source="adapter",
-                   policy=ValidationPolicy(now=NOW, window=WINDOW))
+        pl.when(pl.int_range(pl.len()) < 12).then(float("nan")).otherwise(pl.col("power_w")).alias("power_w")
+    )
+    ingest_samples(store, spoiled, source="adapter", policy=ValidationPolicy(now=NOW, window=WINDOW))
     return store
 
 
 def inject_clean_row(store: Warehouse, **changes: object) -> None:
     """Write behind validation's back, as a defect or another writer would."""
     row = store.query("SELECT * FROM telemetry_clean LIMIT 1")
-    store.append("telemetry_clean", row.with_columns(
-        [pl.lit(v).cast(row.schema[k]).alias(k) for k, v in changes.items()]))
+    store.append(
+        "telemetry_clean",
+        row.with_columns([pl.lit(v).cast(row.schema[k]).alias(k) for k, v in changes.items()]),
+    )
 
 
 # great-expectations costs seconds per run: the tests below run it three times in all.
@@ -65,12 +66,23 @@ def test_telemetry_rules_catch_rows_that_bypassed_validation(warehouse: Warehous
 
 def test_telemetry_rules_check_the_inventory_when_one_exists(warehouse: Warehouse) -> None:
     inject_clean_row(warehouse, gpu_uuid="GPU-not-in-fleet", ts=WINDOW.start + timedelta(seconds=1))
-    uuids = warehouse.query("SELECT DISTINCT gpu_uuid FROM telemetry_clean "
-                            "WHERE gpu_uuid <> 'GPU-not-in-fleet'").get_column("gpu_uuid")
-    warehouse.append("fleet_gpus", pl.DataFrame({
-        "gpu_uuid": uuids, "node_id": "n", "gpu_index": 0, "gpu_model": "H800",
-        "memory_total_mib": 81920, "observed_at": NOW},
-        schema_overrides={"gpu_index": pl.Int32, "memory_total_mib": pl.Int32}))
+    uuids = warehouse.query(
+        "SELECT DISTINCT gpu_uuid FROM telemetry_clean WHERE gpu_uuid <> 'GPU-not-in-fleet'"
+    ).get_column("gpu_uuid")
+    warehouse.append(
+        "fleet_gpus",
+        pl.DataFrame(
+            {
+                "gpu_uuid": uuids,
+                "node_id": "n",
+                "gpu_index": 0,
+                "gpu_model": "H800",
+                "memory_total_mib": 81920,
+                "observed_at": NOW,
+            },
+            schema_overrides={"gpu_index": pl.Int32, "memory_total_mib": pl.Int32},
+        ),
+    )
     report = clean_rules(warehouse, WINDOW.key, TELEMETRY, NOW)
     (failed,) = report.failed
     assert failed.column == "inventory_gpu_uuid" and failed.unexpected == 1
@@ -108,5 +120,4 @@ def test_telemetry_evaluate_partition_bundles_every_check(warehouse: Warehouse) 
     assert result.rules.passed, result.rules.markdown()
     assert result.rules.rows == 16 * 60 - 12 and len(result.rules.rules) >= 20
     assert result.passed and summary["quarantine_warn"]["passed"] is False
-    assert summary["accounting"] == {"passed": True, "rows_in": 960, "clean": 948,
-                                     "quarantined": 12}
+    assert summary["accounting"] == {"passed": True, "rows_in": 960, "clean": 948, "quarantined": 12}

@@ -43,8 +43,11 @@ def test_telemetry_dcgm_adapter_reads_a_file_source() -> None:
     mtime = datetime.fromtimestamp(os.stat(FIXTURE).st_mtime, tz=timezone.utc)
     samples = adapter.read_samples(mtime - timedelta(minutes=1), mtime + timedelta(minutes=1))
     assert samples.height == 5 and samples.get_column("ts").unique().to_list() == [mtime]
-    assert samples.filter(samples["task_id"].is_not_null()).get_column("tenant_id").sort() \
-        .to_list() == ["acme-research", "blue-inference", "cobalt-labs"]
+    assert samples.filter(samples["task_id"].is_not_null()).get_column("tenant_id").sort().to_list() == [
+        "acme-research",
+        "blue-inference",
+        "cobalt-labs",
+    ]
     assert adapter.read_samples(mtime + timedelta(hours=1), mtime + timedelta(hours=2)).is_empty()
     tasks = {t.task_id: t for t in adapter.list_tasks()}
     assert tasks["cobalt-labs/embed-batch-2"].gpu_milli == 428
@@ -89,20 +92,28 @@ def test_telemetry_dcgm_unreachable_source_is_an_outcome_not_a_crash(tmp_path: P
 
 def test_telemetry_dcgm_write_operations_are_unsupported() -> None:
     adapter = DcgmAdapter([str(FIXTURE)])
-    for outcome in (adapter.warn_task("x", 1), adapter.terminate_task("x", 1),
-                    adapter.kill_task("x"), adapter.cordon("n"), adapter.power_off("n")):
+    for outcome in (
+        adapter.warn_task("x", 1),
+        adapter.terminate_task("x", 1),
+        adapter.kill_task("x"),
+        adapter.cordon("n"),
+        adapter.power_off("n"),
+    ):
         assert outcome.status is OutcomeStatus.UNSUPPORTED
     assert adapter.verify_released(["GPU-1e7f0d3c-9b58-4a21-a6d0-5c8e2f3b7a94"]).ok
     busy = adapter.verify_released([MIG_PARENT])
     assert busy.status is OutcomeStatus.FAILED and "embed-batch-2" in busy.detail
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("", "no DCGM_FI_"),
-    ('DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1"} 5\n', r"lacks label\(s\) gpu"),
-    ('DCGM_FI_DEV_GPU_UTIL{gpu="zero",UUID="GPU-1"} 5\n', "non-integer gpu"),
-    ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1"} five\n', "not a valid Prometheus"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("", "no DCGM_FI_"),
+        ('DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1"} 5\n', r"lacks label\(s\) gpu"),
+        ('DCGM_FI_DEV_GPU_UTIL{gpu="zero",UUID="GPU-1"} 5\n', "non-integer gpu"),
+        ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1"} five\n', "not a valid Prometheus"),
+    ],
+)
 def test_telemetry_dcgm_bad_exposition_names_the_problem(text: str, problem: str) -> None:
     with pytest.raises(ExpositionError, match=problem):
         parse_exposition(text, SCRAPED, source="scrape.txt")
@@ -117,8 +128,9 @@ def test_telemetry_dcgm_is_built_from_the_config() -> None:
     from market_pipeline.config import load_config
     from market_pipeline.hardware import make_adapter
 
-    config = load_config(environ={"MP__ADAPTER__BACKEND": "dcgm",
-                                  "MP__ADAPTER__DCGM_ENDPOINT": f"{FIXTURE}, {FIXTURE}"})
+    config = load_config(
+        environ={"MP__ADAPTER__BACKEND": "dcgm", "MP__ADAPTER__DCGM_ENDPOINT": f"{FIXTURE}, {FIXTURE}"}
+    )
     adapter = make_adapter(config)
     assert isinstance(adapter, DcgmAdapter) and adapter.sources == (str(FIXTURE),) * 2
     with pytest.raises(DcgmSourceError):

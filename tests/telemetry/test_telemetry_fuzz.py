@@ -17,8 +17,9 @@ PER_KIND = 2_000
 NOW = FLEET_START + timedelta(hours=3)
 
 
-def _spoil(text: pl.DataFrame, rows: np.ndarray, column: str, values: list[str | None],
-           rng: np.random.Generator) -> pl.DataFrame:
+def _spoil(
+    text: pl.DataFrame, rows: np.ndarray, column: str, values: list[str | None], rng: np.random.Generator
+) -> pl.DataFrame:
     picked = rng.choice(values, size=rows.size).tolist()
     series = text.get_column(column).to_list()
     for row, value in zip(rows.tolist(), picked):
@@ -49,8 +50,8 @@ def test_telemetry_fuzzed_bad_rows_are_all_accounted_for(tmp_path: Path) -> None
     # Copies of real rows under fresh keys, so that each is wrong only in its spoiled field;
     # the whole stream is shuffled, so rows arrive late and out of order.
     extra = extra.with_columns(
-        (pl.col("gpu_uuid") + pl.lit("-late-") + pl.int_range(pl.len()).cast(pl.Utf8))
-        .alias("gpu_uuid"))
+        (pl.col("gpu_uuid") + pl.lit("-late-") + pl.int_range(pl.len()).cast(pl.Utf8)).alias("gpu_uuid")
+    )
     spoiled = extra
     expected: dict[int, str] = {}
     for k, (kind, (column, values, reason)) in enumerate(KINDS.items()):
@@ -73,13 +74,16 @@ def test_telemetry_fuzzed_bad_rows_are_all_accounted_for(tmp_path: Path) -> None
     assert stored == (report.clean, report.quarantined)
     assert report.by_reason.get("row:duplicate") == PER_KIND
     quarantined = warehouse.query("SELECT source_row, reasons FROM telemetry_quarantine")
-    reasons_at = dict(zip(quarantined.get_column("source_row").to_list(),
-                          quarantined.get_column("reasons").to_list()))
+    reasons_at = dict(
+        zip(quarantined.get_column("source_row").to_list(), quarantined.get_column("reasons").to_list())
+    )
     position = {int(original): new for new, original in enumerate(order.tolist())}
     for original, reason in expected.items():
         found = reasons_at.get(position[original] + 1)
         assert found is not None and any(r.startswith(reason) for r in found), (original, found)
     # Every good row survives exactly once; no row is clean twice.
     assert report.clean == good_rows
-    assert warehouse.query("SELECT count(DISTINCT (node_id, gpu_uuid, ts)) FROM telemetry_clean"
-                           ).item() == good_rows
+    assert (
+        warehouse.query("SELECT count(DISTINCT (node_id, gpu_uuid, ts)) FROM telemetry_clean").item()
+        == good_rows
+    )

@@ -28,7 +28,8 @@ def warehouse(tmp_path: Path) -> Warehouse:
 def counts(warehouse: Warehouse) -> dict[str, int]:
     row = warehouse.query(
         "SELECT (SELECT count(*) FROM telemetry_clean), (SELECT count(*) FROM telemetry_quarantine),"
-        " (SELECT count(*) FROM telemetry_raw)").row(0)
+        " (SELECT count(*) FROM telemetry_raw)"
+    ).row(0)
     return {"clean": row[0], "quarantined": row[1], "raw": row[2]}
 
 
@@ -41,18 +42,17 @@ def test_telemetry_reingesting_a_source_replaces_its_partitions(warehouse: Wareh
     frame = two_hours()
     first = ingest_samples(warehouse, frame, source="file:a", policy=POLICY)
     second = ingest_samples(warehouse, frame, source="file:a", policy=POLICY)
-    assert first.summary() == second.summary() == {
-        "rows_in": 32, "clean": 32, "quarantined": 0, "by_reason": {}}
+    assert (
+        first.summary() == second.summary() == {"rows_in": 32, "clean": 32, "quarantined": 0, "by_reason": {}}
+    )
     assert first.partitions == ("2024-01-01-00:00", "2024-01-01-01:00")
     assert counts(warehouse) == {"clean": 32, "quarantined": 0, "raw": 32}
-    ledger = warehouse.query("SELECT partition_key, rows_in, ingest_id FROM telemetry_ingests "
-                             "ORDER BY 1")
+    ledger = warehouse.query("SELECT partition_key, rows_in, ingest_id FROM telemetry_ingests ORDER BY 1")
     assert ledger.get_column("rows_in").to_list() == [16, 16]
     assert set(ledger.get_column("ingest_id")) == {second.ingest_id}
 
 
-def test_telemetry_late_rows_from_another_file_do_not_wipe_a_partition(
-        warehouse: Warehouse) -> None:
+def test_telemetry_late_rows_from_another_file_do_not_wipe_a_partition(warehouse: Warehouse) -> None:
     frame = two_hours()
     first_hour = frame.filter(pl.col("ts") < FLEET_START + timedelta(hours=1))
     ingest_samples(warehouse, first_hour.head(12), source="file:hour0", policy=POLICY)
@@ -60,19 +60,20 @@ def test_telemetry_late_rows_from_another_file_do_not_wipe_a_partition(
     second = pl.concat([late, frame.filter(pl.col("ts") >= FLEET_START + timedelta(hours=1))])
     report = ingest_samples(warehouse, second, source="file:hour1", policy=POLICY)
     assert report.clean == 20 and report.partitions == ("2024-01-01-00:00", "2024-01-01-01:00")
-    per_partition = warehouse.query("SELECT partition_key, count(*) AS n FROM telemetry_clean "
-                                    "GROUP BY 1 ORDER BY 1")
+    per_partition = warehouse.query(
+        "SELECT partition_key, count(*) AS n FROM telemetry_clean GROUP BY 1 ORDER BY 1"
+    )
     assert per_partition.get_column("n").to_list() == [16, 16]  # no gap, no duplicate
 
 
-def test_telemetry_a_key_already_delivered_by_another_source_is_quarantined(
-        warehouse: Warehouse) -> None:
+def test_telemetry_a_key_already_delivered_by_another_source_is_quarantined(warehouse: Warehouse) -> None:
     frame = two_hours()
     ingest_samples(warehouse, frame.head(8), source="file:a", policy=POLICY)
     report = ingest_samples(warehouse, frame.head(10), source="file:b", policy=POLICY)
     assert report.clean == 2 and report.by_reason == {"key:already_ingested": 8}
-    unique = warehouse.query("SELECT count(*) = count(DISTINCT (node_id, gpu_uuid, ts)) "
-                             "FROM telemetry_clean").item()
+    unique = warehouse.query(
+        "SELECT count(*) = count(DISTINCT (node_id, gpu_uuid, ts)) FROM telemetry_clean"
+    ).item()
     assert unique and counts(warehouse)["clean"] == 10
 
 
@@ -82,12 +83,10 @@ def test_telemetry_window_ingest_keeps_every_row_in_its_partition(warehouse: War
     report = ingest_samples(warehouse, two_hours(), source="adapter", policy=policy)
     assert (report.clean, report.quarantined) == (16, 16)
     assert report.by_reason == {"ts:outside_partition": 16}
-    assert warehouse.query("SELECT DISTINCT partition_key FROM telemetry_quarantine").item() \
-        == window.key
+    assert warehouse.query("SELECT DISTINCT partition_key FROM telemetry_quarantine").item() == window.key
 
 
-def test_telemetry_empty_window_is_still_recorded_and_clears_old_rows(
-        warehouse: Warehouse) -> None:
+def test_telemetry_empty_window_is_still_recorded_and_clears_old_rows(warehouse: Warehouse) -> None:
     window = partition_window("2024-01-01-00:00")
     policy = ValidationPolicy(now=NOW, window=window)
     frame = two_hours().filter(pl.col("ts") < window.end)
@@ -98,29 +97,33 @@ def test_telemetry_empty_window_is_still_recorded_and_clears_old_rows(
     assert warehouse.query("SELECT rows_in FROM telemetry_ingests").item() == 0
 
 
-def test_telemetry_quarantine_keeps_the_row_as_read_with_its_reasons(
-        warehouse: Warehouse) -> None:
+def test_telemetry_quarantine_keeps_the_row_as_read_with_its_reasons(warehouse: Warehouse) -> None:
     frame = two_hours().with_columns(pl.col("power_w").cast(pl.Utf8))
     frame = frame.with_columns(
-        pl.when(pl.int_range(pl.len()) == 5).then(pl.lit("lots")).otherwise(pl.col("power_w"))
-        .alias("power_w"))
+        pl.when(pl.int_range(pl.len()) == 5)
+        .then(pl.lit("lots"))
+        .otherwise(pl.col("power_w"))
+        .alias("power_w")
+    )
     report = ingest_samples(warehouse, frame, source="file:x", policy=POLICY)
     assert report.summary()["by_reason"] == {"power_w:not_a_number": 1}
     row = warehouse.query("SELECT source_row, power_w, reasons FROM telemetry_quarantine").row(0)
     assert row == (6, "lots", ["power_w:not_a_number"])
-    ledger = json.loads(warehouse.query(
-        "SELECT by_reason FROM telemetry_ingests WHERE quarantined > 0").item())
+    ledger = json.loads(
+        warehouse.query("SELECT by_reason FROM telemetry_ingests WHERE quarantined > 0").item()
+    )
     assert ledger == {"power_w:not_a_number": 1}
 
 
-def test_telemetry_rows_without_time_land_in_the_files_earliest_hour(
-        warehouse: Warehouse) -> None:
+def test_telemetry_rows_without_time_land_in_the_files_earliest_hour(warehouse: Warehouse) -> None:
     frame = two_hours().with_columns(
-        pl.when(pl.int_range(pl.len()) == 30).then(None).otherwise(pl.col("ts")).alias("ts"))
+        pl.when(pl.int_range(pl.len()) == 30).then(None).otherwise(pl.col("ts")).alias("ts")
+    )
     report = ingest_samples(warehouse, frame, source="file:x", policy=POLICY)
     assert report.by_reason == {"ts:missing": 1}
-    assert warehouse.query("SELECT partition_key FROM telemetry_quarantine").item() \
-        == partition_key_of(FLEET_START)
+    assert warehouse.query("SELECT partition_key FROM telemetry_quarantine").item() == partition_key_of(
+        FLEET_START
+    )
 
 
 def test_telemetry_missing_columns_write_nothing(warehouse: Warehouse) -> None:
@@ -131,8 +134,18 @@ def test_telemetry_missing_columns_write_nothing(warehouse: Warehouse) -> None:
 
 def test_telemetry_known_gpus_come_from_the_fleet_inventory(warehouse: Warehouse) -> None:
     assert known_gpu_uuids(warehouse) == frozenset()
-    warehouse.append("fleet_gpus", pl.DataFrame({
-        "gpu_uuid": ["GPU-1"], "node_id": ["n"], "gpu_index": [0], "gpu_model": ["A10"],
-        "memory_total_mib": [24576], "observed_at": [NOW]},
-        schema_overrides={"gpu_index": pl.Int32, "memory_total_mib": pl.Int32}))
+    warehouse.append(
+        "fleet_gpus",
+        pl.DataFrame(
+            {
+                "gpu_uuid": ["GPU-1"],
+                "node_id": ["n"],
+                "gpu_index": [0],
+                "gpu_model": ["A10"],
+                "memory_total_mib": [24576],
+                "observed_at": [NOW],
+            },
+            schema_overrides={"gpu_index": pl.Int32, "memory_total_mib": pl.Int32},
+        ),
+    )
     assert known_gpu_uuids(warehouse) == frozenset({"GPU-1"})

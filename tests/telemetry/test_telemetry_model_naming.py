@@ -17,19 +17,29 @@ from market_pipeline.hardware.naming import DeviceModelNamer, ModelAlias  # noqa
 from market_pipeline.hardware.nvml import NvmlAdapter  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm_metrics.txt"
-NAMER = DeviceModelNamer([ModelAlias("A100-80GB"), ModelAlias("A100-40GB"), ModelAlias("H800"),
-                          ModelAlias("A10"), ModelAlias("L40S", ("NVIDIA L40S PCIe 48GB",))])
+NAMER = DeviceModelNamer(
+    [
+        ModelAlias("A100-80GB"),
+        ModelAlias("A100-40GB"),
+        ModelAlias("H800"),
+        ModelAlias("A10"),
+        ModelAlias("L40S", ("NVIDIA L40S PCIe 48GB",)),
+    ]
+)
 
 
-@pytest.mark.parametrize("device,model", [
-    ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
-    ("NVIDIA A100-PCIE-40GB", "A100-40GB"),
-    ("NVIDIA H800", "H800"),
-    ("NVIDIA A10", "A10"),  # not A100: tokens, not substrings
-    ("nvidia l40s pcie 48gb", "L40S"),  # the configured alias, case-insensitive
-    ("A100-80GB", "A100-80GB"),
-    ("NVIDIA H200", "NVIDIA H200"),  # nothing configured: reported as is, priced by no pool
-])
+@pytest.mark.parametrize(
+    "device,model",
+    [
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("NVIDIA A100-PCIE-40GB", "A100-40GB"),
+        ("NVIDIA H800", "H800"),
+        ("NVIDIA A10", "A10"),  # not A100: tokens, not substrings
+        ("nvidia l40s pcie 48gb", "L40S"),  # the configured alias, case-insensitive
+        ("A100-80GB", "A100-80GB"),
+        ("NVIDIA H200", "NVIDIA H200"),  # nothing configured: reported as is, priced by no pool
+    ],
+)
 def test_device_names_resolve_to_configured_models(device, model):
     assert NAMER(device) == model
 
@@ -61,13 +71,33 @@ def test_dcgm_backend_maps_model_names_too():
 
 
 def test_inventory_counts_gpus_no_configured_pool_prices():
-    from market_pipeline.hardware.protocol import NodeInfo, NodeState
     from market_pipeline.fleet.inventory import unpriced_nodes
+    from market_pipeline.hardware.protocol import NodeInfo, NodeState
 
-    nodes = [NodeInfo(node_id="a", pool_id="H800@cn-beijing-b", gpu_model="H800", zone="cn-beijing-b", gpus=8,
-                      state=NodeState.ON),
-             NodeInfo(node_id="b", pool_id="NVIDIA H200@local", gpu_model="NVIDIA H200", zone="local", gpus=8,
-                      state=NodeState.ON),
-             NodeInfo(node_id="c", pool_id="NVIDIA H200@local", gpu_model="NVIDIA H200", zone="local", gpus=4,
-                      state=NodeState.ON)]
+    nodes = [
+        NodeInfo(
+            node_id="a",
+            pool_id="H800@cn-beijing-b",
+            gpu_model="H800",
+            zone="cn-beijing-b",
+            gpus=8,
+            state=NodeState.ON,
+        ),
+        NodeInfo(
+            node_id="b",
+            pool_id="NVIDIA H200@local",
+            gpu_model="NVIDIA H200",
+            zone="local",
+            gpus=8,
+            state=NodeState.ON,
+        ),
+        NodeInfo(
+            node_id="c",
+            pool_id="NVIDIA H200@local",
+            gpu_model="NVIDIA H200",
+            zone="local",
+            gpus=4,
+            state=NodeState.ON,
+        ),
+    ]
     assert unpriced_nodes(nodes, {"H800@cn-beijing-b"}) == {"NVIDIA H200@local": 12}

@@ -20,19 +20,24 @@ NOW = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
 
 
 def fleet(pid: int = 4242) -> FakeNvml:
-    return FakeNvml([
-        FakeGpu("GPU-aaa", pids=[(pid, 8 * GIB)]),
-        FakeGpu("GPU-bbb", util=3),
-        FakeGpu("GPU-ccc", nvlink_group=None, migs=[
-            FakeMig("MIG-c1", "3g.71gb", 1, 70 * GIB, 5 * GIB, pids=[(pid + 1, GIB)]),
-            FakeMig("MIG-c2", "4g.71gb", 2, 70 * GIB, 0, gpm_util=None),
-        ]),
-    ])
+    return FakeNvml(
+        [
+            FakeGpu("GPU-aaa", pids=[(pid, 8 * GIB)]),
+            FakeGpu("GPU-bbb", util=3),
+            FakeGpu(
+                "GPU-ccc",
+                nvlink_group=None,
+                migs=[
+                    FakeMig("MIG-c1", "3g.71gb", 1, 70 * GIB, 5 * GIB, pids=[(pid + 1, GIB)]),
+                    FakeMig("MIG-c2", "4g.71gb", 2, 70 * GIB, 0, gpm_util=None),
+                ],
+            ),
+        ]
+    )
 
 
 def adapter_for(nvml: FakeNvml, **kwargs) -> NvmlAdapter:
-    return NvmlAdapter(nvml=nvml, node_id="h200-a", clock=lambda: NOW, gpm_interval_seconds=0,
-                       **kwargs)
+    return NvmlAdapter(nvml=nvml, node_id="h200-a", clock=lambda: NOW, gpm_interval_seconds=0, **kwargs)
 
 
 def test_telemetry_nvml_lists_gpus_mig_instances_and_nvlink_peers() -> None:
@@ -40,8 +45,7 @@ def test_telemetry_nvml_lists_gpus_mig_instances_and_nvlink_peers() -> None:
     assert isinstance(adapter, NodeAdapter)
     assert adapter.probe().ok
     (node,) = adapter.list_nodes()
-    assert (node.node_id, node.gpus, node.nvlink, node.gpu_model) == ("h200-a", 3, True,
-                                                                      "NVIDIA H200")
+    assert (node.node_id, node.gpus, node.nvlink, node.gpu_model) == ("h200-a", 3, True, "NVIDIA H200")
     gpus = {g.gpu_uuid: g for g in adapter.list_gpus()}
     assert set(gpus) == {"GPU-aaa", "GPU-bbb", "MIG-c1", "MIG-c2"}  # MIG parent via instances
     assert gpus["GPU-aaa"].nvlink_peers == ("GPU-bbb",)
@@ -133,6 +137,7 @@ def test_telemetry_nvml_is_built_from_the_config() -> None:
     from market_pipeline.config import load_config
     from market_pipeline.hardware import make_adapter
 
-    adapter = make_adapter(load_config(environ={"MP__ADAPTER__BACKEND": "nvml",
-                                                "MP__ADAPTER__OPERATION_TIMEOUT_SECONDS": "3"}))
+    adapter = make_adapter(
+        load_config(environ={"MP__ADAPTER__BACKEND": "nvml", "MP__ADAPTER__OPERATION_TIMEOUT_SECONDS": "3"})
+    )
     assert isinstance(adapter, NvmlAdapter) and adapter.timeout_seconds == 3.0

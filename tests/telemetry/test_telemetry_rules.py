@@ -25,8 +25,12 @@ POLICY = ValidationPolicy(now=NOW)
 
 def reasons_by_row(frame: pl.DataFrame, policy: ValidationPolicy = POLICY) -> dict[int, list[str]]:
     screening = screen(coerce_samples(frame), policy)
-    names = (pl.DataFrame({"bits": pl.Series(screening.bad_bits, dtype=pl.UInt64)})
-             .select(reasons_expr("bits")).to_series().to_list())
+    names = (
+        pl.DataFrame({"bits": pl.Series(screening.bad_bits, dtype=pl.UInt64)})
+        .select(reasons_expr("bits"))
+        .to_series()
+        .to_list()
+    )
     return dict(zip(screening.bad_rows.tolist(), names))
 
 
@@ -45,26 +49,29 @@ def test_telemetry_clean_input_has_no_reasons() -> None:
     assert reasons_by_row(good(160)) == {}
 
 
-@pytest.mark.parametrize("column, value, reason", [
-    ("sm_util_pct", float("nan"), "sm_util_pct:not_finite"),
-    ("sm_util_pct", 100.5, "sm_util_pct:out_of_range"),
-    ("sm_util_pct", -0.1, "sm_util_pct:out_of_range"),
-    ("power_w", float("inf"), "power_w:not_finite"),
-    ("power_w", -1.0, "power_w:out_of_range"),
-    ("temp_c", 111.0, "temp_c:out_of_range"),
-    ("temp_c", None, "temp_c:missing"),
-    ("mem_used_mib", -5.0, "mem_used_mib:out_of_range"),
-    ("mem_used_mib", 1e9, "mem_used_mib:above_total"),
-    ("mem_total_mib", 0.0, "mem_total_mib:out_of_range"),
-    ("gpu_index", -1, "gpu_index:out_of_range"),
-    ("gpu_index", None, "gpu_index:missing"),
-    ("node_id", "", "node_id:missing"),
-    ("node_id", "   ", "node_id:missing"),
-    ("gpu_uuid", None, "gpu_uuid:missing"),
-    ("xid_errors", -2, "xid_errors:out_of_range"),
-    ("ts", None, "ts:missing"),
-    ("ts", NOW + timedelta(minutes=10), "ts:in_future"),
-])
+@pytest.mark.parametrize(
+    "column, value, reason",
+    [
+        ("sm_util_pct", float("nan"), "sm_util_pct:not_finite"),
+        ("sm_util_pct", 100.5, "sm_util_pct:out_of_range"),
+        ("sm_util_pct", -0.1, "sm_util_pct:out_of_range"),
+        ("power_w", float("inf"), "power_w:not_finite"),
+        ("power_w", -1.0, "power_w:out_of_range"),
+        ("temp_c", 111.0, "temp_c:out_of_range"),
+        ("temp_c", None, "temp_c:missing"),
+        ("mem_used_mib", -5.0, "mem_used_mib:out_of_range"),
+        ("mem_used_mib", 1e9, "mem_used_mib:above_total"),
+        ("mem_total_mib", 0.0, "mem_total_mib:out_of_range"),
+        ("gpu_index", -1, "gpu_index:out_of_range"),
+        ("gpu_index", None, "gpu_index:missing"),
+        ("node_id", "", "node_id:missing"),
+        ("node_id", "   ", "node_id:missing"),
+        ("gpu_uuid", None, "gpu_uuid:missing"),
+        ("xid_errors", -2, "xid_errors:out_of_range"),
+        ("ts", None, "ts:missing"),
+        ("ts", NOW + timedelta(minutes=10), "ts:in_future"),
+    ],
+)
 def test_telemetry_each_rule_names_its_reason(column: str, value: object, reason: str) -> None:
     frame = with_value(good(), column, 3, value)
     assert reasons_by_row(frame) == {3: [reason]}
@@ -85,19 +92,21 @@ def test_telemetry_clock_skew_inside_the_allowance_is_accepted() -> None:
 
 def test_telemetry_window_quarantines_late_and_early_rows() -> None:
     window = partition_window("2024-01-01-00:00")
-    frame = with_value(with_value(good(), "ts", 0, window.start - timedelta(seconds=1)),
-                       "ts", 1, window.end)
+    frame = with_value(with_value(good(), "ts", 0, window.start - timedelta(seconds=1)), "ts", 1, window.end)
     policy = ValidationPolicy(now=NOW, window=window)
-    assert reasons_by_row(frame, policy) == {0: ["ts:outside_partition"],
-                                             1: ["ts:outside_partition"]}
+    assert reasons_by_row(frame, policy) == {0: ["ts:outside_partition"], 1: ["ts:outside_partition"]}
 
 
 def test_telemetry_exact_duplicates_keep_the_first_copy_clean() -> None:
     frame = good(16)
     copies = pl.concat([frame, frame.slice(2, 3), frame.slice(2, 1)])
     found = reasons_by_row(copies)
-    assert found == {16: ["row:duplicate"], 17: ["row:duplicate"], 18: ["row:duplicate"],
-                     19: ["row:duplicate"]}
+    assert found == {
+        16: ["row:duplicate"],
+        17: ["row:duplicate"],
+        18: ["row:duplicate"],
+        19: ["row:duplicate"],
+    }
 
 
 def test_telemetry_conflicting_key_keeps_the_first_reading() -> None:
@@ -137,8 +146,9 @@ def test_telemetry_reason_counts_count_rows_per_reason() -> None:
 def test_telemetry_policy_reads_the_typed_config() -> None:
     from market_pipeline.config import TelemetryConfig
 
-    policy = ValidationPolicy.from_config(TelemetryConfig(clock_skew_seconds=5, temp_max_c=90),
-                                          now=datetime(2024, 1, 1, tzinfo=timezone.utc))
+    policy = ValidationPolicy.from_config(
+        TelemetryConfig(clock_skew_seconds=5, temp_max_c=90), now=datetime(2024, 1, 1, tzinfo=timezone.utc)
+    )
     assert policy.clock_skew == timedelta(seconds=5) and policy.temp_max_c == 90
     assert policy.known_gpu_uuids is None
 

@@ -21,9 +21,17 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm_metrics.txt"
 
 
 def text_frame(**overrides: list) -> pl.DataFrame:
-    base = {"ts": ["2024-03-01T10:00:00Z"], "node_id": ["n1"], "gpu_uuid": ["GPU-1"],
-            "gpu_index": ["0"], "sm_util_pct": ["50"], "mem_used_mib": ["10"],
-            "mem_total_mib": ["100"], "power_w": ["300"], "temp_c": ["60"]}
+    base = {
+        "ts": ["2024-03-01T10:00:00Z"],
+        "node_id": ["n1"],
+        "gpu_uuid": ["GPU-1"],
+        "gpu_index": ["0"],
+        "sm_util_pct": ["50"],
+        "mem_used_mib": ["10"],
+        "mem_total_mib": ["100"],
+        "power_w": ["300"],
+        "temp_c": ["60"],
+    }
     base.update(overrides)
     height = max(len(v) for v in base.values())
     return pl.DataFrame({k: (v * height if len(v) == 1 else v) for k, v in base.items()})
@@ -58,13 +66,20 @@ def test_telemetry_integer_columns_reject_fractions_and_text() -> None:
     typed = coerce_samples(frame).typed
     assert typed.schema["gpu_index"] == pl.Int32
     assert typed.get_column("gpu_index").to_list() == [3, 3, None, None, -1]
-    assert typed.get_column(unparsed_flag("gpu_index")).to_list() == [False, False, True, True,
-                                                                       False]
+    assert typed.get_column(unparsed_flag("gpu_index")).to_list() == [False, False, True, True, False]
 
 
 def test_telemetry_timestamps_in_many_spellings_become_utc() -> None:
-    frame = text_frame(ts=["2024-03-01T10:00:00Z", "2024-03-01 10:00:00",
-                           "2024-03-01T12:00:00+02:00", "1709287200", "yesterday", ""])
+    frame = text_frame(
+        ts=[
+            "2024-03-01T10:00:00Z",
+            "2024-03-01 10:00:00",
+            "2024-03-01T12:00:00+02:00",
+            "1709287200",
+            "yesterday",
+            "",
+        ]
+    )
     typed = coerce_samples(frame).typed
     assert typed.schema["ts"] == SAMPLE_SCHEMA["ts"]
     expected = datetime(2024, 3, 1, 10, tzinfo=timezone.utc)
@@ -74,12 +89,20 @@ def test_telemetry_timestamps_in_many_spellings_become_utc() -> None:
 
 
 def test_telemetry_typed_frames_pass_through_and_naive_datetimes_are_utc() -> None:
-    frame = pl.DataFrame({
-        "ts": [datetime(2024, 3, 1, 10)], "node_id": ["n1"], "gpu_uuid": ["GPU-1"],
-        "gpu_index": pl.Series([0], dtype=pl.Int64), "sm_util_pct": [50],
-        "mem_used_mib": [1.0], "mem_total_mib": [2.0], "power_w": [1.0], "temp_c": [40.0],
-        "extra": ["ignored"],
-    })
+    frame = pl.DataFrame(
+        {
+            "ts": [datetime(2024, 3, 1, 10)],
+            "node_id": ["n1"],
+            "gpu_uuid": ["GPU-1"],
+            "gpu_index": pl.Series([0], dtype=pl.Int64),
+            "sm_util_pct": [50],
+            "mem_used_mib": [1.0],
+            "mem_total_mib": [2.0],
+            "power_w": [1.0],
+            "temp_c": [40.0],
+            "extra": ["ignored"],
+        }
+    )
     coerced = coerce_samples(frame)
     assert coerced.typed.row(0, named=True)["ts"] == datetime(2024, 3, 1, 10, tzinfo=timezone.utc)
     assert coerced.typed.schema["sm_util_pct"] == pl.Float64
@@ -102,17 +125,23 @@ def test_telemetry_dcgm_text_file_is_recognised(tmp_path: Path) -> None:
     assert frame.height == 5 and set(SAMPLE_SCHEMA) == set(frame.columns)
 
 
-@pytest.mark.parametrize("name, content, problem", [
-    ("missing.csv", None, "does not exist"),
-    ("binary.csv", b"\x00\x01\x02garbage", "binary"),
-    ("table.xlsx", b"PK\x03\x04", "unknown format"),
-    ("broken.parquet", b"PAR1 this is not parquet", "cannot parse"),
-    ("broken.txt", b"# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\" 12\n",
-     "cannot parse"),
-])
-def test_telemetry_unreadable_files_raise_a_clear_error(tmp_path: Path, name: str,
-                                                        content: bytes | None,
-                                                        problem: str) -> None:
+@pytest.mark.parametrize(
+    "name, content, problem",
+    [
+        ("missing.csv", None, "does not exist"),
+        ("binary.csv", b"\x00\x01\x02garbage", "binary"),
+        ("table.xlsx", b"PK\x03\x04", "unknown format"),
+        ("broken.parquet", b"PAR1 this is not parquet", "cannot parse"),
+        (
+            "broken.txt",
+            b'# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu="0" 12\n',
+            "cannot parse",
+        ),
+    ],
+)
+def test_telemetry_unreadable_files_raise_a_clear_error(
+    tmp_path: Path, name: str, content: bytes | None, problem: str
+) -> None:
     path = tmp_path / name
     if content is not None:
         path.write_bytes(content)

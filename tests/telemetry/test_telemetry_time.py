@@ -27,12 +27,18 @@ def _text(frame: pl.DataFrame) -> pl.DataFrame:
 
 def test_telemetry_time_year_one_is_quarantined_not_partitioned(warehouse: Warehouse) -> None:
     frame = _text(fleet_samples(8, nodes=1, gpus_per_node=2))
-    frame = frame.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("0001-01-01T00:00:00Z"))
-                               .otherwise(pl.col("ts")).alias("ts"))
+    frame = frame.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0)
+        .then(pl.lit("0001-01-01T00:00:00Z"))
+        .otherwise(pl.col("ts"))
+        .alias("ts")
+    )
     report = ingest_samples(warehouse, frame, source="t", policy=ValidationPolicy(now=NOW))
     assert report.by_reason == {"ts:implausible": 1}
     assert report.clean == frame.height - 1
-    keys = warehouse.query("SELECT DISTINCT partition_key FROM telemetry_quarantine")["partition_key"].to_list()
+    keys = warehouse.query("SELECT DISTINCT partition_key FROM telemetry_quarantine")[
+        "partition_key"
+    ].to_list()
     assert all(key.startswith(str(FLEET_START.year)) for key in keys)  # not "1-01-01-00:00"
 
 
@@ -45,7 +51,9 @@ def test_telemetry_time_naive_text_and_parquet_are_refused(warehouse: Warehouse,
     report = ingest_samples(warehouse, naive_parquet, source="pq", policy=ValidationPolicy(now=NOW))
     assert report.by_reason == {"ts:naive": typed.height}
     zoned = _text(typed).with_columns(pl.col("ts").str.replace(r"\+00:00$", "Z"))
-    assert ingest_samples(warehouse, zoned, source="z", policy=ValidationPolicy(now=NOW)).clean == typed.height
+    assert (
+        ingest_samples(warehouse, zoned, source="z", policy=ValidationPolicy(now=NOW)).clean == typed.height
+    )
 
 
 def test_telemetry_time_naive_converted_under_the_configured_zone(warehouse: Warehouse) -> None:
@@ -61,8 +69,10 @@ def test_telemetry_time_naive_converted_under_the_configured_zone(warehouse: War
 def test_telemetry_time_naive_timezone_is_a_checked_config_key() -> None:
     from market_pipeline.config import ConfigError, load_config
 
-    assert load_config(environ={"MP__TELEMETRY__NAIVE_TIMEZONE": "Asia/Shanghai"}).telemetry.naive_timezone \
+    assert (
+        load_config(environ={"MP__TELEMETRY__NAIVE_TIMEZONE": "Asia/Shanghai"}).telemetry.naive_timezone
         == "Asia/Shanghai"
+    )
     with pytest.raises(ConfigError, match="naive_timezone"):
         load_config(environ={"MP__TELEMETRY__NAIVE_TIMEZONE": "Mars/Olympus"})
     assert datetime(2000, 1, 1, tzinfo=timezone.utc) == ValidationPolicy(now=NOW).earliest

@@ -7,16 +7,36 @@ import pytest
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, load_config
 from market_pipeline.guardrails.backlog import BacklogParams
+from market_pipeline.tick import (
+    AS_SOLVED,
+    MarketTickError,
+    PoolTickInput,
+    Promises,
+    guaranteed_window,
+    run_market_tick,
+)
 from market_pipeline.tick.pricing import build_market_problem, solver_settings
-from market_pipeline.tick import AS_SOLVED, MarketTickError, PoolTickInput, Promises, guaranteed_window, run_market_tick
 
 PARAMS = BacklogParams(residual_share=0.15, min_margin_gpus=0.25, margin_fraction=0.0)
 
 
 def pool(**changes) -> PoolTickInput:
-    base = dict(pool_id="p", list_price=2.0, price_min=0.8, price_max=8.0, node_gpus=8.0, serving_gpus=64.0,
-                reachable_gpus=128.0, demand_gpus=40.0, backlog_gpus=0.0, forecast_upper_gpus=44.0,
-                in_force_guaranteed=2.0, in_force_drainable=1.2, forecast_price=2.0, backlog=PARAMS)
+    base = dict(
+        pool_id="p",
+        list_price=2.0,
+        price_min=0.8,
+        price_max=8.0,
+        node_gpus=8.0,
+        serving_gpus=64.0,
+        reachable_gpus=128.0,
+        demand_gpus=40.0,
+        backlog_gpus=0.0,
+        forecast_upper_gpus=44.0,
+        in_force_guaranteed=2.0,
+        in_force_drainable=1.2,
+        forecast_price=2.0,
+        backlog=PARAMS,
+    )
     return PoolTickInput(**{**base, **changes})
 
 
@@ -41,8 +61,9 @@ def test_a_pool_with_room_publishes_the_list_price_as_solved() -> None:
 
 def test_the_shield_raises_the_price_inside_the_window_and_reports_it() -> None:
     # 60 GPUs wanted on 64: a price a little above list sheds the margin
-    record = run_market_tick([pool(forecast_upper_gpus=63.9, demand_gpus=60.0)], None,
-                             Promises(guaranteed_cap=1.5)).pools[0]
+    record = run_market_tick(
+        [pool(forecast_upper_gpus=63.9, demand_gpus=60.0)], None, Promises(guaranteed_cap=1.5)
+    ).pools[0]
     assert 2.0 < record.guaranteed <= 2.0 * 1.25 + 1e-9
     assert record.shielded and record.certified
     assert record.guaranteed_reason.startswith("backlog shield x")
@@ -51,8 +72,11 @@ def test_the_shield_raises_the_price_inside_the_window_and_reports_it() -> None:
 
 
 def test_no_price_within_the_promises_certifies_then_capacity_must_come() -> None:
-    record = run_market_tick([pool(forecast_upper_gpus=90.0, demand_gpus=90.0, backlog_gpus=26.0)], None,
-                             Promises(guaranteed_cap=1.04)).pools[0]
+    record = run_market_tick(
+        [pool(forecast_upper_gpus=90.0, demand_gpus=90.0, backlog_gpus=26.0)],
+        None,
+        Promises(guaranteed_cap=1.04),
+    ).pools[0]
     assert record.guaranteed == pytest.approx(2.08)  # the cap, not the 3x an unbounded shield took
     assert not record.certified and "capacity must come" in record.guaranteed_reason
     assert record.capacity_target_gpus > 90.0 and record.capacity_target_gpus % 8 == 0
@@ -75,13 +99,25 @@ def live_tick(config, expected: float, in_force_share: float = 1.0):
     promises = Promises.from_config(config)
     serving = {p.pool_id: float(p.nodes * p.gpus_per_node) for p in config.pools}
     inputs = build_market_problem(config, serving, {p.pool_id: expected for p in config.pools})
-    pools = [PoolTickInput(
-        pool_id=p.pool_id, list_price=p.base_price, price_min=p.price_min, price_max=p.price_max,
-        node_gpus=float(p.gpus_per_node), serving_gpus=serving[p.pool_id],
-        reachable_gpus=float(p.max_nodes * p.gpus_per_node), demand_gpus=expected, backlog_gpus=0.0,
-        forecast_upper_gpus=expected, in_force_guaranteed=p.base_price * in_force_share,
-        in_force_drainable=p.base_price * in_force_share * 0.6, forecast_price=p.base_price,
-        backlog=PARAMS) for p in config.pools]
+    pools = [
+        PoolTickInput(
+            pool_id=p.pool_id,
+            list_price=p.base_price,
+            price_min=p.price_min,
+            price_max=p.price_max,
+            node_gpus=float(p.gpus_per_node),
+            serving_gpus=serving[p.pool_id],
+            reachable_gpus=float(p.max_nodes * p.gpus_per_node),
+            demand_gpus=expected,
+            backlog_gpus=0.0,
+            forecast_upper_gpus=expected,
+            in_force_guaranteed=p.base_price * in_force_share,
+            in_force_drainable=p.base_price * in_force_share * 0.6,
+            forecast_price=p.base_price,
+            backlog=PARAMS,
+        )
+        for p in config.pools
+    ]
     return run_market_tick(pools, inputs.problem, promises, solver_settings(config))
 
 
@@ -93,7 +129,9 @@ def test_first_live_solve_keeps_the_step_from_the_base_price_and_the_cap(config)
         assert record.guaranteed <= p.base_price * config.market.guaranteed_price_cap + 1e-9
         assert abs(record.guaranteed / p.base_price - 1) <= config.market.max_price_step + 1e-9
         band = 1 - record.drainable / record.guaranteed
-        assert config.market.drainable_discount_min - 1e-9 <= band <= config.market.drainable_discount_max + 1e-9
+        assert (
+            config.market.drainable_discount_min - 1e-9 <= band <= config.market.drainable_discount_max + 1e-9
+        )
 
 
 def test_the_live_price_follows_the_load(config) -> None:
@@ -108,16 +146,31 @@ def test_a_scheduled_global_resolve_keeps_every_promise(config) -> None:
     max step from the prices in force, the cap and the band."""
     promises = Promises.from_config(config)
     serving = {p.pool_id: float(p.nodes * p.gpus_per_node) for p in config.pools}
-    inputs = build_market_problem(config, serving, {p.pool_id: 15.0 for p in config.pools},
-                                  {p.pool_id: 20.0 for p in config.pools})
-    pools = [PoolTickInput(
-        pool_id=p.pool_id, list_price=p.base_price, price_min=p.price_min, price_max=p.price_max,
-        node_gpus=float(p.gpus_per_node), serving_gpus=serving[p.pool_id],
-        reachable_gpus=float(p.max_nodes * p.gpus_per_node), demand_gpus=15.0, backlog_gpus=0.0,
-        forecast_upper_gpus=15.0, in_force_guaranteed=p.base_price * 0.8, in_force_drainable=p.base_price * 0.5,
-        forecast_price=p.base_price, backlog=PARAMS) for p in config.pools]
-    tick = run_market_tick(pools, inputs.problem, promises, solver_settings(config), global_resolve=True,
-                           switch_threshold=0.0)
+    inputs = build_market_problem(
+        config, serving, {p.pool_id: 15.0 for p in config.pools}, {p.pool_id: 20.0 for p in config.pools}
+    )
+    pools = [
+        PoolTickInput(
+            pool_id=p.pool_id,
+            list_price=p.base_price,
+            price_min=p.price_min,
+            price_max=p.price_max,
+            node_gpus=float(p.gpus_per_node),
+            serving_gpus=serving[p.pool_id],
+            reachable_gpus=float(p.max_nodes * p.gpus_per_node),
+            demand_gpus=15.0,
+            backlog_gpus=0.0,
+            forecast_upper_gpus=15.0,
+            in_force_guaranteed=p.base_price * 0.8,
+            in_force_drainable=p.base_price * 0.5,
+            forecast_price=p.base_price,
+            backlog=PARAMS,
+        )
+        for p in config.pools
+    ]
+    tick = run_market_tick(
+        pools, inputs.problem, promises, solver_settings(config), global_resolve=True, switch_threshold=0.0
+    )
     for record, p in zip(tick.pools, pools):
         assert abs(record.guaranteed / p.in_force_guaranteed - 1) <= promises.max_step + 1e-9
         assert record.guaranteed <= p.list_price * promises.guaranteed_cap + 1e-9
@@ -127,9 +180,21 @@ def test_a_scheduled_global_resolve_keeps_every_promise(config) -> None:
 
 def test_an_exhausted_pool_says_so_instead_of_asking_for_capacity() -> None:
     # every node already serves (serving == reachable): capacity cannot come; the operator must add nodes
-    record = run_market_tick([pool(forecast_upper_gpus=90.0, demand_gpus=90.0, backlog_gpus=26.0,
-                                   serving_gpus=64.0, reachable_gpus=64.0)], None,
-                             Promises(guaranteed_cap=1.04)).pools[0]
+    record = run_market_tick(
+        [
+            pool(
+                forecast_upper_gpus=90.0,
+                demand_gpus=90.0,
+                backlog_gpus=26.0,
+                serving_gpus=64.0,
+                reachable_gpus=64.0,
+            )
+        ],
+        None,
+        Promises(guaranteed_cap=1.04),
+    ).pools[0]
     assert not record.certified
-    assert "pool exhausted" in record.guaranteed_reason and "capacity must come" not in record.guaranteed_reason
+    assert (
+        "pool exhausted" in record.guaranteed_reason and "capacity must come" not in record.guaranteed_reason
+    )
     assert record.capacity_target_gpus == pytest.approx(64.0)
