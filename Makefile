@@ -1,7 +1,7 @@
 # The README's commands: `make demo` (a simulated day through the Dagster instance on the
 # embedded default), `make ui` (look at it), `make up` / `make down` (the live loop on the wall
 # clock, webserver and daemon, schedules and sensors on) and `make test` (the whole suite).
-# All create/refresh .venv from requirements.lock (`make lock` refreshes it from pyproject.toml).
+# All create/refresh .venv from .ci/requirements.lock (`make lock` refreshes it from pyproject.toml).
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -21,10 +21,10 @@ PORT ?= 3000
 
 # The lock pins every package (the test extra's included), so installs reproduce; the project
 # itself goes in editable, without re-resolving its dependencies.
-$(VENV)/.installed: pyproject.toml requirements.lock
+$(VENV)/.installed: pyproject.toml .ci/requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q -r .ci/requirements.lock
 	$(PY) -m pip install -q -e . --no-deps
 	touch $@
 
@@ -62,10 +62,10 @@ LOCK_FLAGS ?=
 lock: $(VENV)/.installed
 	$(VENV)/bin/uv pip compile pyproject.toml --extra test --python-version 3.11 \
 		--python-platform x86_64-unknown-linux-gnu --find-links /opt/wheels \
-		--custom-compile-command "make lock" -q $(LOCK_FLAGS) -o requirements.lock
-	@if grep -E '^(triton|nvidia-)' requirements.lock | grep -v '^nvidia-ml-py=='; then \
-		echo "error: requirements.lock pulls CUDA packages; torch must be the CPU wheel"; exit 1; fi
-	@grep -q '^torch==.*+cpu$$' requirements.lock || { echo "error: torch in requirements.lock is not the +cpu wheel"; exit 1; }
+		--custom-compile-command "make lock" -q $(LOCK_FLAGS) -o .ci/requirements.lock
+	@if grep -E '^(triton|nvidia-)' .ci/requirements.lock | grep -v '^nvidia-ml-py=='; then \
+		echo "error: .ci/requirements.lock pulls CUDA packages; torch must be the CPU wheel"; exit 1; fi
+	@grep -q '^torch==.*+cpu$$' .ci/requirements.lock || { echo "error: torch in .ci/requirements.lock is not the +cpu wheel"; exit 1; }
 
 # dagster dev runs from DAGSTER_HOME: started next to the repository's dagster.yaml it would
 # warn that this file is not the instance's (DAGSTER_HOME's copy is).
