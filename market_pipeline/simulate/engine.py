@@ -15,57 +15,26 @@ price; a drained job stops paying at its drain signal.
 
 from __future__ import annotations
 
-import datetime as dt
 import heapq
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
-from market_pipeline.config import MarketPipelineConfig
-from market_pipeline.placement.capacity import Placement, PodRequest
-from market_pipeline.placement.typical import TypicalPods
-from market_pipeline.simulate.arrivals import InitialJobs, buy_ratio, candidates, split
+from market_pipeline.placement.capacity import Placement
+from market_pipeline.simulate.arrivals import buy_ratio, candidates, split
 from market_pipeline.simulate.cluster import PoolCluster
 from market_pipeline.simulate.deferral import DeferredDemand
 from market_pipeline.simulate.drains import DrainController
-from market_pipeline.simulate.inputs import FleetNodes, PodTable, expected_sm_share
+from market_pipeline.simulate.inputs import expected_sm_share
 from market_pipeline.simulate.jobs import DONE, DRAINING, QUEUED, RUNNING, Jobs
 from market_pipeline.simulate.metrics import Meter, StrategyResult, summarize
 from market_pipeline.simulate.opening import opening_jobs, opening_prices, stock_by_class
 from market_pipeline.simulate.pricing import ELASTIC, RIGID, MarketView, PricingStrategy
 from market_pipeline.simulate.rigid_service import FINISH, RigidService
-from market_pipeline.simulate.settings import SimulationSettings
-from market_pipeline.simulate.tenants import Pool, TenantModel, best_response
-
-
-@dataclass(frozen=True)
-class RunInputs:
-    """Everything the strategy runs share (built once, identical for every strategy)."""
-
-    config: MarketPipelineConfig
-    settings: SimulationSettings
-    pods: PodTable
-    nodes: FleetNodes
-    pools: tuple[Pool, ...]
-    model: TenantModel
-    requests: tuple[PodRequest, ...]
-    typical: TypicalPods
-    load_index: np.ndarray  # (warm-up + ticks,) true load index k
-    index_history: np.ndarray  # observed index before the window
-    floor_demand: np.ndarray  # (T, R) at the lowest reachable prices, k = 1 (the highest over the day)
-    initial: InitialJobs
-    epoch: dt.datetime
-    sla_wait_s: float
-    # Per pod: the other pools it fits, nearest list price first (`runner.spill_order`). The
-    # trace names no GPU model (no pod has a gpu_spec): a rigid job whose drawn pool is full
-    # runs on another model it fits rather than queueing behind a 2-GPU pool.
-    spill: tuple[tuple[tuple[int, ...], ...], ...] = ()
-    initial_index: float = 1.0  # the load index the snapshot `initial` was drawn at
-    claims: TenantModel | None = None  # what a learning strategy prices with (not the tenants)
-    base_requested: np.ndarray | None = None  # (2R,) GPUs requested per hour at list prices, index 1
+from market_pipeline.simulate.run_inputs import RunInputs
+from market_pipeline.simulate.tenants import best_response
 
 
 class StrategyRun(RigidService):

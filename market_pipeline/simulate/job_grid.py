@@ -29,8 +29,8 @@ import numpy as np
 
 from market_pipeline.demand_response.grid_run import grid_targets
 from market_pipeline.demand_response.truth import TruthPoint
-from market_pipeline.simulate.engine import RunInputs
 from market_pipeline.simulate.metrics import StrategyResult
+from market_pipeline.simulate.run_inputs import RunInputs
 from market_pipeline.simulate.runner import build_inputs, run_strategies
 from market_pipeline.simulate.settings import SimulationSettings
 from market_pipeline.simulate.tenants import ELASTICITY_FLOOR, best_response

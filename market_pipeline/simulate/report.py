@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # the tables below are read by the Dagster asset, which need not load the engine
-    from market_pipeline.simulate.engine import RunInputs
     from market_pipeline.simulate.metrics import StrategyResult
+    from market_pipeline.simulate.run_inputs import RunInputs
 
 REQUIRED_STRATEGY_KEYS = (
     "revenue",

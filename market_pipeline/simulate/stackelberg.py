@@ -41,7 +41,7 @@ from market_pipeline.tick import PoolTickInput, Promises, run_market_tick
 from market_pipeline.tick.pricing import solver_settings
 
 if TYPE_CHECKING:
-    from market_pipeline.simulate.engine import RunInputs
+    from market_pipeline.simulate.run_inputs import RunInputs
 
 MIN_INDEX = 1e-3
 DRAINABLE_CAPACITY_FLOOR = 0.02  # share of the pool: the drainable class is never sold out by rule
