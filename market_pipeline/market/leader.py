@@ -38,6 +38,7 @@ import torch
 from market_pipeline.market.constraints import PriceConstraints
 from market_pipeline.market.errors import SolverError
 from market_pipeline.market.followers import FollowerState, solve_followers
+from market_pipeline.market.leader_kinks import add_piece, kink_gradients, oscillation_guard
 from market_pipeline.market.leader_step import (
     KKTParts,
     LocalModel,
@@ -52,7 +53,6 @@ from market_pipeline.market.sensitivity import Derivatives, demand_derivatives
 
 ACCEPT_RATIO = 1e-4
 KINK_TRUST = 1e-5  # trust radius (share of the price range) below which kinks are looked for
-KINK_RADIUS = 1e-2  # how far (share of the price range) a piece's gradient is carried
 CHORD_RESIDUAL = 1e-3  # KKT residual below which the previous point's Hessian is reused
 
 
@@ -269,7 +269,12 @@ def run_leader(
     bundle: list[tuple] = []  # (prices, gradient, Hessian) of smooth pieces met across a kink
     while True:
         step = _solve_step_with_penalty(
-            model, ctx, trust * span * per_resource, rho, active_guess, _kink_gradients(bundle, point, span)
+            model,
+            ctx,
+            trust * span * per_resource,
+            rho,
+            active_guess,
+            kink_gradients(bundle, point.prices, span),
         )
         active_guess = step.active_rows
         rho = step.rho
@@ -347,12 +352,12 @@ def run_leader(
                     continue
                 # (this overwrites the point's derivative buffers, so the multiplier predictor
                 # of later trials is approximate: it only warm-starts them)
-                bundle = _add_piece(bundle, _piece(ctx, trial), point.prices, model.gradient)
+                bundle = add_piece(bundle, _piece(ctx, trial), point.prices, model.gradient)
             continue
         ratio = actual / predicted if predicted > noise else 1.0
         if ratio > 0.75 and np.any(np.abs(delta) >= 0.99 * trust * span * per_resource):
             trust = min(2.0 * trust, 1.0)
-        per_resource, smoothing_left = _oscillation_guard(delta, previous_delta, per_resource, smoothing_left)
+        per_resource, smoothing_left = oscillation_guard(delta, previous_delta, per_resource, smoothing_left)
         previous_delta = delta
         point, mu = trial, step.capacity_multiplier
         if point.excess == 0.0 and (best is None or point.profit > best.profit):
@@ -369,28 +374,6 @@ def _piece(ctx: LeaderContext, trial: Point) -> tuple[np.ndarray, np.ndarray, np
     """(prices, profit gradient, profit Hessian) of the smooth piece a rejected trial lies on."""
     model, _ = local_model(ctx, trial, np.zeros_like(trial.prices))
     return trial.prices, model.gradient, model.hessian
-
-
-def _add_piece(bundle: list, piece: tuple, prices: np.ndarray, own_gradient: np.ndarray) -> list:
-    """Add a piece, replacing older samples of the same piece (gradients that agree at the
-    point far better than they differ from the point's own), and keep at most M + 1."""
-    new = _carried(piece, prices)
-    separation = float(np.abs(new - own_gradient).max())
-    keep = [b for b in bundle if np.abs(_carried(b, prices) - new).max() > 0.1 * separation]
-    return (keep + [piece])[-(prices.size + 1) :]
-
-
-def _carried(piece: tuple, prices: np.ndarray) -> np.ndarray:
-    """A piece's profit gradient carried to ``prices`` to first order: g(p) = g(t) + H (p - t)."""
-    at, gradient, hessian = piece
-    return gradient + hessian @ (prices - at)
-
-
-def _kink_gradients(bundle: list, point: Point, span: np.ndarray) -> np.ndarray | None:
-    """The bundle's pieces still near ``point`` (within KINK_RADIUS of the price range),
-    their gradients carried to it; farther pieces no longer describe this kink."""
-    near = [b for b in bundle if np.max(np.abs(point.prices - b[0]) / span) <= KINK_RADIUS]
-    return np.array([_carried(b, point.prices) for b in near]) if near else None
 
 
 def _second_order_correction(ctx, model, step, point, der, delta, trial, predicted, noise, tol):
@@ -414,20 +397,3 @@ def _second_order_correction(ctx, model, step, point, der, delta, trial, predict
     if actual >= ACCEPT_RATIO * predicted - noise:
         return soc_trial, corrected.delta, True
     return trial, delta, False
-
-
-def _oscillation_guard(delta, previous, per_resource, smoothing_left):
-    """Shrink the step of resources whose price reverses without settling; smooth meanwhile.
-
-    Oscillation: the step did not at least halve overall, and a resource that carries a
-    material share of both steps reverses direction (tiny components flipping sign, or any
-    flip while Newton steps shrink fast, are convergence, not oscillation)."""
-    if previous is None:
-        return per_resource, smoothing_left
-    size, previous_size = np.abs(delta).max(), np.abs(previous).max()
-    material = (np.abs(delta) >= 0.1 * size) & (np.abs(previous) >= 0.1 * previous_size)
-    reversing = material & (delta * previous < 0) & (np.abs(delta) > 0.5 * np.abs(previous))
-    if size > 0.5 * previous_size and reversing.any():
-        per_resource = np.where(reversing, 0.5 * per_resource, per_resource)
-        return per_resource, 2
-    return np.minimum(per_resource * 2.0, 1.0), max(smoothing_left - 1, 0)
