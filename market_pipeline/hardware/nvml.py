@@ -21,6 +21,7 @@ import concurrent.futures
 import signal
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -29,8 +30,16 @@ import polars as pl
 
 from market_pipeline.hardware.local_process_tree import protected_pids, signal_tree, task_tree
 from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, pool_id
-from market_pipeline.hardware.nvml_devices import DeviceReading, NvmlReader, mig_gpu_milli
+from market_pipeline.hardware.nvml_devices import (
+    DeviceReading,
+    NvmlReader,
+    drain_xid_events,
+    main_process,
+    mig_gpu_milli,
+    register_xid_events,
+)
 from market_pipeline.hardware.nvml_processes import ProcessIdentity, identify_process
+from market_pipeline.hardware.nvml_snapshot import build_snapshot
 from market_pipeline.hardware.protocol import (
     SAMPLE_SCHEMA,
     GpuInfo,
@@ -73,7 +82,7 @@ class NvmlAdapter:
         self._initialised = False
         self._init_error: str | None = None
         self._xid_events: Any = None
-        self._xid_counts: dict[str, int] = {}
+        self._xid_counts: Counter[str] = Counter()
         self.last_error: str | None = None
         self.unsupported: dict[str, str] = {}
 
@@ -109,7 +118,9 @@ class NvmlAdapter:
             self._init_error = f"{NO_DEVICE_PREFIX}: {type(exc).__name__}: {exc}"
             return None
         self._initialised = True
-        self._register_xid_events()
+        self._xid_events, problem = register_xid_events(self._nvml)
+        if problem is not None:
+            self.unsupported["xid_events"] = problem
         return self._nvml
 
     def close(self) -> None:
@@ -122,34 +133,6 @@ class NvmlAdapter:
                 pass
             self._initialised = False
 
-    def _register_xid_events(self) -> None:
-        nvml = self._nvml
-        try:
-            events = nvml.nvmlEventSetCreate()
-            for index in range(nvml.nvmlDeviceGetCount()):
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, events)
-        except (nvml.NVMLError, AttributeError) as exc:
-            self.unsupported["xid_events"] = str(exc)
-            return
-        self._xid_events = events
-
-    def _drain_xid_events(self) -> dict[str, int] | None:
-        """XID events since the last call, per GPU UUID (None: events unavailable)."""
-        if self._xid_events is None:
-            return None
-        nvml = self._nvml
-        counts: dict[str, int] = {}
-        while True:
-            try:
-                event = nvml.nvmlEventSetWait(self._xid_events, 0)
-            except nvml.NVMLError:
-                break  # NVML_ERROR_TIMEOUT: no more pending events
-            uuid = nvml.nvmlDeviceGetUUID(event.device)
-            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-            counts[uuid] = counts.get(uuid, 0) + 1
-        return counts
-
     # -- bounded reading -----------------------------------------------------------------------
     def _read(self) -> list[DeviceReading] | None:
         """All devices within the timeout (XID events are accumulated on the side);
@@ -160,7 +143,7 @@ class NvmlAdapter:
             return None
         reader = NvmlReader(nvml, self.gpm_interval_seconds)
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        future = pool.submit(lambda: (reader.read_devices(), self._drain_xid_events()))
+        future = pool.submit(lambda: (reader.read_devices(), drain_xid_events(nvml, self._xid_events)))
         try:
             devices, xids = future.result(timeout=self.timeout_seconds)
         except concurrent.futures.TimeoutError:
@@ -173,17 +156,13 @@ class NvmlAdapter:
             pool.shutdown(wait=False, cancel_futures=True)
         self.last_error = None
         self.unsupported.update(reader.unsupported)
-        if xids is not None:
-            for uuid, count in xids.items():
-                self._xid_counts[uuid] = self._xid_counts.get(uuid, 0) + count
+        self._xid_counts.update(xids or {})  # a Counter: adds to what the next samples report
         return devices
 
     def _take_xid_counts(self) -> dict[str, int] | None:
         """XID events accumulated since the previous sample set (None: not observable)."""
-        if self._xid_events is None:
-            return None
-        counts, self._xid_counts = self._xid_counts, {}
-        return counts
+        counts, self._xid_counts = dict(self._xid_counts), Counter()
+        return None if self._xid_events is None else counts
 
     def probe(self) -> Outcome:
         started = time.monotonic()
@@ -195,9 +174,8 @@ class NvmlAdapter:
         gpus = [d for d in result if d.parent_uuid is None]
         if not gpus:
             return Outcome(OutcomeStatus.NO_DEVICE, f"{NO_DEVICE_PREFIX}: NVML lists 0 GPUs", seconds)
-        return Outcome.success(
-            f"{len(gpus)} GPU(s), {len(result) - len(gpus)} MIG instance(s) on {self.node_id}", seconds
-        )
+        mig = len(result) - len(gpus)
+        return Outcome.success(f"{len(gpus)} GPU(s), {mig} MIG instance(s) on {self.node_id}", seconds)
 
     # -- protocol: reads -----------------------------------------------------------------------
     def _devices(self) -> list[DeviceReading]:
@@ -254,7 +232,7 @@ class NvmlAdapter:
         for device in devices:
             if device.mig_enabled:
                 continue  # its MIG instances are the sampled units
-            owner = _main_process(device)
+            owner = main_process(device)
             identity = identities.get(owner.pid) if owner else None
             xid_key = device.parent_uuid or device.uuid
             rows.append(
@@ -418,13 +396,4 @@ class NvmlAdapter:
     # -- operator view ---------------------------------------------------------------------------
     def snapshot(self) -> dict[str, object]:
         """Everything this backend sees, for `telemetry probe --backend nvml`."""
-        from market_pipeline.hardware.nvml_snapshot import build_snapshot
-
         return build_snapshot(self)
-
-
-def _main_process(device: DeviceReading):
-    """The process using most memory on a device: its task labels the sample."""
-    if not device.processes:
-        return None
-    return max(device.processes, key=lambda p: (p.used_mib or 0.0, -p.pid))

@@ -239,3 +239,39 @@ class NvmlReader:
             return None
         metric = request.metrics[0]
         return float(metric.value) if metric.nvmlReturn == nvml.NVML_SUCCESS else None
+
+
+def main_process(device: DeviceReading):
+    """The process using most memory on a device: its task labels the sample."""
+    if not device.processes:
+        return None
+    return max(device.processes, key=lambda p: (p.used_mib or 0.0, -p.pid))
+
+
+def register_xid_events(nvml: Any) -> tuple[Any, str | None]:
+    """An NVML event set for critical XID errors on every device: (events, None), or
+    (None, why) where the driver cannot deliver them."""
+    try:
+        events = nvml.nvmlEventSetCreate()
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, events)
+    except (nvml.NVMLError, AttributeError) as exc:
+        return None, str(exc)
+    return events, None
+
+
+def drain_xid_events(nvml: Any, events: Any) -> dict[str, int] | None:
+    """XID events pending on `events`, per GPU UUID (None: events unavailable)."""
+    if events is None:
+        return None
+    counts: dict[str, int] = {}
+    while True:
+        try:
+            event = nvml.nvmlEventSetWait(events, 0)
+        except nvml.NVMLError:
+            break  # NVML_ERROR_TIMEOUT: no more pending events
+        uuid = nvml.nvmlDeviceGetUUID(event.device)
+        uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+        counts[uuid] = counts.get(uuid, 0) + 1
+    return counts
