@@ -17,13 +17,13 @@ from typing import Any
 
 from market_pipeline.guardrails.task_drain_calls import (
     Clock,
-    InlineStepCaller,
     StepCaller,
     StepResult,
     SystemClock,
     ThreadedStepCaller,
 )
 from market_pipeline.guardrails.task_drain_lease import DrainBusy, TaskLease
+from market_pipeline.guardrails.task_drain_outcome import task_fault, terminal_detail
 from market_pipeline.guardrails.task_drain_protocol import (
     STATUS_INTERRUPTED,
     STATUS_SKIPPED,
@@ -45,17 +45,6 @@ from market_pipeline.guardrails.task_drain_steps import (
 )
 from market_pipeline.hardware.protocol import NodeAdapter, Outcome, OutcomeStatus, TaskInfo
 
-__all__ = [
-    "Clock",
-    "DrainExecutor",
-    "DrainRequest",
-    "InlineStepCaller",
-    "StepCaller",
-    "StepResult",
-    "SystemClock",
-    "ThreadedStepCaller",
-]
-
 
 @dataclass(frozen=True)
 class DrainRequest:
@@ -64,24 +53,6 @@ class DrainRequest:
     reasons: tuple[str, ...] = ()
     decision_id: str | None = None
     abort_reason: str | None = None  # set by the caller to record a drain refused up front
-
-
-def _task_fault(step: Step, result: StepResult) -> bool:
-    """Whether a step's result is the platform's fault (recorded for SLA credits)."""
-    if result.platform_fault:
-        return True
-    if result.status in (
-        OutcomeStatus.OK.value,
-        OutcomeStatus.GONE.value,
-        OutcomeStatus.UNSUPPORTED.value,
-        STATUS_SKIPPED,
-        STATUS_INTERRUPTED,
-    ):
-        return False
-    # A checkpoint or SIGTERM answered too late is the task's doing; anything else is ours.
-    if step in (Step.CHECKPOINT, Step.TERMINATE) and result.status == OutcomeStatus.TIMEOUT.value:
-        return False
-    return True
 
 
 class DrainExecutor:
@@ -344,7 +315,7 @@ class DrainExecutor:
         extra: dict[str, Any],
     ) -> list[DrainTransition]:
         detail = {"phase": "end", **result.as_detail(), **extra}
-        detail["platform_fault"] = _task_fault(step, result)
+        detail["platform_fault"] = task_fault(step, result)
         return self._append(history, state, Phase.END, detail)
 
     def _close_interrupted(self, history: list[DrainTransition]) -> list[DrainTransition]:
@@ -422,31 +393,7 @@ class DrainExecutor:
     def _terminal(
         self, history: list[DrainTransition], state: DrainState, reason: str, platform_fault: bool
     ) -> list[DrainTransition]:
-        summary = summarize(history)
-        outcome = {DrainState.FAILED: "failed", DrainState.ABORTED: "aborted"}.get(state, summary.outcome)
-        fault = platform_fault or summary.platform_fault
-        task = self._task_of(history)
-        now = self.clock.now()
-        billing = {
-            "drain_id": summary.drain_id,
-            "decision_id": summary.decision_id,
-            "task_id": task.task_id,
-            "tenant_id": task.tenant_id,
-            "pool_id": task.pool_id,
-            "node_id": task.node_id,
-            "drain_signal_at": summary.drain_signal_at.isoformat() if summary.drain_signal_at else None,
-            "grace_seconds": float(history[0].detail.get("grace_seconds", 0.0)),
-            "task_ended_at": summary.task_ended_at.isoformat() if summary.task_ended_at else None,
-            "outcome": outcome,
-            "platform_fault": fault,
-            "reason": reason,
-            "recorded_at": now.isoformat(),
-        }
-        detail = {
-            "phase": "only",
-            "reason": reason,
-            "outcome": outcome,
-            "platform_fault": fault,
-            "billing": billing,
-        }
+        detail = terminal_detail(
+            history, self._task_of(history), state, reason, platform_fault, self.clock.now()
+        )
         return self._append(history, state, Phase.ONLY, detail)

@@ -16,13 +16,8 @@ import polars as pl
 
 from market_pipeline.guardrails.disruption_budget import DisruptionBudget
 from market_pipeline.guardrails.task_drain_budget import budget_triggers, load_budget_blocks
-from market_pipeline.guardrails.task_drain_calls import clock_for
-from market_pipeline.guardrails.task_drain_executor import (
-    Clock,
-    DrainExecutor,
-    DrainRequest,
-    StepCaller,
-)
+from market_pipeline.guardrails.task_drain_calls import Clock, StepCaller, clock_for
+from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
 from market_pipeline.guardrails.task_drain_lease import lease_dir_for
 from market_pipeline.guardrails.task_drain_limits import DrainLimits
 from market_pipeline.guardrails.task_drain_plan import (

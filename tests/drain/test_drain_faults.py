@@ -34,11 +34,8 @@ from drain_testkit import (
 )
 
 from market_pipeline.guardrails.disruption_budget import BudgetRule
-from market_pipeline.guardrails.task_drain_executor import (
-    DrainExecutor,
-    DrainRequest,
-    InlineStepCaller,
-)
+from market_pipeline.guardrails.task_drain_calls import InlineStepCaller
+from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
 from market_pipeline.guardrails.task_drain_limits import (
     TENANT_CAP_WINDOW,
     DrainLedger,

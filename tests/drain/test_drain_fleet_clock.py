@@ -41,7 +41,8 @@ def test_other_fleets_keep_the_system_clock():
 
 
 def test_drain_on_the_simulated_fleet_completes_on_fleet_time(tmp_path: Path, monkeypatch):
-    from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest, InlineStepCaller
+    from market_pipeline.guardrails.task_drain_calls import InlineStepCaller
+    from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
     from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
     from market_pipeline.guardrails.task_drain_steps import DrainTiming
 

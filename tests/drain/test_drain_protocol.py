@@ -17,11 +17,8 @@ from drain_testkit import (
     node,
 )
 
-from market_pipeline.guardrails.task_drain_executor import (
-    DrainExecutor,
-    DrainRequest,
-    InlineStepCaller,
-)
+from market_pipeline.guardrails.task_drain_calls import InlineStepCaller
+from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
 from market_pipeline.guardrails.task_drain_protocol import (
     DrainProtocolError,
     DrainState,
