@@ -13,7 +13,10 @@ width <= max(`stop_relative_width` x |e|, `stop_absolute_width`), or narrow enou
 the price: where every elasticity in the interval puts the profit-maximising price (Lerner:
 c e / (e - 1), unbounded for e <= 1) at or above the class's ceiling (the guaranteed cap, the
 band's top), the price sits at the ceiling whatever the truth in the interval, and a dither
-that can only go down there costs revenue for nothing (the rigid class at its cap). Its cost is the profit the
+that can only go down there costs revenue for nothing (the rigid class at its cap). The
+decision test reads the data's interval and also the posterior's (the claims as the prior):
+where the claims and the data together already put the price at the ceiling, a one-sided
+dither there only gives up revenue to confirm it. Its cost is the profit the
 dither gives up by the loop's own model (`model_profit` at the experiment's prices against
 the tick's). In shadow mode the experiment prices are recorded, not published.
 """
@@ -89,8 +92,10 @@ def interval_narrow(
         return True
     if unit_cost is None or ceiling is None:
         return False
-    high = fit.data_elasticity + half
-    return high <= 1 or unit_cost * high / (high - 1) >= ceiling
+    highs = [fit.data_elasticity + half]
+    if fit.elasticity_high is not None:
+        highs.append(fit.elasticity_high)  # the posterior's
+    return any(high <= 1 or unit_cost * high / (high - 1) >= ceiling for high in highs)
 
 
 def perturb_tick(

@@ -59,6 +59,7 @@ _EXPORTS = {
     "initial_prices": "cold_start",
     "solve_equilibrium": "solve",
     "demand_at": "solve",
+    "tenant_demand_at": "solve",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -64,6 +64,14 @@ def demand_at(problem: MarketProblem, prices: np.ndarray) -> np.ndarray:
     """Aggregate best-response demand per resource at ``prices`` (resource order): what the
     tenants would buy if the platform posted them, e.g. to calibrate the population to the
     load observed at known prices."""
+    per_tenant = tenant_demand_at(problem, prices)
+    mult = problem.tenants.multiplicity
+    return per_tenant.sum(axis=0) if mult is None else mult.numpy() @ per_tenant
+
+
+def tenant_demand_at(problem: MarketProblem, prices: np.ndarray) -> np.ndarray:
+    """(N, R) each tenant row's best response at ``prices`` (one row of a multiplicity stands
+    for each of its identical tenants)."""
     prices = np.asarray(prices, dtype=np.float64)
     if prices.shape != (problem.resources.size,) or not np.all(np.isfinite(prices)) or np.any(prices <= 0):
         raise InstanceError(
@@ -75,7 +83,7 @@ def demand_at(problem: MarketProblem, prices: np.ndarray) -> np.ndarray:
     ):
         pop = problem.tenants.on("cpu").using(workspace)
         state = solve_followers(pop, torch.as_tensor(prices))
-        return pop.aggregate(state.demand).numpy().copy()
+        return state.demand.cpu().numpy().copy()
 
 
 def escape_plateau(

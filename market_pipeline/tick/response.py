@@ -8,8 +8,13 @@ one representative isoelastic tenant takes its demand (`market.utility`: s = d0,
 w = p0 * s * 2**eta, so that at the reference price p0 it buys exactly d0, the population's
 demand there, with local elasticity e). The level (the forecast's calibration) is unchanged;
 the slope is the data's. Only own-price responses are identified by the experiments, so the
-representative has no cross-resource budget coupling: its budget never binds. Resources
-without a fit keep the claims.
+representative has no cross-resource budget coupling. Its budget is the claims': each claim
+tenant's budget split over the resources it buys by its spend there at the reference prices,
+summed per resource (`claims_budget`). A tenant that runs out of money below some price keeps
+running out of it there whatever its elasticity, and a representative without that limit
+would read a fitted e > 1 as "revenue grows without bound as the price falls" and price the
+class to the bottom of its band. Where the claims hold no budget for a resource (they do not
+buy it), the budget never binds (`BUDGET_MARGIN`). Resources without a fit keep the claims.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from market_pipeline.market import DRAINABLE, MarketProblem, TenantPopulation, demand_at
+from market_pipeline.market import DRAINABLE, MarketProblem, TenantPopulation, tenant_demand_at
 
 # The isoelastic family needs e > 0; a rigid class fitted at ~0 is priced as nearly inelastic.
 ELASTICITY_FLOOR = 0.02
@@ -52,14 +57,33 @@ def calibrated_to_response(
     fitted = [(r, e) for r, e in fitted if np.isfinite(e)]
     if not fitted:
         return problem
-    d0 = np.maximum(np.nan_to_num(demand_at(problem, reference)), 0.0)
+    per_tenant = np.maximum(np.nan_to_num(tenant_demand_at(problem, reference)), 0.0)
+    mult = problem.tenants.multiplicity
+    d0 = per_tenant.sum(axis=0) if mult is None else mult.numpy() @ per_tenant
     fitted = [(r, e) for r, e in fitted if d0[r] > 0]
     if not fitted:
         return problem
     weight = problem.tenants.weight.numpy().copy()
     for r, _ in fitted:
         weight[:, r] = 0.0  # the claims no longer answer this resource's price
-    return MarketProblem(res, response_population(res, reference, d0, fitted, problem.tenants, weight))
+    budgets = claims_budget(problem, reference, per_tenant)
+    return MarketProblem(
+        res, response_population(res, reference, d0, fitted, problem.tenants, weight, budgets=budgets)
+    )
+
+
+def claims_budget(problem: MarketProblem, reference: np.ndarray, per_tenant: np.ndarray) -> np.ndarray:
+    """(R,) the claims' money per resource: each tenant's budget split over the resources by
+    its spend there at the reference prices (NaN where no claim tenant buys the resource)."""
+    pop = problem.tenants
+    spend = per_tenant * reference[None, :]  # (N, R)
+    total = spend.sum(axis=1)
+    budget = pop.budget.numpy()
+    mult = np.ones(pop.size) if pop.multiplicity is None else pop.multiplicity.numpy()
+    share = np.divide(spend, total[:, None], out=np.zeros_like(spend), where=total[:, None] > 0)
+    money = (mult * np.where(np.isfinite(budget), budget, 0.0)) @ share
+    unbounded = (mult * ~np.isfinite(budget)) @ (share > 0)  # a tenant without a limit
+    return np.where((money > 0) & (unbounded == 0), money, np.nan)
 
 
 def response_population(
@@ -70,18 +94,22 @@ def response_population(
     base: TenantPopulation | None = None,
     base_weight: np.ndarray | None = None,
     latent_ratio: float = 0.0,
+    budgets: np.ndarray | None = None,
 ) -> TenantPopulation:
     """`base`'s tenants (with `base_weight`) plus one representative isoelastic tenant per
     (resource, elasticity) in `fitted`, buying d0[r] at reference[r] with local elasticity e.
     `latent_ratio` > 0 adds, per drainable representative, a latent twin that buys nothing at
     the reference price and `latent_ratio` x d0 at half of it (the simulator's latent elastic
-    demand, `simulate.tenants` step 5), for a hidden truth only: the tick never adds one."""
+    demand, `simulate.tenants` step 5), for a hidden truth only: the tick never adds one.
+    `budgets[r]` (finite) is the representative's budget; otherwise it never binds."""
     m = res.size
     rows: list[tuple[str, int, float, float, float, float]] = []  # (id, r, eta, s, w, budget)
     for r, e in fitted:
         eta = 2.0 / min(max(e, ELASTICITY_FLOOR), ELASTICITY_CEILING)
         most = d0[r] * 2.0 * (reference[r] / max(float(res.price_min[r]), 1e-9)) ** (1.0 / eta)
         budget = BUDGET_MARGIN * float(res.price_max[r]) * most
+        if budgets is not None and np.isfinite(budgets[r]):
+            budget = max(float(budgets[r]), reference[r] * d0[r])  # it still buys d0 at the reference
         key = response_key(res.pool[r], res.resource_class[r])
         rows.append((f"response:{key}", r, eta, d0[r], reference[r] * d0[r] * 2.0**eta, budget))
         if latent_ratio > 0 and res.resource_class[r] == DRAINABLE:

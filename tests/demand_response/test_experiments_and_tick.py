@@ -127,3 +127,37 @@ def test_the_price_book_names_an_experiment_price_as_such():
     r = moved.pools[0]
     assert price_source("converged", r.guaranteed_reason, r.shield_factor, r.certified) == "experiment"
     assert price_source("converged", "as solved", 1.0, True) == "solver"
+
+
+def test_the_fitted_representative_keeps_the_claims_budget():
+    """Claims whose money runs out 10% above their spend at the reference: a fit of e = 3 takes
+    the slope, not the money. Below the reference the representative buys at most budget / p
+    (a fitted e > 1 no longer reads 'revenue grows without bound as the price falls'); claims
+    whose budget never binds leave the slope alone."""
+    from market_pipeline.market import tenant_demand_at
+    from market_pipeline.tick.response import claims_budget, response_population
+
+    res, ref, d0 = MARKET.resources, MARKET.reference, MARKET.base_demand
+    fitted = list(enumerate(np.array([0.2, 2.0, 0.2, 2.0])))
+    tight = MarketProblem(res, response_population(res, ref, d0, fitted, budgets=1.1 * ref * d0))
+    loose = MarketProblem(res, response_population(res, ref, d0, fitted))
+    money = claims_budget(tight, ref, tenant_demand_at(tight, ref))
+    assert money == pytest.approx(1.1 * ref * d0, rel=1e-6)
+    key = "A100@grid/drainable"
+    half = ref.copy()
+    half[1] *= 0.5
+    bound = demand_at(calibrated_to_response(tight, ref, {key: 3.0}), half)[1]
+    free = demand_at(calibrated_to_response(loose, ref, {key: 3.0}), half)[1]
+    assert bound == pytest.approx(1.1 * ref[1] * d0[1] / half[1], rel=1e-3)  # the budget binds
+    assert free > 2 * bound  # the fitted slope alone: 4.7 x d0 at half the price
+    assert demand_at(calibrated_to_response(tight, ref, {key: 3.0}), ref)[1] == pytest.approx(d0[1], rel=1e-6)
+
+
+def test_the_posterior_interval_stops_an_experiment_the_claims_and_data_decide():
+    """Wide data (a rigid class at its cap) but claims of 0.2 +- 0.3: the posterior's high end
+    is below 1, the price is the cap whatever, and a dither that can only go down stops."""
+    settings = ExperimentSettings()
+    wide_data = ResponseFit("p", "guaranteed", 0.25, 0.0, 0.6, 100, data_std_error=0.8, data_elasticity=0.4)
+    assert interval_narrow(wide_data, settings, unit_cost=0.3, ceiling=3.12)
+    undecided = replace(wide_data, elasticity=2.0, elasticity_low=1.5, elasticity_high=2.5)
+    assert not interval_narrow(undecided, settings, unit_cost=0.3, ceiling=3.12)
