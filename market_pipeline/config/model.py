@@ -188,6 +188,11 @@ class DemandResponseConfig(_Strict):
     amplitude: float = Field(0.05, gt=0, le=0.25)
     stop_relative_width: float = Field(0.3, gt=0, le=10)
     stop_absolute_width: float = Field(0.2, gt=0, le=10)
+    # the window over which deferred elastic work comes back: the fit is a distributed lag and
+    # reads the long-run elasticity (0: the price now only)
+    lag_hours: float = Field(3.0, ge=0, le=48)
+    # the elasticity follows a daily cycle (one harmonic of the hour of day), shrunk to none
+    daily_cycle: bool = True
 
 
 class BillingConfig(_Strict):

@@ -39,6 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit = demand_sub.add_parser("fit", help="fit the elasticity per pool x class from a (price, demand) CSV")
     fit.add_argument("--history", required=True, help="CSV: ts, pool_id, resource_class, price, demand")
     fit.add_argument("--level", type=float, default=0.8, help="interval level (default 0.8)")
+    fit.add_argument(
+        "--lag-hours",
+        type=float,
+        help="distributed-lag window: the long-run elasticity (default: demand_response.lag_hours)",
+    )
     fit.add_argument("--json", action="store_true", help="print one JSON object")
     fit.set_defaults(handler=run_fit)
 
@@ -57,14 +62,21 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
 
 
 def run_fit(args: argparse.Namespace) -> int:
+    from market_pipeline.config import ConfigError, load_config
     from market_pipeline.demand_response.estimator import DemandResponseInputError
     from market_pipeline.demand_response.history import fit_history, read_history_csv
 
     try:
         if not 0 < args.level < 1:
             raise DemandResponseInputError(f"--level must be in (0, 1), got {args.level}")
-        fits = fit_history(read_history_csv(args.history), level=args.level)
-    except DemandResponseInputError as exc:
+        dr = load_config(resolve_fleet=False).demand_response  # the loop's estimator settings
+        lag = dr.lag_hours if args.lag_hours is None else args.lag_hours
+        if not (0 <= lag <= 48):
+            raise DemandResponseInputError(f"--lag-hours must be in [0, 48], got {lag}")
+        fits = fit_history(
+            read_history_csv(args.history), level=args.level, lag_hours=lag, daily_cycle=dr.daily_cycle
+        )
+    except (DemandResponseInputError, ConfigError) as exc:
         return input_error(exc)
     out = {key: fit_json(f) for key, f in fits.items()}
     if args.json:
@@ -89,6 +101,9 @@ def fit_json(fit) -> dict[str, Any]:
         "elasticity": num(fit.elasticity),
         "elasticity_low": num(fit.elasticity_low),
         "elasticity_high": num(fit.elasticity_high),
+        "elasticity_cos": num(fit.elasticity_cos),
+        "elasticity_sin": num(fit.elasticity_sin),
+        "lag_hours": fit.lag_hours,
         "observations": fit.observations,
         "std_error": num(fit.std_error),
         "method": fit.method,
@@ -99,14 +114,20 @@ def fit_json(fit) -> dict[str, Any]:
 
 
 def recovery(step_minutes: int = 5, seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, Any]:
-    """The estimator on synthetic 14-day histories (price leaning into the load, +-5% dither)."""
+    """The estimator on synthetic 14-day histories (price leaning into the load, +-5% dither),
+    with the loop's settings (the config's defaults: the lag window, the daily cycle)."""
+    from market_pipeline.config.model import DemandResponseConfig
     from market_pipeline.demand_response.history import fit_history
     from market_pipeline.demand_response.synthetic import synthetic_history
 
+    dr = DemandResponseConfig()
     rows = []
     for e in RECOVERY_ELASTICITIES:
         for seed in seeds:
-            fit = next(iter(fit_history(synthetic_history(e, step_minutes=step_minutes, seed=seed)).values()))
+            history = synthetic_history(e, step_minutes=step_minutes, seed=seed)
+            fit = next(
+                iter(fit_history(history, lag_hours=dr.lag_hours, daily_cycle=dr.daily_cycle).values())
+            )
             rows.append(
                 {
                     "true": e,

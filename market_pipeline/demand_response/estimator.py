@@ -12,6 +12,26 @@ price leaned into (the forecast), controls for the level within the day too. Wha
 the price is what the loop did not lean on: the bounded price experiments' dither
 (`experiments`).
 
+Elastic work that a high price turns away may wait and buy at a later, lower price (seed 000
+§2.3: elastic tenants "use the off-peak low price"). Then an hour's demand answers the prices
+of the hours before it too, and the hour-to-hour dither overstates how far demand falls under
+a price that stays up. With `lag_hours` > 0 the fit is a distributed lag:
+
+    log demand_t = -e_now * log price_t + g * mean(log price over the lag window) + controls
+
+and the elasticity is the long-run one, e = e_now - g: the response to a price held over the
+window and beyond, which is what a tick's price level meets. With an independent dither the
+lag mean's coefficient measures the deferred work that comes back within the window; the
+interval widens by about sqrt(1 + lag steps) for it. That price is paid only where the data
+show deferral: the lag stays in the fit when its coefficient is significant at 90%
+(`LAG_KEEP_Z`), and the fit says which it used (`lag_hours`).
+
+Tenants answer the price differently over the day (seed 000 §5.2: off-peak batch work is the
+most price-sensitive). With `daily_cycle` the price now also enters times cos and sin of the
+hour of day, so the elasticity is e(h) = e + a cos(2 pi h / 24) + b sin(2 pi h / 24): `elasticity`
+is its daily mean and (a, b) the cycle (`elasticity_cos`, `elasticity_sin`), each combined with
+a prior of mean 0 and the prior's sd (no cycle until the data show one).
+
 The interval is 80% by default: cluster-robust by day (CR1) with at least `MIN_CLUSTERS`
 days, heteroskedasticity-robust (HC1) otherwise, Student t quantiles. With a prior (the
 configured claims' elasticity, `prior=(mean, sd)`) the fit is combined with it by precision:
@@ -23,7 +43,7 @@ all call `fit_elasticity`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -34,6 +54,9 @@ MIN_PER_BIN = 6  # observations per time-of-day bin before a finer bin is used
 MIN_CLUSTERS = 8  # days before the interval is clustered by day
 MIN_STD_ERROR = 1e-9
 MIN_PRICE_SPREAD = 1e-4  # residual log-price std below which the price says nothing
+# the lag's |coefficient / se| from which the data show deferral (90%, two-sided); chosen on the
+# job-level tuning points among 1.0, 1.645 and 2.576 (docs/demand_response.md)
+LAG_KEEP_Z = 1.645
 
 
 class DemandResponseInputError(ValueError):
@@ -60,6 +83,19 @@ class ResponseFit:
     reason: str = ""
     data_std_error: float | None = None  # the data's own standard error (before any prior)
     data_elasticity: float | None = None  # the data's own estimate (before any prior)
+    lag_hours: float = 0.0  # the distributed lag's window in this fit (0: the price now only)
+    elasticity_cos: float = 0.0  # the daily cycle: e(h) = e + cos_ * cos(2 pi h / 24) + sin_ * sin(...)
+    elasticity_sin: float = 0.0
+
+    def at_hour(self, hour: float) -> float | None:
+        """The elasticity at an hour of the day (UTC), never below 0."""
+        if self.elasticity is None:
+            return None
+        angle = 2 * math.pi * (hour % 24) / 24
+        return max(
+            self.elasticity + self.elasticity_cos * math.cos(angle) + self.elasticity_sin * math.sin(angle),
+            0.0,
+        )
 
     @property
     def key(self) -> str:
@@ -85,9 +121,12 @@ def fit_elasticity(
     load: np.ndarray | None = None,
     prior: tuple[float, float] | None = None,
     level: float = 0.8,
+    lag_hours: float = 0.0,
+    daily_cycle: bool = False,
 ) -> ResponseFit:
     """Fit one pool x class. `ts_seconds` are UTC epoch seconds; rows with a non-positive or
-    non-finite price or demand carry no log and are left out (counted out of `observations`)."""
+    non-finite price or demand carry no log and are left out (counted out of `observations`),
+    and so are rows with no earlier row inside the lag window (`lag_hours` > 0)."""
     ts = np.asarray(ts_seconds, dtype=np.float64)
     p, d = np.asarray(price, dtype=np.float64), np.asarray(demand, dtype=np.float64)
     if not (ts.shape == p.shape == d.shape) or ts.ndim != 1:
@@ -100,10 +139,54 @@ def fit_elasticity(
     usable = np.isfinite(ts) & np.isfinite(p) & np.isfinite(d) & (p > 0) & (d > 0)
     if lv is not None:
         usable &= np.isfinite(lv) & (lv > 0)
-    keep = usable
-    ts, x, y = ts[keep], np.log(p[keep]), np.log(d[keep])
-    level_col = None if lv is None else np.log(lv[keep])
-    return _regress(ts, x, y, level_col, pool_id, resource_class, prior, level)
+    if not (math.isfinite(lag_hours) and lag_hours >= 0):
+        raise DemandResponseInputError(f"lag_hours must be a finite number >= 0, got {lag_hours}")
+    ts, x, y = ts[usable], np.log(p[usable]), np.log(d[usable])
+    level_col = None if lv is None else np.log(lv[usable])
+    if lag_hours > 0:
+        lagged, has_lag = lagged_mean(ts, x, lag_hours * 3600.0)
+        with_lag = _fit_columns(
+            ts[has_lag], x[has_lag], y[has_lag], None if level_col is None else level_col[has_lag],
+            lagged[has_lag], pool_id, resource_class, prior, level, daily_cycle,
+        )  # fmt: skip
+        if with_lag is not None and with_lag.method.startswith("fe-ols"):
+            return replace(with_lag, lag_hours=lag_hours)
+    # no lag asked for, the data show no deferral, or too few rows for it: the price now only
+    fit = _fit_columns(ts, x, y, level_col, None, pool_id, resource_class, prior, level, daily_cycle)
+    assert fit is not None
+    return fit
+
+
+def _fit_columns(
+    ts: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    level_col: np.ndarray | None,
+    lagged: np.ndarray | None,
+    pool_id: str,
+    resource_class: str,
+    prior: tuple[float, float] | None,
+    level: float,
+    daily_cycle: bool,
+) -> ResponseFit | None:
+    """The price columns (now, the lag, the cycle) and the regression; None: the lag is weak."""
+    columns = [x] if lagged is None else [x, lagged]
+    if daily_cycle:
+        angle = 2 * np.pi * (ts % DAY_SECONDS) / DAY_SECONDS
+        columns += [x * np.cos(angle), x * np.sin(angle)]
+    args = (y, level_col, pool_id, resource_class, prior, level)
+    return _regress(ts, np.column_stack(columns), *args, cycle=daily_cycle, lag_test=lagged is not None)
+
+
+def lagged_mean(ts: np.ndarray, x: np.ndarray, window_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (ts sorted), the mean of x over the rows in [ts - window_s, ts), and whether
+    there is one."""
+    csum = np.concatenate([[0.0], np.cumsum(x)])
+    first = np.searchsorted(ts, ts - window_s, side="left")
+    last = np.searchsorted(ts, ts, side="left")  # rows strictly before
+    count = last - first
+    mean = np.divide(csum[last] - csum[first], count, out=np.zeros_like(x), where=count > 0)
+    return mean, count > 0
 
 
 def _design(ts: np.ndarray, level_col: np.ndarray | None) -> tuple[np.ndarray, int, np.ndarray]:
@@ -123,47 +206,64 @@ def _design(ts: np.ndarray, level_col: np.ndarray | None) -> tuple[np.ndarray, i
 
 def _regress(
     ts: np.ndarray,
-    x: np.ndarray,
+    prices: np.ndarray,
     y: np.ndarray,
     level_col: np.ndarray | None,
     pool_id: str,
     resource_class: str,
     prior: tuple[float, float] | None,
     level: float,
-) -> ResponseFit:
+    cycle: bool = False,
+    lag_test: bool = False,
+) -> ResponseFit | None:
+    """`prices` (n, k): column 0 the log price now, then any lag, then (`cycle`) the price
+    times cos and sin of the hour; the elasticity is minus the sum of the price's and the
+    lag's coefficients (the long-run response), the cycle minus the last two. `lag_test`
+    (column 1 is the lag): None where the lag's coefficient is not significant."""
     n = ts.size
+    k = prices.shape[1]
+    level_k = k - 2 if cycle else k  # the columns whose sum is the daily-mean response
     base = {"pool_id": pool_id, "resource_class": resource_class, "observations": int(n)}
     if n < 4:
         return _prior_only(base, prior, level, f"{n} usable observations (need at least 4)")
     controls, bins, day = _design(ts, level_col)
     # Frisch-Waugh: the price's and demand's residuals on the controls carry the elasticity.
-    coef_x, *_ = np.linalg.lstsq(controls, x, rcond=None)
+    coef_x, *_ = np.linalg.lstsq(controls, prices, rcond=None)
     coef_y, *_ = np.linalg.lstsq(controls, y, rcond=None)
-    rx, ry = x - controls @ coef_x, y - controls @ coef_y
+    rx, ry = prices - controls @ coef_x, y - controls @ coef_y
     rank = int(np.linalg.matrix_rank(controls))
-    dof = n - rank - 1
-    spread = float(np.sqrt(np.mean(rx * rx)))
-    if dof < 2 or spread < MIN_PRICE_SPREAD:
+    dof = n - rank - k
+    spread = float(np.sqrt(np.mean(rx[:, 0] * rx[:, 0])))
+    xtx = rx.T @ rx
+    if dof < 2 or spread < MIN_PRICE_SPREAD or np.linalg.cond(xtx) > 1e10:
         why = (
-            f"the price barely varies once the calendar and load are held fixed (residual log-price std "
+            f"{n} observations for {rank + k} parameters"
+            if dof < 2
+            else f"the price barely varies once the calendar and load are held fixed (residual log-price std "
             f"{spread:.1e})"
-            if dof >= 2
-            else f"{n} observations for {rank + 1} parameters"
         )
         return _prior_only({**base, "hour_bins": bins, "price_spread": spread}, prior, level, why)
-    sxx = float(rx @ rx)
-    slope = float(rx @ ry) / sxx
-    resid = ry - slope * rx
+    bread = np.linalg.inv(xtx)
+    slopes = bread @ (rx.T @ ry)
+    resid = ry - rx @ slopes
+    contrast = np.zeros(k)
+    contrast[:level_k] = 1.0  # the long-run slope: the sum of the price now and the lags
+    slope = float(contrast @ slopes)
     clusters = np.unique(day)
     if clusters.size >= MIN_CLUSTERS:  # CR1 by day: a day's errors move together
-        scores = np.array([float(rx[day == c] @ resid[day == c]) for c in clusters])
+        scores = np.array([rx[day == c].T @ resid[day == c] for c in clusters])  # (G, k)
         g = clusters.size
-        var = (g / (g - 1)) * ((n - 1) / (n - rank - 1)) * float(scores @ scores) / sxx**2
+        meat = scores.T @ scores
+        scale = (g / (g - 1)) * ((n - 1) / (n - rank - k))
         t_dof = g - 1
     else:  # HC1
-        var = (n / dof) * float((rx * rx) @ (resid * resid)) / sxx**2
+        meat = (rx * (resid * resid)[:, None]).T @ rx
+        scale = n / dof
         t_dof = dof
-    se = math.sqrt(max(var, 0.0))
+    cov = scale * (bread @ meat @ bread)
+    if lag_test and abs(slopes[1]) < LAG_KEEP_Z * math.sqrt(max(cov[1, 1], 0.0)):
+        return None
+    se = math.sqrt(max(float(contrast @ cov @ contrast), 0.0))
     if se < MIN_STD_ERROR:  # residuals vanish: as many controls as rows, not a measurement
         return _prior_only(
             {**base, "hour_bins": bins, "price_spread": spread},
@@ -181,6 +281,10 @@ def _regress(
         "clusters": int(clusters.size) if clusters.size >= MIN_CLUSTERS else 0,
     }
     estimate = -slope  # elasticity: demand falls as the price rises
+    if cycle:
+        fit["elasticity_cos"], fit["elasticity_sin"] = (
+            _shrunk(-float(slopes[c]), float(cov[c, c]), prior) for c in (k - 2, k - 1)
+        )
     if prior is not None:
         mean, sd = _check_prior(prior)
         w_data, w_prior = 1.0 / max(se, 1e-12) ** 2, 1.0 / sd**2
@@ -208,6 +312,14 @@ def _regress(
         data_std_error=se,
         data_elasticity=estimate,
     )
+
+
+def _shrunk(estimate: float, var: float, prior: tuple[float, float] | None) -> float:
+    """A cycle coefficient combined with a prior of mean 0 and the level prior's sd."""
+    if prior is None:
+        return estimate
+    sd = _check_prior(prior)[1]
+    return estimate * sd**2 / (sd**2 + max(var, 0.0))
 
 
 def _check_prior(prior: tuple[float, float]) -> tuple[float, float]:

@@ -58,7 +58,14 @@ class LoopLearner:
         res = self.market.resources
         for r, (key, cls) in enumerate(zip(self.market.keys, res.resource_class)):
             self.fits[key] = fit_elasticity(
-                ts, p[:, r], d[:, r], pool_id=res.pool[r], resource_class=cls, prior=self.settings.priors[cls]
+                ts,
+                p[:, r],
+                d[:, r],
+                pool_id=res.pool[r],
+                resource_class=cls,
+                prior=self.settings.priors[cls],
+                lag_hours=self.settings.lag_hours,
+                daily_cycle=self.settings.daily_cycle,
             )
 
     def load_index(self, hour: int) -> tuple[float, float]:
@@ -104,7 +111,7 @@ def run_point(point: TruthPoint, settings: GridSettings = GridSettings()) -> dic
         problem = market.with_capacity(
             MarketProblem(market.resources, claims), market.capacity(k50 * market.base_demand[0::2])
         )
-        response = {k: f.elasticity for k, f in loop.fits.items() if f.elasticity is not None}
+        response = {k: f.at_hour(h % 24) for k, f in loop.fits.items() if f.elasticity is not None}
         inputs = pool_inputs(
             market, in_force["loop"], k50 * market.base_demand, k90 * market.base_demand, promises
         )

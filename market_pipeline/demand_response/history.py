@@ -75,7 +75,12 @@ def _row_of(frame: pl.DataFrame, bad: pl.DataFrame) -> int:
 
 
 def fit_history(
-    history: pl.DataFrame, *, priors: Mapping[str, tuple[float, float]] | None = None, level: float = 0.8
+    history: pl.DataFrame,
+    *,
+    priors: Mapping[str, tuple[float, float]] | None = None,
+    level: float = 0.8,
+    lag_hours: float = 0.0,
+    daily_cycle: bool = False,
 ) -> dict[str, ResponseFit]:
     """The fit of every pool x class in `history` (columns as `HISTORY_SCHEMA`, optionally
     `load`), keyed "<pool_id>/<resource_class>"; `priors` by the same key."""
@@ -93,6 +98,8 @@ def fit_history(
             load=load,
             prior=(priors or {}).get(key),
             level=level,
+            lag_hours=lag_hours,
+            daily_cycle=daily_cycle,
         )
     return out
 

@@ -31,6 +31,9 @@ FIT_SCHEMA = {
     "elasticity": pl.Float64,
     "elasticity_low": pl.Float64,
     "elasticity_high": pl.Float64,
+    "elasticity_cos": pl.Float64,
+    "elasticity_sin": pl.Float64,
+    "lag_hours": pl.Float64,
     "interval_level": pl.Float64,
     "std_error": pl.Float64,
     "data_std_error": pl.Float64,
@@ -80,7 +83,13 @@ def refit_rows(config: MarketPipelineConfig, store, now: datetime) -> pl.DataFra
     history = warehouse_history(store, start, now)
     prior = (config.market.reference_elasticity, dr.prior_sd)
     keys = [(p.pool_id, c) for p in config.pools for c in (GUARANTEED, DRAINABLE)]
-    fits = fit_history(history, priors={f"{p}/{c}": prior for p, c in keys}, level=dr.interval_level)
+    fits = fit_history(
+        history,
+        priors={f"{p}/{c}": prior for p, c in keys},
+        level=dr.interval_level,
+        lag_hours=dr.lag_hours,
+        daily_cycle=dr.daily_cycle,
+    )
     previous = {
         (r["pool_id"], r["resource_class"]): r
         for r in store.query(
@@ -144,8 +153,9 @@ def latest_fits(store, now: datetime) -> pl.DataFrame:
 def tick_response(
     config: MarketPipelineConfig, store, now: datetime
 ) -> tuple[dict[str, float], dict[str, str]]:
-    """(elasticity per "<pool>/<class>", experiment id per running "<pool>/<class>") from the
-    latest refit; empty where the demand response is disabled or nothing was fitted yet."""
+    """(elasticity per "<pool>/<class>" at `now`'s hour of day, on its fitted daily cycle;
+    experiment id per running "<pool>/<class>") from the latest refit; empty where the demand
+    response is disabled or nothing was fitted yet."""
     if not config.demand_response.enabled:
         return {}, {}
     fits = latest_fits(store, now)
@@ -153,7 +163,17 @@ def tick_response(
     for r in fits.iter_rows(named=True):
         key = f"{r['pool_id']}/{r['resource_class']}"
         if r["elasticity"] is not None and r["method"] != "none":
-            response[key] = float(r["elasticity"])
+            cycle = ResponseFit(
+                r["pool_id"],
+                r["resource_class"],
+                float(r["elasticity"]),
+                None,
+                None,
+                0,
+                elasticity_cos=float(r.get("elasticity_cos") or 0.0),
+                elasticity_sin=float(r.get("elasticity_sin") or 0.0),
+            )
+            response[key] = float(cycle.at_hour(now.hour + now.minute / 60.0))
         if r["experiment"] == RUNNING and config.demand_response.experiments:
             running[key] = r["experiment_id"]
     return response, running

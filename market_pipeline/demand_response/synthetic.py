@@ -35,8 +35,10 @@ def synthetic_history(
     pool_id: str = "A100@synthetic",
     resource_class: str = "drainable",
     seed: int = 0,
+    cycle: tuple[float, float] = (0.0, 0.0),
 ) -> pl.DataFrame:
-    """Rows `ts, pool_id, resource_class, price, demand` (ts UTC, one per `step_minutes`)."""
+    """Rows `ts, pool_id, resource_class, price, demand` (ts UTC, one per `step_minutes`).
+    `cycle` (a, b): the elasticity at hour h is elasticity + a cos(2 pi h / 24) + b sin(...)."""
     rng = np.random.default_rng(seed)
     steps = days * 24 * 60 // step_minutes
     hours = np.arange(steps) * step_minutes / 60.0
@@ -50,9 +52,56 @@ def synthetic_history(
         base_demand
         * shape
         * level[day]
-        * (price / base_price) ** (-elasticity)
+        * (price / base_price) ** (-hourly_elasticity(elasticity, cycle, hours))
         * np.exp(rng.normal(0.0, noise, steps))
     )
+    return _frame(hours, price, demand, pool_id, resource_class)
+
+
+def hourly_elasticity(elasticity: float, cycle: tuple[float, float], hours: np.ndarray) -> np.ndarray:
+    angle = 2 * np.pi * (hours % 24) / 24
+    return elasticity + cycle[0] * np.cos(angle) + cycle[1] * np.sin(angle)
+
+
+def deferred_history(
+    elasticity: float,
+    *,
+    days: int = 28,
+    patience_hours: int = 24,
+    dither: float = 0.05,
+    noise: float = 0.03,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """Hourly rows as `synthetic_history`, where the work a price turns away waits and buys at
+    the first later hour whose price it accepts (within `patience_hours`), as elastic work
+    does (seed 000 §2.3). Each hour's arrivals carry reservation quantiles u; one buys at
+    price p iff u < (p / floor)^-e. Under a price held constant nothing deferred ever buys,
+    so the long-run elasticity is `elasticity`; the hour-to-hour dither reads far more."""
+    rng = np.random.default_rng(seed)
+    hours = np.arange(days * 24, dtype=np.float64)
+    arrivals = 100.0 * load_shape(hours)
+    price = 2.0 * load_shape(hours) ** 0.5 * (1.0 + dither * rng.choice([-1.0, 1.0], hours.size))
+    accepts = np.minimum((price / 1.0) ** -elasticity, 1.0)  # floor price 1.0: a share of arrivals
+    quantiles = (np.arange(400) + 0.5) / 400
+    waiting: list[tuple[int, np.ndarray]] = []  # (arrival hour, its waiting quantiles)
+    demand = np.zeros(hours.size)
+    for t in range(hours.size):
+        bought = (quantiles < accepts[t]).mean() * arrivals[t]
+        still = []
+        for s, u in waiting:
+            if t - s > patience_hours:
+                continue
+            buys = u < accepts[t]
+            bought += buys.sum() * arrivals[s] / quantiles.size
+            still.append((s, u[~buys]))
+        waiting = [(s, u) for s, u in still if u.size] + [(t, quantiles[quantiles >= accepts[t]])]
+        demand[t] = bought * np.exp(rng.normal(0.0, noise))
+    return _frame(hours, price, demand, "A100@synthetic", "drainable")
+
+
+def _frame(
+    hours: np.ndarray, price: np.ndarray, demand: np.ndarray, pool_id: str, resource_class: str
+) -> pl.DataFrame:
     ts = [START.timestamp() + h * 3600.0 for h in hours]
     return pl.DataFrame(
         {

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from market_pipeline.config.model import DemandResponseConfig
 from market_pipeline.demand_response.experiments import ExperimentSettings
 from market_pipeline.demand_response.synthetic import load_shape
 from market_pipeline.demand_response.truth import GridMarket, TruthPoint
@@ -47,6 +48,9 @@ class GridSettings:
     priors: dict = field(default_factory=lambda: {GUARANTEED: (0.2, 0.3), DRAINABLE: (2.0, 1.0)})
     promises: Promises = field(default_factory=Promises)
     solver: SolverSettings = field(default_factory=lambda: SolverSettings(tolerance=1e-6, max_iterations=300))
+    # the estimator's settings: the live config's defaults (`[demand_response]`)
+    lag_hours: float = field(default_factory=lambda: DemandResponseConfig().lag_hours)
+    daily_cycle: bool = field(default_factory=lambda: DemandResponseConfig().daily_cycle)
 
 
 @dataclass

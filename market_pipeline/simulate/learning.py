@@ -53,6 +53,8 @@ class ResponseLearner:
         refit_every: int,
         experiments: ExperimentSettings,
         promises: Promises,
+        lag_hours: float = 0.0,
+        daily_cycle: bool = False,
     ) -> None:
         self.keys = [response_key(p, c) for p in pool_ids for c in (GUARANTEED, DRAINABLE)]
         self.pool = [p for p in pool_ids for _ in (GUARANTEED, DRAINABLE)]
@@ -63,6 +65,7 @@ class ResponseLearner:
         self.epoch_s = epoch.timestamp()
         self.priors = {k: priors[c] for k, c in zip(self.keys, self.cls)}
         self.refit_every, self.settings, self.promises = refit_every, experiments, promises
+        self.lag_hours, self.daily_cycle = lag_hours, daily_cycle  # the live config's `demand_response`
         self.ts: list[float] = []
         self.prices: list[np.ndarray] = []
         self.demand: list[np.ndarray] = []
@@ -85,18 +88,19 @@ class ResponseLearner:
         self.ts.append(self.epoch_s + time_s)
         self.prices.append(np.asarray(prices, dtype=np.float64).copy())
         self.demand.append(demand)
-        self.index.append(self._index(self.prices[-1], demand))
+        hour = (self.ts[-1] % 86_400.0) / 3600.0
+        self.index.append(self._index(self.prices[-1], demand, hour))
 
-    def _index(self, prices: np.ndarray, demand: np.ndarray) -> float:
+    def _index(self, prices: np.ndarray, demand: np.ndarray, hour: float) -> float:
         """The load index: demand at the list prices by the current fit, over the trace's."""
-        e = self.elasticities()
+        e = self.elasticities(hour)
         at_list = demand * (prices / self.list_prices) ** e
         return float(at_list.sum() / max(self.base_requested.sum(), 1e-12))
 
-    def elasticities(self) -> np.ndarray:
+    def elasticities(self, hour: float) -> np.ndarray:
         return np.array(
             [
-                self.fits[k].elasticity
+                self.fits[k].at_hour(hour)
                 if k in self.fits and self.fits[k].elasticity is not None
                 else self.priors[k][0]
                 for k in self.keys
@@ -120,6 +124,8 @@ class ResponseLearner:
                 resource_class=self.cls[r],
                 prior=self.priors[k],
                 level=self.settings.level,
+                lag_hours=self.lag_hours,
+                daily_cycle=self.daily_cycle,
             )
             for r, k in enumerate(self.keys)
         }
@@ -130,10 +136,11 @@ class ResponseLearner:
             }
         )
 
-    def response(self) -> dict[str, float]:
-        """What the tick calibrates to: the fits that have an elasticity (as `tick_response`)."""
+    def response(self, hour: float) -> dict[str, float]:
+        """What the tick calibrates to at an hour of the day (UTC): the fits that have an
+        elasticity, on their daily cycle (as `tick_response`)."""
         return {
-            k: float(f.elasticity)
+            k: float(f.at_hour(hour))
             for k, f in self.fits.items()
             if f.elasticity is not None and f.method != "none"
         }
@@ -190,6 +197,8 @@ class ResponseLearner:
                     "elasticity": f.elasticity,
                     "low": f.elasticity_low,
                     "high": f.elasticity_high,
+                    "cycle_cos": f.elasticity_cos,
+                    "cycle_sin": f.elasticity_sin,
                     "method": f.method,
                     "observations": f.observations,
                 }

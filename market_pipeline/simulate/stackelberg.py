@@ -130,7 +130,7 @@ class StackelbergPricing:
                 self.settings.tick_seconds / 3600.0,
             )
             self.learner.maybe_refit(view.tick)
-            response = self.learner.response()
+            response = self.learner.response(hour)
         median, upper = self._index_forecast(view)
         capacity = np.maximum(self._capacities(view), median * self._demand_at_max * (1.0 + 1e-3))
         population = self.model.population if self.learner is not None else self.model.population_at(hour)
@@ -229,6 +229,8 @@ def learning_strategy(inputs: RunInputs) -> StackelbergPricing:
         s.refit_every_ticks,
         experiments,
         strategy.promises,
+        lag_hours=dr.lag_hours,
+        daily_cycle=dr.daily_cycle,
     )
     return strategy
 

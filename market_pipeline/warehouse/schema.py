@@ -266,4 +266,16 @@ MIGRATIONS: tuple[Migration, ...] = (
             PRIMARY KEY (tick_at, pool_id, resource_class))""",
         ),
     ),
+    Migration(
+        422,
+        "demand response: the elasticity's daily cycle and the lag the fit used",
+        (
+            # e(h) = elasticity + elasticity_cos cos(2 pi h / 24) + elasticity_sin sin(...): what the
+            # tick reads at the hour it prices (0, 0: no cycle, as every row fitted before)
+            "ALTER TABLE demand_response ADD COLUMN IF NOT EXISTS elasticity_cos DOUBLE DEFAULT 0",
+            "ALTER TABLE demand_response ADD COLUMN IF NOT EXISTS elasticity_sin DOUBLE DEFAULT 0",
+            # the distributed lag's window in hours where the data showed deferred work, else 0
+            "ALTER TABLE demand_response ADD COLUMN IF NOT EXISTS lag_hours DOUBLE DEFAULT 0",
+        ),
+    ),
 )

@@ -7,7 +7,7 @@ import pytest
 
 from market_pipeline.demand_response.estimator import DemandResponseInputError, fit_elasticity
 from market_pipeline.demand_response.history import fit_history
-from market_pipeline.demand_response.synthetic import synthetic_history
+from market_pipeline.demand_response.synthetic import deferred_history, synthetic_history
 
 
 def _fit(frame, **kw):
@@ -85,3 +85,46 @@ def test_a_perfect_fit_is_not_a_measurement():
         ts, price, 3.0 * price**-1.0 * np.exp(np.random.default_rng(0).normal(0, 0.01, 30)), prior=(0.2, 0.3)
     )
     assert noisy.method == "fe-ols+prior" and noisy.data_elasticity is not None
+
+
+def test_deferred_work_makes_the_hourly_response_overstate_and_the_lag_corrects_it():
+    """Work a high price turns away waits and buys at the next lower price: the hour-to-hour
+    dither then reads several times the tenants' own elasticity. The distributed lag (the mean
+    log price over the last 3 hours) moves the fit back toward it, and says it used the lag."""
+    for seed in range(3):
+        frame = deferred_history(1.0, seed=seed)
+        hourly, lagged = _fit(frame), _fit(frame, lag_hours=3)
+        assert hourly.elasticity > 2.5 and hourly.lag_hours == 0
+        assert lagged.lag_hours == 3
+        assert abs(lagged.elasticity - 1.0) < 0.5 * abs(hourly.elasticity - 1.0)
+
+
+def test_the_lag_is_dropped_where_the_data_show_no_deferral():
+    """No deferral (5-minute steps, the target's histories): the lag's coefficient is not
+    significant, the fit keeps the price now only and its precision (recovery within 15%)."""
+    for elasticity in (0.2, 1.0, 3.0):
+        frame = synthetic_history(elasticity, days=14, step_minutes=5, seed=0)
+        fit = _fit(frame, lag_hours=3, daily_cycle=True)
+        assert fit.lag_hours == 0
+        assert abs(fit.elasticity / elasticity - 1) <= 0.15
+        assert fit.std_error == pytest.approx(_fit(frame).std_error, rel=0.05)
+
+
+def test_the_daily_cycle_of_the_elasticity_is_recovered():
+    """e(h) = 1 + 0.3 cos + 0.2 sin: the fit reads the mean and the cycle; the tick's hour
+    reads the elasticity of that hour."""
+    frame = synthetic_history(1.0, days=14, step_minutes=5, seed=0, cycle=(0.3, 0.2))
+    fit = _fit(frame, daily_cycle=True)
+    assert abs(fit.elasticity - 1.0) < 0.1
+    assert abs(fit.elasticity_cos - 0.3) < 0.1 and abs(fit.elasticity_sin - 0.2) < 0.1
+    assert fit.at_hour(0) > fit.at_hour(12) + 0.4  # cos 0 = 1, cos 180 = -1
+    flat = _fit(frame)
+    assert flat.elasticity_cos == 0.0 and flat.at_hour(0) == flat.at_hour(12)
+
+
+def test_without_a_cycle_in_the_data_the_prior_keeps_the_cycle_small():
+    frame = synthetic_history(1.0, days=2, step_minutes=60, seed=5, noise=0.2)
+    raw = _fit(frame, daily_cycle=True)
+    shrunk = _fit(frame, daily_cycle=True, priors={"A100@synthetic/drainable": (1.0, 0.1)})
+    assert abs(shrunk.elasticity_cos) < abs(raw.elasticity_cos)
+    assert abs(shrunk.elasticity_sin) < abs(raw.elasticity_sin)

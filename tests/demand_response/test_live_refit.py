@@ -104,11 +104,17 @@ def test_the_refit_recovers_the_elasticity_from_sold_hours_and_prices(refit):
 def test_the_tick_reads_the_fit_and_the_running_experiments(refit):
     config, store, now, pool_id, rows = refit
     response, running = tick_response(config, store, now)
-    assert response[f"{pool_id}/drainable"] == pytest.approx(
-        rows.filter((pl.col("pool_id") == pool_id) & (pl.col("resource_class") == "drainable"))["elasticity"][
-            0
-        ]
+    row = rows.filter((pl.col("pool_id") == pool_id) & (pl.col("resource_class") == "drainable")).row(
+        0, named=True
     )
+    angle = 2 * math.pi * (now.hour + now.minute / 60) / 24  # the elasticity at the tick's hour
+    at_hour = (
+        row["elasticity"] + row["elasticity_cos"] * math.cos(angle) + row["elasticity_sin"] * math.sin(angle)
+    )
+    assert row["elasticity_cos"] != 0.0  # the refit fitted a daily cycle (shrunk, not zero)
+    assert response[f"{pool_id}/drainable"] == pytest.approx(at_hour)
+    later, _ = tick_response(config, store, now + timedelta(hours=12))
+    assert later[f"{pool_id}/drainable"] != pytest.approx(at_hour)  # twelve hours on: the cycle's other side
     assert set(running) == set(
         (
             rows.filter(pl.col("experiment") == "running").select(

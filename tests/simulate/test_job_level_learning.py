@@ -54,12 +54,12 @@ def test_learner_recovers_a_hidden_elasticity_from_its_own_dithered_prices():
         bought = load * np.array([10.0, 5.0]) * (prices / np.array([2.0, 2.0])) ** -true_e
         learner.observe(tick, 3600.0 * (tick - 1), prices, bought * np.exp(rng.normal(0, 0.02, 2)), 1.0)
         learner.maybe_refit(tick)
-    fits = learner.response()
+    fits = learner.response(hour=12)
     assert fits["P/guaranteed"] == pytest.approx(0.3, abs=0.1)
     assert fits["P/drainable"] == pytest.approx(1.5, rel=0.15)
     assert learner.fit_log and learner.fit_log[-1]["tick"] > learner.fit_log[0]["tick"]
     # before its first observation the learner has nothing to give the tick: the claims price
-    assert _learner().response() == {}
+    assert _learner().response(hour=12) == {}
 
 
 def test_truth_varies_by_hour_of_day_but_every_hour_buys_d0_at_the_list_price():
