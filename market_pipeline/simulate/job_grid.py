@@ -29,6 +29,7 @@ import numpy as np
 
 from market_pipeline.demand_response.grid_run import grid_targets
 from market_pipeline.demand_response.truth import TruthPoint
+from market_pipeline.simulate.errors import SimulationInputError
 from market_pipeline.simulate.metrics import StrategyResult
 from market_pipeline.simulate.run_inputs import RunInputs
 from market_pipeline.simulate.runner import build_inputs, run_strategies
@@ -50,6 +51,32 @@ def job_grid_points() -> tuple[TruthPoint, ...]:
         TruthPoint("e3/r0.5", 3.0, 0.5),
         TruthPoint("latent-demand e2/r0.2 ratio1", 2.0, 0.2, latent_ratio=1.0),
     )
+
+
+def job_tuning_points() -> tuple[TruthPoint, ...]:
+    """The points the job-level settings (the lag's keep threshold) were chosen on: none is a
+    judged point; two are the aggregate grid's tuning truths (e1.5/r0.4, e2.5/r0.1)."""
+    return (
+        TruthPoint("tune e0.6/r0.2", 0.6, 0.2),
+        TruthPoint("tune e1.5/r0.4", 1.5, 0.4),
+        TruthPoint("tune e2.5/r0.1", 2.5, 0.1),
+        TruthPoint("tune latent e1.5/r0.3 ratio0.5", 1.5, 0.3, latent_ratio=0.5),
+    )
+
+
+def select_points(spec: str) -> tuple[TruthPoint, ...]:
+    """`--points`: "" or "judged" (the judged points), "tuning", or a comma list of names from
+    either set; an unknown name raises SimulationInputError."""
+    if spec.strip() in ("", "judged"):
+        return job_grid_points()
+    if spec.strip() == "tuning":
+        return job_tuning_points()
+    known = {p.name: p for p in (*job_grid_points(), *job_tuning_points())}
+    wanted = [w.strip() for w in spec.split(",") if w.strip()]
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        raise SimulationInputError(f"--points {unknown}: choose from {sorted(known)}")
+    return tuple(known[w] for w in wanted)
 
 
 def point_settings(base: SimulationSettings, point: TruthPoint) -> SimulationSettings:

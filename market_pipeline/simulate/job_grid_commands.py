@@ -46,7 +46,11 @@ def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> 
         help="unmeasured days before them; the loop learns from them too (default 2)",
     )
     bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--points", default="", help="comma list of point names (default: all judged points)")
+    bench.add_argument(
+        "--points",
+        default="",
+        help="'judged' (the default), 'tuning' (the points the settings were chosen on), or a comma list of names",
+    )
     bench.add_argument("--workers", type=int, help="processes per point (default: CPUs)")
     bench.add_argument("--json", help="also write the full report here")
     bench.set_defaults(handler=run_bench_truth)
@@ -55,7 +59,7 @@ def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> 
 def run_bench_truth(args: argparse.Namespace) -> int:
     from market_pipeline.config import load_config
     from market_pipeline.simulate.inputs import load_helios, load_nodes, load_pods, trace_files
-    from market_pipeline.simulate.job_grid import job_grid_points, run_job_grid
+    from market_pipeline.simulate.job_grid import run_job_grid, select_points
     from market_pipeline.simulate.settings import SimulationSettings
 
     files = trace_files(args.data)
@@ -63,12 +67,7 @@ def run_bench_truth(args: argparse.Namespace) -> int:
         return 0
     pod_file, node_file, loads = files
     try:
-        points = job_grid_points()
-        wanted = [p.strip() for p in args.points.split(",") if p.strip()]
-        unknown = [w for w in wanted if w not in {p.name for p in points}]
-        if unknown:
-            raise SimulationInputError(f"--points {unknown}: choose from {[p.name for p in points]}")
-        points = tuple(p for p in points if not wanted or p.name in wanted)
+        points = select_points(args.points)
         settings = SimulationSettings(days=args.days, seed=args.seed, warmup_days=args.warmup_days)
         config = load_config()
         pods, nodes = load_pods(pod_file), load_nodes(node_file, config)

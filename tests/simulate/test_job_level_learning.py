@@ -158,3 +158,28 @@ def test_bench_simulate_truth_skips_without_traces_and_refuses_an_unknown_point(
     assert main(["bench", "simulate-truth", "--data", str(shared_data), "--points", "e9/r9"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --points ['e9/r9']") and "\n" not in err
+
+
+def test_the_job_level_tuning_points_are_disjoint_from_the_judged_ones():
+    """Settings are chosen on `--points tuning`; none of those truths is judged."""
+    from market_pipeline.demand_response.truth import tuning_points
+    from market_pipeline.simulate.job_grid import job_grid_points, job_tuning_points
+
+    def truth(p):
+        return (p.elastic, p.rigid, p.latent_ratio)
+
+    tuning = {truth(p) for p in job_tuning_points()}
+    assert len(tuning) == 4
+    assert not tuning & {truth(p) for p in job_grid_points()}
+    assert len(tuning & {truth(p) for p in tuning_points()}) == 2  # shared with the aggregate grid's
+
+
+def test_points_select_the_judged_set_by_default_the_tuning_set_or_names():
+    from market_pipeline.simulate.errors import SimulationInputError
+    from market_pipeline.simulate.job_grid import job_grid_points, job_tuning_points, select_points
+
+    assert select_points("") == select_points("judged") == job_grid_points()
+    assert select_points("tuning") == job_tuning_points()
+    assert [p.name for p in select_points("e1/r0, tune e0.6/r0.2")] == ["e1/r0", "tune e0.6/r0.2"]
+    with pytest.raises(SimulationInputError, match="nope"):
+        select_points("e1/r0,nope")
