@@ -91,11 +91,7 @@ class ResponseFit:
         """The elasticity at an hour of the day (UTC), never below 0."""
         if self.elasticity is None:
             return None
-        angle = 2 * math.pi * (hour % 24) / 24
-        return max(
-            self.elasticity + self.elasticity_cos * math.cos(angle) + self.elasticity_sin * math.sin(angle),
-            0.0,
-        )
+        return elasticity_at_hour(self.elasticity, self.elasticity_cos, self.elasticity_sin, hour)
 
     @property
     def key(self) -> str:
@@ -109,6 +105,12 @@ class ResponseFit:
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def elasticity_at_hour(mean: float, cos_: float, sin_: float, hour: float) -> float:
+    """The daily cycle e(h) = mean + cos_ cos(2 pi h / 24) + sin_ sin(2 pi h / 24), never below 0."""
+    angle = 2 * math.pi * (hour % 24) / 24
+    return max(mean + cos_ * math.cos(angle) + sin_ * math.sin(angle), 0.0)
 
 
 def fit_elasticity(

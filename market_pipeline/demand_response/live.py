@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from market_pipeline.config import MarketPipelineConfig
-from market_pipeline.demand_response.estimator import ResponseFit
+from market_pipeline.demand_response.estimator import ResponseFit, elasticity_at_hour
 from market_pipeline.demand_response.experiments import (
     ExperimentSettings,
     ExperimentStep,
@@ -163,17 +163,12 @@ def tick_response(
     for r in fits.iter_rows(named=True):
         key = f"{r['pool_id']}/{r['resource_class']}"
         if r["elasticity"] is not None and r["method"] != "none":
-            cycle = ResponseFit(
-                r["pool_id"],
-                r["resource_class"],
+            response[key] = elasticity_at_hour(
                 float(r["elasticity"]),
-                None,
-                None,
-                0,
-                elasticity_cos=float(r.get("elasticity_cos") or 0.0),
-                elasticity_sin=float(r.get("elasticity_sin") or 0.0),
+                float(r.get("elasticity_cos") or 0.0),
+                float(r.get("elasticity_sin") or 0.0),
+                now.hour + now.minute / 60.0,
             )
-            response[key] = float(cycle.at_hour(now.hour + now.minute / 60.0))
         if r["experiment"] == RUNNING and config.demand_response.experiments:
             running[key] = r["experiment_id"]
     return response, running
