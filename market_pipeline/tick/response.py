@@ -10,11 +10,12 @@ demand there, with local elasticity e). The level (the forecast's calibration) i
 the slope is the data's. Only own-price responses are identified by the experiments, so the
 representative has no cross-resource budget coupling. Its budget is the claims': each claim
 tenant's budget split over the resources it buys by its spend there at the reference prices,
-summed per resource (`claims_budget`). A tenant that runs out of money below some price keeps
-running out of it there whatever its elasticity, and a representative without that limit
-would read a fitted e > 1 as "revenue grows without bound as the price falls" and price the
-class to the bottom of its band. Where the claims hold no budget for a resource (they do not
-buy it), the budget never binds (`BUDGET_MARGIN`). Resources without a fit keep the claims.
+summed per resource (`claims_budget`), where the fit is above 1. A tenant that runs out of
+money below some price keeps running out of it there whatever its elasticity, and a
+representative without that limit would read a fitted e > 1 as "revenue grows without bound
+as the price falls" and price the class to the bottom of its band. At e <= 1 spend falls with
+the price and the budget is left unbounded, as it is where the claims hold no budget for a
+resource (`BUDGET_MARGIN`). Resources without a fit keep the claims.
 """
 
 from __future__ import annotations
@@ -108,7 +109,10 @@ def response_population(
         eta = 2.0 / min(max(e, ELASTICITY_FLOOR), ELASTICITY_CEILING)
         most = d0[r] * 2.0 * (reference[r] / max(float(res.price_min[r]), 1e-9)) ** (1.0 / eta)
         budget = BUDGET_MARGIN * float(res.price_max[r]) * most
-        if budgets is not None and np.isfinite(budgets[r]):
+        if budgets is not None and np.isfinite(budgets[r]) and e > 1:
+            # only where the slope alone would mislead (e > 1: spend grows as the price falls);
+            # a nearly vertical curve (e -> 0) against a binding budget also leaves the
+            # followers' budget multiplier unresolvable in float64
             budget = max(float(budgets[r]), reference[r] * d0[r])  # it still buys d0 at the reference
         key = response_key(res.pool[r], res.resource_class[r])
         rows.append((f"response:{key}", r, eta, d0[r], reference[r] * d0[r] * 2.0**eta, budget))

@@ -133,7 +133,7 @@ def test_the_fitted_representative_keeps_the_claims_budget():
     """Claims whose money runs out 10% above their spend at the reference: a fit of e = 3 takes
     the slope, not the money. Below the reference the representative buys at most budget / p
     (a fitted e > 1 no longer reads 'revenue grows without bound as the price falls'); claims
-    whose budget never binds leave the slope alone."""
+    whose budget never binds leave the slope alone (and so does a fit at or below 1)."""
     from market_pipeline.market import tenant_demand_at
     from market_pipeline.tick.response import claims_budget, response_population
 
@@ -142,7 +142,7 @@ def test_the_fitted_representative_keeps_the_claims_budget():
     tight = MarketProblem(res, response_population(res, ref, d0, fitted, budgets=1.1 * ref * d0))
     loose = MarketProblem(res, response_population(res, ref, d0, fitted))
     money = claims_budget(tight, ref, tenant_demand_at(tight, ref))
-    assert money == pytest.approx(1.1 * ref * d0, rel=1e-6)
+    assert money[1::2] == pytest.approx(1.1 * ref[1::2] * d0[1::2], rel=1e-6)  # the e = 2 claims' money
     key = "A100@grid/drainable"
     half = ref.copy()
     half[1] *= 0.5
@@ -151,6 +151,10 @@ def test_the_fitted_representative_keeps_the_claims_budget():
     assert bound == pytest.approx(1.1 * ref[1] * d0[1] / half[1], rel=1e-3)  # the budget binds
     assert free > 2 * bound  # the fitted slope alone: 4.7 x d0 at half the price
     assert demand_at(calibrated_to_response(tight, ref, {key: 3.0}), ref)[1] == pytest.approx(d0[1], rel=1e-6)
+    low_fit = demand_at(calibrated_to_response(tight, ref, {key: 0.8}), half)[1]
+    assert low_fit == pytest.approx(
+        demand_at(calibrated_to_response(loose, ref, {key: 0.8}), half)[1]
+    )  # e <= 1: none
 
 
 def test_the_posterior_interval_stops_an_experiment_the_claims_and_data_decide():
