@@ -103,6 +103,13 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="unmeasured days of the trace run before the window, every strategy alike (default 3)",
     )
+    parser.add_argument(
+        "--opening",
+        choices=("own", "list"),
+        default="own",
+        help="where runs start: 'own' (each strategy's steady state at its own opening prices, the "
+        "default) or 'list' (the list-price steady state for every strategy)",
+    )
     parser.add_argument("--workers", type=int, help="processes for the strategies (default: CPUs)")
     parser.add_argument("--config", help="TOML config (default: shipped or MARKET_PIPELINE_CONFIG)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -167,6 +174,7 @@ def _settings(args: argparse.Namespace) -> Any:
         load_start_day=args.load_start_day,
         target_utilization=args.target_utilization,
         economics=EconomicAssumptions(**changes),
+        opening=args.opening,
         **timing,
     )
 

@@ -189,12 +189,15 @@ class StrategyRun(RigidService):
 
     # -- jobs -----------------------------------------------------------------------------------
     def _place_initial(self, list_prices: np.ndarray) -> np.ndarray:
-        """Place the snapshot of running jobs at the strategy's opening prices (`opening`);
-        return those prices (the first tick's last prices)."""
+        """Place the snapshot of running jobs at the strategy's opening prices (`opening`; with
+        `settings.opening` "list", the list-price snapshot for every strategy); return those
+        prices (the first tick's last prices)."""
         inputs = self.inputs
         held = stock_by_class(inputs.model, inputs.initial, inputs.pods.gpus, len(inputs.pools))
         history = np.asarray(self.history, dtype=np.float64)
-        prices = opening_prices(self.strategy, self.capacity, held, history, list_prices)
+        prices = list_prices.copy()
+        if inputs.settings.opening == "own":
+            prices = opening_prices(self.strategy, self.capacity, held, history, list_prices)
         init = opening_jobs(
             inputs.model,
             inputs.pods,

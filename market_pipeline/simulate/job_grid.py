@@ -230,6 +230,7 @@ def run_job_grid(
         "days": base.days,
         "warmup_days": base.warmup_days,
         "seed": base.seed,
+        "opening": base.opening,
         "regret_median": median(regrets),
         "regret_worst": max(regrets),
         "experiment_cost_share_worst": max(r["experiment_cost_share"] for r in rows),

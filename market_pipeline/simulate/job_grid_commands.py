@@ -1,6 +1,7 @@
 """`market-pipeline bench simulate-truth`: the truth grid through the job-level simulator.
 
-    market-pipeline bench simulate-truth [--data DIR] [--days 3] [--warmup-days 2] [--seed 0] [--json OUT]
+    market-pipeline bench simulate-truth [--data DIR] [--days 3] [--warmup-days 2] [--seed 0]
+        [--points judged|tuning|NAMES] [--opening list|own] [--json OUT]
 
 Prints one JSON object: the summary with the issue's targets, and per truth point the loop
 (and the clairvoyant leader) against static, the regret, the experiments' cost and the
@@ -51,6 +52,13 @@ def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> 
         default="",
         help="'judged' (the default), 'tuning' (the points the settings were chosen on), or a comma list of names",
     )
+    bench.add_argument(
+        "--opening",
+        choices=("list", "own"),
+        default="list",
+        help="where every strategy starts: 'list' (the list-price steady state, the default: regret "
+        "from one state) or 'own' (each strategy's own opening steady state)",
+    )
     bench.add_argument("--workers", type=int, help="processes per point (default: CPUs)")
     bench.add_argument("--json", help="also write the full report here")
     bench.set_defaults(handler=run_bench_truth)
@@ -68,7 +76,9 @@ def run_bench_truth(args: argparse.Namespace) -> int:
     pod_file, node_file, loads = files
     try:
         points = select_points(args.points)
-        settings = SimulationSettings(days=args.days, seed=args.seed, warmup_days=args.warmup_days)
+        settings = SimulationSettings(
+            days=args.days, seed=args.seed, warmup_days=args.warmup_days, opening=args.opening
+        )
         config = load_config()
         pods, nodes = load_pods(pod_file), load_nodes(node_file, config)
         load = load_helios(list(loads), settings.tick_minutes)

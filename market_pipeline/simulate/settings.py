@@ -141,6 +141,9 @@ class EconomicAssumptions:
             )
 
 
+OPENINGS = ("own", "list")
+
+
 @dataclass(frozen=True)
 class SimulationSettings:
     days: float = 7.0
@@ -175,8 +178,16 @@ class SimulationSettings:
     claims_rigid: tuple[float, float] = (0.2, 0.3)
     refit_every_ticks: int = 6
     experiment_amplitude: float = 0.05
+    # Where every strategy's run starts (`opening`): "own", the steady state of the strategy's
+    # own opening prices (comparing each strategy with static in its own steady state); "list",
+    # the list-price steady state for all, the prices in force the list prices (comparing
+    # strategies from one state: the truth grid's regret, where a learner's own opening is the
+    # claims' and openb's long jobs would carry it through the measured days).
+    opening: str = "own"
 
     def __post_init__(self) -> None:
+        if self.opening not in OPENINGS:
+            raise SimulationInputError(f"opening {self.opening!r}: choose from {list(OPENINGS)}")
         if self.refit_every_ticks < 1 or not 0 < self.experiment_amplitude <= 0.25:
             raise SimulationInputError("refit_every_ticks must be >= 1 and experiment_amplitude in (0, 0.25]")
         if not 0 < self.days <= 31:

@@ -11,6 +11,7 @@ from simulate_testkit import FLEET, config, inputs
 from market_pipeline.simulate.arrivals import initial_population
 from market_pipeline.simulate.cluster import PoolCluster
 from market_pipeline.simulate.engine import StrategyRun
+from market_pipeline.simulate.errors import SimulationInputError
 from market_pipeline.simulate.jobs import QUEUED, RUNNING
 from market_pipeline.simulate.metrics import Meter
 from market_pipeline.simulate.opening import opening_jobs, opening_prices
@@ -128,6 +129,26 @@ def test_each_run_opens_from_its_own_prices_steady_state():
     elastic = model.elastic
     assert gpus[cheap.pod][elastic[cheap.tenant]].sum() > gpus[same.pod][elastic[same.tenant]].sum()
     assert not elastic[cheap.tenant][: np.argmax(elastic[cheap.tenant])].any()  # rigid jobs placed first
+
+
+def test_a_list_opening_starts_every_strategy_from_the_list_price_snapshot():
+    """`opening="list"` (the truth grid's regret): a strategy that would open far below the list
+    price starts from static's snapshot, at the list prices, like static; "own" does not."""
+    own = inputs(days=0.25, economics=EconomicAssumptions(tenants_per_class=4))
+    listed = dataclasses.replace(own, settings=own.settings.with_(opening="list"))
+    floor = 0.3 * list_price_vector(own.pools)
+    static = StrategyRun(listed, StaticPricing(own.pools))
+    static_jobs = static.run().extra["opening_jobs"]
+    from_list, from_own = StrategyRun(listed, _Halving(floor)), StrategyRun(own, _Halving(floor))
+    assert np.array_equal(
+        from_list._place_initial(list_price_vector(own.pools)), list_price_vector(own.pools)
+    )
+    assert from_list.opening_jobs == static_jobs
+    opened = from_own._place_initial(list_price_vector(own.pools))
+    np.testing.assert_allclose(opened[1::2], floor[1::2])
+    assert from_own.opening_jobs > static_jobs  # cheaper drainable prices: more elastic jobs running
+    with pytest.raises(SimulationInputError, match="opening"):
+        own.settings.with_(opening="theirs")
 
 
 def test_initial_cells_draw_independently_of_other_cells():
