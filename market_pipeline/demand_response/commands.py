@@ -44,6 +44,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         help="distributed-lag window: the long-run elasticity (default: demand_response.lag_hours)",
     )
+    fit.add_argument(
+        "--lag-keep-z",
+        type=float,
+        default=None,
+        help="keep the lag where |coefficient / se| >= this; 0: always (default: "
+        "demand_response.lag_keep_z)",
+    )
     fit.add_argument("--json", action="store_true", help="print one JSON object")
     fit.set_defaults(handler=run_fit)
 
@@ -73,8 +80,15 @@ def run_fit(args: argparse.Namespace) -> int:
         lag = dr.lag_hours if args.lag_hours is None else args.lag_hours
         if not (0 <= lag <= 48):
             raise DemandResponseInputError(f"--lag-hours must be in [0, 48], got {lag}")
+        keep_z = dr.lag_keep_z if args.lag_keep_z is None else args.lag_keep_z
+        if not (0 <= keep_z <= 10):
+            raise DemandResponseInputError(f"--lag-keep-z must be in [0, 10], got {keep_z}")
         fits = fit_history(
-            read_history_csv(args.history), level=args.level, lag_hours=lag, daily_cycle=dr.daily_cycle
+            read_history_csv(args.history),
+            level=args.level,
+            lag_hours=lag,
+            daily_cycle=dr.daily_cycle,
+            lag_keep_z=keep_z,
         )
     except (DemandResponseInputError, ConfigError) as exc:
         return input_error(exc)
@@ -115,7 +129,8 @@ def fit_json(fit) -> dict[str, Any]:
 
 def recovery(step_minutes: int = 5, seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, Any]:
     """The estimator on synthetic 14-day histories (price leaning into the load, +-5% dither),
-    with the loop's settings (the config's defaults: the lag window, the daily cycle)."""
+    with the loop's settings (the config's defaults: the lag window, its keep threshold, the
+    daily cycle)."""
     from market_pipeline.config.model import DemandResponseConfig
     from market_pipeline.demand_response.history import fit_history
     from market_pipeline.demand_response.synthetic import synthetic_history
@@ -125,9 +140,10 @@ def recovery(step_minutes: int = 5, seeds: tuple[int, ...] = (0, 1, 2)) -> dict[
     for e in RECOVERY_ELASTICITIES:
         for seed in seeds:
             history = synthetic_history(e, step_minutes=step_minutes, seed=seed)
-            fit = next(
-                iter(fit_history(history, lag_hours=dr.lag_hours, daily_cycle=dr.daily_cycle).values())
+            fits = fit_history(
+                history, lag_hours=dr.lag_hours, daily_cycle=dr.daily_cycle, lag_keep_z=dr.lag_keep_z
             )
+            fit = next(iter(fits.values()))
             rows.append(
                 {
                     "true": e,

@@ -125,10 +125,12 @@ def fit_elasticity(
     level: float = 0.8,
     lag_hours: float = 0.0,
     daily_cycle: bool = False,
+    lag_keep_z: float = LAG_KEEP_Z,
 ) -> ResponseFit:
     """Fit one pool x class. `ts_seconds` are UTC epoch seconds; rows with a non-positive or
     non-finite price or demand carry no log and are left out (counted out of `observations`),
-    and so are rows with no earlier row inside the lag window (`lag_hours` > 0)."""
+    and so are rows with no earlier row inside the lag window (`lag_hours` > 0). The lag stays
+    where its |coefficient / se| >= `lag_keep_z`; 0 keeps it always."""
     ts = np.asarray(ts_seconds, dtype=np.float64)
     p, d = np.asarray(price, dtype=np.float64), np.asarray(demand, dtype=np.float64)
     if not (ts.shape == p.shape == d.shape) or ts.ndim != 1:
@@ -143,13 +145,15 @@ def fit_elasticity(
         usable &= np.isfinite(lv) & (lv > 0)
     if not (math.isfinite(lag_hours) and lag_hours >= 0):
         raise DemandResponseInputError(f"lag_hours must be a finite number >= 0, got {lag_hours}")
+    if not (math.isfinite(lag_keep_z) and lag_keep_z >= 0):
+        raise DemandResponseInputError(f"lag_keep_z must be a finite number >= 0, got {lag_keep_z}")
     ts, x, y = ts[usable], np.log(p[usable]), np.log(d[usable])
     level_col = None if lv is None else np.log(lv[usable])
     if lag_hours > 0:
         lagged, has_lag = lagged_mean(ts, x, lag_hours * 3600.0)
         with_lag = _fit_columns(
             ts[has_lag], x[has_lag], y[has_lag], None if level_col is None else level_col[has_lag],
-            lagged[has_lag], pool_id, resource_class, prior, level, daily_cycle,
+            lagged[has_lag], pool_id, resource_class, prior, level, daily_cycle, lag_keep_z,
         )  # fmt: skip
         if with_lag is not None and with_lag.method.startswith("fe-ols"):
             return replace(with_lag, lag_hours=lag_hours)
@@ -170,6 +174,7 @@ def _fit_columns(
     prior: tuple[float, float] | None,
     level: float,
     daily_cycle: bool,
+    lag_keep_z: float = LAG_KEEP_Z,
 ) -> ResponseFit | None:
     """The price columns (now, the lag, the cycle) and the regression; None: the lag is weak."""
     columns = [x] if lagged is None else [x, lagged]
@@ -177,7 +182,8 @@ def _fit_columns(
         angle = 2 * np.pi * (ts % DAY_SECONDS) / DAY_SECONDS
         columns += [x * np.cos(angle), x * np.sin(angle)]
     args = (y, level_col, pool_id, resource_class, prior, level)
-    return _regress(ts, np.column_stack(columns), *args, cycle=daily_cycle, lag_test=lagged is not None)
+    lag_test = lagged is not None and lag_keep_z > 0
+    return _regress(ts, np.column_stack(columns), *args, cycle=daily_cycle, lag_test=lag_test, keep_z=lag_keep_z)
 
 
 def lagged_mean(ts: np.ndarray, x: np.ndarray, window_s: float) -> tuple[np.ndarray, np.ndarray]:
@@ -217,6 +223,7 @@ def _regress(
     level: float,
     cycle: bool = False,
     lag_test: bool = False,
+    keep_z: float = LAG_KEEP_Z,
 ) -> ResponseFit | None:
     """`prices` (n, k): column 0 the log price now, then any lag, then (`cycle`) the price
     times cos and sin of the hour; the elasticity is minus the sum of the price's and the
@@ -263,7 +270,7 @@ def _regress(
         scale = n / dof
         t_dof = dof
     cov = scale * (bread @ meat @ bread)
-    if lag_test and abs(slopes[1]) < LAG_KEEP_Z * math.sqrt(max(cov[1, 1], 0.0)):
+    if lag_test and abs(slopes[1]) < keep_z * math.sqrt(max(cov[1, 1], 0.0)):
         return None
     se = math.sqrt(max(float(contrast @ cov @ contrast), 0.0))
     if se < MIN_STD_ERROR:  # residuals vanish: as many controls as rows, not a measurement

@@ -231,6 +231,7 @@ def learning_strategy(inputs: RunInputs) -> StackelbergPricing:
         strategy.promises,
         lag_hours=dr.lag_hours,
         daily_cycle=dr.daily_cycle,
+        lag_keep_z=dr.lag_keep_z,
     )
     return strategy
 

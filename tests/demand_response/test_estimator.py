@@ -110,6 +110,20 @@ def test_the_lag_is_dropped_where_the_data_show_no_deferral():
         assert fit.std_error == pytest.approx(_fit(frame).std_error, rel=0.05)
 
 
+def test_a_keep_threshold_of_zero_keeps_the_lag_and_pays_its_variance():
+    """`lag_keep_z` 0: the lag stays on data without deferral too. The long-run elasticity is
+    still unbiased there, with a wider interval than the price-now fit's (the default test,
+    1.645, drops it)."""
+    frame = synthetic_history(1.0, days=14, step_minutes=60, seed=0)
+    tested = _fit(frame, lag_hours=3, lag_keep_z=1.645)
+    kept = _fit(frame, lag_hours=3, lag_keep_z=0.0)
+    assert tested.lag_hours == 0 and kept.lag_hours == 3
+    assert kept.data_std_error > tested.data_std_error
+    assert abs(kept.data_elasticity - 1.0) < 3 * kept.data_std_error
+    with pytest.raises(DemandResponseInputError, match="lag_keep_z"):
+        _fit(frame, lag_hours=3, lag_keep_z=-1.0)
+
+
 def test_the_daily_cycle_of_the_elasticity_is_recovered():
     """e(h) = 1 + 0.3 cos + 0.2 sin: the fit reads the mean and the cycle; the tick's hour
     reads the elasticity of that hour."""
