@@ -48,8 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--lag-keep-z",
         type=float,
         default=None,
-        help="keep the lag where |coefficient / se| >= this; 0: always (default: "
-        "demand_response.lag_keep_z)",
+        help="keep the lag where |coefficient / se| >= this; 0: always (default: demand_response.lag_keep_z)",
     )
     fit.add_argument("--json", action="store_true", help="print one JSON object")
     fit.set_defaults(handler=run_fit)

@@ -183,7 +183,9 @@ def _fit_columns(
         columns += [x * np.cos(angle), x * np.sin(angle)]
     args = (y, level_col, pool_id, resource_class, prior, level)
     lag_test = lagged is not None and lag_keep_z > 0
-    return _regress(ts, np.column_stack(columns), *args, cycle=daily_cycle, lag_test=lag_test, keep_z=lag_keep_z)
+    return _regress(
+        ts, np.column_stack(columns), *args, cycle=daily_cycle, lag_test=lag_test, keep_z=lag_keep_z
+    )
 
 
 def lagged_mean(ts: np.ndarray, x: np.ndarray, window_s: float) -> tuple[np.ndarray, np.ndarray]:
