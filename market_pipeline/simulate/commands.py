@@ -23,6 +23,7 @@ from typing import Any
 
 from market_pipeline.cli.support import input_error
 from market_pipeline.simulate.errors import SimulationInputError
+from market_pipeline.simulate.job_grid_commands import add_opening_option
 
 REPO_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 LATEST_REPORT = "var/simulation/latest.json"
@@ -103,13 +104,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="unmeasured days of the trace run before the window, every strategy alike (default 3)",
     )
-    parser.add_argument(
-        "--opening",
-        choices=("own", "list"),
-        default="own",
-        help="where runs start: 'own' (each strategy's steady state at its own opening prices, the "
-        "default) or 'list' (the list-price steady state for every strategy)",
-    )
+    add_opening_option(parser, "own")
     parser.add_argument("--workers", type=int, help="processes for the strategies (default: CPUs)")
     parser.add_argument("--config", help="TOML config (default: shipped or MARKET_PIPELINE_CONFIG)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

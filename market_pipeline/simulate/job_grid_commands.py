@@ -16,6 +16,7 @@ from pathlib import Path
 
 from market_pipeline.cli.support import input_error
 from market_pipeline.simulate.errors import SimulationInputError
+from market_pipeline.simulate.settings import OPENINGS
 
 BRIEF_KEYS = (
     "point",
@@ -31,6 +32,18 @@ BRIEF_KEYS = (
     "elasticity_error_over_time",
     "seconds",
 )
+
+
+def add_opening_option(parser: argparse.ArgumentParser, default: str) -> None:
+    """`--opening`: where every strategy's run starts (`SimulationSettings.opening`)."""
+    parser.add_argument(
+        "--opening",
+        choices=OPENINGS,
+        default=default,
+        help=f"where runs start: 'own' (each strategy's steady state at its own opening prices) or "
+        f"'list' (the list-price steady state for every strategy: one state, as a regret needs; "
+        f"default {default})",
+    )
 
 
 def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> None:
@@ -52,13 +65,7 @@ def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> 
         default="",
         help="'judged' (the default), 'tuning' (the points the settings were chosen on), or a comma list of names",
     )
-    bench.add_argument(
-        "--opening",
-        choices=("list", "own"),
-        default="list",
-        help="where every strategy starts: 'list' (the list-price steady state, the default: regret "
-        "from one state) or 'own' (each strategy's own opening steady state)",
-    )
+    add_opening_option(bench, "list")
     bench.add_argument("--workers", type=int, help="processes per point (default: CPUs)")
     bench.add_argument("--json", help="also write the full report here")
     bench.set_defaults(handler=run_bench_truth)
