@@ -179,7 +179,13 @@ class ResponseLearner:
         for s in steps:
             self.experiment_ticks[s.key] += 1
         self.model_cost += dither_cost(
-            problem, self.list_prices, self.promises, response, result.prices(), moved.prices()
+            problem,
+            self.list_prices,
+            self.promises,
+            response,
+            result.prices(),
+            moved.prices(),
+            level_prices=self.list_prices,  # the simulator's tenants are calibrated at the list price
         )
         self.experiment_log.append(
             {

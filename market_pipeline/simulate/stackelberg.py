@@ -36,7 +36,7 @@ from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem, demand_
 from market_pipeline.simulate.learning import ResponseLearner
 from market_pipeline.simulate.pricing import ELASTIC, RIGID, MarketView, PriceDecision
 from market_pipeline.simulate.settings import SimulationSettings
-from market_pipeline.simulate.tenants import Pool, TenantModel, resource_set
+from market_pipeline.simulate.tenants import Pool, TenantModel, list_price_vector, resource_set
 from market_pipeline.tick import PoolTickInput, Promises, run_market_tick
 from market_pipeline.tick.pricing import solver_settings
 
@@ -77,6 +77,9 @@ class StackelbergPricing:
             discount_max=config.market.drainable_discount_max,
         )
         self.efficiency = settings.economics.packing_efficiency
+        # where the tenants' level is stated: `simulate.tenants` calibrates both classes at the
+        # list price, so a fitted response curve passes through the demand there
+        self.level_prices = list_price_vector(pools)
         self._forecast: tuple[int, np.ndarray, np.ndarray] | None = None
         backlog = config.guardrails.backlog
         self.params = [
@@ -136,7 +139,9 @@ class StackelbergPricing:
         population = self.model.population if self.learner is not None else self.model.population_at(hour)
         problem = MarketProblem(resource_set(self.pools, capacity), population).with_demand_scale(median)
         inputs = self._pool_inputs(view, problem, upper / median)
-        tick = run_market_tick(inputs, problem, self.promises, self.solver, response=response)
+        tick = run_market_tick(
+            inputs, problem, self.promises, self.solver, response=response, level_prices=self.level_prices
+        )
         if self.learner is not None and view.bought is not None:  # not in the opening rounds
             tick = self.learner.experiment(view.tick, hour, tick, inputs, problem, response)
         self.solves[tick.status] = self.solves.get(tick.status, 0) + 1

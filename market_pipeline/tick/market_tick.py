@@ -145,6 +145,7 @@ def run_market_tick(
     global_resolve: bool = False,
     switch_threshold: float = 1e-3,
     response: Mapping[str, float] | None = None,
+    level_prices: np.ndarray | None = None,
 ) -> MarketTick:
     """One tick over every pool; `problem`'s resources are the pools' (guaranteed, drainable)
     pairs in `pools` order, or None where no market is modelled (the list prices are the
@@ -155,7 +156,11 @@ def run_market_tick(
     than the warm one, the tick walks toward it within the max step instead.
 
     `response` (elasticity per "<pool>/<class>", the demand-response fit) calibrates the
-    tenants to the fit before the solve (`tick.response`); resources without one keep the claims."""
+    tenants to the fit before the solve (`tick.response`); resources without one keep the claims.
+    The fit's curve passes through the demand `problem`'s population buys at `level_prices`,
+    the prices its level is stated at: by default the live calibration's reference (the list
+    price, drainable at the middle of the band, `tick.pricing`); the simulator's tenants are
+    calibrated at the list price of both classes and pass it."""
     pools = tuple(pools)
     in_force = np.array([v for p in pools for v in (p.in_force_guaranteed, p.in_force_drainable)])
     report: SolveReport | None = None
@@ -173,9 +178,12 @@ def run_market_tick(
 
             lists = np.array([p.list_price for p in pools for _ in (GUARANTEED, DRAINABLE)])
             mid = 0.5 * (promises.discount_min + promises.discount_max)
-            problem = calibrated_to_response(
-                problem, reference_prices(lists, problem.resources.resource_class, mid), response
+            reference = (
+                reference_prices(lists, problem.resources.resource_class, mid)
+                if level_prices is None
+                else np.asarray(level_prices, dtype=np.float64)
             )
+            problem = calibrated_to_response(problem, reference, response)
         bounded = _within_promises(problem, pools, promises)
         report = solve_equilibrium(bounded, last_prices=in_force, max_step=promises.max_step, settings=solver)
         solved, status, converged = (

@@ -1,12 +1,16 @@
 """The tick's demand-response step: the tenant population calibrated to the fitted response.
 
-The forecast says how much the tenants buy at the reference prices (each pool's list price,
-drainable at the middle of the band); the demand-response fit (`demand_response`, per pool x
-class) says how that demand answers the price. Where a resource has a fitted elasticity, the
-configured claims stop speaking for its price response: their weight on it is set to zero and
-one representative isoelastic tenant takes its demand (`market.utility`: s = d0, eta = 2 / e,
-w = p0 * s * 2**eta, so that at the reference price p0 it buys exactly d0, the population's
-demand there, with local elasticity e). The level (the forecast's calibration) is unchanged;
+The forecast says how much the tenants buy at the reference prices (the live calibration's:
+each pool's list price, drainable at the middle of the band, `tick.pricing`; the simulator's
+tenants are calibrated at the list price of both classes and pass that as `level_prices`);
+the demand-response fit (`demand_response`, per pool x class) says how that demand answers
+the price. Where a resource has a fitted elasticity, the configured claims stop speaking for
+its price response: their weight on it is set to zero and one representative isoelastic
+tenant takes its demand (`market.utility`: s = d0, eta = 2 / e, w = p0 * s * 2**eta, so that
+at the reference price p0 it buys exactly d0, the population's demand there, with local
+elasticity e). The reference must be where the level is known: anchored elsewhere, d0 would
+carry the claims' own elasticity between the two prices, and a right fit would still give
+the wrong curve. The level (the forecast's calibration) is unchanged;
 the slope is the data's. Only own-price responses are identified by the experiments, so the
 representative has no cross-resource budget coupling. Its budget is the claims': each claim
 tenant's budget split over the resources it buys by its spend there at the reference prices,
