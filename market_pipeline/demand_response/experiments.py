@@ -182,15 +182,11 @@ def dither_cost(
     """The profit per hour the loop's own model (the tenants calibrated to `response` at the
     reference prices, or at `level_prices` as `run_market_tick`'s) says the experiment prices give up against the tick's: the cost the
     live loop records with each experiment row and the simulator reports."""
-    from market_pipeline.tick.response import calibrated_to_response, reference_prices
+    from market_pipeline.tick.response import calibrated_to_response, level_anchor
 
     mid = 0.5 * (promises.discount_min + promises.discount_max)
-    reference = (
-        reference_prices(np.asarray(list_prices, dtype=np.float64), problem.resources.resource_class, mid)
-        if level_prices is None
-        else np.asarray(level_prices, dtype=np.float64)
-    )
-    calibrated = calibrated_to_response(problem, reference, response)
+    anchor = level_anchor(list_prices, problem.resources.resource_class, mid, level_prices)
+    calibrated = calibrated_to_response(problem, anchor, response)
     return model_profit(calibrated, tick_prices) - model_profit(calibrated, moved_prices)
 
 

@@ -174,16 +174,12 @@ def run_market_tick(
 
         _check_layout(problem, pools)
         if response:
-            from market_pipeline.tick.response import calibrated_to_response, reference_prices
+            from market_pipeline.tick.response import calibrated_to_response, level_anchor
 
             lists = np.array([p.list_price for p in pools for _ in (GUARANTEED, DRAINABLE)])
             mid = 0.5 * (promises.discount_min + promises.discount_max)
-            reference = (
-                reference_prices(lists, problem.resources.resource_class, mid)
-                if level_prices is None
-                else np.asarray(level_prices, dtype=np.float64)
-            )
-            problem = calibrated_to_response(problem, reference, response)
+            anchor = level_anchor(lists, problem.resources.resource_class, mid, level_prices)
+            problem = calibrated_to_response(problem, anchor, response)
         bounded = _within_promises(problem, pools, promises)
         report = solve_equilibrium(bounded, last_prices=in_force, max_step=promises.max_step, settings=solver)
         solved, status, converged = (

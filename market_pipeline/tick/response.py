@@ -48,6 +48,17 @@ def reference_prices(list_prices: np.ndarray, classes: tuple[str, ...], mid_disc
     return np.array([p * (1 - mid_discount) if c == DRAINABLE else p for p, c in zip(list_prices, classes)])
 
 
+def level_anchor(
+    list_prices: np.ndarray, classes: tuple[str, ...], mid_discount: float, level_prices: np.ndarray | None
+) -> np.ndarray:
+    """Where a fitted curve passes through the population's demand: `level_prices` (the
+    prices its level is stated at) when the caller knows them, else the live calibration's
+    reference prices."""
+    if level_prices is not None:
+        return np.asarray(level_prices, dtype=np.float64)
+    return reference_prices(np.asarray(list_prices, dtype=np.float64), classes, mid_discount)
+
+
 def calibrated_to_response(
     problem: MarketProblem, reference: np.ndarray, elasticity: Mapping[str, float]
 ) -> MarketProblem:

@@ -60,6 +60,23 @@ def test_the_tick_prices_the_fit_not_the_claims():
     assert fitted_tick.prices()[0::2] == pytest.approx(claims_tick.prices()[0::2], rel=1e-3)
 
 
+def test_the_tick_anchors_the_fit_where_the_caller_states_the_level():
+    """`level_prices` defaults to the live calibration's reference; another anchor (here the
+    list price of both classes) moves the fitted curve and so the drainable price. At e = 3
+    the curve through the claims' (e = 2) demand at the middle of the band falls below their
+    list-price demand up the band; the curve through the list price keeps that demand, and
+    the tick prices drainable higher."""
+    response = {"A100@grid/drainable": 3.0, "T4@grid/drainable": 3.0}
+    default, inputs = _tick(MARKET.reference, response=response)
+    problem = _problem((0.2, 2.0, 0.2, 2.0))
+    same = run_market_tick(inputs, problem, PROMISES, response=response, level_prices=MARKET.reference)
+    assert same.prices() == pytest.approx(default.prices(), rel=1e-9)
+    lists = np.array([p.list_price for p in inputs for _ in range(2)])
+    at_list = run_market_tick(inputs, problem, PROMISES, response=response, level_prices=lists)
+    assert np.all(at_list.prices()[1::2] > default.prices()[1::2] * 1.1)
+    assert at_list.prices()[0::2] == pytest.approx(default.prices()[0::2], rel=1e-6)
+
+
 @pytest.mark.parametrize("level", [0.6, 1.0, 1.04])
 def test_experiment_prices_keep_every_promise(level):
     """From prices in force at, below and at the cap, every experiment price keeps the cap,
