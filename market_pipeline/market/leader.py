@@ -19,6 +19,8 @@ tenants the optimum can sit on a kink where no single gradient vanishes. When th
 has shrunk without progress, gradients of the pieces met by rejected trials are kept (with
 their Hessians, carried to the current point) and the step QP maximises the concave max-min
 model over the pieces; its multipliers make the KKT residual the nonsmooth (Clarke) one.
+Near a solution the residual is the least over the active constraints' multipliers
+(``kkt_polish``): at the kink search's tiny trust region the QP's own are noise.
 
 Safeguards (seed section 6.1): all tenants respond to the same price vector in every
 iteration (synchronous); the trust region shrinks on rejected steps (adaptive step), and per
@@ -38,6 +40,7 @@ import torch
 from market_pipeline.market.constraints import PriceConstraints
 from market_pipeline.market.errors import SolverError
 from market_pipeline.market.followers import FollowerState, solve_followers
+from market_pipeline.market.kkt_polish import best_multipliers
 from market_pipeline.market.leader_kinks import add_piece, kink_gradients, oscillation_guard
 from market_pipeline.market.leader_step import (
     KKTParts,
@@ -279,6 +282,8 @@ def run_leader(
         active_guess = step.active_rows
         rho = step.rho
         kkt = kkt_parts(model, constraints, step)
+        if tolerance < kkt.total <= CHORD_RESIDUAL:  # near a solution: the QP's multipliers may be noise
+            step, kkt = best_multipliers(model, constraints, step, kkt)
         total = max(kkt.total, point.state.budget_residual)
         if total <= tolerance:
             return LeaderResult(

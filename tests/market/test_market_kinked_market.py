@@ -61,3 +61,38 @@ def test_slow_ridge_market_converges_within_the_shipped_iteration_cap():
     report = solve_equilibrium(problem, last_prices=last, max_step=max_step, settings=settings)
     assert report.status == "converged", report.fallback_reason
     assert report.kkt_residual <= tolerance
+
+
+def test_a_solved_kink_certifies_once_its_multipliers_are_polished(monkeypatch):
+    """Two `make demo` ticks (fixtures demo_kink_market_a/b): the leader reached the kink of one
+    tenant's budget, but at the kink search's trust region (~1e-8 of the price range) the step
+    QP's multipliers of inactive trust rows sat at ~1e-4, which the residual read as
+    non-stationarity; the leader crawled to its 500 iterations and the tick fell back. The
+    least residual over the active constraints' multipliers certifies it in a few dozen."""
+    import market_pipeline.market.leader as leader
+
+    for name in ("demo_kink_market_a.json", "demo_kink_market_b.json"):
+        problem, last, max_step, tolerance = _fixture(name)
+        settings = SolverSettings(tolerance=tolerance, max_iterations=500)
+        report = solve_equilibrium(problem, last_prices=last, max_step=max_step, settings=settings)
+        assert report.status == "converged", (name, report.fallback_reason)
+        assert report.kkt_residual <= tolerance and report.iterations < 100
+        assert report.profit > _profit_at(problem, last)  # it moved to a better price, not just stopped
+
+    # the QP's own multipliers alone: the same tick crawls to the limit
+    monkeypatch.setattr(leader, "best_multipliers", lambda model, constraints, step, kkt: (step, kkt))
+    problem, last, max_step, tolerance = _fixture("demo_kink_market_a.json")
+    report = solve_equilibrium(
+        problem,
+        last_prices=last,
+        max_step=max_step,
+        settings=SolverSettings(tolerance=tolerance, max_iterations=150),
+    )
+    assert report.status == "fallback"
+
+
+def _profit_at(problem: MarketProblem, prices: np.ndarray) -> float:
+    from market_pipeline.market.solve import demand_at
+
+    res = problem.resources
+    return float((prices - res.unit_cost) @ np.minimum(demand_at(problem, prices), res.capacity))
