@@ -20,7 +20,13 @@ import numpy as np
 from scipy.optimize import nnls
 
 from market_pipeline.market.constraints import PriceConstraints
-from market_pipeline.market.leader_step import KKTParts, LocalModel, StepSolution, kkt_parts
+from market_pipeline.market.leader_step import (
+    KKTParts,
+    LocalModel,
+    StepSolution,
+    gradient_scale,
+    kkt_parts,
+)
 
 ACTIVE_GAP = 1e-9  # a constraint within this share of its scale is active
 SUM_WEIGHT = 1e4  # how hard the pieces' weights are held to sum to one (relative to the residual)
@@ -51,11 +57,7 @@ def polished(model: LocalModel, constraints: PriceConstraints, step: StepSolutio
             -band[at_band].T if band.size else np.zeros((m, 0)),
         ]
     )
-    g_scale = max(
-        float(np.abs(model.demand).max()),
-        float(np.abs(model.jacobian.T @ (p - model.unit_cost)).max()),
-        1e-300,
-    )
+    g_scale = gradient_scale(model)
     weights_row = np.zeros(columns.shape[1])
     weights_row[: pieces.shape[0]] = SUM_WEIGHT
     system = np.vstack([columns[free] / g_scale, weights_row])
@@ -82,9 +84,18 @@ def polished(model: LocalModel, constraints: PriceConstraints, step: StepSolutio
 
 
 def best_multipliers(
-    model: LocalModel, constraints: PriceConstraints, step: StepSolution, kkt: KKTParts
+    model: LocalModel,
+    constraints: PriceConstraints,
+    step: StepSolution,
+    kkt: KKTParts,
+    tolerance: float = 0.0,
+    near: float = float("inf"),
 ) -> tuple[StepSolution, KKTParts]:
-    """The step's multipliers or their polished ones, whichever gives the smaller KKT residual."""
+    """The step's multipliers or their polished ones, whichever gives the smaller KKT residual;
+    polished only where the step's residual is above `tolerance` and within `near` (close to
+    a solution, where the QP's multipliers may be noise; far from it they steer the next step)."""
+    if not tolerance < kkt.total <= near:
+        return step, kkt
     try:
         candidate = polished(model, constraints, step)
     except (ValueError, RuntimeError, np.linalg.LinAlgError):

@@ -18,9 +18,8 @@ Kinks: demand bends where a tenant's budget switches between binding and slack, 
 tenants the optimum can sit on a kink where no single gradient vanishes. When the trust region
 has shrunk without progress, gradients of the pieces met by rejected trials are kept (with
 their Hessians, carried to the current point) and the step QP maximises the concave max-min
-model over the pieces; its multipliers make the KKT residual the nonsmooth (Clarke) one.
-Near a solution the residual is the least over the active constraints' multipliers
-(``kkt_polish``): at the kink search's tiny trust region the QP's own are noise.
+model over the pieces; its multipliers make the KKT residual the nonsmooth (Clarke) one
+(near a solution, the least over the active constraints' multipliers: ``kkt_polish``).
 
 Safeguards (seed section 6.1): all tenants respond to the same price vector in every
 iteration (synchronous); the trust region shrinks on rejected steps (adaptive step), and per
@@ -282,8 +281,7 @@ def run_leader(
         active_guess = step.active_rows
         rho = step.rho
         kkt = kkt_parts(model, constraints, step)
-        if tolerance < kkt.total <= CHORD_RESIDUAL:  # near a solution: the QP's multipliers may be noise
-            step, kkt = best_multipliers(model, constraints, step, kkt)
+        step, kkt = best_multipliers(model, constraints, step, kkt, tolerance, CHORD_RESIDUAL)
         total = max(kkt.total, point.state.budget_residual)
         if total <= tolerance:
             return LeaderResult(

@@ -223,6 +223,16 @@ def solve_step(
     )
 
 
+def gradient_scale(model: LocalModel) -> float:
+    """What the stationarity residual is relative to: the larger of demand and the price
+    effect J' (p - c), the two terms of the profit gradient."""
+    return max(
+        float(np.abs(model.demand).max()),
+        float(np.abs(model.jacobian.T @ (model.prices - model.unit_cost)).max()),
+        1e-300,
+    )
+
+
 def kkt_parts(model: LocalModel, constraints: PriceConstraints, step: StepSolution) -> KKTParts:
     """First-order KKT residual of the pricing problem at model.prices, relative, using the
     step's multipliers (trust-region multipliers excluded, so a truncated step never passes)."""
@@ -237,9 +247,7 @@ def kkt_parts(model: LocalModel, constraints: PriceConstraints, step: StepSoluti
         + model.jacobian.T @ cap_mult
         + constraints.band_matrix.T @ step.band_mult
     )
-    g_scale = max(
-        float(np.abs(demand).max()), float(np.abs(model.jacobian.T @ (p - model.unit_cost)).max()), 1e-300
-    )
+    g_scale = gradient_scale(model)
     p_scale = max(float(np.abs(p).max()), 1e-300)
     stationarity = float(np.abs(residual[free]).max()) / g_scale if free.any() else 0.0
     slack_cap = np.where(capped, np.maximum(np.where(capped, capacity, 0.0) - demand, 0.0), 0.0)

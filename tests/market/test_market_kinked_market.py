@@ -80,7 +80,7 @@ def test_a_solved_kink_certifies_once_its_multipliers_are_polished(monkeypatch):
         assert report.profit > _profit_at(problem, last)  # it moved to a better price, not just stopped
 
     # the QP's own multipliers alone: the same tick crawls to the limit
-    monkeypatch.setattr(leader, "best_multipliers", lambda model, constraints, step, kkt: (step, kkt))
+    monkeypatch.setattr(leader, "best_multipliers", lambda model, constraints, step, kkt, *_: (step, kkt))
     problem, last, max_step, tolerance = _fixture("demo_kink_market_a.json")
     report = solve_equilibrium(
         problem,
