@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from market_pipeline.market.errors import SolverError
-from market_pipeline.market.leader import LeaderContext, LeaderResult, time_left
+from market_pipeline.market.leader import LeaderResult
+from market_pipeline.market.leader_point import LeaderContext, time_left
 from market_pipeline.market.line_search import Screen, line_search
 from market_pipeline.market.population import DevicePopulation
 

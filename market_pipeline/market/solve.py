@@ -17,7 +17,8 @@ from market_pipeline.market.constraints import PriceConstraints
 from market_pipeline.market.errors import InstanceError, SolverError
 from market_pipeline.market.followers import follower_kkt_residual, solve_followers
 from market_pipeline.market.global_phase import SOLVE_ERRORS, Attempt, SearchSummary, global_search
-from market_pipeline.market.leader import LeaderContext, LeaderResult, evaluate, local_model, run_leader
+from market_pipeline.market.leader import LeaderResult, run_leader
+from market_pipeline.market.leader_point import LeaderContext, evaluate, local_model
 from market_pipeline.market.leader_step import KKTParts, kkt_parts, solve_step
 from market_pipeline.market.population import DevicePopulation
 from market_pipeline.market.problem import MarketProblem
