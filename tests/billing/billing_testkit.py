@@ -200,3 +200,14 @@ def invoice_snapshot(warehouse: Warehouse) -> dict:
 # A low commitment tier, so the small scenario reaches it: 5% off once a tenant has billed
 # 1 GPU-hour this month (acme reaches 1.5 GPU-hours in the 09:00 hour).
 LOW_TIERS = '[{"min_gpu_hours": 0, "discount": 0}, {"min_gpu_hours": 1, "discount": 0.05}]'
+
+
+def assert_invoices_unchanged(warehouse: Warehouse, before: dict) -> None:
+    """The warehouse's invoice totals are still `before` (an `invoice_snapshot`)."""
+    after = invoice_snapshot(warehouse)
+    changed = {
+        k: (before.get(k), after.get(k))
+        for k in before.keys() | after.keys()
+        if before.get(k) != after.get(k)
+    }
+    assert not changed, f"invoice totals changed: {changed}"

@@ -361,3 +361,9 @@ def samples_for(util_by_task: dict[str, float], minutes=6) -> pl.DataFrame:
             "gpu_uuid": pl.Utf8,
         },
     )
+
+
+def assert_nothing_delivered(adapter: FakeFleetAdapter) -> None:
+    """The adapter delivered no signal to any task (what was delivered, if it did)."""
+    delivered = {key: n for key, n in adapter.delivered.items() if n}
+    assert not delivered, f"signals delivered: {delivered}"

@@ -52,6 +52,8 @@ def main() -> None:
     pids = [str(root)]
     while len(pids) < 1 + args.children + args.orphans:
         pids += os.read(read, 4096).decode().split()
+    # each process wrote "<pid> " once: a torn or doubled token would mis-address the tests' signals
+    assert all(p.isdigit() for p in pids) and len(set(pids)) == len(pids), pids
     print("ready " + " ".join(pids), flush=True)
     _idle()
 

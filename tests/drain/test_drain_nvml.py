@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "telemetry"))
 from drain_targets import start_target  # noqa: E402
-from telemetry_fake_pynvml import GIB, FakeGpu, FakeNvml  # noqa: E402
+from telemetry_fake_pynvml import GIB, FakeGpu, FakeNvml, assert_outcome_ok  # noqa: E402
 
 from market_pipeline.hardware.nvml import NvmlAdapter  # noqa: E402
 from market_pipeline.hardware.protocol import OutcomeStatus  # noqa: E402
@@ -26,7 +26,7 @@ def test_nvml_terminate_reaches_the_gpu_process_and_its_children(tmp_path):
         adapter = adapter_for(target.pids[0])
         [task] = adapter.list_tasks()
         outcome = adapter.terminate_task(task.task_id, timeout_seconds=10)
-        assert outcome.ok, outcome
+        assert_outcome_ok(outcome)
         assert target.left() == []
         assert all(target.signals()[(pid, "SIGTERM")] == 1 for pid in target.pids)
     finally:

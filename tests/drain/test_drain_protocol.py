@@ -13,6 +13,7 @@ from drain_testkit import (
     FakeFleetAdapter,
     FaultPlan,
     SimulatedCrash,
+    assert_nothing_delivered,
     make_task,
     node,
 )
@@ -168,13 +169,13 @@ def test_drain_protected_or_restarted_task_is_aborted_before_any_signal():
     store = InMemoryAuditStore()
     report = run_drain(adapter, store, clock, task)
     assert report.outcome == "aborted" and "do_not_drain" in report.reason
-    assert sum(adapter.delivered.values()) == 0
+    assert_nothing_delivered(adapter)
     # The decision saw an older incarnation of the task: refuse.
     clock, task, adapter = fleet("cooperative")
     stale = make_task("t1", started_at=task.started_at - timedelta(hours=3))
     report = run_drain(adapter, InMemoryAuditStore(), clock, stale)
     assert report.outcome == "aborted" and "task_changed" in report.reason
-    assert sum(adapter.delivered.values()) == 0
+    assert_nothing_delivered(adapter)
 
 
 def test_drain_second_drain_of_same_task_is_refused():

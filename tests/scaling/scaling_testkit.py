@@ -25,3 +25,14 @@ def policy_config(**changes) -> ScalingConfig:
         interval_minutes=5.0,
     )
     return ScalingConfig(**{**base, **changes})
+
+
+def allowed(decisions, action):
+    """The decisions of `action` the policy allowed."""
+    return [d for d in decisions if d.action == action and d.allowed]
+
+
+def assert_blocked(decisions, action) -> None:
+    """No decision of `action` is allowed (the reasons of those that were, if any)."""
+    let_through = allowed(decisions, action)
+    assert not let_through, [(d.node_id, d.reasons) for d in let_through]

@@ -6,7 +6,7 @@ import dataclasses
 import datetime as dt
 import json
 
-from scaling_testkit import T0, policy_config
+from scaling_testkit import T0, allowed, policy_config
 
 from market_pipeline.scaling.policy import plan_pool
 from market_pipeline.scaling.types import DrainStatus, NodeState, NodeView, PoolState, ScalerMemory
@@ -37,10 +37,6 @@ def fleet(cordoned: set[str] = frozenset(), off: set[str] = frozenset()) -> list
         for i in range(6)
         if f"a{i}" not in off
     ]
-
-
-def allowed(decisions, action):
-    return [d for d in decisions if d.action == action and d.allowed]
 
 
 def first_wave(memory: ScalerMemory) -> list[str]:

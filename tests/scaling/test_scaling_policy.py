@@ -7,7 +7,7 @@ import datetime as dt
 import json
 
 import pytest
-from scaling_testkit import T0, policy_config
+from scaling_testkit import T0, allowed, assert_blocked, policy_config
 
 from market_pipeline.scaling.policy import plan_pool
 from market_pipeline.scaling.types import (
@@ -54,10 +54,6 @@ def plan(demand, node_list, memory, minute=0, drains=None, config=CONFIG, foreca
     )
 
 
-def allowed(decisions, action):
-    return [d for d in decisions if d.action == action and d.allowed]
-
-
 def test_scale_up_takes_the_warm_pool_before_cold_nodes() -> None:
     memory = ScalerMemory("pool")
     decisions = plan(60.0, nodes(4, used=8.0, standby=2), memory)  # 60/0.95 -> 64 GPUs = 8 nodes
@@ -78,7 +74,7 @@ def test_transient_shortfall_is_priced_not_scaled_until_it_persists() -> None:
     config = cfg(scale_up_persistence_minutes=10.0, max_transient_price_ratio=1.5)
     memory = ScalerMemory("pool")
     first = plan(33.0, nodes(4, used=8.0), memory, config=config)  # 32 GPUs: a small shortfall
-    assert not allowed(first, "scale_up")
+    assert_blocked(first, "scale_up")
     # no node enters service (the warm pool may be stocked for a return to the peak)
     assert not [d for d in allowed(first, "power_on") if d.inputs.get("to") != "standby"]
     assert any("transient" in d.reasons[0] for d in first)
@@ -104,7 +100,7 @@ def test_a_shortfall_of_headroom_or_forecast_alone_waits_one_tick() -> None:
     memory = ScalerMemory("pool")
     # 31 GPUs on 4 nodes: one GPU free, but the forecast's 36 asks for a fifth node
     first = plan(31.0, nodes(4, used=7.75), memory, config=config, forecast=36.0)
-    assert not allowed(first, "scale_up")
+    assert_blocked(first, "scale_up")
     assert not [d for d in allowed(first, "power_on") if d.inputs.get("to") != "standby"]  # none into service
     assert any("anticipatory" in r for d in first for r in d.reasons)
     later = plan(31.0, nodes(4, used=7.75), memory, minute=5, config=config, forecast=36.0)
@@ -206,7 +202,7 @@ def test_no_saving_blocks_a_removal() -> None:
     memory = ScalerMemory("pool")
     plan(12.0, nodes(6, used=3.0), memory, config=costly)
     decisions = plan(12.0, nodes(6, used=3.0), memory, minute=25, config=costly)
-    assert not allowed(decisions, "cordon")
+    assert_blocked(decisions, "cordon")
     assert any("no_saving" in d.reasons[0] for d in decisions)
 
 
@@ -214,7 +210,7 @@ def test_cooldown_after_scale_up_blocks_scale_down() -> None:
     memory = ScalerMemory("pool", last_scale_up_at=T0.timestamp())
     plan(12.0, nodes(6, used=3.0), memory, minute=-30)  # surplus seen long before
     decisions = plan(12.0, nodes(6, used=3.0), memory, minute=5)
-    assert not allowed(decisions, "cordon")
+    assert_blocked(decisions, "cordon")
     assert any("scale_up_cooldown" in r for d in decisions for r in d.reasons)
     assert allowed(plan(12.0, nodes(6, used=3.0), memory, minute=11), "cordon")
 

@@ -6,7 +6,7 @@ import dataclasses
 import datetime as dt
 
 import pytest
-from scaling_testkit import T0, policy_config
+from scaling_testkit import T0, allowed, policy_config
 
 from market_pipeline.scaling.policy import plan_pool
 from market_pipeline.scaling.types import (
@@ -40,10 +40,6 @@ def fleet(cordoned: set[str], off: set[str] = frozenset(), used: float = 2.0) ->
         for i in range(5)
         if f"a{i}" not in off
     ]
-
-
-def allowed(decisions, action):
-    return [d for d in decisions if d.action == action and d.allowed]
 
 
 def drive_waves(config: ScalingConfig) -> list[list[str]]:

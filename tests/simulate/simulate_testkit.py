@@ -42,4 +42,11 @@ def inputs(
 
 
 def run(run_inputs: RunInputs, strategy: str) -> StrategyResult:
-    return StrategyRun(run_inputs, make_strategy(strategy, run_inputs)).run()
+    """One strategy's run; every job it started or left waiting is one that arrived."""
+    result = StrategyRun(run_inputs, make_strategy(strategy, run_inputs)).run()
+    jobs = result.metrics
+    accounted = jobs["jobs_started"] + jobs["jobs_waiting_at_end"]
+    assert accounted <= jobs["jobs_arrived"], (
+        f"{strategy}: {accounted} jobs started or waiting, {jobs['jobs_arrived']} arrived"
+    )
+    return result

@@ -214,3 +214,8 @@ class FakeNvml:
         request.metrics[0].value = util if util is not None else 0.0
         request.metrics[0].nvmlReturn = NVML_SUCCESS if util is not None else NVML_ERROR_NOT_SUPPORTED
         return request
+
+
+def assert_outcome_ok(outcome) -> None:
+    """An adapter call against the fake library succeeded (its status and detail if not)."""
+    assert outcome.ok, f"{outcome.status}: {outcome.detail}"

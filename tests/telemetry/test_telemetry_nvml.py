@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from telemetry_fake_pynvml import GIB, FakeGpu, FakeMig, FakeNvml  # noqa: E402
+from telemetry_fake_pynvml import GIB, FakeGpu, FakeMig, FakeNvml, assert_outcome_ok  # noqa: E402
 
 from market_pipeline.hardware.nvml import NO_DEVICE_PREFIX, NvmlAdapter  # noqa: E402
 from market_pipeline.hardware.protocol import NodeAdapter, OutcomeStatus  # noqa: E402
@@ -80,7 +80,7 @@ def test_telemetry_nvml_tasks_read_ids_from_the_process_environment() -> None:
         assert task.gpu_uuids == ("GPU-aaa",) and task.mem_mib == 8192
         assert abs((task.started_at - datetime.now(timezone.utc)).total_seconds()) < 60
         outcome = adapter.terminate_task("task-77", timeout_seconds=10)
-        assert outcome.ok, outcome
+        assert_outcome_ok(outcome)
         assert child.wait(timeout=5) == -15  # SIGTERM really reached the process
     finally:
         if child.poll() is None:
