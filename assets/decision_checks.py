@@ -179,7 +179,10 @@ FORECAST_CHECK_SPECS = [
     dg.AssetCheckSpec(
         FORECAST_COVERAGE,
         asset=DEMAND_FORECAST,
-        description="Rolling 80% interval coverage (mean over pools, at 1 h and 4 h) within 0.7-0.9.",
+        description=(
+            "Rolling 80% interval coverage (mean over pools, at 1 h and 4 h) within 0.7-0.9; "
+            "the upper end rises by as much as ties (demand that did not move) lift the floor."
+        ),
     ),
     dg.AssetCheckSpec(
         FORECAST_FALLBACK,
@@ -194,7 +197,7 @@ def forecast_check_results(results: Sequence[fc.PoolResult]) -> list[dg.AssetChe
     check = fc.coverage_check(results)
     fallbacks = [w for w in check.warnings if "by fallback" in w]
     pooled = fc.operator_metadata(results)
-    numbers = {k: v for k, v in pooled.items() if k.startswith("rolling_coverage")}
+    numbers = {k: v for k, v in pooled.items() if k.startswith(("rolling_coverage", "rolling_tie_floor"))}
     return [
         dg.AssetCheckResult(
             check_name=FORECAST_COVERAGE,

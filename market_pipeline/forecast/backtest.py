@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from market_pipeline.forecast.features import Series
-from market_pipeline.forecast.online import track
+from market_pipeline.forecast.online import tie_floor, track
 from market_pipeline.forecast.selection import FittedGroup, fit_group
 from market_pipeline.forecast.settings import (
     DEFAULT_SETTINGS,
@@ -90,7 +90,7 @@ class BacktestResult:
     coverage_80_daily_min: float | None = None  # worst 1-day window at the horizon step
     coverage_80_daily_max: float | None = None
     tie_share: float | None = None  # targets exactly equal to the median forecast
-    coverage_80_tie_floor: float | None = None  # see tie_floor()
+    coverage_80_tie_floor: float | None = None  # see daily_tie_floor()
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -195,20 +195,17 @@ def _rolling_points(
     return np.vstack(points), np.vstack(scales), first, names
 
 
-def tie_floor(residuals: np.ndarray, period: int) -> float | None:
-    """The least coverage of any interval that contains the median and lets each side miss
-    at most its 10% within every day: mean over whole days of 1 - min(0.1, share above) -
-    min(0.1, share below). A target equal to the median (a tie: demand that did not move)
-    is covered by every such interval, so on a lumpy series (quiet days with fewer than
-    10% of moves on a side) coverage cannot fall to 0.8 without letting busy days' sides
-    miss more than 10%; None when the window is shorter than a day."""
+def daily_tie_floor(residuals: np.ndarray, period: int) -> float | None:
+    """online.tie_floor within every whole day, averaged over days: the least coverage of an
+    interval that contains the median and lets each side miss at most its 10% of each day's
+    targets. On a lumpy series (quiet days with fewer than 10% of moves on a side) coverage
+    cannot fall to 0.8 without letting busy days' sides miss more than 10%; None when the
+    window is shorter than a day."""
     days = residuals.size // period
     if days == 0:
         return None
     daily = residuals[: days * period].reshape(days, period)
-    above = np.minimum(np.mean(daily > 0, axis=1), 1.0 - UPPER_QUANTILE)
-    below = np.minimum(np.mean(daily < 0, axis=1), LOWER_QUANTILE)
-    return float(np.mean(1.0 - above - below))
+    return float(np.mean(tie_floor(daily.T)))
 
 
 def _result(
@@ -264,5 +261,5 @@ def _result(
         coverage_80_daily_min=min(daily) if daily else None,
         coverage_80_daily_max=max(daily) if daily else None,
         tie_share=float(np.mean(target == mid[:, last])),
-        coverage_80_tie_floor=tie_floor(target - mid[:, last], period),
+        coverage_80_tie_floor=daily_tie_floor(target - mid[:, last], period),
     )

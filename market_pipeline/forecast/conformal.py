@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from market_pipeline.forecast.features import Series
-from market_pipeline.forecast.online import reference_width, rolling_coverage, track
+from market_pipeline.forecast.online import reference_width, rolling_coverage, tie_floor, track
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class Calibration:
     online_steps: int = 0
     recent_coverage: np.ndarray | None = None
     step_width: np.ndarray | None = None  # the tracker's reference width per horizon
+    # The least coverage those same rows allow (online.tie_floor): above 0.8 where demand
+    # mostly did not move, which every issued interval covers.
+    recent_tie_floor: np.ndarray | None = None
 
     def scale(self, series: Series, origins: np.ndarray) -> np.ndarray:
         return series.trailing_abs_step(origins, self.window) + self.floor
@@ -138,4 +141,5 @@ def adapt(
         tracked.steps,
         coverage,
         width,
+        tie_floor(normalised[-coverage_window:]),
     )

@@ -161,3 +161,17 @@ def rolling_coverage(inside: np.ndarray, window: int) -> np.ndarray:
     if inside.shape[0] == 0:
         return np.full(inside.shape[1], np.nan)
     return inside[-window:].mean(axis=0)
+
+
+def tie_floor(residuals: np.ndarray) -> np.ndarray:
+    """Per column, the least coverage of any interval that contains the point forecast and
+    lets each side miss at most its 10%: 1 - min(0.1, share above) - min(0.1, share below).
+
+    A target equal to the point (a tie: demand that did not move; a full or idle pool's
+    usual case) is covered by every interval this tracker issues, so where ties are more
+    than 80% of the rows the coverage reads above 0.8 with nothing left to narrow."""
+    if residuals.shape[0] == 0:
+        return np.full(residuals.shape[1:], np.nan)
+    above = np.minimum(np.mean(residuals > 0, axis=0), 1.0 - UPPER_QUANTILE)
+    below = np.minimum(np.mean(residuals < 0, axis=0), LOWER_QUANTILE)
+    return 1.0 - above - below

@@ -6,7 +6,9 @@ asset's metadata, `coverage_check(results)` a pass/fail with its reason for the 
 
 Rolling coverage is the share of the newest `coverage_window_rows` calibration origins whose
 target fell inside the interval the online tracker had issued for them (1 h: the fine path's
-last step; 4 h: the hourly curve's 4 h point).
+last step; 4 h: the hourly curve's 4 h point). Next to it, the tie floor: the least coverage
+those rows allow, since a target equal to the point is covered by every interval (a full or
+idle pool reads ~1.0); the check's upper end rises with it, its lower end does not.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import numpy as np
 
 from market_pipeline.forecast.pool import PoolForecast
 from market_pipeline.forecast.pools import PoolResult
-from market_pipeline.forecast.settings import DEFAULT_SETTINGS
+from market_pipeline.forecast.settings import DEFAULT_SETTINGS, LOWER_QUANTILE, UPPER_QUANTILE
 
+TARGET_COVERAGE = UPPER_QUANTILE - LOWER_QUANTILE
 COVERAGE_LOW, COVERAGE_HIGH = 0.7, 0.9  # the check's band around the 0.8 target
 CHECK_HORIZONS_MIN = (60, 240)
 # The check judges a horizon only on at least this many independent targets, pooled over
@@ -31,14 +34,29 @@ CHECK_HORIZONS_MIN = (60, 240)
 MIN_INDEPENDENT_TARGETS = 16
 
 
-def _tracked(forecast: PoolForecast, minutes: int) -> tuple[float, int, int] | None:
-    """(rolling coverage, rows the tracker saw, minutes between rows) of the stored horizon
-    `minutes`, fine path first; None when not tracked there."""
-    for horizons, coverage, steps, row_minutes in (
-        (forecast.horizon_minutes, forecast.recent_coverage, forecast.online_steps, forecast.step_minutes),
+@dataclass(frozen=True)
+class TrackedHorizon:
+    coverage: float  # rolling share of targets the issued intervals covered
+    tie_floor: float  # the least coverage those rows allow (online.tie_floor)
+    steps: int  # rows the tracker saw
+    row_minutes: int  # minutes between rows
+
+
+def _tracked(forecast: PoolForecast, minutes: int) -> TrackedHorizon | None:
+    """The stored horizon `minutes`' rolling coverage, fine path first; None when not
+    tracked there."""
+    for horizons, coverage, floor, steps, row_minutes in (
+        (
+            forecast.horizon_minutes,
+            forecast.recent_coverage,
+            forecast.recent_tie_floor,
+            forecast.online_steps,
+            forecast.step_minutes,
+        ),
         (
             forecast.coarse_horizon_minutes,
             forecast.coarse_recent_coverage,
+            forecast.coarse_recent_tie_floor,
             forecast.coarse_online_steps,
             forecast.coarse_step_minutes,
         ),
@@ -47,14 +65,31 @@ def _tracked(forecast: PoolForecast, minutes: int) -> tuple[float, int, int] | N
             continue
         hit = np.flatnonzero(horizons == minutes)
         if hit.size and np.isfinite(coverage[hit[0]]):
-            return float(coverage[hit[0]]), steps, row_minutes
+            tie = TARGET_COVERAGE if floor is None or not np.isfinite(floor[hit[0]]) else floor[hit[0]]
+            return TrackedHorizon(float(coverage[hit[0]]), float(tie), steps, row_minutes)
     return None
 
 
 def coverage_at(forecast: PoolForecast, minutes: int) -> float | None:
     """Rolling coverage of the stored horizon `minutes`, or None when not tracked there."""
     tracked = _tracked(forecast, minutes)
-    return None if tracked is None else tracked[0]
+    return None if tracked is None else tracked.coverage
+
+
+def tie_floor_at(forecast: PoolForecast, minutes: int) -> float | None:
+    """The least coverage the rows behind `coverage_at` allow: 0.8 on a pool whose demand
+    moves, up to 1.0 on one that is always full or idle; None when not tracked there."""
+    tracked = _tracked(forecast, minutes)
+    return None if tracked is None else tracked.tie_floor
+
+
+def upper_band(tie_floor: float, high: float = COVERAGE_HIGH) -> float:
+    """Coverage above which intervals are too wide: `high`, raised by as much as ties lift
+    the floor over the target. Ties are covered by every interval that keeps the point, so
+    a pool whose demand did not move 97% of the time reads 0.97 with nothing to narrow;
+    only coverage more than (high - 0.8) above the floor is width the tracker could give
+    back. Under-coverage (the capacity risk) is judged against `low` whatever the ties."""
+    return max(high, tie_floor + high - TARGET_COVERAGE)
 
 
 def independent_targets(forecast: PoolForecast, minutes: int, window_rows: int) -> float:
@@ -64,8 +99,7 @@ def independent_targets(forecast: PoolForecast, minutes: int, window_rows: int) 
     tracked = _tracked(forecast, minutes)
     if tracked is None:
         return 0.0
-    _, steps, row_minutes = tracked
-    return min(steps, window_rows) / max(minutes / row_minutes, 1.0)
+    return min(tracked.steps, window_rows) / max(minutes / tracked.row_minutes, 1.0)
 
 
 def operator_rows(results: Sequence[PoolResult]) -> list[dict[str, object]]:
@@ -83,6 +117,7 @@ def operator_rows(results: Sequence[PoolResult]) -> list[dict[str, object]]:
         }
         for minutes in CHECK_HORIZONS_MIN:
             row[f"coverage_80_{minutes}m"] = coverage_at(forecast, minutes)
+            row[f"tie_floor_80_{minutes}m"] = tie_floor_at(forecast, minutes)
         row["fallback_reason"] = forecast.fallback_reason
         rows.append(row)
     return rows
@@ -104,10 +139,17 @@ def markdown_table(rows: Sequence[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def _pooled_coverage(results: Sequence[PoolResult], minutes: int) -> float | None:
-    values = [coverage_at(r.forecast, minutes) for r in results]
-    known = [v for v in values if v is not None]
-    return float(np.mean(known)) if known else None
+def _pooled(results: Sequence[PoolResult], minutes: int) -> TrackedHorizon | None:
+    """Mean coverage and mean tie floor over the pools tracked at `minutes`."""
+    known = [t for t in (_tracked(r.forecast, minutes) for r in results) if t is not None]
+    if not known:
+        return None
+    return TrackedHorizon(
+        float(np.mean([t.coverage for t in known])),
+        float(np.mean([t.tie_floor for t in known])),
+        sum(t.steps for t in known),
+        known[0].row_minutes,
+    )
 
 
 def operator_metadata(results: Sequence[PoolResult]) -> dict[str, object]:
@@ -119,9 +161,10 @@ def operator_metadata(results: Sequence[PoolResult]) -> dict[str, object]:
         "models_chosen_by": dict(Counter(r.forecast.chosen_by for r in results)),
     }
     for minutes in CHECK_HORIZONS_MIN:
-        pooled = _pooled_coverage(results, minutes)
+        pooled = _pooled(results, minutes)
         if pooled is not None:  # Dagster metadata takes no None: absent means not tracked
-            metadata[f"rolling_coverage_80_{minutes}m"] = pooled
+            metadata[f"rolling_coverage_80_{minutes}m"] = pooled.coverage
+            metadata[f"rolling_tie_floor_80_{minutes}m"] = pooled.tie_floor
     return metadata
 
 
@@ -139,7 +182,8 @@ def coverage_check(
     high: float = COVERAGE_HIGH,
     window_rows: int = DEFAULT_SETTINGS.coverage_window_rows,
 ) -> CoverageCheck:
-    """Pass when the pools' mean rolling 80% coverage is within [low, high] at 1 h and 4 h.
+    """Pass when the pools' mean rolling 80% coverage is within [low, high] at 1 h and 4 h,
+    the upper end raised where ties lift the pools' floor (`upper_band`).
 
     One pool's day of coverage is noisy (a handful of demand jumps decide it), so the check is
     on the mean over pools and names the pools outside the band as warnings; a pool whose
@@ -153,24 +197,32 @@ def coverage_check(
     ]
     failures, measured, untracked = [], [], []
     for minutes in CHECK_HORIZONS_MIN:
-        pooled = _pooled_coverage(results, minutes)
+        pooled = _pooled(results, minutes)
         if pooled is None:
             untracked.append(f"{minutes} min")
             continue
         targets = sum(independent_targets(r.forecast, minutes, window_rows) for r in results)
         if targets < MIN_INDEPENDENT_TARGETS:
             untracked.append(
-                f"{minutes} min ({pooled:.3f} on {targets:.0f} independent "
+                f"{minutes} min ({pooled.coverage:.3f} on {targets:.0f} independent "
                 f"targets, too few to judge; need {MIN_INDEPENDENT_TARGETS})"
             )
             continue
-        measured.append(f"{minutes} min {pooled:.3f}")
-        if not low <= pooled <= high:
-            failures.append(f"rolling 80% coverage at {minutes} min is {pooled:.3f}, outside [{low}, {high}]")
+        top = upper_band(pooled.tie_floor, high)
+        ties = f" (ties floor {pooled.tie_floor:.3f})" if top > high else ""
+        measured.append(f"{minutes} min {pooled.coverage:.3f}{ties}")
+        if not low <= pooled.coverage <= top:
+            failures.append(
+                f"rolling 80% coverage at {minutes} min is {pooled.coverage:.3f}, "
+                f"outside [{low}, {top:.3f}]{ties}"
+            )
         for r in results:
-            value = coverage_at(r.forecast, minutes)
-            if value is not None and not low <= value <= high:
-                warnings.append(f"{r.pool_id}: coverage {value:.3f} at {minutes} min")
+            tracked = _tracked(r.forecast, minutes)
+            if tracked is not None and not low <= tracked.coverage <= upper_band(tracked.tie_floor, high):
+                warnings.append(
+                    f"{r.pool_id}: coverage {tracked.coverage:.3f} at {minutes} min "
+                    f"(ties floor {tracked.tie_floor:.3f})"
+                )
     if failures:
         return CoverageCheck(False, "; ".join(failures), warnings)
     if not measured:
@@ -184,5 +236,8 @@ def coverage_check(
     # say which horizons the pass does not cover rather than let it read as all of them.
     note = f"; not judged yet: {', '.join(untracked)}" if untracked else ""
     return CoverageCheck(
-        True, "rolling 80% coverage " + ", ".join(measured) + f" within [{low}, {high}]" + note, warnings
+        True,
+        "rolling 80% coverage " + ", ".join(measured) + f" within [{low}, {high}] (above {high} only "
+        "where ties raise the floor)" + note,
+        warnings,
     )

@@ -54,6 +54,10 @@ class PoolForecast:
     coarse_online_steps: int = 0
     recent_coverage: np.ndarray | None = None
     coarse_recent_coverage: np.ndarray | None = None
+    # The least coverage the same rows allow (ties: demand that did not move; see
+    # online.tie_floor), per horizon.
+    recent_tie_floor: np.ndarray | None = None
+    coarse_recent_tie_floor: np.ndarray | None = None
 
     @property
     def chosen_by(self) -> str:
@@ -216,6 +220,8 @@ def _from_groups(
         coarse_online_steps=coarse.calibration.online_steps,
         recent_coverage=fine.calibration.recent_coverage,
         coarse_recent_coverage=coarse.calibration.recent_coverage,
+        recent_tie_floor=fine.calibration.recent_tie_floor,
+        coarse_recent_tie_floor=coarse.calibration.recent_tie_floor,
     )
 
 

@@ -165,14 +165,14 @@ def test_backtest_through_an_idle_spell_keeps_the_last_calibration() -> None:
 def test_tie_floor_is_the_least_day_valid_coverage() -> None:
     """A quiet day (5% of moves, 2.5% per side) is covered at 0.95 by any interval that keeps
     the median; a busy day (40% per side) can fall to 0.8: the floor is their mean."""
-    from market_pipeline.forecast.backtest import tie_floor
+    from market_pipeline.forecast.backtest import daily_tie_floor
 
     quiet = np.zeros(288)
     quiet[:7], quiet[7:14] = 1.0, -1.0
     busy = np.zeros(288)
     busy[:115], busy[115:230] = 2.0, -2.0
-    assert tie_floor(np.concatenate([quiet, busy]), 288) == pytest.approx((0.951 + 0.8) / 2, abs=1e-3)
-    assert tie_floor(np.ones(100), 288) is None  # shorter than a day
+    assert daily_tie_floor(np.concatenate([quiet, busy]), 288) == pytest.approx((0.951 + 0.8) / 2, abs=1e-3)
+    assert daily_tie_floor(np.ones(100), 288) is None  # shorter than a day
 
 
 def test_backtest_reports_ties_and_their_floor() -> None:
