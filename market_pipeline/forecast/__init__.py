@@ -18,13 +18,16 @@ last point raises ForecastInputError.
 Intervals: split conformal on volatility-normalised residuals gives the starting quantiles;
 an online quantile tracker per horizon (online.py) then follows the observed misses, each
 judged when its target is observed, so coverage holds through regime changes. Every
-forecast reports `online_steps` (rows the tracker has seen) and `recent_coverage`.
+forecast reports `online_steps` (rows the tracker has seen), `recent_coverage` and
+`recent_tie_floor` (the least coverage those rows allow: targets equal to the point, demand
+that did not move, are covered by every interval).
 
 Operator view: `operator_metadata(results)` (plain dict for the asset's metadata: a markdown
 table `forecast_operator_table` of model, chosen_by, tracker steps and rolling 1 h / 4 h
-coverage per pool, plus counts and pooled coverage) and `coverage_check(results)` (a
-`CoverageCheck(passed, reason, warnings)`: pooled rolling 80% coverage within 0.7-0.9; pools
-on a fallback persistence forecast are warnings).
+coverage and tie floor per pool, plus counts and pooled values) and `coverage_check(results)`
+(a `CoverageCheck(passed, reason, warnings)`: pooled rolling 80% coverage within 0.7-0.9,
+the upper end raised where ties lift the floor; pools on a fallback persistence forecast
+are warnings).
 """
 
 from market_pipeline import lazy_exports

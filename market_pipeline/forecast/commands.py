@@ -148,11 +148,13 @@ def run_backtest(args: argparse.Namespace) -> int:
         "persistence_mae",
         "seasonal_naive_mae",
         "coverage_80",
+        "coverage_80_tie_floor",
+        "tie_share",
         "pinball_loss",
         "chosen_model",
         "origins",
     ):
-        print(f"{key:>20}: {payload[key]}")
+        print(f"{key:>21}: {payload[key]}")
     return EXIT_OK
 
 
