@@ -3,7 +3,8 @@
 `market-pipeline forecast backtest --series vc6YE.csv --horizon 4h --json` runs the
 rolling-origin protocol (backtest.py) on a Helios trace and prints one JSON object with mae,
 persistence_mae, seasonal_naive_mae, coverage_80, pinball_loss, chosen_model and origins
-(plus extras: refits, chosen_models, daily coverage range).
+(plus extras: refits, chosen_models, daily coverage range, tie floor). Repeat `--series` to
+backtest a held-out set in one call: one JSON line per series, or a table without --json.
 """
 
 from __future__ import annotations
@@ -65,7 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="rolling-origin backtest on a Helios trace (first 60%% fit, rest "
         "forecast with daily refits and online intervals)",
     )
-    backtest.add_argument("--series", required=True, help="Helios virtual-cluster CSV")
+    backtest.add_argument(
+        "--series",
+        required=True,
+        action="append",
+        help="Helios virtual-cluster CSV; repeat it to backtest several clusters (held-out sets)",
+    )
     backtest.add_argument(
         "--horizon",
         type=parse_horizon_steps,
@@ -98,7 +104,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="learned candidates, comma separated: ridge,gbm,survival "
         "(default: the settings' ridge,survival)",
     )
-    backtest.add_argument("--json", action="store_true", help="print one JSON object")
+    backtest.add_argument("--json", action="store_true", help="print one JSON object (one line per --series)")
     backtest.set_defaults(handler=run_backtest)
 
     pools = forecast_sub.add_parser("pools", help="forecast every pool of a demand table")
@@ -120,42 +126,65 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     bench.set_defaults(handler=run_bench)
 
 
+SUMMARY_KEYS = (
+    "mae",
+    "persistence_mae",
+    "seasonal_naive_mae",
+    "coverage_80",
+    "coverage_80_tie_floor",
+    "tie_share",
+    "pinball_loss",
+    "chosen_model",
+    "origins",
+)
+
+
 def run_backtest(args: argparse.Namespace) -> int:
     from market_pipeline.forecast.backtest import backtest_series, load_helios_series
     from market_pipeline.forecast.settings import ForecastInputError, ForecastSettings
 
-    try:
-        values = load_helios_series(args.series)
-        values = values[: max(1, int(values.size * args.head_fraction))]
-        settings = (
-            ForecastSettings() if args.learned is None else ForecastSettings(learned_models=args.learned)
-        )
-        result = backtest_series(
-            values,
-            horizon_steps=args.horizon,
-            train_fraction=args.train_fraction,
-            refit_every=args.refit_every,
-            settings=settings,
-        )
-    except (ForecastInputError, OSError) as exc:
-        return input_error(exc)
-    payload = {"series": str(args.series), **result.to_json()}
+    settings = ForecastSettings() if args.learned is None else ForecastSettings(learned_models=args.learned)
+    payloads = []
+    # Every series is backtested before anything is printed: a bad file is one line and exit 2,
+    # never a table with its rows missing.
+    for series in args.series:
+        try:
+            values = load_helios_series(series)
+            values = values[: max(1, int(values.size * args.head_fraction))]
+            result = backtest_series(
+                values,
+                horizon_steps=args.horizon,
+                train_fraction=args.train_fraction,
+                refit_every=args.refit_every,
+                settings=settings,
+            )
+        except (ForecastInputError, OSError) as exc:
+            return input_error(f"{series}: {exc}" if len(args.series) > 1 else exc)
+        payloads.append({"series": str(series), **result.to_json()})
     if args.json:
-        print(json.dumps(payload))
-        return EXIT_OK
-    for key in (
-        "mae",
-        "persistence_mae",
-        "seasonal_naive_mae",
-        "coverage_80",
-        "coverage_80_tie_floor",
-        "tie_share",
-        "pinball_loss",
-        "chosen_model",
-        "origins",
-    ):
-        print(f"{key:>21}: {payload[key]}")
+        print("\n".join(json.dumps(payload) for payload in payloads))
+    elif len(payloads) == 1:
+        for key in SUMMARY_KEYS:
+            print(f"{key:>21}: {payloads[0][key]}")
+    else:
+        print(backtest_table(payloads))
     return EXIT_OK
+
+
+def backtest_table(payloads: list[dict]) -> str:
+    """One markdown row per series: coverage against its tie floor, MAE against persistence."""
+    lines = [
+        "| series | coverage_80 | tie floor | MAE / persistence | chosen model |",
+        "|---|---|---|---|---|",
+    ]
+    for payload in payloads:
+        floor = payload["coverage_80_tie_floor"]
+        ratio = payload["mae"] / payload["persistence_mae"] if payload["persistence_mae"] else float("nan")
+        lines.append(
+            f"| {Path(payload['series']).stem} | {payload['coverage_80']:.3f} | "
+            f"{'' if floor is None else f'{floor:.3f}'} | {ratio:.3f} | {payload['chosen_model']} |"
+        )
+    return "\n".join(lines)
 
 
 def _read_table(path: Path):  # -> pl.DataFrame

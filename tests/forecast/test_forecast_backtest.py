@@ -97,6 +97,27 @@ def test_backtest_cli_prints_one_json_object(tmp_path: Path, capsys: pytest.Capt
     assert payload["mae"] <= payload["persistence_mae"] * 1.05
 
 
+def test_backtest_cli_runs_a_held_out_set_in_one_call(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = [tmp_path / "vcA.csv", tmp_path / "vcB.csv"]
+    for seed, path in enumerate(paths):
+        write_helios_like(path, 4 * 1440, seed=seed)
+    series = [arg for path in paths for arg in ("--series", str(path))]
+    code, out, _ = run_cli(capsys, "forecast", "backtest", *series, "--horizon", "30m", "--json")
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [line["series"] for line in lines] == [str(p) for p in paths]
+    assert all(REQUIRED_KEYS <= line.keys() for line in lines)
+    code, out, _ = run_cli(capsys, "forecast", "backtest", *series, "--horizon", "30m")
+    assert code == 0 and "| vcA |" in out and "| vcB |" in out and "tie floor" in out
+    # one bad file: one line naming it, exit 2, no partial table
+    code, out, err = run_cli(
+        capsys, "forecast", "backtest", *series, "--series", str(tmp_path / "none.csv"), "--horizon", "30m"
+    )
+    assert code == 2 and out == "" and "none.csv" in err and "not found" in err
+
+
 def test_backtest_cli_rejects_bad_horizon_and_missing_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
