@@ -36,13 +36,20 @@ import numpy as np
 
 from market_pipeline.market.errors import SolverError
 from market_pipeline.market.kkt_polish import best_multipliers
-from market_pipeline.market.leader_kinks import add_piece, kink_gradients, oscillation_guard
+from market_pipeline.market.leader_kinks import (
+    add_piece,
+    kink_gradients,
+    oscillation_guard,
+    recentred,
+    sampled_near,
+)
 from market_pipeline.market.leader_point import (
     LeaderContext,
     Point,
     evaluate,
     follower_tolerance,
     is_exact,
+    kink_tolerance,
     local_model,
     solved_exactly,
     time_left,
@@ -153,19 +160,30 @@ def run_leader(
     best = point if point.excess == 0.0 else None  # the best capacity-feasible point so far
     bundle: list[tuple] = []  # (prices, gradient, Hessian) of smooth pieces met across a kink
     while True:
-        step = _solve_step_with_penalty(
-            model,
-            ctx,
-            trust * span * per_resource,
-            rho,
-            active_guess,
-            kink_gradients(bundle, point.prices, span),
-        )
+        try:
+            step = _solve_step_with_penalty(
+                model,
+                ctx,
+                trust * span * per_resource,
+                rho,
+                active_guess,
+                kink_gradients(bundle, point.prices, span),
+            )
+        except SolverError:
+            if not bundle:
+                raise
+            bundle = []  # the max-min QP failed on these pieces (carried ones can conflict)
+            continue
         active_guess = step.active_rows
         rho = step.rho
         kkt = kkt_parts(model, constraints, step)
         step, kkt = best_multipliers(model, constraints, step, kkt, tolerance, CHORD_RESIDUAL)
         total = max(kkt.total, point.state.budget_residual)
+        if total <= tolerance and step.pieces.shape[0] > 1:
+            near = sampled_near(bundle, point.prices, span)
+            if len(near) < len(bundle):  # a kink certified by carried pieces: sample them afresh
+                bundle = near
+                continue
         if total <= tolerance:
             return LeaderResult(
                 point,
@@ -212,13 +230,17 @@ def run_leader(
         predicted = model_gain(model, step, delta)
         # kink search compares gradients across the kink: those need exact followers
         trial_tol = (
-            ctx.settings.follower_tolerance
+            kink_tolerance(ctx.settings)
             if trust <= 4 * KINK_TRUST
             else follower_tolerance(ctx.settings, total)
         )
         trial = trial_point(ctx, point, der, delta, trial_tol)
         actual = trial.merit(rho) - point.merit(rho)
         noise = 1e-13 * (abs(point.merit(rho)) + 1.0)
+        if trust <= 4 * KINK_TRUST:
+            # followers solved to a relative budget residual e move the revenue by ~e of itself:
+            # a kink-scale trial that loses less than that has not been shown to lose
+            noise += trial_tol * abs(float(point.prices @ point.demand))
         accepted = actual >= ACCEPT_RATIO * predicted - noise
         if not accepted and trial.excess > point.excess:
             trial, delta, accepted = _second_order_correction(
@@ -232,13 +254,15 @@ def run_leader(
             reach = float(np.max(np.abs(delta) / span)) if np.any(delta) else trust
             trust = 0.25 * min(trust, reach)
             if trust <= KINK_TRUST:
-                if not is_exact(ctx, point):
-                    point, model, der = solved_exactly(ctx, point, mu)
+                if not is_exact(ctx, point, kink_tolerance(ctx.settings)):
+                    point, model, der = solved_exactly(ctx, point, mu, kink_tolerance(ctx.settings))
                     source, bundle = "exact", []
                     continue
                 # (this overwrites the point's derivative buffers, so the multiplier predictor
                 # of later trials is approximate: it only warm-starts them)
-                bundle = add_piece(bundle, _piece(ctx, trial), point.prices, model.gradient)
+                # a carried piece that let a step fail is dropped for the one just sampled
+                near = sampled_near(bundle, point.prices, span)
+                bundle = add_piece(near, _piece(ctx, trial), point.prices, model.gradient)
             continue
         ratio = actual / predicted if predicted > noise else 1.0
         if ratio > 0.75 and np.any(np.abs(delta) >= 0.99 * trust * span * per_resource):
@@ -246,6 +270,8 @@ def run_leader(
         per_resource, smoothing_left = oscillation_guard(delta, previous_delta, per_resource, smoothing_left)
         previous_delta = delta
         point, mu = trial, step.capacity_multiplier
+        if step.pieces.shape[0] > 1:
+            bundle = recentred(bundle, point.prices)
         if point.excess == 0.0 and (best is None or point.profit > best.profit):
             best = point
         # Close to the solution Newton barely moves, so the last Hessian is nearly exact: reuse
@@ -257,9 +283,10 @@ def run_leader(
 
 
 def _piece(ctx: LeaderContext, trial: Point) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(prices, profit gradient, profit Hessian) of the smooth piece a rejected trial lies on."""
+    """(prices, profit gradient, profit Hessian, prices) of the smooth piece a rejected trial
+    lies on (the last entry: where it was sampled, kept when the piece is carried)."""
     model, _ = local_model(ctx, trial, np.zeros_like(trial.prices))
-    return trial.prices, model.gradient, model.hessian
+    return trial.prices, model.gradient, model.hessian, trial.prices
 
 
 def _second_order_correction(ctx, model, step, point, der, delta, trial, predicted, noise, tol):

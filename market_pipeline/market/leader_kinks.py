@@ -14,7 +14,7 @@ KINK_RADIUS = 1e-2  # how far (share of the price range) a piece's gradient is c
 
 
 def add_piece(bundle: list, piece: tuple, prices: np.ndarray, own_gradient: np.ndarray) -> list:
-    """Add a piece, replacing older samples of the same piece (gradients that agree at the
+    """Add a piece (prices, gradient, Hessian, where it was sampled), replacing older samples of the same piece (gradients that agree at the
     point far better than they differ from the point's own), and keep at most M + 1."""
     new = carried(piece, prices)
     separation = float(np.abs(new - own_gradient).max())
@@ -24,8 +24,24 @@ def add_piece(bundle: list, piece: tuple, prices: np.ndarray, own_gradient: np.n
 
 def carried(piece: tuple, prices: np.ndarray) -> np.ndarray:
     """A piece's profit gradient carried to ``prices`` to first order: g(p) = g(t) + H (p - t)."""
-    at, gradient, hessian = piece
+    at, gradient, hessian = piece[:3]
     return gradient + hessian @ (prices - at)
+
+
+def recentred(bundle: list, prices: np.ndarray) -> list:
+    """The bundle's pieces carried to ``prices`` (an accepted step of the max-min model): a
+    step along a kink is evidence that the pieces still describe it, so their radius is
+    measured from here on; otherwise a long ridge of budget kinks sheds its pieces every
+    KINK_RADIUS and each is found again from a trust region shrunk to KINK_TRUST. Where each
+    piece was sampled is kept: a carried gradient only steers, see ``sampled_near``."""
+    return [(prices.copy(), carried(b, prices), b[2], b[3]) for b in bundle]
+
+
+def sampled_near(bundle: list, prices: np.ndarray, span: np.ndarray) -> list:
+    """The pieces sampled within KINK_RADIUS of ``prices``. A gradient carried along a ridge
+    is a first-order extrapolation, good enough to steer a step the ratio test then judges,
+    not to certify a kink: the certificate rests on gradients sampled near the point."""
+    return [b for b in bundle if np.max(np.abs(prices - b[3]) / span) <= KINK_RADIUS]
 
 
 def kink_gradients(bundle: list, prices: np.ndarray, span: np.ndarray) -> np.ndarray | None:

@@ -22,6 +22,8 @@ from market_pipeline.market.population import DevicePopulation
 from market_pipeline.market.report import SolverSettings
 from market_pipeline.market.sensitivity import Derivatives, demand_derivatives
 
+KINK_PRECISION = 1e-2  # the kink search's follower tolerance, a share of the configured one
+
 
 @dataclass
 class LeaderContext:
@@ -126,17 +128,26 @@ def trial_point(ctx: LeaderContext, point: Point, der: Derivatives, delta: np.nd
     return evaluate(ctx, prices, guess, slot=1 - point.slot, tol=tol)
 
 
-def is_exact(ctx: LeaderContext, point: Point) -> bool:
-    """Whether the point's followers were solved to the configured tolerance (trial points
-    far from the solution are solved more loosely, see ``follower_tolerance``)."""
-    return point.state.budget_residual <= 10 * ctx.settings.follower_tolerance
+def kink_tolerance(settings: SolverSettings) -> float:
+    """Followers' tolerance in the kink search: its trials move the prices by ~1e-5 of their
+    range and gain about that share of the KKT residual, while followers solved to a relative
+    budget residual e bend the profit by ~e; at the configured tolerance that noise can
+    exceed every gain, and the trust region collapses with an ascent direction in hand."""
+    return settings.follower_tolerance * KINK_PRECISION
+
+
+def is_exact(ctx: LeaderContext, point: Point, tol: float | None = None) -> bool:
+    """Whether the point's followers were solved to ``tol`` (default: the configured tolerance;
+    trial points far from the solution are solved more loosely, see ``follower_tolerance``)."""
+    return point.state.budget_residual <= 10 * (ctx.settings.follower_tolerance if tol is None else tol)
 
 
 def solved_exactly(
-    ctx: LeaderContext, point: Point, multiplier: np.ndarray
+    ctx: LeaderContext, point: Point, multiplier: np.ndarray, tol: float | None = None
 ) -> tuple[Point, LocalModel, Derivatives]:
-    """The point again with exact followers (in its own workspace slot), and its local model."""
-    point = evaluate(ctx, point.prices, point.state.scale, slot=point.slot)
+    """The point again with exact followers (to ``tol``, default the configured tolerance; in
+    its own workspace slot), and its local model."""
+    point = evaluate(ctx, point.prices, point.state.scale, slot=point.slot, tol=tol)
     model, der = local_model(ctx, point, multiplier)
     return point, model, der
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from market_pipeline.market import MarketProblem, SolverSettings, solve_equilibrium
+from market_pipeline.market.errors import SolverError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "kinked_budget_market.json"
 
@@ -96,3 +97,59 @@ def _profit_at(problem: MarketProblem, prices: np.ndarray) -> float:
 
     res = problem.resources
     return float((prices - res.unit_cost) @ np.minimum(demand_at(problem, prices), res.capacity))
+
+
+def test_a_ridge_of_budget_kinks_is_walked_not_relearned():
+    """Two simulator ticks (fixtures kink_ridge_market, long_ridge_market) whose optimum lies
+    along a ridge where tenants' budgets switch. The max-min model's steps along it were
+    accepted, but its pieces fell out of reach every 1% of the price range and were sampled
+    again from a trust region shrunk to 1e-5: 500 iterations (KKT 1.5e-6 and 1.4e-2) and both
+    ticks fell back to their last prices. The pieces now travel with accepted steps."""
+    for name in ("kink_ridge_market.json", "long_ridge_market.json"):
+        problem, last, max_step, tolerance = _fixture(name)
+        report = solve_equilibrium(
+            problem, last_prices=last, max_step=max_step, settings=SolverSettings(tolerance=tolerance)
+        )
+        assert report.status == "converged", (name, report.fallback_reason)
+        assert report.kkt_residual <= tolerance and report.iterations < 300, name
+        assert report.profit > _profit_at(problem, last) * (1 + 1e-3), name
+
+
+def test_the_kink_search_outresolves_the_followers_noise():
+    """A simulator tick (fixture noisy_kink_market) whose kink search compared trials solved to
+    the followers' tolerance against a point solved less exactly: every trial, down to a step
+    of 1e-15, read 3.7e-6 less profit than the point, the trust region collapsed with the KKT
+    residual at 5 and the tick fell back. The search now solves both to a finer tolerance.
+    Fixture noise_floor_market: even then a trial read 6e-9 (1e-12 of the profit) less at
+    every step, at KKT 1.5e-6 against a tolerance of 1e-6; a kink-scale trial now fails only
+    by more than its followers' tolerance can move the revenue."""
+    for name in ("noisy_kink_market.json", "noise_floor_market.json"):
+        problem, last, max_step, tolerance = _fixture(name)
+        report = solve_equilibrium(
+            problem, last_prices=last, max_step=max_step, settings=SolverSettings(tolerance=tolerance)
+        )
+        assert report.status == "converged", (name, report.fallback_reason)
+        assert report.kkt_residual <= tolerance, name
+        assert report.profit > _profit_at(problem, last), name
+
+
+def test_a_failed_max_min_step_restarts_the_kink_search(monkeypatch):
+    """The step QP can fail on a bundle of pieces carried along a ridge; the leader then drops
+    the bundle and goes on, rather than abort the tick."""
+    import market_pipeline.market.leader as leader
+
+    real, failed = leader.solve_step, []
+
+    def fails_once_with_pieces(*args, kink_gradients=None, **kwargs):
+        if kink_gradients is not None and not failed:
+            failed.append(True)
+            raise SolverError("QP: no convergence in 100 iterations (test)")
+        return real(*args, kink_gradients=kink_gradients, **kwargs)
+
+    monkeypatch.setattr(leader, "solve_step", fails_once_with_pieces)
+    problem, last, max_step, tolerance = _fixture("demo_kink_market_a.json")
+    report = solve_equilibrium(
+        problem, last_prices=last, max_step=max_step, settings=SolverSettings(tolerance=tolerance)
+    )
+    assert failed, "the kink search never ran: the fixture no longer exercises it"
+    assert report.status == "converged", report.fallback_reason

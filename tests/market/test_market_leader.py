@@ -210,3 +210,21 @@ def test_optimum_at_a_kink_is_reached_and_certified():
     grid = grid[np.all((grid >= res.price_min) & (grid <= res.price_max), axis=1)]
     grid = grid[(grid[:, 1] >= 0.4 * grid[:, 0]) & (grid[:, 1] <= 0.8 * grid[:, 0])]  # the generator's band
     assert report.profit >= grid_profit(problem, grid).max() * (1 - 1e-6)
+
+
+def test_pieces_carried_along_a_ridge_steer_but_do_not_certify():
+    """A piece's gradient carried by accepted steps keeps steering the max-min model, but once
+    the point is farther than KINK_RADIUS from where the piece was sampled it no longer counts
+    for the kink certificate (a first-order extrapolation is not a sampled gradient)."""
+    from market_pipeline.market.leader_kinks import KINK_RADIUS, kink_gradients, recentred, sampled_near
+
+    span = np.ones(2)
+    sampled = np.array([1.0, 1.0])
+    hessian = np.array([[-2.0, 0.0], [0.0, -1.0]])
+    bundle = [(sampled, np.array([0.5, -0.25]), hessian, sampled)]
+    far = sampled + np.array([3 * KINK_RADIUS, 0.0])
+    assert kink_gradients(bundle, far, span) is None  # not carried: out of reach
+    carried_bundle = recentred(bundle, far)
+    np.testing.assert_allclose(kink_gradients(carried_bundle, far, span)[0], [0.5 - 6 * KINK_RADIUS, -0.25])
+    assert sampled_near(carried_bundle, far, span) == []
+    assert len(sampled_near(carried_bundle, sampled + 0.5 * KINK_RADIUS, span)) == 1
