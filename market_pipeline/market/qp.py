@@ -12,11 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import qr
 from scipy.linalg.lapack import dgesv, dpotrf, dpotrs
 
 from market_pipeline.market.errors import SolverError
 
 LOOSE_TOL = 1e-6  # dual residual accepted from a stalled interior point iteration (degenerate QPs)
+INDEPENDENT_TOL = 1e-10  # an active row whose QR pivot is below this share of the largest is dependent
 
 
 @dataclass(frozen=True)
@@ -29,8 +31,10 @@ class QPResult:
 
 def _max_step(v: np.ndarray, dv: np.ndarray) -> float:
     """Largest alpha in (0, 1] with v + alpha dv >= 0."""
-    ratios = np.where(dv < 0, -v / np.where(dv < 0, dv, -1.0), np.inf)
-    return float(min(1.0, ratios.min()))
+    falling = dv < 0
+    if not falling.any():
+        return 1.0
+    return min(1.0, float((v[falling] / -dv[falling]).min()))
 
 
 def _factor(matrix: np.ndarray) -> np.ndarray:
@@ -49,6 +53,24 @@ def _solve(chol: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     if info != 0:
         raise SolverError(f"QP: triangular solve failed (info {info})")
     return x
+
+
+def _independent(G: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """``active`` cut to linearly independent rows (QR with column pivoting on their
+    transpose). A degenerate vertex (a kink step at a zero step: trust, slack and epigraph rows
+    all binding) has more active rows than variables, and its KKT matrix is singular; the
+    dependent rows hold at equality anyway and take no multiplier."""
+    rows = np.flatnonzero(active)
+    if rows.size == 0:
+        return active
+    r, pivots = qr(G[rows].T, mode="r", pivoting=True)
+    diagonal = np.abs(np.diag(r))
+    rank = int((diagonal > INDEPENDENT_TOL * max(float(diagonal[0]), 1e-300)).sum())
+    if rank == rows.size:
+        return active
+    kept = np.zeros_like(active)
+    kept[rows[pivots[:rank]]] = True
+    return kept
 
 
 def _kkt_solve(Q, q, G, h, active):
@@ -86,6 +108,7 @@ def solve_with_active_set(
         if key in seen:
             return None  # cycling
         seen.add(key)
+        active = _independent(G, active)
         sol = _kkt_solve(Q, q, G, h, active)
         if sol is None:
             return None
