@@ -181,6 +181,8 @@ def make_strategy(name: str, inputs: RunInputs) -> PricingStrategy:
     raise SimulationInputError(f"unknown strategy {name!r}")
 
 
+# Strategies that solve the Stackelberg game every tick (the rest post a formula's price).
+MARKET_SOLVING = frozenset({"stackelberg", "clairvoyant", "claims"})
 # Inputs handed to forked workers without pickling them (set just before the fork).
 _SHARED: dict[str, Any] = {}
 
@@ -218,13 +220,18 @@ def run_strategies(
     _SHARED.update(inputs=inputs, counter=counter, side_task=side_task)
     try:
         with ctx.Pool(workers) as pool:
+            # Longest first (the pool hands tasks out in submission order): a strategy that
+            # solves the market each tick takes several times a fixed-price one, so it starts
+            # at once while the placement replay and the cheap strategies share the rest.
+            solving = [name for name in names if name in MARKET_SOLVING]
+            pending = {name: pool.apply_async(_run_one, (name,)) for name in solving}
             side = pool.apply_async(_run_side) if side_task is not None else None
-            pending = {name: pool.apply_async(_run_one, (name,)) for name in names}
+            pending |= {name: pool.apply_async(_run_one, (name,)) for name in names if name not in pending}
             while not all(p.ready() for p in pending.values()):
                 time.sleep(0.2)
                 if progress is not None:
                     progress(counter.value, total)
-            results = {name: p.get() for name, p in pending.items()}
+            results = {name: pending[name].get() for name in names}
             side_result = side.get() if side is not None else None
     finally:
         _SHARED.clear()
