@@ -20,6 +20,9 @@ has shrunk without progress, gradients of the pieces met by rejected trials are 
 their Hessians, carried to the current point) and the step QP maximises the concave max-min
 model over the pieces; its multipliers make the KKT residual the nonsmooth (Clarke) one
 (near a solution, the least over the active constraints' multipliers: ``kkt_polish``).
+Accepted max-min steps carry the pieces along (a ridge of kinks is walked, not relearned);
+only pieces sampled near the point certify it, and the kink search solves followers finer
+than their noise in profit (``kink_tolerance``).
 
 Safeguards (seed section 6.1): all tenants respond to the same price vector in every
 iteration (synchronous); the trust region shrinks on rejected steps (adaptive step), and per
@@ -158,7 +161,8 @@ def run_leader(
     source = "exact" if curvature is None else "estimate"
     active_guess = None
     best = point if point.excess == 0.0 else None  # the best capacity-feasible point so far
-    bundle: list[tuple] = []  # (prices, gradient, Hessian) of smooth pieces met across a kink
+    # (prices, gradient, Hessian, where sampled) of smooth pieces met across a kink
+    bundle: list[tuple] = []
     while True:
         try:
             step = _solve_step_with_penalty(
@@ -282,7 +286,7 @@ def run_leader(
         source = "stale" if reuse else "exact"
 
 
-def _piece(ctx: LeaderContext, trial: Point) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _piece(ctx: LeaderContext, trial: Point) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(prices, profit gradient, profit Hessian, prices) of the smooth piece a rejected trial
     lies on (the last entry: where it was sampled, kept when the piece is carried)."""
     model, _ = local_model(ctx, trial, np.zeros_like(trial.prices))
