@@ -106,54 +106,66 @@ def track(
     eta = step_sizes(width, delays if horizon_steps is None else horizon_steps, rate)
     min_half = 0.5 * MIN_WIDTH_SHARE * width
     windup = WINDUP_WIDTHS * width
-    neg_windup, neg_min_half = -windup, -min_half
-    lower = np.minimum(np.array(lower0, dtype=float), -min_half)
-    upper = np.maximum(np.array(upper0, dtype=float), min_half)
-    # History of offsets in force, padded in front by the longest delay so that "the row
-    # revealed now" is always a valid index; padded rows carry NaN residuals (no miss) and a
-    # zero step (no update), which keeps the loop body free of branches.
-    pad = int(delays.max())
-    total = rows + pad
-    upper_hist = np.empty((total + pad, columns))
-    lower_hist = np.empty((total + pad, columns))
-    padded = np.full((total + pad, columns), np.nan)
-    padded[pad : pad + rows] = normalised
-    reveal = np.arange(total)[:, None] + pad - delays[None, :]  # padded row revealed at i
-    flat = reveal * columns + np.arange(columns)[None, :]
-    revealed_r = padded.ravel()[flat]
-    in_range = (reveal >= pad) & (reveal < pad + rows)
-    step = np.where(in_range, eta[None, :], 0.0)
+    lower0 = np.minimum(np.array(lower0, dtype=float), -min_half)
+    upper0 = np.maximum(np.array(upper0, dtype=float), min_half)
+    lower_used, upper_used = np.empty((rows, columns)), np.empty((rows, columns))
+    lower, upper = np.empty(columns), np.empty(columns)
+    for column in range(columns):
+        issued = _track_column(
+            normalised[:, column].tolist(),
+            float(lower0[column]),
+            float(upper0[column]),
+            int(delays[column]),
+            float(eta[column]),
+            float(min_half[column]),
+            float(windup[column]),
+        )
+        lower_used[:, column], upper_used[:, column] = issued[0], issued[1]
+        lower[column], upper[column] = issued[2], issued[3]
+    return Tracked(lower_used, upper_used, lower, upper, rows)
+
+
+def _track_column(
+    residuals: list[float], lower: float, upper: float, delay: int, eta: float, min_half: float, windup: float
+) -> tuple[list[float], list[float], float, float]:
+    """One horizon's tracker: the offsets issued at each row, then the offsets handed on.
+
+    Horizons do not interact, so each runs on its own over plain floats: a row's update is a
+    few scalar operations, which Python does ~2x faster than numpy calls on a (horizons,)
+    vector (measured on the 5-minute path's 288 x 12 replay; the results are bit-identical).
+    """
+    rows = len(residuals)
     high_rate, low_rate = 1.0 - UPPER_QUANTILE, LOWER_QUANTILE
-    upper_hist[:pad], lower_hist[:pad] = upper, lower
-    up_flat, low_flat = upper_hist.ravel(), lower_hist.ravel()
-    for i in range(total):
-        r, index, eta_i = revealed_r[i], flat[i], step[i]
+    floor, neg_min_half = -windup, -min_half
+    # Rows before the first reveal are issued with the starting offsets.
+    first = min(delay, rows)
+    upper_issued = [max(upper, min_half)] * first + [0.0] * (rows - first)
+    lower_issued = [min(lower, -min_half)] * first + [0.0] * (rows - first)
+    for row, residual in enumerate(residuals):  # revealed at row + delay
         # The miss is judged against the interval that was issued at that origin, not the
         # current one: then sum(miss - level) = (final - initial) / eta (up to the floor
         # below, which only errs towards covering), which bounds the long-run coverage error
-        # even with the feedback delay.
-        upper += eta_i * ((r > up_flat[index]) - high_rate)
-        lower -= eta_i * ((r < low_flat[index]) - low_rate)
+        # even with the feedback delay. (A NaN residual compares False: a non-miss.)
+        upper += eta * ((residual > upper_issued[row]) - high_rate)
+        lower -= eta * ((residual < lower_issued[row]) - low_rate)
         # The issued interval always contains the point forecast and a minimal band, but the
         # state may pass it, down to `WINDUP_WIDTHS` widths: where fewer than 10% of
         # residuals fall on one side (a lumpy series whose demand mostly does not change,
         # a drift), a side at its floor cannot miss more, and a state clamped there would
         # absorb the credit that should offset the next burst's over-wide interval; the
         # banked credit keeps the long-run miss rate at its level as far as it can be.
-        np.maximum(upper, neg_windup, out=upper)
-        np.minimum(lower, windup, out=lower)
-        np.maximum(upper, min_half, out=upper_hist[pad + i])
-        np.minimum(lower, neg_min_half, out=lower_hist[pad + i])
-    used = slice(pad, pad + rows)
+        # (Comparisons, not max/min: builtin calls double the cost of this loop.)
+        if upper < floor:
+            upper = floor
+        if lower > windup:
+            lower = windup
+        issued_at = row + delay
+        if issued_at < rows:
+            upper_issued[issued_at] = upper if upper > min_half else min_half
+            lower_issued[issued_at] = lower if lower < neg_min_half else neg_min_half
     # The offsets handed on are the ones the next interval is issued with (the bank is not
     # carried: a live forecast replays its window afresh each tick).
-    return Tracked(
-        lower_hist[used].copy(),
-        upper_hist[used].copy(),
-        np.minimum(lower, neg_min_half),
-        np.maximum(upper, min_half),
-        rows,
-    )
+    return lower_issued, upper_issued, min(lower, -min_half), max(upper, min_half)
 
 
 def rolling_coverage(inside: np.ndarray, window: int) -> np.ndarray:

@@ -121,9 +121,15 @@ class SurvivalArrival(Candidate):
             return False
         level = self._level(series, origins)[:, None]
         gap = series.values[origins][:, None] - level
-        targets = series.values[origins[:, None] + horizons[None, :]]
-        # Mean absolute error of every grid value (rows) for every horizon (columns).
-        errors = np.stack([np.abs(targets - level - share * gap).mean(axis=0) for share in SURVIVAL_GRID])
+        deviation = series.values[origins[:, None] + horizons[None, :]] - level
+        # Mean absolute error of every grid value (rows) for every horizon (columns); one
+        # scratch array serves every grid value (this fit runs per pool, fold and refit).
+        scratch = np.empty_like(deviation)
+        errors = np.empty((SURVIVAL_GRID.size, horizons.size))
+        for index, share in enumerate(SURVIVAL_GRID):
+            np.subtract(deviation, share * gap, out=scratch)
+            np.abs(scratch, out=scratch)
+            errors[index] = scratch.mean(axis=0)
         self.survival = SURVIVAL_GRID[np.argmin(errors, axis=0)]
         return True
 
