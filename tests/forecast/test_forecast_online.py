@@ -50,6 +50,64 @@ def test_offsets_in_force_at_a_row_ignore_targets_not_yet_observed() -> None:
         assert moved.upper_used[100 + delay, column] > base.upper_used[100 + delay, column]
 
 
+def _reference_track(residuals, lower, upper, delays, eta, min_half, windup):
+    """The update rule row by row over every horizon at once, written for reading, not speed."""
+    rows, columns = residuals.shape
+    upper, lower = np.maximum(upper, min_half), np.minimum(lower, -min_half)
+    upper_used, lower_used = np.empty((rows, columns)), np.empty((rows, columns))
+    for now in range(rows + delays.max()):
+        for column, delay in enumerate(delays):
+            origin = now - delay  # the row whose target is observed now
+            if 0 <= origin < rows:
+                r = residuals[origin, column]
+                upper[column] += eta[column] * ((r > upper_used[origin, column]) - 0.1)
+                lower[column] -= eta[column] * ((r < lower_used[origin, column]) - 0.1)
+                upper[column] = max(upper[column], -windup[column])
+                lower[column] = min(lower[column], windup[column])
+        if now < rows:
+            upper_used[now] = np.maximum(upper, min_half)
+            lower_used[now] = np.minimum(lower, -min_half)
+    return lower_used, upper_used, np.minimum(lower, -min_half), np.maximum(upper, min_half)
+
+
+def test_tracker_follows_its_update_rule_with_delayed_feedback() -> None:
+    from market_pipeline.forecast.online import MIN_WIDTH_SHARE, WINDUP_WIDTHS, step_sizes
+
+    rng = np.random.default_rng(4)
+    # (rows, delays, share of ties); the last is quiet (its states wind up to the bank's edge),
+    # then busy
+    cases = (
+        (0, [1, 3], 0.5),
+        (5, [1, 12], 0.5),
+        (200, [1, 2, 7, 12], 0.3),
+        (60, [1, 24], 0.3),
+        (300, [1, 6], 0.97),
+    )
+    for rows, delays, ties in cases:
+        delays = np.array(delays)
+        moved = rng.random((rows, delays.size)) > ties
+        moved[rows // 2 :] |= ties > 0.9  # ... then busy: the banked credit delays the widening
+        residuals = (
+            rng.standard_normal((rows, delays.size)) * rng.choice([1.0, 4.0], (rows, delays.size)) * moved
+        )
+        lower0, upper0, width = -rng.random(delays.size), rng.random(delays.size), rng.random(delays.size) + 1
+        tracked = track(residuals, lower0, upper0, delays, rate=0.2, width=width)
+        expected = _reference_track(
+            residuals,
+            lower0.copy(),
+            upper0.copy(),
+            delays,
+            step_sizes(width, delays, 0.2),
+            0.5 * MIN_WIDTH_SHARE * width,
+            WINDUP_WIDTHS * width,
+        )
+        for got, want in zip(
+            (tracked.lower_used, tracked.upper_used, tracked.lower, tracked.upper), expected
+        ):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+        assert tracked.steps == rows
+
+
 def test_interval_always_contains_the_point_and_never_collapses() -> None:
     residuals = np.zeros((500, 2))  # demand that never changes: every target is the point
     tracked = track(residuals, np.array([-1.0, -2.0]), np.array([1.0, 2.0]), np.array([1, 2]), rate=0.5)
