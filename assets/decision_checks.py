@@ -4,8 +4,8 @@ stops what depends on its asset in the same run, so a bad decision does not flow
 
 | asset | check | blocks |
 |---|---|---|
-| equilibrium_prices | solve certified (status, KKT <= tolerance) | yes |
-| equilibrium_prices | negative margins answered by a capacity target | no (ERROR) |
+| equilibrium_prices | solve certified (status, KKT <= tolerance); a fallback warns | yes |
+| equilibrium_prices | negative margins answered by a capacity target; an exhausted pool warns | no (ERROR) |
 | price_book | prices within bounds, cap, band and max step (great-expectations) | yes |
 | scaling_plan | certificate margins >= 0 (targets, approved removals) | yes |
 | scaling_plan | no node cordoned or uncordoned more than twice a day | no (ERROR) |
@@ -52,7 +52,11 @@ def verdict_result(
     check_name: str | None = None,
     **extra: object,
 ) -> dg.AssetCheckResult:
-    """A verdict as the check result: its key numbers top-level, the offenders as a table."""
+    """A verdict as the check result: its key numbers top-level, the offenders as a table. An
+    expected outcome (`Verdict.expected`) that did not pass warns instead: a blocking check
+    then lets its asset's dependents run (they publish the prices in force or the shield's)."""
+    if not verdict.passed and verdict.expected:
+        severity = dg.AssetCheckSeverity.WARN
     metadata: dict[str, object] = {**verdict.numbers, **extra, "offenders": len(verdict.offenders)}
     if verdict.offenders:
         metadata["offending"] = table_metadata(verdict.offenders)
@@ -71,8 +75,9 @@ EQUILIBRIUM_SPECS = [
         asset=EQUILIBRIUM,
         blocking=True,
         description="The tick's equilibrium solve is certified: converged (or proved capacity "
-        "short at price_max) with its KKT residual within market.solver_tolerance; "
-        "a fallback solve fails.",
+        "short at price_max) with its KKT residual within market.solver_tolerance. A fallback "
+        "to the prices in force, with its reason, warns (an expected outcome); a solver defect "
+        "(no report, an unknown status, a certified status over tolerance) fails.",
     ),
     # Not blocking: an uncertified pool needs the shielded price published and capacity
     # planned, which is what runs downstream; stopping them would leave it worse.

@@ -28,15 +28,25 @@ def _tick_reason(row: dict) -> str:
     return f": {reason}" if reason else ""
 
 
+def _exhausted(row: dict) -> bool:
+    """Every GPU the pool can reach already serves: no capacity can be asked, only an operator
+    can add nodes (None: a tick stored before the reachable capacity was recorded)."""
+    reachable = row.get("reachable_gpus")
+    return reachable is not None and row["serving_gpus"] + _EPS >= reachable
+
+
 def tick_margin_verdict(tick: pl.DataFrame) -> Verdict:
-    """`tick`: the latest market tick's rows (pool_id, margin, serving_gpus, capacity_target_gpus)."""
-    offenders = []
+    """`tick`: the latest market tick's rows (pool_id, margin, serving_gpus, capacity_target_gpus,
+    reachable_gpus). A negative margin nobody acts on offends; where the pool is exhausted (all
+    it can reach already serves) that is an expected outcome the check warns about: the tick
+    published the promise window's top and its reason asks an operator for nodes."""
+    offenders, exhausted = [], []
     for r in tick.iter_rows(named=True):
         margin = r["margin"]
         if margin is None or not math.isfinite(margin):
             offenders.append({"pool_id": r["pool_id"], "margin": str(margin), "why": "no finite margin"})
         elif margin < -_EPS and r["capacity_target_gpus"] <= r["serving_gpus"] + _EPS:
-            offenders.append(
+            (exhausted if _exhausted(r) else offenders).append(
                 {
                     "pool_id": r["pool_id"],
                     "margin": round(margin, 4),
@@ -46,15 +56,30 @@ def tick_margin_verdict(tick: pl.DataFrame) -> Verdict:
             )
     short = tick.filter(pl.col("margin") < -_EPS).height if tick.height else 0
     lowest = float(tick["margin"].min()) if tick.height else 0.0
-    return Verdict.from_offenders(
-        offenders,
+    numbers = {"pools": tick.height, "uncertified_pools": short, "lowest_margin": round(lowest, 4)}
+    if offenders:
+        return Verdict(
+            False,
+            f"{len(offenders)} pool(s) with a negative margin and no capacity asked: "
+            + ", ".join(str(o["pool_id"]) for o in offenders),
+            offenders + exhausted,
+            numbers,
+        )
+    if exhausted:
+        return Verdict(
+            False,
+            f"{len(exhausted)} pool(s) short of capacity and exhausted (every node serves; add "
+            "nodes to the pool): " + ", ".join(str(o["pool_id"]) for o in exhausted),
+            exhausted,
+            {**numbers, "exhausted_pools": len(exhausted)},
+            expected=True,
+        )
+    return Verdict(
+        True,
         f"{tick.height} pool(s): {tick.height - short} certified at their serving capacity, "
         f"{short} short with capacity asked",
-        "{n} pool(s) with a negative margin and no capacity asked: "
-        + ", ".join(str(o["pool_id"]) for o in offenders),
-        pools=tick.height,
-        uncertified_pools=short,
-        lowest_margin=round(lowest, 4),
+        [],
+        numbers,
     )
 
 

@@ -1,4 +1,9 @@
-"""What a decision check says: passed or not, one line why, the rows that broke the rule."""
+"""What a decision check says: passed or not, one line why, the rows that broke the rule.
+
+A verdict that did not pass is either a defect (the check fails at ERROR) or an expected
+operating outcome (`expected`: a solver fallback to the prices in force, a pool short of
+capacity that only an operator can grow): the check warns with its reason and the run stays
+green."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ class Verdict:
     description: str
     offenders: list[dict[str, object]] = field(default_factory=list)
     numbers: dict[str, float | int] = field(default_factory=dict)  # top-level metadata entries
+    expected: bool = False  # not passed, but an expected outcome: warn, do not fail
 
     @classmethod
     def from_offenders(

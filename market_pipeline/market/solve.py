@@ -301,6 +301,12 @@ def _make_report(
 ) -> SolveReport:
     res = problem.resources
     served = np.minimum(demand, res.capacity)
+    # Demand above capacity even at price_max is what a capacity-infeasible solve proves: its
+    # capacity violation is the shortfall, not a residual. It is certified like a solution on
+    # stationarity, complementarity and its followers (the violation is reported on its own).
+    leader_kkt = (
+        max(kkt.stationarity, kkt.complementarity) if status == STATUS_CAPACITY_INFEASIBLE else kkt.total
+    )
     profit = float((prices - res.unit_cost) @ served) if np.all(np.isfinite(served)) else float("nan")
     return SolveReport(
         resource_names=res.names,
@@ -309,7 +315,7 @@ def _make_report(
         capacity=res.capacity.copy(),
         capacity_price=np.asarray(multiplier, dtype=np.float64),
         profit=profit,
-        kkt_residual=max(kkt.total, follower_kkt),
+        kkt_residual=max(leader_kkt, follower_kkt),
         follower_kkt=follower_kkt,
         leader_stationarity=kkt.stationarity,
         leader_complementarity=kkt.complementarity,

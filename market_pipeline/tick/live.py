@@ -47,6 +47,7 @@ TICK_SCHEMA = {
     "backlog_gpus": pl.Float64,
     "forecast_upper_gpus": pl.Float64,
     "shadow": pl.Boolean,
+    "reachable_gpus": pl.Float64,
 }
 
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # the solver (torch) loads only when a market is solved: repl
     from market_pipeline.market import MarketProblem, SolveReport, SolverSettings
 
 AS_SOLVED = "as solved"
+GPU_DUST = 1e-9  # relative: a GPU count this far below zero is float dust, read as zero
 
 
 class MarketTickError(ValueError):
@@ -79,9 +80,15 @@ class PoolTickInput:
                 f"pool {self.pool_id}: need 0 <= price_min < price_max, got "
                 f"{self.price_min!r}, {self.price_max!r}"
             )
-        for name in ("serving_gpus", "reachable_gpus", "demand_gpus", "backlog_gpus", "forecast_upper_gpus"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
+        gpu_fields = ("serving_gpus", "reachable_gpus", "demand_gpus", "backlog_gpus", "forecast_upper_gpus")
+        values = [getattr(self, name) for name in gpu_fields]
+        # GPU counts come out of sums and differences of floats: a count a few ulps below zero
+        # (-1.1e-16) is zero, not bad input. Dust is relative to the pool's largest count.
+        dust = GPU_DUST * max([1.0] + [abs(v) for v in values if math.isfinite(v)])
+        for name, value in zip(gpu_fields, values):
+            if math.isfinite(value) and -dust <= value < 0:
+                object.__setattr__(self, name, 0.0)
+            elif not (math.isfinite(value) and value >= 0):
                 raise MarketTickError(f"pool {self.pool_id}: {name} must be finite and >= 0, got {value!r}")
 
 
@@ -107,6 +114,7 @@ class PoolTickRecord:
     demand_gpus: float = 0.0  # what the tick saw: demand and backlog now, the forecast's upper quantile
     backlog_gpus: float = 0.0
     forecast_upper_gpus: float = 0.0
+    reachable_gpus: float = 0.0  # the most capacity scaling can bring: serving it all = exhausted
 
     @property
     def shielded(self) -> bool:
@@ -304,6 +312,7 @@ def _pool_tick(
         demand_gpus=p.demand_gpus,
         backlog_gpus=p.backlog_gpus,
         forecast_upper_gpus=p.forecast_upper_gpus,
+        reachable_gpus=p.reachable_gpus,
     )
 
 

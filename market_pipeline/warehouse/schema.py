@@ -278,4 +278,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE demand_response ADD COLUMN IF NOT EXISTS lag_hours DOUBLE DEFAULT 0",
         ),
     ),
+    Migration(
+        423,
+        "market ticks: the capacity each pool can reach (an exhausted pool is told apart)",
+        ("ALTER TABLE market_ticks ADD COLUMN IF NOT EXISTS reachable_gpus DOUBLE",),
+    ),
 )

@@ -178,6 +178,10 @@ def test_capacity_infeasible_within_price_bounds_is_reported():
     assert report.prices[0] == pytest.approx(0.8)
     assert set(report.oversold) == {"gpu"}
     assert report.fallback_reason is None
+    # the shortfall is what the solve proves, not a residual: the report certifies on the
+    # leader's stationarity, complementarity and its followers, the violation stands apart
+    assert report.capacity_violation > 0.1
+    assert report.kkt_residual <= 1e-6
 
 
 def test_tight_discount_band_fixes_the_drainable_price():

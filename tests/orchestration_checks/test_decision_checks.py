@@ -44,16 +44,29 @@ def test_solve_is_certified_only_when_converged_within_tolerance() -> None:
     assert solve_verdict({**good, "status": "capacity_infeasible"}, 1e-6).passed  # the shield asks capacity
     over = solve_verdict({**good, "kkt_residual": 1e-3}, 1e-6)
     assert not over.passed and "KKT residual 0.001 > tolerance 1e-06" in over.description
+    assert not over.expected  # a certified status over tolerance is a solver defect: it fails
     fallback = solve_verdict({**good, "status": "fallback", "fallback_reason": "diverged"}, 1e-6)
-    assert not fallback.passed and "diverged" in fallback.description
+    # a fallback with its reason is an expected outcome: the check warns, the prices in force stay
+    assert not fallback.passed and fallback.expected and "diverged" in fallback.description
+    assert "prices in force" in fallback.description
+    silent = solve_verdict({**good, "status": "fallback", "fallback_reason": None}, 1e-6)
+    assert not silent.passed and not silent.expected  # a fallback that cannot say why is a defect
+    assert not solve_verdict({**good, "status": "bogus"}, 1e-6).expected
     assert not solve_verdict({**good, "kkt_residual": None}, 1e-6).passed
     assert not solve_verdict({**good, "kkt_residual": float("nan")}, 1e-6).passed
     assert not solve_verdict(None, 1e-6).passed
 
 
-def tick(margin: float, serving: float, target: float) -> pl.DataFrame:
+def tick(margin: float, serving: float, target: float, reachable: float | None = 256.0) -> pl.DataFrame:
     row = {name: None for name in TICK_SCHEMA}
-    row.update(tick_at=T0, pool_id="p", margin=margin, serving_gpus=serving, capacity_target_gpus=target)
+    row.update(
+        tick_at=T0,
+        pool_id="p",
+        margin=margin,
+        serving_gpus=serving,
+        capacity_target_gpus=target,
+        reachable_gpus=reachable,
+    )
     return pl.DataFrame([row], schema=TICK_SCHEMA)
 
 
@@ -61,8 +74,15 @@ def test_a_negative_tick_margin_must_have_asked_for_capacity() -> None:
     assert tick_margin_verdict(tick(3.0, 40.0, 32.0)).passed
     assert tick_margin_verdict(tick(-12.4, 48.0, 64.0)).passed  # capacity asked: the plan sizes to it
     bad = tick_margin_verdict(tick(-0.5, 48.0, 48.0))
-    assert not bad.passed and bad.offenders[0]["pool_id"] == "p"
+    assert not bad.passed and bad.offenders[0]["pool_id"] == "p" and not bad.expected
     assert not tick_margin_verdict(tick(float("nan"), 48.0, 64.0)).passed
+    # an exhausted pool (every node it has already serves) cannot ask for capacity: only an
+    # operator can add nodes. That is an expected outcome: the check warns and names the pool
+    exhausted = tick_margin_verdict(tick(-0.5, 2.0, 2.0, reachable=2.0))
+    assert not exhausted.passed and exhausted.expected
+    assert "exhausted" in exhausted.description and "p" in exhausted.description
+    # a tick stored before the reachable capacity was recorded is judged as before
+    assert not tick_margin_verdict(tick(-0.5, 2.0, 2.0, reachable=None)).expected
 
 
 def write_scale(store: Warehouse, rows: list[dict]) -> None:

@@ -198,3 +198,15 @@ def test_an_exhausted_pool_says_so_instead_of_asking_for_capacity() -> None:
         "pool exhausted" in record.guaranteed_reason and "capacity must come" not in record.guaranteed_reason
     )
     assert record.capacity_target_gpus == pytest.approx(64.0)
+
+
+def test_float_dust_below_zero_is_zero_and_a_real_negative_count_is_refused() -> None:
+    """A simulation stopped at tick 526 of 720 on `demand_gpus = -1.1e-16`: a count a few ulps
+    below zero out of float sums is zero. A count truly below zero is still bad input."""
+    dusty = pool(demand_gpus=-1.1102230246251565e-16, backlog_gpus=-2e-15)
+    assert dusty.demand_gpus == 0.0 and dusty.backlog_gpus == 0.0
+    assert run_market_tick([dusty], None, Promises()).pools[0].demand_gpus == 0.0
+    with pytest.raises(MarketTickError, match="demand_gpus must be finite and >= 0"):
+        pool(demand_gpus=-1e-3)
+    with pytest.raises(MarketTickError, match="backlog_gpus"):
+        pool(backlog_gpus=float("nan"))
