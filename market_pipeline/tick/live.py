@@ -17,13 +17,14 @@ from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.guardrails.backlog import backlog_params_from_config
 from market_pipeline.market import DRAINABLE, GUARANTEED
 from market_pipeline.scaling.settings import capacity_horizon_minutes
-from market_pipeline.tick.market_tick import AS_SOLVED, MarketTick, PoolTickInput
+from market_pipeline.tick.market_tick import AS_SOLVED, HOLD_PREFIX, MarketTick, PoolTickInput
 from market_pipeline.tick.pricing import mid_band_discount, resource_name
 from market_pipeline.tick.promises import Promises, guaranteed_window
 from market_pipeline.warehouse import Warehouse
-from market_pipeline.warehouse.readers import last_certified_prices
+from market_pipeline.warehouse.readers import last_certified_prices, typical_demand_by_pool
 
 EXPERIMENT_REASON = "price experiment"
+NO_EVIDENCE = "no demand observed in this pool yet (cold start): nothing to price on"
 TICK_SCHEMA = {
     "tick_at": pl.Datetime("us", "UTC"),
     "solve_id": pl.Utf8,
@@ -96,6 +97,7 @@ def pool_tick_inputs(
     reachable = dict(
         store.query("SELECT pool_id, sum(gpus)::DOUBLE FROM fleet_nodes GROUP BY pool_id").iter_rows()
     )
+    evidence = typical_demand_by_pool(store, now)  # pools with demand observed since the first snapshot
     out = []
     for pool in config.pools:
         now_demand, pending = demand.get(pool.pool_id, (0.0, 0.0))
@@ -118,6 +120,7 @@ def pool_tick_inputs(
                 in_force_drainable=in_force[resource_name(pool.pool_id, DRAINABLE)],
                 forecast_price=g,  # the demand history (so the forecast) was observed at the prices in force
                 backlog=backlog_params_from_config(config, pool.pool_id),
+                hold_reason=None if pool.pool_id in evidence else NO_EVIDENCE,
             )
         )
     return out
@@ -153,7 +156,9 @@ def price_source(status: str, reason: str, shield_factor: float, certified: bool
         return "shield"
     if EXPERIMENT_REASON in reason:  # a bounded price experiment (`demand_response.experiments`)
         return "experiment"
-    return "solver" if reason == AS_SOLVED else "promises"
+    if reason.startswith(HOLD_PREFIX):  # no evidence to price on: the prices in force stay
+        return "hold"
+    return "solver" if reason.startswith(AS_SOLVED) else "promises"
 
 
 def published_rows(config: MarketPipelineConfig, tick: pl.DataFrame) -> pl.DataFrame:

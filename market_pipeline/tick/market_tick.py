@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # the solver (torch) loads only when a market is solved: repl
     from market_pipeline.market import MarketProblem, SolveReport, SolverSettings
 
 AS_SOLVED = "as solved"
+HOLD_PREFIX = "holding the prices in force"
 GPU_DUST = 1e-9  # relative: a GPU count this far below zero is float dust, read as zero
 
 
@@ -69,6 +70,9 @@ class PoolTickInput:
     in_force_drainable: float
     forecast_price: float | None = None  # guaranteed price the forecast assumed (None: the solver's)
     backlog: BacklogParams = field(default_factory=BacklogParams)
+    # Why the pool holds the prices in force instead of the solver's (None: it prices). A pool
+    # with no evidence yet (no demand ever observed: a cold start) has nothing to price on.
+    hold_reason: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("list_price", "in_force_guaranteed", "in_force_drainable", "node_gpus"):
@@ -265,9 +269,14 @@ def _pool_tick(
     p: PoolTickInput, solver_g: float, solver_d: float, promises: Promises, status: str, note: str = ""
 ) -> PoolTickRecord:
     window = guaranteed_window(p.in_force_guaranteed, p.list_price, p.price_min, p.price_max, promises)
-    equilibrium, clipped = window.clip(solver_g)
-    reasons = [f"solve {status}"] if status not in ("converged", "list") else []
-    reasons += [note] if note else []
+    if p.hold_reason is not None:
+        equilibrium, clipped = window.clip(p.in_force_guaranteed)
+        solver_d = p.in_force_drainable
+        reasons = [f"{HOLD_PREFIX}: {p.hold_reason}"]
+    else:
+        equilibrium, clipped = window.clip(solver_g)
+        reasons = [f"solve {status}"] if status not in ("converged", "list") else []
+        reasons += [note] if note else []
     if clipped:
         reasons.append(f"solver price {clipped}")
     params = replace(p.backlog, price_min=window.low, price_max=window.high)
@@ -300,7 +309,7 @@ def _pool_tick(
         solver_drainable=solver_d,
         guaranteed=guaranteed,
         drainable=drainable,
-        guaranteed_reason="; ".join(reasons) or AS_SOLVED,
+        guaranteed_reason="; ".join(reasons) or _as_solved(p, guaranteed),
         drainable_reason="; ".join(d_reasons) or AS_SOLVED,
         certified=cert.admissible,
         margin=cert.margin,
@@ -313,6 +322,19 @@ def _pool_tick(
         backlog_gpus=p.backlog_gpus,
         forecast_upper_gpus=p.forecast_upper_gpus,
         reachable_gpus=p.reachable_gpus,
+    )
+
+
+def _as_solved(p: PoolTickInput, price: float) -> str:
+    """The reason of a price the solver set alone: where it moved, by how much and on what load
+    (a price that moves says why)."""
+    change = price / p.in_force_guaranteed - 1
+    if abs(change) <= 1e-6:
+        return AS_SOLVED
+    return (
+        f"{AS_SOLVED}: {change:+.1%} from {p.in_force_guaranteed:.4g} in force at demand "
+        f"{p.demand_gpus:.4g} GPUs (forecast upper {p.forecast_upper_gpus:.4g}) on "
+        f"{p.serving_gpus:g} serving"
     )
 
 

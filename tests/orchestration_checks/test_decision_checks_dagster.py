@@ -1,5 +1,6 @@
 """The decision checks in Dagster: registered on their assets, and a failed blocking check
-keeps what depends on its asset from running (a fallback solve never reaches the price book)."""
+keeps what depends on its asset from running (a solver defect never reaches the price book);
+an expected outcome (a fallback to the prices in force) warns and lets it run."""
 
 from __future__ import annotations
 
@@ -99,13 +100,29 @@ def run(tmp_path, status: str, kkt: float) -> dg.ExecuteInProcessResult:
     )
 
 
-def test_a_fallback_solve_fails_its_check_and_stops_the_price_book(tmp_path) -> None:
+def test_a_fallback_solve_warns_and_the_price_book_keeps_the_prices_in_force(tmp_path) -> None:
+    """A fallback with its reason is an expected outcome: the check warns, the run is green and
+    the price book runs (it publishes the tick's prices: those in force)."""
     open_warehouse(tmp_path / "w.duckdb")
     result = run(tmp_path, "fallback", 0.0)
+    assert result.success
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
-    assert not evaluations["equilibrium_solve_certified"].passed
-    assert "leader step diverged" in evaluations["equilibrium_solve_certified"].description
+    certified = evaluations["equilibrium_solve_certified"]
+    assert not certified.passed and certified.severity == dg.AssetCheckSeverity.WARN
+    assert "leader step diverged" in certified.description
     assert evaluations["equilibrium_margins"].passed
+    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert "price_book" in materialized
+
+
+def test_a_solver_defect_fails_its_check_and_stops_the_price_book(tmp_path) -> None:
+    """A solve that says converged with a residual over tolerance is a defect: it fails loudly."""
+    open_warehouse(tmp_path / "w.duckdb")
+    result = run(tmp_path, "converged", 1e-3)
+    assert not result.success
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    certified = evaluations["equilibrium_solve_certified"]
+    assert not certified.passed and certified.severity == dg.AssetCheckSeverity.ERROR
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert "price_book" not in materialized
 

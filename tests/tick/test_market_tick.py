@@ -210,3 +210,35 @@ def test_float_dust_below_zero_is_zero_and_a_real_negative_count_is_refused() ->
         pool(demand_gpus=-1e-3)
     with pytest.raises(MarketTickError, match="backlog_gpus"):
         pool(backlog_gpus=float("nan"))
+
+
+def test_a_pool_without_evidence_holds_its_prices_and_a_moved_price_says_why() -> None:
+    """Cold start: with no demand ever observed the solver has nothing to price on (its tenants'
+    valuation scales to the floor, and every price fell by the max step). Such a pool holds the
+    prices in force, and says so; a price the solver moves names the move and the load."""
+    from market_pipeline.tick.live import price_source
+
+    held = run_market_tick([pool(in_force_guaranteed=1.8, hold_reason="no demand yet")], None, Promises())
+    record = held.pools[0]
+    assert record.guaranteed == pytest.approx(1.8) and record.drainable == pytest.approx(1.2)
+    assert record.guaranteed_reason.startswith("holding the prices in force: no demand yet")
+    assert (
+        price_source(held.status, record.guaranteed_reason, record.shield_factor, record.certified) == "hold"
+    )
+    moved = run_market_tick([pool(in_force_guaranteed=1.8)], None, Promises()).pools[0]
+    assert moved.guaranteed == pytest.approx(2.0)
+    assert moved.guaranteed_reason.startswith(AS_SOLVED) and "+11.1% from 1.8" in moved.guaranteed_reason
+    assert price_source("converged", moved.guaranteed_reason, 1.0, True) == "solver"
+
+
+def test_the_live_inputs_of_an_empty_warehouse_hold_every_pool(tmp_path) -> None:
+    from datetime import datetime, timezone
+
+    from market_pipeline.tick.live import pool_tick_inputs, prices_in_force
+    from market_pipeline.warehouse import open_warehouse
+
+    config = load_config()
+    store = open_warehouse(tmp_path / "w.duckdb")
+    now = datetime(2026, 3, 2, 12, tzinfo=timezone.utc)
+    inputs = pool_tick_inputs(config, store, now, prices_in_force(config, store), {})
+    assert inputs and all(p.hold_reason and "cold start" in p.hold_reason for p in inputs)
