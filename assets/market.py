@@ -27,6 +27,7 @@ from market_pipeline.tick.pricing import build_market_problem, solver_settings
 from market_pipeline.tick.state import (
     FORECAST_HORIZON_MIN,
     GRID_MINUTES,
+    global_resolve_due,
     shadow_price_decisions,
     solve_record,
     tick_origin,
@@ -134,9 +135,7 @@ def equilibrium_prices(
         readers.typical_demand_by_pool(store, now),
     )
     market = config.market
-    resolve_due = market.global_resolve_minutes > 0 and (
-        (now.hour * 60 + now.minute) % market.global_resolve_minutes < config.loop.tick_minutes
-    )
+    resolve_due = global_resolve_due(now, market.global_resolve_minutes, config.loop.tick_minutes)
     response, running = tick_response(config, store, now)  # the demand-response fit, its experiments
     pools = pool_tick_inputs(config, store, now, in_force, serving)
     tick = run_market_tick(

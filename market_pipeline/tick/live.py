@@ -98,32 +98,56 @@ def pool_tick_inputs(
         store.query("SELECT pool_id, sum(gpus)::DOUBLE FROM fleet_nodes GROUP BY pool_id").iter_rows()
     )
     evidence = typical_demand_by_pool(store, now)  # pools with demand observed since the first snapshot
-    out = []
-    for pool in config.pools:
-        now_demand, pending = demand.get(pool.pool_id, (0.0, 0.0))
-        g = in_force[resource_name(pool.pool_id, GUARANTEED)]
-        out.append(
-            PoolTickInput(
-                pool_id=pool.pool_id,
-                list_price=pool.base_price,
-                price_min=pool.price_min,
-                price_max=pool.price_max,
-                node_gpus=float(pool.gpus_per_node),
-                serving_gpus=float(serving.get(pool.pool_id, 0.0)),
-                reachable_gpus=float(
-                    max(reachable.get(pool.pool_id) or 0.0, pool.max_nodes * pool.gpus_per_node)
-                ),
-                demand_gpus=max(now_demand, 0.0),
-                backlog_gpus=max(pending, 0.0),
-                forecast_upper_gpus=max(float(upper.get(pool.pool_id) or now_demand), 0.0),
-                in_force_guaranteed=g,
-                in_force_drainable=in_force[resource_name(pool.pool_id, DRAINABLE)],
-                forecast_price=g,  # the demand history (so the forecast) was observed at the prices in force
-                backlog=backlog_params_from_config(config, pool.pool_id),
-                hold_reason=None if pool.pool_id in evidence else NO_EVIDENCE,
-            )
+    return [
+        pool_tick_input(
+            config,
+            pool.pool_id,
+            in_force,
+            serving_gpus=float(serving.get(pool.pool_id, 0.0)),
+            fleet_gpus=reachable.get(pool.pool_id) or 0.0,
+            observed=demand.get(pool.pool_id),
+            forecast_upper=upper.get(pool.pool_id),
+            has_evidence=pool.pool_id in evidence,
         )
-    return out
+        for pool in config.pools
+    ]
+
+
+def pool_tick_input(
+    config: MarketPipelineConfig,
+    pool_id: str,
+    in_force: dict[str, float],
+    *,
+    serving_gpus: float,
+    fleet_gpus: float,
+    observed: tuple[float, float] | None,
+    forecast_upper: float | None,
+    has_evidence: bool,
+) -> PoolTickInput:
+    """One pool's tick input from what the loop observed: powered GPUs, the pool's GPUs in the
+    fleet, (demand, pending) now, the forecast's upper quantile, and whether any demand was
+    ever observed (without, the pool holds its prices: a cold start has nothing to price on).
+    The live loop reads these from the warehouse; `bench ticks` from the twin it drives."""
+    pool = config.pool_by_id[pool_id]
+    now_demand, pending = observed or (0.0, 0.0)
+    g = in_force[resource_name(pool_id, GUARANTEED)]
+    return PoolTickInput(
+        pool_id=pool_id,
+        list_price=pool.base_price,
+        price_min=pool.price_min,
+        price_max=pool.price_max,
+        node_gpus=float(pool.gpus_per_node),
+        serving_gpus=serving_gpus,
+        reachable_gpus=float(max(fleet_gpus, pool.max_nodes * pool.gpus_per_node)),
+        demand_gpus=max(now_demand, 0.0),
+        backlog_gpus=max(pending, 0.0),
+        forecast_upper_gpus=max(float(forecast_upper or now_demand), 0.0),
+        in_force_guaranteed=g,
+        in_force_drainable=in_force[resource_name(pool_id, DRAINABLE)],
+        forecast_price=g,  # the demand history (so the forecast) was observed at the prices in force
+        backlog=backlog_params_from_config(config, pool_id),
+        hold_reason=None if has_evidence else NO_EVIDENCE,
+    )
 
 
 def next_price_ceilings(config: MarketPipelineConfig, in_force: dict[str, float]) -> dict[str, float]:

@@ -24,6 +24,12 @@ def tick_origin(now: datetime, step_minutes: int) -> datetime:
     return floored - timedelta(minutes=floored.minute % step_minutes)
 
 
+def global_resolve_due(now: datetime, resolve_minutes: int, tick_minutes: int) -> bool:
+    """Whether the tick at `now` also solves cold with the global phase (every
+    `market.global_resolve_minutes`; 0: never)."""
+    return resolve_minutes > 0 and (now.hour * 60 + now.minute) % resolve_minutes < tick_minutes
+
+
 def solve_record(report: SolveReport, solved_at: datetime, shadow: bool) -> pl.DataFrame:
     body = report.to_dict()
     return pl.DataFrame(
