@@ -129,7 +129,9 @@ def perturb_tick(
         d_window = drainable_window(
             p.in_force_drainable, guaranteed, p.price_min * (1 - promises.discount_max), promises
         )
-        drainable, d_reasons = d_window.clip(r.drainable)[0], []
+        drainable, clipped = d_window.clip(r.drainable)
+        # the band follows this tick's guaranteed price: an experiment there may move it
+        d_reasons = [f"follows the guaranteed {EXPERIMENT_REASON}: price {clipped}"] if clipped else []
         if d_key in running:
             sign = dither_sign(settings.seed, d_key, slot)
             drainable, by = _moved(

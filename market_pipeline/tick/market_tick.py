@@ -122,7 +122,9 @@ class PoolTickRecord:
 
     @property
     def shielded(self) -> bool:
-        return self.shield_factor > 1 + 1e-9
+        """The backlog shield acted: it raised the price, or found no price in the promise
+        window that drains the backlog (the window's top is published, uncertified)."""
+        return self.shield_factor > 1 + 1e-9 or not self.certified
 
     def to_dict(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -182,3 +182,56 @@ def test_the_posterior_interval_stops_an_experiment_the_claims_and_data_decide()
     assert interval_narrow(wide_data, settings, unit_cost=0.3, ceiling=3.12)
     undecided = replace(wide_data, elasticity=2.0, elasticity_low=1.5, elasticity_high=2.5)
     assert not interval_narrow(undecided, settings, unit_cost=0.3, ceiling=3.12)
+
+
+def test_a_drainable_price_moved_by_the_guaranteed_experiment_says_why():
+    """Only the guaranteed class experiments: where its move pulls the drainable band past the
+    drainable price, the drainable price moves too, and its reason says so (it was labelled
+    'as solved', source 'solver', 5% under the solver's price)."""
+    from market_pipeline.tick.live import price_source
+
+    in_force = MARKET.reference.copy()
+    solved, inputs = _tick(in_force)
+    # the solver's drainable price at the top of its band: a guaranteed price 5% lower moves it
+    top = tuple(replace(r, drainable=r.guaranteed * (1 - PROMISES.discount_min)) for r in solved.pools)
+    tick = replace(solved, pools=top)
+    g_only = {k for k in KEYS if k.endswith("/guaranteed")}
+    moved_drainable = 0
+    for slot in range(40):
+        moved, _ = perturb_tick(tick, inputs, PROMISES, g_only, ExperimentSettings(amplitude=0.05), slot)
+        for before, after in zip(tick.pools, moved.pools):
+            if abs(after.drainable - before.drainable) > 1e-12:
+                moved_drainable += 1
+                assert "experiment" in after.drainable_reason
+                source = price_source(
+                    "converged", after.drainable_reason, after.shield_factor, after.certified
+                )
+                assert source == "experiment"
+            else:
+                assert after.drainable_reason == before.drainable_reason
+    assert moved_drainable > 0  # the case happens on this market
+
+
+def test_a_shield_that_finds_no_price_counts_as_shielded() -> None:
+    """The shield finding no certifying price publishes the window's top: even where the solver
+    was already there (factor 1), the pool counts as shielded, as its reason says."""
+    from market_pipeline.tick import PoolTickRecord
+
+    base = dict(
+        pool_id="p",
+        list_price=2.0,
+        solver_guaranteed=2.08,
+        solver_drainable=1.2,
+        guaranteed=2.08,
+        drainable=1.2,
+        guaranteed_reason="backlog shield: no price up to the guaranteed cap 2.08 drains the backlog",
+        drainable_reason="as solved",
+        certified=False,
+        margin=-3.0,
+        required_margin=0.25,
+        serving_gpus=8.0,
+        capacity_target_gpus=16.0,
+        equilibrium_price=2.08,
+    )
+    assert PoolTickRecord(**base).shielded
+    assert not PoolTickRecord(**{**base, "certified": True, "margin": 1.0}).shielded
