@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 from datetime import datetime
+from pathlib import Path
 
 from market_pipeline.cli.support import input_error
 from market_pipeline.config import ConfigError, load_config
@@ -25,6 +26,9 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
         "--epoch", action="append", default=[], help="an explicit epoch (ISO, with offset); repeatable"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the drawn demand-response fits")
+    parser.add_argument(
+        "--dump-fallbacks", default=None, help="write each fallback tick's inputs here (JSON)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object (the default)")
     parser.set_defaults(handler=run_bench_ticks)
 
@@ -47,6 +51,9 @@ def run_bench_ticks(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return input_error(exc)
     epochs = explicit or default_epochs(args.epochs, args.days)
-    result = run_tick_bench(config, TickBenchSettings(days=args.days, epochs=epochs, seed=args.seed))
+    dump = Path(args.dump_fallbacks) if args.dump_fallbacks else None
+    result = run_tick_bench(
+        config, TickBenchSettings(days=args.days, epochs=epochs, seed=args.seed, dump_dir=dump)
+    )
     print(json.dumps(result))
     return 0

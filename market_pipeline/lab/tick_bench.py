@@ -24,6 +24,8 @@ them and lists each with the solver's reason.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import statistics
 import tempfile
 import time
@@ -51,6 +53,7 @@ class TickBenchSettings:
     refit_hours: int = 6  # the demo's demand-response refit
     response_range: tuple[float, float] = (0.3, 3.0)
     seed: int = 0
+    dump_dir: Path | None = None  # each fallback tick's inputs as JSON, to replay it
 
 
 def default_epochs(count: int, days: float, end: datetime | None = None) -> tuple[datetime, ...]:
@@ -159,6 +162,8 @@ def _run_epoch(
             response=response,
         )
         report = tick.report
+        if settings.dump_dir is not None and tick.status == "fallback":
+            _dump(settings.dump_dir, now, pools, inputs.problem, response, report)
         out.append(
             {
                 "epoch": epoch.isoformat(),
@@ -176,3 +181,36 @@ def _run_epoch(
             in_force[resource_name(r.pool_id, GUARANTEED)] = r.guaranteed
             in_force[resource_name(r.pool_id, DRAINABLE)] = r.drainable
     return out
+
+
+def _dump(folder: Path, now: datetime, pools, problem, response, report) -> None:
+    """A fallback tick's inputs (`tick.run_market_tick`'s arguments), replayable with
+    `replay_dump`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    body = {
+        "tick_at": now.isoformat(),
+        "pools": [{**dataclasses.asdict(p), "backlog": dataclasses.asdict(p.backlog)} for p in pools],
+        "problem": problem.to_instance_json(),
+        "response": response,
+        "reason": report.fallback_reason if report is not None else None,
+    }
+    (folder / f"fallback-{now:%Y%m%dT%H%M}.json").write_text(json.dumps(body))
+
+
+def replay_dump(path: Path, config: MarketPipelineConfig, global_resolve: bool = True):
+    """Run the market tick of a dumped fallback again (the same inputs, today's code)."""
+    from market_pipeline.guardrails.backlog import BacklogParams
+    from market_pipeline.market import MarketProblem
+    from market_pipeline.tick import PoolTickInput
+
+    body = json.loads(path.read_text())
+    pools = [PoolTickInput(**{**p, "backlog": BacklogParams(**p["backlog"])}) for p in body["pools"]]
+    return run_market_tick(
+        pools,
+        MarketProblem.from_instance_json(body["problem"]),
+        Promises.from_config(config),
+        solver_settings(config),
+        global_resolve=global_resolve,
+        switch_threshold=config.market.global_switch_threshold,
+        response=body["response"],
+    )

@@ -205,6 +205,9 @@ def run_market_tick(
             solved, note = _toward_global_optimum(
                 bounded, report, in_force, promises, solver, switch_threshold
             )
+        elif report.status == "fallback":
+            solved, report, note = _cold_rescue(bounded, report, solved, in_force, promises, solver)
+            status, converged = report.status, report.converged
     records = tuple(
         _pool_tick(p, float(solved[2 * i]), float(solved[2 * i + 1]), promises, status, note)
         for i, p in enumerate(pools)
@@ -237,6 +240,37 @@ def _toward_global_optimum(
         band_pairs=res.band_pairs,
     )
     return moved, f"global re-solve: another optimum earns {gain:+.2%}; stepping toward it"
+
+
+def _cold_rescue(
+    problem: MarketProblem,
+    warm: SolveReport,
+    fallback_prices: np.ndarray,
+    in_force: np.ndarray,
+    promises: Promises,
+    solver: SolverSettings | None,
+) -> tuple[np.ndarray, SolveReport, str]:
+    """A warm solve that fell back (no convergence within the iteration cap: a ridge of budget
+    kinks the warm start walks into) is solved again cold, with the global phase and the
+    prices in force as one more start. Where that converges (or proves capacity short), the
+    tick steps toward its prices inside the promises and its report certifies the tick; else
+    the fallback stands (the prices in force) with both reasons."""
+    from market_pipeline.market.resolve import global_resolve, step_toward
+
+    fresh = global_resolve(problem, solver, current_prices=in_force)
+    if fresh.status == "fallback":
+        reason = f"{warm.fallback_reason}; a cold re-solve also fell back: {fresh.fallback_reason}"
+        return fallback_prices, replace(warm, fallback_reason=reason), ""
+    res = problem.resources
+    moved = step_toward(
+        np.asarray(fresh.prices),
+        in_force,
+        max_step=promises.max_step,
+        price_min=res.price_min,
+        price_max=res.price_max,
+        band_pairs=res.band_pairs,
+    )
+    return moved, fresh, f"warm solve fell back ({warm.fallback_reason}); a cold re-solve {fresh.status}"
 
 
 def _check_layout(problem: MarketProblem, pools: tuple[PoolTickInput, ...]) -> None:

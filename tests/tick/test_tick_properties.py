@@ -5,7 +5,9 @@ pool's bounds), whatever the solve ended in."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 
 from market_pipeline.config import load_config
 from market_pipeline.guardrails.backlog import BacklogParams
+from market_pipeline.lab.tick_bench import replay_dump
 from market_pipeline.market import DRAINABLE, GUARANTEED
 from market_pipeline.tick import PoolTickInput, Promises, run_market_tick
 from market_pipeline.tick.live import list_prices, pool_tick_input
@@ -139,3 +142,22 @@ def test_the_live_market_tick_on_random_fleets_and_histories_keeps_every_promise
                 p.in_force_guaranteed, p.list_price, p.price_min, p.price_max, promises
             )
             assert r.guaranteed == pytest.approx(window.clip(p.in_force_guaranteed)[0] * r.shield_factor)
+
+
+def test_a_warm_solve_that_falls_back_is_rescued_by_a_cold_resolve() -> None:
+    """A tick of `bench ticks` (the default fleet, epoch 2026-11-04T19:00Z, tick 2026-11-16
+    23:00) whose warm solve walked a ridge of budget kinks for 500 leader iterations and fell
+    back. Solved again cold with the global phase it converges: the tick steps toward that
+    optimum inside the promises, certified, and says why."""
+    fixture = Path(__file__).parent / "fixtures" / "warm_fallback_tick.json"
+    tick = replay_dump(fixture, CONFIG, False)
+    assert tick.status == "converged" and tick.report.kkt_residual <= CONFIG.market.solver_tolerance
+    promises = Promises.from_config(CONFIG)
+    body = json.loads(fixture.read_text())
+    for p, r in zip(body["pools"], tick.pools):
+        assert "warm solve fell back (no convergence within 500 leader iterations" in r.guaranteed_reason
+        assert "a cold re-solve converged" in r.guaranteed_reason
+        window = guaranteed_window(
+            p["in_force_guaranteed"], p["list_price"], p["price_min"], p["price_max"], promises
+        )
+        assert window.low * (1 - TOL) <= r.guaranteed <= window.high * (1 + TOL)
