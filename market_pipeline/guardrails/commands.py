@@ -131,8 +131,9 @@ def _timing(args: argparse.Namespace, config: Any) -> Any:
         max_total_seconds=max(warn, checkpoint) + grace + DRAIN_SLACK_SECONDS,
         kill_timeout_seconds=base.kill_timeout_seconds,
         verify_timeout_seconds=base.verify_timeout_seconds,
-        verify_attempts=3,
-        verify_retry_seconds=0.1,
+        release_timeout_seconds=base.release_timeout_seconds,
+        release_backoff_initial_seconds=base.release_backoff_initial_seconds,
+        release_backoff_max_seconds=base.release_backoff_max_seconds,
         call_margin_seconds=base.call_margin_seconds,
         poll_seconds=0.05,
     )

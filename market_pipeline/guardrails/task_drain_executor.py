@@ -352,25 +352,41 @@ class DrainExecutor:
         return self._append(history, open_row.state, Phase.END, detail)
 
     def _verify(self, history: list[DrainTransition]) -> list[DrainTransition]:
+        """Check the task's release until it holds or the release deadline passes, pausing
+        between checks from the initial backoff, doubling up to the max (a driver may list
+        an exited process for seconds). The same wait for every backend."""
         task, timing = self._task_of(history), self._timing_of(history)
-        last: StepResult | None = None
-        for attempt in range(timing.verify_attempts):
-            if attempt:
-                self.clock.sleep(timing.verify_retry_seconds)
+        started = self.clock.now()
+        deadline = started + timedelta(seconds=timing.release_timeout_seconds)
+        pause = timing.release_backoff_initial_seconds
+        attempt = 0
+        while True:
+            attempt += 1
             last = self._verify_once(task, timing)
+            waited = (self.clock.now() - started).total_seconds()
             if last.status == OutcomeStatus.OK.value:
                 return self._append(
                     history,
                     DrainState.RELEASED,
                     Phase.ONLY,
-                    {"phase": "only", **last.as_detail(), "attempts": attempt + 1},
+                    {"phase": "only", **last.as_detail(), "attempts": attempt, "waited_seconds": round(waited, 3)},
                 )
             if last.status == OutcomeStatus.GONE.value:
                 return self._terminal(
                     history, DrainState.FAILED, f"node_vanished: cannot verify release ({last.detail})", True
                 )
-        assert last is not None
-        return self._terminal(history, DrainState.FAILED, f"not_released: {last.status}: {last.detail}", True)
+            left = (deadline - self.clock.now()).total_seconds()
+            if left <= 0:
+                return self._terminal(
+                    history,
+                    DrainState.FAILED,
+                    f"not_released: {last.status}: {last.detail} "
+                    f"(still so after {waited:.2f}s and {attempt} check(s); "
+                    f"release_timeout_seconds={timing.release_timeout_seconds:g})",
+                    True,
+                )
+            self.clock.sleep(min(pause, left))
+            pause = min(pause * 2, timing.release_backoff_max_seconds)
 
     def _verify_once(self, task: TaskInfo, timing: DrainTiming) -> StepResult:
         running = self._task_running(task.task_id)

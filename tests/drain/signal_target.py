@@ -1,10 +1,14 @@
 """A drain target for tests: logs every signal it gets, and can fork a process tree.
 
-python signal_target.py LOG [--setsid] [--children N] [--orphans N] [--deaf-children]
+python signal_target.py LOG [--setsid] [--children N] [--grandchildren] [--orphans N]
+                         [--deaf-children] [--fork-on-term]
 Each process appends "<pid> <SIGNAME> <unix time>" to LOG per signal it receives. The root
 catches SIGUSR1 (a warning) and exits 0.3 s after SIGTERM. Children exit on SIGTERM unless
---deaf-children; orphans are double-forked (re-parented to PID 1 at once). When all are up,
-the root prints "ready <pid> <pid> ..." (every process of the tree) on stdout.
+--deaf-children; with --grandchildren each child starts one grandchild first; orphans are
+double-forked (re-parented to PID 1 at once). With --fork-on-term the root's SIGTERM
+handler starts one more process (logged as "<pid> SPAWNED <time>") and exits at once, so
+that process is re-parented while the drain runs. When all are up, the root prints
+"ready <pid> <pid> ..." (every process of the tree) on stdout.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ def main() -> None:
     parser.add_argument("--setsid", action="store_true")
     parser.add_argument("--children", type=int, default=0)
     parser.add_argument("--orphans", type=int, default=0)
+    parser.add_argument("--grandchildren", action="store_true")
     parser.add_argument("--deaf-children", action="store_true")
+    parser.add_argument("--fork-on-term", action="store_true")
     args = parser.parse_args()
     if args.setsid:
         os.setsid()
@@ -31,6 +37,11 @@ def main() -> None:
 
     def note(sig: int, _frame: object) -> None:
         log.write(f"{os.getpid()} {signal.Signals(sig).name} {time.time():.3f}\n")
+        if sig == signal.SIGTERM and args.fork_on_term and os.getpid() == root:
+            if os.fork() == 0:
+                log.write(f"{os.getpid()} SPAWNED {time.time():.3f}\n")
+                _idle()
+            os._exit(0)
         if sig == signal.SIGTERM and not (args.deaf_children and os.getpid() != root):
             if os.getpid() == root:
                 time.sleep(0.3)
@@ -41,6 +52,9 @@ def main() -> None:
     read, write = os.pipe()
     for _ in range(args.children):
         if os.fork() == 0:
+            if args.grandchildren and os.fork() == 0:
+                os.write(write, f"{os.getpid()} ".encode())
+                return _idle()
             os.write(write, f"{os.getpid()} ".encode())
             return _idle()
     for _ in range(args.orphans):
@@ -50,7 +64,7 @@ def main() -> None:
                 return _idle()
             os._exit(0)  # the middle process: its child is re-parented to PID 1
     pids = [str(root)]
-    while len(pids) < 1 + args.children + args.orphans:
+    while len(pids) < 1 + args.children * (2 if args.grandchildren else 1) + args.orphans:
         pids += os.read(read, 4096).decode().split()
     # each process wrote "<pid> " once: a torn or doubled token would mis-address the tests' signals
     assert all(p.isdigit() for p in pids) and len(set(pids)) == len(pids), pids
