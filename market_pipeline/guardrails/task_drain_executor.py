@@ -53,6 +53,7 @@ class DrainRequest:
     reasons: tuple[str, ...] = ()
     decision_id: str | None = None
     abort_reason: str | None = None  # set by the caller to record a drain refused up front
+    note: str | None = None  # added to the reason of the drain's terminal row (e.g. why it closes)
 
 
 class DrainExecutor:
@@ -77,6 +78,7 @@ class DrainExecutor:
         self.lease_dir = lease_dir
         self.held_lease = lease  # a lease the caller already holds (taken before its store)
         self._lease: TaskLease | None = None
+        self._note: str | None = None
 
     # -- entry point ----------------------------------------------------------------------
     def run(self, request: DrainRequest) -> DrainReport:
@@ -88,7 +90,7 @@ class DrainExecutor:
         else:
             lease, hold = None, contextlib.nullcontext()
         with hold:
-            self._lease = lease
+            self._lease, self._note = lease, request.note
             try:
                 history = self.store.load_states(request.drain_id) or self._restore(request)
                 if not history:
@@ -99,7 +101,7 @@ class DrainExecutor:
                         return summarize(history)
                     history = self._perform(move.step, move.why, history)
             finally:
-                self._lease = None
+                self._lease, self._note = None, None
 
     def _restore(self, request: DrainRequest) -> list[DrainTransition]:
         """The rows a killed run of this drain left in the lease's journal, copied into an
@@ -369,7 +371,12 @@ class DrainExecutor:
                     history,
                     DrainState.RELEASED,
                     Phase.ONLY,
-                    {"phase": "only", **last.as_detail(), "attempts": attempt, "waited_seconds": round(waited, 3)},
+                    {
+                        "phase": "only",
+                        **last.as_detail(),
+                        "attempts": attempt,
+                        "waited_seconds": round(waited, 3),
+                    },
                 )
             if last.status == OutcomeStatus.GONE.value:
                 return self._terminal(
@@ -409,6 +416,8 @@ class DrainExecutor:
     def _terminal(
         self, history: list[DrainTransition], state: DrainState, reason: str, platform_fault: bool
     ) -> list[DrainTransition]:
+        if self._note:
+            reason = f"{reason}; {self._note}"
         detail = terminal_detail(
             history, self._task_of(history), state, reason, platform_fault, self.clock.now()
         )

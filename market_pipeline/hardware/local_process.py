@@ -368,7 +368,9 @@ class LocalProcessAdapter(LocalTaskStarter):
         if not result.gone:
             pids = [pid for pid, _ in result.left]
             return Outcome(
-                OutcomeStatus.TIMEOUT, f"{len(pids)} process(es) {pids} alive {timeout}s after {sig.name}", seconds
+                OutcomeStatus.TIMEOUT,
+                f"{len(pids)} process(es) {pids} alive {timeout}s after {sig.name}",
+                seconds,
             )
         if not result.sent:
             return Outcome(OutcomeStatus.GONE, f"task {task_id} exited before {sig.name}", seconds)

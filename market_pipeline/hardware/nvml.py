@@ -339,7 +339,9 @@ class NvmlAdapter:
         seconds = time.monotonic() - started
         if result.problems and not result.sent:
             return Outcome(
-                OutcomeStatus.FAILED, f"cannot signal process {task.pid}: " + "; ".join(result.problems), seconds
+                OutcomeStatus.FAILED,
+                f"cannot signal process {task.pid}: " + "; ".join(result.problems),
+                seconds,
             )
         if not result.gone:
             return Outcome(

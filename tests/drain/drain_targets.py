@@ -46,7 +46,10 @@ class Target:
         for pid in self.pids + self.spawned():
             try:
                 proc = psutil.Process(pid)
-                if proc.create_time() == self.created.get(pid, proc.create_time()) and proc.status() != psutil.STATUS_ZOMBIE:
+                if (
+                    proc.create_time() == self.created.get(pid, proc.create_time())
+                    and proc.status() != psutil.STATUS_ZOMBIE
+                ):
                     alive.append(pid)
             except psutil.NoSuchProcess:
                 continue
