@@ -10,8 +10,15 @@ import os
 import signal
 import time
 
+import pytest
 from drain_targets import fork_cli, start_target
-from test_drain_hardening import drain_argv, home  # noqa: F401 (fixture)
+from test_drain_hardening import drain_argv
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARKET_PIPELINE_HOME", str(tmp_path))
+    return tmp_path
 
 
 def journals(home):

@@ -9,9 +9,15 @@ import os
 
 import pytest
 from drain_targets import cli, start_target
-from test_drain_hardening import drain_argv, home, nothing_written  # noqa: F401 (fixture)
+from test_drain_hardening import drain_argv, nothing_written
 
 from market_pipeline.hardware import local_process_os as osp
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARKET_PIPELINE_HOME", str(tmp_path))
+    return tmp_path
 
 
 def test_drain_reaches_grandchildren_of_a_root_that_leads_no_group(home, tmp_path, capsys):
