@@ -227,14 +227,16 @@ def _members_led_by(leader: int, protected: frozenset[int]) -> list[psutil.Proce
 
 def _orphans_born_since(spec: Newcomers, found: dict[int, psutil.Process]) -> list[psutil.Process]:
     orphans = []
-    for proc in psutil.process_iter(["ppid"]):
-        if proc.pid in spec.before or proc.pid in found:
-            continue
-        ids = _group_and_session(proc.pid)
+    for pid in set(psutil.pids()) - spec.before - found.keys():  # the few born since
+        ids = _group_and_session(pid)
         if ids not in spec.groups:
             continue
-        parent = proc.info.get("ppid")
-        if parent == 1 or (parent is not None and _group_and_session(parent)[1] != ids[1]):
+        try:
+            proc = psutil.Process(pid)
+            parent = proc.ppid()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if parent == 1 or _group_and_session(parent)[1] != ids[1]:
             orphans.append(proc)
     return orphans
 
