@@ -38,9 +38,10 @@ def main() -> None:
     def note(sig: int, _frame: object) -> None:
         log.write(f"{os.getpid()} {signal.Signals(sig).name} {time.time():.3f}\n")
         if sig == signal.SIGTERM and args.fork_on_term and os.getpid() == root:
-            if os.fork() == 0:
-                log.write(f"{os.getpid()} SPAWNED {time.time():.3f}\n")
+            child = os.fork()
+            if child == 0:
                 _idle()
+            log.write(f"{child} SPAWNED {time.time():.3f}\n")  # by the parent: always written
             os._exit(0)
         if sig == signal.SIGTERM and not (args.deaf_children and os.getpid() != root):
             if os.getpid() == root:

@@ -49,11 +49,13 @@ def test_drain_reaches_a_process_born_while_the_root_exits(home, tmp_path, capsy
         root = target.pids[0]
         rc = cli(drain_argv(root, "--audit", "memory", warn=0.3, grace=2.0))
         result = json.loads(capsys.readouterr().out)
-        assert rc == 0 and result["outcome"] == "terminated", result
+        # "killed" when the SIGTERM reached the new process before Python's fork hook in it
+        # (which drops a signal caught that early): then the SIGKILL after the grace ends it.
+        assert rc == 0 and result["outcome"] in ("terminated", "killed"), result
+        assert "released" in result["states"]
         spawned = target.spawned()
         assert len(spawned) == 1
         assert target.left() == [], f"still running: {target.left()}"
-        assert target.signals()[(spawned[0], "SIGTERM")] == 1
     finally:
         target.cleanup()
 
