@@ -120,6 +120,13 @@ class TaskLease:
         except (OSError, ValueError, KeyError, TypeError):
             return []  # a torn or foreign file: the audit store stays the authority
 
+    def _recorded_process(self) -> dict[str, Any] | None:
+        try:
+            process = json.loads(self.journal_path.read_text()).get("process")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return process if isinstance(process, dict) else None
+
     def open_drain_id(self) -> str | None:
         rows = self.journal()
         return rows[0].drain_id if rows else None
@@ -131,10 +138,11 @@ class TaskLease:
         if history and history[-1].state in TERMINAL_STATES:
             self.journal_path.unlink(missing_ok=True)  # finished: nothing left to resume
             return
+        process = {"pid": self.process[0], "create_time": self.process[1]} if self.process else None
         payload = {
             "task_id": self.task_id,
             "owner_pid": os.getpid(),
-            "process": ({"pid": self.process[0], "create_time": self.process[1]} if self.process else None),
+            "process": process or self._recorded_process(),  # a resumed run keeps what was known
             "rows": [transition_to_dict(r) for r in history],
         }
         tmp = self.journal_path.with_name(f"{self.journal_path.name}.{os.getpid()}.tmp")
