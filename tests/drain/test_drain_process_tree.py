@@ -82,3 +82,21 @@ def test_nvml_backend_never_signals_a_kernel_thread():
     outcome = adapter.kill_task(task.task_id)
     assert outcome.status is OutcomeStatus.FAILED
     assert "kernel thread" in outcome.detail and "not signalled" in outcome.detail
+
+
+@pytest.mark.parametrize("flags", [(), ("--storm-setsid",)], ids=["same-session", "own-sessions"])
+def test_drain_of_a_root_that_keeps_forking_leaves_nothing(home, tmp_path, capsys, flags):
+    """From its warning on, the root starts a child every millisecond, and it dies at once
+    on SIGTERM: a child born after the tree was read and before the root died is
+    re-parented at once. The tree is frozen before the signal (a stopped process cannot
+    fork), so none escapes, also when each child starts a session of its own at once
+    (then only the tree, read while frozen, links it to the task)."""
+    target = start_target(tmp_path, "--storm", "2000", *flags)
+    try:
+        rc = cli(drain_argv(target.pids[0], "--audit", "memory", warn=0.2, grace=3.0))
+        result = json.loads(capsys.readouterr().out)
+        assert rc == 0 and result["outcome"] in ("terminated", "killed"), result
+        assert 10 <= len(target.spawned()) < 2000  # the storm was still going when drained
+        assert target.left() == [], f"{len(target.left())} still running"
+    finally:
+        target.cleanup()
