@@ -133,6 +133,11 @@ class TaskDrainGuardrailConfig(_Strict):
     checkpoint_timeout_seconds: float = Field(60.0, ge=0)
     terminate_timeout_seconds: float = Field(30.0, ge=0)
     max_total_seconds: float = Field(600.0, gt=0)
+    # Release verification after the task is gone: checked until its GPUs are free or this
+    # deadline passes, pausing from the initial backoff, doubling up to the max, between checks.
+    release_timeout_seconds: float = Field(20.0, ge=0, le=3600)
+    release_backoff_initial_seconds: float = Field(0.1, gt=0, le=60)
+    release_backoff_max_seconds: float = Field(2.0, gt=0, le=600)
     tenant_max_drains_per_day: int = Field(4, ge=0)
     pool_disruption_budget_pct: float = Field(10.0, ge=0, le=100)
     landing_cooldown_minutes: float = Field(15.0, ge=0)
@@ -140,6 +145,15 @@ class TaskDrainGuardrailConfig(_Strict):
     under_use_minutes: float = Field(5.0, ge=0)
     pressure_util_pct: float = Field(92.0, ge=0, le=100)
     budgets: list[DisruptionBudgetConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _backoff_grows(self) -> "TaskDrainGuardrailConfig":
+        if self.release_backoff_max_seconds < self.release_backoff_initial_seconds:
+            raise ValueError(
+                "release_backoff_max_seconds must be >= release_backoff_initial_seconds, got "
+                f"{self.release_backoff_max_seconds} < {self.release_backoff_initial_seconds}"
+            )
+        return self
 
 
 class GuardrailsConfig(_Strict):

@@ -131,8 +131,9 @@ def _timing(args: argparse.Namespace, config: Any) -> Any:
         max_total_seconds=max(warn, checkpoint) + grace + DRAIN_SLACK_SECONDS,
         kill_timeout_seconds=base.kill_timeout_seconds,
         verify_timeout_seconds=base.verify_timeout_seconds,
-        verify_attempts=3,
-        verify_retry_seconds=0.1,
+        release_timeout_seconds=base.release_timeout_seconds,
+        release_backoff_initial_seconds=base.release_backoff_initial_seconds,
+        release_backoff_max_seconds=base.release_backoff_max_seconds,
         call_margin_seconds=base.call_margin_seconds,
         poll_seconds=0.05,
     )
@@ -189,14 +190,18 @@ def _drain_pid(args: argparse.Namespace, config: Any) -> dict[str, Any]:
     from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
     from market_pipeline.guardrails.task_drain_lease import TaskLease, lease_dir_for
     from market_pipeline.hardware.local_process import LocalProcessAdapter
+    from market_pipeline.hardware.local_process_tree import create_time
 
     if config.adapter.backend != "local-process":
         raise ValueError(f"--pid needs --backend local-process, not {config.adapter.backend!r}")
     timing = _timing(args, config)
     adapter = LocalProcessAdapter.from_config(config)
     task = _target(adapter, args, config)
+    created = create_time(args.pid)
+    closed = _close_stale_drains(args, config, adapter, timing, task.task_id, created)
+    process = (args.pid, created) if created is not None and task.pid == args.pid else None
     # The lease first: a second drain of the task is refused before it opens the warehouse.
-    with TaskLease(lease_dir_for(config), task.task_id) as lease, _store(args, config) as store:
+    with TaskLease(lease_dir_for(config), task.task_id, process) as lease, _store(args, config) as store:
         executor = DrainExecutor(
             adapter, store, timing, lease=lease, grace_seconds=float(config.billing.grace_seconds)
         )
@@ -205,7 +210,67 @@ def _drain_pid(args: argparse.Namespace, config: Any) -> dict[str, Any]:
                 drain_id=_drain_id(store, lease, task.task_id), task=task, reasons=("manual: drain --pid",)
             )
         )
-    return {**report.to_json(), "pid": args.pid}
+    result = {**report.to_json(), "pid": args.pid}
+    if closed:
+        result["closed_stale_drains"] = closed
+    return result
+
+
+def _close_stale_drains(
+    args: argparse.Namespace, config: Any, adapter: Any, timing: Any, task_id: str, created: float | None
+) -> list[dict[str, Any]]:
+    """Close the open drains a killed run left on a task whose process has exited and whose
+    pid (--pid) now belongs to another process: each is resumed, finds its task gone and
+    ends with a reason that says the pid was reused. The new process is never touched:
+    every signal is pinned to the old process's create time."""
+    from datetime import datetime, timezone
+
+    from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
+    from market_pipeline.guardrails.task_drain_lease import (
+        DrainBusy,
+        TaskLease,
+        lease_dir_for,
+        stale_journals,
+    )
+    from market_pipeline.guardrails.task_drain_protocol import DrainProtocolError, task_from_dict
+
+    if created is None:
+        return []  # no process has the pid now: _target resumes the open drain itself
+
+    def when(ts: float | None) -> str:
+        return "unknown" if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat()
+
+    closed = []
+    for stale in stale_journals(lease_dir_for(config), args.pid, created):
+        if stale.task_id == task_id:
+            continue
+        note = (
+            f"pid_reused: the task's process {stale.pid} (created {when(stale.create_time)}) "
+            f"had exited; pid {stale.pid} now belongs to another process (created {when(created)})"
+        )
+        process = None if stale.create_time is None else (stale.pid, stale.create_time)
+        try:
+            old_task = task_from_dict(stale.task)
+            with (
+                TaskLease(lease_dir_for(config), stale.task_id, process) as lease,
+                _store(args, config) as store,
+            ):
+                executor = DrainExecutor(
+                    adapter, store, timing, lease=lease, grace_seconds=float(config.billing.grace_seconds)
+                )
+                report = executor.run(DrainRequest(drain_id=stale.drain_id, task=old_task, note=note))
+        except (DrainBusy, DrainProtocolError):
+            continue  # another run is closing it, or it is not a drain this command can read
+        closed.append(
+            {
+                "drain_id": report.drain_id,
+                "task_id": report.task_id,
+                "outcome": report.outcome,
+                "final_state": report.final_state.value,
+                "reason": report.reason,
+            }
+        )
+    return closed
 
 
 def _drain_decision(args: argparse.Namespace, config: Any) -> dict[str, Any]:

@@ -53,6 +53,7 @@ class DrainRequest:
     reasons: tuple[str, ...] = ()
     decision_id: str | None = None
     abort_reason: str | None = None  # set by the caller to record a drain refused up front
+    note: str | None = None  # added to the reason of the drain's terminal row (e.g. why it closes)
 
 
 class DrainExecutor:
@@ -77,6 +78,7 @@ class DrainExecutor:
         self.lease_dir = lease_dir
         self.held_lease = lease  # a lease the caller already holds (taken before its store)
         self._lease: TaskLease | None = None
+        self._note: str | None = None
 
     # -- entry point ----------------------------------------------------------------------
     def run(self, request: DrainRequest) -> DrainReport:
@@ -88,7 +90,7 @@ class DrainExecutor:
         else:
             lease, hold = None, contextlib.nullcontext()
         with hold:
-            self._lease = lease
+            self._lease, self._note = lease, request.note
             try:
                 history = self.store.load_states(request.drain_id) or self._restore(request)
                 if not history:
@@ -99,7 +101,7 @@ class DrainExecutor:
                         return summarize(history)
                     history = self._perform(move.step, move.why, history)
             finally:
-                self._lease = None
+                self._lease, self._note = None, None
 
     def _restore(self, request: DrainRequest) -> list[DrainTransition]:
         """The rows a killed run of this drain left in the lease's journal, copied into an
@@ -352,25 +354,46 @@ class DrainExecutor:
         return self._append(history, open_row.state, Phase.END, detail)
 
     def _verify(self, history: list[DrainTransition]) -> list[DrainTransition]:
+        """Check the task's release until it holds or the release deadline passes, pausing
+        between checks from the initial backoff, doubling up to the max (a driver may list
+        an exited process for seconds). The same wait for every backend."""
         task, timing = self._task_of(history), self._timing_of(history)
-        last: StepResult | None = None
-        for attempt in range(timing.verify_attempts):
-            if attempt:
-                self.clock.sleep(timing.verify_retry_seconds)
+        started = self.clock.now()
+        deadline = started + timedelta(seconds=timing.release_timeout_seconds)
+        pause = timing.release_backoff_initial_seconds
+        attempt = 0
+        while True:
+            attempt += 1
             last = self._verify_once(task, timing)
+            waited = (self.clock.now() - started).total_seconds()
             if last.status == OutcomeStatus.OK.value:
                 return self._append(
                     history,
                     DrainState.RELEASED,
                     Phase.ONLY,
-                    {"phase": "only", **last.as_detail(), "attempts": attempt + 1},
+                    {
+                        "phase": "only",
+                        **last.as_detail(),
+                        "attempts": attempt,
+                        "waited_seconds": round(waited, 3),
+                    },
                 )
             if last.status == OutcomeStatus.GONE.value:
                 return self._terminal(
                     history, DrainState.FAILED, f"node_vanished: cannot verify release ({last.detail})", True
                 )
-        assert last is not None
-        return self._terminal(history, DrainState.FAILED, f"not_released: {last.status}: {last.detail}", True)
+            left = (deadline - self.clock.now()).total_seconds()
+            if left <= 0:
+                return self._terminal(
+                    history,
+                    DrainState.FAILED,
+                    f"not_released: {last.status}: {last.detail} "
+                    f"(still so after {waited:.2f}s and {attempt} check(s); "
+                    f"release_timeout_seconds={timing.release_timeout_seconds:g})",
+                    True,
+                )
+            self.clock.sleep(min(pause, left))
+            pause = min(pause * 2, timing.release_backoff_max_seconds)
 
     def _verify_once(self, task: TaskInfo, timing: DrainTiming) -> StepResult:
         running = self._task_running(task.task_id)
@@ -393,6 +416,8 @@ class DrainExecutor:
     def _terminal(
         self, history: list[DrainTransition], state: DrainState, reason: str, platform_fault: bool
     ) -> list[DrainTransition]:
+        if self._note:
+            reason = f"{reason}; {self._note}"
         detail = terminal_detail(
             history, self._task_of(history), state, reason, platform_fault, self.clock.now()
         )

@@ -9,6 +9,11 @@ While it holds the lease, a drain mirrors its transitions into `<task>.journal.j
 drain whose audit store was process memory (`drain --audit memory`) and whose command was
 killed resumes from that journal, like a warehouse-audited drain resumes from its rows:
 with its warning's time, and without repeating a signal it already sent.
+
+The journal also names the task's process (pid and create time) when the lease was given
+it. A journal whose process has exited and whose pid now belongs to another process is
+stale: `stale_journals` finds those, so that the drain they belong to can be closed rather
+than left open for ever (see the CLI's `drain --pid`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -72,8 +78,9 @@ def transition_from_dict(data: dict[str, Any]) -> DrainTransition:
 class TaskLease:
     """Context manager: hold the drain lease of one task (DrainBusy if another run has it)."""
 
-    def __init__(self, directory: Path, task_id: str) -> None:
+    def __init__(self, directory: Path, task_id: str, process: tuple[int, float] | None = None) -> None:
         self.task_id = task_id
+        self.process = process  # (pid, create time) of the task's root, written to the journal
         self.lock_path = directory / f"{_key(task_id)}.lock"
         self.journal_path = directory / f"{_key(task_id)}.journal.json"
         self._fd: int | None = None
@@ -113,6 +120,13 @@ class TaskLease:
         except (OSError, ValueError, KeyError, TypeError):
             return []  # a torn or foreign file: the audit store stays the authority
 
+    def _recorded_process(self) -> dict[str, Any] | None:
+        try:
+            process = json.loads(self.journal_path.read_text()).get("process")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return process if isinstance(process, dict) else None
+
     def open_drain_id(self) -> str | None:
         rows = self.journal()
         return rows[0].drain_id if rows else None
@@ -124,14 +138,64 @@ class TaskLease:
         if history and history[-1].state in TERMINAL_STATES:
             self.journal_path.unlink(missing_ok=True)  # finished: nothing left to resume
             return
+        process = {"pid": self.process[0], "create_time": self.process[1]} if self.process else None
         payload = {
             "task_id": self.task_id,
             "owner_pid": os.getpid(),
+            "process": process or self._recorded_process(),  # a resumed run keeps what was known
             "rows": [transition_to_dict(r) for r in history],
         }
         tmp = self.journal_path.with_name(f"{self.journal_path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(payload, default=str))
         os.replace(tmp, self.journal_path)
+
+
+JOURNAL_MAX_BYTES = 8 << 20  # a journal holds one drain's rows: a larger file is not one
+
+
+@dataclass(frozen=True)
+class StaleJournal:
+    """An open drain journal whose task's process is gone and whose pid was reused."""
+
+    task_id: str
+    drain_id: str
+    pid: int
+    create_time: float | None  # the task's process, as recorded (None: not recorded)
+    task: dict[str, Any]  # the task snapshot of the drain's first row
+
+
+def stale_journals(
+    directory: Path, pid: int, live_create_time: float, tolerance: float = 0.05
+) -> list[StaleJournal]:
+    """Open journals in `directory` of a task whose process had pid `pid` but another
+    create time than the process that has that pid now (`live_create_time`): the pid was
+    reused. Journals from before the create time was recorded compare the task's start."""
+    found = []
+    for path in sorted(directory.glob("*.journal.json")) if directory.is_dir() else []:
+        try:
+            if path.stat().st_size > JOURNAL_MAX_BYTES:
+                continue
+            data = json.loads(path.read_text())
+            rows = [transition_from_dict(row) for row in data["rows"]]
+            task = dict(rows[0].detail["task"])
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            continue  # torn or foreign: not ours to close
+        process = data.get("process") or {}
+        recorded_pid = process.get("pid", task.get("pid"))
+        if recorded_pid != pid or not rows or rows[-1].state in TERMINAL_STATES:
+            continue
+        created = process.get("create_time")
+        if created is None:
+            try:
+                started = datetime.fromisoformat(task["started_at"]).timestamp()
+            except (KeyError, TypeError, ValueError):
+                continue
+            same = abs(started - live_create_time) <= 1.0
+        else:
+            same = abs(float(created) - live_create_time) <= tolerance
+        if not same:
+            found.append(StaleJournal(rows[0].task_id or "", rows[0].drain_id, pid, created, task))
+    return found
 
 
 def lease_dir_for(config: Any) -> Path:

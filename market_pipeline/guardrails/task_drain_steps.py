@@ -23,6 +23,7 @@ from market_pipeline.guardrails.task_drain_protocol import (
 from market_pipeline.hardware.protocol import OutcomeStatus
 
 GONE = OutcomeStatus.GONE.value
+LEGACY_TIMING_KEYS = frozenset({"verify_attempts", "verify_retry_seconds"})
 OK = OutcomeStatus.OK.value
 
 
@@ -35,9 +36,12 @@ class DrainTiming:
     terminate_timeout_seconds: float  # SIGTERM -> SIGKILL grace
     max_total_seconds: float  # hard bound: past it, the task is killed at once
     kill_timeout_seconds: float = 5.0
-    verify_timeout_seconds: float = 5.0
-    verify_attempts: int = 3
-    verify_retry_seconds: float = 0.2
+    verify_timeout_seconds: float = 5.0  # one release check may take this long
+    # After the task is gone, its GPUs are checked until released or this deadline passes
+    # (a driver keeps listing an exited process for seconds), with growing pauses between.
+    release_timeout_seconds: float = 20.0
+    release_backoff_initial_seconds: float = 0.1
+    release_backoff_max_seconds: float = 2.0
     call_margin_seconds: float = 5.0  # an adapter call may take its wait plus this, no more
     poll_seconds: float = 0.2
 
@@ -48,7 +52,9 @@ class DrainTiming:
             "terminate_timeout_seconds",
             "kill_timeout_seconds",
             "verify_timeout_seconds",
-            "verify_retry_seconds",
+            "release_timeout_seconds",
+            "release_backoff_initial_seconds",
+            "release_backoff_max_seconds",
             "call_margin_seconds",
             "max_total_seconds",
             "poll_seconds",
@@ -59,8 +65,12 @@ class DrainTiming:
                 raise ValueError(f"DrainTiming.{name} must be a finite number >= 0, got {value!r}")
         if self.max_total_seconds <= 0:
             raise ValueError(f"DrainTiming.max_total_seconds must be > 0, got {self.max_total_seconds}")
-        if self.verify_attempts < 1:
-            raise ValueError("DrainTiming.verify_attempts must be >= 1")
+        if self.release_backoff_initial_seconds <= 0:
+            raise ValueError("DrainTiming.release_backoff_initial_seconds must be > 0")
+        if self.release_backoff_max_seconds < self.release_backoff_initial_seconds:
+            raise ValueError(
+                "DrainTiming.release_backoff_max_seconds must be >= release_backoff_initial_seconds"
+            )
         if self.poll_seconds <= 0:
             raise ValueError("DrainTiming.poll_seconds must be > 0")
 
@@ -76,6 +86,9 @@ class DrainTiming:
             max_total_seconds=section.max_total_seconds,
             kill_timeout_seconds=op_timeout,
             verify_timeout_seconds=op_timeout,
+            release_timeout_seconds=section.release_timeout_seconds,
+            release_backoff_initial_seconds=section.release_backoff_initial_seconds,
+            release_backoff_max_seconds=section.release_backoff_max_seconds,
             call_margin_seconds=op_timeout,
         )
 
@@ -84,8 +97,11 @@ class DrainTiming:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DrainTiming":
+        # Drains persisted before the release deadline counted attempts instead: those
+        # keys are dropped and the deadline's defaults apply.
+        data = {k: v for k, v in data.items() if k not in LEGACY_TIMING_KEYS}
         try:
-            return cls(**dict(data))
+            return cls(**data)
         except TypeError as exc:
             raise DrainProtocolError(f"persisted drain timing is malformed: {exc}") from exc
 

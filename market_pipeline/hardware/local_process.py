@@ -41,6 +41,7 @@ from market_pipeline.hardware.local_process_start import LocalTaskStarter
 from market_pipeline.hardware.local_process_tree import (
     ProcessTree,
     running,
+    signal_and_wait,
     signal_tree,
     task_tree,
 )
@@ -344,36 +345,37 @@ class LocalProcessAdapter(LocalTaskStarter):
         return Outcome.success(detail, time.monotonic() - started)
 
     def _signal_and_wait(self, task_id: str, sig: signal.Signals, timeout: float) -> Outcome:
-        """`sig` once to every process of the task (also to those it forks meanwhile), then
-        wait until all of them are gone or `timeout` passes."""
+        """`sig` once to every process of the task (the tree frozen first, and those found
+        later), then wait until all of them are gone or `timeout` passes (local_process_tree)."""
         started = time.monotonic()
         record = self._live(self.registry.read(), task_id, refresh=True)
         if record is None:
             return Outcome(OutcomeStatus.GONE, f"task {task_id} is not running")
-        signalled: set[tuple[int, float]] = set()
-        deadline = started + timeout
-        while (tree := self._tree(record)).alive:
-            new, problems = signal_tree(tree, sig, signalled)
-            signalled |= new
-            if problems and not signalled:
-                return Outcome(OutcomeStatus.FAILED, "; ".join(problems), time.monotonic() - started)
-            if time.monotonic() >= deadline:
-                return Outcome(
-                    OutcomeStatus.TIMEOUT,
-                    f"{len(tree.members)} process(es) alive {timeout}s after {sig.name}",
-                    time.monotonic() - started,
-                )
-            time.sleep(self.poll_seconds)
-        if not signalled:
-            return Outcome(OutcomeStatus.GONE, f"task {task_id} exited before {sig.name}")
+        self._tree(record)  # the members as of now, before anything is signalled
+        result = signal_and_wait(
+            record["pid"], root_created(record), record["members"], sig, timeout, self.poll_seconds
+        )
+        record["members"] = [list(ref) for ref in result.seen]
+        self._tree(record)  # reaps a root this object started, for its exit code
         with self.registry.edit() as reg:
             stored = reg["tasks"][task_id]
             stored["members"] = record["members"]
-            if stored["ended_at"] is None:
+            if result.gone and result.sent and stored["ended_at"] is None:
                 mark_ended(reg, stored, f"exited after {sig.name}", record.get("exit_code"))
+        seconds = time.monotonic() - started
+        if result.problems and not result.sent:
+            return Outcome(OutcomeStatus.FAILED, "; ".join(result.problems), seconds)
+        if not result.gone:
+            pids = [pid for pid, _ in result.left]
+            return Outcome(
+                OutcomeStatus.TIMEOUT,
+                f"{len(pids)} process(es) {pids} alive {timeout}s after {sig.name}",
+                seconds,
+            )
+        if not result.sent:
+            return Outcome(OutcomeStatus.GONE, f"task {task_id} exited before {sig.name}", seconds)
         return Outcome.success(
-            f"{len(signalled)} process(es) exited after {sig.name}{exit_note(record)}",
-            time.monotonic() - started,
+            f"{len(result.sent)} process(es) exited after {sig.name}{exit_note(record)}", seconds
         )
 
     def _set_cordon(self, node_id: str, cordoned: bool) -> Outcome:

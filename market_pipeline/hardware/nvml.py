@@ -28,7 +28,7 @@ from typing import Any
 
 import polars as pl
 
-from market_pipeline.hardware.local_process_tree import protected_pids, signal_tree, task_tree
+from market_pipeline.hardware.local_process_tree import refusal, signal_and_wait
 from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, pool_id
 from market_pipeline.hardware.nvml_devices import (
     DeviceReading,
@@ -326,39 +326,32 @@ class NvmlAdapter:
 
     def _signal(self, task_id: str, signum: signal.Signals, wait_seconds: float) -> Outcome:
         """`signum` once to the GPU process and every process it started (psutil, pinned by
-        the start time read with the NVML listing, so a recycled pid is never hit), then
-        wait until all of them are gone."""
+        the start time read with the NVML listing, so a recycled pid is never hit; the tree
+        frozen first), then wait until all of them are gone (local_process_tree)."""
         started = time.monotonic()
         task = next((t for t in self.list_tasks() if t.task_id == task_id), None)
         if task is None or task.pid is None:
             return Outcome(OutcomeStatus.GONE, f"task {task_id} runs no GPU process here")
-        if task.pid in protected_pids():
+        reason = refusal(task.pid)
+        if reason:
+            return Outcome(OutcomeStatus.FAILED, f"process {task.pid}: {reason}; not signalled")
+        result = signal_and_wait(task.pid, task.started_at.timestamp(), (), signum, wait_seconds)
+        seconds = time.monotonic() - started
+        if result.problems and not result.sent:
             return Outcome(
                 OutcomeStatus.FAILED,
-                f"process {task.pid} is PID 1, this process or an ancestor of it: not signalled",
+                f"cannot signal process {task.pid}: " + "; ".join(result.problems),
+                seconds,
             )
-        signalled: set[tuple[int, float]] = set()
-        while (tree := task_tree(task.pid, task.started_at.timestamp(), signalled)).alive:
-            new, problems = signal_tree(tree, signum, signalled)
-            signalled |= new
-            if problems and not signalled:
-                return Outcome(
-                    OutcomeStatus.FAILED,
-                    f"cannot signal process {task.pid}: " + "; ".join(problems),
-                    time.monotonic() - started,
-                )
-            if time.monotonic() - started >= wait_seconds:
-                return Outcome(
-                    OutcomeStatus.TIMEOUT,
-                    f"{len(tree.members)} process(es) of {task.pid} still alive after {wait_seconds}s",
-                    time.monotonic() - started,
-                )
-            time.sleep(0.05)
-        if not signalled:
-            return Outcome(OutcomeStatus.GONE, f"process {task.pid} is gone (or its pid reused)")
-        return Outcome.success(
-            f"process {task.pid} and {len(signalled) - 1} child(ren) exited", time.monotonic() - started
-        )
+        if not result.gone:
+            return Outcome(
+                OutcomeStatus.TIMEOUT,
+                f"{len(result.left)} process(es) of {task.pid} still alive after {wait_seconds}s",
+                seconds,
+            )
+        if not result.sent:
+            return Outcome(OutcomeStatus.GONE, f"process {task.pid} is gone (or its pid reused)", seconds)
+        return Outcome.success(f"process {task.pid} and {len(result.sent) - 1} child(ren) exited", seconds)
 
     def verify_released(self, gpu_uuids: Sequence[str], task_id: str | None = None) -> Outcome:
         # NVML sees processes, not tasks: a GPU counts as released only when no process

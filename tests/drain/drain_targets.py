@@ -26,6 +26,10 @@ class Target:
     log: Path
     created: dict[int, float]
 
+    def spawned(self) -> list[int]:
+        """Processes the tree started after `ready` (--fork-on-term), from the log."""
+        return sorted({pid for pid, name in self.signals() if name == "SPAWNED"})
+
     def signals(self) -> Counter[tuple[int, str]]:
         """(pid, signal name) -> how many times that process received it."""
         lines = self.log.read_text().split("\n") if self.log.exists() else []
@@ -39,10 +43,13 @@ class Target:
     def left(self) -> list[int]:
         """Processes of the tree still running (zombies have exited: they only wait to be reaped)."""
         alive = []
-        for pid in self.pids:
+        for pid in self.pids + self.spawned():
             try:
                 proc = psutil.Process(pid)
-                if proc.create_time() == self.created[pid] and proc.status() != psutil.STATUS_ZOMBIE:
+                if (
+                    proc.create_time() == self.created.get(pid, proc.create_time())
+                    and proc.status() != psutil.STATUS_ZOMBIE
+                ):
                     alive.append(pid)
             except psutil.NoSuchProcess:
                 continue

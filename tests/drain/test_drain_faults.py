@@ -149,8 +149,9 @@ def build(seed: int) -> Scenario:
         max_total_seconds=rng.choice([5.0, 20.0, 60.0]),
         kill_timeout_seconds=2,
         verify_timeout_seconds=2,
-        verify_attempts=3,
-        verify_retry_seconds=0.2,
+        release_timeout_seconds=rng.choice([0.0, 1.0, 4.0]),
+        release_backoff_initial_seconds=0.2,
+        release_backoff_max_seconds=1.0,
         call_margin_seconds=CALL_MARGIN,
         poll_seconds=0.5,
     )
@@ -304,12 +305,10 @@ def check_invariants(s: Scenario) -> None:
         s.timing.max_total_seconds
         + s.timing.kill_timeout_seconds
         + 2 * (CALL_MARGIN + HANG_OVERSHOOT)
-        + s.timing.verify_attempts
-        * (
-            2 * (CALL_MARGIN + HANG_OVERSHOOT)
-            + s.timing.verify_timeout_seconds
-            + s.timing.verify_retry_seconds
-        )
+        # release checks until the deadline, then one more that may start right before it
+        + s.timing.release_timeout_seconds
+        + 2 * (CALL_MARGIN + HANG_OVERSHOOT)
+        + s.timing.verify_timeout_seconds
         + 1.0
     )
     spans: dict[str, list[tuple[datetime, datetime, str]]] = {}

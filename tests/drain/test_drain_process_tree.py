@@ -1,0 +1,102 @@
+"""Issue 40's drain reach, each as a test: a drain ends every process of the task (also
+grandchildren of a root that leads no group or session, and a process born while the root
+exits), and never signals a kernel thread."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from drain_targets import cli, start_target
+from test_drain_hardening import drain_argv, nothing_written
+
+from market_pipeline.hardware import local_process_os as osp
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARKET_PIPELINE_HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_drain_reaches_grandchildren_of_a_root_that_leads_no_group(home, tmp_path, capsys):
+    """The root shares this test's process group and session (as a process started from a
+    shell script does), and each of its children started a grandchild: only the
+    descendants, followed all the way down, lead to the grandchildren."""
+    target = start_target(tmp_path, "--children", "2", "--grandchildren")
+    try:
+        root = target.pids[0]
+        assert root not in (os.getpgid(root), os.getsid(root))
+        assert len(target.pids) == 5  # root, 2 children, 2 grandchildren
+        rc = cli(drain_argv(root, "--audit", "memory", warn=0.3, grace=2.0))
+        result = json.loads(capsys.readouterr().out)
+        assert rc == 0 and result["outcome"] == "terminated", result
+        assert "released" in result["states"]
+        assert target.left() == []
+        received = target.signals()
+        assert all(received[(pid, "SIGTERM")] == 1 for pid in target.pids), received
+    finally:
+        target.cleanup()
+
+
+def test_drain_reaches_a_process_born_while_the_root_exits(home, tmp_path, capsys):
+    """The root's SIGTERM handler starts a process and exits at once: that process is
+    re-parented before any re-scan can find it below the root. It is the task's all the
+    same, gets SIGTERM, and the drain is released only once it is gone."""
+    target = start_target(tmp_path, "--fork-on-term")
+    try:
+        root = target.pids[0]
+        rc = cli(drain_argv(root, "--audit", "memory", warn=0.3, grace=2.0))
+        result = json.loads(capsys.readouterr().out)
+        # "killed" when the SIGTERM reached the new process before Python's fork hook in it
+        # (which drops a signal caught that early): then the SIGKILL after the grace ends it.
+        assert rc == 0 and result["outcome"] in ("terminated", "killed"), result
+        assert "released" in result["states"]
+        spawned = target.spawned()
+        assert len(spawned) == 1
+        assert target.left() == [], f"still running: {target.left()}"
+    finally:
+        target.cleanup()
+
+
+@pytest.mark.skipif(not osp.kernel_thread(2), reason="pid 2 is no kernel thread here")
+def test_drain_refuses_a_kernel_thread(home, capsys):
+    for pid in (2, *[p for p in range(3, 64) if osp.kernel_thread(p)][:2]):
+        rc = cli(drain_argv(pid))
+        captured = capsys.readouterr()
+        assert rc == 2 and captured.out == "", pid
+        assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
+        assert f"pid {pid} is a kernel thread" in captured.err and "refusing to drain it" in captured.err
+    assert nothing_written(home)
+
+
+@pytest.mark.skipif(not osp.kernel_thread(2), reason="pid 2 is no kernel thread here")
+def test_nvml_backend_never_signals_a_kernel_thread():
+    from test_drain_nvml import adapter_for
+
+    from market_pipeline.hardware.protocol import OutcomeStatus
+
+    adapter = adapter_for(2)
+    [task] = adapter.list_tasks()
+    outcome = adapter.kill_task(task.task_id)
+    assert outcome.status is OutcomeStatus.FAILED
+    assert "kernel thread" in outcome.detail and "not signalled" in outcome.detail
+
+
+@pytest.mark.parametrize("flags", [(), ("--storm-setsid",)], ids=["same-session", "own-sessions"])
+def test_drain_of_a_root_that_keeps_forking_leaves_nothing(home, tmp_path, capsys, flags):
+    """From its warning on, the root starts a child every millisecond, and it dies at once
+    on SIGTERM: a child born after the tree was read and before the root died is
+    re-parented at once. The tree is frozen before the signal (a stopped process cannot
+    fork), so none escapes, also when each child starts a session of its own at once
+    (then only the tree, read while frozen, links it to the task)."""
+    target = start_target(tmp_path, "--storm", "2000", *flags)
+    try:
+        rc = cli(drain_argv(target.pids[0], "--audit", "memory", warn=0.2, grace=3.0))
+        result = json.loads(capsys.readouterr().out)
+        assert rc == 0 and result["outcome"] in ("terminated", "killed"), result
+        assert 10 <= len(target.spawned()) < 2000  # the storm was still going when drained
+        assert target.left() == [], f"{len(target.left())} still running"
+    finally:
+        target.cleanup()
