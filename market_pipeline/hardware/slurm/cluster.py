@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from market_pipeline.hardware.slurm.client import SlurmClient, SlurmError
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sinfo", "squeue", "scontrol", "scancel", "sbatch")
@@ -146,6 +148,7 @@ class LocalCluster:
             f"KillWait={self.spec.kill_wait_seconds}",
             f"MinJobAge={self.spec.min_job_age_seconds}",
             "ReturnToService=2",
+            "JobRequeue=0",
             "MessageTimeout=5",
             "SlurmctldTimeout=10",
             "SlurmdTimeout=30",
@@ -241,7 +244,27 @@ class LocalCluster:
             stopped.append(pidfile.stem)
             _wait_gone(pid, 10.0)
             pidfile.unlink(missing_ok=True)
+        stopped += self._stop_strays()
         return stopped
+
+    def _stop_strays(self) -> list[str]:
+        """Job scripts and step daemons of this cluster that outlived their slurmd (they
+        carry its SLURM_CONF in their environment)."""
+        wanted = str(self.conf)
+        strays = []
+        for proc in psutil.process_iter(["pid", "name"]):
+            try:
+                if proc.environ().get("SLURM_CONF") == wanted and proc.pid != os.getpid():
+                    strays.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                continue
+        for proc in strays:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                continue
+        psutil.wait_procs(strays, timeout=5)
+        return [f"stray {p.pid}" for p in strays]
 
     def running(self) -> bool:
         pid = _read_pid(self.home / "run" / "slurmctld.pid")
