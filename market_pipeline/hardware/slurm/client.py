@@ -62,7 +62,10 @@ def classify(command: str, returncode: int, stderr: str) -> SlurmError:
     last = lines[-1] if lines else f"exit status {returncode}"
     text = " ".join(lines)
     if _MUNGE.search(text) and "munge" in text.lower():
-        return SlurmUnavailable(f"{command}: munge is unreachable ({last})")
+        munge = [line for line in lines if "encode failed" in line.lower()] or [
+            line for line in lines if "munge" in line.lower()
+        ]
+        return SlurmUnavailable(f"{command}: munge is unreachable ({munge[0]})")
     if _CONTROLLER.search(text):
         return SlurmUnavailable(f"{command}: slurmctld is unreachable ({last})")
     if _NOT_FOUND.search(text):
@@ -91,6 +94,9 @@ class SlurmClient:
         return env
 
     def run(self, argv: Sequence[str], timeout_seconds: float | None = None) -> str:
+        return self._run(argv, timeout_seconds)[0]
+
+    def _run(self, argv: Sequence[str], timeout_seconds: float | None = None) -> tuple[str, str]:
         command = " ".join(argv[:3])
         timeout = self.timeout_seconds if timeout_seconds is None else timeout_seconds
         started = time.monotonic()
@@ -115,20 +121,41 @@ class SlurmClient:
         stderr = done.stderr.decode(errors="replace")
         if done.returncode != 0:
             raise classify(command, done.returncode, stderr)
-        return done.stdout.decode(errors="replace")
+        return done.stdout.decode(errors="replace"), stderr
 
     def run_json(self, argv: Sequence[str]) -> dict[str, Any]:
-        text = self.run(argv)
+        command = " ".join(argv[:2])
+        text, stderr = self._run(argv)
         try:
             data = json.loads(text)
         except ValueError:
-            raise SlurmError(f"{' '.join(argv[:2])}: reply is not JSON") from None
+            raise SlurmError(f"{command}: reply is not JSON") from None
         errors = [e for e in data.get("errors", []) if e]
         if errors:
             first = errors[0]
-            message = first.get("error") or first.get("description") or str(first)
-            raise classify(" ".join(argv[:2]), 1, str(message))
+            message = str(first.get("error") or first.get("description") or first)
+            error = classify(command, 1, f"{stderr}\n{message}")
+            if type(error) is SlurmError:
+                # The JSON says only "Unspecified error" when slurmctld is down: ask it.
+                self.ping(command)
+            raise error
         return data
+
+    def ping(self, command: str = "scontrol ping") -> None:
+        """Raise SlurmUnavailable naming slurmctld (or munge) if the controller does not answer."""
+        try:
+            done = subprocess.run(
+                ["scontrol", "ping"], env=self.env(), capture_output=True, timeout=self.timeout_seconds,
+                check=False, stdin=subprocess.DEVNULL,
+            )
+        except (subprocess.TimeoutExpired, FileNotFoundError):
+            raise SlurmUnavailable(f"{command}: slurmctld does not answer (scontrol ping)") from None
+        text = (done.stdout + done.stderr).decode(errors="replace")
+        if "munge" in text.lower():
+            raise classify(command, done.returncode, text)
+        if done.returncode != 0 or "DOWN" in text:
+            first = text.strip().splitlines()[0] if text.strip() else f"exit status {done.returncode}"
+            raise SlurmUnavailable(f"{command}: slurmctld is unreachable ({first})")
 
     # -- reads ------------------------------------------------------------------------------
     def sinfo_nodes(self) -> list[dict[str, Any]]:
