@@ -14,8 +14,10 @@
 
 A task is one run of a job: `<job id>@<start unix seconds>`, so a requeued job's runs are
 metered apart. Drainable work: jobs in the partition (or QOS) `adapter.slurm_drainable`.
-Checkpointable: jobs submitted with `--requeue`; a checkpoint is acknowledged by the job
-setting `checkpoint=<n>` in its comment (`scontrol update jobid=$SLURM_JOB_ID comment=...`).
+Checkpointable: jobs submitted with `--requeue`. A job declares its USR1/USR2 handlers by
+setting `checkpoint=0` in its comment (`scontrol update jobid=$SLURM_JOB_ID comment=...`)
+once they are installed, and acknowledges each checkpoint by counting it up; a job that has
+not declared them gets no USR1/USR2 (their default action kills), only the scancel notice.
 Nodes in a state the adapter does not know (DOWN, FAIL, NOT_RESPONDING, ...) are listed
 as cordoned and OFF with the reason, and no operation acts on them.
 """
@@ -67,6 +69,7 @@ POWER_REASON = "market-pipeline scale-down"
 MAX_JOBCOMP_BYTES = 256 * 1024 * 1024
 # job completion states -> task event (a run our drain ended is `drained` whatever its state)
 FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
+EVENT_ORDER = {"start": 0, "drain_signal": 1, "drained": 2, "end": 2, "failed": 2}
 REQUEUED_STATES = frozenset({"PENDING", "REQUEUED", "PREEMPTED", "REQUEUE_HOLD", "REQUEUE_FED"})
 
 
@@ -271,17 +274,21 @@ class SlurmAdapter:
 
     def read_task_events(self, start: datetime, end: datetime) -> pl.DataFrame:
         """start/end/drained/failed of every run seen running (from its start and the job
-        completion log), and the drain warnings this adapter sent."""
+        completion log), and the drain warnings this adapter sent. The log keeps whole
+        seconds: a warning in a run's last second is stamped at the run's end, so that it
+        belongs to the run (billing's grace starts there)."""
         tasks = self.list_tasks()
         journal = self.journal.read()
         known = journal["runs"]
         rows: list[dict[str, Any]] = []
         for t in tasks:
             rows.append(_event(t.started_at, t.task_id, "start", "running"))
+        ended: dict[str, datetime] = {}
         for run in self.jobcomp_runs():
             tid = task_id_of(run)
             if tid not in known:
                 continue
+            ended[tid] = run.end
             rows.append(_event(run.start, tid, "start", ""))
             if tid in journal["drained"]:
                 rows.append(_event(run.end, tid, "drained", journal["drained"][tid]))
@@ -292,9 +299,16 @@ class SlurmAdapter:
             else:
                 rows.append(_event(run.end, tid, "end", run.state))
         for tid, ts in journal["drain_signals"].items():
-            rows.append(_event(datetime.fromisoformat(ts), tid, "drain_signal", "warning sent"))
+            signal = datetime.fromisoformat(ts)
+            rows.append(_event(min(signal, ended.get(tid, signal)), tid, "drain_signal", "warning sent"))
         frame = pl.DataFrame(rows, schema=TASK_EVENT_SCHEMA).unique(["task_id", "event"], keep="first")
-        return frame.filter((pl.col("ts") >= start) & (pl.col("ts") < end)).sort("ts", "task_id")
+        order = pl.col("event").replace_strict(EVENT_ORDER, default=9, return_dtype=pl.Int8)
+        return (
+            frame.filter((pl.col("ts") >= start) & (pl.col("ts") < end))
+            .with_columns(order.alias("_order"))
+            .sort("ts", "_order", "task_id")
+            .drop("_order")
+        )
 
     # -- drain operations -----------------------------------------------------------------------
     def _running(self, task_id: str) -> SlurmJob | Outcome:
@@ -326,6 +340,13 @@ class SlurmAdapter:
             return job
         with self.journal.edit() as journal:
             journal["drain_signals"].setdefault(task_id, _iso(datetime.now(timezone.utc)))
+        if "checkpoint" not in job.comment:
+            # USR1's default action kills: only a job that declared its handlers gets it
+            return Outcome(
+                OutcomeStatus.UNSUPPORTED,
+                f"job {job.job_id} declares no signal handlers (comment checkpoint=): notice recorded, not signalled",
+                time.monotonic() - started,
+            )
         return self._act(
             lambda: self.client.signal_job(job.job_id, "USR1"),
             f"SIGUSR1 to job {job.job_id}: drain in {deadline_seconds:.0f}s",

@@ -147,7 +147,7 @@ class LocalCluster:
             "SchedulerParameters=bf_interval=2,sched_interval=2,sched_min_interval=100000",
             f"KillWait={self.spec.kill_wait_seconds}",
             f"MinJobAge={self.spec.min_job_age_seconds}",
-            "ReturnToService=2",
+            "ReturnToService=1",  # a node set DOWN by hand stays down
             "JobRequeue=0",
             "MessageTimeout=5",
             "SlurmctldTimeout=10",
@@ -228,11 +228,12 @@ class LocalCluster:
         raise ClusterError(f"cluster under {self.home} not ready in {timeout_seconds}s: {last}")
 
     def down(self) -> list[str]:
-        """Stop every daemon of this cluster (by its pid file); returns what it stopped."""
-        stopped = []
+        """Stop every daemon of this cluster (by its pid file) and what its jobs left;
+        returns what it stopped."""
         run = self.home / "run"
-        pids = sorted(run.glob("slurmd-*.pid")) + [run / "slurmctld.pid", self.home / "munge" / "munged.pid"]
-        for pidfile in pids:
+        pidfiles = sorted(run.glob("slurmd-*.pid")) + [run / "slurmctld.pid", self.home / "munge" / "munged.pid"]
+        signalled: list[tuple[Path, int]] = []
+        for pidfile in pidfiles:
             pid = _read_pid(pidfile)
             if pid is None:
                 continue
@@ -241,11 +242,11 @@ class LocalCluster:
             except ProcessLookupError:
                 pidfile.unlink(missing_ok=True)
                 continue
-            stopped.append(pidfile.stem)
+            signalled.append((pidfile, pid))
+        for pidfile, pid in signalled:
             _wait_gone(pid, 10.0)
             pidfile.unlink(missing_ok=True)
-        stopped += self._stop_strays()
-        return stopped
+        return [pidfile.stem for pidfile, _ in signalled] + self._stop_strays()
 
     def _stop_strays(self) -> list[str]:
         """Job scripts and step daemons of this cluster that outlived their slurmd (they

@@ -59,7 +59,7 @@ class JobSpec:
             f"--export={env}",
         ]
         if self.drainable:
-            args += ["--requeue", f"--comment=kind={self.kind};checkpoint=0"]
+            args += ["--requeue", f"--comment=kind={self.kind}"]
         else:
             args += ["--no-requeue", f"--comment=kind={self.kind}"]
         return [*args, str(JOB_SCRIPT)]

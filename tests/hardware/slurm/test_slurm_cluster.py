@@ -44,6 +44,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         groups=(NodeGroup("a100_80gb", "cn-hangzhou-a", 2, 2, 8), NodeGroup("h800", "cn-beijing-b", 2, 2, 8)),
         kill_wait_seconds=KILL_WAIT,
         min_job_age_seconds=120,
+        suspend_timeout_seconds=2,
     )
     local = LocalCluster(tmp_path_factory.mktemp("slurm"), spec)
     local.up()
@@ -73,7 +74,14 @@ def run_jobs(cluster: LocalCluster, adapter: SlurmAdapter, *specs: JobSpec) -> l
         tasks = {split_task_id(t.task_id)[0]: t for t in adapter.list_tasks()}
         return [tasks[i] for i in ids] if all(i in tasks for i in ids) else None
 
-    return wait_for(running, 20, f"jobs {ids} running")
+    tasks = wait_for(running, 20, f"jobs {ids} running")
+
+    def ready() -> bool:  # checkpointable jobs have declared their signal handlers
+        jobs = {j.job_id: j for j in adapter.slurm_jobs()}
+        return all("checkpoint" in jobs[i].comment for i, s in zip(ids, specs, strict=True) if s.drainable)
+
+    wait_for(ready, 10, "signal handlers declared")
+    return tasks
 
 
 def job_log(cluster: LocalCluster, task: TaskInfo) -> str:
@@ -121,6 +129,11 @@ def test_a_tenants_jobs_run_with_their_gpus_class_and_allocation(cluster: LocalC
     assert sorted(held["gpu_uuid"].to_list()) == sorted(drainable.gpu_uuids + guaranteed.gpu_uuids)
     assert set(held["sm_util_pct"].to_list()) == {100.0}
     assert samples.height == 8 and set(samples.filter(samples["task_id"].is_null())["sm_util_pct"]) == {0.0}
+    # a job without USR1/USR2 handlers gets the notice recorded, not a signal that would kill it
+    warned = adapter.warn_task(guaranteed.task_id, 5)
+    assert warned.status is OutcomeStatus.UNSUPPORTED and "not signalled" in warned.detail
+    time.sleep(0.5)
+    assert guaranteed.task_id in {t.task_id for t in adapter.list_tasks()}
     for task in (drainable, guaranteed):
         assert adapter.terminate_task(task.task_id, KILL_WAIT + 5).ok
 
@@ -129,8 +142,15 @@ def test_drain_warns_checkpoints_terminates_and_the_requeued_job_resumes_elsewhe
     cluster: LocalCluster, adapter: SlurmAdapter
 ) -> None:
     [task] = run_jobs(cluster, adapter, JobSpec("ember-ai", "a100_80gb", 1, 60, drainable=True))
-    time.sleep(1.0)  # a few steps of work to checkpoint
+    time.sleep(0.5)  # a few steps of work to checkpoint
     assert adapter.cordon(task.node_id).ok
+    try:
+        _drain_and_requeue(cluster, adapter, task)
+    finally:
+        adapter.uncordon(task.node_id)
+
+
+def _drain_and_requeue(cluster: LocalCluster, adapter: SlurmAdapter, task: TaskInfo) -> None:
     node = next(n for n in adapter.list_nodes() if n.node_id == task.node_id)
     assert node.cordoned and task.task_id in {t.task_id for t in adapter.list_tasks()}  # still runs
 
@@ -160,7 +180,6 @@ def test_drain_warns_checkpoints_terminates_and_the_requeued_job_resumes_elsewhe
     assert first == ["start", "drain_signal", "drained"]
     assert events.filter(events["task_id"] == again.task_id)["event"].to_list() == ["start"]
     assert {t.task_id for t in adapter.task_catalog([task.task_id, again.task_id])} == {task.task_id, again.task_id}
-    assert adapter.uncordon(task.node_id).ok
     assert adapter.terminate_task(again.task_id, KILL_WAIT + 5).ok
 
 
