@@ -158,7 +158,9 @@ class SlurmAdapter:
                 state = NodeState.ON
             model, zone = self._model(node), self._zone(node)
             out.append(
-                NodeInfo(node.name, pool_id(model, zone), model, zone, node.gpus, state, node.drained or unknown)
+                NodeInfo(
+                    node.name, pool_id(model, zone), model, zone, node.gpus, state, node.drained or unknown
+                )
             )
         return out
 
@@ -323,7 +325,9 @@ class SlurmAdapter:
             return Outcome(OutcomeStatus.GONE, f"job {job_id} is not running ({state})")
         job = jobs[0]
         if start is not None and job.start_time and int(job.start_time.timestamp()) != start:
-            return Outcome(OutcomeStatus.GONE, f"run {task_id} ended; job {job_id} runs again since {job.start_time}")
+            return Outcome(
+                OutcomeStatus.GONE, f"run {task_id} ended; job {job_id} runs again since {job.start_time}"
+            )
         return job
 
     def _act(self, action: Callable[[], None], done: str, started: float) -> Outcome:
@@ -370,13 +374,17 @@ class SlurmAdapter:
         while time.monotonic() < deadline:
             now = self._running(task_id)
             if isinstance(now, Outcome):
-                return Outcome(OutcomeStatus.GONE, f"exited during checkpoint: {now.detail}", time.monotonic() - started)
+                return Outcome(
+                    OutcomeStatus.GONE, f"exited during checkpoint: {now.detail}", time.monotonic() - started
+                )
             if now.comment.get("checkpoint") != before:
                 return Outcome.success(
                     f"checkpoint {now.comment.get('checkpoint')} acknowledged", time.monotonic() - started
                 )
             time.sleep(self.poll_seconds)
-        return Outcome(OutcomeStatus.TIMEOUT, f"no checkpoint within {timeout_seconds}s", time.monotonic() - started)
+        return Outcome(
+            OutcomeStatus.TIMEOUT, f"no checkpoint within {timeout_seconds}s", time.monotonic() - started
+        )
 
     def terminate_task(self, task_id: str, timeout_seconds: float) -> Outcome:
         """`scancel`: TERM to every step, KILL after KillWait; wait until the run has ended."""
@@ -390,7 +398,9 @@ class SlurmAdapter:
             "SIGKILL",
         )
         if outcome.status is OutcomeStatus.TIMEOUT:
-            return Outcome(OutcomeStatus.FAILED, f"still running after SIGKILL: {outcome.detail}", outcome.seconds)
+            return Outcome(
+                OutcomeStatus.FAILED, f"still running after SIGKILL: {outcome.detail}", outcome.seconds
+            )
         return outcome
 
     def _end(self, task_id: str, timeout: float, action: Callable[[str], None], what: str) -> Outcome:
@@ -411,7 +421,11 @@ class SlurmAdapter:
             if now is None:
                 return Outcome.success(f"job {job.job_id} ended after {what}", time.monotonic() - started)
             time.sleep(self.poll_seconds)
-        return Outcome(OutcomeStatus.TIMEOUT, f"job {job.job_id} still running {timeout}s after {what}", time.monotonic() - started)
+        return Outcome(
+            OutcomeStatus.TIMEOUT,
+            f"job {job.job_id} still running {timeout}s after {what}",
+            time.monotonic() - started,
+        )
 
     def _holding(self, job_id: str) -> SlurmJob | None | Outcome:
         """The job if it still holds its GPUs (running or completing), else None."""
@@ -430,7 +444,9 @@ class SlurmAdapter:
         deadline = started + self.operation_timeout_seconds
         while True:
             try:
-                jobs = [j for j in self.slurm_jobs() if j.holds_gpus and (job_id is None or j.job_id == job_id)]
+                jobs = [
+                    j for j in self.slurm_jobs() if j.holds_gpus and (job_id is None or j.job_id == job_id)
+                ]
                 nodes = {n.name: n for n in self.slurm_nodes()}
             except SlurmError as exc:
                 return _error_outcome(exc, time.monotonic() - started)
@@ -463,9 +479,13 @@ class SlurmAdapter:
             return Outcome(OutcomeStatus.GONE, f"job {job_id} is no longer known to slurmctld (MinJobAge)")
         job = jobs[0]
         if not job.requeue:
-            return Outcome(OutcomeStatus.UNSUPPORTED, f"job {job_id} is not requeueable (submitted without --requeue)")
+            return Outcome(
+                OutcomeStatus.UNSUPPORTED, f"job {job_id} is not requeueable (submitted without --requeue)"
+            )
         if job.state in {"PENDING", "RUNNING"} and task_id_of(job) != task_id:
-            return Outcome.success(f"job {job_id} already {job.state.lower()} again", time.monotonic() - started)
+            return Outcome.success(
+                f"job {job_id} already {job.state.lower()} again", time.monotonic() - started
+            )
         if job.state == "RUNNING":
             return Outcome(OutcomeStatus.FAILED, f"job {job_id} still runs: drain it first")
         return self._act(lambda: self.client.requeue(job_id), f"job {job_id} requeued", started)
@@ -512,9 +532,13 @@ class SlurmAdapter:
         node = nodes[0]
         if not node.powered_off:
             if node.unknown_condition is not None:
-                return Outcome(OutcomeStatus.FAILED, f"node {node_id} is in {node.unknown_condition}: not acted on")
+                return Outcome(
+                    OutcomeStatus.FAILED, f"node {node_id} is in {node.unknown_condition}: not acted on"
+                )
             return Outcome.success(f"{node_id} is on")
-        return self._act(lambda: self.client.update_node(node_id, "power_up"), f"{node_id} powering up", started)
+        return self._act(
+            lambda: self.client.update_node(node_id, "power_up"), f"{node_id} powering up", started
+        )
 
 
 def _event(ts: datetime, task_id: str, event: str, reason: str, fault: bool = False) -> dict[str, Any]:

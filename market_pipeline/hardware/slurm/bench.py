@@ -66,7 +66,9 @@ def bench_spec(nodes: int, gpus_per_node: int) -> ClusterSpec:
     )
 
 
-def adapter_for(cluster: LocalCluster, config: MarketPipelineConfig, poll_seconds: float = 0.1) -> SlurmAdapter:
+def adapter_for(
+    cluster: LocalCluster, config: MarketPipelineConfig, poll_seconds: float = 0.1
+) -> SlurmAdapter:
     return SlurmAdapter(
         cluster.client(),
         cluster.home / "journal.json",
@@ -113,7 +115,9 @@ def _bench(
 ) -> dict[str, Any]:
     adapter = adapter_for(cluster, config)
     kinds = cluster_kinds([(n.gpu_type, n.gpus) for n in adapter.slurm_nodes()], adapter.namer)
-    specs = workload_specs(config.tenants, kinds, jobs, seed=seed, time_scale=time_scale, max_seconds=max_job_seconds)
+    specs = workload_specs(
+        config.tenants, kinds, jobs, seed=seed, time_scale=time_scale, max_seconds=max_job_seconds
+    )
     job_ids = submit(cluster.client(), specs, cluster.home / "jobs")
     gpus_of = {job_id: spec.gpus for job_id, spec in zip(job_ids, specs, strict=True)}
     bench_start = datetime.now(UTC)
@@ -126,7 +130,9 @@ def _bench(
         _timed(cluster.client().squeue_jobs, squeue_s)
         tasks = _timed(adapter.list_tasks, list_s)
         now = datetime.now(UTC)
-        _timed(lambda: adapter.read_samples(now - timedelta(minutes=1), now + timedelta(minutes=1)), samples_s)
+        _timed(
+            lambda: adapter.read_samples(now - timedelta(minutes=1), now + timedelta(minutes=1)), samples_s
+        )
         return tasks
 
     # -- a drain of one node's drainable jobs, through the real drain executor -----------------
@@ -199,10 +205,19 @@ def _bench(
             powered["off_s"] = round(time.monotonic() - power_off_at, 2)
             power_on_at = time.monotonic()
             powered["power_on"] = adapter.power_on(target).status.value
-        if power_on_at is not None and powered["on_s"] is None and not node.powered_off and not node.powering_up:
+        if (
+            power_on_at is not None
+            and powered["on_s"] is None
+            and not node.powered_off
+            and not node.powering_up
+        ):
             if node.state in {"idle", "mixed", "allocated"}:
                 powered["on_s"] = round(time.monotonic() - power_on_at, 2)
-        live = [j for j in adapter.slurm_jobs() if j.job_id in gpus_of and j.state in {"RUNNING", "PENDING", "COMPLETING", "CONFIGURING"}]
+        live = [
+            j
+            for j in adapter.slurm_jobs()
+            if j.job_id in gpus_of and j.state in {"RUNNING", "PENDING", "COMPLETING", "CONFIGURING"}
+        ]
         if not live and not requeue_started and powered["off_s"] is not None and powered["on_s"] is not None:
             break
         time.sleep(0.3)
@@ -229,7 +244,11 @@ def _bench(
             metered += float((intervals["ended_at"] - intervals["started_at"]).dt.total_seconds().sum())
         hour += timedelta(hours=1)
     observed_runs = {t.task_id for t in catalog}
-    unobserved = [r for r in runs if r.job_id in gpus_of and f"{r.job_id}@{int(r.start.timestamp())}" not in observed_runs]
+    unobserved = [
+        r
+        for r in runs
+        if r.job_id in gpus_of and f"{r.job_id}@{int(r.start.timestamp())}" not in observed_runs
+    ]
     warn_to_released = [d["warning_to_released_s"] for d in drained if d["warning_to_released_s"] is not None]
     return {
         "backend": "slurm",
@@ -261,4 +280,3 @@ def _bench(
         "double_billed_gpu_seconds": max(0.0, metered - slurm_gpu_seconds),
         "unbilled_gpu_seconds": max(0.0, slurm_gpu_seconds - metered),
     }
-

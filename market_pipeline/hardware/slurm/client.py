@@ -117,7 +117,9 @@ class SlurmClient:
             self.stats.calls += 1
             self.stats.seconds.append(time.monotonic() - started)
         if len(done.stdout) > MAX_OUTPUT_BYTES:
-            raise SlurmError(f"{command}: reply of {len(done.stdout)} bytes over the {MAX_OUTPUT_BYTES} limit")
+            raise SlurmError(
+                f"{command}: reply of {len(done.stdout)} bytes over the {MAX_OUTPUT_BYTES} limit"
+            )
         stderr = done.stderr.decode(errors="replace")
         if done.returncode != 0:
             raise classify(command, done.returncode, stderr)
@@ -145,8 +147,12 @@ class SlurmClient:
         """Raise SlurmUnavailable naming slurmctld (or munge) if the controller does not answer."""
         try:
             done = subprocess.run(
-                ["scontrol", "ping"], env=self.env(), capture_output=True, timeout=self.timeout_seconds,
-                check=False, stdin=subprocess.DEVNULL,
+                ["scontrol", "ping"],
+                env=self.env(),
+                capture_output=True,
+                timeout=self.timeout_seconds,
+                check=False,
+                stdin=subprocess.DEVNULL,
             )
         except (subprocess.TimeoutExpired, FileNotFoundError):
             raise SlurmUnavailable(f"{command}: slurmctld does not answer (scontrol ping)") from None

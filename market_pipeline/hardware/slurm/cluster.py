@@ -187,9 +187,7 @@ class LocalCluster:
         (home / "etc" / "gres.conf").write_text("\n".join(gres) + "\n")
         for action in ("suspend", "resume"):
             script = home / "bin" / action
-            script.write_text(
-                f'#!/bin/sh\nexec bash {POWER_SCRIPT} {action} {home} {sys.executable} "$@"\n'
-            )
+            script.write_text(f'#!/bin/sh\nexec bash {POWER_SCRIPT} {action} {home} {sys.executable} "$@"\n')
             script.chmod(0o755)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -231,7 +229,10 @@ class LocalCluster:
         """Stop every daemon of this cluster (by its pid file) and what its jobs left;
         returns what it stopped."""
         run = self.home / "run"
-        pidfiles = sorted(run.glob("slurmd-*.pid")) + [run / "slurmctld.pid", self.home / "munge" / "munged.pid"]
+        pidfiles = sorted(run.glob("slurmd-*.pid")) + [
+            run / "slurmctld.pid",
+            self.home / "munge" / "munged.pid",
+        ]
         signalled: list[tuple[Path, int]] = []
         for pidfile in pidfiles:
             pid = _read_pid(pidfile)

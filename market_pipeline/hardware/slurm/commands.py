@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             parser.add_argument("--gpus-per-node", type=int, default=8)
         if name == "workload":
             parser.add_argument("--jobs", type=int, default=20)
-            parser.add_argument("--time-scale", type=float, default=200.0, help="trace seconds per job second")
+            parser.add_argument(
+                "--time-scale", type=float, default=200.0, help="trace seconds per job second"
+            )
             parser.add_argument("--max-seconds", type=int, default=120)
             parser.add_argument("--seed", type=int, default=7)
         parser.set_defaults(handler=run_cluster)
@@ -85,8 +87,14 @@ def run_cluster(args: argparse.Namespace) -> int:
                 "nodes": [n.__dict__ | {"state": n.state.value} for n in adapter.list_nodes()],
                 "not_acted_on": adapter.node_conditions(),
                 "tasks": [
-                    {"task_id": t.task_id, "tenant": t.tenant_id, "node": t.node_id, "gpus": list(t.gpu_uuids),
-                     "class": t.resource_class.value, "started_at": t.started_at.isoformat()}
+                    {
+                        "task_id": t.task_id,
+                        "tenant": t.tenant_id,
+                        "node": t.node_id,
+                        "gpus": list(t.gpu_uuids),
+                        "class": t.resource_class.value,
+                        "started_at": t.started_at.isoformat(),
+                    }
                     for t in adapter.list_tasks()
                 ],
             }
@@ -96,7 +104,11 @@ def run_cluster(args: argparse.Namespace) -> int:
             adapter = adapter_for(cluster, config)
             kinds = cluster_kinds([(n.gpu_type, n.gpus) for n in adapter.slurm_nodes()], adapter.namer)
             specs = workload_specs(
-                config.tenants, kinds, args.jobs, seed=args.seed, time_scale=args.time_scale,
+                config.tenants,
+                kinds,
+                args.jobs,
+                seed=args.seed,
+                time_scale=args.time_scale,
                 max_seconds=args.max_seconds,
             )
             result = {"submitted": submit(cluster.client(), specs, cluster.home / "jobs")}
@@ -123,7 +135,10 @@ def run_bench(args: argparse.Namespace) -> int:
     try:
         config = load_config()
         report = run_slurm_bench(
-            config, nodes=args.nodes, gpus_per_node=args.gpus_per_node, jobs=args.jobs,
+            config,
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            jobs=args.jobs,
             max_job_seconds=args.max_job_seconds,
         )
     except ConfigError as exc:

@@ -19,14 +19,18 @@ ZONE_FEATURE_PREFIX = "zone_"
 # Node base states the adapter understands and acts on; every other one (down, error,
 # future, unknown, ...) and the flags below are read and reported, never acted on.
 KNOWN_BASE_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
-UNHEALTHY_FLAGS = frozenset({"FAIL", "NOT_RESPONDING", "INVALID", "INVALID_REG", "MAINTENANCE", "REBOOT_ISSUED"})
+UNHEALTHY_FLAGS = frozenset(
+    {"FAIL", "NOT_RESPONDING", "INVALID", "INVALID_REG", "MAINTENANCE", "REBOOT_ISSUED"}
+)
 POWER_OFF_FLAGS = frozenset({"POWERED_DOWN", "POWERING_DOWN"})
 POWERING_UP_FLAGS = frozenset({"POWERING_UP", "POWER_UP"})
 DRAIN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED"})
 # Job states whose job still holds (or may hold) its GPUs.
 HOLDING_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING"})
 
-_GRES_ITEM = re.compile(r"(?P<name>[^:,()]+)(?::(?P<type>[^:,()]+))?(?::(?P<count>\d+))?(?:\((?P<extra>[^)]*)\))?")
+_GRES_ITEM = re.compile(
+    r"(?P<name>[^:,()]+)(?::(?P<type>[^:,()]+))?(?::(?P<count>\d+))?(?:\((?P<extra>[^)]*)\))?"
+)
 
 
 def gpu_id(node: str, index: int) -> str:

@@ -88,7 +88,9 @@ def workload_specs(
             pool = [t for t in tenants if set(t.claims) & set(by_model)]
         if not pool:
             raise ValueError("no configured tenant claims a GPU model of the cluster")
-        weights = np.array([sum(c.weight * c.saturation for c in t.claims.values()) for t in pool], dtype=float)
+        weights = np.array(
+            [sum(c.weight * c.saturation for c in t.claims.values()) for t in pool], dtype=float
+        )
         tenant = pool[int(rng.choice(len(pool), p=weights / weights.sum()))]
         models = sorted(set(tenant.claims) & set(by_model))
         kind = by_model[models[int(rng.integers(len(models)))]]

@@ -101,7 +101,9 @@ def timing() -> DrainTiming:
     )
 
 
-def test_a_tenants_jobs_run_with_their_gpus_class_and_allocation(cluster: LocalCluster, adapter: SlurmAdapter) -> None:
+def test_a_tenants_jobs_run_with_their_gpus_class_and_allocation(
+    cluster: LocalCluster, adapter: SlurmAdapter
+) -> None:
     nodes = {n.node_id: n for n in adapter.list_nodes()}
     assert {n.pool_id for n in nodes.values()} == {"A100-80GB@cn-hangzhou-a", "H800@cn-beijing-b"}
     assert all(n.gpus == 2 and n.state is NodeState.ON for n in nodes.values())
@@ -164,13 +166,17 @@ def _drain_and_requeue(cluster: LocalCluster, adapter: SlurmAdapter, task: TaskI
     started = time.monotonic()
     assert adapter.requeue_task(task.task_id).ok
     again = wait_for(
-        lambda: [t for t in adapter.list_tasks() if split_task_id(t.task_id)[0] == split_task_id(task.task_id)[0]],
+        lambda: [
+            t for t in adapter.list_tasks() if split_task_id(t.task_id)[0] == split_task_id(task.task_id)[0]
+        ],
         25,
         "requeued job running again",
     )[0]
     assert time.monotonic() - started <= 20
     assert again.task_id != task.task_id and again.node_id != task.node_id  # its node is drained
-    resumed = wait_for(lambda: "resume step=" in job_log(cluster, task) and job_log(cluster, task), 5, "resume")
+    resumed = wait_for(
+        lambda: "resume step=" in job_log(cluster, task) and job_log(cluster, task), 5, "resume"
+    )
     saved = int(resumed.split("(term)")[0].rsplit("checkpoint step=", 1)[1].split()[0])
     assert f"resume step={saved}" in resumed and saved > 0
 
@@ -179,7 +185,10 @@ def _drain_and_requeue(cluster: LocalCluster, adapter: SlurmAdapter, task: TaskI
     first = events.filter(events["task_id"] == task.task_id)["event"].to_list()
     assert first == ["start", "drain_signal", "drained"]
     assert events.filter(events["task_id"] == again.task_id)["event"].to_list() == ["start"]
-    assert {t.task_id for t in adapter.task_catalog([task.task_id, again.task_id])} == {task.task_id, again.task_id}
+    assert {t.task_id for t in adapter.task_catalog([task.task_id, again.task_id])} == {
+        task.task_id,
+        again.task_id,
+    }
     assert adapter.terminate_task(again.task_id, KILL_WAIT + 5).ok
 
 
@@ -201,7 +210,9 @@ def test_a_job_that_vanishes_mid_drain_is_gone(cluster: LocalCluster, adapter: S
     assert adapter.cordon("node99").status is OutcomeStatus.GONE
 
 
-def test_a_node_powers_down_and_up_through_the_shipped_programs(cluster: LocalCluster, adapter: SlurmAdapter) -> None:
+def test_a_node_powers_down_and_up_through_the_shipped_programs(
+    cluster: LocalCluster, adapter: SlurmAdapter
+) -> None:
     def state() -> NodeState:
         return next(n.state for n in adapter.list_nodes() if n.node_id == "node4")
 

@@ -88,8 +88,14 @@ def test_errors_name_munge_or_slurmctld_or_a_vanished_job() -> None:
         'sinfo: error: Munge encode failed: Failed to access "/x/munge.socket": No such file\n'
         "Unspecified error",
     )
-    assert isinstance(munge, SlurmUnavailable) and "munge is unreachable (sinfo: error: Munge encode" in str(munge)
-    ctld = classify("scontrol update", 1, "slurm_load_node error: Unable to contact slurm controller (connect failure)")
+    assert isinstance(munge, SlurmUnavailable) and "munge is unreachable (sinfo: error: Munge encode" in str(
+        munge
+    )
+    ctld = classify(
+        "scontrol update", 1, "slurm_load_node error: Unable to contact slurm controller (connect failure)"
+    )
     assert isinstance(ctld, SlurmUnavailable) and "slurmctld is unreachable" in str(ctld)
-    gone = classify("scancel --signal=USR1", 1, "scancel: error: Kill job error on job id 99: Invalid job id specified")
+    gone = classify(
+        "scancel --signal=USR1", 1, "scancel: error: Kill job error on job id 99: Invalid job id specified"
+    )
     assert isinstance(gone, SlurmNotFound)
