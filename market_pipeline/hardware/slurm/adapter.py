@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -277,8 +277,8 @@ class SlurmAdapter:
     def read_task_events(self, start: datetime, end: datetime) -> pl.DataFrame:
         """start/end/drained/failed of every run seen running (from its start and the job
         completion log), and the drain warnings this adapter sent. The log keeps whole
-        seconds: a warning in a run's last second is stamped at the run's end, so that it
-        belongs to the run (billing's grace starts there)."""
+        seconds: a warning in a run's last second is stamped just before the run's end, so
+        that it belongs to the run (billing's grace starts there)."""
         tasks = self.list_tasks()
         journal = self.journal.read()
         known = journal["runs"]
@@ -302,7 +302,10 @@ class SlurmAdapter:
                 rows.append(_event(run.end, tid, "end", run.state))
         for tid, ts in journal["drain_signals"].items():
             signal = datetime.fromisoformat(ts)
-            rows.append(_event(min(signal, ended.get(tid, signal)), tid, "drain_signal", "warning sent"))
+            end_of_run = ended.get(tid)
+            if end_of_run is not None and signal >= end_of_run:
+                signal = end_of_run - timedelta(microseconds=1)  # inside the run's last second
+            rows.append(_event(signal, tid, "drain_signal", "warning sent"))
         frame = pl.DataFrame(rows, schema=TASK_EVENT_SCHEMA).unique(["task_id", "event"], keep="first")
         order = pl.col("event").replace_strict(EVENT_ORDER, default=9, return_dtype=pl.Int8)
         return (

@@ -16,11 +16,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TypeVar
 
+import polars as pl
 import pytest
 
+from market_pipeline.billing.metering import HourWindow, meter_window
 from market_pipeline.config import load_config
 from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
 from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
+from market_pipeline.guardrails.task_drain_recovery import requeue_drained
 from market_pipeline.guardrails.task_drain_steps import DrainTiming
 from market_pipeline.hardware.protocol import NodeState, OutcomeStatus, ResourceClass, TaskInfo
 from market_pipeline.hardware.slurm.adapter import SlurmAdapter, split_task_id
@@ -164,7 +167,7 @@ def _drain_and_requeue(cluster: LocalCluster, adapter: SlurmAdapter, task: TaskI
     assert log.index("(warning)") < log.index("(request)") < log.index("(term)")
 
     started = time.monotonic()
-    assert adapter.requeue_task(task.task_id).ok
+    assert requeue_drained(adapter, task, ("scale_down: the scaler wants node empty",)).ok
     again = wait_for(
         lambda: [
             t for t in adapter.list_tasks() if split_task_id(t.task_id)[0] == split_task_id(task.task_id)[0]
@@ -189,6 +192,21 @@ def _drain_and_requeue(cluster: LocalCluster, adapter: SlurmAdapter, task: TaskI
         task.task_id,
         again.task_id,
     }
+
+    # billing: the drained run carries its warning (billing stops at warning + grace), the
+    # requeued run is metered as its own task of the same tenant
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    catalog = adapter.task_catalog([task.task_id, again.task_id])
+    pools = {t.pool_id: tuple(t.pool_id.split("@")) for t in catalog}
+    intervals = pl.concat(
+        meter_window(events, catalog, HourWindow(start, start + timedelta(hours=1)), pools)
+        for start in (hour - timedelta(hours=1), hour)
+    )
+    runs = {r["task_id"]: r for r in intervals.iter_rows(named=True)}
+    assert set(runs) == {task.task_id, again.task_id}
+    assert {r["tenant_id"] for r in runs.values()} == {"ember-ai"}
+    assert runs[task.task_id]["end_reason"] == "drained" and runs[task.task_id]["drain_signal_at"] is not None
+    assert runs[again.task_id]["end_reason"] == "running" and runs[again.task_id]["drain_signal_at"] is None
     assert adapter.terminate_task(again.task_id, KILL_WAIT + 5).ok
 
 
