@@ -4,7 +4,7 @@
 |---|---|
 | list_nodes / list_gpus | `sinfo --json`: GRES type -> model, `zone_<zone>` feature -> zone, GPU = node + GRES index |
 | list_tasks | `squeue --json`, RUNNING jobs: node, GPUs (GRES IDX), tenant = account, start, class |
-| read_samples | per-GPU allocation now (`gres_used` / the jobs' GRES indices) |
+| read_samples | per-GPU allocation (the jobs' GRES indices, `gres_used`), logged at each read |
 | cordon / uncordon | `scontrol update nodename=N state=drain reason=...` / `state=resume` |
 | warn_task / checkpoint_task | `scancel --signal=USR1 --batch` / `--signal=USR2 --batch` |
 | terminate_task / kill_task | `scancel` (TERM, KILL after the cluster's `KillWait`) / `scancel --signal=KILL --full` |
@@ -34,7 +34,6 @@ import polars as pl
 
 from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, pool_id
 from market_pipeline.hardware.protocol import (
-    SAMPLE_SCHEMA,
     TASK_EVENT_SCHEMA,
     GpuInfo,
     NodeInfo,
@@ -63,6 +62,7 @@ from market_pipeline.hardware.slurm.parse import (
     parse_nodes,
     parse_squeue,
 )
+from market_pipeline.hardware.slurm.samples import SampleLog
 
 CORDON_REASON = "market-pipeline cordon"
 POWER_REASON = "market-pipeline scale-down"
@@ -101,9 +101,11 @@ class SlurmAdapter:
         default_zone: str = "local",
         operation_timeout_seconds: float = 10.0,
         poll_seconds: float = 0.25,
+        sample_interval_seconds: float = 60.0,
     ) -> None:
         self.client = client
         self.journal = Journal(journal_path)
+        self.samples = SampleLog(journal_path.with_suffix(".samples.jsonl"), sample_interval_seconds)
         self.namer = namer
         self.memory_mib = memory_mib or {}
         self.drainable = drainable
@@ -125,6 +127,7 @@ class SlurmAdapter:
             drainable=adapter.slurm_drainable,
             default_zone=adapter.zone,
             operation_timeout_seconds=adapter.operation_timeout_seconds,
+            sample_interval_seconds=config.loop.sample_interval_seconds,
         )
 
     # -- reads --------------------------------------------------------------------------------
@@ -190,12 +193,22 @@ class SlurmAdapter:
             checkpointable=job.requeue,
         )
 
-    def list_tasks(self) -> list[TaskInfo]:
-        """Running jobs (each run a task) that hold GPUs; remembered for metering."""
-        pools = {n.node_id: n.pool_id for n in self.list_nodes()}
+    def _read(self) -> tuple[list[SlurmNode], list[TaskInfo]]:
+        """The GPU nodes and the running tasks (remembered for metering)."""
+        nodes = [n for n in self.slurm_nodes() if n.gpus]
+        pools = {n.name: pool_id(self._model(n), self._zone(n)) for n in nodes}
         jobs = [j for j in self.slurm_jobs() if j.state == "RUNNING" and j.gpu_indices and j.start_time]
         tasks = sorted((self._task(j, pools) for j in jobs), key=lambda t: t.task_id)
         self._remember(tasks)
+        return nodes, tasks
+
+    def list_tasks(self) -> list[TaskInfo]:
+        """Running jobs (each run a task) that hold GPUs; the GPUs' allocation is logged as
+        samples at most once per sample interval."""
+        nodes, tasks = self._read()
+        now = datetime.now(timezone.utc)
+        if self.samples.due(now):
+            self.samples.append(self._allocation(nodes, tasks, now))
         return tasks
 
     def _remember(self, tasks: Sequence[TaskInfo]) -> None:
@@ -222,16 +235,21 @@ class SlurmAdapter:
         return [_task_from_record(runs[t]) for t in task_ids if t in runs]
 
     def read_samples(self, start: datetime, end: datetime) -> pl.DataFrame:
-        """One sample per GPU now (if now is in [start, end)): the GPU's allocation as Slurm
-        reports it. Slurm measures allocation, not utilisation: `sm_util_pct` is 100 on a GPU
-        a job holds and 0 on a free one; memory used, power and temperature stay null."""
+        """Per-GPU allocation samples in [start, end): those logged by earlier reads, plus
+        one taken now when now is in the window. Slurm measures allocation, not utilisation:
+        `sm_util_pct` is 100 on a GPU a job holds and 0 on a free one; memory used, power and
+        temperature stay null (not measured)."""
         now = datetime.now(timezone.utc)
-        if not start <= now < end:
-            return pl.DataFrame(schema=SAMPLE_SCHEMA)
-        holders = {g: t for t in self.list_tasks() for g in t.gpu_uuids}
+        if start <= now < end:
+            nodes, tasks = self._read()
+            self.samples.append(self._allocation(nodes, tasks, now))
+        return self.samples.read(start, end)
+
+    def _allocation(self, nodes: Sequence[SlurmNode], tasks: Sequence[TaskInfo], now: datetime) -> list[dict]:
+        holders = {g: t for t in tasks for g in t.gpu_uuids}
         rows = []
-        for node in self.slurm_nodes():
-            model = self._model(node)
+        for node in nodes:
+            memory = float(self.memory_mib.get(self._model(node), 0))
             for i in range(node.gpus):
                 gid = gpu_id(node.name, i)
                 task = holders.get(gid)
@@ -244,7 +262,7 @@ class SlurmAdapter:
                         "gpu_index": i,
                         "sm_util_pct": 100.0 if busy else 0.0,
                         "mem_used_mib": None,
-                        "mem_total_mib": float(self.memory_mib.get(model, 0)),
+                        "mem_total_mib": memory,
                         "power_w": None,
                         "temp_c": None,
                         "mig_profile": None,
@@ -253,7 +271,7 @@ class SlurmAdapter:
                         "xid_errors": 0,
                     }
                 )
-        return pl.DataFrame(rows, schema=SAMPLE_SCHEMA)
+        return rows
 
     def jobcomp_runs(self) -> list[JobRun]:
         """Every ended run in the job completion log (`JobCompType=jobcomp/filetxt`)."""

@@ -181,13 +181,12 @@ def _bench(
         poll()
 
     # -- requeue the drained jobs: they resume from their checkpoints elsewhere -----------------
-    requeue_s: list[float] = []
-    requeue_started = {}
+    requeued_at: dict[str, datetime] = {}
     for item in drained:
         outcome = adapter.requeue_task(item["task_id"])
         item["requeue"] = outcome.status.value
         if outcome.ok:
-            requeue_started[split_task_id(item["task_id"])[0]] = time.monotonic()
+            requeued_at[split_task_id(item["task_id"])[0]] = datetime.now(UTC)
     # -- and power the drained node down (power_down_asap waits for its guaranteed jobs)
     power_off = adapter.power_off(target)
     power_off_at = time.monotonic()
@@ -195,11 +194,7 @@ def _bench(
     finish_deadline = time.monotonic() + max(300, jobs * max_job_seconds / (len(kinds) * 8) * 3)
     power_on_at = None
     while time.monotonic() < finish_deadline:
-        tasks = poll()
-        running_jobs = {split_task_id(t.task_id)[0] for t in tasks}
-        for job_id in list(requeue_started):
-            if job_id in running_jobs:
-                requeue_s.append(time.monotonic() - requeue_started.pop(job_id))
+        poll()
         node = next(n for n in adapter.slurm_nodes() if n.name == target)
         if powered["off_s"] is None and node.powered_off and "POWERED_DOWN" in node.flags:
             powered["off_s"] = round(time.monotonic() - power_off_at, 2)
@@ -218,13 +213,20 @@ def _bench(
             for j in adapter.slurm_jobs()
             if j.job_id in gpus_of and j.state in {"RUNNING", "PENDING", "COMPLETING", "CONFIGURING"}
         ]
-        if not live and not requeue_started and powered["off_s"] is not None and powered["on_s"] is not None:
+        if not live and powered["off_s"] is not None and powered["on_s"] is not None:
             break
         time.sleep(0.3)
     bench_end = datetime.now(UTC) + timedelta(seconds=1)
 
     # -- lost jobs and metered seconds ----------------------------------------------------------
     runs = adapter.jobcomp_runs()
+    # requeue -> running again: the requeued job's next run start as Slurm recorded it (whole
+    # seconds, so up to 1 s early; a run that ended before a poll saw it still counts)
+    requeue_s: list[float] = []
+    for job_id, at in requeued_at.items():
+        starts = [r.start for r in runs if r.job_id == job_id and r.start >= at - timedelta(seconds=1)]
+        if starts:
+            requeue_s.append(max(0.0, (min(starts) - at).total_seconds()))
     final_state: dict[str, str] = {}
     for run in sorted(runs, key=lambda r: r.end):
         final_state[run.job_id] = run.state
@@ -270,7 +272,7 @@ def _bench(
         "warning_to_released_target_s": kill_wait + 2,
         "requeue_to_running_s": [round(s, 2) for s in sorted(requeue_s)],
         "requeue_to_running_max_s": round(max(requeue_s), 2) if requeue_s else None,
-        "requeues_not_running": len(requeue_started),
+        "requeues_not_running": len(requeued_at) - len(requeue_s),
         "power": powered,
         "lost_jobs": len(lost),
         "lost_job_ids": lost[:10],

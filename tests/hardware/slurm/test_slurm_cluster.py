@@ -130,10 +130,14 @@ def test_a_tenants_jobs_run_with_their_gpus_class_and_allocation(
     assert drainable.gpu_uuids[0].startswith(drainable.node_id + "/gpu")
     now = datetime.now(UTC)
     samples = adapter.read_samples(now - timedelta(minutes=1), now + timedelta(minutes=1))
+    samples = samples.filter(samples["ts"] == samples["ts"].max())  # the one taken now
     held = samples.filter(samples["task_id"].is_not_null())
     assert sorted(held["gpu_uuid"].to_list()) == sorted(drainable.gpu_uuids + guaranteed.gpu_uuids)
     assert set(held["sm_util_pct"].to_list()) == {100.0}
     assert samples.height == 8 and set(samples.filter(samples["task_id"].is_null())["sm_util_pct"]) == {0.0}
+    # a closed window (the telemetry job reads the hour after it closed) has the logged samples
+    logged = adapter.read_samples(now - timedelta(minutes=10), now)
+    assert logged.height >= 8 and logged["ts"].max() < now
     # a job without USR1/USR2 handlers gets the notice recorded, not a signal that would kill it
     warned = adapter.warn_task(guaranteed.task_id, 5)
     assert warned.status is OutcomeStatus.UNSUPPORTED and "not signalled" in warned.detail

@@ -99,3 +99,25 @@ def test_errors_name_munge_or_slurmctld_or_a_vanished_job() -> None:
         "scancel --signal=USR1", 1, "scancel: error: Kill job error on job id 99: Invalid job id specified"
     )
     assert isinstance(gone, SlurmNotFound)
+
+
+def test_sample_log_reads_a_window_and_stays_bounded(tmp_path) -> None:  # noqa: ANN001
+    from datetime import timedelta
+
+    from market_pipeline.hardware.slurm.samples import SampleLog
+
+    log = SampleLog(tmp_path / "s.jsonl", interval_seconds=60, max_bytes=4000)
+    t0 = datetime(2026, 12, 4, 19, 0, tzinfo=timezone.utc)
+    assert log.due(t0)
+    for minute in range(40):
+        row = {
+            "ts": t0 + timedelta(minutes=minute),
+            "node_id": "node1",
+            "gpu_uuid": "node1/gpu0",
+            "gpu_index": 0,
+        }
+        log.append([row | {"sm_util_pct": 100.0, "mem_total_mib": 81920.0, "xid_errors": 0}])
+    assert not log.due(t0 + timedelta(minutes=39, seconds=30)) and log.due(t0 + timedelta(minutes=40))
+    assert (tmp_path / "s.jsonl").stat().st_size <= 4000 + 300  # cut to its newer half past the bound
+    window = log.read(t0 + timedelta(minutes=30), t0 + timedelta(minutes=35))
+    assert window["ts"].to_list() == [t0 + timedelta(minutes=m) for m in range(30, 35)]
