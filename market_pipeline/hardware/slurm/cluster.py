@@ -250,16 +250,22 @@ class LocalCluster:
         return [pidfile.stem for pidfile, _ in signalled] + self._stop_strays()
 
     def _stop_strays(self) -> list[str]:
-        """Job scripts and step daemons of this cluster that outlived their slurmd (they
-        carry its SLURM_CONF in their environment)."""
-        wanted = str(self.conf)
+        """Job scripts and step daemons (slurmstepd) of this cluster that outlived their
+        slurmd: processes with its SLURM_CONF in their environment, or their working
+        directory or an open file (a slurmd log) under its home."""
+        home = str(self.home) + os.sep
         strays = []
         for proc in psutil.process_iter(["pid", "name"]):
+            if proc.pid == os.getpid():
+                continue
             try:
-                if proc.environ().get("SLURM_CONF") == wanted and proc.pid != os.getpid():
-                    strays.append(proc)
+                ours = proc.environ().get("SLURM_CONF") == str(self.conf)
+                ours = ours or (proc.cwd() + os.sep).startswith(home)
+                ours = ours or any(f.path.startswith(home) for f in proc.open_files())
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
                 continue
+            if ours:
+                strays.append(proc)
         for proc in strays:
             try:
                 proc.kill()

@@ -202,8 +202,9 @@ def _drain_and_requeue(cluster: LocalCluster, adapter: SlurmAdapter, task: TaskI
     hour = now.replace(minute=0, second=0, microsecond=0)
     catalog = adapter.task_catalog([task.task_id, again.task_id])
     pools = {t.pool_id: tuple(t.pool_id.split("@")) for t in catalog}
+    ours = events.filter(events["task_id"].is_in([task.task_id, again.task_id]))
     intervals = pl.concat(
-        meter_window(events, catalog, HourWindow(start, start + timedelta(hours=1)), pools)
+        meter_window(ours, catalog, HourWindow(start, start + timedelta(hours=1)), pools)
         for start in (hour - timedelta(hours=1), hour)
     )
     runs = {r["task_id"]: r for r in intervals.iter_rows(named=True)}
