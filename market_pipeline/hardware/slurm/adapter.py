@@ -509,6 +509,8 @@ class SlurmAdapter:
             )
         if job.state == "RUNNING":
             return Outcome(OutcomeStatus.FAILED, f"job {job_id} still runs: drain it first")
+        if job.state == "COMPLETED":
+            return Outcome(OutcomeStatus.UNSUPPORTED, f"job {job_id} completed: nothing to requeue")
         return self._act(lambda: self.client.requeue(job_id), f"job {job_id} requeued", started)
 
     # -- node operations ------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from market_pipeline.billing.metering import HourWindow, meter_window
 from market_pipeline.config.model import MarketPipelineConfig
 from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
 from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
+from market_pipeline.guardrails.task_drain_recovery import ENDED_BY_DRAIN, requeue_drained
 from market_pipeline.guardrails.task_drain_steps import DrainTiming
 from market_pipeline.hardware.naming import DeviceModelNamer
 from market_pipeline.hardware.protocol import ResourceClass
@@ -112,6 +113,7 @@ def _bench(
     time_scale: float,
     max_job_seconds: int,
     seed: int,
+    drain_backlog: int = 8,
 ) -> dict[str, Any]:
     adapter = adapter_for(cluster, config)
     kinds = cluster_kinds([(n.gpu_type, n.gpus) for n in adapter.slurm_nodes()], adapter.namer)
@@ -147,20 +149,24 @@ def _bench(
         poll_seconds=0.1,
     )
     drained: list[dict[str, Any]] = []
+    # The drain starts once the backlog is short (at most `drain_backlog` jobs pending), so
+    # that requeue -> running measures Slurm's requeue, not a wait for GPUs behind 150 jobs.
     target = None
-    deadline = time.monotonic() + 60
+    pending = 0
+    deadline = time.monotonic() + 180
     while target is None and time.monotonic() < deadline:
         tasks = poll()
+        pending = sum(1 for j in adapter.slurm_jobs() if j.state == "PENDING")
         by_node: dict[str, list] = {}
         for t in tasks:
             if t.resource_class is ResourceClass.DRAINABLE and t.checkpointable:
                 by_node.setdefault(t.node_id, []).append(t)
-        if by_node:
+        if by_node and pending <= drain_backlog:
             target = max(by_node, key=lambda n: len(by_node[n]))
         else:
             time.sleep(0.3)
     if target is None:
-        raise RuntimeError("no drainable job ran within 60 s")
+        raise RuntimeError("no drainable job ran with a short backlog within 180 s")
     adapter.cordon(target)
     victims = by_node[target]
     executor = DrainExecutor(adapter, InMemoryAuditStore(), timing)
@@ -182,8 +188,11 @@ def _bench(
 
     # -- requeue the drained jobs: they resume from their checkpoints elsewhere -----------------
     requeued_at: dict[str, datetime] = {}
-    for item in drained:
-        outcome = adapter.requeue_task(item["task_id"])
+    for item, task in zip(drained, victims, strict=True):
+        if item["outcome"] not in ENDED_BY_DRAIN:
+            item["requeue"] = "not drained"
+            continue
+        outcome = requeue_drained(adapter, task, ("scale_down: bench",))
         item["requeue"] = outcome.status.value
         if outcome.ok:
             requeued_at[split_task_id(item["task_id"])[0]] = datetime.now(UTC)
@@ -266,7 +275,9 @@ def _bench(
         "polls": len(list_s),
         "kill_wait_s": kill_wait,
         "drained_node": target,
+        "pending_jobs_at_drain": pending,
         "drains": len(drained),
+        "drain_details": drained,
         "drain_outcomes": sorted({d["outcome"] for d in drained}),
         "warning_to_released_max_s": max(warn_to_released) if warn_to_released else None,
         "warning_to_released_target_s": kill_wait + 2,

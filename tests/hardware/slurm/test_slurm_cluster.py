@@ -297,3 +297,14 @@ def test_cluster_home_is_self_contained(cluster: LocalCluster) -> None:
     conf = cluster.conf.read_text()
     assert f"SlurmdSpoolDir={cluster.home}/spool/%n" in conf and "SlurmdParameters=config_overrides" in conf
     assert str(Path(cluster.home, "munge", "munge.socket")) in conf
+
+
+def test_a_job_that_completed_is_not_requeued(cluster: LocalCluster, adapter: SlurmAdapter) -> None:
+    [job_id] = submit(
+        cluster.client(), [JobSpec("acme-research", "h800", 1, 1, drainable=True)], cluster.home / "jobs"
+    )
+    wait_for(
+        lambda: any(r.job_id == job_id and r.state == "COMPLETED" for r in adapter.jobcomp_runs()), 20, "done"
+    )
+    outcome = adapter.requeue_task(f"{job_id}@0")
+    assert outcome.status is OutcomeStatus.UNSUPPORTED and "completed" in outcome.detail
