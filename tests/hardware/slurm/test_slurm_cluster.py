@@ -259,15 +259,17 @@ def test_a_down_node_is_reported_and_never_acted_on(cluster: LocalCluster, adapt
         cluster.client().update_node("node2", "resume")
 
 
-def test_slurmctld_down_is_one_line_naming_it_and_running_jobs_survive(
+def test_slurmctld_down_mid_drain_is_one_line_naming_it_and_nothing_is_lost(
     cluster: LocalCluster, adapter: SlurmAdapter
 ) -> None:
     [task] = run_jobs(cluster, adapter, JobSpec("cobalt-labs", "a100_80gb", 1, 60, drainable=True))
+    warned_before = datetime.now(UTC)
+    assert adapter.warn_task(task.task_id, 5).ok  # the drain has begun
     cluster.stop_slurmctld()
     try:
         with pytest.raises(SlurmUnavailable, match="slurmctld is unreachable"):
             adapter.list_tasks()
-        outcome = adapter.warn_task(task.task_id, 5)
+        outcome = adapter.checkpoint_task(task.task_id, 5)
         assert outcome.status is OutcomeStatus.FAILED and "slurmctld" in outcome.detail
         cli = subprocess.run(
             [sys.executable, "-m", "market_pipeline.cli", "cluster", "status", "--home", str(cluster.home)],
@@ -282,8 +284,14 @@ def test_slurmctld_down_is_one_line_naming_it_and_running_jobs_survive(
     finally:
         cluster.start_slurmctld()
     again = wait_for(lambda: _safe_tasks(adapter), 15, "slurmctld back")
-    assert task.task_id in {t.task_id for t in again}  # the same run: nothing lost
-    assert adapter.terminate_task(task.task_id, KILL_WAIT + 5).ok
+    assert task.task_id in {t.task_id for t in again}  # the same run: the job survived
+    # the drain, run again, finishes; the warning it keeps is the first one (billing's grace)
+    report = DrainExecutor(adapter, InMemoryAuditStore(), timing()).run(DrainRequest("d-ctld", task))
+    assert report.outcome == "terminated"
+    now = datetime.now(UTC)
+    events = adapter.read_task_events(now - timedelta(minutes=5), now + timedelta(seconds=5))
+    signals = events.filter((events["task_id"] == task.task_id) & (events["event"] == "drain_signal"))
+    assert signals.height == 1 and signals["ts"][0] < warned_before + timedelta(seconds=2)
 
 
 def _safe_tasks(adapter: SlurmAdapter) -> list[TaskInfo] | None:
