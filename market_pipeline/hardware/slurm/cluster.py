@@ -201,6 +201,8 @@ class LocalCluster:
             )
         if self.running():
             raise ClusterError(f"a cluster already runs under {self.home}; `cluster down` first")
+        for stale in ("state", "spool", "run"):  # from nothing: no jobs of an earlier cluster
+            shutil.rmtree(self.home / stale, ignore_errors=True)
         self.write_config()
         self._start_munge()
         self._run([_binary("slurmctld")], "slurmctld")
