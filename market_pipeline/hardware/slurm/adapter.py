@@ -51,6 +51,7 @@ from market_pipeline.hardware.slurm.client import (
     SlurmTimeout,
     SlurmUnavailable,
 )
+from market_pipeline.hardware.slurm.cluster import LocalCluster
 from market_pipeline.hardware.slurm.journal import Journal
 from market_pipeline.hardware.slurm.parse import (
     JobRun,
@@ -128,6 +129,19 @@ class SlurmAdapter:
             default_zone=adapter.zone,
             operation_timeout_seconds=adapter.operation_timeout_seconds,
             sample_interval_seconds=config.loop.sample_interval_seconds,
+        )
+
+    @classmethod
+    def for_cluster(cls, cluster: LocalCluster, config: Any, poll_seconds: float = 0.1) -> "SlurmAdapter":
+        """The adapter of a local test cluster (its journal and samples under its home)."""
+        return cls(
+            cluster.client(),
+            cluster.home / "journal.json",
+            namer=DeviceModelNamer.from_config(config),
+            memory_mib={m.name: m.memory_mib for m in config.gpu_models},
+            drainable=config.adapter.slurm_drainable,
+            operation_timeout_seconds=config.adapter.operation_timeout_seconds,
+            poll_seconds=poll_seconds,
         )
 
     # -- reads --------------------------------------------------------------------------------

@@ -29,10 +29,9 @@ from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainR
 from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
 from market_pipeline.guardrails.task_drain_recovery import ENDED_BY_DRAIN, requeue_drained
 from market_pipeline.guardrails.task_drain_steps import DrainTiming
-from market_pipeline.hardware.naming import DeviceModelNamer
 from market_pipeline.hardware.protocol import ResourceClass
 from market_pipeline.hardware.slurm.adapter import SlurmAdapter, split_task_id
-from market_pipeline.hardware.slurm.cluster import ClusterSpec, LocalCluster, NodeGroup
+from market_pipeline.hardware.slurm.cluster import ClusterSpec, LocalCluster
 from market_pipeline.hardware.slurm.workload import cluster_kinds, submit, workload_specs
 
 UTC = timezone.utc
@@ -56,31 +55,6 @@ def _timed(fn: Callable[[], Any], into: list[float]) -> Any:
     return out
 
 
-def bench_spec(nodes: int, gpus_per_node: int) -> ClusterSpec:
-    half = max(nodes // 2, 1)
-    return ClusterSpec(
-        groups=(
-            NodeGroup("a100_80gb", "cn-hangzhou-a", half, gpus_per_node),
-            NodeGroup("h800", "cn-beijing-b", max(nodes - half, 1), gpus_per_node),
-        ),
-        min_job_age_seconds=120,
-    )
-
-
-def adapter_for(
-    cluster: LocalCluster, config: MarketPipelineConfig, poll_seconds: float = 0.1
-) -> SlurmAdapter:
-    return SlurmAdapter(
-        cluster.client(),
-        cluster.home / "journal.json",
-        namer=DeviceModelNamer.from_config(config),
-        memory_mib={m.name: m.memory_mib for m in config.gpu_models},
-        drainable=config.adapter.slurm_drainable,
-        operation_timeout_seconds=config.adapter.operation_timeout_seconds,
-        poll_seconds=poll_seconds,
-    )
-
-
 def run_slurm_bench(
     config: MarketPipelineConfig,
     *,
@@ -93,7 +67,9 @@ def run_slurm_bench(
     home: Path | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mp-slurm-bench-") as tmp:
-        cluster = LocalCluster(home or Path(tmp), bench_spec(nodes, gpus_per_node))
+        cluster = LocalCluster(
+            home or Path(tmp), ClusterSpec.two_types(nodes, gpus_per_node, min_job_age_seconds=120)
+        )
         started = time.perf_counter()
         cluster.up()
         up_seconds = time.perf_counter() - started
@@ -115,7 +91,7 @@ def _bench(
     seed: int,
     drain_backlog: int = 8,
 ) -> dict[str, Any]:
-    adapter = adapter_for(cluster, config)
+    adapter = SlurmAdapter.for_cluster(cluster, config)
     kinds = cluster_kinds([(n.gpu_type, n.gpus) for n in adapter.slurm_nodes()], adapter.namer)
     specs = workload_specs(
         config.tenants, kinds, jobs, seed=seed, time_scale=time_scale, max_seconds=max_job_seconds

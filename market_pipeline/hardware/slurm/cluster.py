@@ -61,6 +61,18 @@ class ClusterSpec:
     suspend_timeout_seconds: int = 5
     extra: tuple[str, ...] = field(default=())
 
+    @classmethod
+    def two_types(cls, nodes: int = 4, gpus_per_node: int = 8, **timings: int) -> "ClusterSpec":
+        """`nodes` nodes, half of A100-80GB in cn-hangzhou-a, half of H800 in cn-beijing-b."""
+        half = max(nodes // 2, 1)
+        return cls(
+            groups=(
+                NodeGroup("a100_80gb", "cn-hangzhou-a", half, gpus_per_node),
+                NodeGroup("h800", "cn-beijing-b", max(nodes - half, 1), gpus_per_node),
+            ),
+            **timings,
+        )
+
     def nodes(self) -> list[tuple[str, NodeGroup]]:
         out, n = [], 0
         for group in self.groups:

@@ -61,9 +61,9 @@ def _home(args: argparse.Namespace, config) -> Path:  # noqa: ANN001 - MarketPip
 
 
 def run_cluster(args: argparse.Namespace) -> int:
-    from market_pipeline.hardware.slurm.bench import adapter_for, bench_spec
+    from market_pipeline.hardware.slurm.adapter import SlurmAdapter
     from market_pipeline.hardware.slurm.client import SlurmError
-    from market_pipeline.hardware.slurm.cluster import ClusterError, LocalCluster
+    from market_pipeline.hardware.slurm.cluster import ClusterError, ClusterSpec, LocalCluster
     from market_pipeline.hardware.slurm.workload import cluster_kinds, submit, workload_specs
 
     try:
@@ -74,7 +74,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     gpus = getattr(args, "gpus_per_node", 8)
     if not (2 <= nodes <= 64 and 1 <= gpus <= 16):
         return input_error("need 2 <= --nodes <= 64 and 1 <= --gpus-per-node <= 16")
-    cluster = LocalCluster(_home(args, config), bench_spec(nodes, gpus))
+    cluster = LocalCluster(_home(args, config), ClusterSpec.two_types(nodes, gpus, min_job_age_seconds=120))
     try:
         if args.cluster_action == "up":
             cluster.up()
@@ -82,7 +82,7 @@ def run_cluster(args: argparse.Namespace) -> int:
         elif args.cluster_action == "down":
             result = {"home": str(cluster.home), "stopped": cluster.down()}
         elif args.cluster_action == "status":
-            adapter = adapter_for(cluster, config)
+            adapter = SlurmAdapter.for_cluster(cluster, config)
             result = {
                 "nodes": [n.__dict__ | {"state": n.state.value} for n in adapter.list_nodes()],
                 "not_acted_on": adapter.node_conditions(),
@@ -101,7 +101,7 @@ def run_cluster(args: argparse.Namespace) -> int:
         else:
             if not (1 <= args.jobs <= 10_000 and args.time_scale > 0 and 1 <= args.max_seconds <= 86_400):
                 return input_error("need 1 <= --jobs <= 10000, --time-scale > 0, 1 <= --max-seconds <= 86400")
-            adapter = adapter_for(cluster, config)
+            adapter = SlurmAdapter.for_cluster(cluster, config)
             kinds = cluster_kinds([(n.gpu_type, n.gpus) for n in adapter.slurm_nodes()], adapter.namer)
             specs = workload_specs(
                 config.tenants,
