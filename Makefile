@@ -17,7 +17,7 @@ LIVE_PID := $(LIVE_HOME)/dagster-dev.pid
 LIVE_LOG := $(LIVE_HOME)/dagster-dev.log
 PORT ?= 3000
 
-.PHONY: demo test lint lock ui up down install clean postgres-home
+.PHONY: demo test lint lock ui up down install clean postgres-home slurm-up slurm-down
 
 # The lock pins every package (the test extra's included), so installs reproduce; the project
 # itself goes in editable, without re-resolving its dependencies.
@@ -33,6 +33,13 @@ install: $(VENV)/.installed
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
 	cp dagster.yaml $@
+
+# A local Slurm test cluster under var/slurm (the slurm backend's default slurm.conf).
+slurm-up: $(VENV)/.installed
+	$(VENV)/bin/market-pipeline cluster up --backend slurm
+
+slurm-down: $(VENV)/.installed
+	$(VENV)/bin/market-pipeline cluster down --backend slurm
 
 # Dagster storage in PostgreSQL: DAGSTER_PG_URL=postgresql://... make postgres-home, then
 # DAGSTER_HOME=$(CURDIR)/var/dagster_home_pg for dagster commands.

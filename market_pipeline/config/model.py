@@ -30,7 +30,7 @@ class WarehouseConfig(_Strict):
 
 
 class AdapterConfig(_Strict):
-    backend: Literal["simulated", "local-process", "nvml", "dcgm"] = "simulated"
+    backend: Literal["simulated", "local-process", "nvml", "dcgm", "slurm"] = "simulated"
     state_path: str = "var/fleet_state.json"
     seed: int = 7
     fleet_source: str = "config"
@@ -39,6 +39,10 @@ class AdapterConfig(_Strict):
     operation_timeout_seconds: float = Field(10.0, gt=0)
     # the zone of the host a real backend (nvml, dcgm) runs on: its pools are "<model>@<zone>"
     zone: str = "local"
+    # slurm: the cluster's slurm.conf (default: the local test cluster `cluster up` starts;
+    # /etc/slurm/slurm.conf for a real one) and the partition or QOS of drainable jobs
+    slurm_conf: str = "var/slurm/etc/slurm.conf"
+    slurm_drainable: str = "drainable"
     # The simulated fleet: arrival profile ("diurnal" or a Helios per-minute CSV), placement
     # policy, and the UTC start of its clock (default: midnight a week ago, at first creation).
     arrival_source: str = "diurnal"

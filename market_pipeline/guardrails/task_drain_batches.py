@@ -1,6 +1,7 @@
 """A tick's batch of approved drain decisions, each carried out once through the drain
 protocol (`task_drain_service.execute_decision`, which records the drain's own outcome on
-the decision: terminated, killed, gone, failed or aborted)."""
+the decision: terminated, killed, gone, failed or aborted). A drained checkpointable task is
+then requeued where the backend can (`task_drain_recovery`); the batch result says whether."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from market_pipeline.action_batches import (
     record_outcome,
     result_for,
 )
+from market_pipeline.guardrails.task_drain_recovery import ENDED_BY_DRAIN, requeue_drained
 from market_pipeline.guardrails.task_drain_service import DrainRefused, execute_decision
-from market_pipeline.guardrails.task_drain_store import DecisionNotFound
+from market_pipeline.guardrails.task_drain_store import DecisionNotFound, load_decision
 from market_pipeline.hardware.protocol import NodeAdapter
 from market_pipeline.warehouse import Warehouse
 
@@ -63,6 +65,10 @@ def execute_drain_batch(
             record_outcome(store, row["decision_id"], now, result.outcome)
             return result
         detail = f"{report.outcome}: {report.reason}" if report.reason else report.outcome
+        if report.outcome in ENDED_BY_DRAIN:
+            decision = load_decision(store, row["decision_id"])
+            recovery = requeue_drained(adapter, decision.task, decision.reasons)
+            detail += f"; requeue {recovery.status.value}: {recovery.detail}"
         return result_for(row, _STATUS.get(report.outcome, RUNNING) if report.terminal else RUNNING, detail)
 
     return carry_out(

@@ -18,6 +18,7 @@ BACKENDS: dict[str, str] = {
     "local-process": "market_pipeline.hardware.local_process:LocalProcessAdapter",
     "nvml": "market_pipeline.hardware.nvml:NvmlAdapter",
     "dcgm": "market_pipeline.hardware.dcgm:DcgmAdapter",
+    "slurm": "market_pipeline.hardware.slurm.adapter:SlurmAdapter",
 }
 
 

@@ -1,0 +1,609 @@
+"""`slurm` backend: the node hardware adapter over a Slurm cluster, every operation a Slurm action.
+
+| operation | Slurm |
+|---|---|
+| list_nodes / list_gpus | `sinfo --json`: GRES type -> model, `zone_<zone>` feature -> zone, GPU = node + GRES index |
+| list_tasks | `squeue --json`, RUNNING jobs: node, GPUs (GRES IDX), tenant = account, start, class |
+| read_samples | per-GPU allocation (the jobs' GRES indices, `gres_used`), logged at each read |
+| cordon / uncordon | `scontrol update nodename=N state=drain reason=...` / `state=resume` |
+| warn_task / checkpoint_task | `scancel --signal=USR1 --batch` / `--signal=USR2 --batch` |
+| terminate_task / kill_task | `scancel` (TERM, KILL after the cluster's `KillWait`) / `scancel --signal=KILL --full` |
+| verify_released | the run is gone and no job holds its GPUs (`gres_used`), polled up to a deadline |
+| power_off / power_on | `state=power_down_asap` / `state=power_up` (SuspendProgram / ResumeProgram) |
+| requeue_task | `scontrol requeue`: a drained checkpointable job runs again, from its checkpoint |
+
+A task is one run of a job: `<job id>@<start unix seconds>`, so a requeued job's runs are
+metered apart. Drainable work: jobs in the partition (or QOS) `adapter.slurm_drainable`.
+Checkpointable: jobs submitted with `--requeue`. A job declares its USR1/USR2 handlers by
+setting `checkpoint=0` in its comment (`scontrol update jobid=$SLURM_JOB_ID comment=...`)
+once they are installed, and acknowledges each checkpoint by counting it up; a job that has
+not declared them gets no USR1/USR2 (their default action kills), only the scancel notice.
+Nodes in a state the adapter does not know (DOWN, FAIL, NOT_RESPONDING, ...) are listed
+as cordoned and OFF with the reason, and no operation acts on them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, pool_id
+from market_pipeline.hardware.protocol import (
+    TASK_EVENT_SCHEMA,
+    GpuInfo,
+    NodeInfo,
+    NodeState,
+    Outcome,
+    OutcomeStatus,
+    ResourceClass,
+    TaskInfo,
+    TaskKind,
+)
+from market_pipeline.hardware.slurm.client import (
+    SlurmClient,
+    SlurmError,
+    SlurmNotFound,
+    SlurmTimeout,
+    SlurmUnavailable,
+)
+from market_pipeline.hardware.slurm.cluster import LocalCluster
+from market_pipeline.hardware.slurm.journal import Journal
+from market_pipeline.hardware.slurm.parse import (
+    JobRun,
+    SlurmJob,
+    SlurmNode,
+    gpu_id,
+    parse_config,
+    parse_jobcomp,
+    parse_nodes,
+    parse_squeue,
+)
+from market_pipeline.hardware.slurm.samples import SampleLog
+
+CORDON_REASON = "market-pipeline cordon"
+POWER_REASON = "market-pipeline scale-down"
+MAX_JOBCOMP_BYTES = 256 * 1024 * 1024
+# job completion states -> task event (a run our drain ended is `drained` whatever its state)
+FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
+EVENT_ORDER = {"start": 0, "drain_signal": 1, "drained": 2, "end": 2, "failed": 2}
+REQUEUED_STATES = frozenset({"PENDING", "REQUEUED", "PREEMPTED", "REQUEUE_HOLD", "REQUEUE_FED"})
+
+
+def task_id_of(job: SlurmJob | JobRun) -> str:
+    start = job.start_time if isinstance(job, SlurmJob) else job.start
+    return f"{job.job_id}@{int(start.timestamp()) if start else 0}"
+
+
+def split_task_id(task_id: str) -> tuple[str, int | None]:
+    job, _, start = task_id.partition("@")
+    return job, int(start) if start.isdigit() else None
+
+
+def _iso(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).isoformat()
+
+
+class SlurmAdapter:
+    backend = "slurm"
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        journal_path: Path,
+        *,
+        namer: Callable[[str], str] = identity_namer,
+        memory_mib: dict[str, int] | None = None,
+        drainable: str = "drainable",
+        default_zone: str = "local",
+        operation_timeout_seconds: float = 10.0,
+        poll_seconds: float = 0.25,
+        sample_interval_seconds: float = 60.0,
+    ) -> None:
+        self.client = client
+        self.journal = Journal(journal_path)
+        self.samples = SampleLog(journal_path.with_suffix(".samples.jsonl"), sample_interval_seconds)
+        self.namer = namer
+        self.memory_mib = memory_mib or {}
+        self.drainable = drainable
+        self.default_zone = default_zone
+        self.operation_timeout_seconds = operation_timeout_seconds
+        self.poll_seconds = poll_seconds
+        self._jobcomp_path: Path | None | bool = False  # False: not read from the config yet
+
+    @classmethod
+    def from_config(cls, config: Any) -> "SlurmAdapter":
+        adapter = config.adapter
+        state = config.resolve_path(adapter.state_path)
+        conf = config.resolve_path(adapter.slurm_conf) if adapter.slurm_conf else None
+        return cls(
+            SlurmClient(conf, timeout_seconds=adapter.operation_timeout_seconds),
+            state.with_name(state.stem + ".slurm.json"),
+            namer=DeviceModelNamer.from_config(config),
+            memory_mib={m.name: m.memory_mib for m in config.gpu_models},
+            drainable=adapter.slurm_drainable,
+            default_zone=adapter.zone,
+            operation_timeout_seconds=adapter.operation_timeout_seconds,
+            sample_interval_seconds=config.loop.sample_interval_seconds,
+        )
+
+    @classmethod
+    def for_cluster(cls, cluster: LocalCluster, config: Any, poll_seconds: float = 0.1) -> "SlurmAdapter":
+        """The adapter of a local test cluster (its journal and samples under its home)."""
+        return cls(
+            cluster.client(),
+            cluster.home / "journal.json",
+            namer=DeviceModelNamer.from_config(config),
+            memory_mib={m.name: m.memory_mib for m in config.gpu_models},
+            drainable=config.adapter.slurm_drainable,
+            operation_timeout_seconds=config.adapter.operation_timeout_seconds,
+            poll_seconds=poll_seconds,
+        )
+
+    # -- reads --------------------------------------------------------------------------------
+    def slurm_nodes(self) -> list[SlurmNode]:
+        return parse_nodes(self.client.sinfo_nodes())
+
+    def slurm_jobs(self) -> list[SlurmJob]:
+        return parse_squeue(self.client.squeue_jobs())
+
+    def node_conditions(self) -> dict[str, str]:
+        """Nodes in a state the adapter does not act on, with the state and reason."""
+        return {n.name: c for n in self.slurm_nodes() if (c := n.unknown_condition) is not None}
+
+    def _model(self, node: SlurmNode) -> str:
+        return self.namer(node.gpu_type) if node.gpu_type else ""
+
+    def _zone(self, node: SlurmNode) -> str:
+        return node.zone or self.default_zone
+
+    def list_nodes(self) -> list[NodeInfo]:
+        out = []
+        for node in self.slurm_nodes():
+            if node.gpus == 0:
+                continue
+            unknown = node.unknown_condition is not None
+            if node.powered_off or unknown:
+                state = NodeState.OFF
+            elif node.powering_up:
+                state = NodeState.WARM
+            else:
+                state = NodeState.ON
+            model, zone = self._model(node), self._zone(node)
+            out.append(
+                NodeInfo(
+                    node.name, pool_id(model, zone), model, zone, node.gpus, state, node.drained or unknown
+                )
+            )
+        return out
+
+    def list_gpus(self) -> list[GpuInfo]:
+        return [
+            GpuInfo(gpu_id(n.name, i), n.name, i, self._model(n), self.memory_mib.get(self._model(n), 0))
+            for n in self.slurm_nodes()
+            for i in range(n.gpus)
+        ]
+
+    def _task(self, job: SlurmJob, pools: dict[str, str]) -> TaskInfo:
+        drainable = self.drainable in {job.partition, job.qos}
+        kind = job.comment.get("kind", TaskKind.TRAINING.value)
+        model = self.namer(job.gpu_type) if job.gpu_type else ""
+        return TaskInfo(
+            task_id=task_id_of(job),
+            tenant_id=job.account,
+            pool_id=pools.get(job.node) or pool_id(model, self.default_zone),
+            node_id=job.node,
+            gpu_uuids=job.gpu_ids,
+            gpu_milli=1000,
+            kind=TaskKind(kind) if kind in {k.value for k in TaskKind} else TaskKind.TRAINING,
+            qos="BE" if drainable else "LS",
+            priority=0 if drainable else 2,
+            resource_class=ResourceClass.DRAINABLE if drainable else ResourceClass.GUARANTEED,
+            started_at=job.start_time or datetime.now(timezone.utc),
+            checkpointable=job.requeue,
+        )
+
+    def _read(self) -> tuple[list[SlurmNode], list[TaskInfo]]:
+        """The GPU nodes and the running tasks (remembered for metering)."""
+        nodes = [n for n in self.slurm_nodes() if n.gpus]
+        pools = {n.name: pool_id(self._model(n), self._zone(n)) for n in nodes}
+        jobs = [j for j in self.slurm_jobs() if j.state == "RUNNING" and j.gpu_indices and j.start_time]
+        tasks = sorted((self._task(j, pools) for j in jobs), key=lambda t: t.task_id)
+        self._remember(tasks)
+        return nodes, tasks
+
+    def list_tasks(self) -> list[TaskInfo]:
+        """Running jobs (each run a task) that hold GPUs; the GPUs' allocation is logged as
+        samples at most once per sample interval."""
+        nodes, tasks = self._read()
+        now = datetime.now(timezone.utc)
+        if self.samples.due(now):
+            self.samples.append(self._allocation(nodes, tasks, now))
+        return tasks
+
+    def _remember(self, tasks: Sequence[TaskInfo]) -> None:
+        with self.journal.edit() as journal:
+            runs = journal["runs"]
+            for t in tasks:
+                if t.task_id not in runs:
+                    runs[t.task_id] = {
+                        "task_id": t.task_id,
+                        "tenant_id": t.tenant_id,
+                        "pool_id": t.pool_id,
+                        "node_id": t.node_id,
+                        "gpu_uuids": list(t.gpu_uuids),
+                        "kind": t.kind.value,
+                        "qos": t.qos,
+                        "priority": t.priority,
+                        "resource_class": t.resource_class.value,
+                        "started_at": _iso(t.started_at),
+                        "checkpointable": t.checkpointable,
+                    }
+
+    def task_catalog(self, task_ids: Sequence[str]) -> list[TaskInfo]:
+        runs = self.journal.read()["runs"]
+        return [_task_from_record(runs[t]) for t in task_ids if t in runs]
+
+    def read_samples(self, start: datetime, end: datetime) -> pl.DataFrame:
+        """Per-GPU allocation samples in [start, end): those logged by earlier reads, plus
+        one taken now when now is in the window. Slurm measures allocation, not utilisation:
+        `sm_util_pct` is 100 on a GPU a job holds and 0 on a free one; memory used, power and
+        temperature stay null (not measured)."""
+        now = datetime.now(timezone.utc)
+        if start <= now < end:
+            nodes, tasks = self._read()
+            self.samples.append(self._allocation(nodes, tasks, now))
+        return self.samples.read(start, end)
+
+    def _allocation(self, nodes: Sequence[SlurmNode], tasks: Sequence[TaskInfo], now: datetime) -> list[dict]:
+        holders = {g: t for t in tasks for g in t.gpu_uuids}
+        rows = []
+        for node in nodes:
+            memory = float(self.memory_mib.get(self._model(node), 0))
+            for i in range(node.gpus):
+                gid = gpu_id(node.name, i)
+                task = holders.get(gid)
+                busy = task is not None or i in node.used_indices
+                rows.append(
+                    {
+                        "ts": now,
+                        "node_id": node.name,
+                        "gpu_uuid": gid,
+                        "gpu_index": i,
+                        "sm_util_pct": 100.0 if busy else 0.0,
+                        "mem_used_mib": None,
+                        "mem_total_mib": memory,
+                        "power_w": None,
+                        "temp_c": None,
+                        "mig_profile": None,
+                        "task_id": task.task_id if task else None,
+                        "tenant_id": task.tenant_id if task else None,
+                        "xid_errors": 0,
+                    }
+                )
+        return rows
+
+    def jobcomp_runs(self) -> list[JobRun]:
+        """Every ended run in the job completion log (`JobCompType=jobcomp/filetxt`)."""
+        path = self._jobcomp()
+        if path is None:
+            return []
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_JOBCOMP_BYTES)
+        except FileNotFoundError:
+            return []
+        return parse_jobcomp(data.decode(errors="replace").splitlines())
+
+    def _jobcomp(self) -> Path | None:
+        if self._jobcomp_path is False:
+            config = parse_config(self.client.run(["scontrol", "show", "config"]))
+            kind, loc = config.get("JobCompType", ""), config.get("JobCompLoc", "")
+            self._jobcomp_path = Path(loc) if kind == "jobcomp/filetxt" and loc else None
+        return self._jobcomp_path if isinstance(self._jobcomp_path, Path) else None
+
+    def read_task_events(self, start: datetime, end: datetime) -> pl.DataFrame:
+        """start/end/drained/failed of every run seen running (from its start and the job
+        completion log), and the drain warnings this adapter sent. The log keeps whole
+        seconds: a warning in a run's last second is stamped just before the run's end, so
+        that it belongs to the run (billing's grace starts there)."""
+        tasks = self.list_tasks()
+        journal = self.journal.read()
+        known = journal["runs"]
+        rows: list[dict[str, Any]] = []
+        for t in tasks:
+            rows.append(_event(t.started_at, t.task_id, "start", "running"))
+        ended: dict[str, datetime] = {}
+        for run in self.jobcomp_runs():
+            tid = task_id_of(run)
+            if tid not in known:
+                continue
+            ended[tid] = run.end
+            rows.append(_event(run.start, tid, "start", ""))
+            if tid in journal["drained"]:
+                rows.append(_event(run.end, tid, "drained", journal["drained"][tid]))
+            elif run.state in FAILED_STATES:
+                rows.append(_event(run.end, tid, "failed", run.state, run.state == "NODE_FAIL"))
+            elif run.state in REQUEUED_STATES:
+                rows.append(_event(run.end, tid, "drained", f"requeued ({run.state})"))
+            else:
+                rows.append(_event(run.end, tid, "end", run.state))
+        for tid, ts in journal["drain_signals"].items():
+            signal = datetime.fromisoformat(ts)
+            end_of_run = ended.get(tid)
+            if end_of_run is not None and signal >= end_of_run:
+                signal = end_of_run - timedelta(microseconds=1)  # inside the run's last second
+            rows.append(_event(signal, tid, "drain_signal", "warning sent"))
+        frame = pl.DataFrame(rows, schema=TASK_EVENT_SCHEMA).unique(["task_id", "event"], keep="first")
+        order = pl.col("event").replace_strict(EVENT_ORDER, default=9, return_dtype=pl.Int8)
+        return (
+            frame.filter((pl.col("ts") >= start) & (pl.col("ts") < end))
+            .with_columns(order.alias("_order"))
+            .sort("ts", "_order", "task_id")
+            .drop("_order")
+        )
+
+    # -- drain operations -----------------------------------------------------------------------
+    def _running(self, task_id: str) -> SlurmJob | Outcome:
+        """The running job of this task (this run), or the outcome saying why not."""
+        job_id, start = split_task_id(task_id)
+        try:
+            jobs = [j for j in self.slurm_jobs() if j.job_id == job_id]
+        except SlurmError as exc:
+            return _error_outcome(exc)
+        if not jobs or jobs[0].state != "RUNNING":
+            state = jobs[0].state if jobs else "gone"
+            return Outcome(OutcomeStatus.GONE, f"job {job_id} is not running ({state})")
+        job = jobs[0]
+        if start is not None and job.start_time and int(job.start_time.timestamp()) != start:
+            return Outcome(
+                OutcomeStatus.GONE, f"run {task_id} ended; job {job_id} runs again since {job.start_time}"
+            )
+        return job
+
+    def _act(self, action: Callable[[], None], done: str, started: float) -> Outcome:
+        try:
+            action()
+        except SlurmError as exc:
+            return _error_outcome(exc, time.monotonic() - started)
+        return Outcome.success(done, time.monotonic() - started)
+
+    def warn_task(self, task_id: str, deadline_seconds: float) -> Outcome:
+        started = time.monotonic()
+        job = self._running(task_id)
+        if isinstance(job, Outcome):
+            return job
+        with self.journal.edit() as journal:
+            journal["drain_signals"].setdefault(task_id, _iso(datetime.now(timezone.utc)))
+        if "checkpoint" not in job.comment:
+            # USR1's default action kills: only a job that declared its handlers gets it
+            return Outcome(
+                OutcomeStatus.UNSUPPORTED,
+                f"job {job.job_id} declares no signal handlers (comment checkpoint=): notice recorded, not signalled",
+                time.monotonic() - started,
+            )
+        return self._act(
+            lambda: self.client.signal_job(job.job_id, "USR1"),
+            f"SIGUSR1 to job {job.job_id}: drain in {deadline_seconds:.0f}s",
+            started,
+        )
+
+    def checkpoint_task(self, task_id: str, timeout_seconds: float) -> Outcome:
+        """USR2 to the batch script; done when the job acknowledges a new checkpoint in its
+        comment (`checkpoint=<n>`)."""
+        started = time.monotonic()
+        job = self._running(task_id)
+        if isinstance(job, Outcome):
+            return job
+        if not job.requeue or "checkpoint" not in job.comment:
+            return Outcome(OutcomeStatus.UNSUPPORTED, f"job {job.job_id} declares no checkpoint (comment)")
+        before = job.comment.get("checkpoint")
+        sent = self._act(lambda: self.client.signal_job(job.job_id, "USR2"), "", started)
+        if not sent.ok:
+            return sent
+        deadline = started + timeout_seconds
+        while time.monotonic() < deadline:
+            now = self._running(task_id)
+            if isinstance(now, Outcome):
+                return Outcome(
+                    OutcomeStatus.GONE, f"exited during checkpoint: {now.detail}", time.monotonic() - started
+                )
+            if now.comment.get("checkpoint") != before:
+                return Outcome.success(
+                    f"checkpoint {now.comment.get('checkpoint')} acknowledged", time.monotonic() - started
+                )
+            time.sleep(self.poll_seconds)
+        return Outcome(
+            OutcomeStatus.TIMEOUT, f"no checkpoint within {timeout_seconds}s", time.monotonic() - started
+        )
+
+    def terminate_task(self, task_id: str, timeout_seconds: float) -> Outcome:
+        """`scancel`: TERM to every step, KILL after KillWait; wait until the run has ended."""
+        return self._end(task_id, timeout_seconds, lambda job_id: self.client.cancel(job_id), "scancel")
+
+    def kill_task(self, task_id: str) -> Outcome:
+        outcome = self._end(
+            task_id,
+            self.operation_timeout_seconds,
+            lambda job_id: self.client.signal_job(job_id, "KILL", full=True),
+            "SIGKILL",
+        )
+        if outcome.status is OutcomeStatus.TIMEOUT:
+            return Outcome(
+                OutcomeStatus.FAILED, f"still running after SIGKILL: {outcome.detail}", outcome.seconds
+            )
+        return outcome
+
+    def _end(self, task_id: str, timeout: float, action: Callable[[str], None], what: str) -> Outcome:
+        started = time.monotonic()
+        job = self._running(task_id)
+        if isinstance(job, Outcome):
+            return job
+        with self.journal.edit() as journal:
+            journal["drained"][task_id] = f"drained ({what})"
+        sent = self._act(lambda: action(job.job_id), "", started)
+        if not sent.ok:
+            return sent
+        deadline = started + timeout
+        while time.monotonic() < deadline:
+            now = self._holding(job.job_id)
+            if isinstance(now, Outcome):
+                return now
+            if now is None:
+                return Outcome.success(f"job {job.job_id} ended after {what}", time.monotonic() - started)
+            time.sleep(self.poll_seconds)
+        return Outcome(
+            OutcomeStatus.TIMEOUT,
+            f"job {job.job_id} still running {timeout}s after {what}",
+            time.monotonic() - started,
+        )
+
+    def _holding(self, job_id: str) -> SlurmJob | None | Outcome:
+        """The job if it still holds its GPUs (running or completing), else None."""
+        try:
+            jobs = [j for j in self.slurm_jobs() if j.job_id == job_id and j.holds_gpus]
+        except SlurmError as exc:
+            return _error_outcome(exc)
+        return jobs[0] if jobs else None
+
+    def verify_released(self, gpu_uuids: Sequence[str], task_id: str | None = None) -> Outcome:
+        """No job (with task_id: not that run) holds any of the GPUs, per squeue and the
+        node's `gres_used`; polled until `operation_timeout_seconds`."""
+        started = time.monotonic()
+        wanted = set(gpu_uuids)
+        job_id = split_task_id(task_id)[0] if task_id else None
+        deadline = started + self.operation_timeout_seconds
+        while True:
+            try:
+                jobs = [
+                    j for j in self.slurm_jobs() if j.holds_gpus and (job_id is None or j.job_id == job_id)
+                ]
+                nodes = {n.name: n for n in self.slurm_nodes()}
+            except SlurmError as exc:
+                return _error_outcome(exc, time.monotonic() - started)
+            unknown = sorted(g for g in wanted if g.split("/")[0] not in nodes)
+            if unknown:
+                return Outcome(OutcomeStatus.GONE, f"unknown GPU(s): {unknown}", time.monotonic() - started)
+            held = {g: j.job_id for j in jobs for g in j.gpu_ids if g in wanted}
+            if job_id is None:
+                for name, node in nodes.items():
+                    for i in node.used_indices:
+                        if gpu_id(name, i) in wanted:
+                            held.setdefault(gpu_id(name, i), "gres_used")
+            if not held:
+                return Outcome.success(f"{len(wanted)} GPU(s) free", time.monotonic() - started)
+            if time.monotonic() >= deadline:
+                return Outcome(OutcomeStatus.TIMEOUT, f"still held: {held}", time.monotonic() - started)
+            time.sleep(self.poll_seconds)
+
+    def requeue_task(self, task_id: str) -> Outcome:
+        """`scontrol requeue` of a drained checkpointable job: it runs again (elsewhere while its
+        node is drained) and resumes from its checkpoint. Refused, with why, for a job that is
+        not checkpointable, still runs, or Slurm no longer holds (after MinJobAge)."""
+        started = time.monotonic()
+        job_id, _ = split_task_id(task_id)
+        try:
+            jobs = [j for j in self.slurm_jobs() if j.job_id == job_id]
+        except SlurmError as exc:
+            return _error_outcome(exc)
+        if not jobs:
+            return Outcome(OutcomeStatus.GONE, f"job {job_id} is no longer known to slurmctld (MinJobAge)")
+        job = jobs[0]
+        if not job.requeue:
+            return Outcome(
+                OutcomeStatus.UNSUPPORTED, f"job {job_id} is not requeueable (submitted without --requeue)"
+            )
+        if job.state in {"PENDING", "RUNNING"} and task_id_of(job) != task_id:
+            return Outcome.success(
+                f"job {job_id} already {job.state.lower()} again", time.monotonic() - started
+            )
+        if job.state == "RUNNING":
+            return Outcome(OutcomeStatus.FAILED, f"job {job_id} still runs: drain it first")
+        if job.state == "COMPLETED":
+            return Outcome(OutcomeStatus.UNSUPPORTED, f"job {job_id} completed: nothing to requeue")
+        return self._act(lambda: self.client.requeue(job_id), f"job {job_id} requeued", started)
+
+    # -- node operations ------------------------------------------------------------------------
+    def _node(self, node_id: str) -> SlurmNode | Outcome:
+        try:
+            nodes = [n for n in self.slurm_nodes() if n.name == node_id]
+        except SlurmError as exc:
+            return _error_outcome(exc)
+        if not nodes:
+            return Outcome(OutcomeStatus.GONE, f"unknown node {node_id}")
+        condition = nodes[0].unknown_condition
+        if condition is not None:
+            return Outcome(OutcomeStatus.FAILED, f"node {node_id} is in {condition}: not acted on")
+        return nodes[0]
+
+    def _update(self, node_id: str, state: str, reason: str, done: str) -> Outcome:
+        started = time.monotonic()
+        node = self._node(node_id)
+        if isinstance(node, Outcome):
+            return node
+        return self._act(lambda: self.client.update_node(node_id, state, reason), done, started)
+
+    def cordon(self, node_id: str) -> Outcome:
+        return self._update(node_id, "drain", CORDON_REASON, f"{node_id} drained (running jobs keep running)")
+
+    def uncordon(self, node_id: str) -> Outcome:
+        return self._update(node_id, "resume", "", f"{node_id} resumed")
+
+    def power_off(self, node_id: str) -> Outcome:
+        """`power_down_asap`: drain, then SuspendProgram once the node is idle. Done when
+        slurmctld has accepted it (the node shows POWER_DOWN or later)."""
+        return self._update(node_id, "power_down_asap", POWER_REASON, f"{node_id} powering down")
+
+    def power_on(self, node_id: str) -> Outcome:
+        started = time.monotonic()
+        try:
+            nodes = [n for n in self.slurm_nodes() if n.name == node_id]
+        except SlurmError as exc:
+            return _error_outcome(exc)
+        if not nodes:
+            return Outcome(OutcomeStatus.GONE, f"unknown node {node_id}")
+        node = nodes[0]
+        if not node.powered_off:
+            if node.unknown_condition is not None:
+                return Outcome(
+                    OutcomeStatus.FAILED, f"node {node_id} is in {node.unknown_condition}: not acted on"
+                )
+            return Outcome.success(f"{node_id} is on")
+        return self._act(
+            lambda: self.client.update_node(node_id, "power_up"), f"{node_id} powering up", started
+        )
+
+
+def _event(ts: datetime, task_id: str, event: str, reason: str, fault: bool = False) -> dict[str, Any]:
+    return {"ts": ts, "task_id": task_id, "event": event, "reason": reason, "platform_fault": fault}
+
+
+def _task_from_record(r: dict[str, Any]) -> TaskInfo:
+    return TaskInfo(
+        task_id=r["task_id"],
+        tenant_id=r["tenant_id"],
+        pool_id=r["pool_id"],
+        node_id=r["node_id"],
+        gpu_uuids=tuple(r["gpu_uuids"]),
+        gpu_milli=1000,
+        kind=TaskKind(r["kind"]),
+        qos=r["qos"],
+        priority=r["priority"],
+        resource_class=ResourceClass(r["resource_class"]),
+        started_at=datetime.fromisoformat(r["started_at"]),
+        checkpointable=r["checkpointable"],
+    )
+
+
+def _error_outcome(exc: SlurmError, seconds: float = 0.0) -> Outcome:
+    if isinstance(exc, SlurmNotFound):
+        return Outcome(OutcomeStatus.GONE, str(exc), seconds)
+    if isinstance(exc, SlurmTimeout):
+        return Outcome(OutcomeStatus.TIMEOUT, str(exc), seconds)
+    if isinstance(exc, SlurmUnavailable):
+        return Outcome(OutcomeStatus.FAILED, str(exc), seconds)
+    return Outcome(OutcomeStatus.FAILED, str(exc), seconds)

@@ -1,0 +1,358 @@
+"""A local Slurm test cluster on this one host, started from nothing under its own home.
+
+munge with its own key and socket, slurmctld, and one slurmd per node (`slurmd -N nodeN`,
+all nodes `NodeAddr=127.0.0.1`, each on its own port, `%n` in the spool, pid and log paths,
+`SlurmdParameters=config_overrides` so that 2 host cores can pose as many nodes' CPUs).
+Fake GPUs are GRES whose `File=` names character devices made with `mknod ... c 1 3` (Slurm
+22.05 drops file-less GPUs and then marks the node INVAL). Pools: every node carries a
+feature `zone_<zone>` and GPUs of one GRES type. Two partitions over every node: `guaranteed`
+(the default) and `drainable` (the class of drainable work). No slurmdbd: accounts are free
+strings (`--account`), and the job completion log (`jobcomp/filetxt`) is Slurm's record of
+each run for metering. Short `KillWait`, credential expiry and scheduler intervals keep
+drains and requeues quick. Power saving runs the shipped `power_local.sh`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from market_pipeline.hardware.slurm.client import SlurmClient, SlurmError
+
+BINARIES = ("munged", "slurmctld", "slurmd", "sinfo", "squeue", "scontrol", "scancel", "sbatch")
+POWER_SCRIPT = Path(__file__).with_name("power_local.sh")
+ZONE_FEATURE_PREFIX = "zone_"
+DRAINABLE_PARTITION = "drainable"
+GUARANTEED_PARTITION = "guaranteed"
+
+
+class ClusterError(RuntimeError):
+    """The local cluster cannot start or stop; the message names the step and the problem."""
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    gres_type: str  # e.g. a100_80gb: resolved to a configured model by its name's tokens
+    zone: str
+    nodes: int
+    gpus_per_node: int = 8
+    cpus_per_node: int = 32
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    groups: tuple[NodeGroup, ...] = (
+        NodeGroup("a100_80gb", "cn-hangzhou-a", 2),
+        NodeGroup("h800", "cn-beijing-b", 2),
+    )
+    kill_wait_seconds: int = 5
+    min_job_age_seconds: int = 30
+    resume_timeout_seconds: int = 30
+    suspend_timeout_seconds: int = 5
+    extra: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def two_types(cls, nodes: int = 4, gpus_per_node: int = 8, **timings: int) -> "ClusterSpec":
+        """`nodes` nodes, half of A100-80GB in cn-hangzhou-a, half of H800 in cn-beijing-b."""
+        half = max(nodes // 2, 1)
+        return cls(
+            groups=(
+                NodeGroup("a100_80gb", "cn-hangzhou-a", half, gpus_per_node),
+                NodeGroup("h800", "cn-beijing-b", max(nodes - half, 1), gpus_per_node),
+            ),
+            **timings,
+        )
+
+    def nodes(self) -> list[tuple[str, NodeGroup]]:
+        out, n = [], 0
+        for group in self.groups:
+            for _ in range(group.nodes):
+                n += 1
+                out.append((f"node{n}", group))
+        return out
+
+
+def missing_binaries() -> list[str]:
+    return [b for b in BINARIES if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
+
+
+def _free_ports(count: int) -> list[int]:
+    socks, ports = [], []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def _binary(name: str) -> str:
+    found = shutil.which(name) or str(Path("/usr/sbin", name))
+    return found
+
+
+@dataclass
+class LocalCluster:
+    home: Path
+    spec: ClusterSpec = field(default_factory=ClusterSpec)
+
+    @property
+    def conf(self) -> Path:
+        return self.home / "etc" / "slurm.conf"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.home / "munge" / "munge.socket"
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def client(self, timeout_seconds: float = 10.0) -> SlurmClient:
+        return SlurmClient(self.conf, timeout_seconds=timeout_seconds)
+
+    # -- configuration ----------------------------------------------------------------------
+    def write_config(self) -> None:
+        home = self.home
+        for sub in ("etc", "state", "spool", "run", "log", "munge", "dev", "bin", "jobs"):
+            (home / sub).mkdir(parents=True, exist_ok=True)
+        nodes = self.spec.nodes()
+        ctl_port, *node_ports = _free_ports(1 + len(nodes))
+        host = socket.gethostname()
+        lines = [
+            "ClusterName=mp",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={ctl_port}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={self.munge_socket},cred_expire=5",
+            f"StateSaveLocation={home}/state",
+            f"SlurmdSpoolDir={home}/spool/%n",
+            f"SlurmctldPidFile={home}/run/slurmctld.pid",
+            f"SlurmdPidFile={home}/run/slurmd-%n.pid",
+            f"SlurmctldLogFile={home}/log/slurmctld.log",
+            f"SlurmdLogFile={home}/log/slurmd-%n.log",
+            "SlurmdParameters=config_overrides",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "MpiDefault=none",
+            "SwitchType=switch/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "GresTypes=gpu",
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=bf_interval=2,sched_interval=2,sched_min_interval=100000",
+            f"KillWait={self.spec.kill_wait_seconds}",
+            f"MinJobAge={self.spec.min_job_age_seconds}",
+            "ReturnToService=1",  # a node set DOWN by hand stays down
+            "JobRequeue=0",
+            "MessageTimeout=5",
+            "SlurmctldTimeout=10",
+            "SlurmdTimeout=30",
+            "AccountingStorageType=accounting_storage/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "JobCompType=jobcomp/filetxt",
+            f"JobCompLoc={home}/log/jobcomp.txt",
+            f"SuspendProgram={home}/bin/suspend",
+            f"ResumeProgram={home}/bin/resume",
+            "SuspendTime=31536000",  # a year: power saving on, nodes suspended only on request
+            f"SuspendTimeout={self.spec.suspend_timeout_seconds}",
+            f"ResumeTimeout={self.spec.resume_timeout_seconds}",
+            "SuspendRate=0",
+            "ResumeRate=0",
+            *self.spec.extra,
+        ]
+        gres = []
+        for (name, group), port in zip(nodes, node_ports, strict=True):
+            lines.append(
+                f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} "
+                f"CPUs={group.cpus_per_node} RealMemory=1000 Gres=gpu:{group.gres_type}:{group.gpus_per_node} "
+                f"Features={ZONE_FEATURE_PREFIX}{group.zone} State=UNKNOWN"
+            )
+            (home / "spool" / name).mkdir(exist_ok=True)
+            devices = home / "dev" / name
+            devices.mkdir(exist_ok=True)
+            for i in range(group.gpus_per_node):
+                path = devices / f"gpu{i}"
+                if not path.exists():
+                    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            last = group.gpus_per_node - 1
+            gres.append(f"NodeName={name} Name=gpu Type={group.gres_type} File={devices}/gpu[0-{last}]")
+        lines.append(f"PartitionName={GUARANTEED_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        lines.append(f"PartitionName={DRAINABLE_PARTITION} Nodes=ALL MaxTime=INFINITE State=UP")
+        self.conf.write_text("\n".join(lines) + "\n")
+        (home / "etc" / "gres.conf").write_text("\n".join(gres) + "\n")
+        for action in ("suspend", "resume"):
+            script = home / "bin" / action
+            script.write_text(f'#!/bin/sh\nexec bash {POWER_SCRIPT} {action} {home} {sys.executable} "$@"\n')
+            script.chmod(0o755)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def up(self, timeout_seconds: float = 30.0) -> None:
+        """Start munge, slurmctld and every slurmd; return once every node is idle."""
+        missing = missing_binaries()
+        if missing:
+            raise ClusterError(
+                f"Slurm is not installed (missing {', '.join(missing)}): "
+                "apt-get install -y slurmctld slurmd slurm-client munge"
+            )
+        if self.running():
+            raise ClusterError(f"a cluster already runs under {self.home}; `cluster down` first")
+        for stale in ("state", "spool", "run"):  # from nothing: no jobs of an earlier cluster
+            shutil.rmtree(self.home / stale, ignore_errors=True)
+        self.write_config()
+        self._start_munge()
+        self._run([_binary("slurmctld")], "slurmctld")
+        for name, _ in self.spec.nodes():
+            self._run([_binary("slurmd"), "-N", name], f"slurmd {name}")
+        self.wait_idle(timeout_seconds)
+
+    def wait_idle(self, timeout_seconds: float) -> None:
+        client = self.client(timeout_seconds=5)
+        deadline = time.monotonic() + timeout_seconds
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                states = {n["name"]: n["state"] for n in client.sinfo_nodes()}
+            except SlurmError as exc:
+                last = str(exc)
+            else:
+                want = {name for name, _ in self.spec.nodes()}
+                if want <= set(states) and all(states[n] in {"idle", "mixed", "allocated"} for n in want):
+                    return
+                last = f"node states {states}"
+            time.sleep(0.2)
+        raise ClusterError(f"cluster under {self.home} not ready in {timeout_seconds}s: {last}")
+
+    def down(self) -> list[str]:
+        """Stop every daemon of this cluster (by its pid file) and what its jobs left;
+        returns what it stopped."""
+        run = self.home / "run"
+        pidfiles = sorted(run.glob("slurmd-*.pid")) + [
+            run / "slurmctld.pid",
+            self.home / "munge" / "munged.pid",
+        ]
+        signalled: list[tuple[Path, int]] = []
+        for pidfile in pidfiles:
+            pid = _read_pid(pidfile)
+            if pid is None:
+                continue
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pidfile.unlink(missing_ok=True)
+                continue
+            signalled.append((pidfile, pid))
+        for pidfile, pid in signalled:
+            _wait_gone(pid, 10.0)
+            pidfile.unlink(missing_ok=True)
+        return [pidfile.stem for pidfile, _ in signalled] + self._stop_strays()
+
+    def _stop_strays(self) -> list[str]:
+        """Job scripts and step daemons (slurmstepd) of this cluster that outlived their
+        slurmd: processes with its SLURM_CONF in their environment, or their working
+        directory or an open file (a slurmd log) under its home."""
+        home = str(self.home) + os.sep
+        strays = []
+        for proc in psutil.process_iter(["pid", "name"]):
+            if proc.pid == os.getpid():
+                continue
+            try:
+                ours = proc.environ().get("SLURM_CONF") == str(self.conf)
+                ours = ours or (proc.cwd() + os.sep).startswith(home)
+                ours = ours or any(f.path.startswith(home) for f in proc.open_files())
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                continue
+            if ours:
+                strays.append(proc)
+        for proc in strays:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                continue
+        psutil.wait_procs(strays, timeout=5)
+        return [f"stray {p.pid}" for p in strays]
+
+    def running(self) -> bool:
+        pid = _read_pid(self.home / "run" / "slurmctld.pid")
+        return pid is not None and _alive(pid)
+
+    def stop_slurmctld(self) -> None:
+        pid = _read_pid(self.home / "run" / "slurmctld.pid")
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            _wait_gone(pid, 10.0)
+
+    def start_slurmctld(self) -> None:
+        self._run([_binary("slurmctld")], "slurmctld")
+
+    def _start_munge(self) -> None:
+        munge = self.home / "munge"
+        munge.chmod(0o700)
+        key = munge / "munge.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(1024))
+            key.chmod(0o400)
+        self._run(
+            [
+                _binary("munged"),
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={munge}/munged.pid",
+                f"--log-file={self.home}/log/munged.log",
+                f"--seed-file={munge}/munged.seed",
+                "--force",
+            ],
+            "munged",
+        )
+
+    def _run(self, argv: list[str], what: str) -> None:
+        try:
+            done = subprocess.run(
+                argv, env=self.env(), capture_output=True, text=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ClusterError(f"{what} did not start: {exc}") from None
+        if done.returncode != 0:
+            detail = (done.stderr or done.stdout).strip().splitlines()
+            raise ClusterError(f"{what} did not start: {detail[-1] if detail else done.returncode}")
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,302 @@
+"""Reading what the Slurm CLIs print: pure functions over `sinfo --json`, `squeue --json`,
+`scontrol -o` lines and the job completion log. No process is run here.
+
+Slurm has no GPU UUID: a GPU is named by its node and GRES index (`gpu:h800:2(IDX:0-1)` on
+node3 is `node3/gpu0` and `node3/gpu1`). A node's pool is its GPU's GRES type (resolved to
+a configured model by the caller) and the zone its `zone_<zone>` feature names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+ZONE_FEATURE_PREFIX = "zone_"
+
+# Node base states the adapter understands and acts on; every other one (down, error,
+# future, unknown, ...) and the flags below are read and reported, never acted on.
+KNOWN_BASE_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
+UNHEALTHY_FLAGS = frozenset(
+    {"FAIL", "NOT_RESPONDING", "INVALID", "INVALID_REG", "MAINTENANCE", "REBOOT_ISSUED"}
+)
+POWER_OFF_FLAGS = frozenset({"POWERED_DOWN", "POWERING_DOWN"})
+POWERING_UP_FLAGS = frozenset({"POWERING_UP", "POWER_UP"})
+DRAIN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED"})
+# Job states whose job still holds (or may hold) its GPUs.
+HOLDING_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING"})
+
+_GRES_ITEM = re.compile(
+    r"(?P<name>[^:,()]+)(?::(?P<type>[^:,()]+))?(?::(?P<count>\d+))?(?:\((?P<extra>[^)]*)\))?"
+)
+
+
+def gpu_id(node: str, index: int) -> str:
+    """A GPU's stable id: its node and GRES index (Slurm knows no GPU UUID)."""
+    return f"{node}/gpu{index}"
+
+
+def split_gres(text: str) -> list[str]:
+    """Split a GRES list at the commas outside parentheses."""
+    items, depth, current = [], 0, []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    if current:
+        items.append("".join(current))
+    return [i.strip() for i in items if i.strip()]
+
+
+def parse_indices(spec: str) -> list[int]:
+    """`0-1,4` -> [0, 1, 4]; `N/A` or empty -> []."""
+    out: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part or part == "N/A":
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+@dataclass(frozen=True)
+class Gres:
+    name: str
+    type: str
+    count: int
+    indices: tuple[int, ...] = ()
+
+
+def parse_gres(text: str) -> list[Gres]:
+    """`gpu:h800:8(S:0)`, `gpu:h800:2(IDX:0-1)`, `gpu:2` -> typed GRES items (GPUs and others)."""
+    out = []
+    for item in split_gres(text or ""):
+        m = _GRES_ITEM.fullmatch(item)
+        if m is None:
+            continue
+        type_, count = m.group("type"), m.group("count")
+        if count is None and type_ is not None and type_.isdigit():
+            type_, count = None, type_
+        indices: tuple[int, ...] = ()
+        extra = m.group("extra") or ""
+        if extra.startswith("IDX:"):
+            indices = tuple(parse_indices(extra[4:]))
+        out.append(Gres(m.group("name"), type_ or "", int(count) if count else 1, indices))
+    return out
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    state: str  # base state, lower case: idle, mixed, allocated, down, ...
+    flags: frozenset[str]
+    gpu_type: str
+    gpus: int
+    used_indices: frozenset[int]
+    zone: str
+    reason: str
+    partitions: tuple[str, ...]
+
+    @property
+    def drained(self) -> bool:
+        return bool(self.flags & DRAIN_FLAGS)
+
+    @property
+    def powered_off(self) -> bool:
+        return bool(self.flags & POWER_OFF_FLAGS)
+
+    @property
+    def powering_up(self) -> bool:
+        return bool(self.flags & POWERING_UP_FLAGS)
+
+    @property
+    def unknown_condition(self) -> str | None:
+        """Why the adapter will not act on this node (a state it does not know), or None."""
+        if self.state not in KNOWN_BASE_STATES:
+            if self.powered_off and self.state == "down" and "NOT_RESPONDING" not in self.flags:
+                return None
+            return f"state {self.state.upper()}" + (f" ({self.reason})" if self.reason else "")
+        bad = self.flags & UNHEALTHY_FLAGS
+        if bad and not (self.powered_off or self.powering_up):
+            return f"flags {'+'.join(sorted(bad))}" + (f" ({self.reason})" if self.reason else "")
+        return None
+
+
+def _zone(features: str) -> str:
+    for feature in (features or "").split(","):
+        if feature.startswith(ZONE_FEATURE_PREFIX):
+            return feature[len(ZONE_FEATURE_PREFIX) :]
+    return ""
+
+
+def parse_node(raw: Mapping[str, Any]) -> SlurmNode:
+    gpus = [g for g in parse_gres(str(raw.get("gres", ""))) if g.name == "gpu"]
+    used = [g for g in parse_gres(str(raw.get("gres_used", ""))) if g.name == "gpu"]
+    state = str(raw.get("state", "unknown")).lower()
+    return SlurmNode(
+        name=str(raw["name"]),
+        state=state,
+        flags=frozenset(str(f).upper() for f in raw.get("state_flags") or ()),
+        gpu_type=gpus[0].type if gpus else "",
+        gpus=sum(g.count for g in gpus),
+        used_indices=frozenset(i for g in used for i in g.indices),
+        zone=_zone(str(raw.get("active_features") or raw.get("features") or "")),
+        reason=str(raw.get("reason") or ""),
+        partitions=tuple(raw.get("partitions") or ()),
+    )
+
+
+def parse_nodes(raw: Iterable[Mapping[str, Any]]) -> list[SlurmNode]:
+    return sorted((parse_node(n) for n in raw), key=lambda n: n.name)
+
+
+def parse_comment(comment: str) -> dict[str, str]:
+    """A job comment `kind=training;checkpoint=3` -> {'kind': 'training', 'checkpoint': '3'}."""
+    out = {}
+    for part in re.split(r"[;,\s]+", comment or ""):
+        if "=" in part:
+            key, value = part.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    job_id: str
+    name: str
+    state: str  # RUNNING, PENDING, COMPLETING, ...
+    node: str
+    account: str
+    partition: str
+    qos: str
+    start_time: datetime | None
+    end_time: datetime | None
+    requeue: bool
+    restarts: int
+    gpu_type: str
+    gpu_indices: tuple[int, ...]
+    comment: dict[str, str]
+
+    @property
+    def gpu_ids(self) -> tuple[str, ...]:
+        return tuple(gpu_id(self.node, i) for i in self.gpu_indices)
+
+    @property
+    def holds_gpus(self) -> bool:
+        return self.state in HOLDING_JOB_STATES
+
+
+def _time(value: Any) -> datetime | None:
+    try:
+        seconds = int(value)
+    except (TypeError, ValueError):
+        return None
+    return datetime.fromtimestamp(seconds, timezone.utc) if seconds > 0 else None
+
+
+def parse_squeue_job(raw: Mapping[str, Any]) -> SlurmJob:
+    detail = [g for item in raw.get("gres_detail") or () for g in parse_gres(str(item)) if g.name == "gpu"]
+    return SlurmJob(
+        job_id=str(raw["job_id"]),
+        name=str(raw.get("name") or ""),
+        state=str(raw.get("job_state") or "").upper(),
+        node=str(raw.get("nodes") or ""),
+        account=str(raw.get("account") or ""),
+        partition=str(raw.get("partition") or ""),
+        qos=str(raw.get("qos") or ""),
+        start_time=_time(raw.get("start_time")),
+        end_time=_time(raw.get("end_time")),
+        requeue=bool(raw.get("requeue")),
+        restarts=int(raw.get("restart_cnt") or 0),
+        gpu_type=detail[0].type if detail else "",
+        gpu_indices=tuple(i for g in detail for i in g.indices),
+        comment=parse_comment(str(raw.get("comment") or "")),
+    )
+
+
+def parse_squeue(raw: Iterable[Mapping[str, Any]]) -> list[SlurmJob]:
+    return [parse_squeue_job(j) for j in raw]
+
+
+_KV = re.compile(r"(\S+?)=(\S*)")
+
+
+def parse_kv_line(line: str) -> dict[str, str]:
+    """One `scontrol -o` or job completion log record: `Key=Value Key=Value ...`."""
+    return {m.group(1): m.group(2) for m in _KV.finditer(line)}
+
+
+def _iso(value: str) -> datetime | None:
+    if not value or value in {"Unknown", "None", "N/A"}:
+        return None
+    try:
+        return datetime.fromisoformat(value).astimezone(timezone.utc)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One run of a job as the job completion log records it (a requeued job has several)."""
+
+    job_id: str
+    state: str  # COMPLETED, CANCELLED, FAILED, PENDING (requeued), NODE_FAIL, TIMEOUT, ...
+    account: str
+    partition: str
+    node: str
+    start: datetime
+    end: datetime
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, (self.end - self.start).total_seconds())
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """`scontrol show config`: `Key    = Value` lines."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def parse_jobcomp(lines: Iterable[str]) -> list[JobRun]:
+    """The `jobcomp/filetxt` log: one line per ended run; lines without a start are skipped
+    (a job cancelled while pending never ran). A run logged twice (cancelled, then requeued)
+    counts once, with its first record's state."""
+    runs = []
+    seen: set[tuple[str, datetime]] = set()
+    for line in lines:
+        kv = parse_kv_line(line)
+        start, end = _iso(kv.get("StartTime", "")), _iso(kv.get("EndTime", ""))
+        if "JobId" not in kv or start is None or end is None or end < start:
+            continue
+        if (kv["JobId"], start) in seen:
+            continue
+        seen.add((kv["JobId"], start))
+        runs.append(
+            JobRun(
+                job_id=kv["JobId"],
+                state=kv.get("JobState", "").upper(),
+                account=kv.get("Account", ""),
+                partition=kv.get("Partition", ""),
+                node=kv.get("NodeList", ""),
+                start=start,
+                end=end,
+            )
+        )
+    return runs

@@ -1,0 +1,123 @@
+"""The slurm backend's readers and error classes on what Slurm 22.05 prints (no daemons)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from market_pipeline.hardware.slurm.client import SlurmNotFound, SlurmUnavailable, classify
+from market_pipeline.hardware.slurm.parse import (
+    parse_gres,
+    parse_jobcomp,
+    parse_node,
+    parse_squeue_job,
+)
+
+
+def test_gres_with_indices_names_each_gpu_by_node_and_index() -> None:
+    [gres] = parse_gres("gpu:h800:3(IDX:0-1,5)")
+    assert (gres.type, gres.count, gres.indices) == ("h800", 3, (0, 1, 5))
+    assert parse_gres("gpu:a100_80gb:0(IDX:N/A)")[0].indices == ()
+    assert [g.count for g in parse_gres("gpu:2,shard:h800:4(S:0)")] == [2, 4]
+
+
+def _node(**overrides: object) -> dict:
+    raw = {
+        "name": "node3",
+        "state": "mixed",
+        "state_flags": [],
+        "gres": "gpu:h800:8",
+        "gres_used": "gpu:h800:2(IDX:0-1)",
+        "active_features": "zone_cn-beijing-b",
+        "reason": "",
+        "partitions": ["guaranteed", "drainable"],
+    }
+    return raw | overrides
+
+
+def test_node_pool_comes_from_gres_type_and_zone_feature() -> None:
+    node = parse_node(_node())
+    assert (node.gpu_type, node.gpus, node.zone, node.used_indices) == ("h800", 8, "cn-beijing-b", {0, 1})
+    assert node.unknown_condition is None and not node.drained
+
+
+def test_down_and_failing_nodes_are_reported_not_acted_on() -> None:
+    assert parse_node(_node(state="down", reason="dead")).unknown_condition == "state DOWN (dead)"
+    assert "NOT_RESPONDING" in parse_node(_node(state_flags=["NOT_RESPONDING"])).unknown_condition
+    assert "FAIL" in parse_node(_node(state_flags=["FAIL"])).unknown_condition
+    # a node powered down by power saving is known: off, not broken
+    off = parse_node(_node(state="idle", state_flags=["POWERED_DOWN"]))
+    assert off.powered_off and off.unknown_condition is None
+    assert parse_node(_node(state_flags=["DRAIN"])).drained
+
+
+def test_running_job_carries_tenant_gpus_class_and_checkpoint_count() -> None:
+    job = parse_squeue_job(
+        {
+            "job_id": 42,
+            "job_state": "RUNNING",
+            "nodes": "node3",
+            "account": "acme-research",
+            "partition": "drainable",
+            "start_time": 1796411686,
+            "requeue": True,
+            "gres_detail": ["gpu:h800:2(IDX:4-5)"],
+            "comment": "kind=training;checkpoint=3",
+        }
+    )
+    assert job.gpu_ids == ("node3/gpu4", "node3/gpu5")
+    assert job.account == "acme-research" and job.requeue and job.holds_gpus
+    assert job.comment == {"kind": "training", "checkpoint": "3"}
+    assert job.start_time == datetime.fromtimestamp(1796411686, timezone.utc)
+
+
+def test_jobcomp_counts_a_cancelled_then_requeued_run_once() -> None:
+    line = (
+        "JobId=11 UserId=root(0) Name=mp JobState={state} Partition=drainable "
+        "StartTime=2026-12-04T19:22:53 EndTime=2026-12-04T19:22:55 NodeList=node3 Account=acme"
+    )
+    pending = "JobId=12 JobState=CANCELLED StartTime=Unknown EndTime=2026-12-04T19:22:55"
+    runs = parse_jobcomp([line.format(state="CANCELLED"), line.format(state="PENDING"), pending])
+    assert [(r.job_id, r.state, r.seconds) for r in runs] == [("11", "CANCELLED", 2.0)]
+
+
+def test_errors_name_munge_or_slurmctld_or_a_vanished_job() -> None:
+    munge = classify(
+        "sinfo --json",
+        1,
+        "sinfo: error: If munged is up, restart with --num-threads=10\n"
+        'sinfo: error: Munge encode failed: Failed to access "/x/munge.socket": No such file\n'
+        "Unspecified error",
+    )
+    assert isinstance(munge, SlurmUnavailable) and "munge is unreachable (sinfo: error: Munge encode" in str(
+        munge
+    )
+    ctld = classify(
+        "scontrol update", 1, "slurm_load_node error: Unable to contact slurm controller (connect failure)"
+    )
+    assert isinstance(ctld, SlurmUnavailable) and "slurmctld is unreachable" in str(ctld)
+    gone = classify(
+        "scancel --signal=USR1", 1, "scancel: error: Kill job error on job id 99: Invalid job id specified"
+    )
+    assert isinstance(gone, SlurmNotFound)
+
+
+def test_sample_log_reads_a_window_and_stays_bounded(tmp_path) -> None:  # noqa: ANN001
+    from datetime import timedelta
+
+    from market_pipeline.hardware.slurm.samples import SampleLog
+
+    log = SampleLog(tmp_path / "s.jsonl", interval_seconds=60, max_bytes=4000)
+    t0 = datetime(2026, 12, 4, 19, 0, tzinfo=timezone.utc)
+    assert log.due(t0)
+    for minute in range(40):
+        row = {
+            "ts": t0 + timedelta(minutes=minute),
+            "node_id": "node1",
+            "gpu_uuid": "node1/gpu0",
+            "gpu_index": 0,
+        }
+        log.append([row | {"sm_util_pct": 100.0, "mem_total_mib": 81920.0, "xid_errors": 0}])
+    assert not log.due(t0 + timedelta(minutes=39, seconds=30)) and log.due(t0 + timedelta(minutes=40))
+    assert (tmp_path / "s.jsonl").stat().st_size <= 4000 + 300  # cut to its newer half past the bound
+    window = log.read(t0 + timedelta(minutes=30), t0 + timedelta(minutes=35))
+    assert window["ts"].to_list() == [t0 + timedelta(minutes=m) for m in range(30, 35)]
