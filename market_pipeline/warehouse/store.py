@@ -45,6 +45,8 @@ def _is_lock_conflict(exc: duckdb.Error) -> bool:
 @dataclass(frozen=True)
 class Warehouse:
     path: Path
+    # how long an open waits out another process's lock (the service asks for less)
+    lock_retry_seconds: float = LOCK_RETRY_SECONDS
 
     @contextlib.contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -52,7 +54,7 @@ class Warehouse:
         if read_only and not self.path.exists():
             raise WarehouseError(f"warehouse {self.path} does not exist yet; run a writer first")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + LOCK_RETRY_SECONDS
+        deadline = time.monotonic() + self.lock_retry_seconds
         delay = 0.05
         while True:
             try:
