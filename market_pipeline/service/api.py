@@ -58,7 +58,7 @@ def rows(frame: pl.DataFrame, tenant_id: str | None = None) -> schemas.Rows:
 def _pool(request: Request, pool: str | None, name: str = "pool") -> str | None:
     known = context_of(request).config.pool_by_id
     if pool is not None and pool not in known:
-        raise field_error(name, f"unknown pool {pool!r}; known: {sorted(known)}")
+        raise field_error(name, f"unknown pool; known: {sorted(known)}")
     return pool
 
 
