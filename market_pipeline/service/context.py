@@ -26,7 +26,9 @@ class ServiceContext:
         settings = config.service
         return cls(
             config=config,
-            warehouse=GatedWarehouse(path, lock_retry_seconds=settings.read_retry_seconds),
+            warehouse=GatedWarehouse(
+                path, lock_retry_seconds=settings.read_retry_seconds, lock_retry_max_delay=0.05
+            ),
             store=KeyStore(config.resolve_path(settings.store_path)),
             limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
         )

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from market_pipeline.config import ServiceConfig
-from market_pipeline.service.gate import GatedWarehouse, file_signature
+from market_pipeline.service.gate import GatedWarehouse, WarehouseBusy, file_signature
 from market_pipeline.service.keystore import KeyStore, Webhook
 from market_pipeline.warehouse import WarehouseError
 from market_pipeline.warehouse.drain_outbox import drain_warnings_after
@@ -133,6 +133,8 @@ class DeliveryWorker:
         try:
             with self.warehouse.connect(read_only=True) as con:
                 warnings = drain_warnings_after(con, cursor)
+        except WarehouseBusy:
+            return 0  # the writer holds the file: the next poll tries again
         except WarehouseError as exc:
             log.warning("drain warning outbox not readable yet: %s", " ".join(str(exc).split())[:200])
             return 0

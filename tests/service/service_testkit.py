@@ -221,7 +221,7 @@ class Receiver:
                     n = len(receiver.calls) + 1
                     fail = receiver.fail_every and n % receiver.fail_every == 0
                     receiver.calls.append(
-                        {"at": time.time(), "headers": dict(self.headers), "body": body, "ok": not fail}
+                        {"at": time.time(), "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body, "ok": not fail}
                     )
                 self.send_response(500 if fail else 200)
                 self.send_header("Content-Length", "0")
