@@ -12,7 +12,7 @@ from html import escape
 from markupsafe import Markup
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#7f7f7f")
-W, H, PAD_L, PAD_R, PAD_T, PAD_B = 760, 260, 60, 170, 16, 36
+W, H, PAD_L, PAD_R, PAD_T, PAD_B = 980, 260, 60, 290, 16, 36
 
 
 def _num(value: float) -> str:
@@ -82,7 +82,7 @@ def heat_map(
     if not rows or not columns:
         return Markup(f'<p class="empty" id="{escape(chart_id)}">no data yet</p>')
     cell_w = max(4.0, min(24.0, (W - 200) / len(columns)))
-    width = 200 + cell_w * len(columns) + 10
+    width = max(640.0, 200 + cell_w * len(columns) + 10)
     height = 20 * len(rows) + 30
     top = max(values.values()) if values else 1.0
     out = [
