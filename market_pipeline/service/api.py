@@ -113,16 +113,21 @@ def get_quote(
     gpus: Annotated[float, Query(gt=0, allow_inf_nan=False)],
     hours: Annotated[float, Query(gt=0, le=MAX_QUOTE_HOURS, allow_inf_nan=False)],
     resource_class: schemas.ResourceClass = "guaranteed",
-    start: Annotated[dt.datetime | None, Query(description="ISO start (default: now, to the second)")] = None,
+    start: Annotated[dt.datetime | None, Query(description="ISO start (default: the current minute)")] = None,
 ) -> schemas.QuoteOut:
     """Expected cost of `gpus` GPUs for `hours` with a 90% band: the `quote` command's numbers."""
     ctx = context_of(request)
     _pool(request, pool)
     if start is not None and start.tzinfo is None:
         start = start.replace(tzinfo=dt.timezone.utc)
-    when = start or dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    # "now" is the current minute: every quote of the same job in that minute is one result,
+    # reused while the warehouse is unchanged (the quote reads only the warehouse and these)
+    when = start or dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0)
     try:
-        result = quote(ctx.config, ctx.warehouse, who.tenant_id, pool, gpus, hours, resource_class, when)
+        result = ctx.warehouse.memo(
+            ("quote", who.tenant_id, pool, gpus, hours, resource_class, when.isoformat()),
+            lambda: quote(ctx.config, ctx.warehouse, who.tenant_id, pool, gpus, hours, resource_class, when),
+        )
     except QuoteError as exc:
         text = str(exc)
         field = next(

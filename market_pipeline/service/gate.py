@@ -20,9 +20,10 @@ import contextlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import polars as pl
@@ -30,6 +31,7 @@ import polars as pl
 from market_pipeline.warehouse import Warehouse, WarehouseError
 
 CACHE_ENTRIES = 1024
+T = TypeVar("T")
 
 
 class WarehouseBusy(WarehouseError):
@@ -76,7 +78,11 @@ class GatedWarehouse(Warehouse):
                 raise
 
     def query(self, sql: str, params: Sequence[object] | None = None) -> pl.DataFrame:
-        key = (sql, repr(list(params or [])))
+        return self.memo(("query", sql, repr(list(params or []))), lambda: Warehouse.query(self, sql, params))
+
+    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """`compute()`'s result, reused while the warehouse file is unchanged (a result
+        computed only from the warehouse and `key`)."""
         signature = file_signature(self.path)
         with self.cache.lock:
             hit = self.cache.entries.get(key)
@@ -84,14 +90,14 @@ class GatedWarehouse(Warehouse):
                 self.cache.entries.move_to_end(key)
                 self.cache.stats["hits"] += 1
                 return hit[1]
-        frame = super().query(sql, params)
+        value = compute()
         with self.cache.lock:
             self.cache.stats["misses"] += 1
-            self.cache.entries[key] = (signature, frame)
+            self.cache.entries[key] = (signature, value)
             self.cache.entries.move_to_end(key)
             while len(self.cache.entries) > CACHE_ENTRIES:
                 self.cache.entries.popitem(last=False)
-        return frame
+        return value
 
     def changed_since(self, signature: tuple[int, ...]) -> bool:
         return file_signature(self.path) != signature
