@@ -82,7 +82,9 @@ def prices_now(request: Request, who: Tenant) -> schemas.Prices:
     return schemas.Prices(
         currency=ctx.config.billing.currency,
         prices=[
-            schemas.Price(price_per_gpu_hour=r["price"], **{k: r[k] for k in schemas.Price.model_fields if k in r})
+            schemas.Price(
+                price_per_gpu_hour=r["price"], **{k: r[k] for k in schemas.Price.model_fields if k in r}
+            )
             for r in frame.to_dicts()
         ],
     )
@@ -101,7 +103,9 @@ def price_history(
     pool = _pool(request, pool)
     frame = readers.price_series(context_of(request).warehouse, pool, resource_class, since, limit)
     return schemas.PriceHistory(
-        pool_id=pool, resource_class=resource_class, points=[schemas.PricePoint(**r) for r in frame.to_dicts()]
+        pool_id=pool,
+        resource_class=resource_class,
+        points=[schemas.PricePoint(**r) for r in frame.to_dicts()],
     )
 
 
@@ -260,7 +264,9 @@ def register_webhook(request: Request, who: Tenant, body: schemas.WebhookIn) -> 
     if body.url.username or body.url.password:
         raise field_error("url", "url must not carry credentials", "body")
     hook = context_of(request).store.register_webhook(who.tenant_id, url)
-    return schemas.WebhookOut(webhook_id=hook.webhook_id, url=hook.url, created_at=hook.created_at, secret=hook.secret)
+    return schemas.WebhookOut(
+        webhook_id=hook.webhook_id, url=hook.url, created_at=hook.created_at, secret=hook.secret
+    )
 
 
 @router.get("/me/webhooks", response_model=list[schemas.WebhookOut], tags=["webhooks"])

@@ -65,7 +65,9 @@ def _get(con: http.client.HTTPConnection, path: str, headers: dict[str, str]) ->
     return response.status
 
 
-def open_loop(port: int, path: str, headers: dict[str, str], rate: float, seconds: float, threads: int) -> dict:
+def open_loop(
+    port: int, path: str, headers: dict[str, str], rate: float, seconds: float, threads: int
+) -> dict:
     total = int(rate * seconds)
     latencies: list[float] = []
     errors: list[int] = []
@@ -143,7 +145,9 @@ def run_serve_bench(
 ) -> dict:
     path = Path(warehouse) if warehouse else config.warehouse_path
     if not path.exists():
-        raise WarehouseError(f"warehouse {path} does not exist; run `market-pipeline demo` or pass --warehouse")
+        raise WarehouseError(
+            f"warehouse {path} does not exist; run `market-pipeline demo` or pass --warehouse"
+        )
     if not config.tenants:
         raise ValueError("the configuration has no tenants to quote for")
     scratch = Path(tempfile.mkdtemp(prefix="bench-serve-"))
@@ -192,12 +196,18 @@ def run_serve_bench(
         throughput = {name: 0.0 for name in runs}
         for _ in range(ROUNDS):  # interleaved rounds, the best of each: a busy neighbour hurts one round
             for name, p in runs.items():
-                throughput[name] = max(throughput[name], round(closed_loop(port, p, headers, seconds / 4, 8), 1))
+                throughput[name] = max(
+                    throughput[name], round(closed_loop(port, p, headers, seconds / 4, 8), 1)
+                )
     finally:
         server.terminate()
         server.join(timeout=10)
-    ratio = {name: round(throughput[name] / throughput["bare"], 3) for name in ("price", "quote", "quote_distinct")}
-    meets = all(latency[n]["p99_ms"] <= P99_TARGET_MS and latency[n]["errors"] == 0 for n in ("price", "quote"))
+    ratio = {
+        name: round(throughput[name] / throughput["bare"], 3) for name in ("price", "quote", "quote_distinct")
+    }
+    meets = all(
+        latency[n]["p99_ms"] <= P99_TARGET_MS and latency[n]["errors"] == 0 for n in ("price", "quote")
+    )
     meets = meets and all(ratio[n] >= THROUGHPUT_RATIO_TARGET for n in ("price", "quote"))
     return {
         "bench": "serve",
@@ -211,4 +221,3 @@ def run_serve_bench(
         "targets": {"p99_ms": P99_TARGET_MS, "throughput_vs_bare": THROUGHPUT_RATIO_TARGET},
         "meets_targets": meets,
     }
-

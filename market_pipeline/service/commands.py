@@ -45,7 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def register_bench(bench_sub: argparse._SubParsersAction) -> None:
-    bench = bench_sub.add_parser("serve", help="GET price and quote latency at a fixed rate vs a bare endpoint")
+    bench = bench_sub.add_parser(
+        "serve", help="GET price and quote latency at a fixed rate vs a bare endpoint"
+    )
     add_warehouse_argument(bench)
     bench.add_argument("--rate", type=float, default=200.0, help="requests per second offered")
     bench.add_argument("--seconds", type=float, default=10.0, help="seconds per measured endpoint")

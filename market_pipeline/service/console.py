@@ -119,7 +119,9 @@ def _tenant_page(request: Request, tenant_id: str, who: str, nav: Sequence[tuple
     ctx = context_of(request)
     prices, price_chart = _price_chart(request, "price-history")
     try:
-        costs = readers.tenant_daily_cost(lambda sql, params: tenant_query(ctx.warehouse, tenant_id, sql, params))
+        costs = readers.tenant_daily_cost(
+            lambda sql, params: tenant_query(ctx.warehouse, tenant_id, sql, params)
+        )
     except Exception:  # not rated yet (no billing marts): the page still shows prices  # noqa: BLE001
         costs = pl.DataFrame()
     labels = [str(d) for d in costs["day"].to_list()] if costs.height else []
@@ -190,8 +192,11 @@ def operator_page(request: Request) -> Response:
         }
         chart_id = "prices-" + "".join(ch if ch.isalnum() else "-" for ch in pool)
         pools.append(
-            {"pool_id": pool, "chart": svg.line_chart(chart_id, series, "price / GPU-hour", step=True),
-             "changes": _changes(ticks)}
+            {
+                "pool_id": pool,
+                "chart": svg.line_chart(chart_id, series, "price / GPU-hour", step=True),
+                "changes": _changes(ticks),
+            }
         )
     last = readers.pool_snapshots(ctx.warehouse, None, limit=1)
     snaps = readers.pool_snapshots(ctx.warehouse, _window_start(last, "ts"))
@@ -234,7 +239,12 @@ def search(
         else []
     )
     return _page(
-        "search.html", title="Search decisions", who="operator", nav=OPERATOR_NAV,
-        node=node, tenant=tenant, pool=pool, results=results,
+        "search.html",
+        title="Search decisions",
+        who="operator",
+        nav=OPERATOR_NAV,
+        node=node,
+        tenant=tenant,
+        pool=pool,
+        results=results,
     )
-

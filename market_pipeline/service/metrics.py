@@ -35,7 +35,14 @@ class WarehouseCollector:
         self.context = context
 
     def collect(self) -> Iterator[Metric]:
-        for family in (self._market, self._solve, self._decisions, self._telemetry, self._gpus, self._webhooks):
+        for family in (
+            self._market,
+            self._solve,
+            self._decisions,
+            self._telemetry,
+            self._gpus,
+            self._webhooks,
+        ):
             try:
                 yield from family()
             except WarehouseError as exc:  # a table not built yet: that family waits
@@ -56,9 +63,13 @@ class WarehouseCollector:
         latest = ticks.filter(ticks["tick_at"] == last_at)
         before = ticks.filter(ticks["tick_at"] < last_at)
         margin = GaugeMetricFamily("mp_certificate_margin", "Backlog certificate margin", labels=["pool"])
-        certified = GaugeMetricFamily("mp_pool_certified", "1 if the pool's certificate holds", labels=["pool"])
+        certified = GaugeMetricFamily(
+            "mp_pool_certified", "1 if the pool's certificate holds", labels=["pool"]
+        )
         breach = GaugeMetricFamily(
-            "mp_promise_breaches", "Promises the latest tick's prices break (0 = kept)", labels=["pool", "promise"]
+            "mp_promise_breaches",
+            "Promises the latest tick's prices break (0 = kept)",
+            labels=["pool", "promise"],
         )
         full = readers.latest_ticks(wh)
         lists = {r["pool_id"]: r["list_price"] for r in full.iter_rows(named=True)}
@@ -104,7 +115,8 @@ class WarehouseCollector:
     def _decisions(self) -> Iterator[Metric]:
         wh = self.context.warehouse
         decisions = CounterMetricFamily(
-            "mp_decisions", "Live decisions by kind, allowed, outcome and reason",
+            "mp_decisions",
+            "Live decisions by kind, allowed, outcome and reason",
             labels=["kind", "allowed", "outcome", "reason"],
         )
         for row in readers.decision_counts(wh).iter_rows(named=True):
@@ -122,7 +134,9 @@ class WarehouseCollector:
     def _telemetry(self) -> Iterator[Metric]:
         frame = readers.telemetry_quarantine(self.context.warehouse)
         rate = GaugeMetricFamily(
-            "mp_telemetry_quarantine_ratio", "Quarantined / rows in, latest ingest per source", labels=["source"]
+            "mp_telemetry_quarantine_ratio",
+            "Quarantined / rows in, latest ingest per source",
+            labels=["source"],
         )
         last = GaugeMetricFamily(
             "mp_telemetry_last_ingest_timestamp_seconds", "When each source last ingested", labels=["source"]
@@ -137,11 +151,13 @@ class WarehouseCollector:
     def _gpus(self) -> Iterator[Metric]:
         wh = self.context.warehouse
         sm = GaugeMetricFamily(
-            "mp_gpu_sm_util_pct", "SM utilisation per GPU (latest telemetry hour, mean)",
+            "mp_gpu_sm_util_pct",
+            "SM utilisation per GPU (latest telemetry hour, mean)",
             labels=["pool", "node", "gpu"],
         )
         mem = GaugeMetricFamily(
-            "mp_gpu_memory_used_pct", "Memory watermark per GPU (latest telemetry hour, peak)",
+            "mp_gpu_memory_used_pct",
+            "Memory watermark per GPU (latest telemetry hour, peak)",
             labels=["pool", "node", "gpu"],
         )
         per_pool: dict[str, list[float]] = {}
@@ -158,7 +174,9 @@ class WarehouseCollector:
         yield pool_sm
         snapshots = readers.pool_snapshots(wh, None, limit=max(1, len(self.context.config.pools)))
         alloc = GaugeMetricFamily(
-            "mp_pool_gpu_utilisation", "Running GPUs / powered GPUs per pool (latest snapshot)", labels=["pool"]
+            "mp_pool_gpu_utilisation",
+            "Running GPUs / powered GPUs per pool (latest snapshot)",
+            labels=["pool"],
         )
         for row in snapshots.iter_rows(named=True):
             alloc.add_metric([row["pool_id"]], row["utilisation"])

@@ -76,7 +76,10 @@ def line_chart(
 
 
 def heat_map(
-    chart_id: str, rows: Sequence[str], columns: Sequence[dt.datetime], values: Mapping[tuple[str, dt.datetime], float]
+    chart_id: str,
+    rows: Sequence[str],
+    columns: Sequence[dt.datetime],
+    values: Mapping[tuple[str, dt.datetime], float],
 ) -> Markup:
     """Rows x time columns, the cell's shade its value relative to the row's peak."""
     if not rows or not columns:

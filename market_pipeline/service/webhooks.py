@@ -152,7 +152,14 @@ class DeliveryWorker:
                     con.execute(
                         "INSERT OR IGNORE INTO webhook_jobs (notice_id, webhook_id, tenant_id, body, state,"
                         " next_at, created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?)",
-                        (f"drain-warning:{warning.drain_id}", hook.webhook_id, warning.tenant_id, body, now, now),
+                        (
+                            f"drain-warning:{warning.drain_id}",
+                            hook.webhook_id,
+                            warning.tenant_id,
+                            body,
+                            now,
+                            now,
+                        ),
                     )
             con.execute(
                 "INSERT INTO outbox_cursor (name, outbox_id) VALUES (?, ?)"
@@ -182,7 +189,8 @@ class DeliveryWorker:
             if cur.rowcount != 1:
                 return None  # another worker claimed it
             body = con.execute(
-                "SELECT body FROM webhook_jobs WHERE notice_id = ? AND webhook_id = ?", (notice_id, webhook_id)
+                "SELECT body FROM webhook_jobs WHERE notice_id = ? AND webhook_id = ?",
+                (notice_id, webhook_id),
             ).fetchone()[0]
             con.execute(
                 "INSERT INTO webhook_deliveries (delivery_id, notice_id, webhook_id, tenant_id, attempt, state,"

@@ -31,7 +31,15 @@ def served(tmp_path_factory: pytest.TempPathFactory, service_warehouse: Warehous
     path = folder / "warehouse.duckdb"
     shutil.copy(service_warehouse.path, path)
     config = service_config.model_copy(
-        update={"service": service_config.service.model_copy(update={"store_path": str(folder / "svc.sqlite"), "rate_limit_per_second": 1000.0, "rate_limit_burst": 1000})}
+        update={
+            "service": service_config.service.model_copy(
+                update={
+                    "store_path": str(folder / "svc.sqlite"),
+                    "rate_limit_per_second": 1000.0,
+                    "rate_limit_burst": 1000,
+                }
+            )
+        }
     )
     context = ServiceContext.build(config, str(path))
     keys = {

@@ -50,14 +50,18 @@ def main(path: str, count: int, gap: float, tenants: list[str]) -> None:
     warehouse = Warehouse(Path(path))
     for i in range(count):
         task = make_task(
-            f"burst-{i}", tenant=tenants[i % len(tenants)], node=f"n{i % 4}",
+            f"burst-{i}",
+            tenant=tenants[i % len(tenants)],
+            node=f"n{i % 4}",
             started_at=clock.now() - dt.timedelta(hours=1),
         )
         adapter = FakeFleetAdapter(clock, [(task, "exits_during_notice")], [node(f"n{i % 4}")])  # type: ignore[arg-type]
         with warehouse.connect() as con:  # one connection per drain, as `market-pipeline drain` holds one
             store = WarehouseAuditStore(warehouse, connection=con)
             executor = DrainExecutor(adapter, store, TIMING, clock=clock, caller=InlineStepCaller(clock))
-            request = DrainRequest(f"burst-drain-{i}", task, reasons=("under_used: burst",), decision_id=f"dec-{i}")
+            request = DrainRequest(
+                f"burst-drain-{i}", task, reasons=("under_used: burst",), decision_id=f"dec-{i}"
+            )
             executor.run(request)
         time.sleep(gap)  # the next drain comes later: readers get the file in between
     print(json.dumps({"drains": count, "seconds": round(time.monotonic() - started, 3)}))

@@ -174,7 +174,11 @@ def start_server(context: ServiceContext, deliver_webhooks: bool = False) -> Ser
 
 
 def call(
-    base: str, path: str, key: str | None = None, method: str = "GET", body: object = None,
+    base: str,
+    path: str,
+    key: str | None = None,
+    method: str = "GET",
+    body: object = None,
     headers: dict[str, str] | None = None,
 ) -> tuple[int, object, dict[str, str]]:
     """(status, JSON or text, headers) of one request."""
@@ -188,7 +192,11 @@ def call(
         request.add_header(name, value)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
-            status, raw, hdrs = response.status, response.read(), {k.lower(): v for k, v in response.headers.items()}
+            status, raw, hdrs = (
+                response.status,
+                response.read(),
+                {k.lower(): v for k, v in response.headers.items()},
+            )
     except urllib.error.HTTPError as exc:
         status, raw, hdrs = exc.code, exc.read(), {k.lower(): v for k, v in exc.headers.items()}
     try:
@@ -221,7 +229,12 @@ class Receiver:
                     n = len(receiver.calls) + 1
                     fail = receiver.fail_every and n % receiver.fail_every == 0
                     receiver.calls.append(
-                        {"at": time.time(), "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body, "ok": not fail}
+                        {
+                            "at": time.time(),
+                            "headers": {k.lower(): v for k, v in self.headers.items()},
+                            "body": body,
+                            "ok": not fail,
+                        }
                     )
                 self.send_response(500 if fail else 200)
                 self.send_header("Content-Length", "0")

@@ -22,8 +22,14 @@ def test_prices_now_and_history(served):
     assert status == 200
     got = {(p["pool_id"], p["resource_class"]): p["price_per_gpu_hour"] for p in body["prices"]}
     # the scenario's book: A100 guaranteed 2.4 then 3.0 at 09:10; drainable 1.5; A10 0.7
-    assert got[(A100, "guaranteed")] == 3.0 and got[(A100, "drainable")] == 1.5 and got[(A10, "guaranteed")] == 0.7
-    status, body, _ = call(server.base, f"/v1/prices/history?pool={A100}&resource_class=guaranteed", keys["acme"])
+    assert (
+        got[(A100, "guaranteed")] == 3.0
+        and got[(A100, "drainable")] == 1.5
+        and got[(A10, "guaranteed")] == 0.7
+    )
+    status, body, _ = call(
+        server.base, f"/v1/prices/history?pool={A100}&resource_class=guaranteed", keys["acme"]
+    )
     assert status == 200
     assert [p["price"] for p in body["points"]] == [2.4, 3.0]
 
@@ -36,13 +42,39 @@ def test_quote_is_the_quote_commands_numbers(served, service_config):
     )
     assert status == 200, body
     expected = quote(
-        service_config, server.context.warehouse, ACME, A100, 2, 3, "guaranteed", dt.datetime.fromisoformat(start)
+        service_config,
+        server.context.warehouse,
+        ACME,
+        A100,
+        2,
+        3,
+        "guaranteed",
+        dt.datetime.fromisoformat(start),
     ).as_json()
     assert body == expected
     cli = subprocess.run(
-        [sys.executable, "-m", "market_pipeline.cli", "quote", "--tenant", ACME, "--pool", A100, "--gpus", "2",
-         "--hours", "3", "--start", start, "--warehouse", str(server.context.warehouse.path), "--json"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "market_pipeline.cli",
+            "quote",
+            "--tenant",
+            ACME,
+            "--pool",
+            A100,
+            "--gpus",
+            "2",
+            "--hours",
+            "3",
+            "--start",
+            start,
+            "--warehouse",
+            str(server.context.warehouse.path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert json.loads(cli.stdout) == body
     assert body["low_90"] <= body["expected_cost"] <= body["high_90"]
@@ -61,11 +93,22 @@ def test_my_usage_is_the_marts_rows_broken_down(served):
     assert sum(r["billed_cost"] for r in body["rows"]) == pytest.approx(mart[0])
     assert sum(r["base_cost"] for r in body["rows"]) == pytest.approx(mart[1])
     for row in body["rows"]:  # the components add up to the bill (billing's own identity)
-        parts = sum(row[c] for c in ("base_cost", "time_premium", "location_premium", "drainability_discount",
-                                     "commitment_discount", "sla_credit"))
+        parts = sum(
+            row[c]
+            for c in (
+                "base_cost",
+                "time_premium",
+                "location_premium",
+                "drainability_discount",
+                "commitment_discount",
+                "sla_credit",
+            )
+        )
         assert parts == pytest.approx(row["billed_cost"], abs=1e-6)
     status, invoices, _ = call(server.base, "/v1/me/invoices", keys["acme"])
-    assert status == 200 and all(i["invoice_id"].endswith(ACME) or ACME in i["invoice_id"] for i in invoices["rows"])
+    assert status == 200 and all(
+        i["invoice_id"].endswith(ACME) or ACME in i["invoice_id"] for i in invoices["rows"]
+    )
     status, daily, _ = call(server.base, "/v1/me/costs/daily", keys["blue"])
     assert status == 200 and daily["rows"] and daily["tenant_id"] == BLUE
 
@@ -80,7 +123,9 @@ def test_drains_balance_and_hard_cap(served):
     assert call(server.base, f"/v1/me/drains/drain-{BLUE}-2", keys["acme"])[0] == 404
     status, balance, _ = call(server.base, "/v1/me/balance", keys["blue"])
     assert status == 200 and balance["tenant_id"] == BLUE and balance["guarded"] is False
-    status, balance, _ = call(server.base, "/v1/me/hard-cap", keys["blue"], "PUT", {"hard_cap_daily": "125.5"})
+    status, balance, _ = call(
+        server.base, "/v1/me/hard-cap", keys["blue"], "PUT", {"hard_cap_daily": "125.5"}
+    )
     assert status == 200, balance
     assert balance["hard_cap_daily"] == "125.5" and balance["guarded"] is True
     stored = server.context.warehouse.query(
@@ -141,8 +186,15 @@ def test_wrong_missing_and_revoked_keys_get_401(served):
 
 def test_rate_limit_per_key(service_config, service_warehouse, tmp_path):
     config = service_config.model_copy(
-        update={"service": service_config.service.model_copy(update={
-            "store_path": str(tmp_path / "s.sqlite"), "rate_limit_per_second": 0.5, "rate_limit_burst": 3})}
+        update={
+            "service": service_config.service.model_copy(
+                update={
+                    "store_path": str(tmp_path / "s.sqlite"),
+                    "rate_limit_per_second": 0.5,
+                    "rate_limit_burst": 3,
+                }
+            )
+        }
     )
     context = ServiceContext.build(config, str(service_warehouse.path))
     a, b = context.store.create_key("tenant", ACME)[1], context.store.create_key("tenant", ACME)[1]
@@ -164,13 +216,19 @@ def test_cors_closed_and_openapi_served(served):
     )
     assert status == 200 and "access-control-allow-origin" not in headers
     status, _, headers = call(
-        server.base, "/v1/prices", None, "OPTIONS", None,
+        server.base,
+        "/v1/prices",
+        None,
+        "OPTIONS",
+        None,
         {"Origin": "https://evil.example", "Access-Control-Request-Method": "GET"},
     )
     assert "access-control-allow-origin" not in headers
     status, schema, _ = call(server.base, "/openapi.json")
     assert status == 200
-    assert {"/v1/prices", "/v1/quote", "/v1/me/usage", "/v1/me/hard-cap", "/v1/me/webhooks"} <= set(schema["paths"])
+    assert {"/v1/prices", "/v1/quote", "/v1/me/usage", "/v1/me/hard-cap", "/v1/me/webhooks"} <= set(
+        schema["paths"]
+    )
 
 
 def test_no_secret_is_logged(served, caplog):
@@ -197,7 +255,11 @@ def test_tenant_key_cli_creates_and_revokes(tmp_path, monkeypatch):
     created = json.loads(made.stdout)
     assert created["key"].startswith("mpk_")
     bad = run("tenant-key", "create", "--tenant", "nobody")
-    assert bad.returncode == 2 and bad.stderr.startswith("error: unknown tenant") and "Traceback" not in bad.stderr
+    assert (
+        bad.returncode == 2
+        and bad.stderr.startswith("error: unknown tenant")
+        and "Traceback" not in bad.stderr
+    )
     listed = run("tenant-key", "list")
     assert created["key"] not in listed.stdout and created["key_id"] in listed.stdout
     revoked = run("tenant-key", "revoke", "--tenant", ACME)

@@ -14,8 +14,15 @@ CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or DRIVER is None, reason="chromium and chromium-driver (Debian) are not installed"
 )
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run", "--window-size=1200,2400")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--window-size=1200,2400",
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,17 +66,23 @@ def test_tenant_console_charts_and_isolation(served, browser, tmp_path):
     assert _open(browser, server.base + "/console/me") <= 2.0
     assert browser.find_element(By.ID, "who").text == ACME
     # price history: the chart's series are the API's history
-    _, history, _ = call(server.base, f"/v1/prices/history?pool={A100}&resource_class=guaranteed", keys["acme"])
+    _, history, _ = call(
+        server.base, f"/v1/prices/history?pool={A100}&resource_class=guaranteed", keys["acme"]
+    )
     line = browser.find_element(By.CSS_SELECTOR, f'#price-history polyline[data-series="{A100}/guaranteed"]')
-    assert [v for _, v in json.loads(line.get_attribute("data-points"))] == [p["price"] for p in history["points"]]
+    assert [v for _, v in json.loads(line.get_attribute("data-points"))] == [
+        p["price"] for p in history["points"]
+    ]
     # the heat map has a cell per pool and hour of the snapshots
     cells = browser.find_elements(By.CSS_SELECTOR, "#demand-heat rect.cell")
     assert len(cells) == 3 * 4  # three pools, four hours (eight half-hourly snapshots)
     # my costs: each bar segment is the mart's daily component
     _, daily, _ = call(server.base, "/v1/me/costs/daily", keys["acme"])
     segments = browser.find_elements(By.CSS_SELECTOR, "#cost-breakdown rect.segment")
-    shown = {(s.get_attribute("data-bar"), s.get_attribute("data-component")): float(s.get_attribute("data-value"))
-             for s in segments}
+    shown = {
+        (s.get_attribute("data-bar"), s.get_attribute("data-component")): float(s.get_attribute("data-value"))
+        for s in segments
+    }
     for row in daily["rows"]:
         for component in ("base_cost", "time_premium", "drainability_discount"):
             assert shown[(row["day"], component)] == pytest.approx(row[component], rel=1e-5, abs=1e-9)

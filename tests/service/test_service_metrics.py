@@ -39,11 +39,16 @@ def test_metrics_carry_the_warehouse_numbers(served):
     assert samples[("mp_certificate_margin", (("pool", A100),))] == pytest.approx(0.0)
     assert samples[("mp_promise_breaches", (("pool", A100), ("promise", "drainable_band")))] == 0.0
     # drain decisions by outcome and reason: one failed drain of acme
-    failed = [v for (n, labels), v in samples.items()
-              if n == "mp_decisions_total" and ("outcome", "failed") in labels]
+    failed = [
+        v
+        for (n, labels), v in samples.items()
+        if n == "mp_decisions_total" and ("outcome", "failed") in labels
+    ]
     assert failed == [1.0]
     names = {n for n, _ in samples}
-    assert {"mp_pool_gpu_utilisation", "mp_solve_status"} - names == {"mp_solve_status"}  # no solve in the kit
+    assert {"mp_pool_gpu_utilisation", "mp_solve_status"} - names == {
+        "mp_solve_status"
+    }  # no solve in the kit
     assert samples[("mp_pool_gpu_utilisation", (("pool", A100),))] == pytest.approx(4 / 8)  # last snapshot
 
 
@@ -51,8 +56,9 @@ def test_promtool_accepts_the_alert_rules():
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool (Debian package prometheus) is not installed")
-    result = subprocess.run([promtool, "check", "rules", str(MONITORING / "alerts.yml")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [promtool, "check", "rules", str(MONITORING / "alerts.yml")], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 8 rules found" in result.stdout
 
@@ -85,16 +91,23 @@ def test_a_real_prometheus_scrapes_the_service(served, tmp_path):
     )
     port = _free_port()
     process = subprocess.Popen(
-        [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline, value = time.monotonic() + 60, None
         query = urllib.parse.quote(f'mp_price_per_gpu_hour{{pool="{A100}",resource_class="guaranteed"}}')
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?query={query}", timeout=5) as r:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{port}/api/v1/query?query={query}", timeout=5
+                ) as r:
                     result = json.loads(r.read())["data"]["result"]
                 if result:
                     value = float(result[0]["value"][1])

@@ -26,10 +26,19 @@ BURST = Path(__file__).with_name("drain_burst.py")
 def test_drain_warnings_reach_receivers_signed_once_per_delivery_id(service_config, tmp_path):
     warehouse = open_warehouse(tmp_path / "w.duckdb")
     config = service_config.model_copy(
-        update={"service": service_config.service.model_copy(update={
-            "store_path": str(tmp_path / "s.sqlite"), "webhook_poll_seconds": 0.05,
-            "webhook_backoff_seconds": 0.1, "webhook_backoff_max_seconds": 0.5, "webhook_max_attempts": 50,
-            "rate_limit_per_second": 1000.0, "rate_limit_burst": 1000})}
+        update={
+            "service": service_config.service.model_copy(
+                update={
+                    "store_path": str(tmp_path / "s.sqlite"),
+                    "webhook_poll_seconds": 0.05,
+                    "webhook_backoff_seconds": 0.1,
+                    "webhook_backoff_max_seconds": 0.5,
+                    "webhook_max_attempts": 50,
+                    "rate_limit_per_second": 1000.0,
+                    "rate_limit_burst": 1000,
+                }
+            )
+        }
     )
     context = ServiceContext.build(config, str(warehouse.path))
     acme_key = context.store.create_key("tenant", ACME)[1]
@@ -43,7 +52,9 @@ def test_drain_warnings_reach_receivers_signed_once_per_delivery_id(service_conf
         assert status == 201
         burst = subprocess.run(
             [sys.executable, str(BURST), str(warehouse.path), str(DRAINS), "0.2", ACME, BLUE],
-            capture_output=True, text=True, timeout=900,
+            capture_output=True,
+            text=True,
+            timeout=900,
         )
         assert burst.returncode == 0, burst.stderr[-2000:]
         deadline = time.monotonic() + 60
@@ -56,7 +67,9 @@ def test_drain_warnings_reach_receivers_signed_once_per_delivery_id(service_conf
 
         outbox = {
             r["drain_id"]: r
-            for r in warehouse.query("SELECT drain_id, tenant_id, warned_at FROM drain_warning_outbox").to_dicts()
+            for r in warehouse.query(
+                "SELECT drain_id, tenant_id, warned_at FROM drain_warning_outbox"
+            ).to_dicts()
         }
         assert len(outbox) == DRAINS
         latencies, seen_ids = [], set()
@@ -85,9 +98,18 @@ def test_drain_warnings_reach_receivers_signed_once_per_delivery_id(service_conf
         assert unregistered.calls == []
         latencies.sort()
         p99 = latencies[int(0.99 * (len(latencies) - 1))]
-        print(json.dumps({"drains": DRAINS, "p50_s": round(latencies[len(latencies) // 2], 3),
-                          "p99_s": round(p99, 3), "max_s": round(latencies[-1], 3),
-                          "flaky_calls": len(flaky.calls), "burst": json.loads(burst.stdout)}))
+        print(
+            json.dumps(
+                {
+                    "drains": DRAINS,
+                    "p50_s": round(latencies[len(latencies) // 2], 3),
+                    "p99_s": round(p99, 3),
+                    "max_s": round(latencies[-1], 3),
+                    "flaky_calls": len(flaky.calls),
+                    "burst": json.loads(burst.stdout),
+                }
+            )
+        )
         assert latencies[len(latencies) // 2] < 1.0
         # the tenant sees its notices, delivered
         status, notices, _ = call(server.base, "/v1/me/notices", acme_key)
@@ -103,8 +125,11 @@ def test_a_lost_receiver_holds_up_no_drain(service_config, tmp_path):
     """No receiver listens: drains still finish at their own pace; jobs wait for retries."""
     warehouse = open_warehouse(tmp_path / "w.duckdb")
     config = service_config.model_copy(
-        update={"service": service_config.service.model_copy(update={"store_path": str(tmp_path / "s.sqlite"),
-                                                                     "webhook_poll_seconds": 0.05})}
+        update={
+            "service": service_config.service.model_copy(
+                update={"store_path": str(tmp_path / "s.sqlite"), "webhook_poll_seconds": 0.05}
+            )
+        }
     )
     context = ServiceContext.build(config, str(warehouse.path))
     gone = Receiver().start()
@@ -115,7 +140,10 @@ def test_a_lost_receiver_holds_up_no_drain(service_config, tmp_path):
     try:
         started = time.monotonic()
         burst = subprocess.run(
-            [sys.executable, str(BURST), str(warehouse.path), "3", "0", ACME], capture_output=True, text=True, timeout=300
+            [sys.executable, str(BURST), str(warehouse.path), "3", "0", ACME],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert burst.returncode == 0, burst.stderr[-2000:]
         assert time.monotonic() - started < 60
