@@ -62,8 +62,9 @@ def line_chart(
                 coords.append(f"{sx(_x(t)):.1f},{sy(pts[j - 1][1]):.1f}")
             coords.append(f"{sx(_x(t)):.1f},{sy(v):.1f}")
         data = json.dumps([[t.isoformat(), v] for t, v in pts])
+        dash = ' stroke-dasharray="6 4"' if name.startswith("solver") else ""  # beside the published line
         out.append(
-            f'<polyline class="series" fill="none" stroke="{color}" stroke-width="2"'
+            f'<polyline class="series" fill="none" stroke="{color}" stroke-width="2"{dash}'
             f' data-series="{escape(name)}" data-points="{escape(data)}" points="{" ".join(coords)}"/>'
         )
         legend_y = PAD_T + 14 * (i + 1)
