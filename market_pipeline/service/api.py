@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 
 import polars as pl
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+from pydantic import BaseModel
 
 from market_pipeline.billing.balances import Account, accounts, set_account, tenant_spend
 from market_pipeline.billing.errors import BillingError, QuoteError
@@ -74,20 +75,31 @@ def _run_scoped(request: Request, tenant_id: str):  # noqa: ANN202 - a readers.T
 # -- prices ----------------------------------------------------------------------------------
 
 
+def _json(model: BaseModel) -> bytes:
+    return model.model_dump_json().encode()
+
+
 @router.get("/prices", response_model=schemas.Prices, tags=["prices"])
-def prices_now(request: Request, who: Tenant) -> schemas.Prices:
+def prices_now(request: Request, who: Tenant) -> Response:
     """The price in force per pool and class, with the reason where it is not the solver's."""
     ctx = context_of(request)
-    frame = readers.prices_now(ctx.warehouse)
-    return schemas.Prices(
-        currency=ctx.config.billing.currency,
-        prices=[
-            schemas.Price(
-                price_per_gpu_hour=r["price"], **{k: r[k] for k in schemas.Price.model_fields if k in r}
+
+    def build() -> bytes:
+        frame = readers.prices_now(ctx.warehouse)
+        return _json(
+            schemas.Prices(
+                currency=ctx.config.billing.currency,
+                prices=[
+                    schemas.Price(
+                        price_per_gpu_hour=r["price"],
+                        **{k: r[k] for k in schemas.Price.model_fields if k in r},
+                    )
+                    for r in frame.to_dicts()
+                ],
             )
-            for r in frame.to_dicts()
-        ],
-    )
+        )
+
+    return Response(ctx.warehouse.memo(("prices_now",), build), media_type="application/json")
 
 
 @router.get("/prices/history", response_model=schemas.PriceHistory, tags=["prices"])
@@ -118,7 +130,7 @@ def get_quote(
     hours: Annotated[float, Query(gt=0, le=MAX_QUOTE_HOURS, allow_inf_nan=False)],
     resource_class: schemas.ResourceClass = "guaranteed",
     start: Annotated[dt.datetime | None, Query(description="ISO start (default: the current minute)")] = None,
-) -> schemas.QuoteOut:
+) -> Response:
     """Expected cost of `gpus` GPUs for `hours` with a 90% band: the `quote` command's numbers."""
     ctx = context_of(request)
     _pool(request, pool)
@@ -128,9 +140,15 @@ def get_quote(
     # reused while the warehouse is unchanged (the quote reads only the warehouse and these)
     when = start or dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0)
     try:
-        result = ctx.warehouse.memo(
+        body = ctx.warehouse.memo(
             ("quote", who.tenant_id, pool, gpus, hours, resource_class, when.isoformat()),
-            lambda: quote(ctx.config, ctx.warehouse, who.tenant_id, pool, gpus, hours, resource_class, when),
+            lambda: _json(
+                schemas.QuoteOut(
+                    **quote(
+                        ctx.config, ctx.warehouse, who.tenant_id, pool, gpus, hours, resource_class, when
+                    ).as_json()
+                )
+            ),
         )
     except QuoteError as exc:
         text = str(exc)
@@ -139,7 +157,7 @@ def get_quote(
             "resource_class" if "drain tolerant" in text else "pool",
         )
         raise field_error(field, text.replace(f"--{field}", field)) from None
-    return schemas.QuoteOut(**result.as_json())
+    return Response(body, media_type="application/json")
 
 
 # -- my usage, invoices, drains, notices, balance -----------------------------------------------

@@ -54,6 +54,7 @@ def file_signature(path: Path) -> tuple[int, ...]:
 class _Cache:
     lock: threading.Lock = field(default_factory=threading.Lock)
     entries: OrderedDict = field(default_factory=OrderedDict)
+    flights: dict = field(default_factory=dict)
     stats: dict = field(default_factory=lambda: {"hits": 0, "misses": 0})
 
 
@@ -90,8 +91,16 @@ class GatedWarehouse(Warehouse):
                 self.cache.entries.move_to_end(key)
                 self.cache.stats["hits"] += 1
                 return hit[1]
-        value = compute()
+        with self.cache.lock:  # one computation per key at a time: the others wait for it
+            flight = self.cache.flights.setdefault(key, threading.Lock())
+        with flight:
+            with self.cache.lock:
+                hit = self.cache.entries.get(key)
+                if hit is not None and hit[0] == file_signature(self.path):
+                    return hit[1]
+            value = compute()
         with self.cache.lock:
+            self.cache.flights.pop(key, None)
             self.cache.stats["misses"] += 1
             self.cache.entries[key] = (signature, value)
             self.cache.entries.move_to_end(key)
