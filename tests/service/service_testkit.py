@@ -18,8 +18,9 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "billing"))
 
-from billing_testkit import A10, A100, H800, T0, build_scenario, rate_hours, scenario  # noqa: E402
+from billing_testkit import A10, A100, H800, HOURS, T0, build_scenario, rate_hours, scenario  # noqa: E402
 
+from market_pipeline.billing.metering import HourWindow  # noqa: E402
 from market_pipeline.config import MarketPipelineConfig  # noqa: E402
 from market_pipeline.service.app import create_app  # noqa: E402
 from market_pipeline.service.context import ServiceContext  # noqa: E402
@@ -125,7 +126,8 @@ def _decisions() -> pl.DataFrame:
 def build_service_warehouse(path: Path, config: MarketPipelineConfig) -> Warehouse:
     """The billing scenario metered and rated (dbt run), plus ticks, snapshots and decisions."""
     warehouse = build_scenario(path, config, scenario())
-    rate_hours(warehouse, command="run")
+    # both metered hours rated in one dbt run (the billing rollup over a two-hour window)
+    rate_hours(warehouse, windows=[HourWindow(HOURS[0].start, HOURS[-1].end)], command="run")
     warehouse.append("market_ticks", _ticks())
     warehouse.append("pool_demand_snapshots", _snapshots())
     decisions = _decisions()
