@@ -160,3 +160,41 @@ def test_a_lost_receiver_holds_up_no_drain(service_config, tmp_path):
         assert states == {"pending": 3}
     finally:
         server.stop()
+
+
+def test_webhooks_deliver_once_command_sends_what_the_outbox_holds(service_config, tmp_path, monkeypatch):
+    """`market-pipeline webhooks deliver --once`: the worker outside the server."""
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    store_path = tmp_path / "s.sqlite"
+    receiver = Receiver().start()
+    try:
+        config = service_config.model_copy(
+            update={"service": service_config.service.model_copy(update={"store_path": str(store_path)})}
+        )
+        ServiceContext.build(config, str(warehouse.path)).store.register_webhook(ACME, receiver.url)
+        burst = subprocess.run(
+            [sys.executable, str(BURST), str(warehouse.path), "2", "0", ACME, BLUE],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert burst.returncode == 0, burst.stderr[-2000:]
+        monkeypatch.setenv("MP__SERVICE__STORE_PATH", str(store_path))
+        command = [
+            sys.executable,
+            "-m",
+            "market_pipeline.cli",
+            "webhooks",
+            "deliver",
+            "--once",
+            "--warehouse",
+            str(warehouse.path),
+        ]
+        first = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert first.returncode == 0, first.stderr
+        assert json.loads(first.stdout) == {"delivered": 1}  # acme's one drain; blue registered nothing
+        again = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert json.loads(again.stdout) == {"delivered": 0}  # taken once
+        assert [json.loads(c["body"])["tenant_id"] for c in receiver.calls] == [ACME]
+    finally:
+        receiver.stop()
