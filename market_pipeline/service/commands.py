@@ -69,10 +69,16 @@ def run_serve(args: argparse.Namespace) -> int:
 
     try:
         context = _context(args.warehouse)
-        if context.warehouse.path.exists():
-            context.warehouse.migrate()  # the outbox table (and any pending migration) once, at start
-    except (ConfigError, WarehouseError) as exc:
+    except ConfigError as exc:
         return input_error(exc)
+    if context.warehouse.path.exists():
+        try:
+            context.warehouse.migrate()  # the outbox table (and any pending migration) once, at start
+        except WarehouseError as exc:  # the loop holds the file: its own next write migrates it
+            print(
+                f"warning: warehouse not migrated at start ({' '.join(str(exc).split())[:200]})",
+                file=sys.stderr,
+            )
     settings = context.config.service
     app = create_app(context, deliver_webhooks=not args.no_webhooks)
     uvicorn.run(
