@@ -83,6 +83,7 @@ class KeyStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
+        self._con().execute("PRAGMA journal_mode=WAL")  # persistent: readers never wait on a writer
         with self._tx() as con:
             for statement in _SCHEMA:
                 con.execute(statement)
@@ -91,8 +92,7 @@ class KeyStore:
         con = getattr(self._local, "con", None)
         if con is None:
             con = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=True)
-            con.execute("PRAGMA journal_mode=WAL")
-            con.execute("PRAGMA busy_timeout=10000")
+            con.execute("PRAGMA busy_timeout=10000")  # WAL is the file's own mode (set once, below)
             self._local.con = con
         return con
 
