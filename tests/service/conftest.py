@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 from service_testkit import ACME, BLUE, build_service_warehouse, start_server
@@ -50,8 +49,3 @@ def served(tmp_path_factory: pytest.TempPathFactory, service_warehouse: Warehous
     server = start_server(context)
     yield server, keys
     server.stop()
-
-
-@pytest.fixture()
-def scratch(tmp_path: Path) -> Path:
-    return tmp_path
