@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # the solver (torch) loads only when a market is solved: repl
     from market_pipeline.market import MarketProblem, SolveReport, SolverSettings
 
 AS_SOLVED = "as solved"
+SHIELD_REASON = "backlog shield"  # how a guaranteed reason names the shield's intervention
 
 
 class MarketTickError(ValueError):
@@ -110,7 +111,10 @@ class PoolTickRecord:
 
     @property
     def shielded(self) -> bool:
-        return self.shield_factor > 1 + 1e-9
+        """The backlog shield acted: it raised the price, or found no certifying price in the
+        promise window and published the window's top (which may be the solver's own price,
+        so the factor stays 1): what the reason says, the counters count."""
+        return self.shield_factor > 1 + 1e-9 or SHIELD_REASON in self.guaranteed_reason
 
     def to_dict(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -269,12 +273,12 @@ def _pool_tick(
     if not result.feasible:
         guaranteed = window.high
         reasons.append(
-            f"backlog shield: no price up to the {window.high_by} {window.high:.4g} drains the "
+            f"{SHIELD_REASON}: no price up to the {window.high_by} {window.high:.4g} drains the "
             f"backlog at {p.serving_gpus:g} GPUs; {_capacity_answer(p)}"
         )
     elif result.price > equilibrium * (1 + 1e-9):
         guaranteed = result.price
-        reasons.append(f"backlog shield x{guaranteed / equilibrium:.3f}: {result.why[-1]}")
+        reasons.append(f"{SHIELD_REASON} x{guaranteed / equilibrium:.3f}: {result.why[-1]}")
     cert = certify(state, guaranteed, p.serving_gpus, params)
     target = _capacity_target(p, equilibrium, params)
     factor = guaranteed / equilibrium
