@@ -17,7 +17,7 @@ LIVE_PID := $(LIVE_HOME)/dagster-dev.pid
 LIVE_LOG := $(LIVE_HOME)/dagster-dev.log
 PORT ?= 3000
 
-.PHONY: demo test lint lock ui up down install clean postgres-home slurm-up slurm-down
+.PHONY: demo test lint lock ui up down install clean postgres-home slurm-up slurm-down serve
 
 # The lock pins every package (the test extra's included), so installs reproduce; the project
 # itself goes in editable, without re-resolving its dependencies.
@@ -97,9 +97,14 @@ up: $(VENV)/.installed
 		MARKET_PIPELINE_LIVE=1 setsid nohup $(abspath $(VENV))/bin/python -c "$$RUN_DAGSTER" \
 		$(abspath $(VENV))/bin/dagster dev -w $(CURDIR)/workspace.yaml \
 		-h 127.0.0.1 -p $(PORT) > $(LIVE_LOG) 2>&1 & echo $$! > $(LIVE_PID); \
-	echo "live loop up (pid $$(cat $(LIVE_PID))): http://127.0.0.1:$(PORT), log $(LIVE_LOG); make down stops it"
+	echo "live loop up (pid $$(cat $(LIVE_PID))): http://127.0.0.1:$(PORT), log $(LIVE_LOG); make down stops it"; \
+	cd $(CURDIR) && MARKET_PIPELINE_HOME=$(LIVE_HOME) setsid nohup $(VENV)/bin/market-pipeline serve \
+		--port $(SERVE_PORT) > $(LIVE_HOME)/serve.log 2>&1 & echo $$! > $(LIVE_HOME)/serve.pid; \
+	echo "service up (pid $$(cat $(LIVE_HOME)/serve.pid)): http://127.0.0.1:$(SERVE_PORT)/console, log $(LIVE_HOME)/serve.log"
 
 down:
+	@if [ -f $(LIVE_HOME)/serve.pid ]; then kill -TERM $$(cat $(LIVE_HOME)/serve.pid) 2>/dev/null; \
+		rm -f $(LIVE_HOME)/serve.pid; echo "service stopped"; fi
 	@if [ ! -f $(LIVE_PID) ] || ! kill -0 $$(cat $(LIVE_PID)) 2>/dev/null; then \
 		rm -f $(LIVE_PID); echo "not running"; exit 0; fi; \
 	pid=$$(cat $(LIVE_PID)); kill -INT $$pid; \
@@ -107,6 +112,12 @@ down:
 	if pgrep -g $$pid > /dev/null; then echo "dagster dev did not stop in 90 s; stopping its process group"; \
 		/bin/kill -TERM -- -$$pid; sleep 2; /bin/kill -KILL -- -$$pid 2>/dev/null; fi; \
 	rm -f $(LIVE_PID); echo "live loop stopped"
+
+# The HTTP service (tenant API, console, /metrics) over the demo's warehouse (make demo first);
+# keys: `.venv/bin/market-pipeline tenant-key create --tenant T` (or --operator).
+SERVE_PORT ?= 8080
+serve: $(VENV)/.installed
+	$(VENV)/bin/market-pipeline serve --host 127.0.0.1 --port $(SERVE_PORT)
 
 clean:
 	rm -rf var dbt/target dbt/logs

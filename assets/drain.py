@@ -5,7 +5,7 @@ drain_requests (asset) --decisions--> drain_sensor (sensors/drain.py, run_key = 
 each drain once, then runs the persisted drain protocol via the adapter).
 """
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import dagster as dg
 
@@ -17,6 +17,8 @@ from market_pipeline.guardrails.task_drain_service import (
     plan_and_record,
 )
 from market_pipeline.guardrails.task_drain_store import recent_drain_outcomes
+from market_pipeline.hardware.protocol import adapter_now
+from market_pipeline.tick.state import tick_origin
 
 
 # telemetry_samples: the planner reads the recent clean samples (telemetry_clean) it writes
@@ -32,8 +34,10 @@ def drain_requests(
     """Drain decisions of this tick (table `decisions`, kind 'drain'): approved or blocked, with reasons."""
     config = fleet.config()
     store = warehouse.get()
-    now = datetime.now(timezone.utc)
     adapter = fleet.get()
+    # The tick this plan serves, on the fleet's clock (as the scaling plan's decisions): the
+    # batch is `drain@<tick>`, joins to its tick, and its drains age on the clock they run on.
+    now = tick_origin(adapter_now(adapter), config.loop.tick_minutes)
     # Nodes the scaler cordoned for removal get their tasks drained (reason scale_down).
     cordoned = [n.node_id for n in adapter.list_nodes() if n.cordoned]
     decisions, written, source = plan_and_record(

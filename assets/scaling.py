@@ -3,7 +3,6 @@ actions are carried out per tick by scaling_actions_job, launched by the scaling
 (sensors/scaling.py)."""
 
 # No `from __future__ import annotations`: Dagster inspects the context annotations at runtime.
-from datetime import datetime, timezone
 
 import dagster as dg
 import polars as pl
@@ -59,7 +58,7 @@ def scaling_plan(
         {p: r["capacity_target_gpus"] for p, r in by_pool.items()},
         next_price_ceilings(config, prices_in_force(config, store)),
         # the tick's one disruption budget: open drains count against the scaler's too
-        tick_budget(store, adapter, config, wall_now=datetime.now(timezone.utc)),
+        tick_budget(store, adapter, config, wall_now=now),
     )
     rows = decision_rows(decisions, config.loop.shadow_mode, now)
     writers.record_decisions(store, rows)

@@ -37,6 +37,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "market_pipeline.demand_response.commands",
     "market_pipeline.lab.commands",
     "market_pipeline.hardware.slurm.commands",
+    "market_pipeline.service.commands",
 )
 # Layers above the domain (sensors/: demo, bench soak drive the Dagster instance) add theirs
 # as entry points of this group (pyproject.toml), so the domain never imports them.

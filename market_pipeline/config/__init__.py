@@ -38,6 +38,7 @@ from market_pipeline.config.model import (  # noqa: F401
     MarketPipelineConfig,
     Pool,
     ScalingConfigSection,
+    ServiceConfig,
     TaskDrainGuardrailConfig,
     TelemetryConfig,
     Tenant,

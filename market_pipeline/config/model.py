@@ -243,6 +243,29 @@ class BillingConfig(_Strict):
         return self
 
 
+class ServiceConfig(_Strict):
+    """The HTTP service (`market-pipeline serve`): tenant API, console, /metrics, webhooks."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    # the service's own small store (API key hashes, webhooks, deliveries): SQLite, so the
+    # service never writes the warehouse for its own state
+    store_path: str = "var/service.sqlite"
+    # per API key: a token bucket of `rate_limit_burst` refilled at `rate_limit_per_second`
+    rate_limit_per_second: float = Field(20.0, gt=0)
+    rate_limit_burst: int = Field(40, ge=1)
+    # browsers of these origins may call the API; none by default (CORS closed)
+    cors_origins: list[str] = Field(default_factory=list)
+    # how long a request waits for the warehouse file while the loop's writer holds it
+    read_retry_seconds: float = Field(5.0, gt=0, le=60)
+    # drain-warning webhooks: outbox poll, per-call timeout, attempts and backoff
+    webhook_poll_seconds: float = Field(0.2, gt=0, le=60)
+    webhook_timeout_seconds: float = Field(2.0, gt=0, le=60)
+    webhook_max_attempts: int = Field(10, ge=1, le=100)
+    webhook_backoff_seconds: float = Field(0.2, gt=0, le=3600)
+    webhook_backoff_max_seconds: float = Field(60.0, gt=0, le=86400)
+
+
 class MarketPipelineConfig(_Strict):
     warehouse: WarehouseConfig = WarehouseConfig()
     adapter: AdapterConfig = AdapterConfig()
@@ -253,6 +276,7 @@ class MarketPipelineConfig(_Strict):
     telemetry: TelemetryConfig = TelemetryConfig()
     billing: BillingConfig = BillingConfig()
     demand_response: DemandResponseConfig = DemandResponseConfig()
+    service: ServiceConfig = ServiceConfig()
     gpu_models: list[GpuModel] = Field(min_length=1)
     zones: list[Zone] = Field(min_length=1)
     pools: list[Pool] = Field(min_length=1)

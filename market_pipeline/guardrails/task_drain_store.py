@@ -31,6 +31,7 @@ from market_pipeline.guardrails.task_drain_score import DrainHistory
 from market_pipeline.guardrails.task_drain_steps import DrainReport
 from market_pipeline.hardware.protocol import TaskInfo
 from market_pipeline.warehouse import Warehouse, WarehouseError
+from market_pipeline.warehouse.drain_outbox import DrainWarning, write_drain_warning
 
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in TERMINAL_STATES)
 BILLING_COLUMNS = (
@@ -120,6 +121,8 @@ class WarehouseAuditStore:
                 )
                 if transition.state in TERMINAL_STATES and billing is not None:
                     _insert_billing(con, billing)
+                if transition.state is DrainState.WARNED and transition.phase is Phase.BEGIN:
+                    _outbox_warning(con, transition)
                 con.execute("COMMIT")
             except duckdb.ConstraintException as exc:
                 con.execute("ROLLBACK")
@@ -138,6 +141,49 @@ class WarehouseAuditStore:
                 [task_id],
             ).fetchall()
         return [r[0] for r in rows]
+
+
+def drain_warning(requested: dict[str, Any], warned: DrainTransition) -> DrainWarning:
+    """The outbox row of a warning that begins: the drain's task, reasons and notice (from its
+    requested row) and when it is expected to be drained (the warning plus its notice)."""
+    task = requested.get("task", {})
+    timing = requested.get("timing", {})
+    notice = float(warned.detail.get("notice_seconds", 0.0))
+    checkpoint = float(timing.get("checkpoint_timeout_seconds", 0.0))
+    warn = float(timing.get("warn_seconds", 0.0))
+    if task.get("checkpointable"):
+        longer = (
+            f"this task has the checkpoint notice ({checkpoint:g} s); run drain-sensitive work in the"
+            " guaranteed class, which is not drained for a cheaper price"
+        )
+    else:
+        longer = (
+            f"declare the task checkpointable: a checkpointable task gets {checkpoint:g} s to checkpoint"
+            f" instead of a {warn:g} s warning"
+        )
+    if any(str(r).startswith("budget") for r in requested.get("reasons", [])):
+        longer += "; top up the balance or raise the hard cap to stop budget drains"
+    return DrainWarning(
+        drain_id=warned.drain_id,
+        decision_id=requested.get("decision_id"),
+        tenant_id=str(warned.tenant_id or task.get("tenant_id") or ""),
+        task_id=str(warned.task_id or task.get("task_id") or ""),
+        node_id=warned.node_id or task.get("node_id"),
+        pool_id=task.get("pool_id"),
+        warned_at=warned.recorded_at,
+        notice_seconds=notice,
+        expected_drain_at=warned.recorded_at + timedelta(seconds=notice),
+        reasons=tuple(str(r) for r in requested.get("reasons", [])),
+        longer_notice=longer,
+    )
+
+
+def _outbox_warning(con: duckdb.DuckDBPyConnection, warned: DrainTransition) -> None:
+    row = con.execute(
+        "SELECT detail FROM drain_audit WHERE drain_id = ? AND seq = 0", [warned.drain_id]
+    ).fetchone()
+    requested = json.loads(row[0]) if row and row[0] else {}
+    write_drain_warning(con, drain_warning(requested, warned))
 
 
 def _insert_billing(con: duckdb.DuckDBPyConnection, billing: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from market_pipeline.warehouse.readers import last_certified_prices, typical_dem
 
 EXPERIMENT_REASON = "price experiment"
 NO_EVIDENCE = "no demand observed in this pool yet (cold start): nothing to price on"
+DRAINABLE_FOLLOWS_SHIELD = "follows the guaranteed shield"  # market_tick's drainable reason
 TICK_SCHEMA = {
     "tick_at": pl.Datetime("us", "UTC"),
     "solve_id": pl.Utf8,
@@ -170,13 +171,22 @@ def tick_rows(tick: MarketTick, tick_at: datetime, solve_id: str, shadow: bool) 
     return pl.DataFrame(rows, schema=TICK_SCHEMA) if rows else pl.DataFrame(schema=TICK_SCHEMA)
 
 
-def price_source(status: str, reason: str, shield_factor: float, certified: bool) -> str:
-    """How the published price came about: solver, shield (it raised the price, or found no
-    price within the promises that certifies), experiment (a bounded price experiment moved
-    it), promises (clipped), fallback or the solve's status."""
+def price_source(
+    status: str, reason: str, shield_factor: float, certified: bool, resource_class: str = GUARANTEED
+) -> str:
+    """How the published price of one class came about: solver, shield (it raised the price,
+    or found no price within the promises that certifies), experiment (a bounded price
+    experiment moved it), promises (clipped), fallback or the solve's status.
+
+    The guaranteed price answers for the pool's shield and certificate. The drainable price
+    is judged by its own reason: it is "shield" only where it followed the guaranteed shield,
+    so an uncertified pool's drainable price as solved is the solver's."""
     if status not in ("converged", "list"):
         return "fallback" if status == "fallback" else status
-    if shield_factor > 1 + 1e-9 or not certified:
+    if resource_class == DRAINABLE:
+        if DRAINABLE_FOLLOWS_SHIELD in reason:
+            return "shield"
+    elif shield_factor > 1 + 1e-9 or not certified:
         return "shield"
     if EXPERIMENT_REASON in reason:  # a bounded price experiment (`demand_response.experiments`)
         return "experiment"
@@ -204,7 +214,7 @@ def published_rows(config: MarketPipelineConfig, tick: pl.DataFrame) -> pl.DataF
                     price,
                     r["tick_at"],
                     r["solve_id"],
-                    price_source(r["status"], reason, r["shield_factor"], r["certified"]),
+                    price_source(r["status"], reason, r["shield_factor"], r["certified"], cls),
                     listed,
                     solver,
                     reason,

@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # the solver (torch) loads only when a market is solved: repl
 AS_SOLVED = "as solved"
 HOLD_PREFIX = "holding the prices in force"
 GPU_DUST = 1e-9  # relative: a GPU count this far below zero is float dust, read as zero
+SHIELD_REASON = "backlog shield"  # how a guaranteed reason names the shield's intervention
 
 
 class MarketTickError(ValueError):
@@ -322,12 +323,12 @@ def _pool_tick(
     if not result.feasible:
         guaranteed = window.high
         reasons.append(
-            f"backlog shield: no price up to the {window.high_by} {window.high:.4g} drains the "
+            f"{SHIELD_REASON}: no price up to the {window.high_by} {window.high:.4g} drains the "
             f"backlog at {p.serving_gpus:g} GPUs; {_capacity_answer(p)}"
         )
     elif result.price > equilibrium * (1 + 1e-9):
         guaranteed = result.price
-        reasons.append(f"backlog shield x{guaranteed / equilibrium:.3f}: {result.why[-1]}")
+        reasons.append(f"{SHIELD_REASON} x{guaranteed / equilibrium:.3f}: {result.why[-1]}")
     cert = certify(state, guaranteed, p.serving_gpus, params)
     target = _capacity_target(p, equilibrium, params)
     factor = guaranteed / equilibrium

@@ -197,6 +197,21 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(
+        210,
+        "drain warning outbox: one row per drain whose warning step began",
+        (
+            # Written by the drain path in the transaction of the warning's begin row; the
+            # webhook delivery worker reads it (the drain never waits on a receiver).
+            "CREATE SEQUENCE drain_warning_outbox_seq START 1",
+            """CREATE TABLE drain_warning_outbox (
+            outbox_id BIGINT PRIMARY KEY DEFAULT nextval('drain_warning_outbox_seq'),
+            drain_id VARCHAR NOT NULL UNIQUE, decision_id VARCHAR, tenant_id VARCHAR NOT NULL,
+            task_id VARCHAR NOT NULL, node_id VARCHAR, pool_id VARCHAR, warned_at TIMESTAMPTZ NOT NULL,
+            notice_seconds DOUBLE NOT NULL, expected_drain_at TIMESTAMPTZ NOT NULL,
+            reasons VARCHAR[] NOT NULL, longer_notice VARCHAR NOT NULL)""",
+        ),
+    ),
+    Migration(
         300,
         "billing rate card, accounts and ledger",
         (

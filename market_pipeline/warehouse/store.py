@@ -45,6 +45,9 @@ def _is_lock_conflict(exc: duckdb.Error) -> bool:
 @dataclass(frozen=True)
 class Warehouse:
     path: Path
+    # how long an open waits out another process's lock (the service asks for less)
+    lock_retry_seconds: float = LOCK_RETRY_SECONDS
+    lock_retry_max_delay: float = 1.0  # the wait between tries grows from 50 ms up to this
 
     @contextlib.contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -52,8 +55,8 @@ class Warehouse:
         if read_only and not self.path.exists():
             raise WarehouseError(f"warehouse {self.path} does not exist yet; run a writer first")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + LOCK_RETRY_SECONDS
-        delay = 0.05
+        deadline = time.monotonic() + self.lock_retry_seconds
+        delay = min(0.05, self.lock_retry_max_delay)
         while True:
             try:
                 con = duckdb.connect(str(self.path), read_only=read_only)
@@ -62,7 +65,7 @@ class Warehouse:
                 if not _is_lock_conflict(exc) or time.monotonic() > deadline:
                     raise WarehouseError(f"cannot open warehouse {self.path}: {exc}") from exc
                 time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                delay = min(delay * 2, self.lock_retry_max_delay)
         # Timestamps leave the warehouse as UTC (not the host's zone or "Etc/UTC").
         con.execute("SET TimeZone = 'UTC'")
         try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import dagster as dg
 import pytest
@@ -18,6 +18,7 @@ from market_pipeline.guardrails.task_drain_plan import DrainDecision
 from market_pipeline.guardrails.task_drain_score import drainability_score
 from market_pipeline.guardrails.task_drain_store import write_decisions
 from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
+from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.warehouse import open_warehouse
 from sensors.drain import drain_sensor
 from sensors.jobs import drain_job
@@ -194,6 +195,14 @@ def test_drain_end_to_end_under_used_worker(local_config, instance):
         warehouse = res["warehouse"].get()
         row = warehouse.query("SELECT decision_id, target, reasons, decided_at FROM decisions").to_dicts()[0]
         assert request.run_key == batch_id_for("drain", row["decided_at"]) and row["target"] == "idle"
+        # the batch carries the tick (the fleet's clock on the tick grid), not the wall clock
+        tick_seconds = local_config.loop.tick_minutes * 60
+        assert row["decided_at"].timestamp() % tick_seconds == 0
+        assert (
+            row["decided_at"]
+            <= adapter_now(adapter)
+            < row["decided_at"] + timedelta(seconds=2 * tick_seconds)
+        )
         assert row["reasons"][0].startswith("under_used")
         run = drain_job.execute_in_process(
             run_config=request.run_config, resources=res, instance=instance, tags=request.tags

@@ -80,6 +80,30 @@ def test_no_price_within_the_promises_certifies_then_capacity_must_come() -> Non
     assert record.guaranteed == pytest.approx(2.08)  # the cap, not the 3x an unbounded shield took
     assert not record.certified and "capacity must come" in record.guaranteed_reason
     assert record.capacity_target_gpus > 90.0 and record.capacity_target_gpus % 8 == 0
+    # the shield acted (it found no certifying price): counted as shielded, as its reason says
+    assert record.shielded
+
+
+def test_a_shield_at_the_solvers_own_price_still_counts_as_shielded() -> None:
+    """The solver already priced at the cap and no price certifies: the shield's reason is
+    published, so the pool counts as shielded though the price did not move."""
+    # a price in force above the cap: the window is the cap alone, where the solver's price lands
+    record = run_market_tick(
+        [
+            pool(
+                forecast_upper_gpus=90.0,
+                demand_gpus=90.0,
+                backlog_gpus=26.0,
+                in_force_guaranteed=3.0,
+                in_force_drainable=1.8,
+            )
+        ],
+        None,
+        Promises(guaranteed_cap=1.04),
+    ).pools[0]
+    assert record.guaranteed == pytest.approx(2.08) and record.shield_factor == pytest.approx(1.0)
+    assert "backlog shield" in record.guaranteed_reason
+    assert record.shielded
 
 
 def test_bad_inputs_name_the_field() -> None:

@@ -1,0 +1,258 @@
+"""Drain-warning webhooks: from the warehouse's outbox to each registered receiver.
+
+- The drain path writes `drain_warning_outbox` in the transaction of the warning's begin row
+  (warehouse/drain_outbox.py); it never calls a receiver, so a slow or lost receiver cannot
+  hold up a drain.
+- `DeliveryWorker.poll_outbox` copies new outbox rows (past a cursor kept in the key store)
+  into one job per registered webhook of the drain's tenant, cursor and jobs in one SQLite
+  transaction: a row is taken exactly once.
+- `DeliveryWorker.deliver_due` claims each due job with a compare-and-set on its attempt
+  count and records the attempt under a fresh delivery id before the request goes out: a
+  delivery id is sent at most once, by one worker, even with two workers running. A failed
+  attempt (non-2xx, timeout, refused connection) is retried with exponential backoff (full
+  jitter) under a new delivery id; the notice id stays the same, so a receiver can drop a
+  notice it already has.
+- Requests go only to the URL the tenant registered: the body never names a destination and
+  redirects are not followed.
+- Signature: `X-MP-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>." + body)>`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import random
+import secrets
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from market_pipeline.config import ServiceConfig
+from market_pipeline.service.gate import GatedWarehouse, WarehouseBusy, file_signature
+from market_pipeline.service.keystore import KeyStore, Webhook
+from market_pipeline.warehouse import WarehouseError
+from market_pipeline.warehouse.drain_outbox import drain_warnings_after
+
+log = logging.getLogger(__name__)
+CURSOR = "drain_warning_outbox"
+SIGNATURE_HEADER = "X-MP-Signature"
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={mac}"
+
+
+def verify(secret: str, header: str, body: bytes, now: float, tolerance_seconds: float = 300) -> bool:
+    """A receiver's check: the signature matches and its timestamp is recent."""
+    try:
+        parts = dict(p.split("=", 1) for p in header.split(","))
+        timestamp = int(parts["t"])
+    except (ValueError, KeyError):
+        return False
+    if abs(now - timestamp) > tolerance_seconds:
+        return False
+    return hmac.compare_digest(sign(secret, timestamp, body), header)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):  # noqa: ANN002, ANN003 - urllib's signature
+        return None  # only the registered URL is ever called
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    delivery_id: str
+    notice_id: str
+    webhook: Webhook
+    body: bytes
+    attempt: int
+
+
+def post(attempt: Attempt, timeout: float) -> tuple[int | None, str | None]:
+    """(HTTP status, error text); status None when no answer came."""
+    timestamp = int(time.time())
+    request = urllib.request.Request(
+        attempt.webhook.url,
+        data=attempt.body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "User-Agent": "market-pipeline-webhooks/1",
+            "X-MP-Event": "drain.warning",
+            "X-MP-Notice-Id": attempt.notice_id,
+            "X-MP-Delivery-Id": attempt.delivery_id,
+            SIGNATURE_HEADER: sign(attempt.webhook.secret, timestamp, attempt.body),
+        },
+    )
+    try:
+        with _OPENER.open(request, timeout=timeout) as response:
+            response.read(1024)
+            return response.status, None
+    except urllib.error.HTTPError as exc:
+        return exc.code, f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return None, type(exc).__name__ + ": " + str(getattr(exc, "reason", exc))[:200]
+
+
+class DeliveryWorker:
+    def __init__(
+        self,
+        warehouse: GatedWarehouse,
+        store: KeyStore,
+        settings: ServiceConfig,
+        clock: Callable[[], float] = time.time,
+        sender: Callable[[Attempt, float], tuple[int | None, str | None]] = post,
+        threads: int = 8,
+    ) -> None:
+        self.warehouse = warehouse
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.sender = sender
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webhook")
+        self._seen: tuple[int, ...] | None = None
+
+    # -- outbox -> jobs -------------------------------------------------------------------
+    def poll_outbox(self) -> int:
+        """New outbox rows become jobs; returns the rows taken."""
+        signature = file_signature(self.warehouse.path)
+        if signature == self._seen or not self.warehouse.path.exists():
+            return 0  # nothing was written since the last look: no open, no lock taken
+        cursor_rows = self.store.read("SELECT outbox_id FROM outbox_cursor WHERE name = ?", (CURSOR,))
+        cursor = int(cursor_rows[0][0]) if cursor_rows else 0
+        try:
+            with self.warehouse.connect(read_only=True) as con:
+                warnings = drain_warnings_after(con, cursor)
+        except WarehouseBusy:
+            return 0  # the writer holds the file: the next poll tries again
+        except WarehouseError as exc:
+            log.warning("drain warning outbox not readable yet: %s", " ".join(str(exc).split())[:200])
+            return 0
+        if len(warnings) < 500:
+            self._seen = signature
+        if not warnings:
+            return 0
+        now = self.clock()
+        hooks: dict[str, list[Webhook]] = {}
+        with self.store.transaction() as con:
+            for warning in warnings:
+                body = json.dumps(warning.payload(), sort_keys=True, separators=(",", ":"))
+                targets = hooks.setdefault(warning.tenant_id, self.store.webhooks(warning.tenant_id))
+                for hook in targets:
+                    con.execute(
+                        "INSERT OR IGNORE INTO webhook_jobs (notice_id, webhook_id, tenant_id, body, state,"
+                        " next_at, created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?)",
+                        (
+                            f"drain-warning:{warning.drain_id}",
+                            hook.webhook_id,
+                            warning.tenant_id,
+                            body,
+                            now,
+                            now,
+                        ),
+                    )
+            con.execute(
+                "INSERT INTO outbox_cursor (name, outbox_id) VALUES (?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET outbox_id = excluded.outbox_id",
+                (CURSOR, warnings[-1].outbox_id),
+            )
+        return len(warnings)
+
+    # -- jobs -> receivers ----------------------------------------------------------------
+    def _claim(self, notice_id: str, webhook_id: str, attempts: int) -> Attempt | None:
+        hook = self.store.webhook(webhook_id)
+        now = self.clock()
+        lease = now + self.settings.webhook_timeout_seconds + 5.0  # no second worker meanwhile
+        delivery_id = f"dlv_{secrets.token_hex(10)}"
+        with self.store.transaction() as con:
+            if hook is None:  # removed since: nothing goes out
+                con.execute(
+                    "UPDATE webhook_jobs SET state = 'removed' WHERE notice_id = ? AND webhook_id = ?",
+                    (notice_id, webhook_id),
+                )
+                return None
+            cur = con.execute(
+                "UPDATE webhook_jobs SET attempts = attempts + 1, next_at = ? WHERE notice_id = ?"
+                " AND webhook_id = ? AND state = 'pending' AND attempts = ?",
+                (lease, notice_id, webhook_id, attempts),
+            )
+            if cur.rowcount != 1:
+                return None  # another worker claimed it
+            body = con.execute(
+                "SELECT body FROM webhook_jobs WHERE notice_id = ? AND webhook_id = ?",
+                (notice_id, webhook_id),
+            ).fetchone()[0]
+            con.execute(
+                "INSERT INTO webhook_deliveries (delivery_id, notice_id, webhook_id, tenant_id, attempt, state,"
+                " claimed_at) VALUES (?, ?, ?, ?, ?, 'sending', ?)",
+                (delivery_id, notice_id, webhook_id, hook.tenant_id, attempts + 1, now),
+            )
+        return Attempt(delivery_id, notice_id, hook, body.encode(), attempts + 1)
+
+    def _finish(self, attempt: Attempt, status: int | None, error: str | None) -> bool:
+        ok = status is not None and 200 <= status < 300
+        now = self.clock()
+        with self.store.transaction() as con:
+            con.execute(
+                "UPDATE webhook_deliveries SET state = ?, http_status = ?, error = ?, finished_at = ?"
+                " WHERE delivery_id = ?",
+                ("delivered" if ok else "failed", status, None if ok else error, now, attempt.delivery_id),
+            )
+            if ok:
+                con.execute(
+                    "UPDATE webhook_jobs SET state = 'delivered', delivered_at = ? WHERE notice_id = ?"
+                    " AND webhook_id = ?",
+                    (now, attempt.notice_id, attempt.webhook.webhook_id),
+                )
+            elif attempt.attempt >= self.settings.webhook_max_attempts:
+                con.execute(
+                    "UPDATE webhook_jobs SET state = 'gave_up' WHERE notice_id = ? AND webhook_id = ?",
+                    (attempt.notice_id, attempt.webhook.webhook_id),
+                )
+            else:
+                cap = min(
+                    self.settings.webhook_backoff_max_seconds,
+                    self.settings.webhook_backoff_seconds * 2 ** (attempt.attempt - 1),
+                )
+                con.execute(
+                    "UPDATE webhook_jobs SET next_at = ? WHERE notice_id = ? AND webhook_id = ?",
+                    (now + random.uniform(cap / 2, cap), attempt.notice_id, attempt.webhook.webhook_id),
+                )
+        return ok
+
+    def _send(self, attempt: Attempt) -> bool:
+        status, error = self.sender(attempt, self.settings.webhook_timeout_seconds)
+        return self._finish(attempt, status, error)
+
+    def deliver_due(self, limit: int = 256) -> int:
+        """Send every due job once (concurrently); returns how many were delivered."""
+        due = self.store.read(
+            "SELECT notice_id, webhook_id, attempts FROM webhook_jobs WHERE state = 'pending' AND next_at <= ?"
+            " ORDER BY next_at LIMIT ?",
+            (self.clock(), limit),
+        )
+        attempts = [a for a in (self._claim(*row) for row in due) if a is not None]
+        return sum(self.pool.map(self._send, attempts))
+
+    def step(self) -> int:
+        self.poll_outbox()
+        return self.deliver_due()
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.step()
+            except Exception:  # a worker that dies silently would lose notices: log and go on
+                log.exception("webhook delivery step failed")
+            stop.wait(self.settings.webhook_poll_seconds)
+        self.pool.shutdown(wait=True)
