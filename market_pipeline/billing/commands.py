@@ -18,7 +18,7 @@ from market_pipeline.cli.warehouse_options import (
 )
 from market_pipeline.config import ConfigError, load_config
 from market_pipeline.warehouse import Warehouse, WarehouseError, open_warehouse
-from market_pipeline.warehouse.sql_guard import SqlRefused
+from market_pipeline.warehouse.sql_guard import SqlRefused, check_read_only
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -252,15 +252,24 @@ def run_balance(args: argparse.Namespace) -> int:
 
 
 def run_tenant_sql(args: argparse.Namespace) -> int:
-    from market_pipeline.billing.tenant_scope import tenant_query
+    from market_pipeline.billing.tenant_scope import TenantScopeError, render_tenant_query
+    from market_pipeline.warehouse.isolated import run_isolated
 
     try:
-        frame = tenant_query(
-            Warehouse(warehouse_path(args.warehouse)), args.tenant, args.query, limits=limits_from(args)
-        )
+        limits = limits_from(args)
+        if not args.tenant.strip():
+            raise TenantScopeError("tenant id must be a non-empty string")
+        try:
+            check_read_only(args.query)  # refused before any process starts
+        except SqlRefused as exc:
+            raise TenantScopeError(f"tenant {args.tenant!r} query refused: {exc}") from None
+        path = warehouse_path(args.warehouse)
+        if not path.is_file():
+            raise WarehouseError(f"warehouse {path} does not exist or is not a file")
+        text = run_isolated(render_tenant_query, (str(path), args.tenant, args.query), limits)
     except (BillingError, ConfigError, WarehouseError, SqlRefused) as exc:
         return _fail(exc)
-    print(json.dumps(frame.to_dicts(), default=str))
+    print(text)
     return 0
 
 

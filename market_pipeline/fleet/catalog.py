@@ -231,7 +231,9 @@ def _int_column(frame: pl.DataFrame, column: str, path: Path) -> list[int]:
     return values.to_list()
 
 
-def resolve_model_name(name: str, configured: Mapping[str, GpuModelSpec], device_names: Mapping[str, str]) -> str:
+def resolve_model_name(
+    name: str, configured: Mapping[str, GpuModelSpec], device_names: Mapping[str, str]
+) -> str:
     """The model a node list's `model` cell names: a configured model (by name, or by one of
     its `device_names`, case-insensitive), else the shipped catalog's model that lists it by
     name or alias (NVML product names such as "NVIDIA H200" included; the configured spelling
