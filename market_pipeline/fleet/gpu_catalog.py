@@ -34,10 +34,10 @@ class CatalogEntry:
     assumption: str = ""
 
     def __post_init__(self) -> None:
-        for field in ("list_price_per_gpu_hour", "cost_per_gpu_hour"):
-            value = getattr(self, field)
+        for name in ("list_price_per_gpu_hour", "cost_per_gpu_hour"):
+            value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"gpu catalog {self.name}: {field} must be finite and > 0, got {value!r}")
+                raise ValueError(f"gpu catalog {self.name}: {name} must be finite and > 0, got {value!r}")
         if self.cost_per_gpu_hour >= self.list_price_per_gpu_hour:
             raise ValueError(f"gpu catalog {self.name}: cost_per_gpu_hour must be below the list price")
 
