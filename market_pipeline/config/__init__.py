@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from market_pipeline.bounded_input import InputFileError, read_text_bounded
 from market_pipeline.config.checks import config_problems
 
 # The types are this package's interface (`from market_pipeline.config import Pool`).
@@ -101,9 +102,9 @@ def load_config(
     environ = os.environ if environ is None else environ
     source = Path(path or environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
     try:
-        raw = tomllib.loads(source.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config file not found: {source}") from exc
+        raw = tomllib.loads(read_text_bounded(source, "config file"))
+    except InputFileError as exc:
+        raise ConfigError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:  # a directory, a binary file, no permission
         raise ConfigError(f"config file {source} cannot be read as TOML text: {exc}") from None
     except tomllib.TOMLDecodeError as exc:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
+from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.demand_response.estimator import (
     LAG_KEEP_Z,
     DemandResponseInputError,
@@ -28,9 +29,10 @@ HISTORY_SCHEMA = {
 
 def read_history_csv(path: str | Path) -> pl.DataFrame:
     """The CSV's rows, typed; one DemandResponseInputError line for anything wrong with it."""
-    path = Path(path)
-    if not path.is_file():
-        raise DemandResponseInputError(f"{path}: no such file")
+    try:
+        path = checked_file(path, "history file")
+    except InputFileError as exc:
+        raise DemandResponseInputError(str(exc)) from None
     try:
         raw = pl.read_csv(path, infer_schema=False)
     except (pl.exceptions.PolarsError, UnicodeDecodeError, OSError) as exc:

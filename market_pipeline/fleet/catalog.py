@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.config.model import MarketPipelineConfig
 from market_pipeline.fleet.gpu_catalog import load_gpu_catalog
 from market_pipeline.fleet.gpu_models import GpuModelSpec, known_spec, spec_from_config
@@ -211,6 +212,10 @@ def catalog_from_pools(config: MarketPipelineConfig) -> FleetCatalog:
 
 # -- from a node list ---------------------------------------------------------------------
 def _read_node_csv(path: Path) -> pl.DataFrame:
+    try:
+        checked_file(path, "node list")
+    except InputFileError as exc:
+        raise FleetSourceError(str(exc)) from None
     try:
         return pl.read_csv(path, infer_schema_length=10_000)
     except FileNotFoundError:

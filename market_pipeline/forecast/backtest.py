@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.forecast.features import Series
 from market_pipeline.forecast.online import tie_floor, track
 from market_pipeline.forecast.selection import FittedGroup, fit_group
@@ -34,9 +35,10 @@ def load_helios_series(path: str | Path, step_minutes: int = 5) -> np.ndarray:
     """Demand (running + pending GPUs) as `step_minutes` means, oldest first, gap-free."""
     import polars as pl
 
-    path = Path(path)
-    if not path.is_file():
-        raise ForecastInputError(f"series file not found: {path}")
+    try:
+        path = checked_file(path, "series file")
+    except InputFileError as exc:
+        raise ForecastInputError(str(exc)) from None
     missing = [column for column in HELIOS_COLUMNS if column not in _header(path)]
     if missing:
         raise ForecastInputError(f"{path}: missing column(s) {', '.join(missing)}")

@@ -190,8 +190,9 @@ def backtest_table(payloads: list[dict]) -> str:
 def _read_table(path: Path):  # -> pl.DataFrame
     import polars as pl
 
-    if not path.is_file():
-        raise FileNotFoundError(f"demand table not found: {path}")
+    from market_pipeline.bounded_input import checked_file
+
+    checked_file(path, "demand table")
     if path.suffix.lower() == ".parquet":
         return pl.read_parquet(path)
     return pl.read_csv(path, try_parse_dates=True)

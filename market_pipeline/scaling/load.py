@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.scaling.replay import DemandLoad
 
 REQUIRED_COLUMNS = ("time", "running_gpu_num", "pending_gpu_num", "total_gpu_num")
@@ -22,9 +23,10 @@ class LoadFileError(ValueError):
 
 
 def load_helios_demand(path: str | Path) -> DemandLoad:
-    path = Path(path)
-    if not path.is_file():
-        raise LoadFileError(f"{path}: no such file")
+    try:
+        path = checked_file(path, "load file")
+    except InputFileError as exc:
+        raise LoadFileError(str(exc)) from None
     try:
         frame = pl.read_csv(path, columns=list(REQUIRED_COLUMNS), infer_schema_length=10000)
     except pl.exceptions.ColumnNotFoundError as exc:
