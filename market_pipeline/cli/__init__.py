@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from types import ModuleType
 
-from market_pipeline.cli.support import INPUT_ERROR
+from market_pipeline.bounded_input import InputFileError
+from market_pipeline.cli.support import INPUT_ERROR, OneLineParser, bound_numbers, input_error
 
 # Exit statuses: INPUT_ERROR (2) is bad input (one line on stderr, from the command itself); 70
 # (EX_SOFTWARE) is a defect that escaped a command, reported as one line unless TRACEBACK_ENV is set.
@@ -50,7 +51,7 @@ def command_modules() -> list[ModuleType]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="market-pipeline",
         description="Control plane of a multi-tenant GPU cloud.",
     )
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         register_bench = getattr(module, "register_bench", None)
         if register_bench is not None:
             register_bench(bench_sub)
+    bound_numbers(parser)
     return parser
 
 
@@ -77,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    except InputFileError as exc:  # a file a user named: missing, a device, too large, not text
+        return input_error(exc)
     except (RecursionError, MemoryError) as exc:
         # the input was too deep or too large for what the command builds from it
         print(f"error: the input is too large or too deeply nested ({type(exc).__name__})", file=sys.stderr)

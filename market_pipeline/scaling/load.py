@@ -18,6 +18,10 @@ from market_pipeline.scaling.replay import DemandLoad
 REQUIRED_COLUMNS = ("time", "running_gpu_num", "pending_gpu_num", "total_gpu_num")
 
 
+# Ten million GPUs: far above any real cluster; a load claiming more is refused, not replayed.
+MAX_LOAD_GPUS = 10_000_000
+
+
 class LoadFileError(ValueError):
     """The demand file is missing, unreadable or has bad columns/values."""
 
@@ -41,8 +45,15 @@ def load_helios_demand(path: str | Path) -> DemandLoad:
             raise LoadFileError(f"{path}: column {column} is not numeric ({values.dtype})")
         if values.null_count():
             raise LoadFileError(f"{path}: column {column} has {values.null_count()} empty value(s)")
+        if values.dtype.is_float() and not values.is_finite().all():
+            raise LoadFileError(f"{path}: column {column} has values that are not finite numbers")
         if (values < 0).any():
             raise LoadFileError(f"{path}: column {column} has negative values")
+        if (values > MAX_LOAD_GPUS).any():
+            raise LoadFileError(
+                f"{path}: column {column} has values above {MAX_LOAD_GPUS} GPUs (max {values.max():.3g});"
+                " no replay fleet is that large"
+            )
     demand = (frame["running_gpu_num"] + frame["pending_gpu_num"]).to_numpy().astype(float)
     try:
         start = dt.datetime.fromisoformat(str(frame["time"][0])).replace(tzinfo=dt.UTC)
