@@ -50,6 +50,57 @@ def command_modules() -> list[ModuleType]:
     return modules
 
 
+def input_errors() -> tuple[type[BaseException], ...]:
+    """The domain's exceptions that mean "the input is bad" (a file, a value, a name a user
+    gave), wherever in a command they surface: one `error:` line and exit 2, never the
+    internal-error exit. A defect (anything else) still exits 70."""
+    from market_pipeline.billing.errors import BillingError
+    from market_pipeline.config import ConfigError
+    from market_pipeline.demand_response.estimator import DemandResponseInputError
+    from market_pipeline.fleet.catalog import FleetSourceError
+    from market_pipeline.fleet.gpu_catalog import UnpricedModelError
+    from market_pipeline.fleet.shapes import WorkloadError
+    from market_pipeline.fleet.state import TwinStateError
+    from market_pipeline.forecast.settings import ForecastInputError, ForecastSettingsError
+    from market_pipeline.hardware import AdapterBackendError
+    from market_pipeline.hardware.dcgm import DcgmSourceError
+    from market_pipeline.hardware.dcgm_exposition import ExpositionError
+    from market_pipeline.market.errors import InstanceError
+    from market_pipeline.placement.capacity import PlacementError
+    from market_pipeline.scaling.forecast import ForecastInputError as ScalingForecastInputError
+    from market_pipeline.scaling.load import LoadFileError
+    from market_pipeline.scaling.types import ScalingError
+    from market_pipeline.simulate.errors import SimulationInputError
+    from market_pipeline.telemetry.partitions import PartitionKeyError
+    from market_pipeline.telemetry.schema import TelemetryInputError
+    from market_pipeline.warehouse import WarehouseError
+
+    return (
+        InputFileError,
+        BillingError,
+        ConfigError,
+        DemandResponseInputError,
+        FleetSourceError,
+        UnpricedModelError,
+        WorkloadError,
+        TwinStateError,
+        ForecastInputError,
+        ForecastSettingsError,
+        AdapterBackendError,
+        DcgmSourceError,
+        ExpositionError,
+        InstanceError,
+        PlacementError,
+        ScalingForecastInputError,
+        LoadFileError,
+        ScalingError,
+        SimulationInputError,
+        PartitionKeyError,
+        TelemetryInputError,
+        WarehouseError,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="market-pipeline",
@@ -79,8 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
-    except InputFileError as exc:  # a file a user named: missing, a device, too large, not text
-        return input_error(exc)
+    except input_errors() as exc:  # bad input that reached the top: still one line, exit 2
+        return input_error(" ".join(str(exc).split()))
     except (RecursionError, MemoryError) as exc:
         # the input was too deep or too large for what the command builds from it
         print(f"error: the input is too large or too deeply nested ({type(exc).__name__})", file=sys.stderr)

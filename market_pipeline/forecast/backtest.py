@@ -42,7 +42,15 @@ def load_helios_series(path: str | Path, step_minutes: int = 5) -> np.ndarray:
     missing = [column for column in HELIOS_COLUMNS if column not in _header(path)]
     if missing:
         raise ForecastInputError(f"{path}: missing column(s) {', '.join(missing)}")
-    frame = pl.read_csv(path, columns=list(HELIOS_COLUMNS), try_parse_dates=True)
+    try:
+        frame = pl.read_csv(path, columns=list(HELIOS_COLUMNS), try_parse_dates=True)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ForecastInputError(f"{path}: unreadable as CSV ({' '.join(str(exc).split())[:160]})") from None
+    if frame.height == 0:
+        raise ForecastInputError(f"{path}: the file has a header but no rows")
+    for column in HELIOS_COLUMNS[1:]:
+        if not frame.schema[column].is_numeric():
+            raise ForecastInputError(f"{path}: column {column} must hold numbers, not {frame.schema[column]}")
     if not isinstance(frame.schema["time"], pl.Datetime):
         frame = frame.with_columns(pl.col("time").cast(pl.String).str.to_datetime(strict=False))
     nulls = frame.null_count().row(0, named=True)
