@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 import sys
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -161,12 +162,34 @@ def run_quote(args: argparse.Namespace) -> int:
     return 0
 
 
+# What a tenant id may look like where it names a file: no separators, no leading dot.
+SAFE_TENANT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def _known_tenants(warehouse: Warehouse) -> set[str]:
+    """The configured tenants and those with a billing account in the warehouse."""
+    from market_pipeline.billing.balances import accounts
+
+    known = {t.id for t in load_config().tenants}
+    if warehouse.path.is_file():
+        known |= {a.tenant_id for a in accounts(warehouse)}
+    return known
+
+
 def run_cost_report(args: argparse.Namespace) -> int:
     from market_pipeline.billing.cost_report import write_report
 
-    out = Path(args.out) if args.out else Path("reports") / f"cost-report-{args.tenant}.{args.format}"
     try:
-        path = write_report(Warehouse(warehouse_path(args.warehouse)), args.tenant, out, args.format)
+        if not SAFE_TENANT_ID.fullmatch(args.tenant):
+            raise BillingError(
+                f"tenant id {args.tenant!r} is not a tenant id (letters, digits, '.', '_', '-'; no paths)"
+            )
+        warehouse = Warehouse(warehouse_path(args.warehouse))
+        known = _known_tenants(warehouse)
+        if args.tenant not in known:
+            raise BillingError(f"unknown tenant {args.tenant!r}; known: {sorted(known)}")
+        out = Path(args.out) if args.out else Path("reports") / f"cost-report-{args.tenant}.{args.format}"
+        path = write_report(warehouse, args.tenant, out, args.format)
     except (BillingError, ConfigError, WarehouseError) as exc:
         return _fail(exc)
     print(
