@@ -11,6 +11,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from market_pipeline.billing.errors import BillingError
+from market_pipeline.cli.support import number
 from market_pipeline.cli.warehouse_options import (
     add_limit_arguments,
     add_warehouse_argument,
@@ -26,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     quote = sub.add_parser("quote", help="expected cost of GPUs for hours, with a 90%% band")
     quote.add_argument("--tenant", required=True)
     quote.add_argument("--pool", required=True, help="pool id, e.g. A100-80GB@cn-hangzhou-a")
-    quote.add_argument("--gpus", type=float, required=True)
-    quote.add_argument("--hours", type=float, required=True)
+    quote.add_argument("--gpus", type=number(float, low=0, low_open=True), required=True)
+    quote.add_argument("--hours", type=number(float, low=0, low_open=True), required=True)
     quote.add_argument(
         "--class", dest="resource_class", choices=("guaranteed", "drainable"), default="guaranteed"
     )

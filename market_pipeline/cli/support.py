@@ -43,7 +43,9 @@ def number(
         try:
             value = kind(text)
         except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+            ) from None
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
         too_low = low is not None and (value <= low if low_open else value < low)

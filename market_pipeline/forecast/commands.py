@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from market_pipeline.cli.support import input_error
+from market_pipeline.cli.support import input_error, number
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 STEP_MINUTES = 5
@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     backtest.add_argument(
         "--train-fraction",
-        type=float,
+        type=number(float, low=0, high=1, low_open=True, high_open=True),
         default=0.6,
         help="leading share of points for fitting and model choice",
     )

@@ -15,7 +15,6 @@ from market_pipeline.scaling.settings import normalised_prices, scaling_config_f
 from market_pipeline.scaling.types import ScalingError
 from market_pipeline.tick import Promises
 
-
 # Bounds of the replay's size: a load file claiming 1e12 GPUs is refused, not simulated.
 MAX_NODE_GPUS = 64
 MAX_NODES_FACTOR = 100.0
@@ -28,7 +27,10 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
         "--pool", help="pool id whose guardrail, price bounds and costs apply (default: first)"
     )
     parser.add_argument(
-        "--node-gpus", type=number(int, low=1, high=MAX_NODE_GPUS), default=8, help="GPUs per node in the replay"
+        "--node-gpus",
+        type=number(int, low=1, high=MAX_NODE_GPUS),
+        default=8,
+        help="GPUs per node in the replay",
     )
     parser.add_argument(
         "--max-nodes-factor",
@@ -41,7 +43,10 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warm-delay", type=int, default=1, help="minutes for a warm node to resume")
     parser.add_argument("--drain-minutes", type=int, default=5, help="minutes a non-empty drain takes")
     parser.add_argument(
-        "--pin-probability", type=number(float, low=0, high=1), default=0.05, help="chance a drained node pins a task"
+        "--pin-probability",
+        type=number(float, low=0, high=1),
+        default=0.05,
+        help="chance a drained node pins a task",
     )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--baseline-utilisation", choices=("pool", "node"), default="pool")

@@ -189,7 +189,10 @@ def _emit_probe(snapshot: dict[str, object], as_json: bool) -> int:
     if snapshot.get("status") == "ok":
         return 0
     detail = " ".join(str(snapshot.get("detail") or "").split())
-    print(f"error: the {snapshot.get('backend')} backend is not readable: {snapshot.get('status')}: {detail}", file=sys.stderr)
+    print(
+        f"error: the {snapshot.get('backend')} backend is not readable: {snapshot.get('status')}: {detail}",
+        file=sys.stderr,
+    )
     return 1
 
 

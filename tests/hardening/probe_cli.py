@@ -33,8 +33,19 @@ NUMERIC_BAD = ("nan", "inf", "-1", "1e12", "0")
 PATH_BAD = ("{dir}/dir", "/dev/zero", "{dir}/garbage.bin", "{dir}/nonexistent.csv")
 # options whose value names a file the command reads (writes are probed separately)
 READ_PATHS = {
-    "--file", "--instance", "--config", "--warehouse", "--series", "--demand", "--load", "--nodes",
-    "--pods", "--history", "--last-prices", "--endpoint", "--data-dir",
+    "--file",
+    "--instance",
+    "--config",
+    "--warehouse",
+    "--series",
+    "--demand",
+    "--load",
+    "--nodes",
+    "--pods",
+    "--history",
+    "--last-prices",
+    "--endpoint",
+    "--data-dir",
 }
 
 
@@ -59,7 +70,9 @@ def make_fixtures(folder: Path) -> None:
         for cls in ("guaranteed", "drainable"):
             price = 2.4 * (1 + 0.05 * np.sin(i / 7) + 0.02 * rng.standard_normal())
             demand = 10 * price**-1.2 * (1 + 0.05 * rng.standard_normal())
-            rows.append(f"{(start + dt.timedelta(hours=i)).isoformat()},A100-80GB@cn-hangzhou-a,{cls},{price:.4f},{demand:.4f}")
+            rows.append(
+                f"{(start + dt.timedelta(hours=i)).isoformat()},A100-80GB@cn-hangzhou-a,{cls},{price:.4f},{demand:.4f}"
+            )
     (folder / "history.csv").write_text("\n".join(rows) + "\n")
     (folder / "history_header.csv").write_text(rows[0] + "\n")
     (folder / "garbage.bin").write_bytes(bytes(range(256)) * 40)
@@ -88,14 +101,53 @@ def baselines(d: str) -> dict[str, list[str]]:
         "forecast pools": ["forecast", "pools", "--demand", f"{d}/history.csv", "--json"],
         "solve": ["solve", "--instance", f"{d}/instance.json", "--json"],
         "telemetry check": ["telemetry", "check", "--partition", "2026-01-01-00:00", *w, "--json"],
-        "telemetry probe": ["telemetry", "probe", "--backend", "dcgm", "--endpoint", str(REPO / "tests/fixtures/dcgm_metrics.txt"), "--json"],
+        "telemetry probe": [
+            "telemetry",
+            "probe",
+            "--backend",
+            "dcgm",
+            "--endpoint",
+            str(REPO / "tests/fixtures/dcgm_metrics.txt"),
+            "--json",
+        ],
         "scaling-eval": ["scaling-eval", "--load", f"{d}/load.csv", "--json"],
         "fleet status": ["fleet", "status"],
-        "placement replay": ["placement", "replay", "--nodes", str(openb / "openb_node_list_gpu_node.csv"), "--pods", str(openb / "openb_pod_list_default.csv"), "--policy", "best_fit"],
-        "quote": ["quote", "--tenant", "acme-research", "--pool", "A100-80GB@cn-hangzhou-a", "--gpus", "2", "--hours", "3", *w, "--json"],
+        "placement replay": [
+            "placement",
+            "replay",
+            "--nodes",
+            str(openb / "openb_node_list_gpu_node.csv"),
+            "--pods",
+            str(openb / "openb_pod_list_default.csv"),
+            "--policy",
+            "best_fit",
+        ],
+        "quote": [
+            "quote",
+            "--tenant",
+            "acme-research",
+            "--pool",
+            "A100-80GB@cn-hangzhou-a",
+            "--gpus",
+            "2",
+            "--hours",
+            "3",
+            *w,
+            "--json",
+        ],
         "cost-report": ["cost-report", "--tenant", "acme-research", "--json", "--out", f"{d}/out", *w],
         "balance": ["balance", "--tenant", "acme-research", *w],
-        "export": ["export", "focus", "--from", "2026-01-01", "--to", "2026-01-02", "--out", f"{d}/out/x.csv", *w],
+        "export": [
+            "export",
+            "focus",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-02",
+            "--out",
+            f"{d}/out/x.csv",
+            *w,
+        ],
         "demand fit": ["demand", "fit", "--history", f"{d}/history.csv", "--json"],
     }
 
@@ -122,7 +174,19 @@ def special_inputs(d: str) -> list[list[str]]:
         ["telemetry", "probe", "--backend", "dcgm", "--endpoint", "http://127.0.0.1:9/metrics"],
         ["telemetry", "probe", "--backend", "dcgm", "--endpoint", "/dev/zero"],
         ["telemetry", "probe", "--backend", "dcgm", "--endpoint", f"{d}/garbage.bin"],
-        ["quote", "--tenant", "acme-research", "--pool", "A100-80GB@cn-hangzhou-a", "--gpus", "2", "--hours", "3", "--warehouse", f"{d}/garbage.bin"],
+        [
+            "quote",
+            "--tenant",
+            "acme-research",
+            "--pool",
+            "A100-80GB@cn-hangzhou-a",
+            "--gpus",
+            "2",
+            "--hours",
+            "3",
+            "--warehouse",
+            f"{d}/garbage.bin",
+        ],
         ["quote", "--tenant", "acme-research", "--pool", "nope@nowhere", "--gpus", "2", "--hours", "3", *w],
         ["config", "--file", "/dev/zero"],
         ["solve", "--instance", "/dev/zero"],
