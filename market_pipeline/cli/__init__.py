@@ -120,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a bad argument (its one line is printed): a status
+        return exc.code if isinstance(exc.code, int) else INPUT_ERROR
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.error(f"no handler for command {args.command!r}")
