@@ -139,6 +139,8 @@ def run_quote(args: argparse.Namespace) -> int:
     try:
         config = load_config()
         path = warehouse_path(args.warehouse)
+        if args.warehouse and not path.is_file():  # a named warehouse must be there: no silent bounds
+            raise WarehouseError(f"warehouse {path} does not exist or is not a file")
         warehouse = Warehouse(path) if path.exists() else None
         result = quote(
             config,
@@ -231,7 +233,10 @@ def run_balance(args: argparse.Namespace) -> int:
         top_up = _decimal(args.top_up, "top-up")
         credit_limit = _decimal(args.credit_limit, "credit-limit")
         changes = [args.prepaid, args.credit_limit, args.hard_cap_daily, args.hard_cap_monthly]
-        warehouse = open_warehouse(warehouse_path(args.warehouse))
+        path = warehouse_path(args.warehouse)
+        if top_up is None and all(v is None for v in changes) and not path.is_file():
+            raise WarehouseError(f"warehouse {path} does not exist or is not a file (nothing to show)")
+        warehouse = open_warehouse(path)
         known = {t.id for t in load_config().tenants} | {a.tenant_id for a in accounts(warehouse)}
         if (top_up is not None or any(v is not None for v in changes)) and args.tenant not in known:
             raise BillingError(f"unknown tenant {args.tenant!r}; known: {sorted(known)}")
