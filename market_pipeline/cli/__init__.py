@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except input_errors() as exc:  # bad input that reached the top: still one line, exit 2
-        return input_error(" ".join(str(exc).split()))
+        return input_error(exc)
     except (RecursionError, MemoryError) as exc:
         # the input was too deep or too large for what the command builds from it
         print(f"error: the input is too large or too deeply nested ({type(exc).__name__})", file=sys.stderr)

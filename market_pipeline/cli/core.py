@@ -26,9 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sql.add_argument("query", help="the SQL text")
     add_warehouse_argument(sql)
     sql.add_argument("--json", action="store_true", help="print a JSON list of row objects")
-    sql.add_argument(
-        "--max-rows", type=number(int, low=1), default=100, help="rows shown in the table view"
-    )
+    sql.add_argument("--max-rows", type=number(int, low=1), default=100, help="rows shown in the table view")
     add_limit_arguments(sql)
     sql.set_defaults(handler=run_sql)
 

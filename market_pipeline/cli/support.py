@@ -15,8 +15,16 @@ INPUT_ERROR = 2
 
 def input_error(problem: object) -> int:
     """Print `error: <problem>` on stderr; returns the exit status for bad input."""
-    print(f"error: {problem}", file=sys.stderr)
+    print(f"error: {one_line(problem)}", file=sys.stderr)
     return INPUT_ERROR
+
+
+def one_line(problem: object, limit: int = 400) -> str:
+    """A problem's text as one line: its first line (a library's multi-line message adds a
+    plan or a hint below), blanks collapsed, at most `limit` characters."""
+    lines = [line for line in str(problem).splitlines() if line.strip()]
+    text = " ".join(lines[0].split()) if lines else type(problem).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -72,8 +72,11 @@ def load_helios_series(path: str | Path, step_minutes: int = 5) -> np.ndarray:
 
 
 def _header(path: Path) -> list[str]:
-    with path.open() as handle:
-        return [name.strip() for name in handle.readline().split(",")]
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return [name.strip() for name in handle.readline(64 * 1024).split(",")]
+    except UnicodeDecodeError as exc:
+        raise ForecastInputError(f"{path}: not UTF-8 text (byte {exc.start}); expected a CSV") from None
 
 
 @dataclass

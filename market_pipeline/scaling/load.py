@@ -34,9 +34,11 @@ def load_helios_demand(path: str | Path) -> DemandLoad:
     try:
         frame = pl.read_csv(path, columns=list(REQUIRED_COLUMNS), infer_schema_length=10000)
     except pl.exceptions.ColumnNotFoundError as exc:
-        raise LoadFileError(f"{path}: needs columns {', '.join(REQUIRED_COLUMNS)} ({exc})") from None
-    except (pl.exceptions.ComputeError, OSError) as exc:
-        raise LoadFileError(f"{path}: unreadable as CSV ({exc})") from None
+        raise LoadFileError(
+            f"{path}: needs columns {', '.join(REQUIRED_COLUMNS)} ({str(exc).strip().splitlines()[0][:160]})"
+        ) from None
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise LoadFileError(f"{path}: unreadable as CSV ({str(exc).strip().splitlines()[0][:160]})") from None
     if frame.height == 0:
         raise LoadFileError(f"{path}: no rows")
     for column in REQUIRED_COLUMNS[1:]:

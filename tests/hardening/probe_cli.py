@@ -259,8 +259,14 @@ def _with(base: list[str], option: str, value: str) -> list[str]:
 
 # Probe values that are in fact valid: exit 0 is the right answer for them.
 ZERO_IS_VALID = {
-    "--seed", "--warm-nodes", "--cold-delay", "--warm-delay", "--drain-minutes", "--pin-probability",
-    "--lag-hours", "--lag-keep-z",
+    "--seed",
+    "--warm-nodes",
+    "--cold-delay",
+    "--warm-delay",
+    "--drain-minutes",
+    "--pin-probability",
+    "--lag-hours",
+    "--lag-keep-z",
 }
 
 
