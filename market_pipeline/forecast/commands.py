@@ -192,10 +192,16 @@ def _read_table(path: Path):  # -> pl.DataFrame
 
     from market_pipeline.bounded_input import checked_file
 
+    from market_pipeline.forecast.settings import ForecastInputError
+
     checked_file(path, "demand table")
-    if path.suffix.lower() == ".parquet":
-        return pl.read_parquet(path)
-    return pl.read_csv(path, try_parse_dates=True)
+    try:
+        if path.suffix.lower() == ".parquet":
+            return pl.read_parquet(path)
+        return pl.read_csv(path, try_parse_dates=True)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ForecastInputError(f"demand table {path} cannot be read: {first[:160]}") from None
 
 
 def run_pools(args: argparse.Namespace) -> int:

@@ -126,3 +126,16 @@ def test_a_bad_environment_override_is_blamed_on_the_variable(monkeypatch: pytes
     monkeypatch.setenv("MP__MARKET__MAX_PRICE_STEP", "abc")
     code, _, err = run_cli("config")
     assert code == 2 and "MP__MARKET__MAX_PRICE_STEP" in err and "market.toml" not in err
+
+
+@pytest.mark.parametrize("state", ["dir", "/dev/zero"])
+def test_fleet_status_with_a_state_path_that_is_no_file(
+    state: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state" if state == "dir" else Path(state)
+    if state == "dir":
+        path.mkdir()
+    monkeypatch.setenv("MARKET_PIPELINE_HOME", str(tmp_path))
+    monkeypatch.setenv("MP__ADAPTER__STATE_PATH", str(path))
+    code, _, err = run_cli("fleet", "status")
+    assert code == 2 and err.startswith("error:") and len(err.strip().splitlines()) == 1, err
