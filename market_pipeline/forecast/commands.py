@@ -191,7 +191,6 @@ def _read_table(path: Path):  # -> pl.DataFrame
     import polars as pl
 
     from market_pipeline.bounded_input import checked_file
-
     from market_pipeline.forecast.settings import ForecastInputError
 
     checked_file(path, "demand table")
