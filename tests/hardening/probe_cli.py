@@ -354,6 +354,8 @@ def main() -> int:
             outcome, code, last = run_one(argv, args.limit, home)
             if outcome == "accepted" and valid_input(argv):
                 outcome = "valid"
+            # `migrate` makes a warehouse at the "nonexistent" path: later inputs must not find one
+            (folder / "nonexistent.csv").unlink(missing_ok=True)
             results.append({"argv": argv, "outcome": outcome, "code": code, "stderr": last[:200]})
             if outcome != "refused":
                 print(f"{outcome:9s} {code:4d} {' '.join(argv)} :: {last[:160]}", flush=True)
