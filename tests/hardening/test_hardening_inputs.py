@@ -29,6 +29,15 @@ def _instance(tmp_path: Path, fixture: str = "kinked_budget_market.json") -> tup
     return str(path), [r["name"] for r in data["resources"]]
 
 
+@pytest.fixture(scope="module")
+def empty_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from market_pipeline.warehouse import open_warehouse
+
+    path = tmp_path_factory.mktemp("quote") / "w.duckdb"
+    open_warehouse(path)
+    return path
+
+
 def assert_refused(code: int, err: str, *words: str) -> None:
     assert clear_refusal(code, err), (code, err)
     for word in words:
@@ -138,10 +147,11 @@ def test_hardening_simulate_arguments_checked_before_the_run(tmp_path: Path) -> 
         ("--hours", "nan", "argument --hours: must be a finite number"),
     ],
 )
-def test_hardening_quote_bounds(tmp_path: Path, flag: str, value: str, named: str) -> None:
+def test_hardening_quote_bounds(empty_warehouse: Path, flag: str, value: str, named: str) -> None:
     args = {"--gpus": "2", "--hours": "1", flag: value}
     argv = [x for k, v in args.items() for x in (k, v)]
+    # a warehouse with no price history (a named warehouse that is not there is refused first)
     code, _, err = run_cli(
-        "quote", "--tenant", TENANT, "--pool", POOL, *argv, "--warehouse", str(tmp_path / "none.duckdb")
+        "quote", "--tenant", TENANT, "--pool", POOL, *argv, "--warehouse", str(empty_warehouse)
     )
     assert_refused(code, err, named)
