@@ -17,6 +17,9 @@ spawned child process that
   interrupt fires at the time limit counted from there (starting the interpreter and waiting
   on a writer's lock included), and the caller kills the child (SIGKILL) `KILL_GRACE_SECONDS`
   later if that interrupt has not stopped it;
+- is spawned (not forked: DuckDB's threads do not survive a fork), so like any spawned child it
+  imports the caller's `__main__`: a script that calls the CLI's `main()` must guard it with
+  `if __name__ == "__main__":` (the installed command and `python -m market_pipeline.cli` do);
 - writes nothing to the terminal: its stderr goes to /dev/null, so a library's panic text or
   abort message never reaches the user; the caller reports one line.
 """
