@@ -122,6 +122,12 @@ def check_amount(amount: Decimal, name: str = "amount") -> Decimal:
     return amount
 
 
+def payment_reference(text: str) -> str:
+    """A payment reference as the ledger keys it: outer blanks stripped, inner runs of blanks one
+    space, case folded; "r1 ", "R1" and "r1" are one payment."""
+    return " ".join(text.split()).casefold()
+
+
 def record_payment(
     warehouse: Warehouse,
     tenant_id: str,
@@ -133,7 +139,7 @@ def record_payment(
 ) -> str:
     """A top-up (or signed adjustment), keyed by `reference`. Returns the entry id.
 
-    The reference is an idempotency key, never an update: replaying it with the same amount
+    The reference (normalised by `payment_reference`) is an idempotency key, never an update: replaying it with the same amount
     changes nothing, and with another amount is refused naming both (a payment once booked
     cannot be rewritten). The check and the insert share one write transaction, and DuckDB
     admits one writing process at a time, so concurrent replays book exactly one entry.
@@ -150,6 +156,7 @@ def record_payment(
         raise BillingError(f"a top-up must be positive, got {amount}")
     if not reference or not reference.strip():
         raise BillingError("a payment needs a reference (it makes the entry idempotent)")
+    reference = payment_reference(reference)
     entry_id = f"{kind}:{tenant_id}:{reference}"
     row = pa.table(
         {
@@ -165,9 +172,19 @@ def record_payment(
     with warehouse.connect() as con:
         con.execute("BEGIN")
         try:
-            booked = con.execute(
-                "SELECT amount FROM billing_ledger WHERE entry_id = ?", [entry_id]
-            ).fetchone()
+            # the same payment under any spelling of its reference, rows booked before
+            # references were normalised included
+            booked = next(
+                (
+                    (amount,)
+                    for amount, ref in con.execute(
+                        "SELECT amount, reference FROM billing_ledger WHERE tenant_id = ? AND kind = ?",
+                        [tenant_id, kind],
+                    ).fetchall()
+                    if payment_reference(ref or "") == reference
+                ),
+                None,
+            )
             if booked is None:
                 con.register("_payment", row)
                 con.execute(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 import sys
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from market_pipeline.billing.errors import BillingError
+from market_pipeline.cli.support import number
 from market_pipeline.cli.warehouse_options import (
     add_limit_arguments,
     add_warehouse_argument,
@@ -18,15 +20,15 @@ from market_pipeline.cli.warehouse_options import (
 )
 from market_pipeline.config import ConfigError, load_config
 from market_pipeline.warehouse import Warehouse, WarehouseError, open_warehouse
-from market_pipeline.warehouse.sql_guard import SqlRefused
+from market_pipeline.warehouse.sql_guard import SqlRefused, check_read_only
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     quote = sub.add_parser("quote", help="expected cost of GPUs for hours, with a 90%% band")
     quote.add_argument("--tenant", required=True)
     quote.add_argument("--pool", required=True, help="pool id, e.g. A100-80GB@cn-hangzhou-a")
-    quote.add_argument("--gpus", type=float, required=True)
-    quote.add_argument("--hours", type=float, required=True)
+    quote.add_argument("--gpus", type=number(float, low=0, low_open=True), required=True)
+    quote.add_argument("--hours", type=number(float, low=0, low_open=True), required=True)
     quote.add_argument(
         "--class", dest="resource_class", choices=("guaranteed", "drainable"), default="guaranteed"
     )
@@ -137,6 +139,8 @@ def run_quote(args: argparse.Namespace) -> int:
     try:
         config = load_config()
         path = warehouse_path(args.warehouse)
+        if args.warehouse and not path.is_file():  # a named warehouse must be there: no silent bounds
+            raise WarehouseError(f"warehouse {path} does not exist or is not a file")
         warehouse = Warehouse(path) if path.exists() else None
         result = quote(
             config,
@@ -161,12 +165,34 @@ def run_quote(args: argparse.Namespace) -> int:
     return 0
 
 
+# What a tenant id may look like where it names a file: no separators, no leading dot.
+SAFE_TENANT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def _known_tenants(warehouse: Warehouse) -> set[str]:
+    """The configured tenants and those with a billing account in the warehouse."""
+    from market_pipeline.billing.balances import accounts
+
+    known = {t.id for t in load_config().tenants}
+    if warehouse.path.is_file():
+        known |= {a.tenant_id for a in accounts(warehouse)}
+    return known
+
+
 def run_cost_report(args: argparse.Namespace) -> int:
     from market_pipeline.billing.cost_report import write_report
 
-    out = Path(args.out) if args.out else Path("reports") / f"cost-report-{args.tenant}.{args.format}"
     try:
-        path = write_report(Warehouse(warehouse_path(args.warehouse)), args.tenant, out, args.format)
+        if not SAFE_TENANT_ID.fullmatch(args.tenant):
+            raise BillingError(
+                f"tenant id {args.tenant!r} is not a tenant id (letters, digits, '.', '_', '-'; no paths)"
+            )
+        warehouse = Warehouse(warehouse_path(args.warehouse))
+        known = _known_tenants(warehouse)
+        if args.tenant not in known:
+            raise BillingError(f"unknown tenant {args.tenant!r}; known: {sorted(known)}")
+        out = Path(args.out) if args.out else Path("reports") / f"cost-report-{args.tenant}.{args.format}"
+        path = write_report(warehouse, args.tenant, out, args.format)
     except (BillingError, ConfigError, WarehouseError) as exc:
         return _fail(exc)
     print(
@@ -207,7 +233,10 @@ def run_balance(args: argparse.Namespace) -> int:
         top_up = _decimal(args.top_up, "top-up")
         credit_limit = _decimal(args.credit_limit, "credit-limit")
         changes = [args.prepaid, args.credit_limit, args.hard_cap_daily, args.hard_cap_monthly]
-        warehouse = open_warehouse(warehouse_path(args.warehouse))
+        path = warehouse_path(args.warehouse)
+        if top_up is None and all(v is None for v in changes) and not path.is_file():
+            raise WarehouseError(f"warehouse {path} does not exist or is not a file (nothing to show)")
+        warehouse = open_warehouse(path)
         known = {t.id for t in load_config().tenants} | {a.tenant_id for a in accounts(warehouse)}
         if (top_up is not None or any(v is not None for v in changes)) and args.tenant not in known:
             raise BillingError(f"unknown tenant {args.tenant!r}; known: {sorted(known)}")
@@ -252,15 +281,24 @@ def run_balance(args: argparse.Namespace) -> int:
 
 
 def run_tenant_sql(args: argparse.Namespace) -> int:
-    from market_pipeline.billing.tenant_scope import tenant_query
+    from market_pipeline.billing.tenant_scope import TenantScopeError, render_tenant_query
+    from market_pipeline.warehouse.isolated import run_isolated
 
     try:
-        frame = tenant_query(
-            Warehouse(warehouse_path(args.warehouse)), args.tenant, args.query, limits=limits_from(args)
-        )
+        limits = limits_from(args)
+        if not args.tenant.strip():
+            raise TenantScopeError("tenant id must be a non-empty string")
+        try:
+            check_read_only(args.query)  # refused before any process starts
+        except SqlRefused as exc:
+            raise TenantScopeError(f"tenant {args.tenant!r} query refused: {exc}") from None
+        path = warehouse_path(args.warehouse)
+        if not path.is_file():
+            raise WarehouseError(f"warehouse {path} does not exist or is not a file")
+        text = run_isolated(render_tenant_query, (str(path), args.tenant, args.query), limits)
     except (BillingError, ConfigError, WarehouseError, SqlRefused) as exc:
         return _fail(exc)
-    print(json.dumps(frame.to_dicts(), default=str))
+    print(text)
     return 0
 
 

@@ -154,13 +154,18 @@ def write_report(warehouse: Warehouse, tenant_id: str, out: Path, fmt: str = "ht
     if fmt not in ("html", "png"):
         raise BillingError(f"--format must be html or png, got {fmt!r}")
     data = collect(warehouse, tenant_id)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.is_dir():
+        raise BillingError(f"--out {out} is a directory; name the report file")
     if fmt == "html":
-        out.write_text(render_html(data))
+        payload = render_html(data).encode()
     else:
         import matplotlib.pyplot as plt
 
         fig = charts(data)
-        out.write_bytes(_figure_png(fig))
+        payload = _figure_png(fig)
         plt.close(fig)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f".{out.name}.partial")
+    partial.write_bytes(payload)  # whole or not at all: a reader never sees half a report
+    partial.replace(out)
     return out

@@ -11,6 +11,7 @@ import datetime as dt
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
+import duckdb
 import polars as pl
 
 from market_pipeline.billing.errors import BillingError
@@ -70,6 +71,12 @@ class PriceHistory:
         return self.frame.filter(pl.col("resource_class") == resource_class).sort("effective_from")
 
 
+def _table_missing(exc: WarehouseError) -> bool:
+    """A warehouse not yet rolled up (no price book, no invoice lines): an empty history. Any
+    other failure (a file that is not a warehouse, a lock) is the caller's error to report."""
+    return isinstance(exc.__cause__, duckdb.CatalogException)
+
+
 def load_price_history(warehouse: Warehouse | None, pool_id: str) -> PriceHistory:
     empty = pl.DataFrame(
         schema={
@@ -86,7 +93,9 @@ def load_price_history(warehouse: Warehouse | None, pool_id: str) -> PriceHistor
             " WHERE pool_id = ? ORDER BY effective_from",
             [pool_id],
         )
-    except WarehouseError:
+    except WarehouseError as exc:
+        if not _table_missing(exc):  # a file that is no warehouse: never quote from the bounds
+            raise
         return PriceHistory(pool_id, empty)
     return PriceHistory(pool_id, frame.with_columns(pl.col("effective_from").dt.convert_time_zone("UTC")))
 
@@ -105,7 +114,9 @@ def month_to_date_gpu_hours(warehouse: Warehouse | None, tenant_id: str, at: dt.
             " AND period_start >= ? AND period_start < ?",
             [tenant_id, month, at],
         )
-    except WarehouseError:
+    except WarehouseError as exc:
+        if not _table_missing(exc):
+            raise
         return Decimal(0)
     return Decimal(frame["h"][0])
 

@@ -13,8 +13,9 @@ but the last one empty.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import duckdb
 import polars as pl
@@ -98,6 +99,7 @@ def tenant_query(
     sql: str,
     params: list[object] | None = None,
     limits: SqlLimits | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> pl.DataFrame:
     """Run `sql` as tenant `tenant_id`: it sees only that tenant's billing rows."""
     limits = limits or SqlLimits()
@@ -106,9 +108,22 @@ def tenant_query(
     except SqlRefused as exc:
         raise TenantScopeError(f"tenant {tenant_id!r} query refused: {exc}") from None
     con = scoped_connection(warehouse, tenant_id, sql, limits)
+    if on_start is not None:
+        on_start()
     try:
         return run_limited(con, sql, limits, params)
     except SqlRefused as exc:
         raise TenantScopeError(f"tenant {tenant_id!r} query failed: {exc}") from None
     finally:
         con.close()
+
+
+def render_tenant_query(
+    warehouse_path: str, tenant_id: str, sql: str, *, limits: SqlLimits, on_start: Callable[[], None]
+) -> str:
+    """`tenant-sql`'s JSON output; runs in the bounded child process (warehouse/isolated.py),
+    so the copy of the tenant's rows is bounded too."""
+    from pathlib import Path
+
+    frame = tenant_query(Warehouse(Path(warehouse_path)), tenant_id, sql, limits=limits, on_start=on_start)
+    return json.dumps(frame.to_dicts(), default=str)

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from types import ModuleType
 
-from market_pipeline.cli.support import INPUT_ERROR
+from market_pipeline.bounded_input import InputFileError
+from market_pipeline.cli.support import INPUT_ERROR, OneLineParser, bound_numbers, input_error
 
 # Exit statuses: INPUT_ERROR (2) is bad input (one line on stderr, from the command itself); 70
 # (EX_SOFTWARE) is a defect that escaped a command, reported as one line unless TRACEBACK_ENV is set.
@@ -52,8 +53,59 @@ def command_modules() -> list[ModuleType]:
     return modules
 
 
+def input_errors() -> tuple[type[BaseException], ...]:
+    """The domain's exceptions that mean "the input is bad" (a file, a value, a name a user
+    gave), wherever in a command they surface: one `error:` line and exit 2, never the
+    internal-error exit. A defect (anything else) still exits 70."""
+    from market_pipeline.billing.errors import BillingError
+    from market_pipeline.config import ConfigError
+    from market_pipeline.demand_response.estimator import DemandResponseInputError
+    from market_pipeline.fleet.catalog import FleetSourceError
+    from market_pipeline.fleet.gpu_catalog import UnpricedModelError
+    from market_pipeline.fleet.shapes import WorkloadError
+    from market_pipeline.fleet.state import TwinStateError
+    from market_pipeline.forecast.settings import ForecastInputError, ForecastSettingsError
+    from market_pipeline.hardware import AdapterBackendError
+    from market_pipeline.hardware.dcgm import DcgmSourceError
+    from market_pipeline.hardware.dcgm_exposition import ExpositionError
+    from market_pipeline.market.errors import InstanceError
+    from market_pipeline.placement.capacity import PlacementError
+    from market_pipeline.scaling.forecast import ForecastInputError as ScalingForecastInputError
+    from market_pipeline.scaling.load import LoadFileError
+    from market_pipeline.scaling.types import ScalingError
+    from market_pipeline.simulate.errors import SimulationInputError
+    from market_pipeline.telemetry.partitions import PartitionKeyError
+    from market_pipeline.telemetry.schema import TelemetryInputError
+    from market_pipeline.warehouse import WarehouseError
+
+    return (
+        InputFileError,
+        BillingError,
+        ConfigError,
+        DemandResponseInputError,
+        FleetSourceError,
+        UnpricedModelError,
+        WorkloadError,
+        TwinStateError,
+        ForecastInputError,
+        ForecastSettingsError,
+        AdapterBackendError,
+        DcgmSourceError,
+        ExpositionError,
+        InstanceError,
+        PlacementError,
+        ScalingForecastInputError,
+        LoadFileError,
+        ScalingError,
+        SimulationInputError,
+        PartitionKeyError,
+        TelemetryInputError,
+        WarehouseError,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="market-pipeline",
         description="Control plane of a multi-tenant GPU cloud.",
     )
@@ -65,12 +117,16 @@ def build_parser() -> argparse.ArgumentParser:
         register_bench = getattr(module, "register_bench", None)
         if register_bench is not None:
             register_bench(bench_sub)
+    bound_numbers(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a bad argument (its one line is printed): a status
+        return exc.code if isinstance(exc.code, int) else INPUT_ERROR
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.error(f"no handler for command {args.command!r}")
@@ -80,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    except input_errors() as exc:  # bad input that reached the top: still one line, exit 2
+        return input_error(exc)
     except (RecursionError, MemoryError) as exc:
         # the input was too deep or too large for what the command builds from it
         print(f"error: the input is too large or too deeply nested ({type(exc).__name__})", file=sys.stderr)

@@ -4,4 +4,5 @@ import sys
 
 from market_pipeline.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # a spawned child process (sql's bounded query) imports this module
+    sys.exit(main())

@@ -6,8 +6,9 @@ import argparse
 import datetime as dt
 import decimal
 import json
+from collections.abc import Callable
 
-from market_pipeline.cli.support import input_error
+from market_pipeline.cli.support import input_error, number
 from market_pipeline.cli.warehouse_options import (
     add_limit_arguments,
     add_warehouse_argument,
@@ -16,12 +17,8 @@ from market_pipeline.cli.warehouse_options import (
 )
 from market_pipeline.config import ConfigError, load_config
 from market_pipeline.warehouse import WarehouseError, open_warehouse
-from market_pipeline.warehouse.sql_guard import (
-    SqlRefused,
-    check_read_only,
-    locked_warehouse,
-    run_limited,
-)
+from market_pipeline.warehouse.isolated import run_isolated
+from market_pipeline.warehouse.sql_guard import SqlLimits, SqlRefused, check_read_only, query_warehouse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sql.add_argument("query", help="the SQL text")
     add_warehouse_argument(sql)
     sql.add_argument("--json", action="store_true", help="print a JSON list of row objects")
-    sql.add_argument("--max-rows", type=int, default=100, help="rows shown in the table view")
+    sql.add_argument("--max-rows", type=number(int, low=1), default=100, help="rows shown in the table view")
     add_limit_arguments(sql)
     sql.set_defaults(handler=run_sql)
 
@@ -57,18 +54,27 @@ def run_sql(args: argparse.Namespace) -> int:
     try:
         limits = limits_from(args)
         check_read_only(args.query)
-        with locked_warehouse(warehouse_path(args.warehouse), limits) as con:
-            frame = run_limited(con, args.query, limits)
+        path = warehouse_path(args.warehouse)
+        if not path.is_file():
+            raise SqlRefused(f"warehouse {path} does not exist or is not a file")
+        text = run_isolated(render_query, (str(path), args.query, args.json, args.max_rows), limits)
     except (SqlRefused, WarehouseError, ConfigError) as exc:
         return input_error(exc)
-    if args.json:
-        print(json.dumps(frame.to_dicts(), default=_json_default))
-        return 0
+    print(text)
+    return 0
+
+
+def render_query(
+    path: str, query: str, as_json: bool, max_rows: int, *, limits: SqlLimits, on_start: Callable[[], None]
+) -> str:
+    """The query's result as `sql` prints it; runs in the bounded child (warehouse/isolated.py)."""
+    frame = query_warehouse(path, query, limits, on_start)
+    if as_json:
+        return json.dumps(frame.to_dicts(), default=_json_default)
     import polars as pl
 
-    with pl.Config(tbl_rows=args.max_rows, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
-        print(frame)
-    return 0
+    with pl.Config(tbl_rows=max_rows, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
+        return str(frame)
 
 
 def run_migrate(args: argparse.Namespace) -> int:

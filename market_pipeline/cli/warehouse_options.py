@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from market_pipeline.warehouse.sql_guard import (
+    DEFAULT_MAX_RESULT_MB,
     DEFAULT_MAX_ROWS,
     DEFAULT_MEMORY_LIMIT_MB,
     DEFAULT_TIMEOUT_SECONDS,
@@ -50,9 +51,18 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--row-limit", type=int, default=DEFAULT_MAX_ROWS, help="refuse results with more rows than this"
     )
+    parser.add_argument(
+        "--max-result-mb",
+        type=int,
+        default=DEFAULT_MAX_RESULT_MB,
+        help="refuse results larger than this (MB, in Arrow form)",
+    )
 
 
 def limits_from(args: argparse.Namespace) -> SqlLimits:
     return SqlLimits(
-        timeout_seconds=args.timeout_seconds, memory_limit_mb=args.memory_limit_mb, max_rows=args.row_limit
+        timeout_seconds=args.timeout_seconds,
+        memory_limit_mb=args.memory_limit_mb,
+        max_rows=args.row_limit,
+        max_result_mb=args.max_result_mb,
     )

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from market_pipeline.bounded_input import InputFileError, read_text_bounded
 from market_pipeline.config.checks import config_problems
 
 # The types are this package's interface (`from market_pipeline.config import Pool`).
@@ -51,15 +52,53 @@ CONFIG_ENV = "MARKET_PIPELINE_CONFIG"
 OVERRIDE_PREFIX = "MP__"
 
 
-def _format_validation_error(source: str, error: ValidationError) -> str:
-    problems = []
+def _format_validation_error(source: str, error: ValidationError, overrides: Mapping[str, str]) -> str:
+    """One line naming every bad key; a key an environment variable set is blamed on that
+    variable (its value shown), not on the file."""
+    problems, from_file = [], False
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"]) or "<root>"
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
-        problems.append(f"{key}: {message}")
-    return f"invalid configuration in {source}: " + "; ".join(problems)
+        problems.append(_blame(key, message, overrides))
+        from_file |= _override_of(key, overrides) is None
+    where = f"in {source}" if from_file else "from the environment"
+    return f"invalid configuration {where}: " + "; ".join(problems)
+
+
+def _override_of(key: str, overrides: Mapping[str, str]) -> str | None:
+    """The environment variable that set `key` (or a section above it), if one did."""
+    parts = key.split(".")
+    for depth in range(len(parts), 0, -1):
+        name = overrides.get(".".join(parts[:depth]))
+        if name is not None:
+            return name
+    return None
+
+
+def _blame(key: str, message: str, overrides: Mapping[str, str]) -> str:
+    name = _override_of(key, overrides)
+    if name is None:
+        return f"{key}: {message}"
+    return f"{key} (set by environment variable {name}): {message}"
+
+
+def _blame_problem(problem: str, overrides: Mapping[str, str]) -> str:
+    """A `config_problems` line names its key first ("market.max_price_step ..."): blame the
+    environment variable that set it."""
+    key = problem.split(" ", 1)[0].rstrip(":")
+    name = _override_of(key, overrides)
+    return problem if name is None else f"{problem} (set by environment variable {name})"
+
+
+def override_keys(environ: Mapping[str, str]) -> dict[str, str]:
+    """dotted config key -> the MP__ variable that sets it."""
+    return {
+        ".".join(part.lower() for part in name[len(OVERRIDE_PREFIX) :].split("__") if part): name
+        for name in environ
+        if name.startswith(OVERRIDE_PREFIX)
+    }
 
 
 def _parse_scalar(raw: str) -> Any:
@@ -102,9 +141,9 @@ def load_config(
     environ = os.environ if environ is None else environ
     source = Path(path or environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
     try:
-        raw = tomllib.loads(source.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config file not found: {source}") from exc
+        raw = tomllib.loads(read_text_bounded(source, "config file"))
+    except InputFileError as exc:
+        raise ConfigError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:  # a directory, a binary file, no permission
         raise ConfigError(f"config file {source} cannot be read as TOML text: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
@@ -113,9 +152,11 @@ def load_config(
     try:
         config = MarketPipelineConfig.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(str(source), exc)) from None
+        raise ConfigError(_format_validation_error(str(source), exc, override_keys(environ))) from None
     if problems := config_problems(config):  # finite, and physical where a bound is
-        raise ConfigError(f"invalid configuration in {source}: " + "; ".join(problems))
+        overrides = override_keys(environ)
+        blamed = [_blame_problem(problem, overrides) for problem in problems]
+        raise ConfigError(f"invalid configuration in {source}: " + "; ".join(blamed))
     return _with_fleet_market(config) if resolve_fleet else config
 
 

@@ -18,7 +18,7 @@ import math
 import time
 from typing import Any
 
-from market_pipeline.cli.support import input_error
+from market_pipeline.cli.support import input_error, number
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 RECOVERY_ELASTICITIES = (0.2, 0.5, 1.0, 2.0, 3.0)
@@ -38,7 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     demand_sub = demand.add_subparsers(dest="demand_command", required=True)
     fit = demand_sub.add_parser("fit", help="fit the elasticity per pool x class from a (price, demand) CSV")
     fit.add_argument("--history", required=True, help="CSV: ts, pool_id, resource_class, price, demand")
-    fit.add_argument("--level", type=float, default=0.8, help="interval level (default 0.8)")
+    fit.add_argument(
+        "--level",
+        type=number(float, low=0, high=1, low_open=True, high_open=True),
+        default=0.8,
+        help="interval level (default 0.8)",
+    )
     fit.add_argument(
         "--lag-hours",
         type=float,

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import polars as pl
 
+from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.demand_response.estimator import (
     LAG_KEEP_Z,
     DemandResponseInputError,
     ResponseFit,
     fit_elasticity,
 )
+from market_pipeline.market.resources import RESOURCE_CLASSES
 
 COLUMNS = ("ts", "pool_id", "resource_class", "price", "demand")
 HISTORY_SCHEMA = {
@@ -28,9 +30,10 @@ HISTORY_SCHEMA = {
 
 def read_history_csv(path: str | Path) -> pl.DataFrame:
     """The CSV's rows, typed; one DemandResponseInputError line for anything wrong with it."""
-    path = Path(path)
-    if not path.is_file():
-        raise DemandResponseInputError(f"{path}: no such file")
+    try:
+        path = checked_file(path, "history file")
+    except InputFileError as exc:
+        raise DemandResponseInputError(str(exc)) from None
     try:
         raw = pl.read_csv(path, infer_schema=False)
     except (pl.exceptions.PolarsError, UnicodeDecodeError, OSError) as exc:
@@ -62,6 +65,20 @@ def read_history_csv(path: str | Path) -> pl.DataFrame:
     for col in ("pool_id", "resource_class"):
         if frame[col].is_null().any() or (frame[col].str.strip_chars() == "").any():
             raise DemandResponseInputError(f"{path}: empty {col}")
+    for col, bad_rows, rule in (
+        ("price", frame.filter(pl.col("price") <= 0), "must be > 0 (the fit is in log price)"),
+        ("demand", frame.filter(pl.col("demand") < 0), "must be >= 0"),
+    ):
+        if bad_rows.height:
+            raise DemandResponseInputError(
+                f"{path}: {col} {raw[col][_row_of(frame, bad_rows.head(1))]!r} {rule}"
+                f" ({bad_rows.height} row(s))"
+            )
+    unknown = sorted(set(frame["resource_class"].unique().to_list()) - set(RESOURCE_CLASSES))
+    if unknown:
+        raise DemandResponseInputError(
+            f"{path}: resource_class {unknown[0]!r} is not one of {', '.join(RESOURCE_CLASSES)}"
+        )
     dup = frame.select("ts", "pool_id", "resource_class").is_duplicated()
     if dup.any():
         row = frame.filter(dup).row(0, named=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.fleet.shapes import WorkloadError
 
 HELIOS_COLUMNS = ("time", "running_gpu_num", "pending_gpu_num")
@@ -50,6 +51,10 @@ def diurnal_profile(amplitude: float = 0.3, peak_hour_utc: float = 6.0) -> Arriv
 def helios_profile(path: str | Path) -> ArrivalProfile:
     """A Helios virtual cluster's per-minute demand (running + pending GPUs) over its mean."""
     path = Path(path)
+    try:
+        checked_file(path, "Helios series")
+    except InputFileError as exc:
+        raise WorkloadError(str(exc)) from None
     try:
         frame = pl.read_csv(path, columns=list(HELIOS_COLUMNS))
     except FileNotFoundError:

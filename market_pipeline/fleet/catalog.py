@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.config.model import MarketPipelineConfig
-from market_pipeline.fleet.gpu_models import ALIASES, GpuModelSpec, known_spec, spec_from_config
+from market_pipeline.fleet.gpu_catalog import load_gpu_catalog
+from market_pipeline.fleet.gpu_models import GpuModelSpec, known_spec, spec_from_config
 from market_pipeline.hardware.protocol import GpuInfo, NodeState
 from market_pipeline.placement.capacity import ClusterCapacity
 
@@ -211,6 +213,10 @@ def catalog_from_pools(config: MarketPipelineConfig) -> FleetCatalog:
 # -- from a node list ---------------------------------------------------------------------
 def _read_node_csv(path: Path) -> pl.DataFrame:
     try:
+        checked_file(path, "node list")
+    except InputFileError as exc:
+        raise FleetSourceError(str(exc)) from None
+    try:
         return pl.read_csv(path, infer_schema_length=10_000)
     except FileNotFoundError:
         raise FleetSourceError(f"node list {path} does not exist") from None
@@ -230,11 +236,27 @@ def _int_column(frame: pl.DataFrame, column: str, path: Path) -> list[int]:
     return values.to_list()
 
 
-def _resolve_model(name: str, configured: Mapping[str, GpuModelSpec]) -> str:
+def resolve_model_name(
+    name: str, configured: Mapping[str, GpuModelSpec], device_names: Mapping[str, str]
+) -> str:
+    """The model a node list's `model` cell names: a configured model (by name, or by one of
+    its `device_names`, case-insensitive), else the shipped catalog's model that lists it by
+    name or alias (NVML product names such as "NVIDIA H200" included; the configured spelling
+    of that model wins when the config has one), else the cell as written (unpriced: the
+    market refuses it at startup, naming it)."""
     if name in configured:
         return name
-    alias = ALIASES.get(name)
-    return alias if alias in configured else name
+    by_device = device_names.get(" ".join(name.split()).casefold())
+    if by_device is not None:
+        return by_device
+    entry = load_gpu_catalog().lookup(name)
+    if entry is None:
+        return name
+    spellings = {s.casefold(): s for s in configured}
+    for candidate in (entry.name, *entry.aliases):
+        if candidate.casefold() in spellings:
+            return spellings[candidate.casefold()]
+    return entry.name
 
 
 def catalog_from_node_csv(
@@ -247,6 +269,11 @@ def catalog_from_node_csv(
     columns = set(frame.columns)
     zone = zone or (config.zones[0].name if config else DEFAULT_ZONE)
     configured = _config_specs(config) if config else {}
+    device_names = (
+        {" ".join(d.split()).casefold(): m.name for m in config.gpu_models for d in m.device_names}
+        if config
+        else {}
+    )
     if set(OPENB_COLUMNS) <= columns:
         ids = frame["sn"].cast(pl.Utf8).to_list()
         models = frame["model"].cast(pl.Utf8).fill_null("").to_list()
@@ -270,7 +297,8 @@ def catalog_from_node_csv(
         raise FleetSourceError(f"node list {path}: a node has an empty name")
     if any(g and not m for g, m in zip(gpus, models)):
         raise FleetSourceError(f"node list {path}: a node with GPUs has no GPU model")
-    names = [_resolve_model(m, configured) if g else "none" for m, g in zip(models, gpus)]
+    resolved = {m: resolve_model_name(m, configured, device_names) for m in set(models)}
+    names = [resolved[m] if g else "none" for m, g in zip(models, gpus)]
     specs = {name: configured.get(name) or known_spec(name) for name in set(names)}
     nodes = tuple(
         NodeSpec(i, f"{m}@{zone}", m, zone, g, c, mem, NodeState.ON)

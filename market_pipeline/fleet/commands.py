@@ -82,7 +82,7 @@ def run_status(args: argparse.Namespace) -> int:
     try:
         print(json.dumps(_status(_adapter(args))))
     except _ERRORS as exc:
-        print(f"fleet status: {exc}", file=sys.stderr)
+        print(f"error: fleet status: {exc}", file=sys.stderr)
         return 2
     return 0
 
@@ -103,7 +103,7 @@ def run_advance(args: argparse.Namespace) -> int:
         out["seconds"] = round(time.perf_counter() - started, 3)
         print(json.dumps(out))
     except _ERRORS as exc:
-        print(f"fleet advance: {exc}", file=sys.stderr)
+        print(f"error: fleet advance: {exc}", file=sys.stderr)
         return 2
     return 0
 

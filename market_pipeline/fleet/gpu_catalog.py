@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -34,24 +34,35 @@ class CatalogEntry:
     assumption: str = ""
 
     def __post_init__(self) -> None:
-        for field in ("list_price_per_gpu_hour", "cost_per_gpu_hour"):
-            value = getattr(self, field)
+        for name in ("list_price_per_gpu_hour", "cost_per_gpu_hour"):
+            value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"gpu catalog {self.name}: {field} must be finite and > 0, got {value!r}")
+                raise ValueError(f"gpu catalog {self.name}: {name} must be finite and > 0, got {value!r}")
         if self.cost_per_gpu_hour >= self.list_price_per_gpu_hour:
             raise ValueError(f"gpu catalog {self.name}: cost_per_gpu_hour must be below the list price")
+
+
+def _key(name: str) -> str:
+    """A model name as looked up: case and outer blanks do not matter ("nvidia l4 " = "NVIDIA L4")."""
+    return " ".join(name.split()).casefold()
 
 
 @dataclass(frozen=True)
 class GpuCatalog:
     entries: tuple[CatalogEntry, ...]
+    _by_key: dict[str, CatalogEntry] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for entry in self.entries:
+            for spelling in (entry.name, *entry.aliases):
+                other = self._by_key.setdefault(_key(spelling), entry)
+                if other is not entry:
+                    raise ValueError(f"gpu catalog: {spelling!r} names both {other.name} and {entry.name}")
 
     def lookup(self, name: str) -> CatalogEntry | None:
-        """The entry named `name` or listing it among its aliases."""
-        for entry in self.entries:
-            if name == entry.name or name in entry.aliases:
-                return entry
-        return None
+        """The entry named `name` or listing it among its aliases (the product names NVML and
+        dcgm-exporter report included), ignoring case and outer blanks."""
+        return self._by_key.get(_key(name))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -77,6 +88,12 @@ def load_gpu_catalog(path: Path = CATALOG_PATH) -> GpuCatalog:
             )
         )
     return GpuCatalog(tuple(entries))
+
+
+def catalog_model_name(name: str) -> str | None:
+    """The shipped catalog's model that `name` spells (by name or alias), else None."""
+    entry = load_gpu_catalog().lookup(name)
+    return entry.name if entry is not None else None
 
 
 def unpriced_model_message(model: str, fleet_source: str) -> str:

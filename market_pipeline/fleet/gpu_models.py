@@ -67,13 +67,15 @@ _KNOWN: dict[str, tuple[int, float, float, bool, int]] = {
     "G3": (32768, 300.0, 35.0, True, 8),
     "GPU-series-1": (49152, 350.0, 40.0, False, 1),
     "GPU-series-2": (81920, 450.0, 50.0, True, 8),
+    "H200": (144384, 700.0, 75.0, True, 8),
+    "B200": (184320, 1000.0, 100.0, True, 8),
+    "GB200": (190464, 1200.0, 110.0, True, 72),  # NVL72: one NVLink domain per rack
+    "H20": (98304, 400.0, 60.0, True, 8),
+    "L40S": (49152, 350.0, 35.0, False, 1),
+    "L4": (24576, 72.0, 16.0, False, 1),
+    "RTX-4090": (24576, 450.0, 25.0, False, 1),
 }
 _DEFAULT_ENVELOPE = (32768, 300.0, 35.0, False, 1)
-# Node-list spellings that name a configured model under another name.
-ALIASES: dict[str, str] = {
-    "A100-SXM4-80GB": "A100-80GB",
-    "A800-SXM4-80GB": "A800-80GB",
-}
 
 
 def _domain_size(nvlink: bool, known_domain: int) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.placement.capacity import MILLI, PodRequest
 
 QOS_VALUES: tuple[str, ...] = ("LS", "BE", "Burstable", "Guaranteed")
@@ -150,6 +151,10 @@ class JobShapes:
 
 
 def _read_pod_csv(path: Path) -> pl.DataFrame:
+    try:
+        checked_file(path, "pod list")
+    except InputFileError as exc:
+        raise WorkloadError(str(exc)) from None
     try:
         frame = pl.read_csv(
             path, infer_schema_length=10_000, schema_overrides={"gpu_spec": pl.Utf8, "qos": pl.Utf8}

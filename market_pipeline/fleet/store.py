@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from market_pipeline.bounded_input import MB, InputFileError, read_text_bounded
 from market_pipeline.fleet.state import TwinStateError
 from market_pipeline.hardware.protocol import SAMPLE_SCHEMA, TASK_EVENT_SCHEMA
 
@@ -28,6 +29,8 @@ SAMPLE_RETENTION_S = 48 * 3600
 EVENT_RETENTION_S = 7 * 86_400
 HOUR = 3600
 GEN = "_generation"
+# the twin's JSON state: nodes and tasks of a large fleet, far below this
+MAX_STATE_BYTES = 512 * MB
 _GENERATION = re.compile(r'^\{"version":\d+,"generation":(\d+),')
 
 ENDED_SCHEMA: dict[str, pl.DataType] = {
@@ -78,10 +81,14 @@ class TwinStore:
 
     # -- JSON ------------------------------------------------------------------------------
     def read_state(self) -> dict[str, Any] | None:
-        try:
-            text = self.state_path.read_text()
-        except FileNotFoundError:
+        if not self.state_path.exists() and not self.state_path.is_symlink():
             return None
+        try:
+            text = read_text_bounded(self.state_path, "twin state", MAX_STATE_BYTES)
+        except InputFileError as exc:
+            if not self.state_path.exists():
+                return None  # removed between the two looks
+            raise TwinStateError(str(exc)) from None
         try:
             state = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -97,6 +104,8 @@ class TwinStore:
                 head = handle.read(128).decode("utf-8", errors="replace")
         except FileNotFoundError:
             return None
+        except OSError as exc:  # a directory where the state file belongs, no permission
+            raise TwinStateError(f"{self.state_path}: cannot be read ({exc.strerror or exc})") from None
         match = _GENERATION.match(head)
         if match:
             return int(match.group(1))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.forecast.features import Series
 from market_pipeline.forecast.online import tie_floor, track
 from market_pipeline.forecast.selection import FittedGroup, fit_group
@@ -34,13 +35,22 @@ def load_helios_series(path: str | Path, step_minutes: int = 5) -> np.ndarray:
     """Demand (running + pending GPUs) as `step_minutes` means, oldest first, gap-free."""
     import polars as pl
 
-    path = Path(path)
-    if not path.is_file():
-        raise ForecastInputError(f"series file not found: {path}")
+    try:
+        path = checked_file(path, "series file")
+    except InputFileError as exc:
+        raise ForecastInputError(str(exc)) from None
     missing = [column for column in HELIOS_COLUMNS if column not in _header(path)]
     if missing:
         raise ForecastInputError(f"{path}: missing column(s) {', '.join(missing)}")
-    frame = pl.read_csv(path, columns=list(HELIOS_COLUMNS), try_parse_dates=True)
+    try:
+        frame = pl.read_csv(path, columns=list(HELIOS_COLUMNS), try_parse_dates=True)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ForecastInputError(f"{path}: unreadable as CSV ({' '.join(str(exc).split())[:160]})") from None
+    if frame.height == 0:
+        raise ForecastInputError(f"{path}: the file has a header but no rows")
+    for column in HELIOS_COLUMNS[1:]:
+        if not frame.schema[column].is_numeric():
+            raise ForecastInputError(f"{path}: column {column} must hold numbers, not {frame.schema[column]}")
     if not isinstance(frame.schema["time"], pl.Datetime):
         frame = frame.with_columns(pl.col("time").cast(pl.String).str.to_datetime(strict=False))
     nulls = frame.null_count().row(0, named=True)
@@ -62,8 +72,11 @@ def load_helios_series(path: str | Path, step_minutes: int = 5) -> np.ndarray:
 
 
 def _header(path: Path) -> list[str]:
-    with path.open() as handle:
-        return [name.strip() for name in handle.readline().split(",")]
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return [name.strip() for name in handle.readline(64 * 1024).split(",")]
+    except UnicodeDecodeError as exc:
+        raise ForecastInputError(f"{path}: not UTF-8 text (byte {exc.start}); expected a CSV") from None
 
 
 @dataclass

@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from market_pipeline.cli.support import input_error
+from market_pipeline.cli.support import input_error, number
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 STEP_MINUTES = 5
@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     backtest.add_argument(
         "--train-fraction",
-        type=float,
+        type=number(float, low=0, high=1, low_open=True, high_open=True),
         default=0.6,
         help="leading share of points for fitting and model choice",
     )
@@ -190,11 +190,17 @@ def backtest_table(payloads: list[dict]) -> str:
 def _read_table(path: Path):  # -> pl.DataFrame
     import polars as pl
 
-    if not path.is_file():
-        raise FileNotFoundError(f"demand table not found: {path}")
-    if path.suffix.lower() == ".parquet":
-        return pl.read_parquet(path)
-    return pl.read_csv(path, try_parse_dates=True)
+    from market_pipeline.bounded_input import checked_file
+    from market_pipeline.forecast.settings import ForecastInputError
+
+    checked_file(path, "demand table")
+    try:
+        if path.suffix.lower() == ".parquet":
+            return pl.read_parquet(path)
+        return pl.read_csv(path, try_parse_dates=True)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ForecastInputError(f"demand table {path} cannot be read: {first[:160]}") from None
 
 
 def run_pools(args: argparse.Namespace) -> int:

@@ -320,9 +320,15 @@ def run_drain_plan(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
         warehouse = open_warehouse(config.warehouse_path, migrate=True)
+        adapter = make_adapter(config)
+        if args.scale_down_node:
+            known = {node.node_id for node in adapter.list_nodes()}
+            unknown = sorted(set(args.scale_down_node) - known)
+            if unknown:
+                raise ValueError(f"--scale-down-node: no node {', '.join(map(repr, unknown))} in the fleet")
         inputs, source = gather_planning_inputs(
             warehouse,
-            make_adapter(config),
+            adapter,
             config,
             wall_now=datetime.now(timezone.utc),
             scale_down_nodes=args.scale_down_node,

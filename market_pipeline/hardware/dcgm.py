@@ -21,6 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
+from market_pipeline.bounded_input import MAX_TEXT_BYTES, InputFileError, read_limited, read_text_bounded
 from market_pipeline.hardware.dcgm_exposition import (
     FB_USED,
     NVLINK_BANDWIDTH,
@@ -94,15 +95,15 @@ class DcgmAdapter:
         if source.startswith(("http://", "https://")):
             try:
                 with urllib.request.urlopen(source, timeout=self.timeout_seconds) as response:
-                    text = response.read().decode("utf-8")
-            except (urllib.error.URLError, OSError, UnicodeDecodeError) as exc:
+                    text = read_limited(response, MAX_TEXT_BYTES, f"dcgm endpoint {source}").decode("utf-8")
+            except (urllib.error.URLError, OSError, UnicodeDecodeError, InputFileError) as exc:
                 raise DcgmSourceError(f"cannot scrape {source}: {exc}") from exc
             return parse_exposition(text, self.now(), source)
         path = Path(source)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_text_bounded(path, "dcgm exposition file")
             scraped_at = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, InputFileError) as exc:
             raise DcgmSourceError(f"cannot read dcgm exposition file {source}: {exc}") from exc
         return parse_exposition(text, scraped_at, source)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import polars as pl
 
+from market_pipeline.bounded_input import read_text_bounded
 from market_pipeline.hardware.protocol import SAMPLE_SCHEMA
 
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -194,6 +195,6 @@ def scrape_samples(scrape: Scrape) -> pl.DataFrame:
 def read_exposition_file(path: str | Path) -> pl.DataFrame:
     """Samples from a saved exposition; the file's modification time is the scrape time."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8", errors="strict")
+    text = read_text_bounded(path, "dcgm exposition file")
     scraped_at = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
     return scrape_samples(parse_exposition(text, scraped_at, source=str(path)))

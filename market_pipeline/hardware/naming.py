@@ -7,13 +7,15 @@ priced only if its GPUs resolve to a configured model, so the rule is explicit a
 1. a configured model lists the product name in ``device_names`` (case-insensitive) -> it;
 2. else the configured model whose name's tokens (split at '-', '_', ' ') all occur in the
    product name's tokens, the most specific (most tokens) winning, ties refused;
-3. else the product name as reported, which no configured pool prices (inventory reports it).
+3. else the shipped GPU catalog's model that lists the product name among its aliases
+   ("NVIDIA H200" -> "H200"), so the pool reads as a catalog model the config can add;
+4. else the product name as reported, which no configured pool prices (inventory reports it).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 _SPLIT = re.compile(r"[^A-Z0-9]+")
@@ -32,8 +34,11 @@ class ModelAlias:
 class DeviceModelNamer:
     """Maps product names to configured model names (cached per product name)."""
 
-    def __init__(self, models: Iterable[ModelAlias]) -> None:
+    def __init__(
+        self, models: Iterable[ModelAlias], fallback: Callable[[str], str | None] | None = None
+    ) -> None:
         self._models = tuple(models)
+        self._fallback = fallback
         self._exact = {d.upper(): m.name for m in self._models for d in m.device_names}
         self._exact.update({m.name.upper(): m.name for m in self._models})
         self._cache: dict[str, str] = {}
@@ -54,15 +59,24 @@ class DeviceModelNamer:
             if _tokens(m.name) and _tokens(m.name) <= have
         ]
         if not matches:
-            return device_name
+            return self._fallback_name(device_name)
         matches.sort(reverse=True)
         if len(matches) > 1 and matches[0][0] == matches[1][0]:
             return device_name  # ambiguous: refuse to guess which price applies
         return matches[0][1]
 
+    def _fallback_name(self, device_name: str) -> str:
+        named = self._fallback(device_name) if self._fallback is not None else None
+        return named or device_name
+
     @classmethod
     def from_config(cls, config: object) -> "DeviceModelNamer":
-        return cls(ModelAlias(m.name, tuple(m.device_names)) for m in getattr(config, "gpu_models", ()))
+        from market_pipeline.fleet.gpu_catalog import catalog_model_name
+
+        return cls(
+            (ModelAlias(m.name, tuple(m.device_names)) for m in getattr(config, "gpu_models", ())),
+            fallback=catalog_model_name,
+        )
 
 
 def identity_namer(device_name: str) -> str:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from market_pipeline.bounded_input import InputFileError, read_text_bounded
 from market_pipeline.cli.support import input_error
 from market_pipeline.market.errors import InstanceError
 from market_pipeline.market.report import SolverSettings
@@ -95,9 +96,9 @@ def _load_instance(path: str) -> "MarketProblem":
 
     file = Path(path)
     try:
-        if file.is_file() and file.stat().st_size > MAX_INSTANCE_BYTES:
-            raise InstanceError(f"--instance: {path} is larger than {MAX_INSTANCE_BYTES // 2**20} MiB")
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(read_text_bounded(file, "--instance", MAX_INSTANCE_BYTES))
+    except InputFileError as exc:
+        raise InstanceError(str(exc)) from None
     except FileNotFoundError:
         raise InstanceError(f"--instance: file not found: {path}") from None
     except IsADirectoryError:

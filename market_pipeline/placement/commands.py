@@ -49,7 +49,7 @@ def run_replay(args: argparse.Namespace) -> int:
         nodes, pods = load_openb_experiment(args.nodes, args.pods)
         result = compare_policies(nodes, pods, args.policy or list(POLICY_NAMES))
     except (FleetSourceError, WorkloadError, PlacementError) as exc:
-        print(f"placement replay: {exc}", file=sys.stderr)
+        print(f"error: placement replay: {exc}", file=sys.stderr)
         return 2
     result["inputs"] = {
         "nodes": args.nodes,

@@ -12,9 +12,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.scaling.replay import DemandLoad
 
 REQUIRED_COLUMNS = ("time", "running_gpu_num", "pending_gpu_num", "total_gpu_num")
+
+
+# Ten million GPUs: far above any real cluster; a load claiming more is refused, not replayed.
+MAX_LOAD_GPUS = 10_000_000
 
 
 class LoadFileError(ValueError):
@@ -22,15 +27,18 @@ class LoadFileError(ValueError):
 
 
 def load_helios_demand(path: str | Path) -> DemandLoad:
-    path = Path(path)
-    if not path.is_file():
-        raise LoadFileError(f"{path}: no such file")
+    try:
+        path = checked_file(path, "load file")
+    except InputFileError as exc:
+        raise LoadFileError(str(exc)) from None
     try:
         frame = pl.read_csv(path, columns=list(REQUIRED_COLUMNS), infer_schema_length=10000)
     except pl.exceptions.ColumnNotFoundError as exc:
-        raise LoadFileError(f"{path}: needs columns {', '.join(REQUIRED_COLUMNS)} ({exc})") from None
-    except (pl.exceptions.ComputeError, OSError) as exc:
-        raise LoadFileError(f"{path}: unreadable as CSV ({exc})") from None
+        raise LoadFileError(
+            f"{path}: needs columns {', '.join(REQUIRED_COLUMNS)} ({str(exc).strip().splitlines()[0][:160]})"
+        ) from None
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise LoadFileError(f"{path}: unreadable as CSV ({str(exc).strip().splitlines()[0][:160]})") from None
     if frame.height == 0:
         raise LoadFileError(f"{path}: no rows")
     for column in REQUIRED_COLUMNS[1:]:
@@ -39,8 +47,15 @@ def load_helios_demand(path: str | Path) -> DemandLoad:
             raise LoadFileError(f"{path}: column {column} is not numeric ({values.dtype})")
         if values.null_count():
             raise LoadFileError(f"{path}: column {column} has {values.null_count()} empty value(s)")
+        if values.dtype.is_float() and not values.is_finite().all():
+            raise LoadFileError(f"{path}: column {column} has values that are not finite numbers")
         if (values < 0).any():
             raise LoadFileError(f"{path}: column {column} has negative values")
+        if (values > MAX_LOAD_GPUS).any():
+            raise LoadFileError(
+                f"{path}: column {column} has values above {MAX_LOAD_GPUS} GPUs (max {values.max():.3g});"
+                " no replay fleet is that large"
+            )
     demand = (frame["running_gpu_num"] + frame["pending_gpu_num"]).to_numpy().astype(float)
     try:
         start = dt.datetime.fromisoformat(str(frame["time"][0])).replace(tzinfo=dt.UTC)

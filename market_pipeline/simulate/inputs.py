@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.fleet.catalog import FleetCatalog, FleetSourceError, catalog_from_node_csv
 from market_pipeline.fleet.gpu_models import GpuModelSpec, known_spec
@@ -206,8 +207,10 @@ def _numeric(frame: pl.DataFrame, column: str, path: Path) -> np.ndarray:
 
 
 def _read_load(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    if not path.is_file():
-        raise SimulationInputError(f"load file {path}: no such file")
+    try:
+        checked_file(path, "load file")
+    except InputFileError as exc:
+        raise SimulationInputError(str(exc)) from None
     try:
         frame = pl.read_csv(path, infer_schema_length=20000)
     except (pl.exceptions.PolarsError, OSError) as exc:

@@ -161,10 +161,9 @@ def run_probe(args: argparse.Namespace) -> int:
 
         adapter = NvmlAdapter.from_config(config)
         try:
-            _emit(adapter.snapshot(), args.json)
+            return _emit_probe(adapter.snapshot(), args.json)
         finally:
             adapter.close()
-        return 0
     if backend == "dcgm":
         from market_pipeline.hardware.dcgm import DcgmAdapter, DcgmSourceError
 
@@ -176,9 +175,25 @@ def run_probe(args: argparse.Namespace) -> int:
             )
         except DcgmSourceError as exc:
             return _fail(str(exc), args.json)
-        _emit(_dcgm_snapshot(adapter), args.json)
-        return 0
+        try:
+            return _emit_probe(_dcgm_snapshot(adapter), args.json)
+        except (DcgmSourceError, ValueError) as exc:  # the probe passed, the read then failed
+            return _fail(" ".join(str(exc).split()), args.json, code=1)
     return _fail(f"probe supports the nvml and dcgm backends, not {backend!r}", args.json)
+
+
+def _emit_probe(snapshot: dict[str, object], as_json: bool) -> int:
+    """Print what the backend sees; a backend that cannot be read is also one `error:` line on
+    stderr and exit 1 (what it saw, its status and detail included, still goes to stdout)."""
+    _emit(snapshot, as_json)
+    if snapshot.get("status") == "ok":
+        return 0
+    detail = " ".join(str(snapshot.get("detail") or "").split())
+    print(
+        f"error: the {snapshot.get('backend')} backend is not readable: {snapshot.get('status')}: {detail}",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _dcgm_snapshot(adapter) -> dict[str, object]:

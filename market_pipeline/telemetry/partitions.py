@@ -9,6 +9,10 @@ from datetime import datetime, timedelta, timezone
 PARTITION_FORMAT = "%Y-%m-%d-%H:%M"
 PARTITION_LENGTH = timedelta(hours=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# The hours a partition may name: from the epoch to well past any fleet's life, so every window
+# and its neighbours stay inside what datetime and the warehouse's timestamps hold.
+FIRST_PARTITION = _EPOCH
+LAST_PARTITION = datetime(2199, 12, 31, 23, tzinfo=timezone.utc)
 
 
 class PartitionKeyError(ValueError):
@@ -45,4 +49,9 @@ def partition_window(key: str) -> PartitionWindow:
         raise PartitionKeyError(f"partition key {key!r} is not an hourly key like 2024-01-31-13:00") from None
     if start.minute or start.second:
         raise PartitionKeyError(f"partition key {key!r} does not start on the hour")
+    if not FIRST_PARTITION <= start <= LAST_PARTITION:
+        raise PartitionKeyError(
+            f"partition key {key!r} is outside the hours telemetry can hold"
+            f" ({FIRST_PARTITION:%Y-%m-%d} to {LAST_PARTITION:%Y-%m-%d})"
+        )
     return PartitionWindow(key=key, start=start, end=start + PARTITION_LENGTH)

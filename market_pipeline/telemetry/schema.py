@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.hardware.protocol import REQUIRED_SAMPLE_COLUMNS, SAMPLE_SCHEMA
 
 FLOAT_COLUMNS: tuple[str, ...] = ("sm_util_pct", "mem_used_mib", "mem_total_mib", "power_w", "temp_c")
@@ -261,9 +262,10 @@ EXPOSITION_SUFFIXES = {".txt", ".prom", ".metrics"}
 
 def read_sample_file(path: str | Path) -> pl.DataFrame:
     """A CSV (read as text), Parquet or dcgm-exporter text file as a frame of sample columns."""
-    path = Path(path)
-    if not path.is_file():
-        raise UnreadableFileError(f"telemetry file {path} does not exist or is not a file")
+    try:
+        path = checked_file(path, "telemetry file")
+    except InputFileError as exc:
+        raise UnreadableFileError(str(exc)) from None
     try:
         with path.open("rb") as handle:
             head = handle.read(4096)

@@ -26,7 +26,7 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +44,8 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_MEMORY_LIMIT_MB = 1024
 DEFAULT_MAX_ROWS = 1_000_000
 DEFAULT_THREADS = 2
+DEFAULT_MAX_RESULT_MB = 64
+MAX_RESULT_MB = 4096
 MAX_TIMEOUT_SECONDS = 3600.0
 MAX_MEMORY_LIMIT_MB = 64 * 1024
 
@@ -58,6 +60,7 @@ class SqlLimits:
     memory_limit_mb: int = DEFAULT_MEMORY_LIMIT_MB
     max_rows: int = DEFAULT_MAX_ROWS
     threads: int = DEFAULT_THREADS
+    max_result_mb: int = DEFAULT_MAX_RESULT_MB
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.timeout_seconds) and 0 < self.timeout_seconds <= MAX_TIMEOUT_SECONDS):
@@ -70,6 +73,8 @@ class SqlLimits:
             )
         if not 1 <= self.max_rows <= 100_000_000:
             raise SqlRefused(f"max rows must be in [1, 100000000], got {self.max_rows}")
+        if not 1 <= self.max_result_mb <= MAX_RESULT_MB:
+            raise SqlRefused(f"result limit must be in [1, {MAX_RESULT_MB}] MB, got {self.max_result_mb}")
         if not 1 <= self.threads <= 64:
             raise SqlRefused(f"threads must be in [1, 64], got {self.threads}")
 
@@ -172,11 +177,17 @@ def run_limited(
     watchdog.start()
     try:
         reader = con.execute(sql, list(params or [])).to_arrow_reader(10_000)
-        batches, rows = [], 0
+        batches, rows, size = [], 0, 0
         for batch in reader:
             rows += batch.num_rows
+            size += batch.nbytes
             if rows > limits.max_rows:
                 raise SqlRefused(f"the result has more than {limits.max_rows} rows; add a LIMIT")
+            if size > limits.max_result_mb * 1024 * 1024:
+                raise SqlRefused(
+                    f"the result is larger than the {limits.max_result_mb} MB result limit;"
+                    " add a LIMIT or select less"
+                )
             batches.append(batch)
         table = pa.Table.from_batches(batches, schema=reader.schema)
     except (duckdb.Error, pa.ArrowException) as exc:  # an interrupt can surface from the stream
@@ -185,4 +196,39 @@ def run_limited(
         raise SqlRefused(f"query failed: {_first_line(exc)}") from None
     finally:
         watchdog.cancel()
-    return pl.from_arrow(table) if table.num_columns else pl.DataFrame()
+    return to_frame(table)
+
+
+def to_frame(table: pa.Table) -> pl.DataFrame:
+    """The result as a polars frame; a value polars cannot hold (an interval, an infinite
+    timestamp) is SqlRefused naming the column, never a panic."""
+    if not table.num_columns:
+        return pl.DataFrame()
+    try:
+        return pl.from_arrow(table)  # type: ignore[return-value]
+    except Exception:
+        pass
+    except BaseException as exc:  # pyo3's PanicException derives from BaseException
+        if type(exc).__name__ != "PanicException":
+            raise
+    for name in table.column_names:
+        try:
+            pl.from_arrow(table.select([name]))
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            kind = table.schema.field(name).type
+            raise SqlRefused(
+                f"column {name!r} ({kind}) holds values that cannot be shown; cast it, e.g. {name}::VARCHAR"
+            ) from None
+    raise SqlRefused("the result cannot be shown")
+
+
+def query_warehouse(
+    path: str, sql: str, limits: SqlLimits, on_start: Callable[[], None] | None = None
+) -> pl.DataFrame:
+    """One checked query on the warehouse at `path` (what `sql` runs in its bounded child)."""
+    with locked_warehouse(Path(path), limits) as con:
+        if on_start is not None:
+            on_start()
+        return run_limited(con, sql, limits)

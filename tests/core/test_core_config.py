@@ -55,7 +55,7 @@ def test_env_overrides_scalars_and_are_validated():
 
 
 def test_missing_and_malformed_files_give_clear_errors(tmp_path):
-    with pytest.raises(ConfigError, match="config file not found"):
+    with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "absent.toml", environ={})
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(_write(tmp_path, "[warehouse\npath = 1"), environ={})

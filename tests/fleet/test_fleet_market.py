@@ -84,11 +84,11 @@ def test_configured_tenants_stay_when_they_claim_the_fleet(tmp_path: Path) -> No
 
 
 def test_an_unpriced_model_is_a_startup_error_naming_it_and_the_key(tmp_path: Path) -> None:
-    path = node_list(tmp_path, [("n0", 8, "V100M32"), ("n1", 8, "B200")])
+    path = node_list(tmp_path, [("n0", 8, "V100M32"), ("n1", 8, "B300")])
     with pytest.raises(ConfigError) as caught:
         fleet_config(path)
     message = str(caught.value)
-    assert "'B200'" in message and "[[gpu_models]]" in message and "\n" not in message
+    assert "'B300'" in message and "[[gpu_models]]" in message and "\n" not in message
 
 
 def test_the_real_openb_and_spot_lists_are_fully_priced(shared_data: Path) -> None:
@@ -100,3 +100,61 @@ def test_the_real_openb_and_spot_lists_are_fully_priced(shared_data: Path) -> No
         gpus = sum(p.nodes * p.gpus_per_node for p in config.pools)
         assert len(config.pools) >= 6 and gpus > 0
         assert all(p.gpu_model in config.gpu_model_by_name for p in config.pools)
+
+
+# Product names as NVML / dcgm-exporter report them, and the catalog model each must price as.
+NVML_NAMES = {
+    "NVIDIA H200": "H200",
+    "NVIDIA H100 80GB HBM3": "H100",
+    "NVIDIA A100-SXM4-80GB": "A100-80GB",
+    "NVIDIA GeForce RTX 4090": "RTX-4090",
+    "NVIDIA L40S": "L40S",
+    "NVIDIA B200": "B200",
+    "NVIDIA GB200": "GB200",
+    "NVIDIA H20": "H20",
+    "NVIDIA L4": "L4",
+    "NVIDIA A10": "A10",
+    "Tesla T4": "T4",
+    "Tesla V100-SXM2-32GB": "V100M32",
+    "Tesla V100-SXM2-16GB": "V100M16",
+    "Tesla P100-PCIE-16GB": "P100",
+    "NVIDIA H800": "H800",
+    "NVIDIA A800-SXM4-80GB": "A800-SXM4-80GB",
+}
+
+
+def test_current_models_are_priced_from_a_named_source() -> None:
+    catalog = load_gpu_catalog()
+    for model in ("H200", "B200", "GB200", "H20", "L40S", "L4", "RTX-4090"):
+        entry = catalog.lookup(model)
+        assert entry is not None, model
+        assert 0 < entry.cost_per_gpu_hour < entry.list_price_per_gpu_hour
+        # a market figure names its page and date; the one rule-priced model says why
+        assert ("2026" in entry.source) or (entry.source.startswith("tdp") and entry.assumption), entry.source
+    # the newer generation is dearer than the one it replaces, per GPU-hour
+    price = {m: catalog.lookup(m).list_price_per_gpu_hour for m in ("H100", "H200", "B200", "L4", "L40S")}
+    assert price["H100"] < price["H200"] < price["B200"] and price["L4"] < price["L40S"]
+
+
+@pytest.mark.parametrize(("product", "model"), sorted(NVML_NAMES.items()))
+def test_nvml_product_names_look_up_their_model(product: str, model: str) -> None:
+    catalog = load_gpu_catalog()
+    assert catalog.lookup(product).name == model
+    assert catalog.lookup(f"  {product.lower()} ").name == model
+
+
+def test_a_node_list_of_nvml_product_names_prices_every_pool(tmp_path: Path) -> None:
+    rows = [(f"n{i}", 8, product) for i, product in enumerate(NVML_NAMES)]
+    config = fleet_config(node_list(tmp_path, rows))
+    zone = config.zones[0].name
+    # A100 is configured under "A100-80GB"; every other product lands on its catalog model
+    assert sorted(p.gpu_model for p in config.pools) == sorted(set(NVML_NAMES.values()))
+    h200 = config.pool_by_id[f"H200@{zone}"]
+    assert h200.base_price == load_gpu_catalog().lookup("H200").list_price_per_gpu_hour
+    assert config.gpu_model_by_name["A100-80GB"].source == "config"
+
+
+def test_an_unknown_product_name_is_still_a_startup_error_naming_it(tmp_path: Path) -> None:
+    path = node_list(tmp_path, [("n0", 8, "NVIDIA H200"), ("n1", 8, "NVIDIA Quantum X9")])
+    with pytest.raises(ConfigError, match="'NVIDIA Quantum X9'"):
+        fleet_config(path)

@@ -62,7 +62,7 @@ def test_loader_names_missing_columns_and_files(tmp_path: Path) -> None:
     pl.DataFrame({"time": ["2020-05-01 00:00:00"], "running_gpu_num": [1]}).write_csv(path)
     with pytest.raises(ForecastInputError, match="pending_gpu_num"):
         load_helios_series(path)
-    with pytest.raises(ForecastInputError, match="not found"):
+    with pytest.raises(ForecastInputError, match="does not exist"):
         load_helios_series(tmp_path / "absent.csv")
 
 
@@ -115,16 +115,16 @@ def test_backtest_cli_runs_a_held_out_set_in_one_call(
     code, out, err = run_cli(
         capsys, "forecast", "backtest", *series, "--series", str(tmp_path / "none.csv"), "--horizon", "30m"
     )
-    assert code == 2 and out == "" and "none.csv" in err and "not found" in err
+    assert code == 2 and out == "" and "none.csv" in err and "does not exist" in err
 
 
 def test_backtest_cli_rejects_bad_horizon_and_missing_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit):
-        main(["forecast", "backtest", "--series", "x.csv", "--horizon", "7m"])
+        raise SystemExit(main(["forecast", "backtest", "--series", "x.csv", "--horizon", "7m"]))
     code, out, err = run_cli(capsys, "forecast", "backtest", "--series", str(tmp_path / "none.csv"), "--json")
-    assert code == 2 and out == "" and "not found" in err
+    assert code == 2 and out == "" and "does not exist" in err
 
 
 def test_bench_and_pools_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

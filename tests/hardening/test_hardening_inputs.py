@@ -29,6 +29,15 @@ def _instance(tmp_path: Path, fixture: str = "kinked_budget_market.json") -> tup
     return str(path), [r["name"] for r in data["resources"]]
 
 
+@pytest.fixture(scope="module")
+def empty_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from market_pipeline.warehouse import open_warehouse
+
+    path = tmp_path_factory.mktemp("quote") / "w.duckdb"
+    open_warehouse(path)
+    return path
+
+
 def assert_refused(code: int, err: str, *words: str) -> None:
     assert clear_refusal(code, err), (code, err)
     for word in words:
@@ -36,10 +45,11 @@ def assert_refused(code: int, err: str, *words: str) -> None:
 
 
 def test_hardening_config_files_that_are_not_toml_text(tmp_path: Path) -> None:
-    assert_refused(*run_cli("config", "--file", str(tmp_path))[::2], "cannot be read")
+    assert_refused(*run_cli("config", "--file", str(tmp_path))[::2], "is a directory")
     binary = tmp_path / "b.toml"
     binary.write_bytes(bytes(range(256)) * 4)
-    assert_refused(*run_cli("config", "--file", str(binary))[::2], "cannot be read")
+    assert_refused(*run_cli("config", "--file", str(binary))[::2], "not UTF-8 text")
+    assert_refused(*run_cli("config", "--file", "/dev/zero")[::2], "not a regular file")
 
 
 def test_hardening_config_toml_datetime_sim_epoch(tmp_path: Path) -> None:
@@ -133,14 +143,15 @@ def test_hardening_simulate_arguments_checked_before_the_run(tmp_path: Path) -> 
     [
         ("--start", "9999-12-31T23:00:00Z", "outside the years"),
         ("--gpus", "1e9", "--gpus must be in"),
-        ("--gpus", "inf", "--gpus must be in"),
-        ("--hours", "nan", "--hours must be in"),
+        ("--gpus", "inf", "argument --gpus: must be a finite number"),
+        ("--hours", "nan", "argument --hours: must be a finite number"),
     ],
 )
-def test_hardening_quote_bounds(tmp_path: Path, flag: str, value: str, named: str) -> None:
+def test_hardening_quote_bounds(empty_warehouse: Path, flag: str, value: str, named: str) -> None:
     args = {"--gpus": "2", "--hours": "1", flag: value}
     argv = [x for k, v in args.items() for x in (k, v)]
+    # a warehouse with no price history (a named warehouse that is not there is refused first)
     code, _, err = run_cli(
-        "quote", "--tenant", TENANT, "--pool", POOL, *argv, "--warehouse", str(tmp_path / "none.duckdb")
+        "quote", "--tenant", TENANT, "--pool", POOL, *argv, "--warehouse", str(empty_warehouse)
     )
     assert_refused(code, err, named)

@@ -39,7 +39,7 @@ def test_solve_reports_an_invalid_instance_by_field(tmp_path, capsys):
 
 def test_solve_missing_file(tmp_path, capsys):
     assert main(["solve", "--instance", str(tmp_path / "nope.json")]) == 2
-    assert "not found" in capsys.readouterr().err
+    assert "does not exist" in capsys.readouterr().err
 
 
 def test_bench_solver_with_baseline(capsys):

@@ -79,7 +79,7 @@ def test_baseline_scales_up_on_pending_and_removes_one_node_at_a_time() -> None:
 
 
 def test_loader_names_the_problem(tmp_path: Path) -> None:
-    with pytest.raises(LoadFileError, match="no such file"):
+    with pytest.raises(LoadFileError, match="does not exist"):
         load_helios_demand(tmp_path / "missing.csv")
     bad = tmp_path / "bad.csv"
     bad.write_text("time,total_gpu_num,running_gpu_num\n2020-05-01 00:00:00,8,1\n")
@@ -101,7 +101,7 @@ def test_scaling_eval_prints_one_json_object(tmp_path: Path, capsys: pytest.Capt
 
 def test_scaling_eval_reports_a_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scaling-eval", "--load", str(tmp_path / "nope.csv"), "--json"]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "does not exist" in capsys.readouterr().err
 
 
 def test_helios_slice_replays_without_violations(capsys: pytest.CaptureFixture[str]) -> None:

@@ -101,3 +101,12 @@ def test_inventory_counts_gpus_no_configured_pool_prices():
         ),
     ]
     assert unpriced_nodes(nodes, {"H800@cn-beijing-b"}) == {"NVIDIA H200@local": 12}
+
+
+def test_a_product_name_no_configured_model_takes_lands_on_its_catalog_model():
+    config = load_config(DEFAULT_CONFIG_PATH, environ={})
+    namer = DeviceModelNamer.from_config(config)
+    assert namer("NVIDIA H200") == "H200"
+    assert namer("NVIDIA GeForce RTX 4090") == "RTX-4090"
+    assert namer("NVIDIA H800") == "H800"  # the configured model still wins
+    assert namer("NVIDIA Quantum X9") == "NVIDIA Quantum X9"  # unknown: reported as is
