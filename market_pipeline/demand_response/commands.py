@@ -45,10 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="distributed-lag window: the long-run elasticity (default: demand_response.lag_hours)",
     )
     fit.add_argument(
-        "--lag-keep-z",
+        "--structure-alpha",
         type=float,
         default=None,
-        help="keep the lag where |coefficient / se| >= this; 0: always (default: demand_response.lag_keep_z)",
+        help="false-keep rate of the lag and cycle tests, in (0, 1]; 1 keeps them always "
+        "(default: demand_response.structure_alpha)",
     )
     fit.add_argument("--json", action="store_true", help="print one JSON object")
     fit.set_defaults(handler=run_fit)
@@ -79,15 +80,15 @@ def run_fit(args: argparse.Namespace) -> int:
         lag = dr.lag_hours if args.lag_hours is None else args.lag_hours
         if not (0 <= lag <= 48):
             raise DemandResponseInputError(f"--lag-hours must be in [0, 48], got {lag}")
-        keep_z = dr.lag_keep_z if args.lag_keep_z is None else args.lag_keep_z
-        if not (0 <= keep_z <= 10):
-            raise DemandResponseInputError(f"--lag-keep-z must be in [0, 10], got {keep_z}")
+        alpha = dr.structure_alpha if args.structure_alpha is None else args.structure_alpha
+        if not (0 < alpha <= 1):
+            raise DemandResponseInputError(f"--structure-alpha must be in (0, 1], got {alpha}")
         fits = fit_history(
             read_history_csv(args.history),
             level=args.level,
             lag_hours=lag,
             daily_cycle=dr.daily_cycle,
-            lag_keep_z=keep_z,
+            structure_alpha=alpha,
         )
     except (DemandResponseInputError, ConfigError) as exc:
         return input_error(exc)
@@ -140,7 +141,7 @@ def recovery(step_minutes: int = 5, seeds: tuple[int, ...] = (0, 1, 2)) -> dict[
         for seed in seeds:
             history = synthetic_history(e, step_minutes=step_minutes, seed=seed)
             fits = fit_history(
-                history, lag_hours=dr.lag_hours, daily_cycle=dr.daily_cycle, lag_keep_z=dr.lag_keep_z
+                history, lag_hours=dr.lag_hours, daily_cycle=dr.daily_cycle, structure_alpha=dr.structure_alpha
             )
             fit = next(iter(fits.values()))
             rows.append(
