@@ -144,6 +144,8 @@ def test_the_daily_cycle_of_the_elasticity_is_recovered():
 def test_a_kept_cycle_is_shrunk_by_the_prior():
     frame = synthetic_history(1.0, days=2, step_minutes=60, seed=5, noise=0.2, cycle=(0.6, -0.6))
     raw = _fit(frame, daily_cycle=True, structure_alpha=1.0)
-    shrunk = _fit(frame, daily_cycle=True, structure_alpha=1.0, priors={"A100@synthetic/drainable": (1.0, 0.1)})
+    shrunk = _fit(
+        frame, daily_cycle=True, structure_alpha=1.0, priors={"A100@synthetic/drainable": (1.0, 0.1)}
+    )
     assert abs(shrunk.elasticity_cos) < abs(raw.elasticity_cos)
     assert abs(shrunk.elasticity_sin) < abs(raw.elasticity_sin)
