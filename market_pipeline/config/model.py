@@ -159,6 +159,9 @@ class ScalingConfigSection(_Strict):
     # a shortfall that a price within max_transient_price_ratio absorbs is priced, not
     # scaled, until it has lasted this long (pricing for transients, scaling for trends)
     scale_up_persistence_minutes: float = Field(60.0, ge=0)
+    # in service plus standby never below this share of the pool's nodes: a job larger than
+    # any the pool has seen lately resumes standby nodes (a minute), not cold ones
+    warm_reserve_fleet_fraction: float = Field(0.0, ge=0, le=1)
 
 
 class TelemetryConfig(_Strict):
