@@ -161,7 +161,7 @@ class ScalingConfigSection(_Strict):
     scale_up_persistence_minutes: float = Field(60.0, ge=0)
     # in service plus standby never below this share of the pool's nodes: a job larger than
     # any the pool has seen lately resumes standby nodes (a minute), not cold ones
-    warm_reserve_fleet_fraction: float = Field(0.0, ge=0, le=1)
+    warm_reserve_fleet_fraction: float = Field(1.0, ge=0, le=1)
 
 
 class TelemetryConfig(_Strict):
