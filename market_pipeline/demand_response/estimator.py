@@ -238,7 +238,9 @@ def _absorb(
     for _ in range(ABSORB_MAX_ITER):
         moved = 0.0
         for g, c in zip(groups, counts, strict=True):
-            means = np.column_stack([np.bincount(g, weights=col, minlength=c.size) for col in m.T]) / c[:, None]
+            means = (
+                np.column_stack([np.bincount(g, weights=col, minlength=c.size) for col in m.T]) / c[:, None]
+            )
             m -= means[g]
             moved = max(moved, float(np.abs(means).max()))
         if moved <= ABSORB_TOL * scale:
