@@ -23,17 +23,20 @@ and the elasticity is the long-run one, e = e_now - g: the response to a price h
 window and beyond, which is what a tick's price level meets. With an independent dither the
 lag mean's coefficient measures the deferred work that comes back within the window; the
 interval widens by about sqrt(1 + lag steps) for it. That price is paid only where the data
-show deferral: the lag stays in the fit when its coefficient is significant at 90%
-(`LAG_KEEP_Z`), and the fit says which it used (`lag_hours`).
+show deferral: the lag stays in the fit when a robust Wald test rejects it at
+`STRUCTURE_ALPHA` over the terms tested, and the fit says which it used (`lag_hours`).
 
 Tenants answer the price differently over the day (seed 000 §5.2: off-peak batch work is the
 most price-sensitive). With `daily_cycle` the price now also enters times cos and sin of the
 hour of day, so the elasticity is e(h) = e + a cos(2 pi h / 24) + b sin(2 pi h / 24): `elasticity`
 is its daily mean and (a, b) the cycle (`elasticity_cos`, `elasticity_sin`), each combined with
-a prior of mean 0 and the prior's sd (no cycle until the data show one).
+a prior of mean 0 and the prior's sd; it is kept only where the data show one (the same test as
+the lag's, on a and b jointly), and the hour's cos and sin are controls of their own.
 
-The interval is 80% by default: cluster-robust by day (CR1) with at least `MIN_CLUSTERS`
-days, heteroskedasticity-robust (HC1) otherwise, Student t quantiles. With a prior (the
+The time-of-day effects are as fine as the data's slots allow (5 minutes at 5-minute steps):
+a load that moves within the hour, which the price leans into, would otherwise be read as a
+lag and a cycle. The interval is 80% by default: the cluster jackknife by day (CV3) with at
+least `MIN_CLUSTERS` days, Newey-West otherwise, Student t quantiles. With a prior (the
 configured claims' elasticity, `prior=(mean, sd)`) the fit is combined with it by precision:
 the loop then prices with the claims until the experiments have spoken, and moves to the
 data as they do. The CLI (`market-pipeline demand fit`), the refit asset and the simulator
