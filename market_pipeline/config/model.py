@@ -177,6 +177,9 @@ class ScalingConfigSection(_Strict):
     # a shortfall that a price within max_transient_price_ratio absorbs is priced, not
     # scaled, until it has lasted this long (pricing for transients, scaling for trends)
     scale_up_persistence_minutes: float = Field(60.0, ge=0)
+    # in service plus standby never below this share of the pool's nodes: a job larger than
+    # any the pool has seen lately resumes standby nodes (a minute), not cold ones
+    warm_reserve_fleet_fraction: float = Field(1.0, ge=0, le=1)
 
 
 class TelemetryConfig(_Strict):
@@ -209,9 +212,10 @@ class DemandResponseConfig(_Strict):
     # the window over which deferred elastic work comes back: the fit is a distributed lag and
     # reads the long-run elasticity (0: the price now only)
     lag_hours: float = Field(3.0, ge=0, le=48)
-    # the lag's |coefficient / se| from which a fit keeps it (90%, two-sided; 0 keeps it always);
-    # chosen among 1.0, 1.645 and 2.576 on the job-level tuning points (docs/demand_response.md)
-    lag_keep_z: float = Field(1.645, ge=0, le=10)
+    # the share of histories without a lag or a daily cycle where the fit keeps one anyway: each
+    # asked term is tested (robust Wald, F reference) at this over the number tested; 1 keeps
+    # them always. Chosen on tuning seeds of `bench demand-structure` (docs/demand_response.md)
+    structure_alpha: float = Field(0.10, gt=0, le=1)
     # the elasticity follows a daily cycle (one harmonic of the hour of day), shrunk to none
     daily_cycle: bool = True
 

@@ -66,7 +66,7 @@ class LoopLearner:
                 prior=self.settings.priors[cls],
                 lag_hours=self.settings.lag_hours,
                 daily_cycle=self.settings.daily_cycle,
-                lag_keep_z=self.settings.lag_keep_z,
+                structure_alpha=self.settings.structure_alpha,
             )
 
     def load_index(self, hour: int) -> tuple[float, float]:

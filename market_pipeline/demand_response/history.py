@@ -11,7 +11,7 @@ import polars as pl
 
 from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.demand_response.estimator import (
-    LAG_KEEP_Z,
+    STRUCTURE_ALPHA,
     DemandResponseInputError,
     ResponseFit,
     fit_elasticity,
@@ -103,7 +103,7 @@ def fit_history(
     level: float = 0.8,
     lag_hours: float = 0.0,
     daily_cycle: bool = False,
-    lag_keep_z: float = LAG_KEEP_Z,
+    structure_alpha: float = STRUCTURE_ALPHA,
 ) -> dict[str, ResponseFit]:
     """The fit of every pool x class in `history` (columns as `HISTORY_SCHEMA`, optionally
     `load`), keyed "<pool_id>/<resource_class>"; `priors` by the same key."""
@@ -123,7 +123,7 @@ def fit_history(
             level=level,
             lag_hours=lag_hours,
             daily_cycle=daily_cycle,
-            lag_keep_z=lag_keep_z,
+            structure_alpha=structure_alpha,
         )
     return out
 

@@ -89,7 +89,7 @@ def refit_rows(config: MarketPipelineConfig, store, now: datetime) -> pl.DataFra
         level=dr.interval_level,
         lag_hours=dr.lag_hours,
         daily_cycle=dr.daily_cycle,
-        lag_keep_z=dr.lag_keep_z,
+        structure_alpha=dr.structure_alpha,
     )
     previous = {
         (r["pool_id"], r["resource_class"]): r

@@ -51,7 +51,7 @@ class GridSettings:
     # the estimator's settings: the live config's defaults (`[demand_response]`)
     lag_hours: float = field(default_factory=lambda: DemandResponseConfig().lag_hours)
     daily_cycle: bool = field(default_factory=lambda: DemandResponseConfig().daily_cycle)
-    lag_keep_z: float = field(default_factory=lambda: DemandResponseConfig().lag_keep_z)
+    structure_alpha: float = field(default_factory=lambda: DemandResponseConfig().structure_alpha)
 
 
 @dataclass

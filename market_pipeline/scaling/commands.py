@@ -44,6 +44,11 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--data-dir", default=str(DEFAULT_HELIOS_DIR), help="folder of the Helios vc*.csv files"
     )
+    parser.add_argument(
+        "--files",
+        default=",".join(Path(n).stem for n in HELIOS_FILES),
+        help="comma-separated vc names in --data-dir (default: the four shared files, the tuning set)",
+    )
     add_replay_options(parser)
     parser.set_defaults(handler=run_scaling_bench)
 
@@ -93,12 +98,15 @@ def run_scaling_eval(args: argparse.Namespace) -> int:
 
 def run_scaling_bench(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir)
-    missing = [name for name in HELIOS_FILES if not (data_dir / name).is_file()]
+    files = [f"{n.strip()}.csv" for n in args.files.split(",") if n.strip()]
+    if not files:
+        return input_error("--files: no file named")
+    missing = [name for name in files if not (data_dir / name).is_file()]
     if missing:
         return input_error(f"{data_dir}: missing {', '.join(missing)}")
     report: dict[str, Any] = {}
     try:
-        for name in HELIOS_FILES:
+        for name in files:
             load = _load(str(data_dir / name), args.minutes)
             settings = build_settings(args, load.initial_gpus)
             result = evaluate(load, settings)

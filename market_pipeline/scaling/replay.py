@@ -26,6 +26,7 @@ power changes, priced-out demand and standby GPU-hours are reported next to them
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -184,7 +185,13 @@ def _pool_state(load: DemandLoad, settings: ReplaySettings, minute: int, pending
 
 
 def _initial_nodes(load: DemandLoad, settings: ReplaySettings) -> int:
-    return min(settings.fleet.max_nodes, -(-load.initial_gpus // settings.fleet.node_gpus))
+    """The fleet both runs start with: the trace's capacity at its first minute, or what that
+    minute's demand needs where the trace starts overloaded (Helios vcpDC: 85 GPUs wanted on
+    56). A backlog the replay inherits at minute 0 is no decision of either run, and the
+    certificate of the first tick would score it as one."""
+    first = float(load.demand[0]) if load.demand.size else 0.0
+    gpus = max(float(load.initial_gpus), first)
+    return min(settings.fleet.max_nodes, max(1, math.ceil(gpus / settings.fleet.node_gpus - 1e-9)))
 
 
 class PolicyRun:

@@ -32,6 +32,7 @@ def scaling_config_from_config(config: MarketPipelineConfig, pool_id: str) -> Sc
         scale_up_persistence_minutes=section.scale_up_persistence_minutes,
         disruption_budget_pct=config.guardrails.task_drain.pool_disruption_budget_pct,
         warm_pool_nodes=pool.warm_nodes,
+        warm_reserve_fleet_fraction=section.warm_reserve_fleet_fraction,
     )
 
 

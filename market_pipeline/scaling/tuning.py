@@ -107,6 +107,14 @@ class Trial:
     tick: int
 
 
+# `scaling-tune --grid fleet-reserve`: the warm reserve's floor alone, the rest at the config's
+# values (issue 40: a first 64-GPU job on Helios vcMod after a week below 25 GPUs)
+FLEET_RESERVE_GRID: dict[str, tuple[float, ...]] = {
+    "tick_minutes": (5,),
+    "warm_reserve_fleet_fraction": (0.0, 0.5, 0.75, 1.0),
+}
+
+
 def combos(grid: dict[str, tuple[float, ...]] = GRID) -> list[tuple[tuple[str, float], ...]]:
     keys = sorted(grid)
     return [tuple(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
@@ -285,6 +293,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--data-dir", default="../shared/data/helios-earth", help="folder of the Helios vc*.csv files"
     )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--files",
+        default=",".join(HELIOS_FILES),
+        help="comma-separated vc names in --data-dir (the tuning set)",
+    )
+    parser.add_argument(
+        "--grid", choices=("full", "fleet-reserve"), default="full", help="which grid (default: full)"
+    )
     add_replay_options(parser)
     parser.set_defaults(handler=run_tune)
 
@@ -294,12 +310,16 @@ def run_tune(args: argparse.Namespace) -> int:
 
     started, cpu0 = time.time(), time.process_time()
     try:
-        loads = {name: load_helios_demand(Path(args.data_dir) / f"{name}.csv") for name in HELIOS_FILES}
+        names = [n.strip() for n in args.files.split(",") if n.strip()]
+        if not names:
+            return input_error("--files: no file named")
+        loads = {name: load_helios_demand(Path(args.data_dir) / f"{name}.csv") for name in names}
     except LoadFileError as exc:
         return input_error(exc)
     if args.jobs < 1:
         return input_error("--jobs must be >= 1")
-    report = tune(loads, args, jobs=args.jobs)
+    grid = FLEET_RESERVE_GRID if args.grid == "fleet-reserve" else GRID
+    report = tune(loads, args, grid=grid, jobs=args.jobs)
     report["wall_seconds"] = round(time.time() - started, 1)
     report["parent_cpu_seconds"] = round(time.process_time() - cpu0, 1)
     print(json.dumps(report))

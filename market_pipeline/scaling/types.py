@@ -146,6 +146,9 @@ class ScalingConfig:
     warm_pool_nodes: int = 1  # the warm pool's minimum size
     warm_to_recent_peak: bool = True  # keep warm what a return to a recent peak needs...
     warm_reserve_window_hours: float = 168.0  # ...the peak of this window (scaling-tune: 12 or 168)
+    # in service + standby >= this share of max_nodes: what no recent peak predicts (a job
+    # larger than any seen in the window) still resumes warm nodes
+    warm_reserve_fleet_fraction: float = 0.0
     interval_minutes: float = 3.0  # the control tick the certificate covers
     warm_resume_minutes: float = 1.0  # a standby node serves the rest of the interval
 
@@ -184,6 +187,11 @@ class ScalingConfig:
         _require(0 <= self.disruption_budget_pct <= 100, "disruption_budget_pct", "must be in [0, 100]")
         _require(self.max_removals_per_hour >= 0, "max_removals_per_hour", "must be >= 0")
         _require(self.warm_pool_nodes >= 0, "warm_pool_nodes", "must be >= 0")
+        _require(
+            math.isfinite(self.warm_reserve_fleet_fraction) and 0 <= self.warm_reserve_fleet_fraction <= 1,
+            "warm_reserve_fleet_fraction",
+            "must be in [0, 1]",
+        )
         _require(0 <= self.drainable_floor_quantile <= 1, "drainable_floor_quantile", "must be in [0, 1]")
         _require(self.max_transient_price_ratio >= 1, "max_transient_price_ratio", "must be >= 1")
         _require(self.keep_band_step_changes >= 0, "keep_band_step_changes", "must be >= 0")

@@ -39,11 +39,20 @@ def warm_target(tick: Tick, freeing: int = 0) -> int:
         if d.allowed and (d.action == "scale_up" or (d.action == "power_on" and d.node_id))
     )  # entering service now
     peak = tick.target.peak_nodes - tick.in_service - coming if tick.config.warm_to_recent_peak else 0
+    fleet = fleet_reserve_nodes(tick) - tick.in_service - coming
     # nodes powered off this tick free their slots: on a full fleet they go straight to
     # standby instead of powering fully off while a cold node boots to refill the pool
     leaving = freeing + _powered_off(tick)
     spare = tick.pool_state.max_nodes - tick.fleet.powered + leaving
-    return max(0, min(spare, max(tick.config.warm_pool_nodes, wanted, peak)))
+    return max(0, min(spare, max(tick.config.warm_pool_nodes, wanted, peak, fleet)))
+
+
+def fleet_reserve_nodes(tick: Tick) -> int:
+    """Nodes in service or standby whatever the recent peaks say: `warm_reserve_fleet_fraction`
+    of the pool's nodes. The recent peak forgets, and a first job larger than any it saw (Helios
+    vcMod: 0 to 64 GPUs after a week below 25) found one node in service and four warm, so cold
+    boots that serve none of the tick had to carry it and the certificate failed."""
+    return math.ceil(tick.config.warm_reserve_fleet_fraction * tick.pool_state.max_nodes - 1e-9)
 
 
 def power_off_target(tick: Tick) -> str:
@@ -104,6 +113,7 @@ def trim_warm_pool(tick: Tick) -> None:
     )
     if tick.config.warm_to_recent_peak:
         ceiling = max(ceiling, tick.target.peak_nodes)
+    ceiling = max(ceiling, fleet_reserve_nodes(tick))
     resuming = {d.node_id for d in tick.decisions if d.action == "power_on" and d.node_id}
     spare = [n for n in sorted(tick.fleet.standby, key=lambda n: n.node_id) if n.node_id not in resuming]
     excess = len(spare) + len(tick.fleet.warming) - ceiling

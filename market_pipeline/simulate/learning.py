@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from market_pipeline.demand_response.estimator import LAG_KEEP_Z, ResponseFit, fit_elasticity
+from market_pipeline.demand_response.estimator import STRUCTURE_ALPHA, ResponseFit, fit_elasticity
 from market_pipeline.demand_response.experiments import (
     ExperimentSettings,
     dither_cost,
@@ -55,7 +55,7 @@ class ResponseLearner:
         promises: Promises,
         lag_hours: float = 0.0,
         daily_cycle: bool = False,
-        lag_keep_z: float = LAG_KEEP_Z,
+        structure_alpha: float = STRUCTURE_ALPHA,
     ) -> None:
         self.keys = [response_key(p, c) for p in pool_ids for c in (GUARANTEED, DRAINABLE)]
         self.pool = [p for p in pool_ids for _ in (GUARANTEED, DRAINABLE)]
@@ -67,7 +67,7 @@ class ResponseLearner:
         self.priors = {k: priors[c] for k, c in zip(self.keys, self.cls)}
         self.refit_every, self.settings, self.promises = refit_every, experiments, promises
         # the live config's `demand_response`
-        self.lag_hours, self.daily_cycle, self.lag_keep_z = lag_hours, daily_cycle, lag_keep_z
+        self.lag_hours, self.daily_cycle, self.structure_alpha = lag_hours, daily_cycle, structure_alpha
         self.ts: list[float] = []
         self.prices: list[np.ndarray] = []
         self.demand: list[np.ndarray] = []
@@ -128,7 +128,7 @@ class ResponseLearner:
                 level=self.settings.level,
                 lag_hours=self.lag_hours,
                 daily_cycle=self.daily_cycle,
-                lag_keep_z=self.lag_keep_z,
+                structure_alpha=self.structure_alpha,
             )
             for r, k in enumerate(self.keys)
         }

@@ -236,7 +236,7 @@ def learning_strategy(inputs: RunInputs) -> StackelbergPricing:
         strategy.promises,
         lag_hours=dr.lag_hours,
         daily_cycle=dr.daily_cycle,
-        lag_keep_z=dr.lag_keep_z,
+        structure_alpha=dr.structure_alpha,
     )
     return strategy
 

@@ -64,15 +64,15 @@ def test_missing_file(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_lag_keep_z_chooses_whether_the_fit_keeps_the_lag(tmp_path, capsys):
-    """`demand fit` tests the lag at the config's threshold by default; `--lag-keep-z 0` keeps it."""
+def test_structure_alpha_chooses_whether_the_fit_keeps_the_lag(tmp_path, capsys):
+    """`demand fit` tests the lag at the config's rate by default; `--structure-alpha 1` keeps it."""
     path = _csv(tmp_path, synthetic_history(1.0, seed=0))
     assert main(["demand", "fit", "--history", str(path), "--lag-hours", "3", "--json"]) == 0
     tested = json.loads(capsys.readouterr().out)["A100@synthetic/drainable"]
-    args = ["demand", "fit", "--history", str(path), "--lag-hours", "3", "--lag-keep-z", "0", "--json"]
+    args = ["demand", "fit", "--history", str(path), "--lag-hours", "3", "--structure-alpha", "1", "--json"]
     assert main(args) == 0
     kept = json.loads(capsys.readouterr().out)["A100@synthetic/drainable"]
     assert tested["lag_hours"] == 0 and kept["lag_hours"] == 3
-    assert main([*args[:-2], "-1", "--json"]) == 2
+    assert main([*args[:-2], "0", "--json"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "--lag-keep-z" in err and len(err.splitlines()) == 1
+    assert "--structure-alpha must be in (0, 1]" in err and len(err.splitlines()) == 1
