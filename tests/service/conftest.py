@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from filelock import FileLock
 from service_testkit import ACME, BLUE, build_service_warehouse, start_server
 
 from market_pipeline.config import MarketPipelineConfig, load_config
@@ -19,8 +20,16 @@ def service_config() -> MarketPipelineConfig:
 
 @pytest.fixture(scope="session")
 def service_warehouse(tmp_path_factory: pytest.TempPathFactory, service_config) -> Warehouse:
-    """Built once; treat as read-only (copy it to write)."""
-    return build_service_warehouse(tmp_path_factory.mktemp("service") / "warehouse.duckdb", service_config)
+    """Built once for the whole run, shared by the xdist workers (the first builds it under a
+    file lock, the others wait and reuse it); treat as read-only (copy it to write)."""
+    shared = tmp_path_factory.getbasetemp().parent / "service-warehouse"
+    shared.mkdir(exist_ok=True)
+    path, built = shared / "warehouse.duckdb", shared / "built"
+    with FileLock(str(shared / "build.lock")):
+        if not built.exists():
+            build_service_warehouse(path, service_config)
+            built.touch()
+    return Warehouse(path)
 
 
 @pytest.fixture(scope="module")
