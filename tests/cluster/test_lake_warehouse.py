@@ -23,9 +23,7 @@ def test_the_lake_takes_every_migration_and_keeps_keys_by_merging(lake: Lake, tm
     assert store.schema_version() == max(m.version for m in MIGRATIONS)
     assert store.migrate() == []  # a second open applies nothing
     assert not (tmp_path / "unused.duckdb").exists()
-    rows = pl.DataFrame(
-        {"pool_id": ["a", "b"], "memory": ['{"n": 1}', '{"n": 2}'], "updated_at": [T0, T0]}
-    )
+    rows = pl.DataFrame({"pool_id": ["a", "b"], "memory": ['{"n": 1}', '{"n": 2}'], "updated_at": [T0, T0]})
     store.upsert("scaler_memory", rows)
     store.upsert("scaler_memory", rows.with_columns(memory=pl.lit('{"n": 3}')).head(1))
     got = store.query("SELECT pool_id, memory FROM scaler_memory ORDER BY pool_id").rows()
