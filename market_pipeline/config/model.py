@@ -45,6 +45,17 @@ class WarehouseConfig(_Strict):
         return self
 
 
+class OrchestrationConfig(_Strict):
+    """Where Dagster runs a job's steps. `in_process` (the embedded default): in the run's own
+    process. `celery` (the cluster profile): on Celery workers (dagster-celery) fed through
+    `celery_broker` (RabbitMQ `pyamqp://...` or Redis `redis://...`), results back through
+    `celery_backend`. Credentials belong in the environment (MP__ORCHESTRATION__CELERY_BROKER)."""
+
+    executor: Literal["in_process", "celery"] = "in_process"
+    celery_broker: str = "pyamqp://guest@127.0.0.1:5672//"
+    celery_backend: str = "rpc://"
+
+
 class AdapterConfig(_Strict):
     backend: Literal["simulated", "local-process", "nvml", "dcgm"] = "simulated"
     state_path: str = "var/fleet_state.json"
@@ -243,6 +254,7 @@ class BillingConfig(_Strict):
 
 class MarketPipelineConfig(_Strict):
     warehouse: WarehouseConfig = WarehouseConfig()
+    orchestration: OrchestrationConfig = OrchestrationConfig()
     adapter: AdapterConfig = AdapterConfig()
     loop: LoopConfig = LoopConfig()
     market: MarketConfig = MarketConfig()
