@@ -114,7 +114,7 @@ CLUSTER_DB ?= mp_cluster
 CELERY_BROKER ?= pyamqp://guest@127.0.0.1:5672//
 CLUSTER_PORT ?= 3100
 CLUSTER_WORKERS ?= 2
-export CLUSTER_ENV := MARKET_PIPELINE_HOME=$(CLUSTER_HOME) DAGSTER_HOME=$(CLUSTER_HOME)/dagster_home \
+export CLUSTER_ENV := PATH=$(abspath $(VENV))/bin:$(PATH) MARKET_PIPELINE_HOME=$(CLUSTER_HOME) DAGSTER_HOME=$(CLUSTER_HOME)/dagster_home \
 	DAGSTER_PG_URL=$(subst postgresql://,postgresql+psycopg2://,$(CLUSTER_PG))/$(CLUSTER_DB)_dagster \
 	MP__WAREHOUSE__BACKEND=ducklake MP__WAREHOUSE__DATA_PATH=$(CLUSTER_HOME)/lake/ \
 	MP__WAREHOUSE__CATALOG_URL=$(CLUSTER_PG)/$(CLUSTER_DB)_lake \
@@ -137,10 +137,14 @@ cluster-up: $(VENV)/.installed
 	start webserver $(abspath $(VENV))/bin/dagster-webserver -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(CLUSTER_PORT); \
 	start daemon $(abspath $(VENV))/bin/dagster-daemon run -w $(CURDIR)/workspace.yaml; \
 	for i in $$(seq $(CLUSTER_WORKERS)); do start worker$$i env PYTHONPATH=$(CURDIR) $(abspath $(VENV))/bin/dagster-celery worker start \
-		-A dagster_celery.app -y $(CLUSTER_HOME)/celery.yaml -n worker$$i@%h; done; \
+		-A dagster_celery.app -y $(CLUSTER_HOME)/celery.yaml -n worker$$i; done; \
 	echo "cluster profile up: http://127.0.0.1:$(CLUSTER_PORT); make cluster-down stops it"
 
+# Each process group gets SIGTERM, then SIGKILL if it is still there 30 s later.
 cluster-down:
 	@for pid in $(CLUSTER_HOME)/*.pid; do [ -f $$pid ] || continue; p=$$(cat $$pid); \
-		if kill -0 $$p 2>/dev/null; then /bin/kill -TERM -- -$$p; echo "stopped $$(basename $$pid .pid) (pid $$p)"; fi; \
+		if kill -0 $$p 2>/dev/null; then /bin/kill -TERM -- -$$p; \
+			for i in $$(seq 30); do pgrep -g $$p > /dev/null || break; sleep 1; done; \
+			pgrep -g $$p > /dev/null && /bin/kill -KILL -- -$$p 2>/dev/null; \
+			echo "stopped $$(basename $$pid .pid) (pid $$p)"; fi; \
 		rm -f $$pid; done
