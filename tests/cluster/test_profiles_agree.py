@@ -70,8 +70,9 @@ def _results(store: Warehouse) -> dict[str, list[tuple]]:
             "ORDER BY 1, 2, 3"
         ).rows(),
         "decisions": store.query(
-            "SELECT decision_id, kind, pool_id, target, action, allowed, shadow, reasons, decided_at "
-            "FROM decisions ORDER BY 1"
+            # a drain request is stamped with the wall clock when it is made (on both profiles)
+            "SELECT decision_id, kind, pool_id, target, action, allowed, shadow, reasons, "
+            "CASE WHEN kind = 'drain' THEN NULL ELSE decided_at END AS decided_at FROM decisions ORDER BY 1"
         ).rows(),
         "usage": store.query(
             "SELECT interval_id, tenant_id, started_at, ended_at, gpu_fraction FROM usage_intervals ORDER BY 1"
