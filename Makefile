@@ -17,7 +17,8 @@ LIVE_PID := $(LIVE_HOME)/dagster-dev.pid
 LIVE_LOG := $(LIVE_HOME)/dagster-dev.log
 PORT ?= 3000
 
-.PHONY: demo test lint lock ui up down install clean postgres-home slurm-up slurm-down serve
+.PHONY: demo test lint lock ui up down install clean postgres-home slurm-up slurm-down serve cluster-up \
+	cluster-down
 
 # The lock pins every package (the test extra's included), so installs reproduce; the project
 # itself goes in editable, without re-resolving its dependencies.
@@ -121,3 +122,48 @@ serve: $(VENV)/.installed
 
 clean:
 	rm -rf var dbt/target dbt/logs
+
+# The cluster profile on one machine (README "Cluster profile"): the PostgreSQL databases
+# (Dagster storage, DuckLake catalog) created, then a webserver, the daemon and 2 Celery workers,
+# each its own process (group); `make cluster-down` stops them. Override CLUSTER_PG (admin URL),
+# CLUSTER_DB (database name prefix) and CELERY_BROKER (RabbitMQ pyamqp:// or Redis redis://).
+CLUSTER_HOME := $(CURDIR)/var/cluster
+CLUSTER_PG ?= postgresql://postgres@127.0.0.1:5432
+CLUSTER_DB ?= mp_cluster
+CELERY_BROKER ?= pyamqp://guest@127.0.0.1:5672//
+CLUSTER_PORT ?= 3100
+CLUSTER_WORKERS ?= 2
+export CLUSTER_ENV := PATH=$(abspath $(VENV))/bin:$(PATH) MARKET_PIPELINE_HOME=$(CLUSTER_HOME) DAGSTER_HOME=$(CLUSTER_HOME)/dagster_home \
+	DAGSTER_PG_URL=$(subst postgresql://,postgresql+psycopg2://,$(CLUSTER_PG))/$(CLUSTER_DB)_dagster \
+	MP__WAREHOUSE__BACKEND=ducklake MP__WAREHOUSE__DATA_PATH=$(CLUSTER_HOME)/lake/ \
+	MP__WAREHOUSE__CATALOG_URL=$(CLUSTER_PG)/$(CLUSTER_DB)_lake \
+	MP__ORCHESTRATION__EXECUTOR=celery MP__ORCHESTRATION__CELERY_BROKER=$(CELERY_BROKER)
+
+cluster-up: $(VENV)/.installed
+	@mkdir -p $(CLUSTER_HOME)/dagster_home $(CLUSTER_HOME)/lake
+	@cp market_pipeline/defaults/dagster.cluster.yaml $(CLUSTER_HOME)/dagster_home/dagster.yaml
+	@printf 'execution:\n  config:\n    broker: "%s"\n    backend: "rpc://"\n' '$(CELERY_BROKER)' > $(CLUSTER_HOME)/celery.yaml
+	@$(PY) -c "import psycopg2, sys; c = psycopg2.connect('$(CLUSTER_PG)/test', connect_timeout=5); \
+		c.autocommit = True; cur = c.cursor(); \
+		[cur.execute('CREATE DATABASE ' + d) for d in sys.argv[1:] \
+		 if not (cur.execute('SELECT 1 FROM pg_database WHERE datname = %s', (d,)) or cur.fetchone())]" \
+		$(CLUSTER_DB)_dagster $(CLUSTER_DB)_lake
+	@env $(CLUSTER_ENV) $(VENV)/bin/market-pipeline migrate
+	@start() { name=$$1; shift; pid=$(CLUSTER_HOME)/$$name.pid; \
+		if [ -f $$pid ] && kill -0 $$(cat $$pid) 2>/dev/null; then echo "$$name already up"; return; fi; \
+		(cd $(CLUSTER_HOME)/dagster_home && env $(CLUSTER_ENV) setsid nohup "$$@" > $(CLUSTER_HOME)/$$name.log 2>&1 & echo $$! > $$pid); \
+		echo "$$name up (pid $$(cat $$pid)), log $(CLUSTER_HOME)/$$name.log"; }; \
+	start webserver $(abspath $(VENV))/bin/dagster-webserver -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(CLUSTER_PORT); \
+	start daemon $(abspath $(VENV))/bin/dagster-daemon run -w $(CURDIR)/workspace.yaml; \
+	for i in $$(seq $(CLUSTER_WORKERS)); do start worker$$i env PYTHONPATH=$(CURDIR) $(abspath $(VENV))/bin/dagster-celery worker start \
+		-A dagster_celery.app -y $(CLUSTER_HOME)/celery.yaml -n worker$$i; done; \
+	echo "cluster profile up: http://127.0.0.1:$(CLUSTER_PORT); make cluster-down stops it"
+
+# Each process group gets SIGTERM, then SIGKILL if it is still there 30 s later.
+cluster-down:
+	@for pid in $(CLUSTER_HOME)/*.pid; do [ -f $$pid ] || continue; p=$$(cat $$pid); \
+		if kill -0 $$p 2>/dev/null; then /bin/kill -TERM -- -$$p; \
+			for i in $$(seq 30); do pgrep -g $$p > /dev/null || break; sleep 1; done; \
+			pgrep -g $$p > /dev/null && /bin/kill -KILL -- -$$p 2>/dev/null; \
+			echo "stopped $$(basename $$pid .pid) (pid $$p)"; fi; \
+		rm -f $$pid; done

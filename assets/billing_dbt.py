@@ -34,6 +34,7 @@ from market_pipeline.billing.dbt_project import (
     environment_overrides,
 )
 from market_pipeline.config import ConfigError, load_config
+from market_pipeline.warehouse.lake import DBT_TARGET as LAKE_DBT_TARGET
 
 GROUP = "billing"  # with the billing assets (assets/billing.py): billing_job selects the group
 
@@ -108,9 +109,13 @@ def billing_dbt_models() -> dg.AssetsDefinition:
         replaced at once), with the config's billing vars (idle-cost allocation)."""
         window = context.partition_time_window
         dbt_vars = billing_vars(fleet.config(), window.start, window.end)
-        with environment_overrides({WAREHOUSE_ENV: str(Path(warehouse.path).resolve())}):
+        # the cluster profile's lake: dbt's `cluster` target, attached under the same name
+        lake = warehouse.lake
+        env = {WAREHOUSE_ENV: str(Path(warehouse.path).resolve()), **(lake.dbt_environment() if lake else {})}
+        target = ["--target", LAKE_DBT_TARGET] if lake else []
+        with environment_overrides(env):
             invocation = dbt.cli(
-                ["build", *UNIT_TESTS_EXCLUDED, "--vars", json.dumps(dbt_vars)], context=context
+                ["build", *UNIT_TESTS_EXCLUDED, "--vars", json.dumps(dbt_vars), *target], context=context
             )
         yield from with_row_counts(invocation.stream(), warehouse)
 

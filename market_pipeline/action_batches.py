@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from market_pipeline.warehouse import Warehouse, WarehouseError
+from market_pipeline.warehouse import Warehouse, WarehouseError, is_transaction_conflict, rollback
 
 # Result statuses. Only FAILED, ERROR and RUNNING make a batch run fail; an action the fleet
 # cannot carry out is INFEASIBLE, an outcome like any other.
@@ -91,7 +91,7 @@ def pending_batches(store: Warehouse, kind: str, actions: Sequence[str] | None =
     A decision claimed by a run that has not recorded its outcome stays pending, so that a
     resume run can settle it. Read-only.
     """
-    if not store.path.exists():
+    if not store.exists():
         return []
     frame = store.query(
         "SELECT decided_at, list(decision_id ORDER BY decision_id) AS ids FROM decisions "
@@ -128,15 +128,42 @@ def claim(
     and unclaimed, or held by this run or by a dead run named in `take_over`)."""
     if not decision_ids:
         return set()
+    params = [run_id, now, batch_id, list(decision_ids), [run_id, *take_over]]
+    if store.lake is not None:
+        return store.retrying(lambda: _claim_in_lake(store, params, batch_id))
     with store.connect() as con:
         try:
-            taken = con.execute(
-                "UPDATE decisions SET claimed_by = ?, claimed_at = ?, batch_id = ? "
-                "WHERE list_contains(?, decision_id) AND executed_at IS NULL "
-                "AND (claimed_by IS NULL OR list_contains(?, claimed_by)) RETURNING decision_id",
-                [run_id, now, batch_id, list(decision_ids), [run_id, *take_over]],
-            ).fetchall()
+            taken = con.execute(_CLAIM_SQL + " RETURNING decision_id", params).fetchall()
         except duckdb.Error as exc:
+            raise WarehouseError(f"claiming the decisions of batch {batch_id} failed: {exc}") from exc
+    return {row[0] for row in taken}
+
+
+_CLAIM_SQL = (
+    "UPDATE decisions SET claimed_by = ?, claimed_at = ?, batch_id = ? "
+    "WHERE list_contains(?, decision_id) AND executed_at IS NULL "
+    "AND (claimed_by IS NULL OR list_contains(?, claimed_by))"
+)
+
+
+def _claim_in_lake(store: Warehouse, params: list[Any], batch_id: str) -> set[str]:
+    """The claim on a DuckLake (no UPDATE ... RETURNING): update, then read back what this run
+    holds, in one transaction; a concurrent claimer's commit makes this one conflict and retry."""
+    run_id, now, _batch, ids, _holders = params
+    with store.connect() as con:
+        con.execute("BEGIN")
+        try:
+            con.execute(_CLAIM_SQL, params)
+            taken = con.execute(
+                "SELECT decision_id FROM decisions WHERE list_contains(?, decision_id) "
+                "AND claimed_by = ? AND claimed_at = ? AND executed_at IS NULL",
+                [ids, run_id, now],
+            ).fetchall()
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            rollback(con)
+            if is_transaction_conflict(exc):
+                raise
             raise WarehouseError(f"claiming the decisions of batch {batch_id} failed: {exc}") from exc
     return {row[0] for row in taken}
 

@@ -32,11 +32,26 @@ from assets.resources import FleetAdapterResource, WarehouseResource  # noqa: E4
 from assets.scaling import scaling_assets  # noqa: E402
 from assets.simulation import simulation_assets  # noqa: E402
 from assets.telemetry import telemetry_assets, telemetry_checks  # noqa: E402
-from market_pipeline.config import CONFIG_ENV, load_config  # noqa: E402
+from market_pipeline.config import CONFIG_ENV, MarketPipelineConfig, load_config  # noqa: E402
 from sensors.drain import drain_sensor  # noqa: E402
 from sensors.jobs import loop_jobs  # noqa: E402
 from sensors.scaling import scaling_sensor  # noqa: E402
 from sensors.schedules import loop_schedules  # noqa: E402
+
+
+def executor_for(config: MarketPipelineConfig) -> dg.ExecutorDefinition:
+    """The embedded default runs a run's steps in its one process: they queue on the
+    `warehouse` pool anyway, and a process per step would load the solver and the twin again
+    for each. The cluster profile (`orchestration.executor = "celery"`) sends each step to a
+    Celery worker (dagster-celery); the broker is the executor's config, what a run's
+    `execution: config:` would carry."""
+    if config.orchestration.executor == "in_process":
+        return dg.in_process_executor
+    from dagster_celery import celery_executor
+
+    return celery_executor.configured(
+        {"broker": config.orchestration.celery_broker, "backend": config.orchestration.celery_backend}
+    )
 
 
 def build_definitions() -> dg.Definitions:
@@ -61,13 +76,11 @@ def build_definitions() -> dg.Definitions:
         schedules=loop_schedules(config),
         sensors=[drain_sensor, scaling_sensor],
         resources={
-            "warehouse": WarehouseResource(path=str(config.warehouse_path)),
+            "warehouse": WarehouseResource.from_config(config),
             "fleet": FleetAdapterResource(config_path=config_path),
             "dbt": dbt_resource(),
         },
-        # A run's steps share one process: they queue on the `warehouse` pool anyway, and a
-        # process per step would load the solver and the twin again for each.
-        executor=dg.in_process_executor,
+        executor=executor_for(config),
     )
 
 

@@ -37,7 +37,7 @@ def run_control_loop(days: float, dagster_home: Path) -> dict:
     """Advance the fleet by `days` simulated days through the instance; return a summary."""
     from market_pipeline.hardware import make_adapter
     from market_pipeline.report.loop_summary import summarise
-    from market_pipeline.warehouse import Warehouse
+    from market_pipeline.warehouse.profile import configured_warehouse
     from sensors.sim_daemon import simulated_daemon, simulated_instance
 
     config = load_config()
@@ -73,7 +73,7 @@ def run_control_loop(days: float, dagster_home: Path) -> dict:
         daemon.backfills()
         # stopped again: `make ui` over this instance looks, and its daemon moves nothing
         daemon.turn_on(())
-    summary = summarise(Warehouse(config.warehouse_path), config, start, end)
+    summary = summarise(configured_warehouse(config), config, start, end)
     failed = instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
     tick_seconds = [
         record.end_time - record.start_time

@@ -105,7 +105,7 @@ def run_soak(
 def _soak(minutes: float, dagster_home: Path, logger: logging.Logger) -> SoakResult:
     from market_pipeline.config import load_config
     from market_pipeline.hardware import make_adapter
-    from market_pipeline.warehouse import Warehouse
+    from market_pipeline.warehouse.profile import configured_warehouse
 
     config = load_config()
     # the daemon starts an hour into the fleet's history: every schedule's first tick then has
@@ -124,7 +124,7 @@ def _soak(minutes: float, dagster_home: Path, logger: logging.Logger) -> SoakRes
             steps += 1
         fired = _fire_times(daemon, start, at)
         daemon.turn_on(())
-    store = Warehouse(config.warehouse_path)
+    store = configured_warehouse(config)
     ticks = _control_tick_seconds(instance)
     return SoakResult(
         runs=instance.get_runs_count(),

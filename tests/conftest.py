@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,34 @@ from hypothesis import settings as _hypothesis_settings  # noqa: E402
 
 _hypothesis_settings.register_profile("repeatable", derandomize=True, deadline=None)
 _hypothesis_settings.load_profile("repeatable")
+
+
+@pytest.fixture()
+def lake(tmp_path: Path) -> Iterator[object]:
+    """An empty DuckLake of this test's own (the cluster profile's warehouse): its catalog a
+    fresh PostgreSQL database on 127.0.0.1:5432, dropped afterwards, its data under tmp_path.
+    Skips when PostgreSQL is down or the DuckLake extension wheels are not installed."""
+    from market_pipeline.warehouse import Lake, WarehouseError
+    from market_pipeline.warehouse.lake import extension_directory, forget_instance
+
+    psycopg2 = pytest.importorskip("psycopg2")
+    try:
+        extension_directory()
+    except WarehouseError as exc:
+        pytest.skip(str(exc))
+    try:
+        admin = psycopg2.connect("host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3)
+    except psycopg2.OperationalError:
+        pytest.skip("PostgreSQL is not running on 127.0.0.1:5432")
+    admin.autocommit = True
+    name = f"mp_lake_test_{uuid.uuid4().hex[:12]}"
+    with admin.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE {name}")
+    made = Lake(f"host=127.0.0.1 port=5432 user=postgres dbname={name}", f"{tmp_path}/lake/")
+    try:
+        yield made
+    finally:
+        forget_instance(made)
+        with admin.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()

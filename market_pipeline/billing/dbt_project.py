@@ -22,6 +22,8 @@ from pathlib import Path
 
 from market_pipeline.billing.errors import RatingError
 from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.warehouse.lake import DBT_TARGET as LAKE_DBT_TARGET
+from market_pipeline.warehouse.lake import Lake
 
 DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt"
 WAREHOUSE_ENV = "MARKET_PIPELINE_WAREHOUSE"
@@ -169,11 +171,14 @@ def run_dbt(
     raise_on_failure: bool = True,
     manifest: object | None = None,
     reuse_manifest: bool = True,
+    lake: Lake | None = None,
 ) -> DbtRun:
     """Run one dbt command (e.g. ["build", "--select", "+focus_export"]) on a warehouse.
 
     By default the process-wide parsed manifest is reused (`cached_manifest`); pass
-    `manifest` to use another, or `reuse_manifest=False` to let dbt parse.
+    `manifest` to use another, or `reuse_manifest=False` to let dbt parse. With `lake` the
+    same project runs on the cluster profile's DuckLake (profile target `cluster`: the lake
+    attached under the same catalog name, so the parsed manifest serves both).
     """
     from dbt.cli.main import dbtRunner
 
@@ -194,6 +199,8 @@ def run_dbt(
     ]
     if dbt_vars:
         args += ["--vars", json.dumps(dict(dbt_vars))]
+    if lake is not None:
+        args += ["--target", LAKE_DBT_TARGET]
     env = {
         WAREHOUSE_ENV: str(Path(warehouse_path).resolve()),
         "DBT_LOG_PATH": str(project_dir / "logs"),
@@ -202,6 +209,7 @@ def run_dbt(
         # cost ~10% of a billing rollup; failures come back in the RatingError either way.
         # DBT_LOG_LEVEL_FILE=debug turns it back on.
         DBT_FILE_LOG_ENV: os.environ.get(DBT_FILE_LOG_ENV, "none"),
+        **(lake.dbt_environment() if lake is not None else {}),
     }
     started = time.perf_counter()
     with _DBT_LOCK, environment_overrides(env):
@@ -218,7 +226,8 @@ def run_dbt(
     )
     if raise_on_failure and not run.success:
         detail = "; ".join(run.failures) or str(getattr(result, "exception", "unknown error"))
-        raise RatingError(f"dbt {' '.join(command)} failed on {warehouse_path}: {detail}")
+        where = lake.describe() if lake is not None else warehouse_path
+        raise RatingError(f"dbt {' '.join(command)} failed on {where}: {detail}")
     return run
 
 

@@ -46,7 +46,7 @@ def pool_directory(
 def carried_from_previous(warehouse: Warehouse, window: HourWindow) -> dict[str, dt.datetime | None]:
     """Tasks the previous hour left running -> their drain signal time (or None)."""
     previous = HourWindow(window.start - dt.timedelta(hours=1), window.start).partition_key
-    if not warehouse.path.exists():
+    if not warehouse.exists():
         return {}
     frame = warehouse.query(
         "SELECT task_id, min(drain_signal_at) AS drain_signal_at FROM usage_intervals"
@@ -62,7 +62,7 @@ def drain_records(
     """Drain signals and platform faults the task-drain guardrail recorded before the
     window's end (table `drain_billing_events`); empty when that table is absent."""
     ids = sorted(set(task_ids))
-    if not ids or not warehouse.path.exists():
+    if not ids or not warehouse.exists():
         return {}, set()
     try:
         frame = warehouse.query(

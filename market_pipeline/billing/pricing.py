@@ -85,7 +85,7 @@ def load_price_history(warehouse: Warehouse | None, pool_id: str) -> PriceHistor
             "price_per_gpu_hour": pl.Decimal(18, 6),
         }
     )
-    if warehouse is None or not warehouse.path.exists():
+    if warehouse is None or not warehouse.exists():
         return PriceHistory(pool_id, empty)
     try:
         frame = warehouse.query(
@@ -102,7 +102,7 @@ def load_price_history(warehouse: Warehouse | None, pool_id: str) -> PriceHistor
 
 def month_to_date_gpu_hours(warehouse: Warehouse | None, tenant_id: str, at: dt.datetime) -> Decimal:
     """The tenant's billed GPU-hours this UTC month before `at` (0 when not rated yet)."""
-    if warehouse is None or not warehouse.path.exists():
+    if warehouse is None or not warehouse.exists():
         return Decimal(0)
     month = at.astimezone(dt.timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     try:

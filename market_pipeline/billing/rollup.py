@@ -44,7 +44,7 @@ def rollup_window(
         if run_tests
         else ["run", "--select", *BILLING_SELECTOR]
     )
-    result = run_dbt(command, warehouse.path, dbt_vars=dbt_vars)
+    result = run_dbt(command, warehouse.path, dbt_vars=dbt_vars, lake=warehouse.lake)
     entries = 0
     if post_ledger:
         lo = start or dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)

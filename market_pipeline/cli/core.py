@@ -15,10 +15,12 @@ from market_pipeline.cli.warehouse_options import (
     limits_from,
     warehouse_path,
 )
-from market_pipeline.config import ConfigError, load_config
+from market_pipeline.config import ConfigError, MarketPipelineConfig, load_config
 from market_pipeline.warehouse import WarehouseError, open_warehouse
 from market_pipeline.warehouse.isolated import run_isolated
+from market_pipeline.warehouse.profile import configured_lake, configured_warehouse
 from market_pipeline.warehouse.sql_guard import SqlLimits, SqlRefused, check_read_only, query_warehouse
+from market_pipeline.warehouse.transfer import copy_into_lake
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,8 +32,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_limit_arguments(sql)
     sql.set_defaults(handler=run_sql)
 
-    migrate = sub.add_parser("migrate", help="create or upgrade the warehouse schema")
+    migrate = sub.add_parser(
+        "migrate",
+        help="create or upgrade the warehouse schema; --to cluster copies the embedded file into the lake",
+    )
     add_warehouse_argument(migrate)
+    migrate.add_argument(
+        "--to",
+        choices=["cluster"],
+        help="copy the embedded warehouse (--warehouse, else [warehouse] path) into the configured "
+        "DuckLake ([warehouse] catalog_url, data_path) and check the rows of every table",
+    )
     migrate.set_defaults(handler=run_migrate)
 
     config = sub.add_parser("config", help="validate and print the effective configuration")
@@ -78,11 +89,41 @@ def render_query(
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    path = warehouse_path(args.warehouse)
-    warehouse = open_warehouse(path, migrate=False)
-    applied = warehouse.migrate()
+    try:
+        if args.to == "cluster":
+            return _copy_to_cluster(args, load_config())
+        if args.warehouse:
+            warehouse = open_warehouse(warehouse_path(args.warehouse), migrate=False)
+        else:
+            warehouse = configured_warehouse(load_config())
+        applied = warehouse.migrate()
+        version = warehouse.schema_version()
+    except (WarehouseError, ConfigError) as exc:
+        return input_error(exc)
+    print(json.dumps({"warehouse": warehouse.location, "applied": applied, "schema_version": version}))
+    return 0
+
+
+def _copy_to_cluster(args: argparse.Namespace, config: MarketPipelineConfig) -> int:
+    lake = configured_lake(config)
+    if lake is None:
+        raise ConfigError(
+            "warehouse.backend: --to cluster copies into the configured DuckLake; set "
+            'MP__WAREHOUSE__BACKEND=ducklake and MP__WAREHOUSE__CATALOG_URL (see README "Cluster profile")'
+        )
+    source = warehouse_path(args.warehouse, config)
+    copies = copy_into_lake(source, open_warehouse(source, migrate=False, lake=lake))
     print(
-        json.dumps({"warehouse": str(path), "applied": applied, "schema_version": warehouse.schema_version()})
+        json.dumps(
+            {
+                "from": str(source),
+                "to": lake.describe(),
+                "tables": {
+                    c.table: {"source_rows": c.source_rows, "target_rows": c.target_rows} for c in copies
+                },
+                "rows": sum(c.target_rows for c in copies),
+            }
+        )
     )
     return 0
 

@@ -26,7 +26,34 @@ class ConfigError(ValueError):
 
 
 class WarehouseConfig(_Strict):
+    """Where the warehouse lives. `duckdb` (the embedded default): one DuckDB file at `path`.
+    `ducklake` (the cluster profile): a DuckLake whose catalog is the PostgreSQL database
+    `catalog_url` and whose data are Parquet files under `data_path` (a directory, or an
+    S3-compatible URL), so that several machines read and write one warehouse."""
+
+    backend: Literal["duckdb", "ducklake"] = "duckdb"
     path: str = "var/warehouse.duckdb"
+    # PostgreSQL of the DuckLake catalog: a libpq string ("host=... dbname=...") or a
+    # postgresql:// URL. Credentials belong in the environment (MP__WAREHOUSE__CATALOG_URL).
+    catalog_url: str = ""
+    data_path: str = "var/lake/"
+
+    @model_validator(mode="after")
+    def _lake_has_catalog(self) -> "WarehouseConfig":
+        if self.backend == "ducklake" and not self.catalog_url:
+            raise ValueError("catalog_url: backend 'ducklake' needs its PostgreSQL catalog")
+        return self
+
+
+class OrchestrationConfig(_Strict):
+    """Where Dagster runs a job's steps. `in_process` (the embedded default): in the run's own
+    process. `celery` (the cluster profile): on Celery workers (dagster-celery) fed through
+    `celery_broker` (RabbitMQ `pyamqp://...` or Redis `redis://...`), results back through
+    `celery_backend`. Credentials belong in the environment (MP__ORCHESTRATION__CELERY_BROKER)."""
+
+    executor: Literal["in_process", "celery"] = "in_process"
+    celery_broker: str = "pyamqp://guest@127.0.0.1:5672//"
+    celery_backend: str = "rpc://"
 
 
 class AdapterConfig(_Strict):
@@ -272,6 +299,7 @@ class ServiceConfig(_Strict):
 
 class MarketPipelineConfig(_Strict):
     warehouse: WarehouseConfig = WarehouseConfig()
+    orchestration: OrchestrationConfig = OrchestrationConfig()
     adapter: AdapterConfig = AdapterConfig()
     loop: LoopConfig = LoopConfig()
     market: MarketConfig = MarketConfig()
@@ -329,3 +357,11 @@ class MarketPipelineConfig(_Strict):
     @property
     def warehouse_path(self) -> Path:
         return self.resolve_path(self.warehouse.path)
+
+    @property
+    def lake_data_path(self) -> str:
+        """The DuckLake data path: a URL as given, a directory made absolute (with a trailing /)."""
+        data = self.warehouse.data_path
+        if "://" in data:
+            return data
+        return str(self.resolve_path(data)).rstrip("/") + "/"

@@ -105,6 +105,8 @@ class WarehouseAuditStore:
         with self._connect() as con:
             con.execute("BEGIN")
             try:
+                if self.warehouse.lake is not None and _seq_taken(con, transition):
+                    raise duckdb.ConstraintException("drain_audit key (drain_id, seq) exists")
                 con.execute(
                     "INSERT INTO drain_audit (drain_id, seq, state, recorded_at, task_id, "
                     "node_id, tenant_id, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -120,7 +122,7 @@ class WarehouseAuditStore:
                     ],
                 )
                 if transition.state in TERMINAL_STATES and billing is not None:
-                    _insert_billing(con, billing)
+                    _insert_billing(self.warehouse, con, billing)
                 if transition.state is DrainState.WARNED and transition.phase is Phase.BEGIN:
                     _outbox_warning(con, transition)
                 con.execute("COMMIT")
@@ -186,14 +188,19 @@ def _outbox_warning(con: duckdb.DuckDBPyConnection, warned: DrainTransition) -> 
     write_drain_warning(con, drain_warning(requested, warned))
 
 
-def _insert_billing(con: duckdb.DuckDBPyConnection, billing: dict[str, Any]) -> None:
+def _seq_taken(con: duckdb.DuckDBPyConnection, transition: DrainTransition) -> bool:
+    """Whether the transition's (drain_id, seq) is written (a lake has no primary key to refuse it)."""
+    row = con.execute(
+        "SELECT count(*) FROM drain_audit WHERE drain_id = ? AND seq = ?",
+        [transition.drain_id, transition.seq],
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _insert_billing(warehouse: Warehouse, con: duckdb.DuckDBPyConnection, billing: dict[str, Any]) -> None:
     values = [billing.get(c) for c in BILLING_COLUMNS]
     placeholders = ", ".join("?" for _ in BILLING_COLUMNS)
-    con.execute(
-        f"INSERT INTO drain_billing_events ({', '.join(BILLING_COLUMNS)}) "
-        f"VALUES ({placeholders}) ON CONFLICT DO NOTHING",
-        values,
-    )
+    warehouse.insert_new(con, "drain_billing_events", BILLING_COLUMNS, f"VALUES ({placeholders})", values)
 
 
 # -- drain decisions ---------------------------------------------------------------------
@@ -224,12 +231,12 @@ def write_decisions(warehouse: Warehouse, decisions: Sequence[DrainDecision]) ->
         before = con.execute("SELECT count(*) FROM decisions").fetchone()[0]
         con.register("_drain_decisions", frame.to_arrow())
         try:
-            con.execute(
-                "INSERT INTO decisions (decision_id, kind, pool_id, target, action, allowed,"
-                " shadow, reasons, inputs, decided_at)"
-                " SELECT decision_id, kind, pool_id, target, action, allowed, shadow, reasons,"
-                " CAST(inputs AS JSON), decided_at"
-                " FROM _drain_decisions ON CONFLICT DO NOTHING"
+            warehouse.insert_new(
+                con,
+                "decisions",
+                DECISION_COLUMNS,
+                "SELECT decision_id, kind, pool_id, target, action, allowed, shadow, reasons,"
+                " CAST(inputs AS JSON), decided_at FROM _drain_decisions",
             )
         finally:
             con.unregister("_drain_decisions")
@@ -237,6 +244,18 @@ def write_decisions(warehouse: Warehouse, decisions: Sequence[DrainDecision]) ->
     return int(after - before)
 
 
+DECISION_COLUMNS = (
+    "decision_id",
+    "kind",
+    "pool_id",
+    "target",
+    "action",
+    "allowed",
+    "shadow",
+    "reasons",
+    "inputs",
+    "decided_at",
+)
 _DECISION_SQL = (
     "SELECT decision_id, allowed, shadow, reasons, inputs, decided_at, executed_at,"
     " outcome FROM decisions WHERE kind = 'drain'"
@@ -270,7 +289,7 @@ def load_decision(warehouse: Warehouse, decision_id: str) -> StoredDecision:
 
 def pending_drain_decisions(warehouse: Warehouse) -> list[StoredDecision]:
     """Approved, live (not shadow), not yet executed drain decisions; read-only."""
-    if not warehouse.path.exists():
+    if not warehouse.exists():
         return []
     with warehouse.connect(read_only=True) as con:
         rows = con.execute(
@@ -345,7 +364,7 @@ def recent_drain_outcomes(warehouse: Warehouse, since: datetime) -> list[dict[st
 
 
 def table_exists(warehouse: Warehouse, name: str) -> bool:
-    if not warehouse.path.exists():
+    if not warehouse.exists():
         return False
     with warehouse.connect(read_only=True) as con:
         row = con.execute(

@@ -69,7 +69,7 @@ def summarise(
             one("SELECT coalesce(sum(billed_cost), 0) FROM fct_invoice_lines WHERE period_grain = 'day'")
         ),
         "shadow_mode": config.loop.shadow_mode,
-        "warehouse": str(store.path),
+        "warehouse": store.location,
     }
 
 

@@ -97,7 +97,7 @@ def ingest_samples(
     with warehouse.connect() as con:
         con.execute("SET TimeZone = 'UTC'")
         con.execute("SET enable_progress_bar = false")  # stderr belongs to the caller
-        ingest_id = int(con.execute("SELECT nextval('telemetry_ingest_seq')").fetchone()[0])
+        ingest_id = warehouse.next_id(con, "telemetry_ingest_seq")
         screening = _quarantine_keys_of_other_sources(con, samples, screening, hours, source)
         good = screening.good_mask()
         clean = _clean_frame(samples, good, hours, ingest_id)

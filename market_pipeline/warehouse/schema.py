@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -299,3 +300,46 @@ MIGRATIONS: tuple[Migration, ...] = (
         ("ALTER TABLE market_ticks ADD COLUMN IF NOT EXISTS reachable_gpus DOUBLE",),
     ),
 )
+
+
+# -- the DuckLake dialect ------------------------------------------------------------------
+# DuckLake has no PRIMARY KEY, UNIQUE, sequence or index: its tables are the same columns
+# without them. Keys are kept by the writers (MERGE INTO on the key below); the ids a sequence
+# handed out come from the table that records them (`LAKE_SEQUENCES`).
+_INLINE_KEY = re.compile(r"\s+PRIMARY\s+KEY\b(?!\s*\()", re.IGNORECASE)
+_TABLE_KEY = re.compile(r",\s*PRIMARY\s+KEY\s*\(([^)]*)\)", re.IGNORECASE)
+_UNIQUE = re.compile(r"\s+UNIQUE\b(?!\s*\()", re.IGNORECASE)
+_CREATE_TABLE = re.compile(r"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)\s*\((.*)\)\s*$", re.I | re.S)
+_SKIPPED_IN_LAKE = re.compile(r"^\s*CREATE\s+(SEQUENCE|(UNIQUE\s+)?INDEX)\b", re.IGNORECASE)
+# sequence -> (table, column) whose max + 1 is the next id in a lake
+LAKE_SEQUENCES: dict[str, tuple[str, str]] = {"telemetry_ingest_seq": ("telemetry_ingests", "ingest_id")}
+
+
+def lake_statement(statement: str) -> str | None:
+    """`statement` in DuckLake's dialect: keys and uniqueness dropped; None for a statement
+    DuckLake has no counterpart of (sequences, indexes)."""
+    if _SKIPPED_IN_LAKE.match(statement):
+        return None
+    text = _TABLE_KEY.sub("", statement)
+    text = _INLINE_KEY.sub("", text)
+    return _UNIQUE.sub("", text)
+
+
+def primary_keys(migrations: tuple[Migration, ...] = MIGRATIONS) -> dict[str, tuple[str, ...]]:
+    """Each table's primary key columns, as the migrations declare them (the key a DuckLake
+    writer merges on)."""
+    keys: dict[str, tuple[str, ...]] = {}
+    for migration in migrations:
+        for statement in migration.statements:
+            match = _CREATE_TABLE.match(statement.strip())
+            if not match:
+                continue
+            table, body = match.group(1), match.group(2)
+            composite = _TABLE_KEY.search(body)
+            if composite:
+                keys[table] = tuple(c.strip() for c in composite.group(1).split(","))
+                continue
+            for column in re.split(r",\s*(?![^()]*\))", body):
+                if _INLINE_KEY.search(column):
+                    keys[table] = (column.split()[0],)
+    return keys

@@ -8,18 +8,35 @@ reader racing a writer (or two CLI calls) waits instead of losing work.
 from __future__ import annotations
 
 import contextlib
+import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import polars as pl
 import pyarrow as pa
 
-from market_pipeline.warehouse.schema import MIGRATIONS, Migration
+from market_pipeline.warehouse.errors import WarehouseError
+from market_pipeline.warehouse.lake import (
+    CATALOG_ALIAS,
+    Lake,
+    forget_instance,
+    is_transaction_conflict,
+    lake_instance,
+)
+from market_pipeline.warehouse.schema import (
+    LAKE_SEQUENCES,
+    MIGRATIONS,
+    Migration,
+    lake_statement,
+    primary_keys,
+)
 
 LOCK_RETRY_SECONDS = 60.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -33,10 +50,6 @@ class TableRewrite:
     frame: pl.DataFrame | pa.Table | None = None
 
 
-class WarehouseError(RuntimeError):
-    """A warehouse operation failed; the message names the table or query."""
-
-
 def _is_lock_conflict(exc: duckdb.Error) -> bool:
     text = str(exc).lower()
     return "lock" in text or "conflicting" in text or "being used" in text
@@ -44,14 +57,31 @@ def _is_lock_conflict(exc: duckdb.Error) -> bool:
 
 @dataclass(frozen=True)
 class Warehouse:
+    """The warehouse: the DuckDB file at `path` (the embedded default), or, with `lake`, a
+    DuckLake (catalog in PostgreSQL, Parquet data; `path` is then unused)."""
+
     path: Path
     # how long an open waits out another process's lock (the service asks for less)
     lock_retry_seconds: float = LOCK_RETRY_SECONDS
     lock_retry_max_delay: float = 1.0  # the wait between tries grows from 50 ms up to this
+    lake: Lake | None = None
+
+    @property
+    def location(self) -> str:
+        """Where the warehouse is, for messages and reports."""
+        return self.lake.describe() if self.lake is not None else str(self.path)
+
+    def exists(self) -> bool:
+        """Whether there is a warehouse to read (a lake's catalog is created on first open)."""
+        return self.lake is not None or self.path.exists()
 
     @contextlib.contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection; retries while another process holds the file lock."""
+        if self.lake is not None:
+            with self._lake_connection() as con:
+                yield con
+            return
         if read_only and not self.path.exists():
             raise WarehouseError(f"warehouse {self.path} does not exist yet; run a writer first")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,13 +103,56 @@ class Warehouse:
         finally:
             con.close()
 
+    @contextlib.contextmanager
+    def _lake_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor (its own transaction) on this process's instance of the lake."""
+        assert self.lake is not None
+        try:
+            cursor = lake_instance(self.lake).cursor()
+            cursor.execute(f"USE {CATALOG_ALIAS}")
+            cursor.execute("SET TimeZone = 'UTC'")
+        except duckdb.Error as exc:  # the catalog's connection broke (PostgreSQL restarted)
+            forget_instance(self.lake)
+            try:
+                cursor = lake_instance(self.lake).cursor()
+                cursor.execute(f"USE {CATALOG_ALIAS}")
+                cursor.execute("SET TimeZone = 'UTC'")
+            except duckdb.Error:
+                raise WarehouseError(
+                    f"cannot reach the warehouse's PostgreSQL ({self.lake.describe()}): {exc}"
+                ) from exc
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+
+    def retrying(self, operation: Callable[[], T]) -> T:
+        """Run `operation` (one whole transaction), again while a lake's commit loses to a
+        concurrent writer ("Transaction conflict"); a DuckDB file runs it once."""
+        if self.lake is None:
+            return operation()
+        delay = 0.02
+        deadline = time.monotonic() + LOCK_RETRY_SECONDS
+        while True:
+            try:
+                return operation()
+            except (duckdb.Error, WarehouseError) as exc:
+                if not is_transaction_conflict(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 1.0)
+
     # -- schema -----------------------------------------------------------------------
     def migrate(self, migrations: Sequence[Migration] = MIGRATIONS) -> list[int]:
         """Apply pending migrations in version order; return the versions applied."""
+        return self.retrying(lambda: self._migrate(migrations))
+
+    def _migrate(self, migrations: Sequence[Migration]) -> list[int]:
+        key = "" if self.lake is not None else " PRIMARY KEY"
         with self.connect() as con:
             con.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " version INTEGER PRIMARY KEY, name VARCHAR NOT NULL,"
+                f" version INTEGER{key}, name VARCHAR NOT NULL,"
                 " applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
             )
             done = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
@@ -90,14 +163,18 @@ class Warehouse:
                 con.execute("BEGIN")
                 try:
                     for statement in migration.statements:
-                        con.execute(statement)
+                        text = statement if self.lake is None else lake_statement(statement)
+                        if text is not None:
+                            con.execute(text)
                     con.execute(
                         "INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
                         [migration.version, migration.name],
                     )
                     con.execute("COMMIT")
                 except duckdb.Error as exc:
-                    con.execute("ROLLBACK")
+                    rollback(con)
+                    if is_transaction_conflict(exc):
+                        raise
                     raise WarehouseError(
                         f"migration {migration.version} ({migration.name}) failed: {exc}"
                     ) from exc
@@ -140,6 +217,11 @@ class Warehouse:
         self, table: str, where_sql: str, params: Sequence[object], frame: pl.DataFrame | pa.Table
     ) -> int:
         """Atomically delete the rows matching `where_sql` and append `frame` (idempotent rewrite)."""
+        return self.retrying(lambda: self._replace_where(table, where_sql, params, frame))
+
+    def _replace_where(
+        self, table: str, where_sql: str, params: Sequence[object], frame: pl.DataFrame | pa.Table
+    ) -> int:
         with self.connect() as con:
             con.execute("BEGIN")
             try:
@@ -147,7 +229,7 @@ class Warehouse:
                 written = self.append(table, frame, con=con)
                 con.execute("COMMIT")
             except Exception:
-                con.execute("ROLLBACK")
+                rollback(con)
                 raise
         return written
 
@@ -158,7 +240,16 @@ class Warehouse:
 
         All deletes run first, in the given order (a later delete may still read a table an
         earlier one rewrites, e.g. a ledger), then all appends. Returns rows written per table.
+        On a lake, a transaction that loses to a concurrent writer is retried when this call
+        owns the connection (a caller's `con` retries its own whole transaction).
         """
+        if con is not None:
+            return self._rewrite_tables(rewrites, con)
+        return self.retrying(lambda: self._rewrite_tables(rewrites, None))
+
+    def _rewrite_tables(
+        self, rewrites: Sequence["TableRewrite"], con: duckdb.DuckDBPyConnection | None
+    ) -> dict[str, int]:
         written: dict[str, int] = {}
         with self._maybe_connect(con) as c:
             c.execute("BEGIN")
@@ -173,28 +264,68 @@ class Warehouse:
                     written[step.table] = written.get(step.table, 0) + count
                 c.execute("COMMIT")
             except Exception:
-                c.execute("ROLLBACK")
+                rollback(c)
                 raise
         return written
 
     def upsert(self, table: str, frame: pl.DataFrame | pa.Table) -> int:
-        """INSERT OR REPLACE by the table's primary key."""
+        """INSERT OR REPLACE by the table's primary key (on a lake: MERGE INTO on that key)."""
         arrow = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame
         if arrow.num_rows == 0:
             return 0
         columns = ", ".join(f'"{name}"' for name in arrow.column_names)
-        with self.connect() as con:
-            con.register("_incoming", arrow)
-            try:
-                con.execute(f"INSERT OR REPLACE INTO {table} ({columns}) SELECT {columns} FROM _incoming")
-            except duckdb.Error as exc:
-                raise WarehouseError(f"upsert into {table} failed: {exc}") from exc
-        return arrow.num_rows
+        if self.lake is None:
+            sql = f"INSERT OR REPLACE INTO {table} ({columns}) SELECT {columns} FROM _incoming"
+        else:
+            sql = _merge_sql(table, arrow.column_names, update=True)
+
+        def write() -> int:
+            with self.connect() as con:
+                con.register("_incoming", arrow)
+                try:
+                    con.execute(sql)
+                except duckdb.Error as exc:
+                    if is_transaction_conflict(exc):
+                        raise
+                    raise WarehouseError(f"upsert into {table} failed: {exc}") from exc
+                finally:
+                    con.unregister("_incoming")
+            return arrow.num_rows
+
+        return self.retrying(write)
+
+    def insert_new(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        table: str,
+        columns: Sequence[str],
+        source: str,
+        params: Sequence[object] = (),
+    ) -> None:
+        """Insert the rows of `source` (a SELECT or VALUES yielding `columns`) whose key is not
+        in `table` yet (ON CONFLICT DO NOTHING; on a lake, MERGE INTO ... WHEN NOT MATCHED)."""
+        names = ", ".join(columns)
+        if self.lake is None:
+            con.execute(f"INSERT INTO {table} ({names}) {source} ON CONFLICT DO NOTHING", list(params))
+            return
+        rows = f"(SELECT * FROM ({source}) AS n({names}))"
+        con.execute(_merge_sql(table, columns, update=False, source=rows), list(params))
+
+    def next_id(self, con: duckdb.DuckDBPyConnection, sequence: str) -> int:
+        """The next value of `sequence` (on a lake: one past the largest id its table records)."""
+        if self.lake is None:
+            return int(con.execute(f"SELECT nextval('{sequence}')").fetchone()[0])
+        table, column = LAKE_SEQUENCES[sequence]
+        return int(con.execute(f"SELECT coalesce(max({column}), 0) + 1 FROM {table}").fetchone()[0])
 
     def execute(self, sql: str, params: Sequence[object] | None = None) -> None:
         """One write statement (DML only; DDL lives in migrations)."""
-        with self.connect() as con:
-            con.execute(sql, params or [])
+
+        def run() -> None:
+            with self.connect() as con:
+                con.execute(sql, params or [])
+
+        self.retrying(run)
 
     @contextlib.contextmanager
     def _maybe_connect(self, con: duckdb.DuckDBPyConnection | None) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -205,8 +336,33 @@ class Warehouse:
                 yield fresh
 
 
-def open_warehouse(path: str | Path, migrate: bool = True) -> Warehouse:
-    warehouse = Warehouse(Path(path))
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back if a transaction is still open (a failed COMMIT has already ended it)."""
+    with contextlib.suppress(duckdb.Error):
+        con.execute("ROLLBACK")
+
+
+def _merge_sql(table: str, columns: Sequence[str], *, update: bool, source: str = "_incoming") -> str:
+    """MERGE INTO `table` from `source` on the table's primary key: new keys inserted, existing
+    ones updated (`update`) or left alone."""
+    key = primary_keys().get(table)
+    if not key:
+        raise WarehouseError(f"{table} has no key to merge on")
+    on = " AND ".join(f't."{c}" IS NOT DISTINCT FROM s."{c}"' for c in key)
+    names = ", ".join(f'"{c}"' for c in columns)
+    values = ", ".join(f's."{c}"' for c in columns)
+    sql = (
+        f"MERGE INTO {table} AS t USING (SELECT DISTINCT ON ({', '.join(key)}) * FROM {source}) AS s ON {on} "
+    )
+    if update:
+        sets = ", ".join(f'"{c}" = s."{c}"' for c in columns if c not in key)
+        if sets:
+            sql += f"WHEN MATCHED THEN UPDATE SET {sets} "
+    return sql + f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
+
+
+def open_warehouse(path: str | Path, migrate: bool = True, lake: Lake | None = None) -> Warehouse:
+    warehouse = Warehouse(Path(path), lake)
     if migrate:
         warehouse.migrate()
     return warehouse

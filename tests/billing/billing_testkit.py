@@ -22,7 +22,7 @@ from market_pipeline.hardware.protocol import (
     TaskInfo,
     TaskKind,
 )
-from market_pipeline.warehouse import Warehouse, open_warehouse
+from market_pipeline.warehouse import Lake, Warehouse, open_warehouse
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday; 09:00 UTC is a peak hour
@@ -157,9 +157,12 @@ def price_book() -> pl.DataFrame:
     )
 
 
-def build_scenario(path: Path, config: MarketPipelineConfig, fleet: ScriptedFleet) -> Warehouse:
-    """Meter both hours into a fresh warehouse with the rate card and the price book."""
-    warehouse = open_warehouse(path)
+def build_scenario(
+    path: Path, config: MarketPipelineConfig, fleet: ScriptedFleet, lake: Lake | None = None
+) -> Warehouse:
+    """Meter both hours into a fresh warehouse (the file at `path`, or `lake`) with the rate
+    card and the price book."""
+    warehouse = open_warehouse(path, lake=lake)
     refresh_rate_card(warehouse, config)
     warehouse.append("price_book", price_book())
     for window in HOURS:
@@ -181,6 +184,7 @@ def rate_hours(warehouse: Warehouse, windows: Sequence[HourWindow] = HOURS, comm
             ],
             warehouse.path,
             dbt_vars=window_vars(window.start, window.end),
+            lake=warehouse.lake,
         )
 
 

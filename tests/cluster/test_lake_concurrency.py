@@ -1,0 +1,104 @@
+"""Writers in separate processes on one DuckLake, with no `warehouse` pool between them: each
+commits its own transaction and retries when it loses to the other ("Transaction conflict").
+Nothing is lost or written twice, and a decision is claimed by exactly one run."""
+
+from __future__ import annotations
+
+import datetime as dt
+import multiprocessing
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from market_pipeline.action_batches import claim
+from market_pipeline.warehouse import Lake, open_warehouse
+from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow, decisions_frame
+from market_pipeline.warehouse.writers import record_decisions
+
+pytestmark = pytest.mark.postgres
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 3, 2, 9, tzinfo=UTC)
+ROUNDS = 6
+ROWS = 50
+
+
+def _history(pool: str, round_: int) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "pool_id": [pool] * ROWS,
+            "ts": [T0 + dt.timedelta(minutes=5 * i) for i in range(ROWS)],
+            "running_gpus": [float(round_)] * ROWS,
+            "pending_gpus": [0.0] * ROWS,
+            "demand": [float(round_)] * ROWS,
+            "price": [None] * ROWS,
+        },
+        schema_overrides={"price": pl.Float64},
+    )
+
+
+def _rewrite_own_pool(lake: Lake, pool: str, start) -> None:  # noqa: ANN001 - a Barrier
+    """ROUNDS idempotent rewrites of this pool's rows (delete + insert in one transaction)."""
+    store = open_warehouse(Path("unused.duckdb"), migrate=False, lake=lake)
+    store.query("SELECT 1")  # attached before the start line
+    start.wait(timeout=120)
+    for round_ in range(ROUNDS):
+        store.replace_where("demand_history", "pool_id = ?", [pool], _history(pool, round_))
+        store.append("solve_reports", _solve(f"{pool}-{round_}"))
+
+
+def _solve(solve_id: str) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"solve_id": [solve_id], "solved_at": [T0], "status": ["ok"], "converged": [True], "shadow": [True]},
+        schema_overrides={"solved_at": pl.Datetime("us", "UTC")},
+    ).with_columns(report=pl.lit("{}"))
+
+
+def _claim_all(lake: Lake, run_id: str, ids: list[str], out: multiprocessing.Queue, start) -> None:  # noqa: ANN001
+    store = open_warehouse(Path("unused.duckdb"), migrate=False, lake=lake)
+    store.query("SELECT 1")
+    start.wait(timeout=120)
+    taken: set[str] = set()
+    for start in range(0, len(ids), 5):
+        taken |= claim(store, ids[start : start + 5], "scale@t", run_id, T0)
+    out.put((run_id, sorted(taken)))
+
+
+def _run_both(target, args_a: tuple, args_b: tuple) -> None:  # noqa: ANN001
+    """Both writers in their own process, released at once once both have attached the lake."""
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(2)
+    procs = [ctx.Process(target=target, args=(*args, start)) for args in (args_a, args_b)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=240)
+        assert proc.exitcode == 0, f"writer {proc.name} exited {proc.exitcode}"
+
+
+def test_two_processes_rewriting_one_table_lose_nothing(lake: Lake, tmp_path: Path):
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
+    _run_both(_rewrite_own_pool, (lake, "a"), (lake, "b"))
+    counts = store.query(
+        "SELECT pool_id, count(*) AS n, max(demand) AS last FROM demand_history GROUP BY 1 ORDER BY 1"
+    ).rows()
+    assert counts == [("a", ROWS, ROUNDS - 1.0), ("b", ROWS, ROUNDS - 1.0)]  # the last rewrite, whole
+    solves = store.query("SELECT count(*) AS n, count(DISTINCT solve_id) AS d FROM solve_reports").row(0)
+    assert solves == (2 * ROUNDS, 2 * ROUNDS)
+
+
+def test_two_runs_claiming_one_batch_take_each_decision_once(lake: Lake, tmp_path: Path):
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
+    rows = [
+        DecisionRow(f"d{i:03d}", DecisionKind.SCALE, "power_on", T0, True, False, pool_id="p", target=f"n{i}")
+        for i in range(30)
+    ]
+    record_decisions(store, decisions_frame(rows))
+    ids = [r.decision_id for r in rows]
+    out = multiprocessing.get_context("spawn").Queue()
+    _run_both(_claim_all, (lake, "run-a", ids, out), (lake, "run-b", list(reversed(ids)), out))
+    taken = dict(out.get(timeout=10) for _ in range(2))
+    assert not set(taken["run-a"]) & set(taken["run-b"]), "a decision was claimed by both runs"
+    assert set(taken["run-a"]) | set(taken["run-b"]) == set(ids)
+    holders = dict(store.query("SELECT claimed_by, count(*) AS n FROM decisions GROUP BY 1").rows())
+    assert holders == {run: len(ids) for run, ids in taken.items() if ids}
