@@ -43,7 +43,7 @@ class WarehouseResource(dg.ConfigurableResource):
 
     def reader(self) -> Warehouse:
         """For read-only use: no migration, no write lock."""
-        return Warehouse(Path(self.path), self.lake)
+        return Warehouse(Path(self.path), lake=self.lake)
 
 
 class FleetAdapterResource(dg.ConfigurableResource):

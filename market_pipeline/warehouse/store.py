@@ -362,7 +362,7 @@ def _merge_sql(table: str, columns: Sequence[str], *, update: bool, source: str 
 
 
 def open_warehouse(path: str | Path, migrate: bool = True, lake: Lake | None = None) -> Warehouse:
-    warehouse = Warehouse(Path(path), lake)
+    warehouse = Warehouse(Path(path), lake=lake)
     if migrate:
         warehouse.migrate()
     return warehouse
