@@ -18,11 +18,13 @@ from __future__ import annotations
 import heapq
 import time
 from collections import deque
+from itertools import islice
 from collections.abc import Callable
 
 import numpy as np
 
-from market_pipeline.placement.capacity import Placement
+from market_pipeline.placement.capacity import Placement, PodRequest
+from market_pipeline.placement.guarantee import held_nodes, hold_limit
 from market_pipeline.simulate.arrivals import buy_ratio, candidates, split
 from market_pipeline.simulate.cluster import PoolCluster
 from market_pipeline.simulate.deferral import DeferredDemand
@@ -88,6 +90,12 @@ class StrategyRun(RigidService):
         self.epoch_s = inputs.epoch.timestamp()
         self.bought = np.zeros(2 * len(inputs.pools))  # GPUs requested this tick per resource
         self.bought_last: np.ndarray | None = None
+        guarantee = inputs.config.guardrails.rigid_guarantee
+        self.hold_limits = [
+            hold_limit(c.node_count(), guarantee.hold_max_nodes_share if guarantee.enabled else 0.0)
+            for c in self.clusters
+        ]
+        self.hold_stale = [True] * len(self.clusters)  # the pool's waiting rigid work changed
 
     # -- event loop ---------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> StrategyResult:
@@ -146,6 +154,7 @@ class StrategyRun(RigidService):
         other pools, then the drain guardrail."""
         self._until(t)
         self.control_step += 1
+        self.hold_stale = [True] * len(self.clusters)  # capacity moved since: re-pick the held nodes
         self._retry_spill(t)
         if self.drainer is not None:
             self._retry_drains(t)
@@ -225,15 +234,47 @@ class StrategyRun(RigidService):
     def _place_or_queue(self, job: int, t: float, allow_drain: bool) -> None:
         jobs = self.jobs
         elastic = jobs.cls[job] == ELASTIC
-        placement = self.clusters[jobs.pool[job]].place(self.inputs.requests[jobs.pod[job]], elastic)
+        placement = self._place(jobs.pool[job], self.inputs.requests[jobs.pod[job]], elastic)
         if placement is not None:
             self._start(job, placement, t)
             return
+        drains = allow_drain and jobs.cls[job] == RIGID and self.drainer is not None
+        if drains and self.hold_limits[jobs.pool[job]]:
+            # the guarantee: drain the elastic work of its own pool before spilling, so the
+            # elastic load cheap prices bring in does not push rigid work onto the capacity
+            # other pools' rigid work (often pinned to that model) waits for
+            self._enqueue(job)
+            if self._drain_for(job, t, own_only=True):
+                return
+            self._dequeue(job)
+            jobs.state[job] = QUEUED
         if jobs.cls[job] == RIGID and self._spill(job, t):
             return
         self._enqueue(job)
-        if allow_drain and jobs.cls[job] == RIGID and self.drainer is not None:
+        if drains:
             self._drain_for(job, t)
+
+    def _place(self, r: int, req: PodRequest, elastic: bool) -> Placement | None:
+        """Pool r's placement policy; an elastic job keeps off the nodes held for the pool's
+        waiting rigid jobs (`placement.guarantee`, re-picked when that work changed)."""
+        cluster = self.clusters[r]
+        if elastic and self.hold_stale[r]:
+            self.hold_stale[r] = False
+            waiting = self._oldest_rigid(r, self.hold_limits[r])
+            if waiting:
+                cluster.held = held_nodes(cluster.cap, waiting, self.hold_limits[r])
+            elif cluster.held.any():
+                cluster.held[:] = False
+        return cluster.place(req, elastic)
+
+    def _oldest_rigid(self, r: int, limit: int) -> list[PodRequest]:
+        """The requests of pool r's `limit` oldest waiting rigid jobs, oldest first."""
+        if limit <= 0 or not self.queues[r][RIGID]:
+            return []
+        jobs = self.jobs
+        heads = [j for q in self.queues[r][RIGID].values() for j in islice(q, limit)]
+        heads.sort(key=lambda j: jobs.arrival[j])
+        return [self.inputs.requests[jobs.pod[j]] for j in heads[:limit]]
 
     def _enqueue(self, job: int) -> None:
         jobs = self.jobs
@@ -241,6 +282,8 @@ class StrategyRun(RigidService):
         groups = self.queues[jobs.pool[job]][jobs.cls[job]]
         groups.setdefault((req.num_gpu, req.gpu_milli), deque()).append(job)
         jobs.state[job] = QUEUED
+        if jobs.cls[job] == RIGID:
+            self.hold_stale[jobs.pool[job]] = True
         self.meter.pending(jobs.pool[job], jobs.cls[job], jobs.gpus[job])
 
     def _dequeue(self, job: int) -> None:
@@ -252,11 +295,15 @@ class StrategyRun(RigidService):
         groups[key].remove(job)
         if not groups[key]:
             del groups[key]
+        if jobs.cls[job] == RIGID:
+            self.hold_stale[jobs.pool[job]] = True
         self.meter.pending(jobs.pool[job], jobs.cls[job], -jobs.gpus[job])
 
     def _start(self, job: int, placement: Placement, t: float) -> None:
         jobs, meter = self.jobs, self.meter
         r, cls, gpus = jobs.pool[job], jobs.cls[job], jobs.gpus[job]
+        if cls == RIGID and jobs.state[job] == QUEUED:
+            self.hold_stale[r] = True  # it may have been waiting (its queue entry is gone)
         jobs.placement[job] = placement
         jobs.state[job] = RUNNING
         jobs.run_start[job] = t
@@ -329,7 +376,7 @@ class StrategyRun(RigidService):
                     req = requests[jobs.pod[job]]
                     if not cluster.fits_node(req, row):
                         break
-                    placement = cluster.place(req, cls == ELASTIC)
+                    placement = self._place(r, req, cls == ELASTIC)
                     if placement is None:
                         break
                     queue.popleft()

@@ -40,6 +40,8 @@ class RigidService:
     spilled: int
     control_step: int
     _no_room: dict[tuple[int, int, int], int]
+    hold_stale: list[bool]
+    hold_limits: list[int]
 
     def _start(self, job: int, placement: "Placement", t: float) -> None: ...
     def _stop(self, job: int) -> None: ...
@@ -60,6 +62,8 @@ class RigidService:
             return False
         req = self.inputs.requests[jobs.pod[job]]
         for r in self.inputs.spill[jobs.pool[job]][jobs.pod[job]]:
+            if self.hold_limits[r] and self.queues[r][RIGID]:
+                continue  # that pool's own rigid work waits: a spilled job would jump its queue
             placement = self.clusters[r].place(req)
             if placement is not None:
                 jobs.pool[job] = r
@@ -85,20 +89,24 @@ class RigidService:
         gpus = self.jobs.gpus[job]
         if not self._spill(job, t):
             return False
+        self.hold_stale[r] = True  # it left pool r's queue
         self.meter.pending(r, RIGID, -gpus)
         return True
 
     # -- drains ---------------------------------------------------------------------------------
-    def _drain_for(self, job: int, t: float) -> None:
+    def _drain_for(self, job: int, t: float, own_only: bool = False) -> bool:
+        """Plan drains that make room for a waiting rigid job (its own pool first, then,
+        unless `own_only`, the pools it may spill to); True when drains are under way."""
         jobs, drainer = self.jobs, self.drainer
         assert drainer is not None
         if job in self.awaited:
-            return
+            return True
         req = self.inputs.requests[jobs.pod[job]]
         own = jobs.pool[job]
         plan = None
+        others = self.inputs.spill[own][jobs.pod[job]] if self.inputs.spill and not own_only else ()
         # its own pool first, then the pools it may spill to (the pod names no GPU model)
-        for r in (own, *(self.inputs.spill[own][jobs.pod[job]] if self.inputs.spill else ())):
+        for r in (own, *others):
             key = (r, req.num_gpu, req.gpu_milli)
             if self._no_room.get(key) == self.control_step:  # nothing drainable for it until the next step
                 continue
@@ -107,7 +115,7 @@ class RigidService:
                 break
             self._no_room[key] = self.control_step
         if plan is None:
-            return
+            return False
         if r != own:
             self._requeue(job, r)
         self.awaited[job] = set(plan.victims)
@@ -123,6 +131,7 @@ class RigidService:
             self.meter.drains += 1
             self.meter.work_lost_gpu_hours += jobs.gpus[victim] * drainer.seconds / 3600.0
             self._push(t + drainer.seconds, DRAIN_DONE, victim)
+        return True
 
     def _requeue(self, job: int, r: int) -> None:
         """Move a waiting rigid job to pool r's queue (drains make its room there)."""
