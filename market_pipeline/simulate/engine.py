@@ -18,8 +18,8 @@ from __future__ import annotations
 import heapq
 import time
 from collections import deque
-from itertools import islice
 from collections.abc import Callable
+from itertools import islice
 
 import numpy as np
 
@@ -138,6 +138,7 @@ class StrategyRun(RigidService):
                 self._control(float(mark))
                 mark = next(marks, None)
             self._until(t0 + self.tick_s)
+            self._record_rigid(tick, t0 + self.tick_s)
             self.meter.close_tick(
                 tick, t0 + self.tick_s, self.tick_s, prices, self.capacity, self.unit_cost, self.serve_cost
             )
@@ -160,6 +161,18 @@ class StrategyRun(RigidService):
             self._retry_drains(t)
             if prune:
                 self.drainer.prune(t)
+
+    def _record_rigid(self, tick: int, t: float) -> None:
+        """The guarantee's per-tick record: rigid jobs waiting now, and rigid jobs past their
+        SLA wait so far (late starts measured since the warm-up, plus those waiting past it)."""
+        jobs, sla = self.jobs, self.inputs.sla_wait_s
+        waiting = late = 0
+        for rigid, _ in self.queues:
+            for queue in rigid.values():
+                waiting += len(queue)
+                late += sum(1 for j in queue if t - jobs.arrival[j] > sla)
+        self.meter.rigid_waiting[tick] = waiting
+        self.meter.rigid_past_sla[tick] = self.meter.rigid_sla_violations + late
 
     def _initial_prices(self) -> np.ndarray:
         return np.repeat([p.prices.list_price for p in self.inputs.pools], 2).astype(np.float64)
