@@ -40,7 +40,8 @@ def shortfall(cap: ClusterCapacity, req: PodRequest) -> np.ndarray:
     and memory, summed (0: it fits); inf where the node could not host it even empty."""
     free = np.where(cap.present, cap.gpu_free, 0)
     gpus = cap.present.sum(axis=1)
-    capable = cap.schedulable & (cap.cpu_total >= req.cpu_milli) & (cap.mem_total >= req.mem_mib)
+    capable = cap.schedulable & cap.model_allowed(req.models)
+    capable &= (cap.cpu_total >= req.cpu_milli) & (cap.mem_total >= req.mem_mib)
     capable &= gpus >= max(req.num_gpu, 0)
     if req.num_gpu == 0:
         gpu_short = np.zeros(cap.n_nodes)
