@@ -151,7 +151,7 @@ class RigidGuaranteeConfig(_Strict):
     jobs waiting (`max_waiting_vs_static`), judged on every simulated tick."""
 
     enabled: bool = True
-    hold_max_nodes_share: float = Field(0.1, ge=0, le=1)
+    hold_max_nodes_share: float = Field(1.0, ge=0, le=1)
     max_violations_vs_static: float = Field(1.0, ge=0)
     max_waiting_vs_static: float = Field(1.0, ge=0)
 

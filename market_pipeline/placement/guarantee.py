@@ -59,10 +59,13 @@ def held_nodes(cap: ClusterCapacity, waiting: Sequence[PodRequest], max_nodes: i
     request, each the not yet held node nearest to fitting it, at most `max_nodes`."""
     held = np.zeros(cap.n_nodes, dtype=bool)
     taken = 0
+    known: dict[PodRequest, np.ndarray] = {}  # many waiting jobs share a shape
     for req in waiting:
         if taken >= max_nodes:
             break
-        score = np.where(held, np.inf, shortfall(cap, req))
+        if req not in known:
+            known[req] = shortfall(cap, req)
+        score = np.where(held, np.inf, known[req])
         if score.size == 0:
             break
         row = int(np.argmin(score))

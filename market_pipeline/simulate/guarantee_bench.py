@@ -119,7 +119,9 @@ def run_week(
         off = config.model_copy(
             update={
                 "guardrails": guardrails.model_copy(
-                    update={"rigid_guarantee": guardrails.rigid_guarantee.model_copy(update={"enabled": False})}
+                    update={
+                        "rigid_guarantee": guardrails.rigid_guarantee.model_copy(update={"enabled": False})
+                    }
                 )
             }
         )

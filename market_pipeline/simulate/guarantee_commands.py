@@ -1,7 +1,7 @@
 """`market-pipeline bench guarantee`: the rigid guarantee on a grid of weeks (JSON).
 
     market-pipeline bench guarantee [--data DIR] [--pods A.csv,B.csv] [--loads X.csv,Y.csv]
-        [--seeds 7] [--role judged|tuning] [--days 2] [--warmup-days 1] [--before] [--json OUT]
+        [--seeds 7] [--role judged|tuning] [--days 2] [--warmup-days 3] [--before] [--json OUT]
 
 Without `--pods`/`--loads` it runs the shared traces' weeks (the default openb sample with
 each shared Helios cluster), the weeks the hold's size was chosen on (`tuning`). Other openb
@@ -38,7 +38,7 @@ def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> 
         "the shared traces' weeks, judged for weeks given with --pods or --loads)",
     )
     bench.add_argument("--days", type=float, default=2.0, help="measured days per week (default 2)")
-    bench.add_argument("--warmup-days", type=float, default=1.0, help="unmeasured days before (default 1)")
+    bench.add_argument("--warmup-days", type=float, default=3.0, help="unmeasured days before (default 3)")
     bench.add_argument("--before", action="store_true", help="also run with the guarantee off (the old rule)")
     bench.add_argument("--workers", type=int, help="processes per week (default: CPUs)")
     bench.add_argument("--config", help="TOML config (default: shipped or MARKET_PIPELINE_CONFIG)")

@@ -109,9 +109,7 @@ def test_a_waiting_rigid_whole_node_job_is_not_starved_by_elastic_backfill(enabl
 
 
 def _result(waiting: list[int], late: list[int]) -> StrategyResult:
-    return StrategyResult(
-        "x", {}, {"rigid_waiting": np.array(waiting), "rigid_past_sla": np.array(late)}
-    )
+    return StrategyResult("x", {}, {"rigid_waiting": np.array(waiting), "rigid_past_sla": np.array(late)})
 
 
 def test_the_rigid_promise_is_checked_on_every_tick_against_static():
@@ -120,5 +118,7 @@ def test_the_rigid_promise_is_checked_on_every_tick_against_static():
     same = guarantee_check(static, _result([3, 4, 5, 5], [0, 1, 2, 2]), promise)
     assert same["breach_ticks"] == 0
     worse = guarantee_check(static, _result([3, 6, 5, 4], [0, 1, 3, 2]), promise)
-    assert worse["breach_ticks"] == 2 and worse["waiting_breach_ticks"] == 1 and worse["sla_breach_ticks"] == 1
+    assert (
+        worse["breach_ticks"] == 2 and worse["waiting_breach_ticks"] == 1 and worse["sla_breach_ticks"] == 1
+    )
     assert worse["worst_waiting_excess_jobs"] == 2.0
