@@ -164,11 +164,14 @@ class PoolCluster:
             return bool(self.node_best[row] >= req.gpu_milli)
         return bool(self.node_full[row] >= req.num_gpu)
 
-    def place(self, req: PodRequest, elastic: bool = False) -> Placement | None:
+    def place(self, req: PodRequest, elastic: bool = False, off_held: bool | None = None) -> Placement | None:
+        """Place `req` by the pool's policy; elastic work keeps off the whole-node reserve and
+        (like any request with `off_held`) off the nodes held for waiting rigid jobs."""
+        off_held = elastic if off_held is None else off_held
         room = self._room(req)
         if elastic and self.reserve and self.free_top <= self.reserve:
             room &= ~(self.top & (self.node_full == self.node_gpus))
-        if elastic:
+        if off_held:
             room &= ~self.held
         if self.fast is not None:  # off MIG the room test is BestFit's feasibility, exactly
             rows = np.flatnonzero(room)
@@ -182,7 +185,7 @@ class PoolCluster:
             self.policy_calls += 1
             placement = (
                 choose_outside(self.policy, self.cap, req, self.held)
-                if elastic
+                if off_held
                 else self.policy.choose(self.cap, req)
             )
         if placement is not None:

@@ -163,8 +163,9 @@ class StrategyRun(RigidService):
                 self.drainer.prune(t)
 
     def _record_rigid(self, tick: int, t: float) -> None:
-        """The guarantee's per-tick record: rigid jobs waiting now, and rigid jobs past their
-        SLA wait so far (late starts measured since the warm-up, plus those waiting past it)."""
+        """The guarantee's per-tick record: rigid jobs waiting now, those of them waiting past
+        their SLA wait, and rigid jobs past it so far (late starts measured since the warm-up,
+        plus those waiting past it)."""
         jobs, sla = self.jobs, self.inputs.sla_wait_s
         waiting = late = 0
         for rigid, _ in self.queues:
@@ -172,6 +173,7 @@ class StrategyRun(RigidService):
                 waiting += len(queue)
                 late += sum(1 for j in queue if t - jobs.arrival[j] > sla)
         self.meter.rigid_waiting[tick] = waiting
+        self.meter.rigid_waiting_late[tick] = late
         self.meter.rigid_past_sla[tick] = self.meter.rigid_sla_violations + late
 
     def _initial_prices(self) -> np.ndarray:
@@ -251,34 +253,30 @@ class StrategyRun(RigidService):
         if placement is not None:
             self._start(job, placement, t)
             return
-        drains = allow_drain and jobs.cls[job] == RIGID and self.drainer is not None
-        if drains and self.hold_limits[jobs.pool[job]]:
-            # the guarantee: drain the elastic work of its own pool before spilling, so the
-            # elastic load cheap prices bring in does not push rigid work onto the capacity
-            # other pools' rigid work (often pinned to that model) waits for
-            self._enqueue(job)
-            if self._drain_for(job, t, own_only=True):
-                return
-            self._dequeue(job)
-            jobs.state[job] = QUEUED
         if jobs.cls[job] == RIGID and self._spill(job, t):
             return
         self._enqueue(job)
-        if drains:
+        if allow_drain and jobs.cls[job] == RIGID and self.drainer is not None:
             self._drain_for(job, t)
 
     def _place(self, r: int, req: PodRequest, elastic: bool) -> Placement | None:
         """Pool r's placement policy; an elastic job keeps off the nodes held for the pool's
         waiting rigid jobs (`placement.guarantee`, re-picked when that work changed)."""
+        if elastic:
+            self._refresh_holds(r)
+        return self.clusters[r].place(req, elastic)
+
+    def _refresh_holds(self, r: int) -> None:
+        """Re-pick pool r's held nodes if its waiting rigid work changed since."""
+        if not self.hold_stale[r]:
+            return
+        self.hold_stale[r] = False
         cluster = self.clusters[r]
-        if elastic and self.hold_stale[r]:
-            self.hold_stale[r] = False
-            waiting = self._oldest_rigid(r, self.hold_limits[r])
-            if waiting:
-                cluster.held = held_nodes(cluster.cap, waiting, self.hold_limits[r])
-            elif cluster.held.any():
-                cluster.held[:] = False
-        return cluster.place(req, elastic)
+        waiting = self._oldest_rigid(r, self.hold_limits[r])
+        if waiting:
+            cluster.held = held_nodes(cluster.cap, waiting, self.hold_limits[r])
+        elif cluster.held.any():
+            cluster.held[:] = False
 
     def _oldest_rigid(self, r: int, limit: int) -> list[PodRequest]:
         """The requests of pool r's `limit` oldest waiting rigid jobs, oldest first."""

@@ -35,9 +35,11 @@ class Meter:
         self.allocated_by_class = np.zeros((ticks, 2))  # mean GPUs over the tick
         self.pending_by_class = np.zeros((ticks, 2))  # at the tick's start
         self.arrivals = np.zeros(ticks, dtype=np.int64)
-        # the rigid guarantee's per-tick record (at the tick's end): rigid jobs waiting, and
-        # rigid jobs past their SLA wait so far (started late since the warm-up, or still waiting)
+        # the rigid guarantee's per-tick record (at the tick's end): rigid jobs waiting, those
+        # waiting past their SLA wait, and rigid jobs past it so far (started late since the
+        # warm-up, or still waiting)
         self.rigid_waiting = np.zeros(ticks, dtype=np.int64)
+        self.rigid_waiting_late = np.zeros(ticks, dtype=np.int64)
         self.rigid_past_sla = np.zeros(ticks, dtype=np.int64)
         self.restart()
 
@@ -153,6 +155,7 @@ class Meter:
             "pending_by_class",
             "arrivals",
             "rigid_waiting",
+            "rigid_waiting_late",
             "rigid_past_sla",
         ):
             setattr(self, name, getattr(self, name)[ticks:])
@@ -237,6 +240,7 @@ def summarize(
         "pending_by_class": meter.pending_by_class,
         "arrivals": meter.arrivals,
         "rigid_waiting": meter.rigid_waiting,
+        "rigid_waiting_late": meter.rigid_waiting_late,
         "rigid_past_sla": meter.rigid_past_sla,
     }
     extra = {

@@ -50,6 +50,7 @@ class RigidService:
     def _dequeue(self, job: int) -> None: ...
     def _place_or_queue(self, job: int, t: float, allow_drain: bool) -> None: ...
     def _push(self, t: float, kind: int, job: int) -> None: ...
+    def _refresh_holds(self, r: int) -> None: ...
 
     # -- spill (rigid jobs only) ---------------------------------------------------------------
     def _spill(self, job: int, t: float) -> bool:
@@ -62,9 +63,9 @@ class RigidService:
             return False
         req = self.inputs.requests[jobs.pod[job]]
         for r in self.inputs.spill[jobs.pool[job]][jobs.pod[job]]:
-            if self.hold_limits[r] and self.queues[r][RIGID]:
-                continue  # that pool's own rigid work waits: a spilled job would jump its queue
-            placement = self.clusters[r].place(req)
+            # not on the nodes held for that pool's own waiting rigid work (no queue jumping)
+            self._refresh_holds(r)
+            placement = self.clusters[r].place(req, off_held=True)
             if placement is not None:
                 jobs.pool[job] = r
                 self.spilled += 1
@@ -94,9 +95,9 @@ class RigidService:
         return True
 
     # -- drains ---------------------------------------------------------------------------------
-    def _drain_for(self, job: int, t: float, own_only: bool = False) -> bool:
-        """Plan drains that make room for a waiting rigid job (its own pool first, then,
-        unless `own_only`, the pools it may spill to); True when drains are under way."""
+    def _drain_for(self, job: int, t: float) -> bool:
+        """Plan drains that make room for a waiting rigid job (its own pool first, then the
+        pools it may spill to); True when drains are under way."""
         jobs, drainer = self.jobs, self.drainer
         assert drainer is not None
         if job in self.awaited:
@@ -104,7 +105,7 @@ class RigidService:
         req = self.inputs.requests[jobs.pod[job]]
         own = jobs.pool[job]
         plan = None
-        others = self.inputs.spill[own][jobs.pod[job]] if self.inputs.spill and not own_only else ()
+        others = self.inputs.spill[own][jobs.pod[job]] if self.inputs.spill else ()
         # its own pool first, then the pools it may spill to (the pod names no GPU model)
         for r in (own, *others):
             key = (r, req.num_gpu, req.gpu_milli)
