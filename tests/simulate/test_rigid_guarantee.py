@@ -109,7 +109,9 @@ def test_a_waiting_rigid_whole_node_job_is_not_starved_by_elastic_backfill(enabl
 
 
 def _result(waiting: list[int], late: list[int]) -> StrategyResult:
-    return StrategyResult("x", {}, {"rigid_waiting_late": np.array(waiting), "rigid_past_sla": np.array(late)})
+    return StrategyResult(
+        "x", {}, {"rigid_waiting_late": np.array(waiting), "rigid_past_sla": np.array(late)}
+    )
 
 
 def test_the_rigid_promise_is_checked_on_every_tick_against_static():
