@@ -124,3 +124,11 @@ def test_the_rigid_promise_is_checked_on_every_tick_against_static():
         worse["breach_ticks"] == 2 and worse["waiting_breach_ticks"] == 1 and worse["sla_breach_ticks"] == 1
     )
     assert worse["worst_waiting_excess_jobs"] == 2.0
+
+
+def test_the_market_view_never_reports_negative_demand_from_float_drift():
+    from market_pipeline.simulate.pricing import MarketView
+
+    allocated = np.array([[0.1 + 0.2 - 0.3 - 1e-16, 0.0], [2.0, 1.0]])  # an emptied pool's drift
+    view = MarketView(0, 0.0, np.array([8.0, 8.0]), allocated, np.zeros((2, 2)), np.zeros(1), np.ones(4))
+    assert (view.demand >= 0).all() and view.demand[1] == 3.0
