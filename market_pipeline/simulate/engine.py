@@ -7,7 +7,9 @@ prices from a `MarketView`; the tenants' demand at those prices sets the tick's 
 and deferred elastic work whose price is met now is submitted (`deferral`: turned-away
 elastic work waits for a price it accepts). A job is placed at once by the pool's placement
 policy or waits in its pool's queue (rigid jobs first, then elastic; within a class by
-request shape, oldest first); whenever capacity frees up the queue is retried. A rigid job
+request shape, oldest first); whenever capacity frees up the queue is retried. While rigid
+jobs wait in a pool, the oldest hold the nodes nearest to fitting them and elastic jobs, new
+or drained, are not placed there (`placement.guarantee`, the rigid guarantee). A rigid job
 that does not fit spills to another pool or waits for drains (`rigid_service`), retried
 every control-loop tick. Billing integrates each class's running GPUs times the posted
 price; a drained job stops paying at its drain signal.

@@ -2,7 +2,7 @@
 
 Part of `engine.StrategyRun` (a mixin, split off to keep modules small). A rigid job whose
 pool is full tries the other pools its pod fits (`RunInputs.spill`: nearest list price
-first; the trace names no GPU model); failing that, the task-drain guardrail looks for
+first; the trace names no GPU model), off the nodes they hold for their own waiting rigid jobs; failing that, the task-drain guardrail looks for
 drainable jobs to drain, in its pool and then in those other pools. Both are retried at
 every control-loop tick while it waits. The room a drain makes is held for the rigid job
 until every victim is out: drained jobs are re-placed only after it (best-fit would
