@@ -29,6 +29,7 @@ from market_pipeline import forecast as fc
 from market_pipeline.decision_checks import Verdict
 from market_pipeline.decision_checks.drains import approved_drains, drain_limits_verdict, pool_nodes_on
 from market_pipeline.decision_checks.flapping import MAX_PER_DAY, flapping_verdict, node_actions
+from market_pipeline.decision_checks.guarantee import rigid_guarantee_verdict
 from market_pipeline.decision_checks.margins import latest_plan, plan_margin_verdict, tick_margin_verdict
 from market_pipeline.decision_checks.prices import (
     offending_prices,
@@ -225,4 +226,25 @@ def forecast_check_results(results: Sequence[fc.PoolResult]) -> list[dg.AssetChe
     ]
 
 
-decision_checks = [equilibrium_checks, price_book_promises, scaling_checks, drain_requests_within_limits]
+@dg.asset_check(
+    asset=dg.AssetKey("fleet_inventory"),
+    description="The rigid guarantee: no guaranteed task waits past its SLA wait "
+    "(guardrails.task_drain.max_total_seconds) while drainable tasks hold GPUs of its model "
+    "(backends with a queue: the simulated fleet).",
+)
+def rigid_guarantee(fleet: FleetAdapterResource) -> dg.AssetCheckResult:
+    config = fleet.config()
+    pending_summary = getattr(fleet.get(), "pending_summary", None)
+    if pending_summary is None or not config.guardrails.rigid_guarantee.enabled:
+        return dg.AssetCheckResult(passed=True, description="no queue to check (or the guarantee is off)")
+    verdict = rigid_guarantee_verdict(pending_summary(), config.guardrails.task_drain.max_total_seconds)
+    return verdict_result(verdict, severity=dg.AssetCheckSeverity.WARN)
+
+
+decision_checks = [
+    equilibrium_checks,
+    price_book_promises,
+    scaling_checks,
+    drain_requests_within_limits,
+    rigid_guarantee,
+]

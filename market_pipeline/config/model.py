@@ -187,9 +187,24 @@ class TaskDrainGuardrailConfig(_Strict):
         return self
 
 
+class RigidGuaranteeConfig(_Strict):
+    """The promise to rigid (guaranteed-class) tenants and the rule that keeps it
+    (`placement.guarantee`): the oldest waiting guaranteed jobs of a pool each hold the node
+    nearest to fitting them, up to `hold_max_nodes_share` of the pool's nodes; drainable work
+    is not placed there. The promise: against static pricing on the same week, market pricing
+    leaves no more rigid jobs past their SLA wait (`max_violations_vs_static`) and no more rigid
+    jobs waiting (`max_waiting_vs_static`), judged on every simulated tick."""
+
+    enabled: bool = True
+    hold_max_nodes_share: float = Field(1.0, ge=0, le=1)
+    max_violations_vs_static: float = Field(1.0, ge=0)
+    max_waiting_vs_static: float = Field(1.0, ge=0)
+
+
 class GuardrailsConfig(_Strict):
     backlog: BacklogGuardrailConfig = BacklogGuardrailConfig()
     task_drain: TaskDrainGuardrailConfig = TaskDrainGuardrailConfig()
+    rigid_guarantee: RigidGuaranteeConfig = RigidGuaranteeConfig()
 
 
 class ScalingConfigSection(_Strict):

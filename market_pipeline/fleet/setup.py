@@ -50,7 +50,11 @@ def build_setup(
     workload_params: WorkloadParams | None = None,
 ) -> FleetSetup:
     seed = config.adapter.seed
-    params = params or TwinParams(sample_interval_s=config.loop.sample_interval_seconds)
+    guarantee = config.guardrails.rigid_guarantee
+    params = params or TwinParams(
+        sample_interval_s=config.loop.sample_interval_seconds,
+        hold_max_nodes_share=guarantee.hold_max_nodes_share if guarantee.enabled else 0.0,
+    )
     workload_params = workload_params or WorkloadParams(arrival_source=config.adapter.arrival_source)
     catalog = build_catalog(config)
     source = config.adapter.workload_source

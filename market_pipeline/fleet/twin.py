@@ -27,6 +27,7 @@ from market_pipeline.fleet.telemetry import GpuLoad, GpuShare, NoiseBlocks, samp
 from market_pipeline.fleet.workload import BLOCK_SECONDS, STREAM_XID, Job, WorkloadModel
 from market_pipeline.hardware.protocol import NodeState
 from market_pipeline.placement.capacity import MILLI, Placement
+from market_pipeline.placement.guarantee import choose_outside, held_nodes, hold_limit
 from market_pipeline.placement.policies import PlacementPolicy
 
 
@@ -51,6 +52,9 @@ class TwinParams:
     xid_rate_per_gpu_hour: float = 1e-4  # ~10x Llama-3's GPU fault rate, so demos see some
     pending_retry_budget: int = 64  # placement attempts per capacity-freeing event
     pending_scan_limit: int = 512  # queue entries screened per capacity-freeing event
+    # the rigid guarantee (`placement.guarantee`): the oldest pending guaranteed tasks each hold
+    # the node nearest to fitting them, up to this share of the nodes; drainable tasks keep off
+    hold_max_nodes_share: float = 0.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.sample_interval_s <= BLOCK_SECONDS:
@@ -223,12 +227,23 @@ class FleetTwin:
 
     # -- placement ----------------------------------------------------------------------------
     def _try_place(self, job: Job, ts: int) -> bool:
-        placement = self.policy.choose(self.cap, job.request())
+        if job.resource_class == "drainable":
+            placement = choose_outside(self.policy, self.cap, job.request(), self._held())
+        else:
+            placement = self.policy.choose(self.cap, job.request())
         if placement is None:
             return False
         self.pending.remove(job)
         self._start(job, placement, ts)
         return True
+
+    def _held(self) -> np.ndarray:
+        """The nodes held for the pending guaranteed tasks, oldest first (`placement.guarantee`)."""
+        limit = hold_limit(self.cap.n_nodes, self.params.hold_max_nodes_share)
+        waiting = [j.request() for j in self.pending if j.resource_class == "guaranteed"][:limit]
+        if not waiting:
+            return np.zeros(self.cap.n_nodes, dtype=bool)
+        return held_nodes(self.cap, waiting, limit)
 
     def schedule_pending(self, ts: int, rows: Sequence[int] = ()) -> None:
         """Capacity was freed on node `rows`: abandon jobs that waited too long, then place

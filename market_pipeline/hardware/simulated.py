@@ -309,14 +309,31 @@ class SimulatedAdapter:
         return self._with_twin(build, mutate=False)
 
     def pending_summary(self) -> dict[str, dict[str, float]]:
-        """Jobs waiting for capacity, per GPU model: count and GPUs asked (demand not served)."""
+        """Jobs waiting for capacity, per GPU model: count and GPUs asked (demand not served);
+        for the rigid guarantee also the guaranteed jobs waiting, the longest such wait
+        (seconds) and the GPUs drainable tasks hold on that model."""
 
         def build(twin: FleetTwin) -> dict[str, dict[str, float]]:
             out: dict[str, dict[str, float]] = {}
+
+            def row(model: str) -> dict[str, float]:
+                empty = {"jobs": 0.0, "gpus": 0.0, "guaranteed_jobs": 0.0, "guaranteed_oldest_wait_s": 0.0}
+                return out.setdefault(model, {**empty, "drainable_running_gpus": 0.0})
+
             for job in twin.pending:
-                row = out.setdefault(job.gpu_model, {"jobs": 0.0, "gpus": 0.0})
-                row["jobs"] += 1
-                row["gpus"] += job.num_gpu * job.gpu_milli / 1000
+                r = row(job.gpu_model)
+                r["jobs"] += 1
+                r["gpus"] += job.num_gpu * job.gpu_milli / 1000
+                if job.resource_class == "guaranteed":
+                    r["guaranteed_jobs"] += 1
+                    r["guaranteed_oldest_wait_s"] = max(
+                        r["guaranteed_oldest_wait_s"], twin.clock - job.arrival_ts
+                    )
+            for task in twin.running.values():
+                if task.job.resource_class == "drainable" and task.job.gpu_model in out:
+                    out[task.job.gpu_model]["drainable_running_gpus"] += (
+                        task.job.num_gpu * task.job.gpu_milli / 1000
+                    )
             return out
 
         return self._with_twin(build, mutate=False)

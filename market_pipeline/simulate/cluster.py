@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from market_pipeline.placement.capacity import MILLI, ClusterCapacity, Placement, PodRequest
+from market_pipeline.placement.guarantee import choose_outside
 from market_pipeline.placement.policies import make_policy
 from market_pipeline.placement.typical import TypicalPods
 from market_pipeline.simulate.inputs import FleetNodes, PodTable
@@ -131,6 +132,8 @@ class PoolCluster:
         # only where that is at most a tenth of the pool's largest nodes (small pools keep none)
         self.reserve = int(reserve_nodes) if self.top.sum() >= RESERVE_POOL_FACTOR * reserve_nodes else 0
         self.free_top = int((self.top & (self.node_full == self.node_gpus)).sum())
+        # nodes held for this pool's waiting rigid jobs (`placement.guarantee`): no elastic job there
+        self.held = np.zeros(self.cap.n_nodes, dtype=bool)
 
     def _update(self, row: int) -> None:
         free = self.cap.gpu_free[row].tolist()  # a handful of slots: Python beats numpy calls here
@@ -161,10 +164,15 @@ class PoolCluster:
             return bool(self.node_best[row] >= req.gpu_milli)
         return bool(self.node_full[row] >= req.num_gpu)
 
-    def place(self, req: PodRequest, elastic: bool = False) -> Placement | None:
+    def place(self, req: PodRequest, elastic: bool = False, off_held: bool | None = None) -> Placement | None:
+        """Place `req` by the pool's policy; elastic work keeps off the whole-node reserve and
+        (like any request with `off_held`) off the nodes held for waiting rigid jobs."""
+        off_held = elastic if off_held is None else off_held
         room = self._room(req)
         if elastic and self.reserve and self.free_top <= self.reserve:
             room &= ~(self.top & (self.node_full == self.node_gpus))
+        if off_held:
+            room &= ~self.held
         if self.fast is not None:  # off MIG the room test is BestFit's feasibility, exactly
             rows = np.flatnonzero(room)
             if rows.size == 0:
@@ -175,7 +183,11 @@ class PoolCluster:
             if not room.any():
                 return None
             self.policy_calls += 1
-            placement = self.policy.choose(self.cap, req)
+            placement = (
+                choose_outside(self.policy, self.cap, req, self.held)
+                if off_held
+                else self.policy.choose(self.cap, req)
+            )
         if placement is not None:
             self.cap.allocate(req, placement)
             self._update(placement.node)

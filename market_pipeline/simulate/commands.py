@@ -139,6 +139,9 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     from market_pipeline.simulate.job_grid_commands import register_bench as register_truth
 
     register_truth(bench_sub, str(REPO_DATA))
+    from market_pipeline.simulate.guarantee_commands import register_bench as register_guarantee
+
+    register_guarantee(bench_sub, str(REPO_DATA))
 
 
 def _settings(args: argparse.Namespace) -> Any:

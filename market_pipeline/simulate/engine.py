@@ -7,7 +7,9 @@ prices from a `MarketView`; the tenants' demand at those prices sets the tick's 
 and deferred elastic work whose price is met now is submitted (`deferral`: turned-away
 elastic work waits for a price it accepts). A job is placed at once by the pool's placement
 policy or waits in its pool's queue (rigid jobs first, then elastic; within a class by
-request shape, oldest first); whenever capacity frees up the queue is retried. A rigid job
+request shape, oldest first); whenever capacity frees up the queue is retried. While rigid
+jobs wait in a pool, the oldest hold the nodes nearest to fitting them and elastic jobs, new
+or drained, are not placed there (`placement.guarantee`, the rigid guarantee). A rigid job
 that does not fit spills to another pool or waits for drains (`rigid_service`), retried
 every control-loop tick. Billing integrates each class's running GPUs times the posted
 price; a drained job stops paying at its drain signal.
@@ -19,10 +21,12 @@ import heapq
 import time
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 
 import numpy as np
 
-from market_pipeline.placement.capacity import Placement
+from market_pipeline.placement.capacity import Placement, PodRequest
+from market_pipeline.placement.guarantee import held_nodes, hold_limit
 from market_pipeline.simulate.arrivals import buy_ratio, candidates, split
 from market_pipeline.simulate.cluster import PoolCluster
 from market_pipeline.simulate.deferral import DeferredDemand
@@ -88,6 +92,12 @@ class StrategyRun(RigidService):
         self.epoch_s = inputs.epoch.timestamp()
         self.bought = np.zeros(2 * len(inputs.pools))  # GPUs requested this tick per resource
         self.bought_last: np.ndarray | None = None
+        guarantee = inputs.config.guardrails.rigid_guarantee
+        self.hold_limits = [
+            hold_limit(c.node_count(), guarantee.hold_max_nodes_share if guarantee.enabled else 0.0)
+            for c in self.clusters
+        ]
+        self.hold_stale = [True] * len(self.clusters)  # the pool's waiting rigid work changed
 
     # -- event loop ---------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> StrategyResult:
@@ -130,6 +140,7 @@ class StrategyRun(RigidService):
                 self._control(float(mark))
                 mark = next(marks, None)
             self._until(t0 + self.tick_s)
+            self._record_rigid(tick, t0 + self.tick_s)
             self.meter.close_tick(
                 tick, t0 + self.tick_s, self.tick_s, prices, self.capacity, self.unit_cost, self.serve_cost
             )
@@ -146,11 +157,26 @@ class StrategyRun(RigidService):
         other pools, then the drain guardrail."""
         self._until(t)
         self.control_step += 1
+        self.hold_stale = [True] * len(self.clusters)  # capacity moved since: re-pick the held nodes
         self._retry_spill(t)
         if self.drainer is not None:
             self._retry_drains(t)
             if prune:
                 self.drainer.prune(t)
+
+    def _record_rigid(self, tick: int, t: float) -> None:
+        """The guarantee's per-tick record: rigid jobs waiting now, those of them waiting past
+        their SLA wait, and rigid jobs past it so far (late starts measured since the warm-up,
+        plus those waiting past it)."""
+        jobs, sla = self.jobs, self.inputs.sla_wait_s
+        waiting = late = 0
+        for rigid, _ in self.queues:
+            for queue in rigid.values():
+                waiting += len(queue)
+                late += sum(1 for j in queue if t - jobs.arrival[j] > sla)
+        self.meter.rigid_waiting[tick] = waiting
+        self.meter.rigid_waiting_late[tick] = late
+        self.meter.rigid_past_sla[tick] = self.meter.rigid_sla_violations + late
 
     def _initial_prices(self) -> np.ndarray:
         return np.repeat([p.prices.list_price for p in self.inputs.pools], 2).astype(np.float64)
@@ -225,7 +251,7 @@ class StrategyRun(RigidService):
     def _place_or_queue(self, job: int, t: float, allow_drain: bool) -> None:
         jobs = self.jobs
         elastic = jobs.cls[job] == ELASTIC
-        placement = self.clusters[jobs.pool[job]].place(self.inputs.requests[jobs.pod[job]], elastic)
+        placement = self._place(jobs.pool[job], self.inputs.requests[jobs.pod[job]], elastic)
         if placement is not None:
             self._start(job, placement, t)
             return
@@ -235,12 +261,42 @@ class StrategyRun(RigidService):
         if allow_drain and jobs.cls[job] == RIGID and self.drainer is not None:
             self._drain_for(job, t)
 
+    def _place(self, r: int, req: PodRequest, elastic: bool) -> Placement | None:
+        """Pool r's placement policy; an elastic job keeps off the nodes held for the pool's
+        waiting rigid jobs (`placement.guarantee`, re-picked when that work changed)."""
+        if elastic:
+            self._refresh_holds(r)
+        return self.clusters[r].place(req, elastic)
+
+    def _refresh_holds(self, r: int) -> None:
+        """Re-pick pool r's held nodes if its waiting rigid work changed since."""
+        if not self.hold_stale[r]:
+            return
+        self.hold_stale[r] = False
+        cluster = self.clusters[r]
+        waiting = self._oldest_rigid(r, self.hold_limits[r])
+        if waiting:
+            cluster.held = held_nodes(cluster.cap, waiting, self.hold_limits[r])
+        elif cluster.held.any():
+            cluster.held[:] = False
+
+    def _oldest_rigid(self, r: int, limit: int) -> list[PodRequest]:
+        """The requests of pool r's `limit` oldest waiting rigid jobs, oldest first."""
+        if limit <= 0 or not self.queues[r][RIGID]:
+            return []
+        jobs = self.jobs
+        heads = [j for q in self.queues[r][RIGID].values() for j in islice(q, limit)]
+        heads.sort(key=lambda j: jobs.arrival[j])
+        return [self.inputs.requests[jobs.pod[j]] for j in heads[:limit]]
+
     def _enqueue(self, job: int) -> None:
         jobs = self.jobs
         req = self.inputs.requests[jobs.pod[job]]
         groups = self.queues[jobs.pool[job]][jobs.cls[job]]
         groups.setdefault((req.num_gpu, req.gpu_milli), deque()).append(job)
         jobs.state[job] = QUEUED
+        if jobs.cls[job] == RIGID:
+            self.hold_stale[jobs.pool[job]] = True
         self.meter.pending(jobs.pool[job], jobs.cls[job], jobs.gpus[job])
 
     def _dequeue(self, job: int) -> None:
@@ -252,11 +308,15 @@ class StrategyRun(RigidService):
         groups[key].remove(job)
         if not groups[key]:
             del groups[key]
+        if jobs.cls[job] == RIGID:
+            self.hold_stale[jobs.pool[job]] = True
         self.meter.pending(jobs.pool[job], jobs.cls[job], -jobs.gpus[job])
 
     def _start(self, job: int, placement: Placement, t: float) -> None:
         jobs, meter = self.jobs, self.meter
         r, cls, gpus = jobs.pool[job], jobs.cls[job], jobs.gpus[job]
+        if cls == RIGID and jobs.state[job] == QUEUED:
+            self.hold_stale[r] = True  # it may have been waiting (its queue entry is gone)
         jobs.placement[job] = placement
         jobs.state[job] = RUNNING
         jobs.run_start[job] = t
@@ -329,7 +389,7 @@ class StrategyRun(RigidService):
                     req = requests[jobs.pod[job]]
                     if not cluster.fits_node(req, row):
                         break
-                    placement = cluster.place(req, cls == ELASTIC)
+                    placement = self._place(r, req, cls == ELASTIC)
                     if placement is None:
                         break
                     queue.popleft()

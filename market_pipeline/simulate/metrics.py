@@ -35,6 +35,12 @@ class Meter:
         self.allocated_by_class = np.zeros((ticks, 2))  # mean GPUs over the tick
         self.pending_by_class = np.zeros((ticks, 2))  # at the tick's start
         self.arrivals = np.zeros(ticks, dtype=np.int64)
+        # the rigid guarantee's per-tick record (at the tick's end): rigid jobs waiting, those
+        # waiting past their SLA wait, and rigid jobs past it so far (started late since the
+        # warm-up, or still waiting)
+        self.rigid_waiting = np.zeros(ticks, dtype=np.int64)
+        self.rigid_waiting_late = np.zeros(ticks, dtype=np.int64)
+        self.rigid_past_sla = np.zeros(ticks, dtype=np.int64)
         self.restart()
 
     def _advance(self, r: int, t: float) -> None:
@@ -142,7 +148,16 @@ class Meter:
 
     def trim(self, ticks: int) -> None:
         """Drop the warm-up's first `ticks` rows of the per-tick series."""
-        for name in ("prices", "utilization", "allocated_by_class", "pending_by_class", "arrivals"):
+        for name in (
+            "prices",
+            "utilization",
+            "allocated_by_class",
+            "pending_by_class",
+            "arrivals",
+            "rigid_waiting",
+            "rigid_waiting_late",
+            "rigid_past_sla",
+        ):
             setattr(self, name, getattr(self, name)[ticks:])
 
     def sla_violation(self, num_gpu: int, pool_id: str) -> None:
@@ -216,6 +231,7 @@ def summarize(
         "jobs_arrived": int(jobs_total),
         "jobs_started": int(jobs_started),
         "jobs_waiting_at_end": int(jobs_waiting),
+        "rigid_waiting_at_end": int(meter.rigid_waiting[-1]) if meter.rigid_waiting.size else 0,
     }
     series = {
         "prices": meter.prices,
@@ -223,6 +239,9 @@ def summarize(
         "allocated_by_class": meter.allocated_by_class,
         "pending_by_class": meter.pending_by_class,
         "arrivals": meter.arrivals,
+        "rigid_waiting": meter.rigid_waiting,
+        "rigid_waiting_late": meter.rigid_waiting_late,
+        "rigid_past_sla": meter.rigid_past_sla,
     }
     extra = {
         **extra,

@@ -42,8 +42,9 @@ class MarketView:
 
     @property
     def demand(self) -> np.ndarray:
-        """(R,) running + pending GPUs per pool."""
-        return self.allocated.sum(axis=1) + self.pending.sum(axis=1)
+        """(R,) running + pending GPUs per pool (at least 0: fractional GPUs added and taken
+        off again leave float drift, e.g. -2e-16 on an emptied pool)."""
+        return np.maximum(self.allocated.sum(axis=1) + self.pending.sum(axis=1), 0.0)
 
 
 @dataclass(frozen=True)

@@ -240,9 +240,21 @@ def build_report(
         "model_notes": model_notes(s.economics, s),
         "timing": timing,
         "series": _series(inputs, results),
+        "rigid_guarantee": _rigid_guarantee(inputs, results),
         "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     return _jsonable(report)
+
+
+def _rigid_guarantee(inputs: RunInputs, results: dict[str, StrategyResult]) -> dict[str, Any]:
+    """The promise to rigid tenants per tick, each strategy against static (`simulate.guarantee`)."""
+    from market_pipeline.simulate.guarantee import guarantee_check
+
+    static = results.get("static")
+    if static is None:
+        return {}
+    promise = inputs.config.guardrails.rigid_guarantee
+    return {name: guarantee_check(static, r, promise) for name, r in results.items() if name != "static"}
 
 
 def strategy_table_markdown(report: dict[str, Any]) -> str:

@@ -2,7 +2,7 @@
 
 Part of `engine.StrategyRun` (a mixin, split off to keep modules small). A rigid job whose
 pool is full tries the other pools its pod fits (`RunInputs.spill`: nearest list price
-first; the trace names no GPU model); failing that, the task-drain guardrail looks for
+first; the trace names no GPU model), off the nodes they hold for their own waiting rigid jobs; failing that, the task-drain guardrail looks for
 drainable jobs to drain, in its pool and then in those other pools. Both are retried at
 every control-loop tick while it waits. The room a drain makes is held for the rigid job
 until every victim is out: drained jobs are re-placed only after it (best-fit would
@@ -40,6 +40,8 @@ class RigidService:
     spilled: int
     control_step: int
     _no_room: dict[tuple[int, int, int], int]
+    hold_stale: list[bool]
+    hold_limits: list[int]
 
     def _start(self, job: int, placement: "Placement", t: float) -> None: ...
     def _stop(self, job: int) -> None: ...
@@ -48,6 +50,7 @@ class RigidService:
     def _dequeue(self, job: int) -> None: ...
     def _place_or_queue(self, job: int, t: float, allow_drain: bool) -> None: ...
     def _push(self, t: float, kind: int, job: int) -> None: ...
+    def _refresh_holds(self, r: int) -> None: ...
 
     # -- spill (rigid jobs only) ---------------------------------------------------------------
     def _spill(self, job: int, t: float) -> bool:
@@ -60,7 +63,9 @@ class RigidService:
             return False
         req = self.inputs.requests[jobs.pod[job]]
         for r in self.inputs.spill[jobs.pool[job]][jobs.pod[job]]:
-            placement = self.clusters[r].place(req)
+            # not on the nodes held for that pool's own waiting rigid work (no queue jumping)
+            self._refresh_holds(r)
+            placement = self.clusters[r].place(req, off_held=True)
             if placement is not None:
                 jobs.pool[job] = r
                 self.spilled += 1
@@ -85,20 +90,24 @@ class RigidService:
         gpus = self.jobs.gpus[job]
         if not self._spill(job, t):
             return False
+        self.hold_stale[r] = True  # it left pool r's queue
         self.meter.pending(r, RIGID, -gpus)
         return True
 
     # -- drains ---------------------------------------------------------------------------------
-    def _drain_for(self, job: int, t: float) -> None:
+    def _drain_for(self, job: int, t: float) -> bool:
+        """Plan drains that make room for a waiting rigid job (its own pool first, then the
+        pools it may spill to); True when drains are under way."""
         jobs, drainer = self.jobs, self.drainer
         assert drainer is not None
         if job in self.awaited:
-            return
+            return True
         req = self.inputs.requests[jobs.pod[job]]
         own = jobs.pool[job]
         plan = None
+        others = self.inputs.spill[own][jobs.pod[job]] if self.inputs.spill else ()
         # its own pool first, then the pools it may spill to (the pod names no GPU model)
-        for r in (own, *(self.inputs.spill[own][jobs.pod[job]] if self.inputs.spill else ())):
+        for r in (own, *others):
             key = (r, req.num_gpu, req.gpu_milli)
             if self._no_room.get(key) == self.control_step:  # nothing drainable for it until the next step
                 continue
@@ -107,7 +116,7 @@ class RigidService:
                 break
             self._no_room[key] = self.control_step
         if plan is None:
-            return
+            return False
         if r != own:
             self._requeue(job, r)
         self.awaited[job] = set(plan.victims)
@@ -123,6 +132,7 @@ class RigidService:
             self.meter.drains += 1
             self.meter.work_lost_gpu_hours += jobs.gpus[victim] * drainer.seconds / 3600.0
             self._push(t + drainer.seconds, DRAIN_DONE, victim)
+        return True
 
     def _requeue(self, job: int, r: int) -> None:
         """Move a waiting rigid job to pool r's queue (drains make its room there)."""

@@ -338,3 +338,18 @@ def test_a_node_cordoned_three_times_a_day_flaps(store) -> None:
     assert (verdict.offenders[0]["cordons"], verdict.offenders[0]["uncordons"]) == (3, 2)
     a_day_later = node_actions(store, until=T0 + timedelta(hours=26))
     assert flapping_verdict(a_day_later).passed  # the first cordons left the 24-hour window
+
+
+def test_a_guaranteed_task_past_its_sla_beside_drainable_work_breaks_the_rigid_guarantee() -> None:
+    from market_pipeline.decision_checks.guarantee import rigid_guarantee_verdict
+
+    row = {"jobs": 3.0, "gpus": 10.0, "guaranteed_jobs": 1.0, "drainable_running_gpus": 4.0}
+    fine = rigid_guarantee_verdict({"A100": {**row, "guaranteed_oldest_wait_s": 300.0}}, 600.0)
+    assert fine.passed and fine.numbers["guaranteed_waiting"] == 1
+    late = rigid_guarantee_verdict({"A100": {**row, "guaranteed_oldest_wait_s": 900.0}}, 600.0)
+    assert not late.passed and late.offenders[0]["gpu_model"] == "A100"
+    # nothing drainable left to make room from: capacity is short, not the guarantee broken
+    full = rigid_guarantee_verdict(
+        {"A100": {**row, "guaranteed_oldest_wait_s": 900.0, "drainable_running_gpus": 0.0}}, 600.0
+    )
+    assert full.passed

@@ -190,3 +190,23 @@ def test_simulate_cli_rejects_a_pod_list_without_columns(tmp_path, capsys):
         == 2
     )
     assert "missing columns" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [(["--pods", "missing.csv"], "missing.csv"), (["--seeds", "7,x"], "--seeds")],
+)
+def test_bench_guarantee_rejects_bad_input_naming_it(tmp_path, capsys, change, message):
+    data = tmp_path / "data"
+    (data / "alibaba-gpu-2023").mkdir(parents=True)
+    (data / "helios-earth").mkdir()
+    pods, nodes, load = _write_traces(tmp_path, pods=50)
+    (data / "alibaba-gpu-2023" / "openb_pod_list_default.csv").write_text(pods.read_text())
+    (data / "alibaba-gpu-2023" / "openb_node_list_gpu_node.csv").write_text(nodes.read_text())
+    (data / "helios-earth" / "vcA.csv").write_text(load.read_text())
+    value = str(tmp_path / change[1]) if change[1].endswith(".csv") else change[1]
+    args = ["bench", "guarantee", "--data", str(data), change[0], value, "--json", str(tmp_path / "g.json")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "g.json").exists()

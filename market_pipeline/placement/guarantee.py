@@ -1,0 +1,91 @@
+"""The rigid tenants' guarantee as a placement rule: capacity held for waiting guaranteed work.
+
+A guaranteed (rigid) job that does not fit waits. Without a rule, the capacity that frees up
+on a node goes piecemeal to whatever fits first: small drainable (elastic) jobs, new ones or
+drained ones re-placed, backfill the node's free GPUs, CPU and memory, and the rigid job, which
+needs them all at once, waits until the whole node happens to be free. Cheaper elastic prices
+bring more such jobs, so market pricing served rigid work worse than static pricing.
+
+The rule (EASY-backfill reservations, one node per waiting job): the oldest waiting guaranteed
+jobs of a pool each hold the node nearest to fitting them (the least missing GPU, CPU and
+memory, among the nodes that could host them when empty), at most `max_nodes` nodes. Drainable
+jobs may not be placed on a held node; guaranteed jobs may. The held node fills as its jobs
+end, and the waiting job takes it first (the queue scans guaranteed work first). A pool with no
+guaranteed work waiting holds nothing, so the rule costs nothing until rigid work waits.
+
+The simulator (`simulate.cluster.PoolCluster`) and the fleet's digital twin (`fleet.twin`)
+both call `held_nodes`; the twin places drainable jobs through `choose_outside`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from market_pipeline.placement.capacity import MILLI, ClusterCapacity, Placement, PodRequest
+from market_pipeline.placement.policies import PlacementPolicy
+
+
+def hold_limit(n_nodes: int, share: float) -> int:
+    """How many nodes a pool may hold for waiting guaranteed work: `share` of its nodes,
+    at least one where the share is positive."""
+    if share <= 0 or n_nodes <= 0:
+        return 0
+    return max(1, int(share * n_nodes))
+
+
+def shortfall(cap: ClusterCapacity, req: PodRequest) -> np.ndarray:
+    """(N,) how far each node is from fitting `req` now: the missing share of its GPUs, CPU
+    and memory, summed (0: it fits); inf where the node could not host it even empty."""
+    free = np.where(cap.present, cap.gpu_free, 0)
+    gpus = cap.present.sum(axis=1)
+    capable = cap.schedulable & cap.model_allowed(req.models)
+    capable &= (cap.cpu_total >= req.cpu_milli) & (cap.mem_total >= req.mem_mib)
+    capable &= gpus >= max(req.num_gpu, 0)
+    if req.num_gpu == 0:
+        gpu_short = np.zeros(cap.n_nodes)
+    elif req.fractional:
+        gpu_short = np.maximum(req.gpu_milli - free.max(axis=1, initial=0), 0) / req.gpu_milli
+    else:
+        gpu_short = np.maximum(req.num_gpu - (free >= MILLI).sum(axis=1), 0) / req.num_gpu
+    cpu_short = np.maximum(req.cpu_milli - cap.cpu_free, 0) / max(req.cpu_milli, 1)
+    mem_short = np.maximum(req.mem_mib - cap.mem_free, 0) / max(req.mem_mib, 1)
+    return np.where(capable, gpu_short + cpu_short + mem_short, np.inf)
+
+
+def held_nodes(cap: ClusterCapacity, waiting: Sequence[PodRequest], max_nodes: int) -> np.ndarray:
+    """(N,) bool: the nodes held for `waiting` (guaranteed requests, oldest first), one per
+    request, each the not yet held node nearest to fitting it, at most `max_nodes`."""
+    held = np.zeros(cap.n_nodes, dtype=bool)
+    taken = 0
+    known: dict[PodRequest, np.ndarray] = {}  # many waiting jobs share a shape
+    for req in waiting:
+        if taken >= max_nodes:
+            break
+        if req not in known:
+            known[req] = shortfall(cap, req)
+        score = np.where(held, np.inf, known[req])
+        if score.size == 0:
+            break
+        row = int(np.argmin(score))
+        if not np.isfinite(score[row]):
+            continue  # no free node could ever host it: holding one would help nobody
+        held[row] = True
+        taken += 1
+    return held
+
+
+def choose_outside(
+    policy: PlacementPolicy, cap: ClusterCapacity, req: PodRequest, held: np.ndarray
+) -> Placement | None:
+    """The policy's placement for a drainable request on the nodes not held (the held
+    nodes count as unschedulable for this one choice; `cap` is left as it was)."""
+    if not held.any():
+        return policy.choose(cap, req)
+    schedulable = cap.schedulable
+    cap.schedulable = schedulable & ~held
+    try:
+        return policy.choose(cap, req)
+    finally:
+        cap.schedulable = schedulable

@@ -1,0 +1,69 @@
+"""The digital twin keeps the rigid guarantee's rule (`placement.guarantee`): a pending
+guaranteed task holds the node nearest to fitting it, and drainable tasks keep off it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from market_pipeline.config import load_config
+from market_pipeline.fleet.setup import build_setup
+from market_pipeline.fleet.twin import FleetTwin
+from market_pipeline.fleet.workload import Job
+from market_pipeline.placement.policies import BestFit
+
+EPOCH = 1_767_225_600
+
+
+def _job(task_id: str, model: str, gpus: int, resource_class: str) -> Job:
+    return Job(
+        task_id=task_id,
+        tenant_id="t",
+        gpu_model=model,
+        num_gpu=gpus,
+        gpu_milli=1000,
+        cpu_milli=1000,
+        mem_mib=1000,
+        qos="LS" if resource_class == "guaranteed" else "BE",
+        kind="training",
+        resource_class=resource_class,
+        priority=0,
+        do_not_drain=resource_class == "guaranteed",
+        checkpointable=True,
+        lifetime_s=36_000,
+        arrival_ts=EPOCH,
+        util_level=50.0,
+        gpu_mem_share=0.5,
+        checkpoint_s=10.0,
+        exit_s=5.0,
+        ignores_sigterm=False,
+    )
+
+
+@pytest.mark.parametrize("share", [1.0, 0.0])
+def test_a_drainable_task_keeps_off_the_node_a_pending_guaranteed_task_holds(share):
+    setup = build_setup(load_config(environ={}))
+    params = dataclasses.replace(setup.params, hold_max_nodes_share=share)
+    twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
+    gpus = twin.cap.present.sum(axis=1)
+    model = next(m for m in twin.cap.model_names if (gpus[twin.cap.model_allowed((m,))] >= 4).sum() >= 2)
+    r0, r1 = np.flatnonzero(twin.cap.model_allowed((model,)) & (gpus >= 4))[:2]
+    width = int(gpus[r0])
+    for row, used in ((r1, int(gpus[r1])), (r0, width - 1)):  # node r1 full, node r0 with one GPU free
+        twin.cap.schedulable[:] = False
+        twin.cap.schedulable[row] = True
+        for k in range(used):
+            job = _job(f"{row}-{k}", model, 1, "drainable")
+            twin._start(job, BestFit().choose(twin.cap, job.request()), EPOCH)
+    twin.cap.schedulable[:] = False
+    twin.cap.schedulable[[r0, r1]] = True
+    assert twin.cap.free_gpus(np.array([r0, r1])) == 1.0
+    rigid = _job("rigid", model, width, "guaranteed")
+    twin.pending.append(rigid)
+    assert not twin._try_place(rigid, EPOCH)  # it needs the whole node: it waits
+    newcomer = _job("newcomer", model, 1, "drainable")
+    twin.pending.append(newcomer)
+    placed = twin._try_place(newcomer, EPOCH)
+    assert placed is (share == 0.0)  # with the hold the newcomer waits instead of taking r0's GPU

@@ -1,0 +1,134 @@
+"""The rigid guarantee: capacity held for waiting rigid work (`placement.guarantee`), used by
+the simulator's placement, and the promise checked per tick against static pricing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from simulate_testkit import config, inputs
+
+from market_pipeline.placement.capacity import ClusterCapacity, PodRequest
+from market_pipeline.placement.guarantee import choose_outside, held_nodes, hold_limit, shortfall
+from market_pipeline.placement.policies import BestFit
+from market_pipeline.simulate.engine import StrategyRun
+from market_pipeline.simulate.guarantee import guarantee_check
+from market_pipeline.simulate.jobs import QUEUED, RUNNING
+from market_pipeline.simulate.metrics import StrategyResult
+from market_pipeline.simulate.pricing import ELASTIC, RIGID
+from market_pipeline.simulate.runner import make_strategy
+from market_pipeline.simulate.settings import EconomicAssumptions
+
+
+def _cap(nodes: int = 3) -> ClusterCapacity:
+    return ClusterCapacity.build(
+        [f"n{i}" for i in range(nodes)], ["G2"] * nodes, [8] * nodes, [64_000] * nodes, [256_000] * nodes
+    )
+
+
+def test_the_oldest_rigid_job_holds_the_node_nearest_to_fitting_it_and_elastic_work_keeps_off():
+    cap = _cap()
+    one = PodRequest(1, 1000, 1000, 1000)
+    for node, used in ((0, 6), (1, 2), (2, 7)):  # free: 2, 6 and 1 GPUs
+        cap.schedulable[:] = np.arange(3) == node
+        for _ in range(used):
+            cap.allocate(one, BestFit().choose(cap, one))
+    cap.schedulable[:] = True
+    whole = PodRequest(8, 1000, 8000, 8000)
+    assert np.argmin(shortfall(cap, whole)) == 1  # six of its eight GPUs are free there
+    held = held_nodes(cap, [whole, whole], max_nodes=1)
+    assert held.tolist() == [False, True, False]  # one node only: the limit
+    before = cap.schedulable.copy()
+    placement = choose_outside(BestFit(), cap, PodRequest(1, 1000, 1000, 1000), held)
+    assert placement is not None and placement.node != 1
+    three = PodRequest(3, 1000, 1000, 1000)  # only the held node has three free GPUs
+    assert choose_outside(BestFit(), cap, three, held) is None  # elastic: it waits
+    assert BestFit().choose(cap, three).node == 1  # without the hold it would take them
+    assert (cap.schedulable == before).all()  # the choice left the capacity as it was
+    assert held_nodes(cap, [PodRequest(8, 1000, 100_000, 0)], max_nodes=3).sum() == 0  # no node could host it
+    assert hold_limit(40, 0.1) == 4 and hold_limit(3, 0.1) == 1 and hold_limit(40, 0.0) == 0
+
+
+def _one_pool_run(enabled: bool) -> StrategyRun:
+    cfg = config()
+    guardrails = cfg.guardrails
+    cfg = cfg.model_copy(
+        update={
+            "guardrails": guardrails.model_copy(
+                update={"rigid_guarantee": guardrails.rigid_guarantee.model_copy(update={"enabled": enabled})}
+            )
+        }
+    )
+    economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)
+    run_inputs = inputs(days=0.5, fleet={"G2": (2, 8)}, strategies=("static",), economics=economics)
+    run_inputs = dataclasses.replace(run_inputs, config=cfg)
+    return StrategyRun(run_inputs, make_strategy("static", run_inputs))
+
+
+def _pod(run: StrategyRun, gpus: int) -> int:
+    pods = run.inputs.pods
+    return int(np.flatnonzero((pods.num_gpu == gpus) & (pods.gpu_milli == 1000))[0])
+
+
+def _tenant(run: StrategyRun, elastic: bool) -> int:
+    model = run.inputs.model
+    return int(np.flatnonzero((model.elastic == elastic) & ~model.latent_mask)[0])
+
+
+def _submit(run: StrategyRun, elastic: bool, pod: int, t: float, runtime: float) -> int:
+    run._until(t)
+    tenant = _tenant(run, elastic)
+    job = run.jobs.add(tenant, 0, pod, ELASTIC if elastic else RIGID, run.pod_gpus[pod], t, runtime)
+    run._place_or_queue(job, t, allow_drain=False)
+    return job
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_waiting_rigid_whole_node_job_is_not_starved_by_elastic_backfill(enabled):
+    """Two full 8-GPU nodes; an 8-GPU rigid job waits. Node 0's jobs end one by one, and
+    each time a new 1-GPU elastic job arrives. Without the hold every freed GPU goes to the
+    elastic newcomer and the rigid job waits for hours; with it, node 0 is held and the rigid
+    job starts the moment its last job ends (the elastic jobs wait: they tolerate delay)."""
+    run = _one_pool_run(enabled)
+    one, eight = _pod(run, 1), _pod(run, 8)
+    first = [_submit(run, True, one, 0.0, 100.0 * (k + 1)) for k in range(8)]  # node 0: end at 100..800
+    assert {run.jobs.placement[j].node for j in first} == {0}
+    [_submit(run, True, one, 0.0, 36_000.0) for _ in range(8)]  # node 1: long jobs
+    rigid = _submit(run, False, eight, 50.0, 3600.0)
+    assert run.jobs.state[rigid] == QUEUED
+    late = [_submit(run, True, one, 150.0 + 100.0 * k, 36_000.0) for k in range(8)]
+    run._until(1000.0)
+    if enabled:
+        assert run.jobs.state[rigid] == RUNNING
+        assert run.jobs.first_start[rigid] == pytest.approx(800.0)  # the last short job's end
+        assert all(run.jobs.state[j] in (QUEUED, RUNNING) for j in late)
+    else:  # the old behaviour: the elastic newcomers took node 0 GPU by GPU
+        assert run.jobs.state[rigid] == QUEUED
+        assert all(run.jobs.state[j] == RUNNING for j in late)
+
+
+def _result(waiting: list[int], late: list[int]) -> StrategyResult:
+    return StrategyResult(
+        "x", {}, {"rigid_waiting_late": np.array(waiting), "rigid_past_sla": np.array(late)}
+    )
+
+
+def test_the_rigid_promise_is_checked_on_every_tick_against_static():
+    promise = config().guardrails.rigid_guarantee
+    static = _result([3, 4, 5, 5], [0, 1, 2, 2])
+    same = guarantee_check(static, _result([3, 4, 5, 5], [0, 1, 2, 2]), promise)
+    assert same["breach_ticks"] == 0
+    worse = guarantee_check(static, _result([3, 6, 5, 4], [0, 1, 3, 2]), promise)
+    assert (
+        worse["breach_ticks"] == 2 and worse["waiting_breach_ticks"] == 1 and worse["sla_breach_ticks"] == 1
+    )
+    assert worse["worst_waiting_excess_jobs"] == 2.0
+
+
+def test_the_market_view_never_reports_negative_demand_from_float_drift():
+    from market_pipeline.simulate.pricing import MarketView
+
+    allocated = np.array([[0.1 + 0.2 - 0.3 - 1e-16, 0.0], [2.0, 1.0]])  # an emptied pool's drift
+    view = MarketView(0, 0.0, np.array([8.0, 8.0]), allocated, np.zeros((2, 2)), np.zeros(1), np.ones(4))
+    assert (view.demand >= 0).all() and view.demand[1] == 3.0
