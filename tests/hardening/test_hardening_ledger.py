@@ -41,6 +41,22 @@ def test_hardening_replay_is_a_no_op_and_another_amount_is_refused(tmp_path: Pat
     assert _entries(warehouse.path, "r9") == []
 
 
+def test_hardening_a_replay_with_a_smaller_amount_is_refused_too(tmp_path: Path) -> None:
+    """A reference once booked keeps its amount: less is refused as firmly as more, and an
+    adjustment replayed with the other sign as well."""
+    warehouse = Warehouse(build_warehouse(tmp_path / "w.duckdb"))
+    record_payment(warehouse, TENANT, Decimal("10"), "r7")
+    with pytest.raises(
+        BillingError, match=r"'r7' of tenant 'acme-research' is already booked as 10; refusing 9.99"
+    ):
+        record_payment(warehouse, TENANT, Decimal("9.99"), "r7")
+    assert _entries(warehouse.path, "r7") == [Decimal("10")]
+    record_payment(warehouse, TENANT, Decimal("-2.5"), "fix-1", kind="adjustment")
+    with pytest.raises(BillingError, match=r"booked as -2.5; refusing 2.5"):
+        record_payment(warehouse, TENANT, Decimal("2.5"), "fix-1", kind="adjustment")
+    assert _entries(warehouse.path, "fix-1") == [Decimal("-2.5")]
+
+
 def test_hardening_balance_cli_refuses_unknown_tenants_and_bad_amounts(tmp_path: Path) -> None:
     path = build_warehouse(tmp_path / "w.duckdb")
     code, _, err = run_cli(

@@ -87,7 +87,9 @@ def followers_off_by(monkeypatch):
 
     def install(excess: float) -> None:
         real = solve_module.follower_kkt_residual
-        monkeypatch.setattr(solve_module, "follower_kkt_residual", lambda pop, state: real(pop, state) + excess)
+        monkeypatch.setattr(
+            solve_module, "follower_kkt_residual", lambda pop, state: real(pop, state) + excess
+        )
 
     return install
 

@@ -149,3 +149,34 @@ def test_telemetry_known_gpus_come_from_the_fleet_inventory(warehouse: Warehouse
         ),
     )
     assert known_gpu_uuids(warehouse) == frozenset({"GPU-1"})
+
+
+@pytest.mark.parametrize(
+    ("stage", "defect"),
+    [
+        ("_clean_frame", lambda frame: frame.head(frame.height - 1)),  # loses a clean row
+        ("_quarantine_frame", lambda frame: frame.head(frame.height - 1)),  # loses a quarantined row
+        ("_clean_frame", lambda frame: pl.concat([frame, frame.head(1)])),  # counts a row twice
+    ],
+)
+def test_telemetry_a_stage_that_loses_or_adds_a_row_is_refused_and_writes_nothing(
+    warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch, stage: str, defect
+) -> None:
+    """rows in = clean + quarantined, or the ingest is a defect: it fails naming the counts and
+    the warehouse keeps what it had."""
+    import market_pipeline.telemetry.ingest as ingest
+
+    frame = two_hours().with_columns(
+        pl.when(pl.int_range(pl.len()) < 3).then(None).otherwise(pl.col("gpu_uuid")).alias("gpu_uuid")
+    )  # 3 rows without a GPU id are quarantined, 29 are clean
+    before = ingest_samples(warehouse, frame, source="file:a", policy=POLICY)
+    assert (before.clean, before.quarantined) == (29, 3)
+    real = getattr(ingest, stage)
+    monkeypatch.setattr(ingest, stage, lambda *args: defect(real(*args)))
+    with pytest.raises(
+        ingest.TelemetryAccountingError, match=r"ingest of file:a: 32 rows in, \d+ clean \+ \d+ quarantined"
+    ):
+        ingest_samples(warehouse, frame, source="file:a", policy=POLICY)
+    assert counts(warehouse) == {"clean": 29, "quarantined": 3, "raw": 32}
+    ledger = warehouse.query("SELECT sum(rows_in), max(ingest_id) FROM telemetry_ingests").row(0)
+    assert ledger == (32, before.ingest_id)
