@@ -3,6 +3,8 @@ live market whose price follows the load."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, load_config
@@ -198,3 +200,50 @@ def test_an_exhausted_pool_says_so_instead_of_asking_for_capacity() -> None:
         "pool exhausted" in record.guaranteed_reason and "capacity must come" not in record.guaranteed_reason
     )
     assert record.capacity_target_gpus == pytest.approx(64.0)
+
+
+@pytest.mark.parametrize(
+    ("drainable_share", "edge", "side"),
+    [(0.9, "discount_min", "above"), (0.3, "discount_max", "below")],
+)
+def test_a_drainable_price_outside_the_band_is_published_at_its_edge(
+    config, drainable_share: float, edge: str, side: str
+) -> None:
+    """The band was moved since the prices in force were published (a drainable price at 10% or
+    70% below guaranteed) and the solve falls back onto them: the published drainable price is
+    the band's edge, and the record says the solver's price was clipped."""
+    promises = Promises.from_config(config)
+    serving = {p.pool_id: float(p.nodes * p.gpus_per_node) for p in config.pools}
+    inputs = build_market_problem(config, serving, {p.pool_id: 6.0 for p in config.pools})
+    pools = [
+        PoolTickInput(
+            pool_id=p.pool_id,
+            list_price=p.base_price,
+            price_min=p.price_min,
+            price_max=p.price_max,
+            node_gpus=float(p.gpus_per_node),
+            serving_gpus=serving[p.pool_id],
+            reachable_gpus=float(p.max_nodes * p.gpus_per_node),
+            demand_gpus=6.0,
+            backlog_gpus=0.0,
+            forecast_upper_gpus=6.0,
+            in_force_guaranteed=p.base_price,
+            in_force_drainable=p.base_price * drainable_share,
+            forecast_price=p.base_price,
+            backlog=PARAMS,
+        )
+        for p in config.pools
+    ]
+    one_step = replace(solver_settings(config), max_iterations=1)  # too few to converge: fallback
+    tick = run_market_tick(pools, inputs.problem, promises, one_step)
+    assert tick.status == "fallback" and not tick.converged
+    discount = getattr(promises, edge)
+    for record in tick.pools:
+        g = record.guaranteed
+        assert g == pytest.approx(record.list_price)  # the guaranteed price in force stays
+        if side == "above":  # the solver's price sits between the band's top and the guaranteed price
+            assert (1 - promises.discount_min) * g < record.solver_drainable < g
+        else:
+            assert record.solver_drainable < (1 - promises.discount_max) * g
+        assert record.drainable == pytest.approx((1 - discount) * g, rel=1e-12)
+        assert f"{side} the drainable band" in record.drainable_reason
