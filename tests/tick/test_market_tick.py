@@ -14,6 +14,7 @@ from market_pipeline.tick import (
     MarketTickError,
     PoolTickInput,
     Promises,
+    drainable_window,
     guaranteed_window,
     run_market_tick,
 )
@@ -247,3 +248,78 @@ def test_a_drainable_price_outside_the_band_is_published_at_its_edge(
             assert record.solver_drainable < (1 - promises.discount_max) * g
         assert record.drainable == pytest.approx((1 - discount) * g, rel=1e-12)
         assert f"{side} the drainable band" in record.drainable_reason
+
+
+def _ends(window) -> tuple:
+    return (round(window.low, 12), round(window.high, 12), window.low_by, window.high_by)
+
+
+def test_each_end_of_a_window_names_the_promise_that_set_it() -> None:
+    """The reason a tenant reads for a clipped price names the promise that clipped it."""
+    p = Promises(max_step=0.25, guaranteed_cap=1.04, discount_min=0.2, discount_max=0.6)
+    assert _ends(guaranteed_window(2.0, 2.0, 0.8, 8.0, p)) == (1.5, 2.08, "max step", "guaranteed cap")
+    assert _ends(guaranteed_window(2.0, 2.0, 1.6, 2.05, p)) == (1.6, 2.05, "price_min", "price_max")
+    assert _ends(guaranteed_window(1.0, 2.0, 0.5, 8.0, p)) == (0.75, 1.25, "max step", "max step")
+    # a price in force the step cannot bring into the window: the window's nearer end wins
+    assert _ends(guaranteed_window(9.27, 4.2, 2.0, 14.0, p)) == (
+        4.368,
+        4.368,
+        "guaranteed cap",
+        "guaranteed cap",
+    )
+    assert _ends(guaranteed_window(1.0, 4.2, 2.0, 14.0, p)) == (2.0, 2.0, "price_min", "price_min")
+    # the drainable band below a guaranteed price of 2.0 is [0.8, 1.6]
+    band = "drainable band"
+    assert _ends(drainable_window(1.2, 2.0, 0.1, p)) == (0.9, 1.5, "max step", "max step")
+    assert _ends(drainable_window(1.2, 2.0, 1.0, p)) == (
+        1.0,
+        1.5,
+        band,
+        "max step",
+    )  # the floor lifts its bottom
+    assert _ends(drainable_window(1.0, 2.0, 0.1, p)) == (0.8, 1.25, band, "max step")
+    assert _ends(drainable_window(1.5, 2.0, 0.1, p)) == (1.125, 1.6, "max step", band)
+    assert _ends(drainable_window(3.0, 2.0, 0.1, p)) == (1.6, 1.6, band, band)
+
+
+def test_a_price_on_the_window_edge_is_published_as_it_is() -> None:
+    window = guaranteed_window(2.0, 2.0, 0.8, 8.0, Promises())
+    assert window.clip(window.high) == (window.high, None)
+    assert window.clip(window.low) == (window.low, None)
+    just_above = window.high * (1 + 1e-10)  # rounding, not a broken promise
+    assert window.clip(just_above) == (just_above, None)
+    assert window.clip(2.5) == (window.high, "2.5 above the guaranteed cap 2.08")
+    assert window.clip(1.0) == (window.low, "1 below the max step 1.5")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_step", 0.0, "max_step: must be finite and > 0, got 0.0"),
+        ("max_step", float("inf"), "max_step: must be finite and > 0, got inf"),
+        ("guaranteed_cap", 0.99, "guaranteed_cap: must be finite and >= 1, got 0.99"),
+        ("guaranteed_cap", float("nan"), "guaranteed_cap: must be finite and >= 1, got nan"),
+        ("discount_min", -0.1, "drainable band"),
+        ("discount_min", 0.7, "drainable band"),
+        ("discount_max", 1.0, "drainable band"),
+    ],
+)
+def test_promises_that_cannot_be_kept_are_refused(field: str, value: float, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        Promises(**{field: value})
+
+
+def test_promises_at_their_limits_are_accepted(config) -> None:
+    assert (
+        Promises(max_step=1e-6, guaranteed_cap=1.0, discount_min=0.0, discount_max=0.0).guaranteed_cap == 1.0
+    )
+    assert Promises(discount_min=0.5, discount_max=0.5).discount_max == 0.5
+    promises = Promises.from_config(config)
+    market = config.market
+    assert (promises.max_step, promises.guaranteed_cap, promises.discount_min, promises.discount_max) == (
+        market.max_price_step,
+        market.guaranteed_price_cap,
+        market.drainable_discount_min,
+        market.drainable_discount_max,
+    )
+    assert len({market.max_price_step, market.drainable_discount_min, market.drainable_discount_max}) == 3
