@@ -6,11 +6,15 @@ nothing a user could observe, so it counts neither way). Killed and timed-out mu
 as caught; survivors and mutants no test reaches count as missed. `--min 95` exits 1 below
 95%, and a listed equivalent that is no longer a survivor is reported (its function changed:
 look again).
+
+`--pending GLOB...` prints instead the mutants matching a name glob that are not caught yet
+(not run, survived, no tests; equivalents left out): what `make mutate MUTANTS=...` reruns.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -48,8 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutmut", default=str(Path(sys.executable).with_name("mutmut")))
     parser.add_argument("--min", type=float, default=None, help="fail below this score (percent)")
+    parser.add_argument("--pending", nargs="+", metavar="GLOB", help="print the uncaught mutants matching")
     args = parser.parse_args(argv)
     found, listed = verdicts(args.mutmut), equivalents()
+    if args.pending:
+        for name, status in sorted(found.items()):
+            if (status in MISSED or status == "not checked") and name not in listed:
+                if any(fnmatch.fnmatchcase(name, pattern) for pattern in args.pending):
+                    print(name)
+        return 0
     per_module: dict[str, Counter] = defaultdict(Counter)
     missed = []
     for name, status in sorted(found.items()):
