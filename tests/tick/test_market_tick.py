@@ -309,17 +309,19 @@ def test_promises_that_cannot_be_kept_are_refused(field: str, value: float, mess
         Promises(**{field: value})
 
 
-def test_promises_at_their_limits_are_accepted(config) -> None:
+def test_promises_at_their_limits_are_accepted() -> None:
     assert (
         Promises(max_step=1e-6, guaranteed_cap=1.0, discount_min=0.0, discount_max=0.0).guaranteed_cap == 1.0
     )
     assert Promises(discount_min=0.5, discount_max=0.5).discount_max == 0.5
-    promises = Promises.from_config(config)
-    market = config.market
-    assert (promises.max_step, promises.guaranteed_cap, promises.discount_min, promises.discount_max) == (
-        market.max_price_step,
-        market.guaranteed_price_cap,
-        market.drainable_discount_min,
-        market.drainable_discount_max,
-    )
-    assert len({market.max_price_step, market.drainable_discount_min, market.drainable_discount_max}) == 3
+
+
+def test_the_promises_are_the_configured_ones() -> None:
+    overrides = {
+        "MP__MARKET__MAX_PRICE_STEP": "0.1",
+        "MP__MARKET__GUARANTEED_PRICE_CAP": "1.2",
+        "MP__MARKET__DRAINABLE_DISCOUNT_MIN": "0.3",
+        "MP__MARKET__DRAINABLE_DISCOUNT_MAX": "0.5",
+    }
+    promises = Promises.from_config(load_config(DEFAULT_CONFIG_PATH, environ=overrides))
+    assert promises == Promises(max_step=0.1, guaranteed_cap=1.2, discount_min=0.3, discount_max=0.5)
