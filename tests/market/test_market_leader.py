@@ -274,3 +274,24 @@ def test_followers_within_tolerance_are_accepted(followers_off_by) -> None:
         _three_tenants(), last_prices=np.array([2.0, 2.0]), max_step=0.25, settings=settings
     )
     assert report.status == "converged" and report.follower_kkt <= settings.tolerance
+
+
+def test_a_fallback_keeps_last_prices_only_inside_the_price_bounds():
+    """Prices in force from before the bounds moved are published clipped into them, and the
+    report says plainly that nothing converged and no optimum was found."""
+    problem = random_problem(60, 4, seed=3)
+    res = problem.resources
+    last = np.array([0.5 * res.price_min[0], 2.0 * res.price_max[1], res.price_min[2], res.price_max[3]])
+    report = solve_equilibrium(problem, last_prices=last, settings=SolverSettings(max_iterations=1))
+    assert report.status == "fallback" and report.converged is False
+    np.testing.assert_array_equal(report.prices, [res.price_min[0], res.price_max[1], last[2], last[3]])
+    assert report.distinct_optima == 0 and np.all(np.isfinite(report.demand))
+    assert report.follower_kkt <= SolverSettings().tolerance  # the diagnostics are of the prices returned
+
+
+def test_a_cold_fallback_reports_the_search_it_ran():
+    problem = random_problem(60, 3, seed=4)
+    report = solve_equilibrium(problem, settings=SolverSettings(max_iterations=1))
+    assert report.status == "fallback" and report.converged is False
+    # the global phase tried two starts and screened prices; neither start converged
+    assert report.starts == 2 and report.screened_prices > 0 and report.distinct_optima == 0
