@@ -239,3 +239,77 @@ def test_guard_decisions_refuse_the_tenant_and_drain_each_running_task_once_an_h
     }
     assert drain == {**refuse, "tenant_id": "prepaid"}
     assert guard_decisions([verdicts["capped"]], running, T0, shadow=False).is_empty()
+
+
+def _lines_at(warehouse, rows: list[tuple[str, object, str, str]]) -> None:
+    """fct_invoice_lines rows (tenant, hour, charge category, billed cost), hourly grain, and a
+    daily row that the spend must not count twice."""
+    rows = [*rows, (BROKE, T0.replace(hour=0), "Usage", "1000")]
+    frame = pl.DataFrame(
+        [
+            {
+                "tenant_id": t,
+                "period_grain": "day" if i == len(rows) - 1 else "hour",
+                "period_start": hour,
+                "period_start_utc": hour.replace(tzinfo=None),
+                "charge_category": category,
+                "billed_cost": Decimal(cost),
+            }
+            for i, (t, hour, category, cost) in enumerate(rows)
+        ],
+        schema={
+            "tenant_id": pl.Utf8,
+            "period_grain": pl.Utf8,
+            "period_start": pl.Datetime("us", "UTC"),
+            "period_start_utc": pl.Datetime("us"),
+            "charge_category": pl.Utf8,
+            "billed_cost": pl.Decimal(38, 9),
+        },
+    )
+    with warehouse.connect() as con:
+        con.register("_lines", frame.to_arrow())
+        con.execute("CREATE TABLE fct_invoice_lines AS SELECT * FROM _lines")
+        con.unregister("_lines")
+
+
+def test_spend_counts_today_and_this_month_and_the_ledger_posts_each_hour_once(tmp_path):
+    from market_pipeline.billing.balances import TenantSpend, tenant_spend
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    record_payment(warehouse, BROKE, Decimal("50"), "wire-1", now=T0 - timedelta(days=3))
+    record_payment(warehouse, UNGUARDED, Decimal("-2"), "fix", kind="adjustment", now=T0)
+    assert tenant_spend(warehouse, T0)[BROKE].spent_today == 0  # before the first rollup: nothing spent
+    midnight, first = T0.replace(hour=0), T0.replace(day=1, hour=0)
+    _lines_at(
+        warehouse,
+        [
+            (BROKE, T0 - timedelta(hours=1), "Usage", "4"),  # today
+            (BROKE, midnight, "Usage", "3"),  # today's first hour
+            (BROKE, midnight, "Credit", "-1"),  # an SLA credit, today
+            (BROKE, midnight - timedelta(hours=1), "Usage", "10"),  # yesterday: this month only
+            (BROKE, first, "Usage", "20"),  # the month's first hour
+            (BROKE, first - timedelta(hours=1), "Usage", "100"),  # last month: neither
+            (BROKE, T0, "Usage", "1000"),  # an hour that begins now: not spent yet
+            (RICH, T0 - timedelta(hours=2), "Usage", "7"),
+        ],
+    )
+    spend = tenant_spend(warehouse, T0)
+    assert spend[BROKE] == TenantSpend(Decimal("50"), Decimal("6"), Decimal("36"))
+    assert spend[RICH] == TenantSpend(Decimal("0"), Decimal("7"), Decimal("7"))  # spend, no ledger entry
+    assert spend[UNGUARDED] == TenantSpend(
+        Decimal("-2"), Decimal("0"), Decimal("0")
+    )  # ledger entry, no spend
+    # posting today's hours books one debit per tenant, hour and category, replacing a repost
+    assert post_invoice_window(warehouse, midnight, T0, now=T0) == 4
+    assert post_invoice_window(warehouse, midnight, T0, now=T0) == 4
+    posted = warehouse.query(
+        "SELECT entry_id, kind, amount FROM billing_ledger WHERE reference = 'fct_invoice_lines' ORDER BY 1"
+    ).rows()
+    hour = "2026-03-02T"
+    assert posted == [
+        (f"sla_credit:{BROKE}:{hour}00:00:00", "sla_credit", Decimal("1")),
+        (f"usage:{BROKE}:{hour}00:00:00", "usage", Decimal("-3")),
+        (f"usage:{BROKE}:{hour}11:00:00", "usage", Decimal("-4")),
+        (f"usage:{RICH}:{hour}10:00:00", "usage", Decimal("-7")),
+    ]
+    assert tenant_spend(warehouse, T0)[BROKE].balance == Decimal("50") - 3 - 4 + 1
