@@ -285,3 +285,36 @@ def test_an_unknown_pool_has_no_nodes_and_nothing_disrupting() -> None:
         "pool_budget: p1 allows 2 of 4 node(s) disrupted for manual, 2 busy"
     )
     assert p1.blocker(DisruptionReason.MANUAL, "n2") is None  # already disrupting: adds nothing
+
+
+def test_a_scheduled_rule_for_one_reason_blocks_only_that_reason_inside_its_window() -> None:
+    """No under-used drains 09:00-17:00 on weekdays (Monday 2026-03-02), a quarter of the pool
+    for anything else: the tick's budget applies each at the tick's own time."""
+    rules = (
+        BudgetRule(percent=25.0),
+        BudgetRule.parse(
+            {"nodes": "0", "reasons": ["under_used"], "schedule": "0 9 * * 1-5", "duration_minutes": 480}
+        ),
+    )
+    monday = T0.replace(hour=9, minute=0, second=0, microsecond=0)
+    inside = DisruptionBudget(rules, monday + timedelta(hours=3), {"p1": 8}).pool("p1")
+    assert inside.blocker(DisruptionReason.UNDER_USED, "n1") == (
+        "pool_budget: p1 allows 0 of 8 node(s) disrupted for under_used, 0 busy"
+    )
+    assert (
+        inside.blocker(DisruptionReason.PRESSURE, "n1") is None and inside.cap(DisruptionReason.PRESSURE) == 2
+    )
+    after = DisruptionBudget(rules, monday + timedelta(hours=8), {"p1": 8}).pool("p1")
+    assert (
+        after.cap(DisruptionReason.UNDER_USED) == 2
+        and after.blocker(DisruptionReason.UNDER_USED, "n1") is None
+    )
+
+
+def test_a_rule_refused_without_a_place_names_the_budget() -> None:
+    from market_pipeline.guardrails.disruption_budget import BudgetRuleError, parse_rules
+
+    with pytest.raises(BudgetRuleError, match=r"^budget\.nodes: expected a count or 'N%', got 'x'$"):
+        BudgetRule.parse({"nodes": "x"})
+    with pytest.raises(BudgetRuleError, match=r"^budgets\.1\.nodes: expected a count or 'N%', got 'x'$"):
+        parse_rules([{"nodes": "1"}, {"nodes": "x"}])
