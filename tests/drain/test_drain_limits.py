@@ -271,3 +271,35 @@ def test_drain_limits_against_a_trial_ledger_name_every_blocker():
     # on a node already disrupting, a drain adds nothing to the budget
     assert blockers(fresh) == ["landing_cooldown: landed 14.5 min ago < 15 min"]
     assert ledger.open_task_ids(ledger_now, 900) == {"y", "z"}
+
+
+def test_drain_decisions_expire_after_three_ticks_or_a_whole_drain_and_a_tick():
+    config = load_config(environ={})
+    tick = config.loop.tick_minutes * 60.0
+    longest = config.guardrails.task_drain.max_total_seconds
+    assert DrainLimits.from_config(config).decision_ttl_seconds == max(3 * tick, longest + tick)
+    slow = load_config(environ={"MP__LOOP__TICK_MINUTES": "60"})  # three hourly ticks outlast any drain
+    assert DrainLimits.from_config(slow).decision_ttl_seconds == 3 * 3600.0
+    quick = load_config(environ={"MP__LOOP__TICK_MINUTES": "1"})
+    assert DrainLimits.from_config(quick).decision_ttl_seconds == longest + 60.0 > 180.0
+
+
+def test_drain_limits_apply_a_scheduled_budget_at_the_ledgers_time():
+    monday_10 = datetime(2026, 3, 2, 10, 0, tzinfo=timezone.utc)
+    business = BudgetRule.parse(
+        {"nodes": "0", "reasons": ["under_used"], "schedule": "0 9 * * 1-5", "duration_minutes": 480}
+    )
+    lim = limits(extra=(business,))
+    task = make_task("a", node="n1", started_at=monday_10 - timedelta(hours=1))
+    kwargs = dict(fleet_now=monday_10, ledger=DrainLedger(), pool_nodes=4)
+    assert lim.blockers(task, DrainReason.UNDER_USED, ledger_now=monday_10, **kwargs) == [
+        "pool_budget: p1 allows 0 of 4 node(s) disrupted for under_used, 0 busy"
+    ]
+    assert (
+        lim.blockers(task, DrainReason.UNDER_USED, ledger_now=monday_10 + timedelta(hours=8), **kwargs) == []
+    )
+    budget = lim.tick_budget([node("n1"), node("n2")], [task], DrainLedger(), monday_10)
+    assert (
+        budget.pool("p1").cap(DrainReason.UNDER_USED) == 0
+        and budget.pool("p1").cap(DrainReason.PRESSURE) == 2
+    )
