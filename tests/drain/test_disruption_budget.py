@@ -272,8 +272,8 @@ def test_budget_rules_at_their_edges() -> None:
     assert not window.active(nine - timedelta(seconds=1))
     assert window.applies_to(DisruptionReason.PRESSURE) and not window.applies_to(DisruptionReason.SCALE_DOWN)
     assert BudgetRule(nodes=2).applies_to(DisruptionReason.SCALE_DOWN) and BudgetRule(nodes=2).active(nine)
-    one_minute = BudgetRule(nodes=0, schedule="0 9 * * *", duration_minutes=0.5)  # any positive length
-    assert one_minute.active(nine) and not one_minute.active(nine + timedelta(seconds=30))
+    half_minute = BudgetRule(nodes=0, schedule="0 9 * * *", duration_minutes=0.5)  # any positive length
+    assert half_minute.active(nine) and not half_minute.active(nine + timedelta(seconds=30))
 
 
 def test_an_unknown_pool_has_no_nodes_and_nothing_disrupting() -> None:
