@@ -18,7 +18,7 @@ LIVE_LOG := $(LIVE_HOME)/dagster-dev.log
 PORT ?= 3000
 
 .PHONY: demo test lint lock ui up down install clean postgres-home slurm-up slurm-down serve cluster-up \
-	cluster-down
+	cluster-down mutate mutate-full
 
 # The lock pins every package (the test extra's included), so installs reproduce; the project
 # itself goes in editable, without re-resolving its dependencies.
@@ -62,6 +62,29 @@ lint: $(VENV)/.installed
 	@failed=""; for check in $(LINT_CHECKS); do echo "== $$check"; \
 		$(VENV)/bin/$$check || failed="$$failed, $$check"; done; \
 	if [ -n "$$failed" ]; then echo "lint failed: $${failed#, }"; exit 1; fi
+
+# Mutation testing (mutmut, `[tool.mutmut]` in pyproject.toml, docs/tooling.md): each mutant of
+# the scoped modules runs against only the tests that reach its function, one process each,
+# niced. `make mutate` is incremental: it runs the mutants not yet run or whose function
+# changed, re-runs the survivors (a new test may kill them) and prints the score;
+# `make mutate MUTANTS='market_pipeline.tick.promises.*'` runs the uncaught mutants of a chosen set.
+# `make mutate-full` starts afresh and fails below 95%: the scheduled CI job (MUTATE=1 bash .ci/run).
+MUTANTS ?=
+MUTATE_JOBS ?= 2
+MUTMUT := nice -n 10 $(VENV)/bin/mutmut
+mutate: $(VENV)/.installed
+	@mkdir -p var; : > var/mutmut.log; \
+	if [ -z "$(MUTANTS)" ]; then $(MUTMUT) run --max-children $(MUTATE_JOBS) >> var/mutmut.log 2>&1 \
+		|| { tail -40 var/mutmut.log; exit 1; }; fi; \
+	pending="$$($(PY) .ci/mutation_score.py --pending $(or $(MUTANTS),'*'))"; \
+	if [ -n "$$pending" ]; then $(MUTMUT) run --max-children $(MUTATE_JOBS) $$pending >> var/mutmut.log 2>&1 \
+		|| { tail -40 var/mutmut.log; exit 1; }; fi
+	$(PY) .ci/mutation_score.py
+
+mutate-full: $(VENV)/.installed
+	rm -rf mutants && mkdir -p var
+	$(MUTMUT) run --max-children $(MUTATE_JOBS) > var/mutmut.log 2>&1 || { tail -40 var/mutmut.log; exit 1; }
+	$(PY) .ci/mutation_score.py --min 95
 
 # Refresh the lock after editing pyproject.toml: keeps the pins it can, adds what is new
 # (`make lock LOCK_FLAGS=--upgrade` moves every pin to the newest allowed). torch must stay the

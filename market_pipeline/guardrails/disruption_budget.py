@@ -91,7 +91,9 @@ class BudgetRule:
     def active(self, now: datetime) -> bool:
         if self.schedule is None:
             return True
-        last_fire = croniter(self.schedule, now).get_prev(datetime)
+        # get_prev is strictly before its start: from `now` itself, a window opening at `now`
+        # (a tick at 09:00:00 sharp) would look a day old; a microsecond later it has opened
+        last_fire = croniter(self.schedule, now + timedelta(microseconds=1)).get_prev(datetime)
         return now < last_fire + timedelta(minutes=float(self.duration_minutes or 0))
 
     def applies_to(self, reason: DisruptionReason) -> bool:

@@ -40,6 +40,7 @@ class FollowerState:
         return self.scale > 1.0
 
 
+# pragma: no mutate start (mutation scope: docs/tooling.md)
 def effective_prices_into(
     pop: DevicePopulation, scale: torch.Tensor, prices: torch.Tensor, out: torch.Tensor
 ) -> None:
@@ -183,6 +184,9 @@ def solve_followers(
         iterations,
         _budget_residual(full_scale, full_spend, pop.budget),
     )
+
+
+# pragma: no mutate end
 
 
 def _budget_residual(scale: torch.Tensor, spend: torch.Tensor, budget: torch.Tensor) -> float:

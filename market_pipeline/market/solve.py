@@ -34,6 +34,7 @@ from market_pipeline.market.workspace import Workspace, borrowed
 FINE_RADIUS_AFTER_COARSE = 0.05
 
 
+# pragma: no mutate start (mutation scope: docs/tooling.md)
 def resolve_device(device: str | torch.device) -> torch.device:
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -99,6 +100,9 @@ def escape_plateau(
         return start
     moved = np.where(dead, np.maximum(0.5 * entry, unit_cost), start)
     return constraints.project(np.minimum(moved, start))
+
+
+# pragma: no mutate end
 
 
 def solve_equilibrium(
@@ -191,12 +195,16 @@ def _solve(
     return _fallback(problem, ctx, last_prices, reason, iterations, outcome.best_feasible, summary, started)
 
 
+# pragma: no mutate start (mutation scope: docs/tooling.md)
 def _screen_population(problem: MarketProblem, ctx: LeaderContext) -> DevicePopulation:
     """The tenants the global phase's line searches run on: all of them, or a subsample."""
     settings = ctx.settings
     if problem.tenants.size <= settings.global_sample:
         return ctx.pop
     return problem.tenants.subsample(settings.global_sample, settings.seed + 1).on(ctx.device)
+
+
+# pragma: no mutate end
 
 
 def _certify(ctx: LeaderContext, result: LeaderResult) -> tuple[bool, float, int, str | None]:
@@ -210,6 +218,7 @@ def _certify(ctx: LeaderContext, result: LeaderResult) -> tuple[bool, float, int
     return False, follower_kkt, bound, f"followers' KKT residual {follower_kkt:.2e} above tolerance"
 
 
+# pragma: no mutate start (mutation scope: docs/tooling.md)
 def _coarse_start(
     problem: MarketProblem, ctx: LeaderContext, start: np.ndarray, screen: DevicePopulation, extra: tuple
 ):
@@ -245,6 +254,9 @@ def _coarse_start(
         "radius": FINE_RADIUS_AFTER_COARSE,
     }
     return result.point.prices, warm, outcome.iterations, outcome.summary
+
+
+# pragma: no mutate end
 
 
 def _converged(result: LeaderResult) -> tuple[bool, float, int, str | None]:

@@ -211,3 +211,112 @@ def test_a_cap_below_the_nodes_already_disrupting_blocks_them_too() -> None:
     assert pool.blocker(DisruptionReason.PRESSURE, "n1") == (
         "pool_budget: p1 allows 1 of 10 node(s) disrupted for pressure, 2 busy"
     )
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"nodes": "1", "colour": "red"}, "budgets.0: unknown key(s) ['colour']"),
+        ({"nodes": "lots"}, "budgets.0.nodes: expected a count or 'N%', got 'lots'"),
+        ({}, "budgets.0.nodes: expected a count or 'N%', got ''"),
+        ({"nodes": "-1"}, "budgets.0: budget.nodes must be >= 0, got -1"),
+        ({"nodes": "101%"}, "budgets.0: budget.percent must be in 0..100, got 101.0"),
+        ({"nodes": "-0.5%"}, "budgets.0: budget.percent must be in 0..100, got -0.5"),
+        (
+            {"nodes": "1", "schedule": "0 9 * * *"},
+            "budgets.0: budget: schedule and duration_minutes go together",
+        ),
+        (
+            {"nodes": "1", "duration_minutes": 5},
+            "budgets.0: budget: schedule and duration_minutes go together",
+        ),
+        (
+            {"nodes": "1", "schedule": "at nine", "duration_minutes": 5},
+            "budgets.0: budget.schedule 'at nine' is not a cron expression",
+        ),
+        (
+            {"nodes": "1", "schedule": "0 9 * * *", "duration_minutes": 0},
+            "budgets.0: budget.duration_minutes must be > 0",
+        ),
+    ],
+)
+def test_a_budget_rule_that_cannot_be_kept_is_refused_naming_the_field(raw, message) -> None:
+    from market_pipeline.guardrails.disruption_budget import BudgetRuleError, parse_rules
+
+    with pytest.raises(BudgetRuleError) as refused:
+        parse_rules([{"nodes": "2"}, raw][1:], "budgets")
+    assert str(refused.value) == message
+    with pytest.raises(BudgetRuleError, match="^budget: give exactly one of nodes or percent$"):
+        BudgetRule(nodes=1, percent=10.0)
+
+
+def test_budget_rules_at_their_edges() -> None:
+    from market_pipeline.guardrails.disruption_budget import parse_rules
+
+    zero, full, everyone = parse_rules([{"nodes": "0"}, {"nodes": "100%"}, {"nodes": "0%"}])
+    assert (zero.nodes, full.percent, everyone.percent) == (0, 100.0, 0.0)
+    assert [BudgetRule(percent=p).allowed_nodes(10) for p in (0.0, 10.0, 10.01, 25.0, 100.0)] == [
+        0,
+        1,
+        2,
+        3,
+        10,
+    ]
+    assert BudgetRule(percent=20.0).allowed_nodes(3) == 1  # 0.6 rounds up to one node
+    window = BudgetRule.parse(
+        {"nodes": "0", "reasons": ["under_used", "pressure"], "schedule": "0 9 * * *", "duration_minutes": 60}
+    )
+    nine = T0.replace(hour=9, minute=0, second=0, microsecond=0)
+    assert window.active(nine) and window.active(nine + timedelta(minutes=59, seconds=59))
+    assert not window.active(nine + timedelta(minutes=60))  # the window is [09:00, 10:00)
+    assert not window.active(nine - timedelta(seconds=1))
+    assert window.applies_to(DisruptionReason.PRESSURE) and not window.applies_to(DisruptionReason.SCALE_DOWN)
+    assert BudgetRule(nodes=2).applies_to(DisruptionReason.SCALE_DOWN) and BudgetRule(nodes=2).active(nine)
+    half_minute = BudgetRule(nodes=0, schedule="0 9 * * *", duration_minutes=0.5)  # any positive length
+    assert half_minute.active(nine) and not half_minute.active(nine + timedelta(seconds=30))
+
+
+def test_an_unknown_pool_has_no_nodes_and_nothing_disrupting() -> None:
+    budget = DisruptionBudget((BudgetRule(percent=50.0),), T0, {"p1": 4}, {"p1": ["n1"]})
+    p1, other = budget.pool("p1"), budget.pool("p9")
+    assert (p1.pool_nodes, p1.disrupting) == (4, {"n1"}) and budget.pool("p1") is p1
+    assert (other.pool_nodes, other.disrupting, other.cap(DisruptionReason.MANUAL)) == (0, set(), 0)
+    assert p1.allows(DisruptionReason.MANUAL, "n1") and p1.allows(DisruptionReason.MANUAL, "n2")
+    p1.consume("n2")
+    assert p1.blocker(DisruptionReason.MANUAL, "n3") == (
+        "pool_budget: p1 allows 2 of 4 node(s) disrupted for manual, 2 busy"
+    )
+    assert p1.blocker(DisruptionReason.MANUAL, "n2") is None  # already disrupting: adds nothing
+
+
+def test_a_scheduled_rule_for_one_reason_blocks_only_that_reason_inside_its_window() -> None:
+    """No under-used drains 09:00-17:00 on weekdays (Monday 2026-03-02), a quarter of the pool
+    for anything else: the tick's budget applies each at the tick's own time."""
+    rules = (
+        BudgetRule(percent=25.0),
+        BudgetRule.parse(
+            {"nodes": "0", "reasons": ["under_used"], "schedule": "0 9 * * 1-5", "duration_minutes": 480}
+        ),
+    )
+    monday = T0.replace(hour=9, minute=0, second=0, microsecond=0)
+    inside = DisruptionBudget(rules, monday + timedelta(hours=3), {"p1": 8}).pool("p1")
+    assert inside.blocker(DisruptionReason.UNDER_USED, "n1") == (
+        "pool_budget: p1 allows 0 of 8 node(s) disrupted for under_used, 0 busy"
+    )
+    assert (
+        inside.blocker(DisruptionReason.PRESSURE, "n1") is None and inside.cap(DisruptionReason.PRESSURE) == 2
+    )
+    after = DisruptionBudget(rules, monday + timedelta(hours=8), {"p1": 8}).pool("p1")
+    assert (
+        after.cap(DisruptionReason.UNDER_USED) == 2
+        and after.blocker(DisruptionReason.UNDER_USED, "n1") is None
+    )
+
+
+def test_a_rule_refused_without_a_place_names_the_budget() -> None:
+    from market_pipeline.guardrails.disruption_budget import BudgetRuleError, parse_rules
+
+    with pytest.raises(BudgetRuleError, match=r"^budget\.nodes: expected a count or 'N%', got 'x'$"):
+        BudgetRule.parse({"nodes": "x"})
+    with pytest.raises(BudgetRuleError, match=r"^budgets\.1\.nodes: expected a count or 'N%', got 'x'$"):
+        parse_rules([{"nodes": "1"}, {"nodes": "x"}])

@@ -150,3 +150,166 @@ def test_budget_blocks_respect_grace_ttl_and_shadow(scenario):
     warehouse.execute("UPDATE decisions SET shadow = true WHERE kind = 'budget_guard'")
     assert load_budget_blocks(warehouse, T0 + grace, shadow=False) == {}  # live planning ignores shadow
     assert set(load_budget_blocks(warehouse, T0 + grace, shadow=True)) == {BROKE}
+
+
+def _verdicts(**spend_by_tenant):
+    from market_pipeline.billing.balances import TenantSpend, evaluate_guards
+
+    accounts = [
+        Account("prepaid", prepaid=True, credit_limit=Decimal("5")),
+        Account("capped", prepaid=False, hard_cap_daily=Decimal("100"), hard_cap_monthly=Decimal("1000")),
+        Account("free", prepaid=False),
+    ]
+    spend = {t: TenantSpend(*map(Decimal, s)) for t, s in spend_by_tenant.items()}
+    burn = {"prepaid": Decimal("36"), "capped": Decimal("36")}  # per hour: 1.00 per 100 s interval
+    verdicts = evaluate_guards(accounts, spend, burn, T0, interval_seconds=100, grace_seconds=600)
+    return {v.tenant_id: v for v in verdicts}
+
+
+def test_guards_admit_a_tenant_exactly_at_its_limits_and_block_one_past_them():
+    """Balance plus credit exactly covering the next interval, spend exactly reaching a cap:
+    admitted. A cent less (or more): new tasks refused, running ones drained after the grace."""
+    at_edge = _verdicts(prepaid=("-4", "0", "0"), capped=("0", "99", "999"))
+    assert all(v.admit_new_tasks and not v.drain_running and v.drain_after is None for v in at_edge.values())
+    assert at_edge["prepaid"].available == Decimal("1") and at_edge["prepaid"].next_interval_cost == Decimal(
+        "1"
+    )
+    assert at_edge["free"].reasons == () and at_edge["free"].available is None
+    past = _verdicts(prepaid=("-4.01", "0", "0"), capped=("0", "99.01", "999.01"))
+    prepaid, capped = past["prepaid"], past["capped"]
+    assert (
+        not prepaid.admit_new_tasks
+        and prepaid.drain_running
+        and prepaid.drain_after == T0 + timedelta(seconds=600)
+    )
+    assert prepaid.reasons == ("balance 0.99 cannot cover the next interval (1.00)",)
+    assert not capped.admit_new_tasks and capped.reasons == (
+        "daily hard cap 100.00 reached (spent 99.01 + next 1.00)",
+        "monthly hard cap 1000.00 reached (spent 999.01 + next 1.00)",
+    )
+    assert past["free"].admit_new_tasks  # no account limits: never blocked
+
+
+def test_a_prepaid_tenant_with_nothing_left_is_blocked_even_when_idle():
+    from market_pipeline.billing.balances import TenantSpend, evaluate_guards
+
+    [idle] = evaluate_guards(
+        [Account("idle", prepaid=True)],
+        {"idle": TenantSpend(Decimal(0), Decimal(0), Decimal(0))},
+        {},
+        T0,
+        300,
+        60,
+    )
+    assert not idle.admit_new_tasks and idle.reasons == (
+        "balance 0.00 cannot cover the next interval (0.00)",
+    )
+    [unknown] = evaluate_guards(
+        [Account("new", prepaid=True, credit_limit=Decimal("2"))], {}, {}, T0, 300, 60
+    )
+    assert unknown.admit_new_tasks and unknown.balance == 0 and unknown.available == 2
+
+
+def test_guard_decisions_refuse_the_tenant_and_drain_each_running_task_once_an_hour():
+    from market_pipeline.billing.balances import guard_decisions
+
+    verdicts = _verdicts(prepaid=("-10", "0", "0"), capped=("0", "0", "0"))
+    running = {"prepaid": [("job-1", A100), ("job-2", H800)], "capped": [("job-3", A100)]}
+    frame = guard_decisions(list(verdicts.values()), running, T0 + timedelta(minutes=59), shadow=True)
+    hour = T0.strftime("%Y-%m-%dT%H")
+    assert frame.get_column("decision_id").to_list() == [
+        f"budget:prepaid:refuse:{hour}",
+        f"budget:prepaid:drain:job-1:{hour}",
+        f"budget:prepaid:drain:job-2:{hour}",
+    ]
+    rows = frame.to_dicts()
+    assert [(r["action"], r["target"], r["pool_id"]) for r in rows] == [
+        ("refuse_new_tasks", "prepaid", None),
+        ("drain", "job-1", A100),
+        ("drain", "job-2", H800),
+    ]
+    assert all(r["kind"] == "budget_guard" and r["allowed"] and r["shadow"] for r in rows)
+    assert all(r["reasons"] == ["balance -5.00 cannot cover the next interval (1.00)"] for r in rows)
+    refuse, drain = json.loads(rows[0]["inputs"]), json.loads(rows[1]["inputs"])
+    assert refuse == {
+        "balance": "-10",
+        "available": "-5",
+        "next_interval_cost": "1",
+        "drain_after": (T0 + timedelta(seconds=600)).isoformat(),
+    }
+    assert drain == {**refuse, "tenant_id": "prepaid"}
+    assert guard_decisions([verdicts["capped"]], running, T0, shadow=False).is_empty()
+
+
+def _lines_at(warehouse, rows: list[tuple[str, object, str, str]]) -> None:
+    """fct_invoice_lines rows (tenant, hour, charge category, billed cost), hourly grain, and a
+    daily row that the spend must not count twice."""
+    rows = [*rows, (BROKE, T0.replace(hour=0), "Usage", "1000")]
+    frame = pl.DataFrame(
+        [
+            {
+                "tenant_id": t,
+                "period_grain": "day" if i == len(rows) - 1 else "hour",
+                "period_start": hour,
+                "period_start_utc": hour.replace(tzinfo=None),
+                "charge_category": category,
+                "billed_cost": Decimal(cost),
+            }
+            for i, (t, hour, category, cost) in enumerate(rows)
+        ],
+        schema={
+            "tenant_id": pl.Utf8,
+            "period_grain": pl.Utf8,
+            "period_start": pl.Datetime("us", "UTC"),
+            "period_start_utc": pl.Datetime("us"),
+            "charge_category": pl.Utf8,
+            "billed_cost": pl.Decimal(38, 9),
+        },
+    )
+    with warehouse.connect() as con:
+        con.register("_lines", frame.to_arrow())
+        con.execute("CREATE TABLE fct_invoice_lines AS SELECT * FROM _lines")
+        con.unregister("_lines")
+
+
+def test_spend_counts_today_and_this_month_and_the_ledger_posts_each_hour_once(tmp_path):
+    from market_pipeline.billing.balances import TenantSpend, tenant_spend
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    record_payment(warehouse, BROKE, Decimal("50"), "wire-1", now=T0 - timedelta(days=3))
+    record_payment(warehouse, UNGUARDED, Decimal("-2"), "fix", kind="adjustment", now=T0)
+    assert tenant_spend(warehouse, T0)[BROKE].spent_today == 0  # before the first rollup: nothing spent
+    midnight, first = T0.replace(hour=0), T0.replace(day=1, hour=0)
+    _lines_at(
+        warehouse,
+        [
+            (BROKE, T0 - timedelta(hours=1), "Usage", "4"),  # today
+            (BROKE, midnight, "Usage", "3"),  # today's first hour
+            (BROKE, midnight, "Credit", "-1"),  # an SLA credit, today
+            (BROKE, midnight - timedelta(hours=1), "Usage", "10"),  # yesterday: this month only
+            (BROKE, first, "Usage", "20"),  # the month's first hour
+            (BROKE, first - timedelta(hours=1), "Usage", "100"),  # last month: neither
+            (BROKE, T0, "Usage", "1000"),  # an hour that begins now: not spent yet
+            (RICH, T0 - timedelta(hours=2), "Usage", "7"),
+        ],
+    )
+    spend = tenant_spend(warehouse, T0)
+    assert spend[BROKE] == TenantSpend(Decimal("50"), Decimal("6"), Decimal("36"))
+    assert spend[RICH] == TenantSpend(Decimal("0"), Decimal("7"), Decimal("7"))  # spend, no ledger entry
+    assert spend[UNGUARDED] == TenantSpend(
+        Decimal("-2"), Decimal("0"), Decimal("0")
+    )  # ledger entry, no spend
+    # posting today's hours books one debit per tenant, hour and category, replacing a repost
+    assert post_invoice_window(warehouse, midnight, T0, now=T0) == 4
+    assert post_invoice_window(warehouse, midnight, T0, now=T0) == 4
+    posted = warehouse.query(
+        "SELECT entry_id, kind, amount FROM billing_ledger WHERE reference = 'fct_invoice_lines' ORDER BY 1"
+    ).rows()
+    hour = "2026-03-02T"
+    assert posted == [
+        (f"sla_credit:{BROKE}:{hour}00:00:00", "sla_credit", Decimal("1")),
+        (f"usage:{BROKE}:{hour}00:00:00", "usage", Decimal("-3")),
+        (f"usage:{BROKE}:{hour}11:00:00", "usage", Decimal("-4")),
+        (f"usage:{RICH}:{hour}10:00:00", "usage", Decimal("-7")),
+    ]
+    assert tenant_spend(warehouse, T0)[BROKE].balance == Decimal("50") - 3 - 4 + 1

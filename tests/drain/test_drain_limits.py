@@ -222,3 +222,84 @@ def test_drain_budget_drains_ignore_the_tenant_cap_but_not_pool_budgets():
     # 25% of 4 nodes: one node at a time, so one drain now and the other waits
     assert sorted(d.allowed for d in by_task.values()) == [False, True]
     assert any(r.startswith("pool_budget") for d in decisions if not d.allowed for r in d.reasons)
+
+
+def test_drain_limits_against_a_trial_ledger_name_every_blocker():
+    """The simulator checks each drain against its own trial ledger: every limit that stops a
+    drain is named with its numbers, and each limit's edge is where the config says."""
+    ledger_now = T0 + timedelta(hours=3)  # the ledger's clock, apart from the fleet's
+    ledger = DrainLedger(
+        [
+            LedgerEntry(
+                "d1", "x", "t1", "p1", "n2", ledger_now - timedelta(hours=24), "terminated"
+            ),  # edge: counts
+            LedgerEntry("d0", "v", "t1", "p1", "n2", ledger_now - timedelta(hours=24, seconds=1), "killed"),
+            LedgerEntry(
+                "d2", "y", "t1", "p1", "n3", ledger_now - timedelta(seconds=900)
+            ),  # open, at the ttl edge
+            LedgerEntry("d3", "z", "t2", "p2", "n7", ledger_now - timedelta(minutes=1)),  # open, another pool
+            LedgerEntry(
+                "d4", "w", "t1", "p1", "n4", ledger_now - timedelta(seconds=901)
+            ),  # expired unstarted
+        ]
+    )
+    lim = limits(cap=3, budget_pct=50.0, cooldown=15.0)  # 50% of 2 nodes: one at a time
+    protected = make_task(
+        "a", node="n1", tenant="t1", do_not_drain=True, started_at=T0 - timedelta(minutes=15)
+    )
+    fresh = make_task("b", node="n3", tenant="t3", started_at=T0 - timedelta(minutes=14.5))
+
+    def blockers(task, reason=DrainReason.UNDER_USED, pool_nodes=2):
+        return lim.blockers(
+            task, reason, fleet_now=T0, ledger_now=ledger_now, ledger=ledger, pool_nodes=pool_nodes
+        )
+
+    assert blockers(protected) == [
+        "do_not_drain: task a is protected",
+        "tenant_cap: t1 had 3 drain(s) in 24 h, cap 3",
+        "pool_budget: p1 allows 1 of 2 node(s) disrupted for under_used, 1 busy",
+    ]
+    # a tenant out of balance is drained whatever its count; the pool budget still holds
+    assert blockers(protected, DrainReason.BUDGET) == [
+        "do_not_drain: task a is protected",
+        "pool_budget: p1 allows 1 of 2 node(s) disrupted for budget, 1 busy",
+    ]
+    assert blockers(protected, pool_nodes=4) == [  # 50% of 4: room for a second node
+        "do_not_drain: task a is protected",
+        "tenant_cap: t1 had 3 drain(s) in 24 h, cap 3",
+    ]
+    # on a node already disrupting, a drain adds nothing to the budget
+    assert blockers(fresh) == ["landing_cooldown: landed 14.5 min ago < 15 min"]
+    assert ledger.open_task_ids(ledger_now, 900) == {"y", "z"}
+
+
+def test_drain_decisions_expire_after_three_ticks_or_a_whole_drain_and_a_tick():
+    config = load_config(environ={})
+    tick = config.loop.tick_minutes * 60.0
+    longest = config.guardrails.task_drain.max_total_seconds
+    assert DrainLimits.from_config(config).decision_ttl_seconds == max(3 * tick, longest + tick)
+    slow = load_config(environ={"MP__LOOP__TICK_MINUTES": "60"})  # three hourly ticks outlast any drain
+    assert DrainLimits.from_config(slow).decision_ttl_seconds == 3 * 3600.0
+    quick = load_config(environ={"MP__LOOP__TICK_MINUTES": "1"})
+    assert DrainLimits.from_config(quick).decision_ttl_seconds == longest + 60.0 > 180.0
+
+
+def test_drain_limits_apply_a_scheduled_budget_at_the_ledgers_time():
+    monday_10 = datetime(2026, 3, 2, 10, 0, tzinfo=timezone.utc)
+    business = BudgetRule.parse(
+        {"nodes": "0", "reasons": ["under_used"], "schedule": "0 9 * * 1-5", "duration_minutes": 480}
+    )
+    lim = limits(extra=(business,))
+    task = make_task("a", node="n1", started_at=monday_10 - timedelta(hours=1))
+    kwargs = dict(fleet_now=monday_10, ledger=DrainLedger(), pool_nodes=4)
+    assert lim.blockers(task, DrainReason.UNDER_USED, ledger_now=monday_10, **kwargs) == [
+        "pool_budget: p1 allows 0 of 4 node(s) disrupted for under_used, 0 busy"
+    ]
+    assert (
+        lim.blockers(task, DrainReason.UNDER_USED, ledger_now=monday_10 + timedelta(hours=8), **kwargs) == []
+    )
+    budget = lim.tick_budget([node("n1"), node("n2")], [task], DrainLedger(), monday_10)
+    assert (
+        budget.pool("p1").cap(DrainReason.UNDER_USED) == 0
+        and budget.pool("p1").cap(DrainReason.PRESSURE) == 2
+    )

@@ -41,6 +41,22 @@ def test_hardening_replay_is_a_no_op_and_another_amount_is_refused(tmp_path: Pat
     assert _entries(warehouse.path, "r9") == []
 
 
+def test_hardening_a_replay_with_a_smaller_amount_is_refused_too(tmp_path: Path) -> None:
+    """A reference once booked keeps its amount: less is refused as firmly as more, and an
+    adjustment replayed with the other sign as well."""
+    warehouse = Warehouse(build_warehouse(tmp_path / "w.duckdb"))
+    record_payment(warehouse, TENANT, Decimal("10"), "r7")
+    with pytest.raises(
+        BillingError, match=r"'r7' of tenant 'acme-research' is already booked as 10; refusing 9.99"
+    ):
+        record_payment(warehouse, TENANT, Decimal("9.99"), "r7")
+    assert _entries(warehouse.path, "r7") == [Decimal("10")]
+    record_payment(warehouse, TENANT, Decimal("-2.5"), "fix-1", kind="adjustment")
+    with pytest.raises(BillingError, match=r"booked as -2.5; refusing 2.5"):
+        record_payment(warehouse, TENANT, Decimal("2.5"), "fix-1", kind="adjustment")
+    assert _entries(warehouse.path, "fix-1") == [Decimal("-2.5")]
+
+
 def test_hardening_balance_cli_refuses_unknown_tenants_and_bad_amounts(tmp_path: Path) -> None:
     path = build_warehouse(tmp_path / "w.duckdb")
     code, _, err = run_cli(
@@ -97,3 +113,56 @@ def test_hardening_concurrent_replays_book_exactly_one_entry(tmp_path: Path) -> 
             assert code == 0, err  # the booking, or a replay of it: a no-op
         else:
             assert code == 2 and f"booked as {winner}; refusing {amount}" in err
+
+
+@pytest.mark.parametrize(
+    ("tenant", "amount", "reference", "kind", "message"),
+    [
+        (TENANT, "5", "r1", "refund", "ledger kind must be one of ('top_up', 'adjustment'), got 'refund'"),
+        ("", "5", "r1", "top_up", "a payment needs a tenant id"),
+        (TENANT, "0", "r1", "top_up", "a top-up must be positive, got 0"),
+        (TENANT, "-1", "r1", "top_up", "a top-up must be positive, got -1"),
+        (TENANT, "5", "   ", "top_up", "a payment needs a reference"),
+        (TENANT, "5", "", "top_up", "a payment needs a reference"),
+        (TENANT, "100000000000", "r1", "top_up", "the amount 100000000000 is beyond the ledger's range"),
+        (TENANT, "0.0000000001", "r1", "adjustment", "the amount 1E-10 has more than 9 decimals"),
+    ],
+)
+def test_hardening_a_payment_the_ledger_cannot_hold_is_refused_and_books_nothing(
+    tmp_path: Path, tenant: str, amount: str, reference: str, kind: str, message: str
+) -> None:
+    warehouse = Warehouse(build_warehouse(tmp_path / "w.duckdb"))
+    with pytest.raises(BillingError) as refused:
+        record_payment(warehouse, tenant, Decimal(amount), reference, kind=kind)
+    assert str(refused.value).startswith(message)
+    assert _entries(warehouse.path, reference) == []
+
+
+def test_hardening_the_ledger_books_the_extremes_it_can_hold(tmp_path: Path) -> None:
+    """The largest amount, nine decimals and a negative adjustment are booked exactly."""
+    warehouse = Warehouse(build_warehouse(tmp_path / "w.duckdb"))
+    assert record_payment(warehouse, TENANT, Decimal("99999999999"), "big") == f"top_up:{TENANT}:big"
+    record_payment(warehouse, TENANT, Decimal("0.000000001"), "tiny", known_tenants={TENANT})
+    assert record_payment(warehouse, TENANT, Decimal("-99999999999"), "fix", kind="adjustment") == (
+        f"adjustment:{TENANT}:fix"
+    )
+    assert _entries(warehouse.path, "big") == [Decimal("99999999999")]
+    assert _entries(warehouse.path, "tiny") == [Decimal("0.000000001")]
+    assert _entries(warehouse.path, "fix") == [Decimal("-99999999999")]
+
+
+def test_hardening_account_limits_are_checked_before_they_are_stored() -> None:
+    from market_pipeline.billing.balances import Account, check_account
+
+    assert check_account(Account("t", prepaid=True)).credit_limit == 0
+    zero_caps = Account("t", prepaid=False, hard_cap_daily=Decimal(0), hard_cap_monthly=Decimal(0))
+    assert check_account(zero_caps) is zero_caps
+    with pytest.raises(BillingError, match=r"^credit_limit must be >= 0, got -1$"):
+        check_account(Account("t", prepaid=True, credit_limit=Decimal(-1)))
+    with pytest.raises(BillingError, match=r"^credit_limit must be a finite number, got NaN$"):
+        check_account(Account("t", prepaid=True, credit_limit=Decimal("NaN")))
+    for name in ("hard_cap_daily", "hard_cap_monthly"):
+        with pytest.raises(BillingError, match=rf"^{name} must be >= 0, got -0.01$"):
+            check_account(Account("t", prepaid=False, **{name: Decimal("-0.01")}))
+        with pytest.raises(BillingError, match=rf"^{name} 1E\+12 is beyond the ledger's range"):
+            check_account(Account("t", prepaid=False, **{name: Decimal("1E12")}))

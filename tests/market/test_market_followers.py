@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -127,3 +129,55 @@ def test_budget_bound_log_tenants_substitute_across_gpu_models():
     assert bool(low.budget_bound[0])
     assert float(high.demand[0, 0]) < float(low.demand[0, 0])
     assert float(high.demand[0, 1]) > float(low.demand[0, 1])
+
+
+# The residual away from the best response: every kind of wrong basket is far from zero.
+@pytest.fixture(scope="module")
+def best_response():
+    pop = mixed_population(200, 4, seed=11).on("cpu")
+    prices = torch.tensor([0.9, 1.1, 0.7, 1.3], dtype=torch.float64)
+    state = solve_followers(pop, prices)
+    assert follower_kkt_residual(pop, state) <= 1e-8  # the reference point is a true best response
+    return pop, state
+
+
+def _at(state, demand: torch.Tensor):
+    """The same prices and budget multipliers, another basket (the budget check unchanged)."""
+    return dataclasses.replace(state, demand=demand)
+
+
+def test_overbuying_is_far_from_a_best_response(best_response) -> None:
+    # three times the best basket: the marginal utility falls below the price (a negative gap)
+    pop, state = best_response
+    assert follower_kkt_residual(pop, _at(state, state.demand * 3.0)) > 0.1
+
+
+def test_underbuying_is_far_from_a_best_response(best_response) -> None:
+    pop, state = best_response
+    assert follower_kkt_residual(pop, _at(state, state.demand * 0.3)) > 0.1
+
+
+def test_buying_nothing_where_it_pays_is_far_from_a_best_response(best_response) -> None:
+    pop, state = best_response
+    assert follower_kkt_residual(pop, _at(state, torch.zeros_like(state.demand))) > 0.1
+
+
+def test_a_budget_overrun_is_in_the_residual(best_response) -> None:
+    # stopped before any budget root: every tenant buys as if its budget were slack
+    pop, state = best_response
+    early = solve_followers(pop, state.prices, max_iterations=0)
+    finite = torch.isfinite(pop.budget)
+    overrun = float(((early.spend - pop.budget)[finite] / pop.budget[finite]).max())
+    assert overrun > 0.1  # the instance has budget-bound tenants
+    assert early.budget_residual == pytest.approx(overrun, rel=1e-12)
+    assert follower_kkt_residual(pop, early) >= overrun
+
+
+def test_a_budget_multiplier_on_a_slack_budget_is_in_the_residual(best_response) -> None:
+    # a multiplier a > 1 claims the budget binds: with money left over, that is wrong
+    pop, state = best_response
+    high = solve_followers(pop, state.prices, state.scale * 4.0, max_iterations=0)
+    finite = torch.isfinite(pop.budget)
+    gap = ((high.scale - 1.0) * (pop.budget - high.spend).abs() / pop.budget)[finite]
+    assert float(gap.max()) > 0.1 and bool((high.spend[finite] <= pop.budget[finite]).all())
+    assert high.budget_residual == pytest.approx(float(gap.max()), rel=1e-12)

@@ -9,6 +9,7 @@ import pytest
 from market_test_helpers import grid_demand, grid_profit, resource, tenant
 from scipy.optimize import minimize
 
+import market_pipeline.market.solve as solve_module
 from market_pipeline.market import MarketProblem, SolverSettings, random_problem, solve_equilibrium
 
 
@@ -232,3 +233,69 @@ def test_pieces_carried_along_a_ridge_steer_but_do_not_certify():
     np.testing.assert_allclose(kink_gradients(carried_bundle, far, span)[0], [0.5 - 6 * KINK_RADIUS, -0.25])
     assert sampled_near(carried_bundle, far, span) == []
     assert len(sampled_near(carried_bundle, sampled + 0.5 * KINK_RADIUS, span)) == 1
+
+
+# Acceptance: a converged leader is certified only when its followers pass the KKT test too.
+def _three_tenants() -> MarketProblem:
+    tenants = [
+        tenant("a", [4.0, 3.0], [1.0, 1.5], 6.0, "log"),
+        tenant("b", [2.0, 5.0], [0.8, 1.2], None, "quadratic"),
+        tenant("c", [3.0, 2.0], [1.2, 0.9], 3.0, "isoelastic", eta=1.2),
+    ]
+    resources = [resource("r0", None, 0.5, 0.2, 20.0), resource("r1", None, 0.6, 0.2, 20.0)]
+    return MarketProblem.from_instance_json({"resources": resources, "tenants": tenants})
+
+
+@pytest.fixture
+def followers_off_by(monkeypatch):
+    """The leader converges as usual, but its followers' residual is off by `excess`."""
+
+    def install(excess: float) -> None:
+        real = solve_module.follower_kkt_residual
+        monkeypatch.setattr(
+            solve_module, "follower_kkt_residual", lambda pop, state: real(pop, state) + excess
+        )
+
+    return install
+
+
+def test_a_converged_leader_whose_followers_are_off_is_not_accepted(followers_off_by) -> None:
+    problem, last = _three_tenants(), np.array([2.0, 2.0])
+    settings = SolverSettings()
+    good = solve_equilibrium(problem, last_prices=last, max_step=0.25, settings=settings)
+    assert good.status == "converged" and good.follower_kkt <= settings.tolerance
+    followers_off_by(10 * settings.tolerance)  # ten times the tolerance: far below 100x
+    report = solve_equilibrium(problem, last_prices=last, max_step=0.25, settings=settings)
+    assert report.status == "fallback" and not report.converged
+    assert "followers' KKT residual" in report.fallback_reason
+    np.testing.assert_allclose(report.prices, last)  # the prices in force stay
+
+
+def test_followers_within_tolerance_are_accepted(followers_off_by) -> None:
+    settings = SolverSettings()
+    followers_off_by(0.5 * settings.tolerance)
+    report = solve_equilibrium(
+        _three_tenants(), last_prices=np.array([2.0, 2.0]), max_step=0.25, settings=settings
+    )
+    assert report.status == "converged" and report.follower_kkt <= settings.tolerance
+
+
+def test_a_fallback_keeps_last_prices_only_inside_the_price_bounds():
+    """Prices in force from before the bounds moved are published clipped into them, and the
+    report says plainly that nothing converged and no optimum was found."""
+    problem = random_problem(60, 4, seed=3)
+    res = problem.resources
+    last = np.array([0.5 * res.price_min[0], 2.0 * res.price_max[1], res.price_min[2], res.price_max[3]])
+    report = solve_equilibrium(problem, last_prices=last, settings=SolverSettings(max_iterations=1))
+    assert report.status == "fallback" and report.converged is False
+    np.testing.assert_array_equal(report.prices, [res.price_min[0], res.price_max[1], last[2], last[3]])
+    assert report.distinct_optima == 0 and np.all(np.isfinite(report.demand))
+    assert report.follower_kkt <= SolverSettings().tolerance  # the diagnostics are of the prices returned
+
+
+def test_a_cold_fallback_reports_the_search_it_ran():
+    problem = random_problem(60, 3, seed=4)
+    report = solve_equilibrium(problem, settings=SolverSettings(max_iterations=1))
+    assert report.status == "fallback" and report.converged is False
+    # the global phase tried two starts and screened prices; neither start converged
+    assert report.starts == 2 and report.screened_prices > 0 and report.distinct_optima == 0

@@ -353,3 +353,64 @@ def test_a_guaranteed_task_past_its_sla_beside_drainable_work_breaks_the_rigid_g
         {"A100": {**row, "guaranteed_oldest_wait_s": 900.0, "drainable_running_gpus": 0.0}}, 600.0
     )
     assert full.passed
+
+
+def test_each_published_price_sits_beside_the_ends_every_promise_allows(config) -> None:
+    """The windows the price check holds each price to, worked out by hand from the shipped
+    config (A100: list 2.4, bounds 1..9; H800: list 4.2, bounds 2..14; A10: list 0.7, bounds
+    0.3..3; cap 1.04 x list, band 20-60% below guaranteed, step 25%); a price past an end by
+    more than the book's rounding (1e-6) is named with the promise it breaks."""
+    a100, h800, a10 = "A100-80GB@cn-hangzhou-a", "H800@cn-beijing-b", "A10@cn-hangzhou-a"
+    big = float("inf")
+    ga, gh = 2.496 + 5e-7, 4.368 + 2e-6  # the guaranteed prices the bands hang from
+    published = pl.DataFrame(
+        [
+            (a100, "guaranteed", ga, 2.0),  # at the cap, within the rounding
+            (a100, "drainable", 1.5, 1.2),  # at the step's top
+            (h800, "guaranteed", gh, None),  # past the cap; first publication: no step
+            (h800, "drainable", 3.4944, 20.0),  # from far above: the step lands on the window's top
+            (a10, "guaranteed", 0.2, 0.1),  # under price_min, and the step cannot reach the bounds
+            ("nowhere", "guaranteed", 1.0, None),  # an unknown pool fails
+        ],
+        schema=["pool_id", "resource_class", "price", "previous"],
+        orient="row",
+    ).with_columns(source=pl.lit("tick"))
+    frame = promise_frame(published, config)
+    ends = frame.select(
+        "resource",
+        *(
+            c
+            for pair in (("bound_low", "bound_high"), ("band_low", "band_high"), ("step_low", "step_high"))
+            for c in pair
+        ),
+    )
+    expected = [
+        (f"{a100}/guaranteed", 1.0, 2.496, 0.0, big, 1.5, 2.5),
+        (f"{a100}/drainable", 0.4, 1.9968, 0.4 * ga, 0.8 * ga, 0.9, 1.5),
+        (f"{h800}/guaranteed", 2.0, 4.368, 0.0, big, 0.0, big),
+        (f"{h800}/drainable", 0.8, 3.4944, 0.4 * gh, 0.8 * gh, 3.4944, 3.4944),
+        (f"{a10}/guaranteed", 0.3, 0.728, 0.0, big, 0.3, 0.3),
+    ]
+    for row, (resource, *values) in zip(ends.iter_rows(), expected):
+        assert row[0] == resource
+        lows_highs = [v - 1e-6 if i % 2 == 0 else v + 1e-6 for i, v in enumerate(values)]
+        for got, want in zip(row[1:], lows_highs):
+            assert got == pytest.approx(want, rel=1e-12, abs=1e-12) or (got > 1e300 and want == big), (
+                row,
+                values,
+            )
+    unknown = frame.row(5, named=True)
+    assert unknown["resource"] == "nowhere/guaranteed" and unknown["bound_low"] > unknown["bound_high"]
+    offending = offending_prices(frame)
+    assert list(zip(offending["resource"], offending["promise"])) == [
+        (f"{h800}/guaranteed", "bound"),
+        (f"{a10}/guaranteed", "bound"),
+        ("nowhere/guaranteed", "bound"),
+        (f"{a10}/guaranteed", "step"),
+    ]
+    first = offending.row(0, named=True)
+    assert first["price"] == gh and first["previous"] is None
+    assert (first["low"], first["high"]) == (pytest.approx(2.0 - 1e-6), pytest.approx(4.368 + 1e-6))
+    report = price_rules(frame)
+    assert not report.passed
+    assert price_rules(frame.head(2)).passed and offending_prices(frame.head(2)).is_empty()

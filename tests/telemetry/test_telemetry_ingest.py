@@ -149,3 +149,83 @@ def test_telemetry_known_gpus_come_from_the_fleet_inventory(warehouse: Warehouse
         ),
     )
     assert known_gpu_uuids(warehouse) == frozenset({"GPU-1"})
+
+
+@pytest.mark.parametrize(
+    ("stage", "defect"),
+    [
+        ("_clean_frame", lambda frame: frame.head(frame.height - 1)),  # loses a clean row
+        ("_quarantine_frame", lambda frame: frame.head(frame.height - 1)),  # loses a quarantined row
+        ("_clean_frame", lambda frame: pl.concat([frame, frame.head(1)])),  # counts a row twice
+    ],
+)
+def test_telemetry_a_stage_that_loses_or_adds_a_row_is_refused_and_writes_nothing(
+    warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch, stage: str, defect
+) -> None:
+    """rows in = clean + quarantined, or the ingest is a defect: it fails naming the counts and
+    the warehouse keeps what it had."""
+    import market_pipeline.telemetry.ingest as ingest
+
+    frame = two_hours().with_columns(
+        pl.when(pl.int_range(pl.len()) < 3).then(None).otherwise(pl.col("gpu_uuid")).alias("gpu_uuid")
+    )  # 3 rows without a GPU id are quarantined, 29 are clean
+    before = ingest_samples(warehouse, frame, source="file:a", policy=POLICY)
+    assert (before.clean, before.quarantined) == (29, 3)
+    real = getattr(ingest, stage)
+    monkeypatch.setattr(ingest, stage, lambda *args: defect(real(*args)))
+    with pytest.raises(
+        ingest.TelemetryAccountingError, match=r"ingest of file:a: 32 rows in, \d+ clean \+ \d+ quarantined"
+    ):
+        ingest_samples(warehouse, frame, source="file:a", policy=POLICY)
+    assert counts(warehouse) == {"clean": 29, "quarantined": 3, "raw": 32}
+    ledger = warehouse.query("SELECT sum(rows_in), max(ingest_id) FROM telemetry_ingests").row(0)
+    assert ledger == (32, before.ingest_id)
+
+
+def test_telemetry_each_partitions_ledger_row_adds_up_and_names_its_reasons(warehouse: Warehouse) -> None:
+    """Per partition: rows in = clean + quarantined with the reasons counted; a row whose time
+    cannot place it (in the future) lands in the file's earliest hour; unknown columns are
+    named, not loaded."""
+    frame = two_hours().with_columns(
+        pl.when(pl.int_range(pl.len()) == 0)
+        .then(NOW + timedelta(days=1))
+        .otherwise(pl.col("ts"))
+        .alias("ts"),
+        pl.when(pl.int_range(pl.len()) == 20).then(None).otherwise(pl.col("gpu_uuid")).alias("gpu_uuid"),
+        pl.lit("x").alias("note"),
+    )
+    report = ingest_samples(warehouse, frame, source="file:a", policy=POLICY)
+    assert (report.rows_in, report.clean, report.quarantined) == (32, 30, 2)
+    assert report.quarantine_rate == 2 / 32 and report.ignored_columns == ("note",)
+    assert report.by_reason == {"ts:in_future": 1, "gpu_uuid:missing": 1}
+    ledger = warehouse.query(
+        "SELECT partition_key, source, rows_in, clean, quarantined, by_reason FROM telemetry_ingests ORDER BY 1"
+    ).rows()
+    assert ledger == [
+        ("2024-01-01-00:00", "file:a", 16, 15, 1, json.dumps({"ts:in_future": 1})),
+        ("2024-01-01-01:00", "file:a", 16, 15, 1, json.dumps({"gpu_uuid:missing": 1})),
+    ]
+    quarantined = warehouse.query(
+        "SELECT source_row, partition_key, ingest_id FROM telemetry_quarantine ORDER BY 1"
+    ).rows()
+    assert quarantined == [
+        (1, "2024-01-01-00:00", report.ingest_id),
+        (21, "2024-01-01-01:00", report.ingest_id),
+    ]
+
+
+def test_telemetry_rows_no_time_can_place_go_to_the_fallback_hour_or_now(warehouse: Warehouse) -> None:
+    future = two_hours().head(4).with_columns(ts=pl.lit(NOW + timedelta(days=2)))
+    fallback = FLEET_START + timedelta(hours=3, minutes=20)
+    report = ingest_samples(warehouse, future, source="file:f", policy=POLICY, fallback_time=fallback)
+    assert report.partitions == (partition_key_of(fallback),) and report.quarantined == 4
+    report = ingest_samples(warehouse, future, source="file:g", policy=POLICY)
+    assert report.partitions == (partition_key_of(NOW),)
+    assert ValidationPolicy(now=NOW) == POLICY and report.summary() == {
+        "rows_in": 4,
+        "clean": 0,
+        "quarantined": 4,
+        "by_reason": {"ts:in_future": 4},
+    }
+    empty = ingest_samples(warehouse, future.head(0), source="file:h", policy=POLICY)
+    assert empty.quarantine_rate == 0.0 and empty.partitions == ()

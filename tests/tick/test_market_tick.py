@@ -3,6 +3,9 @@ live market whose price follows the load."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
 import pytest
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, load_config
@@ -12,6 +15,7 @@ from market_pipeline.tick import (
     MarketTickError,
     PoolTickInput,
     Promises,
+    drainable_window,
     guaranteed_window,
     run_market_tick,
 )
@@ -266,3 +270,130 @@ def test_the_live_inputs_of_an_empty_warehouse_hold_every_pool(tmp_path) -> None
     now = datetime(2026, 3, 2, 12, tzinfo=timezone.utc)
     inputs = pool_tick_inputs(config, store, now, prices_in_force(config, store), {})
     assert inputs and all(p.hold_reason and "cold start" in p.hold_reason for p in inputs)
+
+
+@pytest.mark.parametrize(
+    ("drainable_share", "edge", "side"),
+    [(0.9, "discount_min", "above"), (0.3, "discount_max", "below")],
+)
+def test_a_drainable_price_outside_the_band_is_published_at_its_edge(
+    config, drainable_share: float, edge: str, side: str
+) -> None:
+    """The band was moved since the prices in force were published (a drainable price at 10% or
+    70% below guaranteed) and the solve falls back onto them: the published drainable price is
+    the band's edge, and the record says the solver's price was clipped."""
+    promises = Promises.from_config(config)
+    serving = {p.pool_id: float(p.nodes * p.gpus_per_node) for p in config.pools}
+    inputs = build_market_problem(config, serving, {p.pool_id: 6.0 for p in config.pools})
+    pools = [
+        PoolTickInput(
+            pool_id=p.pool_id,
+            list_price=p.base_price,
+            price_min=p.price_min,
+            price_max=p.price_max,
+            node_gpus=float(p.gpus_per_node),
+            serving_gpus=serving[p.pool_id],
+            reachable_gpus=float(p.max_nodes * p.gpus_per_node),
+            demand_gpus=6.0,
+            backlog_gpus=0.0,
+            forecast_upper_gpus=6.0,
+            in_force_guaranteed=p.base_price,
+            in_force_drainable=p.base_price * drainable_share,
+            forecast_price=p.base_price,
+            backlog=PARAMS,
+        )
+        for p in config.pools
+    ]
+    one_step = replace(solver_settings(config), max_iterations=1)  # too few to converge: fallback
+    tick = run_market_tick(pools, inputs.problem, promises, one_step)
+    assert tick.status == "fallback" and not tick.converged
+    discount = getattr(promises, edge)
+    for record in tick.pools:
+        g = record.guaranteed
+        assert g == pytest.approx(record.list_price)  # the guaranteed price in force stays
+        if side == "above":  # the solver's price sits between the band's top and the guaranteed price
+            assert (1 - promises.discount_min) * g < record.solver_drainable < g
+        else:
+            assert record.solver_drainable < (1 - promises.discount_max) * g
+        assert record.drainable == pytest.approx((1 - discount) * g, rel=1e-12)
+        assert f"{side} the drainable band" in record.drainable_reason
+
+
+def _ends(window) -> tuple:
+    return (round(window.low, 12), round(window.high, 12), window.low_by, window.high_by)
+
+
+def test_each_end_of_a_window_names_the_promise_that_set_it() -> None:
+    """The reason a tenant reads for a clipped price names the promise that clipped it."""
+    p = Promises(max_step=0.25, guaranteed_cap=1.04, discount_min=0.2, discount_max=0.6)
+    assert _ends(guaranteed_window(2.0, 2.0, 0.8, 8.0, p)) == (1.5, 2.08, "max step", "guaranteed cap")
+    assert _ends(guaranteed_window(2.0, 2.0, 1.6, 2.05, p)) == (1.6, 2.05, "price_min", "price_max")
+    assert _ends(guaranteed_window(1.0, 2.0, 0.5, 8.0, p)) == (0.75, 1.25, "max step", "max step")
+    # a price in force the step cannot bring into the window: the window's nearer end wins
+    assert _ends(guaranteed_window(9.27, 4.2, 2.0, 14.0, p)) == (
+        4.368,
+        4.368,
+        "guaranteed cap",
+        "guaranteed cap",
+    )
+    assert _ends(guaranteed_window(1.0, 4.2, 2.0, 14.0, p)) == (2.0, 2.0, "price_min", "price_min")
+    # the drainable band below a guaranteed price of 2.0 is [0.8, 1.6]
+    band = "drainable band"
+    assert _ends(drainable_window(1.2, 2.0, 0.1, p)) == (0.9, 1.5, "max step", "max step")
+    assert _ends(drainable_window(1.2, 2.0, 1.0, p)) == (
+        1.0,
+        1.5,
+        band,
+        "max step",
+    )  # the floor lifts its bottom
+    assert _ends(drainable_window(1.0, 2.0, 0.1, p)) == (0.8, 1.25, band, "max step")
+    assert _ends(drainable_window(1.5, 2.0, 0.1, p)) == (1.125, 1.6, "max step", band)
+    assert _ends(drainable_window(3.0, 2.0, 0.1, p)) == (1.6, 1.6, band, band)
+
+
+def test_a_price_on_the_window_edge_is_published_as_it_is() -> None:
+    window = guaranteed_window(2.0, 2.0, 0.8, 8.0, Promises())
+    assert window.clip(window.high) == (window.high, None)
+    assert window.clip(window.low) == (window.low, None)
+    just_above = window.high * (1 + 1e-10)  # rounding, not a broken promise
+    assert window.clip(just_above) == (just_above, None)
+    assert window.clip(2.5) == (window.high, "2.5 above the guaranteed cap 2.08")
+    assert window.clip(1.0) == (window.low, "1 below the max step 1.5")
+
+
+BAND_REFUSED = "drainable band: need 0 <= discount_min <= discount_max < 1"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_step", 0.0, "max_step: must be finite and > 0, got 0.0"),
+        ("max_step", float("inf"), "max_step: must be finite and > 0, got inf"),
+        ("guaranteed_cap", 0.99, "guaranteed_cap: must be finite and >= 1, got 0.99"),
+        ("guaranteed_cap", float("nan"), "guaranteed_cap: must be finite and >= 1, got nan"),
+        ("discount_min", -0.1, BAND_REFUSED),
+        ("discount_min", 0.7, BAND_REFUSED),
+        ("discount_max", 1.0, BAND_REFUSED),
+    ],
+)
+def test_promises_that_cannot_be_kept_are_refused(field: str, value: float, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        Promises(**{field: value})
+
+
+def test_promises_at_their_limits_are_accepted() -> None:
+    assert (
+        Promises(max_step=1e-6, guaranteed_cap=1.0, discount_min=0.0, discount_max=0.0).guaranteed_cap == 1.0
+    )
+    assert Promises(discount_min=0.5, discount_max=0.5).discount_max == 0.5
+
+
+def test_the_promises_are_the_configured_ones() -> None:
+    overrides = {
+        "MP__MARKET__MAX_PRICE_STEP": "0.1",
+        "MP__MARKET__GUARANTEED_PRICE_CAP": "1.2",
+        "MP__MARKET__DRAINABLE_DISCOUNT_MIN": "0.3",
+        "MP__MARKET__DRAINABLE_DISCOUNT_MAX": "0.5",
+    }
+    promises = Promises.from_config(load_config(DEFAULT_CONFIG_PATH, environ=overrides))
+    assert promises == Promises(max_step=0.1, guaranteed_cap=1.2, discount_min=0.3, discount_max=0.5)
