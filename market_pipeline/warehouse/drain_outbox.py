@@ -58,10 +58,15 @@ _COLUMNS = (
 
 
 def write_drain_warning(con: duckdb.DuckDBPyConnection, warning: DrainWarning) -> None:
-    """Add the warning to the outbox on the caller's connection (inside its transaction)."""
+    """Add the warning to the outbox on the caller's connection (inside its transaction), once
+    per drain. The id is one past the largest, and a drain already there is skipped, in plain
+    SQL: a DuckLake warehouse has no sequence and no ON CONFLICT (the drain's writes are one
+    transaction, so two warnings of one drain never race)."""
     con.execute(
-        f"INSERT INTO drain_warning_outbox ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT DO NOTHING",
+        f"INSERT INTO drain_warning_outbox (outbox_id, {_COLUMNS}) "
+        "SELECT (SELECT coalesce(max(outbox_id), 0) + 1 FROM drain_warning_outbox), "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
+        "WHERE NOT EXISTS (SELECT 1 FROM drain_warning_outbox WHERE drain_id = ?)",
         [
             warning.drain_id,
             warning.decision_id,
@@ -74,6 +79,7 @@ def write_drain_warning(con: duckdb.DuckDBPyConnection, warning: DrainWarning) -
             warning.expected_drain_at,
             list(warning.reasons),
             warning.longer_notice,
+            warning.drain_id,
         ],
     )
 

@@ -310,6 +310,7 @@ _INLINE_KEY = re.compile(r"\s+PRIMARY\s+KEY\b(?!\s*\()", re.IGNORECASE)
 _TABLE_KEY = re.compile(r",\s*PRIMARY\s+KEY\s*\(([^)]*)\)", re.IGNORECASE)
 _UNIQUE = re.compile(r"\s+UNIQUE\b(?!\s*\()", re.IGNORECASE)
 _CREATE_TABLE = re.compile(r"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)\s*\((.*)\)\s*$", re.I | re.S)
+_SEQUENCE_DEFAULT = re.compile(r"\s+DEFAULT\s+nextval\('[^']*'\)", re.IGNORECASE)
 _SKIPPED_IN_LAKE = re.compile(r"^\s*CREATE\s+(SEQUENCE|(UNIQUE\s+)?INDEX)\b", re.IGNORECASE)
 # sequence -> (table, column) whose max + 1 is the next id in a lake
 LAKE_SEQUENCES: dict[str, tuple[str, str]] = {"telemetry_ingest_seq": ("telemetry_ingests", "ingest_id")}
@@ -322,6 +323,7 @@ def lake_statement(statement: str) -> str | None:
         return None
     text = _TABLE_KEY.sub("", statement)
     text = _INLINE_KEY.sub("", text)
+    text = _SEQUENCE_DEFAULT.sub("", text)  # the writer hands out the id (no sequence in a lake)
     return _UNIQUE.sub("", text)
 
 

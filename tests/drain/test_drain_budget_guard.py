@@ -49,6 +49,7 @@ def _invoice_lines(warehouse, rows: list[tuple[str, float]]) -> None:
                 "period_start_utc": hour.replace(tzinfo=None),
                 "charge_category": "Usage",
                 "billed_cost": Decimal(str(cost)),
+                "consumed_gpu_hours": Decimal(0),
             }
             for t, cost in rows
         ],
@@ -59,6 +60,7 @@ def _invoice_lines(warehouse, rows: list[tuple[str, float]]) -> None:
             "period_start_utc": pl.Datetime("us"),
             "charge_category": pl.Utf8,
             "billed_cost": pl.Decimal(38, 9),
+            "consumed_gpu_hours": pl.Decimal(38, 9),
         },
     )
     with warehouse.connect() as con:
@@ -264,6 +266,7 @@ def _lines_at(warehouse, rows: list[tuple[str, object, str, str]]) -> None:
             "period_start_utc": pl.Datetime("us"),
             "charge_category": pl.Utf8,
             "billed_cost": pl.Decimal(38, 9),
+            "consumed_gpu_hours": pl.Decimal(38, 9),
         },
     )
     with warehouse.connect() as con:

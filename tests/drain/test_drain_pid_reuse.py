@@ -14,6 +14,8 @@ import pytest
 from drain_targets import fork_cli, start_target
 from test_drain_hardening import drain_argv
 
+from market_pipeline.hardware.local_process_tree import CREATE_TIME_TOLERANCE
+
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
@@ -26,7 +28,10 @@ def journals(home):
 
 
 def test_a_drain_left_open_on_a_reused_pid_is_closed_with_its_reason(home, tmp_path):
-    old, new = start_target(tmp_path), start_target(tmp_path)
+    old = start_target(tmp_path)
+    # the new process is born later than the create-time tolerance: a reused pid is a new process
+    time.sleep(CREATE_TIME_TOLERANCE + 0.3)
+    new = start_target(tmp_path)
     try:
         first = fork_cli(drain_argv(old.pids[0], "--audit", "memory", warn=30), tmp_path / "first.out")
         deadline = time.monotonic() + 30
