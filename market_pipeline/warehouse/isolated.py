@@ -72,6 +72,9 @@ _OUT_OF_MEMORY = (
     "bad allocation",
     "failed to allocate",
     "pyobject pointer is null",
+    # a thread's stack is address space too: at the cap a library cannot start its threads
+    "can't start new thread",
+    "resource temporarily unavailable",
 )
 
 
