@@ -45,11 +45,17 @@ def browser():
 
 def _login(browser, base: str, key: str) -> float:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(base + "/console/logout")
+    login_page = browser.current_url
     browser.find_element(By.ID, "key").send_keys(key)
     started = time.monotonic()
     browser.find_element(By.ID, "login").click()
+    # the click returns before the browser follows the redirect: wait for the page it lands on
+    WebDriverWait(browser, 30).until(
+        lambda d: d.current_url != login_page and d.execute_script("return document.readyState") == "complete"
+    )
     return time.monotonic() - started
 
 
