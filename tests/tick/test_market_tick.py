@@ -44,6 +44,32 @@ def pool(**changes) -> PoolTickInput:
     return PoolTickInput(**{**base, **changes})
 
 
+def config_pools(
+    config, serving: dict[str, float], *, demand: float, guaranteed_share: float, drainable_share: float
+) -> list[PoolTickInput]:
+    """Every configured pool serving `serving`, `demand` GPUs wanted, the prices in force at
+    the given shares of the list price."""
+    return [
+        PoolTickInput(
+            pool_id=p.pool_id,
+            list_price=p.base_price,
+            price_min=p.price_min,
+            price_max=p.price_max,
+            node_gpus=float(p.gpus_per_node),
+            serving_gpus=serving[p.pool_id],
+            reachable_gpus=float(p.max_nodes * p.gpus_per_node),
+            demand_gpus=demand,
+            backlog_gpus=0.0,
+            forecast_upper_gpus=demand,
+            in_force_guaranteed=p.base_price * guaranteed_share,
+            in_force_drainable=p.base_price * drainable_share,
+            forecast_price=p.base_price,
+            backlog=PARAMS,
+        )
+        for p in config.pools
+    ]
+
+
 def test_window_counts_the_step_from_the_price_in_force_and_caps_against_list() -> None:
     promises = Promises(max_step=0.25, guaranteed_cap=1.04)
     low = guaranteed_window(1.0, 2.0, 0.8, 8.0, promises)
@@ -177,25 +203,7 @@ def test_a_scheduled_global_resolve_keeps_every_promise(config) -> None:
     inputs = build_market_problem(
         config, serving, {p.pool_id: 15.0 for p in config.pools}, {p.pool_id: 20.0 for p in config.pools}
     )
-    pools = [
-        PoolTickInput(
-            pool_id=p.pool_id,
-            list_price=p.base_price,
-            price_min=p.price_min,
-            price_max=p.price_max,
-            node_gpus=float(p.gpus_per_node),
-            serving_gpus=serving[p.pool_id],
-            reachable_gpus=float(p.max_nodes * p.gpus_per_node),
-            demand_gpus=15.0,
-            backlog_gpus=0.0,
-            forecast_upper_gpus=15.0,
-            in_force_guaranteed=p.base_price * 0.8,
-            in_force_drainable=p.base_price * 0.5,
-            forecast_price=p.base_price,
-            backlog=PARAMS,
-        )
-        for p in config.pools
-    ]
+    pools = config_pools(config, serving, demand=15.0, guaranteed_share=0.8, drainable_share=0.5)
     tick = run_market_tick(
         pools, inputs.problem, promises, solver_settings(config), global_resolve=True, switch_threshold=0.0
     )
@@ -285,25 +293,7 @@ def test_a_drainable_price_outside_the_band_is_published_at_its_edge(
     promises = Promises.from_config(config)
     serving = {p.pool_id: float(p.nodes * p.gpus_per_node) for p in config.pools}
     inputs = build_market_problem(config, serving, {p.pool_id: 6.0 for p in config.pools})
-    pools = [
-        PoolTickInput(
-            pool_id=p.pool_id,
-            list_price=p.base_price,
-            price_min=p.price_min,
-            price_max=p.price_max,
-            node_gpus=float(p.gpus_per_node),
-            serving_gpus=serving[p.pool_id],
-            reachable_gpus=float(p.max_nodes * p.gpus_per_node),
-            demand_gpus=6.0,
-            backlog_gpus=0.0,
-            forecast_upper_gpus=6.0,
-            in_force_guaranteed=p.base_price,
-            in_force_drainable=p.base_price * drainable_share,
-            forecast_price=p.base_price,
-            backlog=PARAMS,
-        )
-        for p in config.pools
-    ]
+    pools = config_pools(config, serving, demand=6.0, guaranteed_share=1.0, drainable_share=drainable_share)
     one_step = replace(solver_settings(config), max_iterations=1)  # too few to converge: fallback
     tick = run_market_tick(pools, inputs.problem, promises, one_step)
     assert tick.status == "fallback" and not tick.converged
