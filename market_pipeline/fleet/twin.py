@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
+from itertools import islice
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +108,7 @@ class FleetTwin:
         self.new_events: list[tuple[int, str, str, str, bool]] = []
         self.new_ended: list[dict[str, Any]] = []
         self._on_positions: np.ndarray | None = None
+        self._held_at: tuple[int, np.ndarray] | None = None  # (event second, held nodes)
         # tenant -> why its new tasks are refused (a billing budget guard); arrivals of those
         # tenants are turned away at the door and counted, never queued
         self.refused_tenants: dict[str, str] = {}
@@ -228,7 +230,7 @@ class FleetTwin:
     # -- placement ----------------------------------------------------------------------------
     def _try_place(self, job: Job, ts: int) -> bool:
         if job.resource_class == "drainable":
-            placement = choose_outside(self.policy, self.cap, job.request(), self._held())
+            placement = choose_outside(self.policy, self.cap, job.request(), self._held(ts))
         else:
             placement = self.policy.choose(self.cap, job.request())
         if placement is None:
@@ -237,13 +239,18 @@ class FleetTwin:
         self._start(job, placement, ts)
         return True
 
-    def _held(self) -> np.ndarray:
-        """The nodes held for the pending guaranteed tasks, oldest first (`placement.guarantee`)."""
+    def _held(self, ts: int) -> np.ndarray:
+        """The nodes held for the pending guaranteed tasks, oldest first (`placement.guarantee`),
+        computed once per event second: a burst of arrivals or a freed node's retries in the
+        same second share one answer, as the simulator shares one per tick (the capacity they
+        take in that second only shrinks what the held nodes could give sooner)."""
+        if self._held_at is not None and self._held_at[0] == ts:
+            return self._held_at[1]
         limit = hold_limit(self.cap.n_nodes, self.params.hold_max_nodes_share)
-        waiting = [j.request() for j in self.pending if j.resource_class == "guaranteed"][:limit]
-        if not waiting:
-            return np.zeros(self.cap.n_nodes, dtype=bool)
-        return held_nodes(self.cap, waiting, limit)
+        waiting = [j.request() for j in islice((j for j in self.pending if j.resource_class == "guaranteed"), limit)]
+        held = held_nodes(self.cap, waiting, limit) if waiting else np.zeros(self.cap.n_nodes, dtype=bool)
+        self._held_at = (ts, held)
+        return held
 
     def schedule_pending(self, ts: int, rows: Sequence[int] = ()) -> None:
         """Capacity was freed on node `rows`: abandon jobs that waited too long, then place
