@@ -169,8 +169,10 @@ def execute_decision(
     store = WarehouseAuditStore(warehouse)
     abort = None
     if not store.load_states(decision_id):
+        # a decision ages on the clock it was decided on: the fleet's (a simulated twin keeps
+        # its own time; the drain clock's timestamps stay on the wall clock)
         ttl = DrainLimits.from_config(config).decision_ttl_seconds
-        age = (clock.now() - decision.decided_at).total_seconds()
+        age = (adapter_now(adapter) - decision.decided_at).total_seconds()
         if age > ttl:
             abort = f"expired: decided {age:.0f}s ago, past the {ttl:.0f}s time-to-live"
     executor = DrainExecutor(

@@ -65,6 +65,18 @@ def test_every_stage_of_the_loop_left_rows(demo_home):
     assert billed is not None and billed > 0
 
 
+def test_no_approved_drain_expired_before_it_ran(demo_home):
+    """A drain decided at a tick runs in that tick's drain run: its age is read on the fleet's
+    clock (the twin's, a week back), never the wall clock, which would expire every one."""
+    home, _ = demo_home
+    store = Warehouse(home / "var" / "warehouse.duckdb")
+    ran = store.query("SELECT count(DISTINCT drain_id) FROM drain_audit").row(0)[0]
+    expired = store.query(
+        "SELECT count(*) FROM drain_audit WHERE state = 'aborted' AND (detail->>'reason') LIKE 'expired%'"
+    ).row(0)[0]
+    assert ran > 0 and expired == 0, (ran, expired)
+
+
 def test_published_prices_keep_every_promise(demo_home):
     """The price book carries the shielded price with the list and the solver's price beside
     it, and every published price keeps the step (from the price in force, the base price
