@@ -247,7 +247,9 @@ class FleetTwin:
         if self._held_at is not None and self._held_at[0] == ts:
             return self._held_at[1]
         limit = hold_limit(self.cap.n_nodes, self.params.hold_max_nodes_share)
-        waiting = [j.request() for j in islice((j for j in self.pending if j.resource_class == "guaranteed"), limit)]
+        waiting = [
+            j.request() for j in islice((j for j in self.pending if j.resource_class == "guaranteed"), limit)
+        ]
         held = held_nodes(self.cap, waiting, limit) if waiting else np.zeros(self.cap.n_nodes, dtype=bool)
         self._held_at = (ts, held)
         return held
