@@ -27,7 +27,7 @@ from market_pipeline.fleet.telemetry import GpuLoad, GpuShare, NoiseBlocks, samp
 from market_pipeline.fleet.workload import BLOCK_SECONDS, STREAM_XID, Job, WorkloadModel
 from market_pipeline.hardware.protocol import NodeState
 from market_pipeline.placement.capacity import MILLI, Placement
-from market_pipeline.placement.guarantee import choose_outside, held_nodes, hold_limit
+from market_pipeline.placement.guarantee import choose_arrival, choose_outside, held_nodes, hold_limit
 from market_pipeline.placement.policies import PlacementPolicy
 
 
@@ -189,7 +189,7 @@ class FleetTwin:
                     self.stats["refused"] += 1
                     continue
                 self.pending.append(payload)
-                self._try_place(payload, ts)
+                self._try_place(payload, ts, arrival=True)
             elif kind == "end":
                 task = self.running.get(payload)
                 if task is not None and task.end_ts == ts:  # else stale: the task ended earlier
@@ -226,9 +226,14 @@ class FleetTwin:
         self.schedule_pending(ts, [row])
 
     # -- placement ----------------------------------------------------------------------------
-    def _try_place(self, job: Job, ts: int) -> bool:
+    def _try_place(self, job: Job, ts: int, arrival: bool = False) -> bool:
+        """Place a pending job (`placement.guarantee`): a drainable one off the held nodes, a
+        newly arrived guaranteed one off them where it fits there, a waiting guaranteed one
+        anywhere."""
         if job.resource_class == "drainable":
             placement = choose_outside(self.policy, self.cap, job.request(), self._held())
+        elif arrival:
+            placement = choose_arrival(self.policy, self.cap, job.request(), self._held(but=job))
         else:
             placement = self.policy.choose(self.cap, job.request())
         if placement is None:
@@ -237,10 +242,13 @@ class FleetTwin:
         self._start(job, placement, ts)
         return True
 
-    def _held(self) -> np.ndarray:
-        """The nodes held for the pending guaranteed tasks, oldest first (`placement.guarantee`)."""
+    def _held(self, but: Job | None = None) -> np.ndarray:
+        """The nodes held for the pending guaranteed tasks (but `but`), oldest first
+        (`placement.guarantee`)."""
         limit = hold_limit(self.cap.n_nodes, self.params.hold_max_nodes_share)
-        waiting = [j.request() for j in self.pending if j.resource_class == "guaranteed"][:limit]
+        waiting = [j.request() for j in self.pending if j.resource_class == "guaranteed" and j is not but][
+            :limit
+        ]
         if not waiting:
             return np.zeros(self.cap.n_nodes, dtype=bool)
         return held_nodes(self.cap, waiting, limit)
