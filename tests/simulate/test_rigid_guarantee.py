@@ -10,7 +10,13 @@ import pytest
 from simulate_testkit import config, inputs
 
 from market_pipeline.placement.capacity import ClusterCapacity, PodRequest
-from market_pipeline.placement.guarantee import choose_outside, held_nodes, hold_limit, shortfall
+from market_pipeline.placement.guarantee import (
+    choose_arrival,
+    choose_outside,
+    held_nodes,
+    hold_limit,
+    shortfall,
+)
 from market_pipeline.placement.policies import BestFit
 from market_pipeline.simulate.engine import StrategyRun
 from market_pipeline.simulate.guarantee import guarantee_check
@@ -48,6 +54,24 @@ def test_the_oldest_rigid_job_holds_the_node_nearest_to_fitting_it_and_elastic_w
     assert (cap.schedulable == before).all()  # the choice left the capacity as it was
     assert held_nodes(cap, [PodRequest(8, 1000, 100_000, 0)], max_nodes=3).sum() == 0  # no node could host it
     assert hold_limit(40, 0.1) == 4 and hold_limit(3, 0.1) == 1 and hold_limit(40, 0.0) == 0
+
+
+def test_new_guaranteed_work_takes_a_held_node_only_where_it_fits_nowhere_else():
+    cap = _cap(2)
+    for node, used, cpu in ((0, 2, 31_000), (1, 6, 500)):  # node 0: 6 GPUs, 2 cores free; node 1: 2 GPUs, 61
+        cap.schedulable[:] = np.arange(2) == node
+        for _ in range(used):
+            req = PodRequest(1, 1000, cpu, 1000)
+            cap.allocate(req, BestFit().choose(cap, req))
+    cap.schedulable[:] = True
+    held = held_nodes(cap, [PodRequest(8, 1000, 1000, 1000)], max_nodes=1)
+    assert held.tolist() == [True, False]  # the waiting whole-node job is nearest to fitting on node 0
+    one = PodRequest(1, 1000, 1000, 1000)
+    assert BestFit().choose(cap, one).node == 0  # best fit alone would take the held node
+    assert choose_arrival(BestFit(), cap, one, held).node == 1  # it fits elsewhere: it goes there
+    three = PodRequest(3, 1000, 1000, 1000)
+    assert choose_arrival(BestFit(), cap, three, held).node == 0  # fits only on the held node
+    assert choose_arrival(BestFit(), cap, PodRequest(7, 1000, 1000, 1000), held) is None
 
 
 def _one_pool_run(enabled: bool) -> StrategyRun:
