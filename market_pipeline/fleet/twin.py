@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from itertools import islice
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from market_pipeline.fleet.telemetry import GpuLoad, GpuShare, NoiseBlocks, samp
 from market_pipeline.fleet.workload import BLOCK_SECONDS, STREAM_XID, Job, WorkloadModel
 from market_pipeline.hardware.protocol import NodeState
 from market_pipeline.placement.capacity import MILLI, Placement
-from market_pipeline.placement.guarantee import choose_outside, held_nodes, hold_limit
+from market_pipeline.placement.guarantee import choose_arrival, choose_outside, held_nodes, hold_limit
 from market_pipeline.placement.policies import PlacementPolicy
 
 
@@ -108,7 +108,7 @@ class FleetTwin:
         self.new_events: list[tuple[int, str, str, str, bool]] = []
         self.new_ended: list[dict[str, Any]] = []
         self._on_positions: np.ndarray | None = None
-        self._held_at: tuple[int, np.ndarray] | None = None  # (event second, held nodes)
+        self._held_at: tuple[tuple[int, str | None], np.ndarray] | None = None  # (second, but), held
         # tenant -> why its new tasks are refused (a billing budget guard); arrivals of those
         # tenants are turned away at the door and counted, never queued
         self.refused_tenants: dict[str, str] = {}
@@ -191,7 +191,7 @@ class FleetTwin:
                     self.stats["refused"] += 1
                     continue
                 self.pending.append(payload)
-                self._try_place(payload, ts)
+                self._try_place(payload, ts, arrival=True)
             elif kind == "end":
                 task = self.running.get(payload)
                 if task is not None and task.end_ts == ts:  # else stale: the task ended earlier
@@ -228,9 +228,14 @@ class FleetTwin:
         self.schedule_pending(ts, [row])
 
     # -- placement ----------------------------------------------------------------------------
-    def _try_place(self, job: Job, ts: int) -> bool:
+    def _try_place(self, job: Job, ts: int, arrival: bool = False) -> bool:
+        """Place a pending job (`placement.guarantee`): a drainable one off the held nodes, a
+        newly arrived guaranteed one off them where it fits there, a waiting guaranteed one
+        anywhere."""
         if job.resource_class == "drainable":
             placement = choose_outside(self.policy, self.cap, job.request(), self._held(ts))
+        elif arrival:
+            placement = choose_arrival(self.policy, self.cap, job.request(), self._held(ts, but=job))
         else:
             placement = self.policy.choose(self.cap, job.request())
         if placement is None:
@@ -239,19 +244,20 @@ class FleetTwin:
         self._start(job, placement, ts)
         return True
 
-    def _held(self, ts: int) -> np.ndarray:
-        """The nodes held for the pending guaranteed tasks, oldest first (`placement.guarantee`),
-        computed once per event second: a burst of arrivals or a freed node's retries in the
-        same second share one answer, as the simulator shares one per tick (the capacity they
-        take in that second only shrinks what the held nodes could give sooner)."""
-        if self._held_at is not None and self._held_at[0] == ts:
+    def _held(self, ts: int, but: Job | None = None) -> np.ndarray:
+        """The nodes held for the pending guaranteed tasks (but `but`), oldest first
+        (`placement.guarantee`), computed once per event second and `but`: a burst of arrivals
+        or a freed node's retries in the same second share one answer, as the simulator shares
+        one per tick (the capacity they take in that second only shrinks what the held nodes
+        could give sooner)."""
+        key = (ts, None if but is None else but.task_id)
+        if self._held_at is not None and self._held_at[0] == key:
             return self._held_at[1]
         limit = hold_limit(self.cap.n_nodes, self.params.hold_max_nodes_share)
-        waiting = [
-            j.request() for j in islice((j for j in self.pending if j.resource_class == "guaranteed"), limit)
-        ]
+        guaranteed = (j for j in self.pending if j.resource_class == "guaranteed" and j is not but)
+        waiting = [j.request() for j in islice(guaranteed, limit)]
         held = held_nodes(self.cap, waiting, limit) if waiting else np.zeros(self.cap.n_nodes, dtype=bool)
-        self._held_at = (ts, held)
+        self._held_at = (key, held)
         return held
 
     def schedule_pending(self, ts: int, rows: Sequence[int] = ()) -> None:

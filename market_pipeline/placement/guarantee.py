@@ -9,12 +9,19 @@ bring more such jobs, so market pricing served rigid work worse than static pric
 The rule (EASY-backfill reservations, one node per waiting job): the oldest waiting guaranteed
 jobs of a pool each hold the node nearest to fitting them (the least missing GPU, CPU and
 memory, among the nodes that could host them when empty), at most `max_nodes` nodes. Drainable
-jobs may not be placed on a held node; guaranteed jobs may. The held node fills as its jobs
-end, and the waiting job takes it first (the queue scans guaranteed work first). A pool with no
-guaranteed work waiting holds nothing, so the rule costs nothing until rigid work waits.
+jobs may not be placed on a held node. New guaranteed work takes a held node only where it fits
+nowhere else (`choose_arrival`): a newcomer that may run on another GPU model leaves the held
+room to the waiting jobs, which are often pinned to this one (on the overloaded week of #46,
+rigid jobs that could run on G2 took freed V100 room from rigid jobs that could run only on
+V100). Waiting guaranteed jobs may use held nodes. The held node fills as its jobs end, and the
+waiting job takes it first (the queue scans guaranteed work first). A pool with no guaranteed
+work waiting holds nothing, so the rule costs nothing until rigid work waits.
 
-The simulator (`simulate.cluster.PoolCluster`) and the fleet's digital twin (`fleet.twin`)
-both call `held_nodes`; the twin places drainable jobs through `choose_outside`.
+The simulator (`simulate.cluster.PoolCluster`, `simulate.engine`) and the fleet's digital twin
+(`fleet.twin`) both call `held_nodes`; the twin places drainable jobs through `choose_outside`
+and new guaranteed jobs through `choose_arrival`. The simulator's pools apply the same order
+pool by pool: the job's pool off the held nodes, the pools it may spill to off theirs, then a
+held node of its own pool.
 """
 
 from __future__ import annotations
@@ -99,3 +106,14 @@ def choose_outside(
         return policy.choose(cap, req)
     finally:
         cap.schedulable = schedulable
+
+
+def choose_arrival(
+    policy: PlacementPolicy, cap: ClusterCapacity, req: PodRequest, held: np.ndarray
+) -> Placement | None:
+    """The placement of a new guaranteed request: off the held nodes where it fits there,
+    else on a held node (it fits nowhere else, like the jobs the node is held for)."""
+    placement = choose_outside(policy, cap, req, held)
+    if placement is None and held.any():
+        placement = policy.choose(cap, req)
+    return placement

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from market_pipeline.simulate.inputs import PodTable
 from market_pipeline.simulate.tenants import TenantModel
@@ -127,33 +128,46 @@ def initial_population(model: TenantModel, pods: PodTable, demand: np.ndarray, s
     """Jobs already running at time 0 in the steady state of `demand` (T, R GPUs): per cell
     Poisson(d / E[gL] * E[L]) jobs, each a pod drawn with probability proportional to its
     chance times its runtime (length-biased, as a snapshot of a queue sees them) with a
-    uniform share of its runtime left. Each cell draws from its own generator (seeded by
-    (seed, tenant, pool)), so a cell's jobs do not depend on the other cells' demand. Order:
-    rigid jobs first (guaranteed work holds its GPUs; elastic work would have been drained
-    for it), shuffled within a class."""
-    tenants, pools, chosen, remaining = [], [], [], []
+    uniform share of its runtime left. Order: rigid jobs first (guaranteed work holds its
+    GPUs; elastic work would have been drained for it), in a random order within a class.
+
+    The draw is coupled across demands (common random numbers, as `candidates`/`thin` couple
+    the arrivals): each cell draws from its own generators, seeded by (seed, tenant, pool), its
+    job count by the inverse Poisson CDF of one uniform and its jobs as a fixed sequence of
+    (pod, time left, order key) of which it takes the first count. Two runs whose demand for a
+    cell differs a little (one strategy's prices against another's) then hold the same jobs
+    there but for the few the count adds or removes, instead of two unrelated samples: the
+    jobs running at time 0 carry weeks of work (openb's LS jobs run for months), so unrelated
+    samples would make the strategies' comparison mostly a comparison of their snapshots."""
+    tenants, pools, chosen, remaining, keys = [], [], [], [], []
     rates = _rates_per_hour(model, demand)
     for j in range(model.size):
         for r, rows in enumerate(model.pods_by_cell[j]):
             if rows.size == 0 or rates[j, r] <= 0:
                 continue
-            rng = np.random.default_rng([seed, 104729, j, r])
             biased = model.cell_weights[j][r] * pods.runtime_s[rows]
             expected = rates[j, r] * biased.sum() / 3600.0
-            n = int(rng.poisson(expected))
+            u = np.random.default_rng([seed, 104729, j, r]).random()
+            n = max(int(stats.poisson.ppf(u, expected)), 0)
             if n == 0:
                 continue
-            pick = rows[rng.choice(rows.size, size=n, p=biased / biased.sum())]
+            # prefix-consistent streams: the first n draws do not depend on n
+            pick = rows[
+                np.random.default_rng([seed, 104729, j, r, 1]).choice(
+                    rows.size, size=n, p=biased / biased.sum()
+                )
+            ]
             tenants.append(np.full(n, j))
             pools.append(np.full(n, r))
             chosen.append(pick)
-            remaining.append(np.maximum(rng.random(n) * pods.runtime_s[pick], 1.0))
+            left = np.random.default_rng([seed, 104729, j, r, 2]).random(n)
+            remaining.append(np.maximum(left * pods.runtime_s[pick], 1.0))
+            keys.append(np.random.default_rng([seed, 104729, j, r, 3]).random(n))
     if not chosen:
         empty = np.zeros(0, dtype=np.int64)
         return InitialJobs(empty, empty, empty, np.zeros(0))
     tenant = np.concatenate(tenants)
-    shuffle = np.random.default_rng([seed, 104729]).permutation(tenant.size)
-    order = shuffle[np.argsort(model.elastic[tenant][shuffle], kind="stable")]  # rigid (False) first
+    order = np.lexsort((np.concatenate(keys), model.elastic[tenant]))  # rigid (False) first, by key
     return InitialJobs(
         tenant[order],
         np.concatenate(pools)[order],

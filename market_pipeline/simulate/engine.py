@@ -249,13 +249,24 @@ class StrategyRun(RigidService):
         self._place_or_queue(job, t, allow_drain=True)
 
     def _place_or_queue(self, job: int, t: float, allow_drain: bool) -> None:
+        """A job not waiting yet (an arrival, a drained job). A rigid one takes, in order: room
+        in its pool off the nodes held for the pool's waiting rigid jobs, room in the pools it
+        may spill to (off theirs), then a held node of its pool (`placement.guarantee`: new
+        guaranteed work that can run elsewhere leaves the held room to the waiting jobs, which
+        often cannot); else it waits. An elastic one: its pool off the held nodes, else waits."""
         jobs = self.jobs
-        elastic = jobs.cls[job] == ELASTIC
-        placement = self._place(jobs.pool[job], self.inputs.requests[jobs.pod[job]], elastic)
+        r, req = jobs.pool[job], self.inputs.requests[jobs.pod[job]]
+        if jobs.cls[job] == RIGID:
+            self._refresh_holds(r)
+            placement = self.clusters[r].place(req, off_held=True)
+            if placement is None and self._spill(job, t):
+                return
+            if placement is None and self.clusters[r].held.any():
+                placement = self.clusters[r].place(req)
+        else:
+            placement = self._place(r, req, True)
         if placement is not None:
             self._start(job, placement, t)
-            return
-        if jobs.cls[job] == RIGID and self._spill(job, t):
             return
         self._enqueue(job)
         if allow_drain and jobs.cls[job] == RIGID and self.drainer is not None:

@@ -67,3 +67,31 @@ def test_a_drainable_task_keeps_off_the_node_a_pending_guaranteed_task_holds(sha
     twin.pending.append(newcomer)
     placed = twin._try_place(newcomer, EPOCH)
     assert placed is (share == 0.0)  # with the hold the newcomer waits instead of taking r0's GPU
+
+
+def test_a_new_guaranteed_task_takes_the_held_node_only_where_it_fits_nowhere_else():
+    setup = build_setup(load_config(environ={}))
+    params = dataclasses.replace(setup.params, hold_max_nodes_share=1.0)
+    twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
+    gpus = twin.cap.present.sum(axis=1)
+    model = next(m for m in twin.cap.model_names if (gpus[twin.cap.model_allowed((m,))] >= 4).sum() >= 2)
+    r0, r1 = np.flatnonzero(twin.cap.model_allowed((model,)) & (gpus >= 4))[:2]
+    width = int(gpus[r0])
+    for row, used in ((r1, int(gpus[r1])), (r0, width - 1)):  # node r1 full, node r0 with one GPU free
+        twin.cap.schedulable[:] = False
+        twin.cap.schedulable[row] = True
+        for k in range(used):
+            job = _job(f"{row}-{k}", model, 1, "drainable")
+            twin._start(job, BestFit().choose(twin.cap, job.request()), EPOCH)
+    twin.cap.schedulable[:] = False
+    twin.cap.schedulable[[r0, r1]] = True
+    waiting = _job("waiting", model, width, "guaranteed")
+    twin.pending.append(waiting)
+    assert not twin._try_place(waiting, EPOCH)
+    assert (
+        twin._held(EPOCH)[r0] and not twin._held(EPOCH, but=waiting).any()
+    )  # its own hold is not in its way
+    newcomer = _job("newcomer", model, 1, "guaranteed")
+    twin.pending.append(newcomer)
+    assert twin._try_place(newcomer, EPOCH, arrival=True)  # r0's GPU is the only room: it takes it
+    assert twin.running["newcomer"].placement.node == r0

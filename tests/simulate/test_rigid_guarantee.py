@@ -10,7 +10,13 @@ import pytest
 from simulate_testkit import config, inputs
 
 from market_pipeline.placement.capacity import ClusterCapacity, PodRequest
-from market_pipeline.placement.guarantee import choose_outside, held_nodes, hold_limit, shortfall
+from market_pipeline.placement.guarantee import (
+    choose_arrival,
+    choose_outside,
+    held_nodes,
+    hold_limit,
+    shortfall,
+)
 from market_pipeline.placement.policies import BestFit
 from market_pipeline.simulate.engine import StrategyRun
 from market_pipeline.simulate.guarantee import guarantee_check
@@ -48,6 +54,24 @@ def test_the_oldest_rigid_job_holds_the_node_nearest_to_fitting_it_and_elastic_w
     assert (cap.schedulable == before).all()  # the choice left the capacity as it was
     assert held_nodes(cap, [PodRequest(8, 1000, 100_000, 0)], max_nodes=3).sum() == 0  # no node could host it
     assert hold_limit(40, 0.1) == 4 and hold_limit(3, 0.1) == 1 and hold_limit(40, 0.0) == 0
+
+
+def test_new_guaranteed_work_takes_a_held_node_only_where_it_fits_nowhere_else():
+    cap = _cap(2)
+    for node, used, cpu in ((0, 2, 31_000), (1, 6, 500)):  # node 0: 6 GPUs, 2 cores free; node 1: 2 GPUs, 61
+        cap.schedulable[:] = np.arange(2) == node
+        for _ in range(used):
+            req = PodRequest(1, 1000, cpu, 1000)
+            cap.allocate(req, BestFit().choose(cap, req))
+    cap.schedulable[:] = True
+    held = held_nodes(cap, [PodRequest(8, 1000, 1000, 1000)], max_nodes=1)
+    assert held.tolist() == [True, False]  # the waiting whole-node job is nearest to fitting on node 0
+    one = PodRequest(1, 1000, 1000, 1000)
+    assert BestFit().choose(cap, one).node == 0  # best fit alone would take the held node
+    assert choose_arrival(BestFit(), cap, one, held).node == 1  # it fits elsewhere: it goes there
+    three = PodRequest(3, 1000, 1000, 1000)
+    assert choose_arrival(BestFit(), cap, three, held).node == 0  # fits only on the held node
+    assert choose_arrival(BestFit(), cap, PodRequest(7, 1000, 1000, 1000), held) is None
 
 
 def _one_pool_run(enabled: bool) -> StrategyRun:
@@ -132,3 +156,23 @@ def test_the_market_view_never_reports_negative_demand_from_float_drift():
     allocated = np.array([[0.1 + 0.2 - 0.3 - 1e-16, 0.0], [2.0, 1.0]])  # an emptied pool's drift
     view = MarketView(0, 0.0, np.array([8.0, 8.0]), allocated, np.zeros((2, 2)), np.zeros(1), np.ones(4))
     assert (view.demand >= 0).all() and view.demand[1] == 3.0
+
+
+def test_a_new_rigid_job_that_may_run_elsewhere_leaves_the_held_node_to_the_waiting_one():
+    """Pool 0 (G2): 15 of its 16 GPUs busy, the node with the free GPU held for a waiting
+    8-GPU rigid job that fits nowhere else. A new 1-GPU rigid job that fits the other pool goes
+    there; the held GPU stays for the waiting job (before, the newcomer took it)."""
+    economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)
+    run_inputs = inputs(
+        days=0.5, fleet={"G2": (2, 8), "T4": (2, 4)}, strategies=("static",), economics=economics
+    )
+    run = StrategyRun(run_inputs, make_strategy("static", run_inputs))
+    one, eight = _pod(run, 1), _pod(run, 8)
+    assert run.inputs.pools[0].model == "G2"
+    assert run.inputs.spill[0][one] == (1,) and run.inputs.spill[0][eight] == ()  # T4: 4-GPU nodes
+    [_submit(run, True, one, 0.0, 36_000.0) for _ in range(15)]  # pool 0: 15 of 16 GPUs busy
+    waiting = _submit(run, False, eight, 10.0, 3600.0)
+    assert run.jobs.state[waiting] == QUEUED and run.jobs.pool[waiting] == 0
+    newcomer = _submit(run, False, one, 20.0, 3600.0)
+    assert run.jobs.state[newcomer] == RUNNING and run.jobs.pool[newcomer] == 1  # spilled
+    assert run.clusters[0].free_gpus() == 1.0  # the held GPU is still free

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -161,6 +162,26 @@ def test_initial_cells_draw_independently_of_other_cells():
     rigid_a = sorted(zip(a.tenant[~model.elastic[a.tenant]], a.pod[~model.elastic[a.tenant]]))
     rigid_b = sorted(zip(b.tenant[~model.elastic[b.tenant]], b.pod[~model.elastic[b.tenant]]))
     assert rigid_a == rigid_b  # rigid cells: same demand, same jobs
+
+
+def test_initial_cells_couple_across_demands():
+    """A cell whose demand moves a little keeps its jobs but for those the count adds: the
+    snapshot at the lower demand is a sub-multiset of the one at the higher (the strategies'
+    snapshots differ by their prices, not by two unrelated samples)."""
+    run_inputs = inputs(days=0.5, economics=EconomicAssumptions(tenants_per_class=4))
+    model = run_inputs.model
+    demand = model.base_demand * 5.0
+    high = initial_population(model, run_inputs.pods, demand, seed=5)
+    low = initial_population(model, run_inputs.pods, demand * 0.97, seed=5)
+
+    def jobs(init):
+        return Counter(
+            zip(init.tenant.tolist(), init.pool.tolist(), init.pod.tolist(), init.remaining_s.tolist())
+        )
+
+    kept, grown = jobs(low), jobs(high)
+    assert not kept - grown  # every job of the lower snapshot is in the higher one
+    assert 0 < sum(grown.values()) - sum(kept.values()) < 0.1 * sum(grown.values())
 
 
 def _pod(run_inputs, gpus: int) -> int:
