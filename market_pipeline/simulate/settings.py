@@ -14,6 +14,7 @@ from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.fleet.gpu_catalog import load_gpu_catalog, unpriced_model_message
 from market_pipeline.fleet.workload import WorkloadParams
 from market_pipeline.simulate.errors import SimulationInputError
+from market_pipeline.tick.promises import Promises
 
 STRATEGY_NAMES = ("static", "utilization", "stackelberg", "clairvoyant", "claims")
 DEFAULT_STRATEGIES = ("static", "utilization", "stackelberg")
@@ -263,8 +264,7 @@ def pool_prices(
     the configured pools' median ratios as bounds and `unit_cost_share` of it as cost."""
     floor = economics.price_floor or _median([p.price_min / p.base_price for p in config.pools], 0.4)
     ceiling = economics.price_ceiling or _median([p.price_max / p.base_price for p in config.pools], 4.0)
-    cap = economics.guaranteed_cap or config.market.guaranteed_price_cap
-    market = config.market
+    promises = Promises.from_config(config, guaranteed_cap=economics.guaranteed_cap)
     out = []
     for model in models:
         pool = next((p for p in config.pools if p.gpu_model == model), None)
@@ -286,9 +286,9 @@ def pool_prices(
                 economics.avoidable_cost_share * cost,
                 low,
                 high,
-                min(high, cap * price),
-                market.drainable_discount_min,
-                market.drainable_discount_max,
+                promises.guaranteed_ceiling(price, high),
+                promises.discount_min,
+                promises.discount_max,
             )
         )
     return tuple(out)
