@@ -1,4 +1,4 @@
-"""The domain: plain Python, no Dagster (see ../shared/DESIGN.md)."""
+"""The domain: plain Python, no Dagster; the package map is docs/architecture.md."""
 
 from __future__ import annotations
 

@@ -24,18 +24,19 @@ import duckdb
 import pyarrow as pa
 
 from market_pipeline.warehouse import Warehouse, WarehouseError, is_transaction_conflict, rollback
+from market_pipeline.warehouse.decisions import DecisionOutcome
 
-# Result statuses. Only FAILED, ERROR and RUNNING make a batch run fail; an action the fleet
-# cannot carry out is INFEASIBLE, an outcome like any other.
-OK = "ok"
-INFEASIBLE = "infeasible"  # no standby node, node gone, node still busy: nothing to do
-FAILED = "failed"  # the adapter tried and reported a failure
-ERROR = "error"  # the adapter raised
-SUPERSEDED = "superseded"  # a later plan re-decided before this batch ran
-ABANDONED = "abandoned"  # claimed by a run that died before recording an outcome
-SKIPPED = "skipped"  # executed before, or in flight in another run: not touched again
-RUNNING = "running"  # a drain that stopped before its end; a resume run continues it
-ABORTED = "aborted"  # a drain its protocol would not start (expired, the task moved)
+# Result statuses: the outcomes of `warehouse.decisions.DecisionOutcome`, as the plain text that
+# the warehouse stores and Dagster's metadata carries (its serializer refuses other enums).
+OK = DecisionOutcome.OK.value
+INFEASIBLE = DecisionOutcome.INFEASIBLE.value
+FAILED = DecisionOutcome.FAILED.value
+ERROR = DecisionOutcome.ERROR.value
+SUPERSEDED = DecisionOutcome.SUPERSEDED.value
+ABANDONED = DecisionOutcome.ABANDONED.value
+SKIPPED = DecisionOutcome.SKIPPED.value
+RUNNING = DecisionOutcome.RUNNING.value
+ABORTED = DecisionOutcome.ABORTED.value
 FAILING_STATUSES = frozenset({FAILED, ERROR, RUNNING})
 # How often a batch writes the outcomes gathered so far (one statement each time: a write
 # per action would cost more than the action on a big warehouse).

@@ -1,4 +1,4 @@
-"""A tenant's cost report: why the bill is what it is (seed 000 §6.3).
+"""A tenant's cost report: why the bill is what it is, line by line, so a tenant can check it.
 
 Daily breakdown (base, time-of-day premium, location premium, drainability and commitment
 discounts, SLA credits), the price history of the pools the tenant used, and its SLA

@@ -28,6 +28,7 @@ from market_pipeline.billing.pricing import (
 )
 from market_pipeline.billing.rate_card import RateCard
 from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.tick.promises import Promises
 from market_pipeline.warehouse import Warehouse
 
 MIN_BAND_SAMPLES = 20
@@ -87,13 +88,13 @@ def _band_empirical(history: PriceHistory, resource_class: str, hours: float) ->
 def _band_bounds(
     config: MarketPipelineConfig, pool_id: str, price_now: Decimal, hours: float
 ) -> tuple[float, float]:
-    """The reachable price range: at most max_price_step per tick, inside the pool's bounds."""
+    """The reachable price range: at most the promised max step per tick, inside the pool's bounds."""
     pool = config.pool_by_id[pool_id]
     ticks = max(1.0, hours * 60 / config.loop.tick_minutes)
-    step = config.market.max_price_step
+    down, up = Promises.from_config(config).reach(ticks / 2)  # average over the window
     now = float(price_now)
-    low = max(pool.price_min / now, (1 - step) ** (ticks / 2))  # average over the window
-    high = min(pool.price_max / now, (1 + step) ** (ticks / 2))
+    low = max(pool.price_min / now, down)
+    high = min(pool.price_max / now, up)
     return min(low, 1.0), max(high, 1.0)
 
 

@@ -14,6 +14,7 @@ from decimal import Decimal
 import polars as pl
 
 from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.tick.promises import Promises
 from market_pipeline.warehouse import Warehouse
 
 # An SLA credit covers the task's billed usage in this many seconds before the fault: the
@@ -127,7 +128,7 @@ def billing_terms(config: MarketPipelineConfig, now: dt.datetime | None = None) 
                 "grace_seconds": config.billing.grace_seconds,
                 "sla_credit_rate": _dec(config.billing.sla_credit_rate),
                 "sla_credit_window_seconds": SLA_CREDIT_WINDOW_SECONDS,
-                "drainable_default_discount": _dec(config.market.drainable_discount_min),
+                "drainable_default_discount": _dec(Promises.from_config(config).discount_min),
                 "refreshed_at": now,
             }
         ],

@@ -61,10 +61,10 @@ def input_errors() -> tuple[type[BaseException], ...]:
     from market_pipeline.config import ConfigError
     from market_pipeline.demand_response.estimator import DemandResponseInputError
     from market_pipeline.fleet.catalog import FleetSourceError
-    from market_pipeline.fleet.gpu_catalog import UnpricedModelError
     from market_pipeline.fleet.shapes import WorkloadError
     from market_pipeline.fleet.state import TwinStateError
     from market_pipeline.forecast.settings import ForecastInputError, ForecastSettingsError
+    from market_pipeline.gpus.catalog import UnpricedModelError
     from market_pipeline.hardware import AdapterBackendError
     from market_pipeline.hardware.dcgm import DcgmSourceError
     from market_pipeline.hardware.dcgm_exposition import ExpositionError

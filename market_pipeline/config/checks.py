@@ -14,9 +14,12 @@ from __future__ import annotations
 import math
 import zoneinfo
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from market_pipeline.config.model import MarketPipelineConfig
 
 MAX_POOL_NODES = 10_000  # nodes in one pool (nodes, warm_nodes, max_nodes)
 MAX_FLEET_GPUS = 1_000_000  # GPUs over all pools at max_nodes
@@ -54,7 +57,7 @@ def _at_most(problems: list[str], path: str, value: float, bound: float, what: s
         problems.append(f"{path}: {value:g} is more than {bound:g} ({what})")
 
 
-def physical(config: Any) -> list[str]:
+def physical(config: MarketPipelineConfig) -> list[str]:
     """Bounds on nodes, GPUs, memory, prices, temperatures and the solver's budget."""
     problems: list[str] = []
     fleet_gpus = 0

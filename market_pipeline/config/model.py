@@ -114,8 +114,8 @@ class MarketConfig(_Strict):
     drainable_discount_max: float = Field(0.6, ge=0, lt=1)
     max_price_step: float = Field(0.25, gt=0, le=10)
     # The promise to rigid tenants: the guaranteed price never exceeds this multiple of the
-    # pool's list (base) price, on any published price, live or simulated (seed 000 §5.2:
-    # rigid tenants pay about 5% more for the assurance; 4% keeps a point for the pool mix).
+    # pool's list (base) price, on any published price, live or simulated (the premium a rigid
+    # tenant pays for the assurance is meant to stay near 5%; 4% keeps a point for the pool mix).
     guaranteed_price_cap: float = Field(1.04, ge=1.0, le=10)
     # Tenants are sized so that at the list price a pool's typical load buys with this price
     # elasticity: 2 makes the list price the equilibrium of a typical hour when a GPU-hour
@@ -153,7 +153,7 @@ class DisruptionBudgetConfig(_Strict):
 
     @model_validator(mode="after")
     def _parses(self) -> "DisruptionBudgetConfig":
-        from market_pipeline.guardrails.disruption_budget import BudgetRule
+        from market_pipeline.disruption.budget import BudgetRule
 
         BudgetRule.parse(self.model_dump(exclude_none=True))
         return self

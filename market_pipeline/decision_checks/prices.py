@@ -55,19 +55,17 @@ def promise_frame(published: pl.DataFrame, config: MarketPipelineConfig) -> pl.D
         if pool is None:
             rows.append({**_row(r), "bound_low": _BIG, "bound_high": -_BIG})  # an unknown pool fails
             continue
-        cap = promises.guaranteed_cap * pool.base_price
         if r["resource_class"] == "guaranteed":
-            bound = (pool.price_min, min(pool.price_max, cap))
+            bound = (pool.price_min, promises.guaranteed_ceiling(pool.base_price, pool.price_max))
             band = (0.0, _BIG)
         else:
-            g = guaranteed.get(r["pool_id"], float("nan"))
             bound = (
-                pool.price_min * (1 - promises.discount_max),
-                min(pool.price_max, cap) * (1 - promises.discount_min),
+                promises.drainable_floor(pool.price_min),
+                promises.drainable_ceiling(pool.base_price, pool.price_max),
             )
-            band = (g * (1 - promises.discount_max), g * (1 - promises.discount_min))
+            band = promises.band(guaranteed.get(r["pool_id"], float("nan")))
         fixed = (max(bound[0], band[0]), min(bound[1], band[1]))
-        step = _step_window(r["previous"], promises.max_step, fixed)
+        step = _step_window(r["previous"], promises, fixed)
         rows.append(
             {
                 **_row(r),
@@ -96,17 +94,6 @@ def _row(r: dict) -> dict:
     }
 
 
-def _step_window(previous: float | None, step: float, fixed: tuple[float, float]) -> tuple[float, float]:
-    if previous is None:
-        return 0.0, _BIG  # the first publication: no price in force to step from
-    down, up = previous * (1 - step), previous * (1 + step)
-    if down > fixed[1]:
-        return fixed[1], fixed[1]  # the step cannot come down into the window: its top wins
-    if up < fixed[0]:
-        return fixed[0], fixed[0]
-    return down, up
-
-
 def price_rules(frame: pl.DataFrame) -> RulesReport:
     """great-expectations: prices present, and each between its promise's two ends."""
     import great_expectations.expectations as gxe
@@ -119,6 +106,19 @@ def price_rules(frame: pl.DataFrame) -> RulesReport:
                 gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=high, column_B="price", or_equal=True),
             ]
     return validate_frame(frame, expectations, "price_book_promises")
+
+
+def _step_window(
+    previous: float | None, promises: Promises, fixed: tuple[float, float]
+) -> tuple[float, float]:
+    if previous is None:
+        return 0.0, _BIG  # the first publication: no price in force to step from
+    down, up = promises.step_range(previous)
+    if down > fixed[1]:
+        return fixed[1], fixed[1]  # the step cannot come down into the window: its top wins
+    if up < fixed[0]:
+        return fixed[0], fixed[0]
+    return down, up
 
 
 def offending_prices(frame: pl.DataFrame) -> pl.DataFrame:

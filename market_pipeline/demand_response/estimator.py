@@ -12,8 +12,8 @@ price leaned into (the forecast), controls for the level within the day too. Wha
 the price is what the loop did not lean on: the bounded price experiments' dither
 (`experiments`).
 
-Elastic work that a high price turns away may wait and buy at a later, lower price (seed 000
-§2.3: elastic tenants "use the off-peak low price"). Then an hour's demand answers the prices
+Elastic work that a high price turns away may wait and buy at a later, lower price (elastic
+tenants move their work to the off-peak low price). Then an hour's demand answers the prices
 of the hours before it too, and the hour-to-hour dither overstates how far demand falls under
 a price that stays up. With `lag_hours` > 0 the fit is a distributed lag:
 
@@ -26,8 +26,8 @@ interval widens by about sqrt(1 + lag steps) for it. That price is paid only whe
 show deferral: the lag stays in the fit when a robust Wald test rejects it at
 `STRUCTURE_ALPHA` over the terms tested, and the fit says which it used (`lag_hours`).
 
-Tenants answer the price differently over the day (seed 000 §5.2: off-peak batch work is the
-most price-sensitive). With `daily_cycle` the price now also enters times cos and sin of the
+Tenants answer the price differently over the day (off-peak batch work is the most
+price-sensitive). With `daily_cycle` the price now also enters times cos and sin of the
 hour of day, so the elasticity is e(h) = e + a cos(2 pi h / 24) + b sin(2 pi h / 24): `elasticity`
 is its daily mean and (a, b) the cycle (`elasticity_cos`, `elasticity_sin`), each combined with
 a prior of mean 0 and the prior's sd; it is kept only where the data show one (the same test as

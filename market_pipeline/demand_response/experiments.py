@@ -127,7 +127,7 @@ def perturb_tick(
             steps.append(ExperimentStep(g_key, sign, r.guaranteed, guaranteed, by))
             reasons.append(f"{EXPERIMENT_REASON} {guaranteed / r.guaranteed - 1:+.1%}")
         d_window = drainable_window(
-            p.in_force_drainable, guaranteed, p.price_min * (1 - promises.discount_max), promises
+            p.in_force_drainable, guaranteed, promises.drainable_floor(p.price_min), promises
         )
         drainable, clipped = d_window.clip(r.drainable)
         # the band follows this tick's guaranteed price: an experiment there may move it
@@ -186,7 +186,7 @@ def dither_cost(
     live loop records with each experiment row and the simulator reports."""
     from market_pipeline.tick.response import calibrated_to_response, level_anchor
 
-    mid = 0.5 * (promises.discount_min + promises.discount_max)
+    mid = promises.band_mid()
     anchor = level_anchor(list_prices, problem.resources.resource_class, mid, level_prices)
     calibrated = calibrated_to_response(problem, anchor, response)
     return model_profit(calibrated, tick_prices) - model_profit(calibrated, moved_prices)

@@ -134,11 +134,12 @@ def refit_rows(config: MarketPipelineConfig, store, now: datetime) -> pl.DataFra
 def _cost_and_ceiling(config: MarketPipelineConfig, pool_id: str, cls: str) -> tuple[float, float]:
     """A resource's unit cost and the highest price the promises allow it (the stop rule's)."""
     pool = config.pool_by_id[pool_id]
-    market = config.market
-    top = min(pool.price_max, market.guaranteed_price_cap * pool.base_price)
+    promises = Promises.from_config(config)
     return (
         config.gpu_model_by_name[pool.gpu_model].cost_per_gpu_hour,
-        top * (1 - market.drainable_discount_min) if cls == DRAINABLE else top,
+        promises.drainable_ceiling(pool.base_price, pool.price_max)
+        if cls == DRAINABLE
+        else promises.guaranteed_ceiling(pool.base_price, pool.price_max),
     )
 
 

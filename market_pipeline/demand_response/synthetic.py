@@ -74,7 +74,7 @@ def deferred_history(
 ) -> pl.DataFrame:
     """Hourly rows as `synthetic_history`, where the work a price turns away waits and buys at
     the first later hour whose price it accepts (within `patience_hours`), as elastic work
-    does (seed 000 §2.3). Each hour's arrivals carry reservation quantiles u; one buys at
+    does (it waits for a cheaper hour rather than leave). Each hour's arrivals carry reservation quantiles u; one buys at
     price p iff u < (p / floor)^-e. Under a price held constant nothing deferred ever buys,
     so the long-run elasticity is `elasticity`; the hour-to-hour dither reads far more."""
     rng = np.random.default_rng(seed)

@@ -19,8 +19,8 @@ import polars as pl
 
 from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.config.model import MarketPipelineConfig
-from market_pipeline.fleet.gpu_catalog import load_gpu_catalog
-from market_pipeline.fleet.gpu_models import GpuModelSpec, known_spec, spec_from_config
+from market_pipeline.gpus.catalog import load_gpu_catalog
+from market_pipeline.gpus.models import GpuModelSpec, known_spec, spec_from_config
 from market_pipeline.hardware.protocol import GpuInfo, NodeState
 from market_pipeline.placement.capacity import ClusterCapacity
 

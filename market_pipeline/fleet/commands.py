@@ -54,7 +54,7 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
 
 
 def _adapter(args: argparse.Namespace):  # noqa: ANN202 - SimulatedAdapter, imported lazily
-    from market_pipeline.hardware.simulated import SimulatedAdapter
+    from market_pipeline.fleet.twin_adapter import SimulatedAdapter
 
     return SimulatedAdapter.from_config(load_config(args.config))
 

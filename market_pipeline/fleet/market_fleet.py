@@ -25,9 +25,9 @@ from pydantic import ValidationError
 
 from market_pipeline.config.model import Claim, ConfigError, GpuModel, MarketPipelineConfig, Pool, Tenant
 from market_pipeline.fleet.catalog import FleetSourceError, NodeSpec, build_catalog
-from market_pipeline.fleet.gpu_catalog import UnpricedModelError, load_gpu_catalog, unpriced_model_message
 from market_pipeline.fleet.shapes import QOS_VALUES, WorkloadError, load_shapes
 from market_pipeline.fleet.workload import ELASTIC_QOS, STREAM_BUILTIN, WorkloadParams
+from market_pipeline.gpus.catalog import UnpricedModelError, load_gpu_catalog, unpriced_model_message
 
 MAX_GPUS_PER_NODE = 16
 # Derived tenants: drain risk per GPU-hour as a share of the fleet's mean list price (the

@@ -23,9 +23,9 @@ import numpy as np
 import polars as pl
 
 from market_pipeline.fleet.catalog import FleetCatalog
-from market_pipeline.fleet.gpu_models import mig_profile_for_slices
 from market_pipeline.fleet.telemetry import GpuLoad, GpuShare, NoiseBlocks, samples_frame, synthesize_batch
 from market_pipeline.fleet.workload import BLOCK_SECONDS, STREAM_XID, Job, WorkloadModel
+from market_pipeline.gpus.models import mig_profile_for_slices
 from market_pipeline.hardware.protocol import NodeState
 from market_pipeline.placement.capacity import MILLI, Placement
 from market_pipeline.placement.guarantee import choose_arrival, choose_outside, held_nodes, hold_limit

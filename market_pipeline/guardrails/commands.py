@@ -16,9 +16,12 @@ import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from market_pipeline.cli.support import input_error
+
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
 
 EXIT_OK, EXIT_DRAIN_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_DRAIN_SECONDS = 86_400.0  # a CLI drain's waits are bounded by a day
@@ -112,7 +115,7 @@ def _config(args: argparse.Namespace) -> Any:
     return config
 
 
-def _timing(args: argparse.Namespace, config: Any) -> Any:
+def _timing(args: argparse.Namespace, config: MarketPipelineConfig) -> Any:
     from market_pipeline.guardrails.task_drain_steps import DrainTiming
 
     base = DrainTiming.from_config(config)
@@ -140,7 +143,7 @@ def _timing(args: argparse.Namespace, config: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _store(args: argparse.Namespace, config: Any) -> Iterator[Any]:
+def _store(args: argparse.Namespace, config: MarketPipelineConfig) -> Iterator[Any]:
     """The audit store; the warehouse one holds its connection for this short drain."""
     from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
     from market_pipeline.guardrails.task_drain_store import WarehouseAuditStore
@@ -171,7 +174,7 @@ def _drain_id(store: Any, lease: Any, task_id: str) -> str:
         attempt += 1
 
 
-def _target(adapter: Any, args: argparse.Namespace, config: Any) -> Any:
+def _target(adapter: Any, args: argparse.Namespace, config: MarketPipelineConfig) -> Any:
     """The task of --pid: a running process, or one whose drain a killed run left open
     (its process may have exited since). Any other pid that names no process is an error."""
     from market_pipeline.guardrails.task_drain_lease import TaskLease, lease_dir_for
@@ -186,7 +189,7 @@ def _target(adapter: Any, args: argparse.Namespace, config: Any) -> Any:
         raise
 
 
-def _drain_pid(args: argparse.Namespace, config: Any) -> dict[str, Any]:
+def _drain_pid(args: argparse.Namespace, config: MarketPipelineConfig) -> dict[str, Any]:
     from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
     from market_pipeline.guardrails.task_drain_lease import TaskLease, lease_dir_for
     from market_pipeline.hardware.local_process import LocalProcessAdapter
@@ -217,7 +220,12 @@ def _drain_pid(args: argparse.Namespace, config: Any) -> dict[str, Any]:
 
 
 def _close_stale_drains(
-    args: argparse.Namespace, config: Any, adapter: Any, timing: Any, task_id: str, created: float | None
+    args: argparse.Namespace,
+    config: MarketPipelineConfig,
+    adapter: Any,
+    timing: Any,
+    task_id: str,
+    created: float | None,
 ) -> list[dict[str, Any]]:
     """Close the open drains a killed run left on a task whose process has exited and whose
     pid (--pid) now belongs to another process: each is resumed, finds its task gone and
@@ -273,7 +281,7 @@ def _close_stale_drains(
     return closed
 
 
-def _drain_decision(args: argparse.Namespace, config: Any) -> dict[str, Any]:
+def _drain_decision(args: argparse.Namespace, config: MarketPipelineConfig) -> dict[str, Any]:
     from market_pipeline.guardrails.task_drain_service import execute_decision
     from market_pipeline.hardware import make_adapter
     from market_pipeline.warehouse import open_warehouse

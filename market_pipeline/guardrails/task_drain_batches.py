@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from market_pipeline.action_batches import (
     ABORTED,
@@ -30,6 +30,9 @@ from market_pipeline.guardrails.task_drain_store import DecisionNotFound, load_d
 from market_pipeline.hardware.protocol import NodeAdapter
 from market_pipeline.warehouse import Warehouse
 
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
+
 DRAIN_KIND = "drain"
 # The drain report's outcome -> the batch's status (a task already gone needed no drain).
 _STATUS = {"terminated": OK, "killed": OK, "gone": OK, "aborted": ABORTED, "failed": FAILED}
@@ -43,7 +46,7 @@ def pending_drain_batches(store: Warehouse) -> list[ActionBatch]:
 def execute_drain_batch(
     store: Warehouse,
     adapter: NodeAdapter,
-    config: Any,
+    config: MarketPipelineConfig,
     tick: datetime,
     *,
     run_id: str,

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from market_pipeline.guardrails.task_drain_protocol import (
     TERMINAL_STATES,
@@ -35,6 +35,9 @@ from market_pipeline.guardrails.task_drain_protocol import (
     DrainTransition,
     Phase,
 )
+
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
 
 
 class DrainBusy(ValueError):
@@ -198,6 +201,6 @@ def stale_journals(
     return found
 
 
-def lease_dir_for(config: Any) -> Path:
+def lease_dir_for(config: MarketPipelineConfig) -> Path:
     """Where drain leases live: next to the adapter's state, shared by CLI and Dagster runs."""
     return config.resolve_path(config.adapter.state_path).parent / "drain_leases"

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
-from market_pipeline.guardrails.disruption_budget import (
+from market_pipeline.disruption.budget import (
     BudgetRule,
     DisruptionBudget,
     DisruptionReason,
@@ -20,6 +20,9 @@ from market_pipeline.guardrails.disruption_budget import (
     parse_rules,
 )
 from market_pipeline.hardware.protocol import NodeInfo, NodeState, TaskInfo
+
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
 
 TENANT_CAP_WINDOW = timedelta(hours=24)
 NOT_DISRUPTIVE_OUTCOMES = frozenset({"aborted", "expired"})
@@ -78,7 +81,9 @@ class DrainLimits:
     decision_ttl_seconds: float  # an approved drain not started by then expires
 
     @classmethod
-    def from_config(cls, config: Any, extra_budgets: Sequence[BudgetRule] = ()) -> DrainLimits:
+    def from_config(
+        cls, config: MarketPipelineConfig, extra_budgets: Sequence[BudgetRule] = ()
+    ) -> DrainLimits:
         """The shipped [guardrails.task_drain] limits, plus scheduled/reason budgets if any."""
         section = config.guardrails.task_drain
         tick = config.loop.tick_minutes * 60.0
@@ -160,7 +165,7 @@ class DrainLimits:
         return found + ([blocker] if blocker else [])
 
 
-def budget_rules(config: Any) -> tuple[BudgetRule, ...]:
+def budget_rules(config: MarketPipelineConfig) -> tuple[BudgetRule, ...]:
     """The flat `pool_disruption_budget_pct` and the configured rules by reason and window."""
     section = config.guardrails.task_drain
     return (

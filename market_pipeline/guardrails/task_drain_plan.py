@@ -13,11 +13,11 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from market_pipeline.guardrails.disruption_budget import DisruptionBudget, run_methods
+from market_pipeline.disruption.budget import DisruptionBudget, run_methods
 from market_pipeline.guardrails.task_drain_limits import (
     DrainLedger,
     DrainLimits,
@@ -39,6 +39,9 @@ from market_pipeline.hardware.protocol import NodeInfo, NodeState, TaskInfo
 from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow
 from market_pipeline.warehouse.decisions import decisions_frame as warehouse_decisions_frame
 
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
+
 SCORE_EXEMPT = frozenset({DrainReason.MANUAL, DrainReason.BUDGET})
 
 
@@ -52,7 +55,7 @@ class SelectionPolicy:
     tick_minutes: float = 5.0
 
     @classmethod
-    def from_config(cls, config: Any, min_score: float = 0.4) -> "SelectionPolicy":
+    def from_config(cls, config: MarketPipelineConfig, min_score: float = 0.4) -> "SelectionPolicy":
         section = config.guardrails.task_drain
         return cls(
             section.under_use_util_pct,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from market_pipeline.guardrails.disruption_budget import DisruptionReason
+from market_pipeline.disruption.budget import DisruptionReason
 from market_pipeline.hardware.protocol import Outcome, OutcomeStatus, TaskInfo
 
 ENDED_BY_DRAIN = frozenset({"terminated", "killed"})

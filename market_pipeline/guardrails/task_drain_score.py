@@ -1,4 +1,5 @@
-"""Drainability score of a running task (task drainability, node level; seed 000 §3.2).
+"""Drainability score of a running task (task drainability at the node level: which running
+task can be moved off a node at the least cost to its tenant).
 
 The score says how safely a task can be evicted, in [0, 1]:
 - responsiveness: how it answered past drain signals (terminated in time vs needed

@@ -10,11 +10,11 @@ import statistics
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from market_pipeline.guardrails.disruption_budget import DisruptionBudget
+from market_pipeline.disruption.budget import DisruptionBudget
 from market_pipeline.guardrails.task_drain_budget import budget_triggers, load_budget_blocks
 from market_pipeline.guardrails.task_drain_calls import Clock, StepCaller, clock_for
 from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
@@ -39,6 +39,9 @@ from market_pipeline.guardrails.task_drain_store import (
 )
 from market_pipeline.hardware.protocol import NodeAdapter, adapter_now
 from market_pipeline.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
 
 TELEMETRY_TABLE = "telemetry_clean"
 
@@ -71,7 +74,7 @@ def recent_samples(
 def gather_planning_inputs(
     warehouse: Warehouse,
     adapter: NodeAdapter,
-    config: Any,
+    config: MarketPipelineConfig,
     *,
     wall_now: datetime,
     scale_down_nodes: Sequence[str] = (),
@@ -109,7 +112,7 @@ def gather_planning_inputs(
 
 
 def tick_budget(
-    warehouse: Warehouse, adapter: NodeAdapter, config: Any, *, wall_now: datetime
+    warehouse: Warehouse, adapter: NodeAdapter, config: MarketPipelineConfig, *, wall_now: datetime
 ) -> DisruptionBudget:
     """The tick's one disruption budget from the fleet and the drain ledger: build it once and
     pass it to the scaler (`scaling_live.plan_fleet`) and to `plan_and_record`."""
@@ -123,7 +126,7 @@ def tick_budget(
 def plan_and_record(
     warehouse: Warehouse,
     adapter: NodeAdapter,
-    config: Any,
+    config: MarketPipelineConfig,
     *,
     wall_now: datetime,
     scale_down_nodes: Sequence[str] = (),
@@ -149,7 +152,7 @@ def plan_and_record(
 def execute_decision(
     warehouse: Warehouse,
     adapter: NodeAdapter,
-    config: Any,
+    config: MarketPipelineConfig,
     decision_id: str,
     *,
     clock: Clock | None = None,

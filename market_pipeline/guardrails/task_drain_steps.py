@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from market_pipeline.guardrails.task_drain_protocol import (
     STATUS_INTERRUPTED,
@@ -21,6 +21,9 @@ from market_pipeline.guardrails.task_drain_protocol import (
     Phase,
 )
 from market_pipeline.hardware.protocol import OutcomeStatus
+
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
 
 GONE = OutcomeStatus.GONE.value
 LEGACY_TIMING_KEYS = frozenset({"verify_attempts", "verify_retry_seconds"})
@@ -75,7 +78,7 @@ class DrainTiming:
             raise ValueError("DrainTiming.poll_seconds must be > 0")
 
     @classmethod
-    def from_config(cls, config: Any) -> "DrainTiming":
+    def from_config(cls, config: MarketPipelineConfig) -> "DrainTiming":
         """From a MarketPipelineConfig ([guardrails.task_drain] and the adapter timeout)."""
         section = config.guardrails.task_drain
         op_timeout = float(config.adapter.operation_timeout_seconds)

@@ -14,7 +14,7 @@ from market_pipeline.hardware.protocol import NodeAdapter
 
 # backend name -> "module:ClassName"
 BACKENDS: dict[str, str] = {
-    "simulated": "market_pipeline.hardware.simulated:SimulatedAdapter",
+    "simulated": "market_pipeline.fleet.twin_adapter:SimulatedAdapter",
     "local-process": "market_pipeline.hardware.local_process:LocalProcessAdapter",
     "nvml": "market_pipeline.hardware.nvml:NvmlAdapter",
     "dcgm": "market_pipeline.hardware.dcgm:DcgmAdapter",

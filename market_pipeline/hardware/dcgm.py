@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -44,6 +45,9 @@ from market_pipeline.hardware.protocol import (
     empty_samples,
     empty_task_events,
 )
+
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
 
 DEFAULT_ZONE = "dcgm"
 
@@ -73,7 +77,7 @@ class DcgmAdapter:
         self.last_error: str | None = None
 
     @classmethod
-    def from_config(cls, config: object) -> "DcgmAdapter":
+    def from_config(cls, config: MarketPipelineConfig) -> "DcgmAdapter":
         adapter = getattr(config, "adapter")
         sources = [s.strip() for s in str(adapter.dcgm_endpoint).split(",") if s.strip()]
         return cls(

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -56,6 +56,9 @@ from market_pipeline.hardware.protocol import (
     TaskKind,
 )
 from market_pipeline.workers.options import WORKER_MODULE, WorkerOptions
+
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
 
 __all__ = ["LocalProcessAdapter", "WORKER_MODULE", "WorkerOptions"]
 
@@ -91,7 +94,7 @@ class LocalProcessAdapter(LocalTaskStarter):
         self._scanned: dict[str, float] = {}  # task id -> when its tree was last read
 
     @classmethod
-    def from_config(cls, config: Any) -> "LocalProcessAdapter":
+    def from_config(cls, config: MarketPipelineConfig) -> "LocalProcessAdapter":
         """Node, pool and GPU slots from the first configured pool; state next to state_path."""
         pool = config.pools[0]
         state = config.resolve_path(config.adapter.state_path)

@@ -17,6 +17,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
 
 _SPLIT = re.compile(r"[^A-Z0-9]+")
 
@@ -70,8 +74,8 @@ class DeviceModelNamer:
         return named or device_name
 
     @classmethod
-    def from_config(cls, config: object) -> "DeviceModelNamer":
-        from market_pipeline.fleet.gpu_catalog import catalog_model_name
+    def from_config(cls, config: MarketPipelineConfig) -> "DeviceModelNamer":
+        from market_pipeline.gpus.catalog import catalog_model_name
 
         return cls(
             (ModelAlias(m.name, tuple(m.device_names)) for m in getattr(config, "gpu_models", ())),

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -53,6 +53,9 @@ from market_pipeline.hardware.protocol import (
     empty_samples,
     empty_task_events,
 )
+
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
 
 NO_DEVICE_PREFIX = "no NVIDIA driver/GPU found"
 
@@ -87,7 +90,7 @@ class NvmlAdapter:
         self.unsupported: dict[str, str] = {}
 
     @classmethod
-    def from_config(cls, config: object) -> "NvmlAdapter":
+    def from_config(cls, config: MarketPipelineConfig) -> "NvmlAdapter":
         adapter = getattr(config, "adapter")
         return cls(
             zone=adapter.zone,

@@ -37,7 +37,7 @@ import numpy as np
 
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.fleet.demand import pool_snapshot
-from market_pipeline.hardware.simulated import SimulatedAdapter
+from market_pipeline.fleet.twin_adapter import SimulatedAdapter
 from market_pipeline.market import DRAINABLE, GUARANTEED
 from market_pipeline.tick import Promises, run_market_tick
 from market_pipeline.tick.live import list_prices, pool_tick_input

@@ -1,7 +1,7 @@
 """Stackelberg equilibrium pricing: the platform (leader) prices GPU resources, tenants
 (followers) buy their budget-constrained best response.
 
-Model (DESIGN section 4): resources r = (gpu_model, zone, class), class guaranteed or
+Model: resources r = (gpu_model, zone, class), class guaranteed or
 drainable, a drainable price inside a discount band of its pool's guaranteed price. Tenant j
 maximises U_j(d) - (p + delay_j) . d subject to p . d <= B_j, d >= 0, with U_j a sum of concave
 per-resource terms from the log, isoelastic or quadratic family (``utility``); tenants that are

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from market_pipeline.fleet.gpu_models import MIG_SLICES, MIG_STARTS
+from market_pipeline.gpus.models import MIG_SLICES, MIG_STARTS
 
 MILLI = 1000
 _OCC_STATES = 1 << MIG_SLICES

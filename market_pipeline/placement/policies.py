@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from market_pipeline.fleet.gpu_models import MIG_SLICES
+from market_pipeline.gpus.models import MIG_SLICES
 from market_pipeline.placement.capacity import (
     MILLI,
     ClusterCapacity,

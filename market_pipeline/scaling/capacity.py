@@ -1,6 +1,7 @@
 """Capacity arithmetic shared by the planner, the price shield and the replay.
 
-Pricing handles transient imbalance, scaling handles trends (seed 000 §2.3): the planner
+Pricing handles transient imbalance, scaling handles trends (a price answers within a tick,
+a node takes minutes and costs money to add or remove, so only a lasting gap is scaled): the planner
 sizes the pool so that the *equilibrium* price is certified, while the market tick
 (`tick.run_market_tick`) shields the price of the current interval against the capacity
 that is serving right now (`serving_capacity_gpus`).

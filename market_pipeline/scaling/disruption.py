@@ -1,4 +1,4 @@
-"""The scaler's disruption methods (`guardrails.disruption_budget`): scale-down, node health.
+"""The scaler's disruption methods (`disruption.budget`): scale-down, node health.
 
 `plan_pool` runs them in this order after its scale-up step, both consuming from the tick's
 one disruption budget, the budget the task-drain planner's methods then consume from.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from market_pipeline.guardrails.disruption_budget import (
+from market_pipeline.disruption.budget import (
     BudgetRule,
     DisruptionBudget,
     DisruptionMethod,

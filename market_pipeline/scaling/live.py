@@ -31,7 +31,7 @@ from market_pipeline.action_batches import (
     result_for,
 )
 from market_pipeline.config import MarketPipelineConfig
-from market_pipeline.guardrails.disruption_budget import DisruptionBudget
+from market_pipeline.disruption.budget import DisruptionBudget
 from market_pipeline.guardrails.task_drain_plan import node_is_drained
 from market_pipeline.hardware.protocol import (
     NodeAdapter,

@@ -11,7 +11,7 @@ Scale up (uncordon leaving nodes, then the warm pool, then cold nodes) when the 
 exceeds the nodes in service — at once if no price within bounds certifies the shortfall,
 after one tick if pricing it would cost more than `max_transient_price_ratio`, otherwise
 only if it lasts `scale_up_persistence_minutes`: pricing handles transient imbalance,
-scaling handles trends (seed 000 §2.3). While demand leaves GPUs free and nothing queues,
+scaling handles trends (a node is slow and costly to add or remove, a price is not). While demand leaves GPUs free and nothing queues,
 the shortfall is the headroom's or the forecast's alone and must last one tick
 (`anticipatory_persistence_minutes`): a one-tick spike is priced. Scale down only a node
 that (a) leaves the equilibrium price certified at the lower capacity, (b) has every task
@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from market_pipeline.disruption.budget import DisruptionBudget, run_methods
 from market_pipeline.guardrails.backlog import PriceCapacityAction, shield
-from market_pipeline.guardrails.disruption_budget import DisruptionBudget, run_methods
 from market_pipeline.scaling.capacity import (
     CapacityTarget,
     FleetView,

@@ -261,7 +261,7 @@ class PolicyRun:
         reference price, which is its list price), the price in force, the serving capacity."""
         s, pref = self.settings, self.settings.reference_price
         price = pref * self.price_ratio
-        mid = 1 - 0.5 * (s.promises.discount_min + s.promises.discount_max)
+        mid = 1 - s.promises.band_mid()
         return PoolTickInput(
             pool_id=s.pool,
             list_price=pref,

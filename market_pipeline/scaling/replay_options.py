@@ -110,10 +110,4 @@ def replay_promises(config, pool_id: str) -> Promises:
     price turns away is the delay-sensitive demand of the guardrail's model (the residual
     floor stays), not rigid tenants' guaranteed GPUs, which the cap promises."""
     pool = config.pool_by_id[pool_id]
-    market = config.market
-    return Promises(
-        max_step=market.max_price_step,
-        guaranteed_cap=max(1.0, pool.price_max / pool.base_price),
-        discount_min=market.drainable_discount_min,
-        discount_max=market.drainable_discount_max,
-    )
+    return Promises.from_config(config, guaranteed_cap=max(1.0, pool.price_max / pool.base_price))

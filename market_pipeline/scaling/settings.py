@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from market_pipeline.guardrails.backlog import BacklogParams, backlog_params_from_config
 from market_pipeline.scaling.types import ScalingConfig, ScalingError
-from market_pipeline.tick.state import FORECAST_HORIZON_MIN
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig
@@ -34,25 +33,6 @@ def scaling_config_from_config(config: MarketPipelineConfig, pool_id: str) -> Sc
         warm_pool_nodes=pool.warm_nodes,
         warm_reserve_fleet_fraction=section.warm_reserve_fleet_fraction,
     )
-
-
-def capacity_horizon_minutes(config: MarketPipelineConfig, step_minutes: int = 5) -> int:
-    """How far ahead the policy and the backlog certificate read the forecast's upper quantile.
-
-    A shortfall is priced, not scaled, for up to `scale_up_persistence_minutes`, and a node
-    the plan keeps stays at least `hysteresis_minutes` after a `scale_up_cooldown_minutes`:
-    the capacity decided now must hold for the longer of the two, and never less than the
-    hour (`FORECAST_HORIZON_MIN`) the certificate's margins were set against. Rounded up to
-    the forecast step, at most the 24 h the forecast stores (60 minutes with the defaults).
-    """
-    section = config.scaling
-    needed = max(
-        section.scale_up_persistence_minutes,
-        section.hysteresis_minutes + section.scale_up_cooldown_minutes,
-        FORECAST_HORIZON_MIN,
-        step_minutes,
-    )
-    return int(min(-(-needed // step_minutes) * step_minutes, 24 * 60))
 
 
 def normalised_prices(params: BacklogParams, reference_price: float) -> BacklogParams:

@@ -1,5 +1,6 @@
-"""The warm pool: standby nodes that resume within an interval (seed 000 §2.3: scale up by
-waking nodes from the idle pool, scale down by powering nodes into the energy-saving pool).
+"""The warm pool: standby nodes that resume within an interval (scale up by waking nodes
+from the idle pool, scale down by powering nodes into the energy-saving pool, so that a
+scale-up costs a resume, not a cold boot).
 
 Its size is what the backlog guardrail asks for: at least `warm_pool_nodes`, and enough
 that the nodes in service plus the warm pool keep a typical recent demand peak drainable

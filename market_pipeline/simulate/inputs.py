@@ -25,9 +25,9 @@ import polars as pl
 from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.fleet.catalog import FleetCatalog, FleetSourceError, catalog_from_node_csv
-from market_pipeline.fleet.gpu_models import GpuModelSpec, known_spec
 from market_pipeline.fleet.shapes import QOS_VALUES, JobShapes, WorkloadError, load_openb_pods
 from market_pipeline.fleet.workload import INFERENCE_SHARE_BY_QOS, WorkloadParams
+from market_pipeline.gpus.models import GpuModelSpec, known_spec
 from market_pipeline.simulate.errors import SimulationInputError
 
 LOAD_COLUMNS = ("time", "running_gpu_num", "pending_gpu_num", "total_gpu_num")

@@ -35,6 +35,7 @@ from market_pipeline.simulate.run_inputs import RunInputs
 from market_pipeline.simulate.runner import build_inputs, run_strategies
 from market_pipeline.simulate.settings import SimulationSettings
 from market_pipeline.simulate.tenants import ELASTICITY_FLOOR, best_response
+from market_pipeline.tick.promises import Promises
 
 STRATEGIES = ("static", "stackelberg", "clairvoyant", "claims")
 COMPARED = ("revenue", "profit", "elastic_cost_per_gpu_hour", "rigid_cost_per_gpu_hour")
@@ -178,12 +179,11 @@ def _measured_model_cost(inputs: RunInputs, learning: dict[str, Any]) -> float:
 
 def promise_breaches(inputs: RunInputs, result: StrategyResult) -> int:
     """Published (tick, pool) pairs above the guaranteed cap or beyond the max step."""
-    config, economics = inputs.config, inputs.settings.economics
-    cap = economics.guaranteed_cap or config.market.guaranteed_price_cap
+    promises = Promises.from_config(inputs.config, guaranteed_cap=inputs.settings.economics.guaranteed_cap)
     prices = np.asarray(result.series["prices"]).reshape(-1, len(inputs.pools), 2)
     lists = np.array([p.prices.list_price for p in inputs.pools])
-    over = prices[:, :, 0] > cap * lists * (1 + 1e-9)
-    step = np.abs(np.diff(prices, axis=0)) > config.market.max_price_step * prices[:-1] * (1 + 1e-9) + 1e-12
+    over = promises.over_cap(prices[:, :, 0], lists)
+    step = promises.over_step(prices[1:], prices[:-1])
     return int(over.sum() + step.sum())
 
 

@@ -2,7 +2,7 @@
 of a tick and posts one price per resource (pool x class) for the tick.
 
 - `static`: the list price, for both classes, always; no drains.
-- `utilization`: seed 000 §2.3: when a pool's demand (running + pending GPUs) passes 85% of
+- `utilization` (the common surge rule the market is measured against): when a pool's demand (running + pending GPUs) passes 85% of
   its capacity the price rises exponentially (doubling 15 points above the threshold),
   capped by the guaranteed price cap; one price for both classes; no drains.
 - `stackelberg` (`simulate.stackelberg`): the shared equilibrium engine prices both classes

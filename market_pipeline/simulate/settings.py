@@ -11,9 +11,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from market_pipeline.config import MarketPipelineConfig
-from market_pipeline.fleet.gpu_catalog import load_gpu_catalog, unpriced_model_message
 from market_pipeline.fleet.workload import WorkloadParams
+from market_pipeline.gpus.catalog import load_gpu_catalog, unpriced_model_message
 from market_pipeline.simulate.errors import SimulationInputError
+from market_pipeline.tick.promises import Promises
 
 STRATEGY_NAMES = ("static", "utilization", "stackelberg", "clairvoyant", "claims")
 DEFAULT_STRATEGIES = ("static", "utilization", "stackelberg")
@@ -68,7 +69,7 @@ class EconomicAssumptions:
     price_floor: float | None = None
     price_ceiling: float | None = None
     # Cap on the guaranteed class relative to the list price: the platform's promise to rigid
-    # tenants (seed 000 §5.2: rigid tenants pay about 5% more for the assurance). It bounds
+    # tenants (they pay at most about 5% more for the assurance of never being drained). It bounds
     # the solver's price_max for the guaranteed class, the backlog shield's price and the
     # utilisation-based premium alike. None: the billing peak time coefficient instead.
     # 4%, not 5%: a rigid GPU-hour's average price also moves with the pool mix (list prices
@@ -96,7 +97,7 @@ class EconomicAssumptions:
     # `tenants.tod_factor`): the hidden truth varies by time of day, which an hour-of-day
     # fixed effect does not remove from a single own-price elasticity (the fit averages it).
     elasticity_tod_swing: float = 0.3
-    utilization_threshold: float = 0.85  # seed 000 §2.3: the premium starts at 85%
+    utilization_threshold: float = 0.85  # the usual utilisation-pricing rule: a premium from 85%
     utilization_doubling: float = 0.15  # ... and doubles the price 15 points above it
     packing_efficiency: float = 0.95  # share of a pool the engine may sell (fragmentation)
     # Empty largest nodes per pool kept for rigid whole-node jobs (`cluster.PoolCluster`):
@@ -259,12 +260,11 @@ def pool_prices(
     models: tuple[str, ...], config: MarketPipelineConfig, economics: EconomicAssumptions
 ) -> tuple[PoolPrices, ...]:
     """List price, unit cost and bounds per GPU model: a configured pool's own numbers where
-    the config has one, else the shipped GPU catalog's list price (`fleet.gpu_catalog`) with
+    the config has one, else the shipped GPU catalog's list price (`gpus.catalog`) with
     the configured pools' median ratios as bounds and `unit_cost_share` of it as cost."""
     floor = economics.price_floor or _median([p.price_min / p.base_price for p in config.pools], 0.4)
     ceiling = economics.price_ceiling or _median([p.price_max / p.base_price for p in config.pools], 4.0)
-    cap = economics.guaranteed_cap or config.market.guaranteed_price_cap
-    market = config.market
+    promises = Promises.from_config(config, guaranteed_cap=economics.guaranteed_cap)
     out = []
     for model in models:
         pool = next((p for p in config.pools if p.gpu_model == model), None)
@@ -286,9 +286,9 @@ def pool_prices(
                 economics.avoidable_cost_share * cost,
                 low,
                 high,
-                min(high, cap * price),
-                market.drainable_discount_min,
-                market.drainable_discount_max,
+                promises.guaranteed_ceiling(price, high),
+                promises.discount_min,
+                promises.discount_max,
             )
         )
     return tuple(out)

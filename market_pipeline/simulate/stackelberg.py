@@ -69,13 +69,7 @@ class StackelbergPricing:
         self.config = config
         self.settings = settings
         self.solver = solver_settings(config)  # the live pipeline's solver settings
-        cap = settings.economics.guaranteed_cap or config.market.guaranteed_price_cap
-        self.promises = Promises(
-            max_step=config.market.max_price_step,
-            guaranteed_cap=cap,
-            discount_min=config.market.drainable_discount_min,
-            discount_max=config.market.drainable_discount_max,
-        )
+        self.promises = Promises.from_config(config, guaranteed_cap=settings.economics.guaranteed_cap)
         self.efficiency = settings.economics.packing_efficiency
         # where the tenants' level is stated: `simulate.tenants` calibrates both classes at the
         # list price, so a fitted response curve passes through the demand there

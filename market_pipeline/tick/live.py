@@ -16,10 +16,10 @@ import polars as pl
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.guardrails.backlog import backlog_params_from_config
 from market_pipeline.market import DRAINABLE, GUARANTEED
-from market_pipeline.scaling.settings import capacity_horizon_minutes
 from market_pipeline.tick.market_tick import AS_SOLVED, HOLD_PREFIX, MarketTick, PoolTickInput
 from market_pipeline.tick.pricing import mid_band_discount, resource_name
 from market_pipeline.tick.promises import Promises, guaranteed_window
+from market_pipeline.tick.state import capacity_horizon_minutes
 from market_pipeline.warehouse import Warehouse
 from market_pipeline.warehouse.readers import last_certified_prices, typical_demand_by_pool
 

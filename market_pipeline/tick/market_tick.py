@@ -181,7 +181,7 @@ def run_market_tick(
     report: SolveReport | None = None
     note = ""
     if problem is None:
-        mid = 1 - 0.5 * (promises.discount_min + promises.discount_max)
+        mid = 1 - promises.band_mid()
         solved = np.array([v for p in pools for v in (p.list_price, p.list_price * mid)])
         status, converged = "list", True
     else:
@@ -192,7 +192,7 @@ def run_market_tick(
             from market_pipeline.tick.response import calibrated_to_response, level_anchor
 
             lists = np.array([p.list_price for p in pools for _ in (GUARANTEED, DRAINABLE)])
-            mid = 0.5 * (promises.discount_min + promises.discount_max)
+            mid = promises.band_mid()
             anchor = level_anchor(lists, problem.resources.resource_class, mid, level_prices)
             problem = calibrated_to_response(problem, anchor, response)
         bounded = _within_promises(problem, pools, promises)
@@ -294,9 +294,8 @@ def _within_promises(
     high = np.array(res.price_max, dtype=np.float64)
     low = np.array(res.price_min, dtype=np.float64)
     for i, p in enumerate(pools):
-        cap = min(p.price_max, promises.guaranteed_cap * p.list_price)
-        high[2 * i] = min(high[2 * i], cap)
-        high[2 * i + 1] = min(high[2 * i + 1], (1 - promises.discount_min) * cap)
+        high[2 * i] = min(high[2 * i], promises.guaranteed_ceiling(p.list_price, p.price_max))
+        high[2 * i + 1] = min(high[2 * i + 1], promises.drainable_ceiling(p.list_price, p.price_max))
         low[2 * i] = min(max(low[2 * i], p.price_min), high[2 * i])
         low[2 * i + 1] = min(low[2 * i + 1], high[2 * i + 1])
     return MarketProblem(replace(res, price_min=low, price_max=high), problem.tenants)
@@ -333,7 +332,7 @@ def _pool_tick(
     target = _capacity_target(p, equilibrium, params)
     factor = guaranteed / equilibrium
     d_window = drainable_window(
-        p.in_force_drainable, guaranteed, p.price_min * (1 - promises.discount_max), promises
+        p.in_force_drainable, guaranteed, promises.drainable_floor(p.price_min), promises
     )
     drainable, d_clipped = d_window.clip(solver_d * factor)
     d_reasons = [f"follows the guaranteed shield x{factor:.3f}"] if factor > 1 + 1e-9 else []

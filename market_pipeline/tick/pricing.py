@@ -39,6 +39,7 @@ from market_pipeline.market import (
     demand_at,
     solve_followers,
 )
+from market_pipeline.tick.promises import Promises
 
 # The calibration may raise or lower a pool's configured valuation by at most this factor:
 # beyond it the claims no longer describe the load and need reconfiguring (the per-tick max
@@ -76,6 +77,7 @@ def build_market_problem(
     pools: list[str] = []
     classes: list[str] = []
     capacity, unit_cost, price_min, price_max, disc_min, disc_max = [], [], [], [], [], []
+    promises = Promises.from_config(config)
     for pool in config.pools:
         model = config.gpu_model_by_name[pool.gpu_model]
         for cls in (GUARANTEED, DRAINABLE):
@@ -84,15 +86,10 @@ def build_market_problem(
             classes.append(cls)
             capacity.append(float(gpus_on_by_pool.get(pool.pool_id, 0.0)))
             unit_cost.append(model.cost_per_gpu_hour)
-            low = (
-                pool.price_min * (1.0 - config.market.drainable_discount_max)
-                if cls == DRAINABLE
-                else pool.price_min
-            )
-            price_min.append(low)
+            price_min.append(promises.drainable_floor(pool.price_min) if cls == DRAINABLE else pool.price_min)
             price_max.append(pool.price_max)
-            disc_min.append(config.market.drainable_discount_min if cls == DRAINABLE else 0.0)
-            disc_max.append(config.market.drainable_discount_max if cls == DRAINABLE else 0.0)
+            disc_min.append(promises.discount_min if cls == DRAINABLE else 0.0)
+            disc_max.append(promises.discount_max if cls == DRAINABLE else 0.0)
     resources = ResourceSet(
         names=tuple(names),
         capacity=np.array(capacity),
@@ -127,7 +124,7 @@ def build_market_problem(
 
 def mid_band_discount(config: MarketPipelineConfig) -> float:
     """The drainable class's discount at the middle of the configured band."""
-    return (config.market.drainable_discount_min + config.market.drainable_discount_max) / 2
+    return Promises.from_config(config).band_mid()
 
 
 def reference_prices(config: MarketPipelineConfig, pools: list[str], classes: list[str]) -> np.ndarray:

@@ -11,6 +11,10 @@
 Where promises conflict (a price in force outside a cap lowered since), the bounds, the cap
 and the band win over the step: they are what a tenant can read off the price list, the step
 is how fast the loop gets there. Every clip is reported.
+
+This is the promises' one home: the live tick, the simulator, the scaling replay, quotes and
+the checks on the price book all read a `Promises` built by `Promises.from_config` and ask it
+for the ceiling, the band, the step's reach and the breaches; none re-derives them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig
@@ -41,14 +47,52 @@ class Promises:
             raise ValueError("drainable band: need 0 <= discount_min <= discount_max < 1")
 
     @classmethod
-    def from_config(cls, config: MarketPipelineConfig) -> "Promises":
+    def from_config(cls, config: MarketPipelineConfig, *, guaranteed_cap: float | None = None) -> "Promises":
+        """The config's `[market]` promises; `guaranteed_cap` replaces the configured cap where
+        a caller prices under another one (a simulated what-if, the replay's single price)."""
         market = config.market
         return cls(
             max_step=market.max_price_step,
-            guaranteed_cap=market.guaranteed_price_cap,
+            guaranteed_cap=market.guaranteed_price_cap if guaranteed_cap is None else guaranteed_cap,
             discount_min=market.drainable_discount_min,
             discount_max=market.drainable_discount_max,
         )
+
+    def guaranteed_ceiling(self, list_price: float, price_max: float) -> float:
+        """The highest guaranteed price a pool may publish: its cap over list, or `price_max`."""
+        return min(price_max, self.guaranteed_cap * list_price)
+
+    def drainable_ceiling(self, list_price: float, price_max: float) -> float:
+        """The highest drainable price: the narrowest discount below the guaranteed ceiling."""
+        return self.guaranteed_ceiling(list_price, price_max) * (1 - self.discount_min)
+
+    def drainable_floor(self, price_min: float) -> float:
+        """The lowest drainable price: the widest discount below the pool's `price_min`."""
+        return price_min * (1 - self.discount_max)
+
+    def band(self, guaranteed: float) -> tuple[float, float]:
+        """The drainable band below a guaranteed price: (lowest, highest) drainable price."""
+        return guaranteed * (1 - self.discount_max), guaranteed * (1 - self.discount_min)
+
+    def band_mid(self) -> float:
+        """The band's middle discount (where a drainable price starts without a history)."""
+        return 0.5 * (self.discount_min + self.discount_max)
+
+    def step_range(self, in_force: float) -> tuple[float, float]:
+        """The prices one step from `in_force` reaches, before any other promise."""
+        return in_force * (1 - self.max_step), in_force * (1 + self.max_step)
+
+    def reach(self, ticks: float) -> tuple[float, float]:
+        """The factors a price can move by, down and up, in `ticks` steps."""
+        return (1 - self.max_step) ** ticks, (1 + self.max_step) ** ticks
+
+    def over_cap(self, guaranteed: np.ndarray, list_price: np.ndarray) -> np.ndarray:
+        """Where guaranteed prices break the cap over their list price (the book's tolerance)."""
+        return guaranteed > self.guaranteed_cap * list_price * (1 + _TOL)
+
+    def over_step(self, new: np.ndarray, old: np.ndarray) -> np.ndarray:
+        """Where a price moved more than the max step from the one before it."""
+        return np.abs(new - old) > self.max_step * old * (1 + _TOL) + 1e-12
 
 
 @dataclass(frozen=True)
@@ -73,26 +117,22 @@ def guaranteed_window(
 ) -> PriceWindow:
     """The guaranteed price's window: step from the price in force, the cap and the bounds."""
     ceiling, ceiling_by = (
-        min(price_max, promises.guaranteed_cap * list_price),
+        promises.guaranteed_ceiling(list_price, price_max),
         ("guaranteed cap" if promises.guaranteed_cap * list_price < price_max else "price_max"),
     )
-    return _window(in_force, promises.max_step, price_min, "price_min", ceiling, ceiling_by)
+    return _window(in_force, promises, price_min, "price_min", ceiling, ceiling_by)
 
 
 def drainable_window(in_force: float, guaranteed: float, floor: float, promises: Promises) -> PriceWindow:
     """The drainable price's window: the band below this tick's guaranteed price, the step."""
-    return _window(
-        in_force,
-        promises.max_step,
-        max(floor, guaranteed * (1 - promises.discount_max)),
-        "drainable band",
-        guaranteed * (1 - promises.discount_min),
-        "drainable band",
-    )
+    band_low, band_high = promises.band(guaranteed)
+    return _window(in_force, promises, max(floor, band_low), "drainable band", band_high, "drainable band")
 
 
-def _window(in_force: float, step: float, low: float, low_by: str, high: float, high_by: str) -> PriceWindow:
-    down, up = in_force * (1 - step), in_force * (1 + step)
+def _window(
+    in_force: float, promises: Promises, low: float, low_by: str, high: float, high_by: str
+) -> PriceWindow:
+    down, up = promises.step_range(in_force)
     lo, lo_by = (down, "max step") if down > low else (low, low_by)
     hi, hi_by = (up, "max step") if up < high else (high, high_by)
     if down > high:  # the step cannot come down into the fixed window: its top wins

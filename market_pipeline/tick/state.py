@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from market_pipeline.market import SolveReport
 from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow, decisions_frame
+
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
 
 FORECAST_HORIZON_MIN = 60
 # The demand history's and the forecast's grid: 5-minute steps whatever the tick length
@@ -77,3 +81,22 @@ def shadow_price_decisions(rows: pl.DataFrame, decided_at: datetime) -> pl.DataF
         )
         for r in rows.iter_rows(named=True)
     )
+
+
+def capacity_horizon_minutes(config: MarketPipelineConfig, step_minutes: int = 5) -> int:
+    """How far ahead the policy and the backlog certificate read the forecast's upper quantile.
+
+    A shortfall is priced, not scaled, for up to `scale_up_persistence_minutes`, and a node
+    the plan keeps stays at least `hysteresis_minutes` after a `scale_up_cooldown_minutes`:
+    the capacity decided now must hold for the longer of the two, and never less than the
+    hour (`FORECAST_HORIZON_MIN`) the certificate's margins were set against. Rounded up to
+    the forecast step, at most the 24 h the forecast stores (60 minutes with the defaults).
+    """
+    section = config.scaling
+    needed = max(
+        section.scale_up_persistence_minutes,
+        section.hysteresis_minutes + section.scale_up_cooldown_minutes,
+        FORECAST_HORIZON_MIN,
+        step_minutes,
+    )
+    return int(min(-(-needed // step_minutes) * step_minutes, 24 * 60))

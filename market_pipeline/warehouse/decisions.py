@@ -25,6 +25,39 @@ class DecisionKind(StrEnum):
     BUDGET_GUARD = "budget_guard"
 
 
+class DecisionAction(StrEnum):
+    """What a decision does; the stored `action` text is the value."""
+
+    PUBLISH_PRICE = "publish_price"  # price: a tick's prices go to the price book
+    SCALE_UP = "scale_up"  # scale: add a node (a cold boot)
+    SCALE_DOWN = "scale_down"  # scale: remove an empty node
+    POWER_ON = "power_on"  # scale: wake a warm standby node
+    POWER_OFF = "power_off"  # scale: put an empty node on warm standby
+    CORDON = "cordon"
+    UNCORDON = "uncordon"
+    HOLD = "hold"  # scale: keep the pool as it is (the reasons say why)
+    REPLACE = "replace"  # scale: an unhealthy node is replaced, then drained
+    DRAIN_TASK = "drain_task"  # drain: move one running task off its node
+    REFUSE_NEW_TASKS = "refuse_new_tasks"  # budget guard: the tenant's balance is spent
+    DRAIN = "drain"  # budget guard: drain one running task of that tenant
+
+
+class DecisionOutcome(StrEnum):
+    """What carrying a decision out came to; the stored `outcome` text is the value. Only
+    FAILED, ERROR and RUNNING make a batch run fail; an action the fleet cannot carry out is
+    INFEASIBLE, an outcome like any other."""
+
+    OK = "ok"
+    INFEASIBLE = "infeasible"  # no standby node, node gone, node still busy: nothing to do
+    FAILED = "failed"  # the adapter tried and reported a failure
+    ERROR = "error"  # the adapter raised
+    SUPERSEDED = "superseded"  # a later plan re-decided before this batch ran
+    ABANDONED = "abandoned"  # claimed by a run that died before recording an outcome
+    SKIPPED = "skipped"  # executed before, or in flight in another run: not touched again
+    RUNNING = "running"  # a drain that stopped before its end; a resume run continues it
+    ABORTED = "aborted"  # a drain its protocol would not start (expired, the task moved)
+
+
 DECISION_SCHEMA: dict[str, pl.DataType] = {
     "decision_id": pl.Utf8(),
     "kind": pl.Utf8(),
@@ -46,7 +79,7 @@ class DecisionRow:
 
     decision_id: str
     kind: DecisionKind
-    action: str
+    action: DecisionAction
     decided_at: datetime
     allowed: bool
     shadow: bool
@@ -55,6 +88,12 @@ class DecisionRow:
     reasons: tuple[str, ...] = ()
     inputs: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # producers may pass the action's text (the scaling plan's literals): an unknown one
+        # is a defect and fails here, before anything is written
+        object.__setattr__(self, "kind", DecisionKind(self.kind))
+        object.__setattr__(self, "action", DecisionAction(self.action))
+
     def to_row(self) -> dict[str, Any]:
         """The row for `decisions`; `inputs` as JSON (values it cannot encode as their str)."""
         return {
@@ -62,7 +101,7 @@ class DecisionRow:
             "kind": str(self.kind),
             "pool_id": self.pool_id,
             "target": self.target,
-            "action": self.action,
+            "action": str(self.action),
             "allowed": self.allowed,
             "shadow": self.shadow,
             "reasons": list(self.reasons),

@@ -8,14 +8,14 @@ from datetime import timedelta
 import pytest
 from drain_testkit import T0, make_task, node, samples_for
 
-from market_pipeline.guardrails.backlog import BacklogParams
-from market_pipeline.guardrails.disruption_budget import (
+from market_pipeline.disruption.budget import (
     BudgetRule,
     DisruptionBudget,
     DisruptionReason,
     PoolBudget,
     run_methods,
 )
+from market_pipeline.guardrails.backlog import BacklogParams
 from market_pipeline.guardrails.task_drain_limits import DrainLedger, DrainLimits
 from market_pipeline.guardrails.task_drain_plan import PlanningInputs, SelectionPolicy, plan_drains
 from market_pipeline.guardrails.task_drain_triggers import DRAIN_METHODS
@@ -241,7 +241,7 @@ def test_a_cap_below_the_nodes_already_disrupting_blocks_them_too() -> None:
     ],
 )
 def test_a_budget_rule_that_cannot_be_kept_is_refused_naming_the_field(raw, message) -> None:
-    from market_pipeline.guardrails.disruption_budget import BudgetRuleError, parse_rules
+    from market_pipeline.disruption.budget import BudgetRuleError, parse_rules
 
     with pytest.raises(BudgetRuleError) as refused:
         parse_rules([{"nodes": "2"}, raw][1:], "budgets")
@@ -251,7 +251,7 @@ def test_a_budget_rule_that_cannot_be_kept_is_refused_naming_the_field(raw, mess
 
 
 def test_budget_rules_at_their_edges() -> None:
-    from market_pipeline.guardrails.disruption_budget import parse_rules
+    from market_pipeline.disruption.budget import parse_rules
 
     zero, full, everyone = parse_rules([{"nodes": "0"}, {"nodes": "100%"}, {"nodes": "0%"}])
     assert (zero.nodes, full.percent, everyone.percent) == (0, 100.0, 0.0)
@@ -314,7 +314,7 @@ def test_a_scheduled_rule_for_one_reason_blocks_only_that_reason_inside_its_wind
 
 
 def test_a_rule_refused_without_a_place_names_the_budget() -> None:
-    from market_pipeline.guardrails.disruption_budget import BudgetRuleError, parse_rules
+    from market_pipeline.disruption.budget import BudgetRuleError, parse_rules
 
     with pytest.raises(BudgetRuleError, match=r"^budget\.nodes: expected a count or 'N%', got 'x'$"):
         BudgetRule.parse({"nodes": "x"})

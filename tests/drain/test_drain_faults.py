@@ -33,7 +33,7 @@ from drain_testkit import (
     node,
 )
 
-from market_pipeline.guardrails.disruption_budget import BudgetRule
+from market_pipeline.disruption.budget import BudgetRule
 from market_pipeline.guardrails.task_drain_calls import InlineStepCaller
 from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
 from market_pipeline.guardrails.task_drain_limits import (

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from market_pipeline.config import load_config
+from market_pipeline.fleet.twin_adapter import SimulatedAdapter
 from market_pipeline.guardrails.task_drain_calls import AdvancingClock, SystemClock, clock_for
-from market_pipeline.hardware.simulated import SimulatedAdapter
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 

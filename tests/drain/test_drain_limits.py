@@ -9,7 +9,7 @@ import pytest
 from drain_testkit import T0, make_task, node, samples_for
 
 from market_pipeline.config import load_config
-from market_pipeline.guardrails.disruption_budget import BudgetRule, BudgetRuleError
+from market_pipeline.disruption.budget import BudgetRule, BudgetRuleError
 from market_pipeline.guardrails.task_drain_limits import (
     DrainLedger,
     DrainLimits,

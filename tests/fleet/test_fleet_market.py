@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
-from market_pipeline.fleet.gpu_catalog import load_gpu_catalog
+from market_pipeline.gpus.catalog import load_gpu_catalog
 
 TRACE_MODELS = (
     "T4",

@@ -10,6 +10,7 @@ import pytest
 
 from market_pipeline.config import load_config
 from market_pipeline.fleet.state import TwinStateError
+from market_pipeline.fleet.twin_adapter import SampleWindowExpired, SimulatedAdapter
 from market_pipeline.hardware import AdapterBackendError, backend_class, make_adapter
 from market_pipeline.hardware.protocol import (
     REQUIRED_SAMPLE_COLUMNS,
@@ -19,7 +20,6 @@ from market_pipeline.hardware.protocol import (
     NodeState,
     OutcomeStatus,
 )
-from market_pipeline.hardware.simulated import SampleWindowExpired, SimulatedAdapter
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -12,8 +12,8 @@ from market_pipeline.config import load_config
 from market_pipeline.fleet.arrivals import diurnal_profile, helios_profile
 from market_pipeline.fleet.catalog import catalog_from_pools
 from market_pipeline.fleet.shapes import QOS_VALUES, WorkloadError, builtin_shapes, load_openb_pods
+from market_pipeline.fleet.twin_adapter import SimulatedAdapter
 from market_pipeline.fleet.workload import WorkloadModel, WorkloadParams
-from market_pipeline.hardware.simulated import SimulatedAdapter
 
 
 def _model(seed: int = 3) -> WorkloadModel:

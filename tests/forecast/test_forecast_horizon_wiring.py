@@ -7,8 +7,8 @@ import datetime as dt
 import polars as pl
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, load_config
-from market_pipeline.scaling.settings import capacity_horizon_minutes
 from market_pipeline.tick.live import pool_tick_inputs
+from market_pipeline.tick.state import capacity_horizon_minutes
 from market_pipeline.warehouse import open_warehouse
 
 ORIGIN = dt.datetime(2026, 1, 5, 12, 0, tzinfo=dt.timezone.utc)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from market_pipeline.fleet.gpu_models import MIG_STARTS
+from market_pipeline.gpus.models import MIG_STARTS
 from market_pipeline.placement.capacity import (
     MILLI,
     ClusterCapacity,
