@@ -19,6 +19,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
+from market_pipeline.warehouse.control import ControlStore
 from market_pipeline.warehouse.errors import WarehouseError
 from market_pipeline.warehouse.lake import (
     CATALOG_ALIAS,
@@ -65,6 +66,9 @@ class Warehouse:
     lock_retry_seconds: float = LOCK_RETRY_SECONDS
     lock_retry_max_delay: float = 1.0  # the wait between tries grows from 50 ms up to this
     lake: Lake | None = None
+    # the cluster profile's control state (claims, drain journal) in PostgreSQL; None: in
+    # the warehouse's own tables (the embedded default)
+    control: ControlStore | None = None
 
     @property
     def location(self) -> str:
@@ -361,8 +365,12 @@ def _merge_sql(table: str, columns: Sequence[str], *, update: bool, source: str 
     return sql + f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
 
 
-def open_warehouse(path: str | Path, migrate: bool = True, lake: Lake | None = None) -> Warehouse:
-    warehouse = Warehouse(Path(path), lake=lake)
+def open_warehouse(
+    path: str | Path, migrate: bool = True, lake: Lake | None = None, control: ControlStore | None = None
+) -> Warehouse:
+    warehouse = Warehouse(Path(path), lake=lake, control=control)
     if migrate:
         warehouse.migrate()
+        if control is not None:
+            control.migrate()
     return warehouse
