@@ -16,7 +16,12 @@ from pathlib import Path
 import pytest
 
 from market_pipeline.config import load_config
-from market_pipeline.guardrails.task_drain_protocol import DrainState, DrainTransition, DuplicateStepError, Phase
+from market_pipeline.guardrails.task_drain_protocol import (
+    DrainState,
+    DrainTransition,
+    DuplicateStepError,
+    Phase,
+)
 from market_pipeline.guardrails.task_drain_store import WarehouseAuditStore
 from market_pipeline.hardware.simulated import SimulatedAdapter
 from market_pipeline.warehouse import open_warehouse
@@ -32,7 +37,9 @@ def _claimer(url: str, run_id: str, start: float, out: multiprocessing.Queue) ->
         time.sleep(0.001)
     taken: set[str] = set()
     for i in range(0, len(IDS), 10):  # many small claims, interleaved with the other process
-        taken |= control.claim(IDS[i : i + 10][::-1] if run_id == "b" else IDS[i : i + 10], "b@t", run_id, NOW, [run_id])
+        taken |= control.claim(
+            IDS[i : i + 10][::-1] if run_id == "b" else IDS[i : i + 10], "b@t", run_id, NOW, [run_id]
+        )
     out.put((run_id, sorted(taken)))
 
 
