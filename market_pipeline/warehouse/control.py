@@ -314,6 +314,40 @@ class ControlStore:
 
         return self.transaction(run, f"reading drain {drain_id}")
 
+    def seed(
+        self, steps: Sequence[dict[str, Any]], outcomes: Sequence[tuple[str, datetime, str]]
+    ) -> dict[str, int]:
+        """Load drain steps and executed outcomes copied from an embedded warehouse (rows
+        already there kept); return how many of the given keys each table holds afterwards."""
+
+        def run(cur: Any) -> dict[str, int]:
+            cur.execute(
+                "INSERT INTO drain_journal (drain_id, seq, state, task_id, recorded_at, row) "
+                "SELECT r->>'drain_id', (r->>'seq')::int, r->>'state', r->>'task_id', "
+                "(r->>'recorded_at')::timestamptz, r FROM jsonb_array_elements(%s::jsonb) AS r "
+                "ON CONFLICT (drain_id, seq) DO NOTHING",
+                [json.dumps(list(steps), default=str)],
+            )
+            cur.execute(
+                "INSERT INTO decision_claims (decision_id, batch_id, executed_at, outcome) "
+                "SELECT d, '', a, o FROM unnest(%s::text[], %s::timestamptz[], %s::text[]) AS t(d, a, o) "
+                "ON CONFLICT (decision_id) DO NOTHING",
+                [[d for d, _, _ in outcomes], [a for _, a, _ in outcomes], [o for _, _, o in outcomes]],
+            )
+            cur.execute(
+                "SELECT count(*) FROM drain_journal j JOIN jsonb_array_elements(%s::jsonb) AS r "
+                "ON j.drain_id = r->>'drain_id' AND j.seq = (r->>'seq')::int",
+                [json.dumps([{"drain_id": x["drain_id"], "seq": x["seq"]} for x in steps])],
+            )
+            journal = int(cur.fetchone()[0])
+            cur.execute(
+                "SELECT count(*) FROM decision_claims WHERE decision_id = ANY(%s::text[]) AND executed_at IS NOT NULL",
+                [[d for d, _, _ in outcomes]],
+            )
+            return {"drain_journal": journal, "decision_claims": int(cur.fetchone()[0])}
+
+        return self.transaction(run, "seeding the control state")
+
     # -- adapter blobs ----------------------------------------------------------------
     def blob(self, store: str, name: str, head: int | None = None) -> bytes | None:
         def run(cur: Any) -> bytes | None:
