@@ -7,7 +7,7 @@ The Dagster asset, the drain job and the CLI call these; the policy underneath
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from market_pipeline.guardrails.disruption_budget import DisruptionBudget
 from market_pipeline.guardrails.task_drain_budget import budget_triggers, load_budget_blocks
 from market_pipeline.guardrails.task_drain_calls import Clock, StepCaller, clock_for
 from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-from market_pipeline.guardrails.task_drain_lease import lease_dir_for
+from market_pipeline.guardrails.task_drain_lease import ControlTaskLease, lease_dir_for
 from market_pipeline.guardrails.task_drain_limits import DrainLimits
 from market_pipeline.guardrails.task_drain_plan import (
     DrainDecision,
@@ -39,6 +39,7 @@ from market_pipeline.guardrails.task_drain_store import (
 )
 from market_pipeline.hardware.protocol import NodeAdapter, adapter_now
 from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse.control import ControlStore
 
 TELEMETRY_TABLE = "telemetry_clean"
 
@@ -158,8 +159,9 @@ def execute_decision(
 ) -> DrainReport:
     """Carry out one approved drain decision (resuming it if a run stopped half-way).
 
-    Holds the task's drain lease (default: next to the adapter state), so a CLI drain and a
-    Dagster run of the same task never both act on it (DrainBusy for the later one)."""
+    Holds the task's drain lease (default: next to the adapter state; on the cluster profile,
+    an advisory lock in the control PostgreSQL), so a CLI drain and a Dagster run of the same
+    task, on any worker, never both act on it (DrainBusy for the later one)."""
     clock = clock or clock_for(adapter)
     decision = load_decision(warehouse, decision_id)
     if not decision.allowed:
@@ -181,6 +183,9 @@ def execute_decision(
         clock=clock,
         caller=caller,
         lease_dir=lease_dir or lease_dir_for(config),
+        leases=_control_leases(warehouse.control)
+        if warehouse.control is not None and lease_dir is None
+        else None,
     )
     report = executor.run(
         DrainRequest(
@@ -197,6 +202,10 @@ def execute_decision(
 
 
 # -- operator views ------------------------------------------------------------------------
+
+
+def _control_leases(control: ControlStore) -> Callable[[str], ControlTaskLease]:
+    return lambda task_id: ControlTaskLease(control, task_id)
 
 
 def decision_rows(decisions: Sequence[DrainDecision]) -> list[dict[str, Any]]:

@@ -191,3 +191,37 @@ def test_adapters_of_two_homes_share_one_twin_in_postgres(
     assert not (tmp_path / "a" / "var").exists() and not (tmp_path / "b" / "var").exists()  # no local file
     state = json.loads(control.blob("var/fleet_state.json", "state.json") or b"{}")
     assert state["generation"] >= 2
+
+
+def _hold_drain_lease(url: str, ready: multiprocessing.Event) -> None:
+    from market_pipeline.guardrails.task_drain_lease import ControlTaskLease
+
+    with ControlTaskLease(ControlStore(url), "task-7") as lease:
+        lease.record([_step("dr-7", 0, DrainState.REQUESTED, NOW, task={"task_id": "task-7"})])
+        ready.set()
+        time.sleep(120)
+
+
+def test_a_drain_lease_in_postgres_refuses_a_second_worker_and_outlives_its_killed_holder(
+    control: ControlStore,
+) -> None:
+    from market_pipeline.guardrails.task_drain_lease import ControlTaskLease, DrainBusy
+
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    holder = ctx.Process(target=_hold_drain_lease, args=(control.url, ready))
+    holder.start()
+    assert ready.wait(30)
+    with (
+        pytest.raises(DrainBusy, match="task task-7 is being drained by another run"),
+        ControlTaskLease(control, "task-7"),
+    ):
+        pass
+    os.kill(holder.pid, signal.SIGKILL)  # the worker dies mid-drain
+    holder.join(10)
+    with ControlTaskLease(control, "task-7") as lease:  # another worker takes over at once
+        assert lease.open_drain_id() == "dr-7"  # and resumes from the journal the dead one left
+        lease.record(
+            [_step("dr-7", 0, DrainState.REQUESTED, NOW), _step("dr-7", 1, DrainState.REPORTED, NOW)]
+        )
+        assert lease.journal() == []  # finished: nothing left to resume
