@@ -6,6 +6,7 @@ The Dagster asset, the drain job and the CLI call these; the policy underneath
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
@@ -132,7 +133,32 @@ def plan_and_record(
     budget: DisruptionBudget | None = None,
 ) -> tuple[list[DrainDecision], int, str]:
     """Plan this tick's drains and write them to `decisions`; (decisions, new rows, source).
-    Without the tick's shared `budget`, one is built from the fleet and the ledger."""
+    Without the tick's shared `budget`, one is built from the fleet and the ledger. On the
+    cluster profile the ledger read, the plan and its write hold the control PostgreSQL's
+    `plan:drains` lock, so two plans running at once cannot both spend one disruption budget."""
+    hold = (
+        warehouse.control.lock("plan:drains", PLAN_LOCK_WAIT_S)
+        if warehouse.control is not None
+        else contextlib.nullcontext()
+    )
+    with hold:
+        return _plan_and_record(
+            warehouse, adapter, config, wall_now, scale_down_nodes, manual_task_ids, budget
+        )
+
+
+PLAN_LOCK_WAIT_S = 300.0  # another worker's plan of the same fleet: wait for it, then read its ledger
+
+
+def _plan_and_record(
+    warehouse: Warehouse,
+    adapter: NodeAdapter,
+    config: Any,
+    wall_now: datetime,
+    scale_down_nodes: Sequence[str],
+    manual_task_ids: Sequence[str],
+    budget: DisruptionBudget | None,
+) -> tuple[list[DrainDecision], int, str]:
     inputs, source = gather_planning_inputs(
         warehouse,
         adapter,
