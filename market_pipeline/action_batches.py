@@ -27,7 +27,12 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from market_pipeline.warehouse import Warehouse, WarehouseError, is_transaction_conflict, rollback
+from market_pipeline.warehouse import (
+    Warehouse,
+    WarehouseError,
+    raise_unless_conflict,
+    rollback,
+)
 
 # Result statuses. Only FAILED, ERROR and RUNNING make a batch run fail; an action the fleet
 # cannot carry out is INFEASIBLE, an outcome like any other.
@@ -191,9 +196,7 @@ def _claim_in_lake(store: Warehouse, params: list[Any], batch_id: str) -> set[st
             con.execute("COMMIT")
         except duckdb.Error as exc:
             rollback(con)
-            if is_transaction_conflict(exc):
-                raise
-            raise WarehouseError(f"claiming the decisions of batch {batch_id} failed: {exc}") from exc
+            raise_unless_conflict(exc, f"claiming the decisions of batch {batch_id} failed")
     return {row[0] for row in taken}
 
 
@@ -222,9 +225,7 @@ def _mirror_outcomes(store: Warehouse, outcomes: Sequence[tuple[str, str]], now:
                     [now],
                 )
             except duckdb.Error as exc:
-                if is_transaction_conflict(exc):
-                    raise
-                raise WarehouseError(f"recording {len(outcomes)} action outcomes failed: {exc}") from exc
+                raise_unless_conflict(exc, f"recording {len(outcomes)} action outcomes failed")
             finally:
                 con.unregister("_outcomes")
 

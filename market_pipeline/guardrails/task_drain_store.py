@@ -36,7 +36,7 @@ from market_pipeline.guardrails.task_drain_protocol import (
 from market_pipeline.guardrails.task_drain_score import DrainHistory
 from market_pipeline.guardrails.task_drain_steps import DrainReport
 from market_pipeline.hardware.protocol import TaskInfo
-from market_pipeline.warehouse import Warehouse, WarehouseError, is_transaction_conflict, rollback
+from market_pipeline.warehouse import Warehouse, WarehouseError, raise_unless_conflict, rollback
 from market_pipeline.warehouse.control import ControlConflict
 from market_pipeline.warehouse.drain_outbox import DrainWarning, write_drain_warning
 
@@ -160,11 +160,9 @@ class WarehouseAuditStore:
                     con.execute("COMMIT")
                 except duckdb.Error as exc:
                     rollback(con)
-                    if is_transaction_conflict(exc):
-                        raise
-                    raise WarehouseError(
-                        f"mirroring drain {history[0].drain_id} into drain_audit failed: {exc}"
-                    ) from exc
+                    raise_unless_conflict(
+                        exc, f"mirroring drain {history[0].drain_id} into drain_audit failed"
+                    )
 
         self.warehouse.retrying(write)
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import duckdb
 import polars as pl
@@ -177,11 +177,7 @@ class Warehouse:
                     con.execute("COMMIT")
                 except duckdb.Error as exc:
                     rollback(con)
-                    if is_transaction_conflict(exc):
-                        raise
-                    raise WarehouseError(
-                        f"migration {migration.version} ({migration.name}) failed: {exc}"
-                    ) from exc
+                    raise_unless_conflict(exc, f"migration {migration.version} ({migration.name}) failed")
                 applied.append(migration.version)
         return applied
 
@@ -289,9 +285,7 @@ class Warehouse:
                 try:
                     con.execute(sql)
                 except duckdb.Error as exc:
-                    if is_transaction_conflict(exc):
-                        raise
-                    raise WarehouseError(f"upsert into {table} failed: {exc}") from exc
+                    raise_unless_conflict(exc, f"upsert into {table} failed")
                 finally:
                     con.unregister("_incoming")
             return arrow.num_rows
@@ -338,6 +332,15 @@ class Warehouse:
         else:
             with self.connect() as fresh:
                 yield fresh
+
+
+def raise_unless_conflict(exc: duckdb.Error, what: str) -> NoReturn:
+    """Inside an `except duckdb.Error`: a lake's lost commit ("Transaction conflict") propagates
+    as it is, for `Warehouse.retrying` to run the transaction again; anything else is one
+    WarehouseError line, `what` first."""
+    if is_transaction_conflict(exc):
+        raise exc
+    raise WarehouseError(f"{what}: {exc}") from exc
 
 
 def rollback(con: duckdb.DuckDBPyConnection) -> None:
