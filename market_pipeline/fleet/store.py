@@ -25,13 +25,16 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import polars as pl
 
 from market_pipeline.bounded_input import MB, InputFileError, read_text_bounded
 from market_pipeline.fleet.state import TwinStateError
 from market_pipeline.hardware.protocol import SAMPLE_SCHEMA, TASK_EVENT_SCHEMA
+
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
 
 SAMPLE_RETENTION_S = 48 * 3600
 EVENT_RETENTION_S = 7 * 86_400
@@ -177,6 +180,19 @@ def _parquet(frame: pl.DataFrame) -> bytes:
     buffer = io.BytesIO()
     frame.write_parquet(buffer)
     return buffer.getvalue()
+
+
+def configured_blobs(config: MarketPipelineConfig, *, migrate: bool = True) -> Blobs | None:
+    """The twin's blobs in the control PostgreSQL when `[adapter] state_store = "control"`, keyed
+    by the configured state path (the control schema made first with `migrate`); None: files."""
+    if config.adapter.state_store != "control":
+        return None
+    from market_pipeline.warehouse.control import ControlBlobs, ControlStore
+
+    control = ControlStore(config.control_url, config.control.schema_name)
+    if migrate:
+        control.migrate()
+    return ControlBlobs(control, config.adapter.state_path)
 
 
 class TwinStore:

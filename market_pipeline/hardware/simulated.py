@@ -25,7 +25,7 @@ from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.fleet import operations as ops
 from market_pipeline.fleet.setup import FleetSetup, build_setup, default_epoch
 from market_pipeline.fleet.state import check_identity, expected_identity, twin_from_state, twin_to_state
-from market_pipeline.fleet.store import Blobs, TwinStore
+from market_pipeline.fleet.store import TwinStore, configured_blobs
 from market_pipeline.fleet.twin import FleetTwin, TwinParams
 from market_pipeline.fleet.workload import WorkloadParams
 from market_pipeline.hardware.protocol import (
@@ -38,7 +38,6 @@ from market_pipeline.hardware.protocol import (
     TaskKind,
     empty_samples,
 )
-from market_pipeline.warehouse.control import ControlBlobs, ControlStore
 
 MAX_ADVANCE_S = 62 * 86_400  # one call may not simulate more than two months
 
@@ -55,16 +54,6 @@ def _seconds(moment: datetime, name: str) -> int:
 
 def _datetime(ts: int) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
-
-
-def _shared_blobs(config: MarketPipelineConfig, state_path: Path | None) -> Blobs | None:
-    """The twin's blobs in the control PostgreSQL (`[adapter] state_store = "control"`), keyed by
-    the configured state path; None: files at the state path (also when a caller names its own)."""
-    if config.adapter.state_store != "control" or state_path is not None:
-        return None
-    control = ControlStore(config.control_url, config.control.schema_name)
-    control.migrate()
-    return ControlBlobs(control, config.adapter.state_path)
 
 
 class SimulatedAdapter:
@@ -86,7 +75,9 @@ class SimulatedAdapter:
         self.policy_name = policy or config.adapter.placement_policy
         self.epoch = epoch or config.adapter.sim_epoch
         path = state_path or config.resolve_path(config.adapter.state_path)
-        self.store = TwinStore(path, int(sample_buffer_hours * 3600), blobs=_shared_blobs(config, state_path))
+        self.store = TwinStore(
+            path, int(sample_buffer_hours * 3600), blobs=None if state_path else configured_blobs(config)
+        )
         self.timeout = config.adapter.operation_timeout_seconds
         self._twin: FleetTwin | None = None
         self._generation = -1

@@ -191,6 +191,10 @@ def test_adapters_of_two_homes_share_one_twin_in_postgres(
     assert not (tmp_path / "a" / "var").exists() and not (tmp_path / "b" / "var").exists()  # no local file
     state = json.loads(control.blob("var/fleet_state.json", "state.json") or b"{}")
     assert state["generation"] >= 2
+    # the Dagster partitions begin where the shared twin's history begins, read from PostgreSQL
+    from market_pipeline.fleet.history import _stored_epoch
+
+    assert _stored_epoch(_shared_config(monkeypatch, control.url, tmp_path / "c")) == epoch
 
 
 def _hold_drain_lease(url: str, ready: multiprocessing.Event) -> None:
