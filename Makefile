@@ -173,6 +173,7 @@ cluster-up: $(VENV)/.installed
 		 if not (cur.execute('SELECT 1 FROM pg_database WHERE datname = %s', (d,)) or cur.fetchone())]" \
 		$(CLUSTER_DB)_dagster $(CLUSTER_DB)_lake
 	@env $(CLUSTER_ENV) $(VENV)/bin/market-pipeline migrate
+	@cd $(CLUSTER_HOME)/dagster_home && env $(CLUSTER_ENV) $(abspath $(VENV))/bin/dagster instance concurrency set billing_dbt 1
 	@start() { name=$$1; shift; pid=$(CLUSTER_HOME)/$$name.pid; \
 		if [ -f $$pid ] && kill -0 $$(cat $$pid) 2>/dev/null; then echo "$$name already up"; return; fi; \
 		(cd $(CLUSTER_HOME)/dagster_home && env $(CLUSTER_ENV) setsid nohup "$$@" > $(CLUSTER_HOME)/$$name.log 2>&1 & echo $$! > $$pid); \

@@ -118,6 +118,10 @@ def _soak(minutes: float, dagster_home: Path, logger: logging.Logger) -> SoakRes
     # a closed hour to serve, so a skipped tick means the daemon missed one
     start = make_adapter(config).now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     instance = simulated_instance(dagster_home)
+    if config.warehouse.backend != "duckdb":  # as `make cluster-up` sets it: one dbt build at a time
+        from assets.billing_dbt import BILLING_DBT_POOL
+
+        instance.event_log_storage.set_concurrency_slots(BILLING_DBT_POOL, 1)
     began = time.monotonic()
     deadline = began + minutes * 60
     steps, at = 0, start
