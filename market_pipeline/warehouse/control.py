@@ -43,6 +43,14 @@ class ControlError(WarehouseError):
     """The control PostgreSQL could not be reached or refused an operation (one line)."""
 
 
+class ControlUnreachable(ControlError):
+    """No connection to the control PostgreSQL could be made (names it and why)."""
+
+    def __init__(self, where: str, detail: str) -> None:
+        super().__init__(f"cannot reach the {where}: {detail}")
+        self.detail = detail
+
+
 class ControlConflict(ControlError):
     """A constraint refused a second writer (a drain step already written differently)."""
 
@@ -104,7 +112,7 @@ class ControlStore:
         try:
             con = psycopg2.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S)
         except psycopg2.Error as exc:
-            raise ControlError(f"cannot reach the {self.describe()}: {_first_line(exc)}") from None
+            raise ControlUnreachable(self.describe(), _first_line(exc)) from None
         con.autocommit = False
         with con.cursor() as cur:
             cur.execute(f"SET search_path TO {_ident(self.schema)}, public")
@@ -160,8 +168,9 @@ class ControlStore:
                     ) from None
                 lost = exc
             if time.monotonic() > deadline:
+                detail = lost.detail if isinstance(lost, ControlUnreachable) else _first_line(lost)
                 raise ControlError(
-                    f"{what}: cannot reach the {self.describe()} for {self.retry_seconds:g}s: {_first_line(lost)}"
+                    f"{what}: cannot reach the {self.describe()} for {self.retry_seconds:g}s: {detail}"
                 ) from None
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 1.0)
