@@ -4,7 +4,8 @@ line naming it), and a worker process killed with SIGKILL in the middle of a bat
 run takes its claims over and every decision ends with one outcome).
 
 The restart needs a PostgreSQL of the test's own (it must not restart the shared one): the
-fixture makes one with `initdb` on port 18701 and skips when the server binaries are absent."""
+fixture makes one with `initdb` on the first free port from 18701 and skips when the server
+binaries are absent."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import os
 import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -30,8 +32,9 @@ from market_pipeline.warehouse import open_warehouse
 from market_pipeline.warehouse.control import ControlError, ControlStore
 from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow, decisions_frame
 
-PORT = 18701
+PORTS = range(18701, 18800)  # the first free one (the suite runs tests in parallel)
 NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
+pytestmark = pytest.mark.postgres
 
 
 @dataclass
@@ -39,10 +42,11 @@ class PrivatePostgres:
     bin: Path
     data: Path
     user: str | None
+    port: int = 0
 
     @property
     def dsn(self) -> str:
-        return f"host=127.0.0.1 port={PORT} user=postgres dbname=postgres"
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
 
     def ctl(self, *args: str) -> None:
         command = [str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", *args]
@@ -74,8 +78,20 @@ def private_postgres() -> Iterator[PrivatePostgres]:
         ["runuser", "-u", user, "--", *init] if user else init, check=True, capture_output=True, timeout=120
     )
     server = PrivatePostgres(bin_dir, data, user)
-    options = f"-p {PORT} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off"
-    server.ctl("-o", options, "-l", str(data / "log"), "start")
+    for port in PORTS:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                continue  # taken
+        options = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off"
+        try:
+            server.ctl("-o", options, "-l", str(data / "log"), "start")
+        except subprocess.CalledProcessError:
+            continue  # another test took it meanwhile
+        server.port = port
+        break
+    else:
+        shutil.rmtree(data, ignore_errors=True)
+        pytest.skip(f"no free port in {PORTS.start}-{PORTS.stop - 1} for a test PostgreSQL")
     try:
         yield server
     finally:
@@ -133,7 +149,7 @@ def test_postgres_gone_is_one_line_naming_it(private_postgres: PrivatePostgres) 
         control.claim(["x"], "b@t", "run-1", NOW, ["run-1"])
     message = str(caught.value)
     assert "\n" not in message
-    assert f"cannot reach the control PostgreSQL host=127.0.0.1 port={PORT}" in message
+    assert f"cannot reach the control PostgreSQL host=127.0.0.1 port={private_postgres.port}" in message
 
 
 def _worker(path: str, url: str, acted: str, run_id: str) -> None:

@@ -28,6 +28,7 @@ from market_pipeline.warehouse import open_warehouse
 from market_pipeline.warehouse.control import ControlConflict, ControlStore, LockBusy
 
 NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
+pytestmark = pytest.mark.postgres
 IDS = [f"d{i:04d}" for i in range(300)]
 
 
