@@ -147,7 +147,7 @@ clean:
 	rm -rf var dbt/target dbt/logs
 
 # The cluster profile on one machine (README "Cluster profile"): the PostgreSQL databases
-# (Dagster storage, DuckLake catalog) created, then a webserver, the daemon and 2 Celery workers,
+# (Dagster storage, DuckLake catalog, which also holds the control schema and the twin) created, then a webserver, the daemon and 2 Celery workers,
 # each its own process (group); `make cluster-down` stops them. Override CLUSTER_PG (admin URL),
 # CLUSTER_DB (database name prefix) and CELERY_BROKER (RabbitMQ pyamqp:// or Redis redis://).
 CLUSTER_HOME := $(CURDIR)/var/cluster
@@ -160,7 +160,8 @@ export CLUSTER_ENV := PATH=$(abspath $(VENV))/bin:$(PATH) MARKET_PIPELINE_HOME=$
 	DAGSTER_PG_URL=$(subst postgresql://,postgresql+psycopg2://,$(CLUSTER_PG))/$(CLUSTER_DB)_dagster \
 	MP__WAREHOUSE__BACKEND=ducklake MP__WAREHOUSE__DATA_PATH=$(CLUSTER_HOME)/lake/ \
 	MP__WAREHOUSE__CATALOG_URL=$(CLUSTER_PG)/$(CLUSTER_DB)_lake \
-	MP__ORCHESTRATION__EXECUTOR=celery MP__ORCHESTRATION__CELERY_BROKER=$(CELERY_BROKER)
+	MP__ORCHESTRATION__EXECUTOR=celery MP__ORCHESTRATION__CELERY_BROKER=$(CELERY_BROKER) \
+	MP__CONTROL__BACKEND=postgres MP__ADAPTER__STATE_STORE=control
 
 cluster-up: $(VENV)/.installed
 	@mkdir -p $(CLUSTER_HOME)/dagster_home $(CLUSTER_HOME)/lake
@@ -172,6 +173,7 @@ cluster-up: $(VENV)/.installed
 		 if not (cur.execute('SELECT 1 FROM pg_database WHERE datname = %s', (d,)) or cur.fetchone())]" \
 		$(CLUSTER_DB)_dagster $(CLUSTER_DB)_lake
 	@env $(CLUSTER_ENV) $(VENV)/bin/market-pipeline migrate
+	@cd $(CLUSTER_HOME)/dagster_home && env $(CLUSTER_ENV) $(abspath $(VENV))/bin/dagster instance concurrency set billing_dbt 1
 	@start() { name=$$1; shift; pid=$(CLUSTER_HOME)/$$name.pid; \
 		if [ -f $$pid ] && kill -0 $$(cat $$pid) 2>/dev/null; then echo "$$name already up"; return; fi; \
 		(cd $(CLUSTER_HOME)/dagster_home && env $(CLUSTER_ENV) setsid nohup "$$@" > $(CLUSTER_HOME)/$$name.log 2>&1 & echo $$! > $$pid); \

@@ -33,7 +33,7 @@ from market_pipeline.billing.dbt_project import (
     ensure_manifest,
     environment_overrides,
 )
-from market_pipeline.config import ConfigError, load_config
+from market_pipeline.config import ConfigError, MarketPipelineConfig, load_config
 from market_pipeline.warehouse.lake import DBT_TARGET as LAKE_DBT_TARGET
 
 GROUP = "billing"  # with the billing assets (assets/billing.py): billing_job selects the group
@@ -80,9 +80,21 @@ class BillingDbtTranslator(DagsterDbtTranslator):
         return spec._replace(description=dbt_test_description(node))
 
 
+BILLING_DBT_POOL = "billing_dbt"  # `make cluster-up` sets its limit to 1
+
+
+def billing_dbt_pool(config: MarketPipelineConfig) -> str:
+    """The pool of the billing dbt build: the one-writer `warehouse` pool of the embedded default;
+    on a lake (no `warehouse` limit) a pool of its own, so that two builds never run at once."""
+    return "warehouse" if config.warehouse.backend == "duckdb" else BILLING_DBT_POOL
+
+
 @functools.cache
-def billing_dbt_models() -> dg.AssetsDefinition:
-    """The dbt models of the billing marts, one asset each, their tests as asset checks."""
+def billing_dbt_models(pool: str = "warehouse") -> dg.AssetsDefinition:
+    """The dbt models of the billing marts, one asset each, their tests as asset checks, in
+    `pool` (the embedded default's one-writer `warehouse`; on the cluster profile a pool of
+    their own, `billing_dbt`, limited to 1: two dbt builds at once on a lake rename relations
+    over each other and fail)."""
     project = billing_dbt_project()
     translator = BillingDbtTranslator(
         settings=DagsterDbtTranslatorSettings(
@@ -95,7 +107,7 @@ def billing_dbt_models() -> dg.AssetsDefinition:
         project=project,
         partitions_def=HOURLY_PARTITIONS,
         backfill_policy=SINGLE_RUN,
-        pool="warehouse",
+        pool=pool,
         dagster_dbt_translator=translator,
         name="billing_dbt_models",
     )

@@ -9,7 +9,8 @@ import dagster as dg
 from market_pipeline.config import MarketPipelineConfig, load_config
 from market_pipeline.hardware.protocol import NodeAdapter
 from market_pipeline.warehouse import Lake, Warehouse, open_warehouse
-from market_pipeline.warehouse.profile import configured_lake
+from market_pipeline.warehouse.control import ControlStore
+from market_pipeline.warehouse.profile import configured_control, configured_lake
 
 
 class WarehouseResource(dg.ConfigurableResource):
@@ -21,29 +22,38 @@ class WarehouseResource(dg.ConfigurableResource):
     backend: str = "duckdb"
     catalog_url: str = ""
     data_path: str = ""
+    # the control state's PostgreSQL (cluster profile); empty: in the warehouse
+    control_url: str = ""
+    control_schema: str = ""
 
     @classmethod
     def from_config(cls, config: MarketPipelineConfig) -> "WarehouseResource":
-        lake = configured_lake(config)
+        lake, control = configured_lake(config), configured_control(config)
+        controls = {"control_url": control.url, "control_schema": control.schema} if control else {}
         if lake is None:
-            return cls(path=str(config.warehouse_path))
+            return cls(path=str(config.warehouse_path), **controls)
         return cls(
             path=str(config.warehouse_path),
             backend="ducklake",
             catalog_url=lake.catalog,
             data_path=lake.data_path,
+            **controls,
         )
 
     @property
     def lake(self) -> Lake | None:
         return Lake(self.catalog_url, self.data_path) if self.backend == "ducklake" else None
 
+    @property
+    def control(self) -> ControlStore | None:
+        return ControlStore(self.control_url, self.control_schema) if self.control_url else None
+
     def get(self) -> Warehouse:
-        return open_warehouse(self.path, migrate=True, lake=self.lake)
+        return open_warehouse(self.path, migrate=True, lake=self.lake, control=self.control)
 
     def reader(self) -> Warehouse:
         """For read-only use: no migration, no write lock."""
-        return Warehouse(Path(self.path), lake=self.lake)
+        return Warehouse(Path(self.path), lake=self.lake, control=self.control)
 
 
 class FleetAdapterResource(dg.ConfigurableResource):

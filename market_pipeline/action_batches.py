@@ -5,6 +5,10 @@ warehouse (one conditional UPDATE, so two runs of the same batch cannot both tak
 any is carried out, and each outcome is written on its decision. A decision is thus carried
 out at most once, however often a batch is rerun.
 
+On the cluster profile (`store.control`), the claim and the first outcome are taken in the
+control PostgreSQL (`decision_claims`, primary key the decision): that is the authority, and
+the warehouse's `decisions` row mirrors it for readers.
+
 A claim whose run died before it wrote an outcome is settled by the next run of the batch:
 a drain is taken over and resumed (its protocol continues from the audit log without
 repeating a step); a scaling action is recorded as abandoned, since it may have been half
@@ -23,7 +27,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from market_pipeline.warehouse import Warehouse, WarehouseError, is_transaction_conflict, rollback
+from market_pipeline.warehouse import Warehouse, WarehouseError, raise_unless_conflict, rollback
 from market_pipeline.warehouse.decisions import DecisionOutcome
 
 # Result statuses: the outcomes of `warehouse.decisions.DecisionOutcome`, as the plain text that
@@ -108,13 +112,29 @@ def pending_batches(store: Warehouse, kind: str, actions: Sequence[str] | None =
 def batch_rows(
     store: Warehouse, kind: str, tick: datetime, actions: Sequence[str] | None = None
 ) -> list[dict[str, Any]]:
-    """Every approved, live decision of the batch, executed or not, in decision-id order."""
+    """Every approved, live decision of the batch, executed or not, in decision-id order.
+    On the cluster profile the claim columns are the control PostgreSQL's (outcomes it holds
+    that the warehouse lost to a crash between the two writes are mirrored again here)."""
     frame = store.query(
         f"SELECT {_BATCH_COLUMNS} FROM decisions WHERE kind = ? AND allowed AND NOT shadow "
         f"AND decided_at = ? {_ACTION_FILTER if actions is not None else ''} ORDER BY decision_id",
         [kind, tick, *([list(actions)] if actions is not None else [])],
     )
-    return frame.to_dicts()
+    rows = frame.to_dicts()
+    if store.control is None or not rows:
+        return rows
+    claims = store.control.claims([r["decision_id"] for r in rows])
+    unmirrored: dict[datetime, list[tuple[str, str]]] = {}
+    for row in rows:
+        held = claims.get(row["decision_id"])
+        if held is None:  # never claimed under the control store (or decided before it)
+            continue
+        if held["executed_at"] is not None and row["executed_at"] is None:
+            unmirrored.setdefault(held["executed_at"], []).append((row["decision_id"], held["outcome"]))
+        row.update(held)
+    for at, pairs in unmirrored.items():
+        _mirror_outcomes(store, pairs, at)
+    return rows
 
 
 def claim(
@@ -130,6 +150,15 @@ def claim(
     if not decision_ids:
         return set()
     params = [run_id, now, batch_id, list(decision_ids), [run_id, *take_over]]
+    if store.control is not None:
+        taken = store.control.claim(decision_ids, batch_id, run_id, now, [run_id, *take_over])
+        if taken:  # mirrored for readers; the control PostgreSQL decides
+            store.execute(
+                "UPDATE decisions SET claimed_by = ?, claimed_at = ?, batch_id = ? "
+                "WHERE list_contains(?, decision_id) AND executed_at IS NULL",
+                [run_id, now, batch_id, sorted(taken)],
+            )
+        return taken
     if store.lake is not None:
         return store.retrying(lambda: _claim_in_lake(store, params, batch_id))
     with store.connect() as con:
@@ -163,30 +192,40 @@ def _claim_in_lake(store: Warehouse, params: list[Any], batch_id: str) -> set[st
             con.execute("COMMIT")
         except duckdb.Error as exc:
             rollback(con)
-            if is_transaction_conflict(exc):
-                raise
-            raise WarehouseError(f"claiming the decisions of batch {batch_id} failed: {exc}") from exc
+            raise_unless_conflict(exc, f"claiming the decisions of batch {batch_id} failed")
     return {row[0] for row in taken}
 
 
 def record_outcomes(store: Warehouse, outcomes: Sequence[tuple[str, str]], now: datetime) -> None:
     """Write (decision id, outcome) pairs in one statement; a decision already executed keeps
-    its first outcome."""
+    its first outcome (on the cluster profile, the first the control PostgreSQL took)."""
+    if not outcomes:
+        return
+    if store.control is not None:
+        outcomes = store.control.record_outcomes(outcomes, now)
+    _mirror_outcomes(store, outcomes, now)
+
+
+def _mirror_outcomes(store: Warehouse, outcomes: Sequence[tuple[str, str]], now: datetime) -> None:
     if not outcomes:
         return
     frame = pa.table({"decision_id": [d for d, _ in outcomes], "outcome": [o for _, o in outcomes]})
-    with store.connect() as con:
-        con.register("_outcomes", frame)
-        try:
-            con.execute(
-                "UPDATE decisions SET executed_at = ?, outcome = o.outcome FROM _outcomes o "
-                "WHERE decisions.decision_id = o.decision_id AND decisions.executed_at IS NULL",
-                [now],
-            )
-        except duckdb.Error as exc:
-            raise WarehouseError(f"recording {len(outcomes)} action outcomes failed: {exc}") from exc
-        finally:
-            con.unregister("_outcomes")
+
+    def write() -> None:
+        with store.connect() as con:
+            con.register("_outcomes", frame)
+            try:
+                con.execute(
+                    "UPDATE decisions SET executed_at = ?, outcome = o.outcome FROM _outcomes o "
+                    "WHERE decisions.decision_id = o.decision_id AND decisions.executed_at IS NULL",
+                    [now],
+                )
+            except duckdb.Error as exc:
+                raise_unless_conflict(exc, f"recording {len(outcomes)} action outcomes failed")
+            finally:
+                con.unregister("_outcomes")
+
+    store.retrying(write)
 
 
 def record_outcome(store: Warehouse, decision_id: str, now: datetime, outcome: str) -> None:
@@ -263,6 +302,8 @@ def carry_out(
 
 
 def release(store: Warehouse, decision_ids: Sequence[str], run_id: str) -> None:
+    if decision_ids and store.control is not None:
+        store.control.release(decision_ids, run_id)
     if decision_ids:
         store.execute(
             "UPDATE decisions SET claimed_by = NULL, claimed_at = NULL WHERE "

@@ -22,7 +22,7 @@ warnings.filterwarnings(
 )
 
 from assets.billing import billing_assets  # noqa: E402 - after the filters above
-from assets.billing_dbt import billing_dbt_models, dbt_resource  # noqa: E402
+from assets.billing_dbt import billing_dbt_models, billing_dbt_pool, dbt_resource  # noqa: E402
 from assets.decision_checks import decision_checks  # noqa: E402
 from assets.demand_response import demand_response_assets  # noqa: E402
 from assets.drain import drain_assets  # noqa: E402
@@ -67,7 +67,7 @@ def build_definitions() -> dg.Definitions:
             *scaling_assets,
             *drain_assets,
             *billing_assets,
-            billing_dbt_models(),
+            billing_dbt_models(billing_dbt_pool(config)),
             *simulation_assets,
             *demand_response_assets,
         ],

@@ -42,11 +42,13 @@ BATCH_JOBS = ("drain_job", "scaling_actions_job")
 INSTANCE_YAML = """storage:
   postgres:
     postgres_url: "{url}"
-concurrency:
+{pools}telemetry:
+  enabled: false
+"""
+# The embedded default's one-writer `warehouse` pool; the cluster profile (a DuckLake) has none.
+ONE_WRITER_POOL = """concurrency:
   pools:
     default_limit: 1
-telemetry:
-  enabled: false
 """
 
 
@@ -95,7 +97,11 @@ def run_soak(
     with tempfile.TemporaryDirectory(prefix="soak-") as home, soak_database(admin_url) as url:
         dagster_home = Path(home) / "dagster_home"
         dagster_home.mkdir()
-        (dagster_home / "dagster.yaml").write_text(INSTANCE_YAML.format(url=url))
+        from market_pipeline.config import load_config
+
+        lake = load_config().warehouse.backend == "ducklake"
+        pools = "" if lake else ONE_WRITER_POOL
+        (dagster_home / "dagster.yaml").write_text(INSTANCE_YAML.format(url=url, pools=pools))
         from market_pipeline.billing.dbt_project import environment_overrides
 
         with environment_overrides({"MARKET_PIPELINE_HOME": home, "DAGSTER_HOME": str(dagster_home)}):
@@ -112,6 +118,10 @@ def _soak(minutes: float, dagster_home: Path, logger: logging.Logger) -> SoakRes
     # a closed hour to serve, so a skipped tick means the daemon missed one
     start = make_adapter(config).now().replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     instance = simulated_instance(dagster_home)
+    if config.warehouse.backend != "duckdb":  # as `make cluster-up` sets it: one dbt build at a time
+        from assets.billing_dbt import BILLING_DBT_POOL
+
+        instance.event_log_storage.set_concurrency_slots(BILLING_DBT_POOL, 1)
     began = time.monotonic()
     deadline = began + minutes * 60
     steps, at = 0, start

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import uuid
@@ -57,6 +58,27 @@ _hypothesis_settings.register_profile("repeatable", derandomize=True, deadline=N
 _hypothesis_settings.load_profile("repeatable")
 
 
+@contextlib.contextmanager
+def fresh_postgres_database(prefix: str) -> Iterator[str]:
+    """A new PostgreSQL database on 127.0.0.1:5432 (its libpq string), dropped afterwards;
+    skips the test when PostgreSQL is not running there."""
+    psycopg2 = pytest.importorskip("psycopg2")
+    try:
+        admin = psycopg2.connect("host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3)
+    except psycopg2.OperationalError:
+        pytest.skip("PostgreSQL is not running on 127.0.0.1:5432")
+    admin.autocommit = True
+    name = f"{prefix}{uuid.uuid4().hex[:12]}"
+    with admin.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE {name}")
+    try:
+        yield f"host=127.0.0.1 port=5432 user=postgres dbname={name}"
+    finally:
+        with admin.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
+
+
 @pytest.fixture()
 def lake(tmp_path: Path) -> Iterator[object]:
     """An empty DuckLake of this test's own (the cluster profile's warehouse): its catalog a
@@ -65,24 +87,21 @@ def lake(tmp_path: Path) -> Iterator[object]:
     from market_pipeline.warehouse import Lake, WarehouseError
     from market_pipeline.warehouse.lake import extension_directory, forget_instance
 
-    psycopg2 = pytest.importorskip("psycopg2")
     try:
         extension_directory()
     except WarehouseError as exc:
         pytest.skip(str(exc))
-    try:
-        admin = psycopg2.connect("host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3)
-    except psycopg2.OperationalError:
-        pytest.skip("PostgreSQL is not running on 127.0.0.1:5432")
-    admin.autocommit = True
-    name = f"mp_lake_test_{uuid.uuid4().hex[:12]}"
-    with admin.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE {name}")
-    made = Lake(f"host=127.0.0.1 port=5432 user=postgres dbname={name}", f"{tmp_path}/lake/")
-    try:
-        yield made
-    finally:
-        forget_instance(made)
-        with admin.cursor() as cursor:
-            cursor.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.close()
+    with fresh_postgres_database("mp_lake_test_") as catalog:
+        made = Lake(catalog, f"{tmp_path}/lake/")
+        try:
+            yield made
+        finally:
+            forget_instance(made)
+
+
+@pytest.fixture()
+def control_url() -> Iterator[str]:
+    """A fresh PostgreSQL database on 127.0.0.1:5432 for the cluster profile's control state,
+    dropped afterwards; skips when PostgreSQL is not running there."""
+    with fresh_postgres_database("mp_control_test_") as url:
+        yield url

@@ -18,9 +18,9 @@ from market_pipeline.cli.warehouse_options import (
 from market_pipeline.config import ConfigError, MarketPipelineConfig, load_config
 from market_pipeline.warehouse import WarehouseError, open_warehouse
 from market_pipeline.warehouse.isolated import run_isolated
-from market_pipeline.warehouse.profile import configured_lake, configured_warehouse
+from market_pipeline.warehouse.profile import configured_control, configured_lake, configured_warehouse
 from market_pipeline.warehouse.sql_guard import SqlLimits, SqlRefused, check_read_only, query_warehouse
-from market_pipeline.warehouse.transfer import copy_into_lake
+from market_pipeline.warehouse.transfer import copy_into_lake, seed_control
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,9 +98,14 @@ def run_migrate(args: argparse.Namespace) -> int:
             warehouse = configured_warehouse(load_config())
         applied = warehouse.migrate()
         version = warehouse.schema_version()
+        control = {} if warehouse.control is None else {"control_applied": warehouse.control.migrate()}
     except (WarehouseError, ConfigError) as exc:
         return input_error(exc)
-    print(json.dumps({"warehouse": warehouse.location, "applied": applied, "schema_version": version}))
+    print(
+        json.dumps(
+            {"warehouse": warehouse.location, "applied": applied, "schema_version": version, **control}
+        )
+    )
     return 0
 
 
@@ -113,6 +118,8 @@ def _copy_to_cluster(args: argparse.Namespace, config: MarketPipelineConfig) -> 
         )
     source = warehouse_path(args.warehouse, config)
     copies = copy_into_lake(source, open_warehouse(source, migrate=False, lake=lake))
+    control = configured_control(config)
+    seeded = {} if control is None else {"control": seed_control(source, control)}
     print(
         json.dumps(
             {
@@ -122,6 +129,7 @@ def _copy_to_cluster(args: argparse.Namespace, config: MarketPipelineConfig) -> 
                     c.table: {"source_rows": c.source_rows, "target_rows": c.target_rows} for c in copies
                 },
                 "rows": sum(c.target_rows for c in copies),
+                **seeded,
             }
         )
     )

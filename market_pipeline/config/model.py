@@ -45,6 +45,20 @@ class WarehouseConfig(_Strict):
         return self
 
 
+class ControlConfig(_Strict):
+    """Where the loop's control state lives: the state that needs one writer at a time
+    (decision claims and outcomes, the drain journal) and, with `[adapter] state_store =
+    "control"`, the simulated adapter's twin. `warehouse` (the embedded default): in the
+    warehouse's own tables and files. `postgres` (the cluster profile): in the PostgreSQL
+    database `url` (empty: the warehouse's DuckLake catalog), schema `schema_name`, with primary
+    keys, atomic claims and advisory locks, so that two workers cannot both act on one decision.
+    Credentials belong in the environment (MP__CONTROL__URL)."""
+
+    backend: Literal["warehouse", "postgres"] = "warehouse"
+    url: str = ""
+    schema_name: str = Field("market_control", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 class OrchestrationConfig(_Strict):
     """Where Dagster runs a job's steps. `in_process` (the embedded default): in the run's own
     process. `celery` (the cluster profile): on Celery workers (dagster-celery) fed through
@@ -59,6 +73,9 @@ class OrchestrationConfig(_Strict):
 class AdapterConfig(_Strict):
     backend: Literal["simulated", "local-process", "nvml", "dcgm", "slurm"] = "simulated"
     state_path: str = "var/fleet_state.json"
+    # where the simulated twin lives: `file` (state_path and the folder beside it, one machine)
+    # or `control` (the control PostgreSQL, read and written by any worker under a lock)
+    state_store: Literal["file", "control"] = "file"
     seed: int = 7
     fleet_source: str = "config"
     workload_source: str = "builtin"
@@ -315,6 +332,7 @@ class ServiceConfig(_Strict):
 class MarketPipelineConfig(_Strict):
     warehouse: WarehouseConfig = WarehouseConfig()
     orchestration: OrchestrationConfig = OrchestrationConfig()
+    control: ControlConfig = ControlConfig()
     adapter: AdapterConfig = AdapterConfig()
     loop: LoopConfig = LoopConfig()
     market: MarketConfig = MarketConfig()
@@ -348,7 +366,20 @@ class MarketPipelineConfig(_Strict):
         tenant_ids = [t.id for t in self.tenants]
         if len(tenant_ids) != len(set(tenant_ids)):
             raise ValueError("tenants: duplicate tenant id")
+        if self.control.backend == "postgres" and not self.control_url:
+            raise ValueError(
+                "control.url: backend 'postgres' needs a PostgreSQL url (or a ducklake catalog_url)"
+            )
+        if self.adapter.state_store == "control" and self.control.backend != "postgres":
+            raise ValueError("adapter.state_store: 'control' needs [control] backend = 'postgres'")
         return self
+
+    @property
+    def control_url(self) -> str:
+        """The control PostgreSQL: `[control] url`, else the DuckLake's catalog."""
+        return self.control.url or (
+            self.warehouse.catalog_url if self.warehouse.backend == "ducklake" else ""
+        )
 
     @cached_property
     def gpu_model_by_name(self) -> dict[str, GpuModel]:

@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.fleet.setup import default_epoch
 from market_pipeline.fleet.state import TwinStateError
-from market_pipeline.fleet.store import TwinStore
+from market_pipeline.fleet.store import TwinStore, configured_blobs
+from market_pipeline.warehouse.errors import WarehouseError
 
 HISTORY_START_ENV = "MARKET_PIPELINE_HISTORY_START"
 
@@ -46,9 +47,12 @@ def _pinned(text: str) -> datetime:
 
 def _stored_epoch(config: MarketPipelineConfig) -> datetime | None:
     try:
-        state = TwinStore(config.resolve_path(config.adapter.state_path)).read_state()
-    except TwinStateError:
-        return None  # the adapter reports a broken state where it is used; partitions need not
+        blobs = configured_blobs(config, migrate=False)
+        state = TwinStore(config.resolve_path(config.adapter.state_path), blobs=blobs).read_state()
+    except (TwinStateError, WarehouseError):
+        # a broken state, or a control PostgreSQL without one yet or out of reach: the adapter
+        # reports it where it is used; partitions need not
+        return None
     if not state or "epoch_ts" not in state:
         return None
     return datetime.fromtimestamp(int(state["epoch_ts"]), UTC)

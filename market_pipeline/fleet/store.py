@@ -6,24 +6,35 @@ Writes go Parquet first, JSON last, each via a temp file and an atomic rename. B
 carry the generation that wrote them; readers ignore rows newer than the JSON's
 generation, so a crash between the two leaves a consistent view. The adapter serialises
 processes that share the state with an advisory file lock.
+
+The same named blobs can live elsewhere (`Blobs`): on the cluster profile
+(`[adapter] state_store = "control"`) they are rows of the control PostgreSQL, written in one
+transaction per commit, and the lock is a PostgreSQL advisory lock, so any worker on any
+machine reads and moves one twin.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import io
 import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import polars as pl
 
 from market_pipeline.bounded_input import MB, InputFileError, read_text_bounded
 from market_pipeline.fleet.state import TwinStateError
 from market_pipeline.hardware.protocol import SAMPLE_SCHEMA, TASK_EVENT_SCHEMA
+
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
 
 SAMPLE_RETENTION_S = 48 * 3600
 EVENT_RETENTION_S = 7 * 86_400
@@ -32,6 +43,9 @@ GEN = "_generation"
 # the twin's JSON state: nodes and tasks of a large fleet, far below this
 MAX_STATE_BYTES = 512 * MB
 _GENERATION = re.compile(r'^\{"version":\d+,"generation":(\d+),')
+SAMPLES = "samples/"
+EVENTS = "task_events.parquet"
+ENDED = "ended_tasks.parquet"
 
 ENDED_SCHEMA: dict[str, pl.DataType] = {
     "task_id": pl.Utf8,
@@ -68,45 +82,151 @@ def _atomic_write(path: Path, write) -> None:  # noqa: ANN001 - write(tmp_path)
         raise
 
 
+STATE = "state.json"  # the commit point's name among a twin's blobs
+
+
+class Blobs(Protocol):
+    """Where a twin's named blobs live: `STATE` (the JSON) and its Parquet buffers
+    (`samples/hour-N.parquet`, `task_events.parquet`, `ended_tasks.parquet`)."""
+
+    def get(self, name: str, head: int | None = None) -> bytes | None: ...
+
+    def put(self, blobs: Sequence[tuple[str, bytes | None]]) -> None:
+        """Write (name, body) pairs in order (None deletes); the last is the commit point."""
+        ...
+
+    def names(self, prefix: str) -> list[str]: ...
+
+    def lock(self, wait_seconds: float) -> contextlib.AbstractContextManager[None]:
+        """Hold the twin's writer lock (TimeoutError or a LockBusy after wait_seconds)."""
+        ...
+
+    def describe(self) -> str: ...
+
+
+class FileBlobs:
+    """The embedded default: `<state>.json` and `<state>.d/`, each file written to a temp file
+    and renamed; the lock is an `flock` on `<state>.json.lock`."""
+
+    def __init__(self, state_path: Path) -> None:
+        self.state_path = state_path
+        self.folder = state_path.parent / f"{state_path.stem}.d"
+
+    def path(self, name: str) -> Path:
+        return self.state_path if name == STATE else self.folder / name
+
+    def get(self, name: str, head: int | None = None) -> bytes | None:
+        path = self.path(name)
+        try:
+            if head is not None:
+                with open(path, "rb") as handle:
+                    return handle.read(head)
+            if name == STATE:
+                return read_text_bounded(path, "twin state", MAX_STATE_BYTES).encode()
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except InputFileError as exc:
+            if not path.exists():
+                return None  # removed between the two looks
+            raise TwinStateError(str(exc)) from None
+        except OSError as exc:  # a directory where the state file belongs, no permission
+            raise TwinStateError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+    def put(self, blobs: Sequence[tuple[str, bytes | None]]) -> None:
+        for name, body in blobs:
+            path = self.path(name)
+            if body is None:
+                path.unlink(missing_ok=True)
+            else:
+                _atomic_write(path, lambda tmp, body=body: tmp.write_bytes(body))
+
+    def names(self, prefix: str) -> list[str]:
+        folder = self.folder / prefix.rsplit("/", 1)[0] if "/" in prefix else self.folder
+        if not folder.is_dir():
+            return []
+        return sorted(
+            str(p.relative_to(self.folder))
+            for p in folder.iterdir()
+            if str(p.relative_to(self.folder)).startswith(prefix)
+        )
+
+    @contextlib.contextmanager
+    def lock(self, wait_seconds: float) -> Iterator[None]:
+        deadline = time.monotonic() + wait_seconds
+        path = self.state_path.with_name(self.state_path.name + ".lock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+") as handle:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"fleet state {self.state_path} stayed locked for {wait_seconds:g}s"
+                        ) from None
+                    time.sleep(0.02)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def describe(self) -> str:
+        return str(self.state_path)
+
+
+def _parquet(frame: pl.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    frame.write_parquet(buffer)
+    return buffer.getvalue()
+
+
+def configured_blobs(config: MarketPipelineConfig, *, migrate: bool = True) -> Blobs | None:
+    """The twin's blobs in the control PostgreSQL when `[adapter] state_store = "control"`, keyed
+    by the configured state path (the control schema made first with `migrate`); None: files."""
+    if config.adapter.state_store != "control":
+        return None
+    from market_pipeline.warehouse.control import ControlBlobs, ControlStore
+
+    control = ControlStore(config.control_url, config.control.schema_name)
+    if migrate:
+        control.migrate()
+    return ControlBlobs(control, config.adapter.state_path)
+
+
 class TwinStore:
-    def __init__(self, state_path: Path, sample_retention_s: int = SAMPLE_RETENTION_S) -> None:
+    def __init__(
+        self, state_path: Path, sample_retention_s: int = SAMPLE_RETENTION_S, blobs: Blobs | None = None
+    ) -> None:
         if sample_retention_s < HOUR:
             raise ValueError(f"the sample buffer must keep at least one hour, got {sample_retention_s}s")
         self.sample_retention_s = sample_retention_s
         self.state_path = state_path
-        self.folder = state_path.parent / f"{state_path.stem}.d"
-        self.samples_folder = self.folder / "samples"
-        self.events_path = self.folder / "task_events.parquet"
-        self.ended_path = self.folder / "ended_tasks.parquet"
+        self.blobs: Blobs = blobs if blobs is not None else FileBlobs(state_path)
+        self.where = self.blobs.describe()
 
     # -- JSON ------------------------------------------------------------------------------
     def read_state(self) -> dict[str, Any] | None:
-        if not self.state_path.exists() and not self.state_path.is_symlink():
+        body = self.blobs.get(STATE)
+        if body is None:
             return None
+        if len(body) > MAX_STATE_BYTES:
+            raise TwinStateError(f"{self.where}: the twin state is over {MAX_STATE_BYTES // MB} MB")
         try:
-            text = read_text_bounded(self.state_path, "twin state", MAX_STATE_BYTES)
-        except InputFileError as exc:
-            if not self.state_path.exists():
-                return None  # removed between the two looks
-            raise TwinStateError(str(exc)) from None
-        try:
-            state = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TwinStateError(f"{self.state_path}: not valid JSON ({exc})") from None
+            state = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise TwinStateError(f"{self.where}: not valid JSON ({exc})") from None
         if not isinstance(state, dict):
-            raise TwinStateError(f"{self.state_path}: expected a JSON object")
+            raise TwinStateError(f"{self.where}: expected a JSON object")
         return state
 
     def peek_generation(self) -> int | None:
         """The committed generation without parsing the whole state (it is written first)."""
-        try:
-            with open(self.state_path, "rb") as handle:
-                head = handle.read(128).decode("utf-8", errors="replace")
-        except FileNotFoundError:
+        head = self.blobs.get(STATE, head=128)
+        if head is None:
             return None
-        except OSError as exc:  # a directory where the state file belongs, no permission
-            raise TwinStateError(f"{self.state_path}: cannot be read ({exc.strerror or exc})") from None
-        match = _GENERATION.match(head)
+        match = _GENERATION.match(head.decode("utf-8", errors="replace"))
         if match:
             return int(match.group(1))
         state = self.read_state()
@@ -122,9 +242,10 @@ class TwinStore:
     ) -> None:
         """Write the buffers, then the JSON (the commit point) of generation state['generation']."""
         gen, epoch, clock = int(state["generation"]), int(state["epoch_ts"]), int(state["clock"])
+        hours: list[tuple[str, bytes | None]] = []
         if samples is not None and samples.height:
-            self._write_samples(samples.with_columns(pl.lit(gen, pl.Int64).alias(GEN)), epoch)
-        self._prune_samples(epoch, clock, gen)
+            hours = self._write_samples(samples.with_columns(pl.lit(gen, pl.Int64).alias(GEN)), epoch)
+        writes = self._prune_samples(hours, epoch, clock)
         if events:
             frame = pl.DataFrame(
                 {
@@ -136,47 +257,55 @@ class TwinStore:
                 },
                 schema={**TASK_EVENT_SCHEMA, "ts": pl.Int64},
             ).with_columns(pl.col("ts").cast(pl.Datetime("us", "UTC")), pl.lit(gen, pl.Int64).alias(GEN))
-            self._append(
-                self.events_path, frame, pl.col("ts").dt.epoch("s") >= clock - EVENT_RETENTION_S, gen
+            writes.append(
+                self._append(EVENTS, frame, pl.col("ts").dt.epoch("s") >= clock - EVENT_RETENTION_S, gen)
             )
         if ended:
             frame = pl.DataFrame(list(ended), schema=ENDED_SCHEMA).with_columns(
                 pl.lit(gen, pl.Int64).alias(GEN)
             )
-            self._append(self.ended_path, frame, pl.col("ended_ts") >= clock - EVENT_RETENTION_S, gen)
-        _atomic_write(self.state_path, lambda tmp: tmp.write_text(json.dumps(state, separators=(",", ":"))))
+            writes.append(self._append(ENDED, frame, pl.col("ended_ts") >= clock - EVENT_RETENTION_S, gen))
+        writes.append((STATE, json.dumps(state, separators=(",", ":")).encode()))
+        self.blobs.put(writes)
 
-    def _read_committed(self, path: Path, gen: int) -> pl.DataFrame | None:
-        if not path.exists():
+    def _read_committed(self, name: str, gen: int) -> pl.DataFrame | None:
+        body = self.blobs.get(name)
+        if body is None:
             return None
-        return pl.read_parquet(path).filter(pl.col(GEN) <= gen)
+        return pl.read_parquet(io.BytesIO(body)).filter(pl.col(GEN) <= gen)
 
-    def _append(self, path: Path, frame: pl.DataFrame, keep: pl.Expr, gen: int) -> None:
-        old = self._read_committed(path, gen - 1)
+    def _append(self, name: str, frame: pl.DataFrame, keep: pl.Expr, gen: int) -> tuple[str, bytes]:
+        old = self._read_committed(name, gen - 1)
         merged = frame if old is None else pl.concat([old, frame])
-        merged = merged.filter(keep)
-        _atomic_write(path, lambda tmp: merged.write_parquet(tmp))
+        return name, _parquet(merged.filter(keep))
 
-    def _hour_file(self, hour: int) -> Path:
-        return self.samples_folder / f"hour-{hour:07d}.parquet"
+    @staticmethod
+    def _hour_name(hour: int) -> str:
+        return f"{SAMPLES}hour-{hour:07d}.parquet"
 
-    def _write_samples(self, frame: pl.DataFrame, epoch: int) -> None:
+    def _write_samples(self, frame: pl.DataFrame, epoch: int) -> list[tuple[str, bytes | None]]:
         gen = int(frame[GEN][0])
         hours = frame.with_columns(((pl.col("ts").dt.epoch("s") - epoch) // HOUR).alias("_hour"))
+        writes: list[tuple[str, bytes | None]] = []
         for (hour,), part in hours.group_by("_hour", maintain_order=True):
-            path = self._hour_file(int(hour))
-            old = self._read_committed(path, gen - 1)
+            name = self._hour_name(int(hour))
+            old = self._read_committed(name, gen - 1)
             part = part.drop("_hour")
-            merged = part if old is None else pl.concat([old, part])
-            _atomic_write(path, lambda tmp: merged.write_parquet(tmp))
+            writes.append((name, _parquet(part if old is None else pl.concat([old, part]))))
+        return writes
 
-    def _prune_samples(self, epoch: int, clock: int, gen: int) -> None:
-        if not self.samples_folder.exists():
-            return
+    def _prune_samples(
+        self, writes: list[tuple[str, bytes | None]], epoch: int, clock: int
+    ) -> list[tuple[str, bytes | None]]:
+        """The sample writes of a commit less the hours past retention, plus the deletion of
+        the stored hours past it."""
         oldest = (clock - self.sample_retention_s - epoch) // HOUR
-        for path in self.samples_folder.glob("hour-*.parquet"):
-            if int(path.stem.split("-")[1]) < oldest:
-                path.unlink(missing_ok=True)
+
+        def old(name: str) -> bool:
+            return int(name.rsplit("-", 1)[1].split(".")[0]) < oldest
+
+        kept = [(name, body) for name, body in writes if not old(name)]
+        return kept + [(name, None) for name in self.blobs.names(f"{SAMPLES}hour-") if old(name)]
 
     # -- reads -----------------------------------------------------------------------------
     def retained_from(self, epoch: int, clock: int) -> int:
@@ -187,7 +316,7 @@ class TwinStore:
         first, last = (max(start, epoch) - epoch) // HOUR, (end - 1 - epoch) // HOUR
         parts = []
         for hour in range(first, last + 1):
-            frame = self._read_committed(self._hour_file(hour), gen)
+            frame = self._read_committed(self._hour_name(hour), gen)
             if frame is not None:
                 parts.append(frame)
         if not parts:
@@ -197,7 +326,7 @@ class TwinStore:
         return out.drop(GEN).select(list(SAMPLE_SCHEMA)).cast(SAMPLE_SCHEMA)  # type: ignore[arg-type]
 
     def read_events(self, start: int, end: int, gen: int) -> pl.DataFrame:
-        frame = self._read_committed(self.events_path, gen)
+        frame = self._read_committed(EVENTS, gen)
         if frame is None:
             return pl.DataFrame(schema=TASK_EVENT_SCHEMA)
         seconds = pl.col("ts").dt.epoch("s")
@@ -205,7 +334,7 @@ class TwinStore:
         return window.sort("ts", maintain_order=True)
 
     def read_ended(self, task_ids: Sequence[str], gen: int) -> list[dict[str, Any]]:
-        frame = self._read_committed(self.ended_path, gen)
+        frame = self._read_committed(ENDED, gen)
         if frame is None or not task_ids:
             return []
         return frame.filter(pl.col("task_id").is_in(list(task_ids))).drop(GEN).to_dicts()

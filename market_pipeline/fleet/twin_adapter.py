@@ -11,7 +11,6 @@ unknown node, task or GPU is GONE.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,7 +25,7 @@ from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.fleet import operations as ops
 from market_pipeline.fleet.setup import FleetSetup, build_setup, default_epoch
 from market_pipeline.fleet.state import check_identity, expected_identity, twin_from_state, twin_to_state
-from market_pipeline.fleet.store import TwinStore
+from market_pipeline.fleet.store import TwinStore, configured_blobs
 from market_pipeline.fleet.twin import FleetTwin, TwinParams
 from market_pipeline.fleet.workload import WorkloadParams
 from market_pipeline.hardware.protocol import (
@@ -75,8 +74,9 @@ class SimulatedAdapter:
         self.setup: FleetSetup = build_setup(config, params, workload_params)
         self.policy_name = policy or config.adapter.placement_policy
         self.epoch = epoch or config.adapter.sim_epoch
+        path = state_path or config.resolve_path(config.adapter.state_path)
         self.store = TwinStore(
-            state_path or config.resolve_path(config.adapter.state_path), int(sample_buffer_hours * 3600)
+            path, int(sample_buffer_hours * 3600), blobs=None if state_path else configured_blobs(config)
         )
         self.timeout = config.adapter.operation_timeout_seconds
         self._twin: FleetTwin | None = None
@@ -91,24 +91,8 @@ class SimulatedAdapter:
     # -- state --------------------------------------------------------------------------------
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        deadline = time.monotonic() + self.timeout
-        path = self.store.state_path.with_name(self.store.state_path.name + ".lock")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a+") as handle:
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(
-                            f"fleet state {self.store.state_path} stayed locked for {self.timeout:g}s"
-                        ) from None
-                    time.sleep(0.02)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with self.store.blobs.lock(self.timeout):
+            yield
 
     def _load(self) -> FleetTwin:
         """The current twin (caller holds the lock): create it on first use, reload it when
@@ -123,7 +107,7 @@ class SimulatedAdapter:
             self._commit()
             return self._twin
         if self._twin is None or int(state["generation"]) != self._generation:
-            where = str(self.store.state_path)
+            where = self.store.where
             check_identity(state, expected_identity(self.setup, self.policy_name), where)
             if self.epoch and _seconds(self.epoch, "sim_epoch") != int(state["epoch_ts"]):
                 raise ValueError(

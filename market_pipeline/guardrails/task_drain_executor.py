@@ -10,6 +10,7 @@ two drains of one task ever act at once, whichever audit store each one writes t
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -68,6 +69,7 @@ class DrainExecutor:
         caller: StepCaller | None = None,
         lease_dir: Path | None = None,
         lease: TaskLease | None = None,
+        leases: Callable[[str], TaskLease] | None = None,
     ) -> None:
         self.adapter = adapter
         self.store = store
@@ -76,6 +78,7 @@ class DrainExecutor:
         self.clock = clock or SystemClock()
         self.caller = caller or ThreadedStepCaller()
         self.lease_dir = lease_dir
+        self.leases = leases  # a task's lease by its id (the cluster profile's, in PostgreSQL)
         self.held_lease = lease  # a lease the caller already holds (taken before its store)
         self._lease: TaskLease | None = None
         self._note: str | None = None
@@ -85,6 +88,8 @@ class DrainExecutor:
         """Run or resume one drain; DrainBusy (nothing written) if another run holds the task."""
         if self.held_lease is not None:
             lease, hold = self.held_lease, contextlib.nullcontext()
+        elif self.leases is not None:
+            lease = hold = self.leases(request.task.task_id)
         elif self.lease_dir is not None:
             lease = hold = TaskLease(self.lease_dir, request.task.task_id)
         else:

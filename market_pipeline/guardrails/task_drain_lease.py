@@ -18,6 +18,7 @@ than left open for ever (see the CLI's `drain --pid`).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -35,6 +36,7 @@ from market_pipeline.guardrails.task_drain_protocol import (
     DrainTransition,
     Phase,
 )
+from market_pipeline.warehouse.control import ControlStore, LockBusy
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig
@@ -113,19 +115,37 @@ class TaskLease:
             self._fd = None
 
     # -- the journal ---------------------------------------------------------------------
+    def _journal_text(self) -> str | None:
+        """The journal as written (None: there is none)."""
+        try:
+            return self.journal_path.read_text()
+        except FileNotFoundError:
+            return None
+
+    def _write_journal(self, text: str | None) -> None:
+        """Replace the journal atomically (None: remove it)."""
+        if text is None:
+            self.journal_path.unlink(missing_ok=True)
+            return
+        tmp = self.journal_path.with_name(f"{self.journal_path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.journal_path)
+
+    def _held(self) -> bool:
+        return self._fd is not None
+
     def journal(self) -> list[DrainTransition]:
         """The rows of the task's last unfinished drain (empty if none or unreadable)."""
         try:
-            data = json.loads(self.journal_path.read_text())
-            return [transition_from_dict(row) for row in data["rows"]]
-        except FileNotFoundError:
-            return []
+            text = self._journal_text()
+            return [] if text is None else [transition_from_dict(row) for row in json.loads(text)["rows"]]
         except (OSError, ValueError, KeyError, TypeError):
             return []  # a torn or foreign file: the audit store stays the authority
 
     def _recorded_process(self) -> dict[str, Any] | None:
         try:
-            process = json.loads(self.journal_path.read_text()).get("process")
+            text = self._journal_text()
+            process = None if text is None else json.loads(text).get("process")
         except (OSError, ValueError, AttributeError):
             return None
         return process if isinstance(process, dict) else None
@@ -136,10 +156,10 @@ class TaskLease:
 
     def record(self, history: Sequence[DrainTransition]) -> None:
         """Mirror the drain's rows (called after every append, before the adapter acts)."""
-        if self._fd is None:
+        if not self._held():
             raise RuntimeError(f"lease of task {self.task_id} is not held")
         if history and history[-1].state in TERMINAL_STATES:
-            self.journal_path.unlink(missing_ok=True)  # finished: nothing left to resume
+            self._write_journal(None)  # finished: nothing left to resume
             return
         process = {"pid": self.process[0], "create_time": self.process[1]} if self.process else None
         payload = {
@@ -148,9 +168,50 @@ class TaskLease:
             "process": process or self._recorded_process(),  # a resumed run keeps what was known
             "rows": [transition_to_dict(r) for r in history],
         }
-        tmp = self.journal_path.with_name(f"{self.journal_path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(payload, default=str))
-        os.replace(tmp, self.journal_path)
+        self._write_journal(json.dumps(payload, default=str))
+
+
+JOURNAL_STORE = "drain_leases"  # the control store's blobs holding the cluster profile's journals
+
+
+class ControlTaskLease(TaskLease):
+    """The cluster profile's drain lease: a PostgreSQL advisory lock named after the task, held
+    on a connection of its own (the server drops it when the holder dies, as the kernel drops an
+    `flock`), with the journal a blob of the control store, so a drain started on one worker is
+    refused on another and resumed anywhere."""
+
+    def __init__(self, control: ControlStore, task_id: str, process: tuple[int, float] | None = None) -> None:
+        self.task_id = task_id
+        self.process = process
+        self.control = control
+        self.name = _key(task_id)
+        self._stack: contextlib.ExitStack | None = None
+
+    def __enter__(self) -> "ControlTaskLease":
+        stack = contextlib.ExitStack()
+        try:
+            stack.enter_context(self.control.lock(f"drain:{self.task_id}", 0))
+        except LockBusy as exc:
+            raise DrainBusy(
+                f"task {self.task_id} is being drained by another run ({exc}); nothing was sent"
+            ) from None
+        self._stack = stack
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
+
+    def _held(self) -> bool:
+        return self._stack is not None
+
+    def _journal_text(self) -> str | None:
+        body = self.control.blob(JOURNAL_STORE, self.name)
+        return None if body is None else body.decode("utf-8", errors="replace")
+
+    def _write_journal(self, text: str | None) -> None:
+        self.control.put_blobs(JOURNAL_STORE, [(self.name, None if text is None else text.encode())])
 
 
 JOURNAL_MAX_BYTES = 8 << 20  # a journal holds one drain's rows: a larger file is not one

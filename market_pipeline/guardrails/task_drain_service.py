@@ -6,8 +6,9 @@ The Dagster asset, the drain job and the CLI call these; the policy underneath
 
 from __future__ import annotations
 
+import contextlib
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ from market_pipeline.disruption.budget import DisruptionBudget
 from market_pipeline.guardrails.task_drain_budget import budget_triggers, load_budget_blocks
 from market_pipeline.guardrails.task_drain_calls import Clock, StepCaller, clock_for
 from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-from market_pipeline.guardrails.task_drain_lease import lease_dir_for
+from market_pipeline.guardrails.task_drain_lease import ControlTaskLease, lease_dir_for
 from market_pipeline.guardrails.task_drain_limits import DrainLimits
 from market_pipeline.guardrails.task_drain_plan import (
     DrainDecision,
@@ -39,6 +40,7 @@ from market_pipeline.guardrails.task_drain_store import (
 )
 from market_pipeline.hardware.protocol import NodeAdapter, adapter_now
 from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse.control import ControlStore
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig
@@ -134,7 +136,32 @@ def plan_and_record(
     budget: DisruptionBudget | None = None,
 ) -> tuple[list[DrainDecision], int, str]:
     """Plan this tick's drains and write them to `decisions`; (decisions, new rows, source).
-    Without the tick's shared `budget`, one is built from the fleet and the ledger."""
+    Without the tick's shared `budget`, one is built from the fleet and the ledger. On the
+    cluster profile the ledger read, the plan and its write hold the control PostgreSQL's
+    `plan:drains` lock, so two plans running at once cannot both spend one disruption budget."""
+    hold = (
+        warehouse.control.lock("plan:drains", PLAN_LOCK_WAIT_S)
+        if warehouse.control is not None
+        else contextlib.nullcontext()
+    )
+    with hold:
+        return _plan_and_record(
+            warehouse, adapter, config, wall_now, scale_down_nodes, manual_task_ids, budget
+        )
+
+
+PLAN_LOCK_WAIT_S = 300.0  # another worker's plan of the same fleet: wait for it, then read its ledger
+
+
+def _plan_and_record(
+    warehouse: Warehouse,
+    adapter: NodeAdapter,
+    config: Any,
+    wall_now: datetime,
+    scale_down_nodes: Sequence[str],
+    manual_task_ids: Sequence[str],
+    budget: DisruptionBudget | None,
+) -> tuple[list[DrainDecision], int, str]:
     inputs, source = gather_planning_inputs(
         warehouse,
         adapter,
@@ -161,8 +188,9 @@ def execute_decision(
 ) -> DrainReport:
     """Carry out one approved drain decision (resuming it if a run stopped half-way).
 
-    Holds the task's drain lease (default: next to the adapter state), so a CLI drain and a
-    Dagster run of the same task never both act on it (DrainBusy for the later one)."""
+    Holds the task's drain lease (default: next to the adapter state; on the cluster profile,
+    an advisory lock in the control PostgreSQL), so a CLI drain and a Dagster run of the same
+    task, on any worker, never both act on it (DrainBusy for the later one)."""
     clock = clock or clock_for(adapter)
     decision = load_decision(warehouse, decision_id)
     if not decision.allowed:
@@ -186,6 +214,9 @@ def execute_decision(
         clock=clock,
         caller=caller,
         lease_dir=lease_dir or lease_dir_for(config),
+        leases=_control_leases(warehouse.control)
+        if warehouse.control is not None and lease_dir is None
+        else None,
     )
     report = executor.run(
         DrainRequest(
@@ -202,6 +233,10 @@ def execute_decision(
 
 
 # -- operator views ------------------------------------------------------------------------
+
+
+def _control_leases(control: ControlStore) -> Callable[[str], ControlTaskLease]:
+    return lambda task_id: ControlTaskLease(control, task_id)
 
 
 def decision_rows(decisions: Sequence[DrainDecision]) -> list[dict[str, Any]]:

@@ -4,6 +4,11 @@ Tables (DDL in warehouse/schema.py): `drain_audit` (one row per transition), `de
 (kind = 'drain'; `target` = task id; `outcome` set when the drain finished) and
 `drain_billing_events` (migration 200; one row per finished drain, same transaction as
 its terminal audit row).
+
+On the cluster profile (`warehouse.control`), a step is written first to the control
+PostgreSQL's `drain_journal`, whose primary key `(drain_id, seq)` refuses a second writer's
+step; a drain resumes from there, and `drain_audit` (with its billing event and outbox row)
+mirrors every journal row it lacks, so a crash between the two writes loses nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 import duckdb
 
+from market_pipeline.guardrails.task_drain_lease import transition_from_dict, transition_to_dict
 from market_pipeline.guardrails.task_drain_limits import DrainLedger, LedgerEntry
 from market_pipeline.guardrails.task_drain_plan import DrainDecision, decisions_frame
 from market_pipeline.guardrails.task_drain_protocol import (
@@ -30,7 +36,8 @@ from market_pipeline.guardrails.task_drain_protocol import (
 from market_pipeline.guardrails.task_drain_score import DrainHistory
 from market_pipeline.guardrails.task_drain_steps import DrainReport
 from market_pipeline.hardware.protocol import TaskInfo
-from market_pipeline.warehouse import Warehouse, WarehouseError
+from market_pipeline.warehouse import Warehouse, WarehouseError, raise_unless_conflict, rollback
+from market_pipeline.warehouse.control import ControlConflict
 from market_pipeline.warehouse.drain_outbox import DrainWarning, write_drain_warning
 
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in TERMINAL_STATES)
@@ -76,6 +83,11 @@ class WarehouseAuditStore:
                 yield con
 
     def load_states(self, drain_id: str) -> list[DrainTransition]:
+        control = self.warehouse.control
+        if control is not None and self._connection is None:
+            history = [transition_from_dict(row) for row in control.drain_steps(drain_id)]
+            self._mirror(history)
+            return history
         with self._connect() as con:
             rows = con.execute(
                 "SELECT drain_id, seq, state, recorded_at, task_id, node_id, tenant_id, detail "
@@ -101,30 +113,21 @@ class WarehouseAuditStore:
         return history
 
     def append(self, transition: DrainTransition) -> None:
-        billing = transition.detail.get("billing")
+        control = self.warehouse.control
+        if control is not None and self._connection is None:
+            try:
+                control.append_step(transition_to_dict(transition))
+            except ControlConflict as exc:
+                raise DuplicateStepError(str(exc)) from None
+            rows = control.drain_steps(transition.drain_id)
+            self._mirror([transition_from_dict(row) for row in rows])
+            return
         with self._connect() as con:
             con.execute("BEGIN")
             try:
                 if self.warehouse.lake is not None and _seq_taken(con, transition):
                     raise duckdb.ConstraintException("drain_audit key (drain_id, seq) exists")
-                con.execute(
-                    "INSERT INTO drain_audit (drain_id, seq, state, recorded_at, task_id, "
-                    "node_id, tenant_id, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        transition.drain_id,
-                        transition.seq,
-                        transition.state.value,
-                        transition.recorded_at,
-                        transition.task_id,
-                        transition.node_id,
-                        transition.tenant_id,
-                        json.dumps(dict(transition.detail), default=str),
-                    ],
-                )
-                if transition.state in TERMINAL_STATES and billing is not None:
-                    _insert_billing(self.warehouse, con, billing)
-                if transition.state is DrainState.WARNED and transition.phase is Phase.BEGIN:
-                    _outbox_warning(con, transition)
+                _write_row(self.warehouse, con, transition)
                 con.execute("COMMIT")
             except duckdb.ConstraintException as exc:
                 con.execute("ROLLBACK")
@@ -135,7 +138,38 @@ class WarehouseAuditStore:
                 con.execute("ROLLBACK")
                 raise WarehouseError(f"append to drain_audit failed: {exc}") from exc
 
+    def _mirror(self, history: Sequence[DrainTransition]) -> None:
+        """Write into `drain_audit` (with billing event and outbox row) the journal rows it
+        lacks, in one transaction, retried when it loses to a concurrent writer."""
+        if not history:
+            return
+
+        def write() -> None:
+            with self.warehouse.connect() as con:
+                con.execute("BEGIN")
+                try:
+                    have = {
+                        int(r[0])
+                        for r in con.execute(
+                            "SELECT seq FROM drain_audit WHERE drain_id = ?", [history[0].drain_id]
+                        ).fetchall()
+                    }
+                    for transition in history:
+                        if transition.seq not in have:
+                            _write_row(self.warehouse, con, transition)
+                    con.execute("COMMIT")
+                except duckdb.Error as exc:
+                    rollback(con)
+                    raise_unless_conflict(
+                        exc, f"mirroring drain {history[0].drain_id} into drain_audit failed"
+                    )
+
+        self.warehouse.retrying(write)
+
     def open_drain_ids(self, task_id: str) -> list[str]:
+        control = self.warehouse.control
+        if control is not None and self._connection is None:
+            return control.open_drain_ids(task_id, [s.value for s in TERMINAL_STATES])
         with self._connect() as con:
             rows = con.execute(
                 "SELECT drain_id FROM drain_audit WHERE task_id = ? GROUP BY drain_id "
@@ -178,6 +212,30 @@ def drain_warning(requested: dict[str, Any], warned: DrainTransition) -> DrainWa
         reasons=tuple(str(r) for r in requested.get("reasons", [])),
         longer_notice=longer,
     )
+
+
+def _write_row(warehouse: Warehouse, con: duckdb.DuckDBPyConnection, transition: DrainTransition) -> None:
+    """One `drain_audit` row, with the billing event of a terminal one and the outbox row of a
+    warning that begins (inside the caller's transaction)."""
+    con.execute(
+        "INSERT INTO drain_audit (drain_id, seq, state, recorded_at, task_id, "
+        "node_id, tenant_id, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            transition.drain_id,
+            transition.seq,
+            transition.state.value,
+            transition.recorded_at,
+            transition.task_id,
+            transition.node_id,
+            transition.tenant_id,
+            json.dumps(dict(transition.detail), default=str),
+        ],
+    )
+    billing = transition.detail.get("billing")
+    if transition.state in TERMINAL_STATES and billing is not None:
+        _insert_billing(warehouse, con, billing)
+    if transition.state is DrainState.WARNED and transition.phase is Phase.BEGIN:
+        _outbox_warning(con, transition)
 
 
 def _outbox_warning(con: duckdb.DuckDBPyConnection, warned: DrainTransition) -> None:
@@ -303,10 +361,14 @@ def mark_decision_executed(warehouse: Warehouse, report: DrainReport, at: dateti
     """Record the drain's outcome on its decision (idempotent: first write wins)."""
     if report.decision_id is None:
         return
-    warehouse.execute(
-        "UPDATE decisions SET executed_at = ?, outcome = ? WHERE decision_id = ? AND executed_at IS NULL",
-        [at, report.outcome, report.decision_id],
-    )
+    pairs = [(report.decision_id, report.outcome)]
+    if warehouse.control is not None:  # the control PostgreSQL keeps the first outcome
+        pairs = warehouse.control.record_outcomes(pairs, at)
+    for decision_id, outcome in pairs:
+        warehouse.execute(
+            "UPDATE decisions SET executed_at = ?, outcome = ? WHERE decision_id = ? AND executed_at IS NULL",
+            [at, outcome, decision_id],
+        )
 
 
 def load_ledger(warehouse: Warehouse, shadow: bool, since: datetime) -> DrainLedger:

@@ -1,4 +1,6 @@
-"""`market-pipeline bench ticks`: the live loop's solve over many simulated days (`lab.tick_bench`)."""
+"""`market-pipeline bench ticks`: the live loop's solve over many simulated days (`lab.tick_bench`);
+`bench scale`: the cluster profile's control state under 1 and N worker processes
+(`lab.scale_bench`)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,23 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object (the default)")
     parser.set_defaults(handler=run_bench_ticks)
+    scale = bench_sub.add_parser(
+        "scale", help="the cluster profile's control state with 1 and N worker processes (same run)"
+    )
+    scale.add_argument("--workers", default="1,2", help="worker counts, comma-separated (default 1,2)")
+    scale.add_argument("--batches", type=int, default=40, help="batches of decisions (default 40)")
+    scale.add_argument("--per-batch", type=int, default=25, help="decisions per batch (default 25)")
+    scale.add_argument(
+        "--act-ms", type=float, default=20.0, help="one action's adapter call, ms (default 20)"
+    )
+    scale.add_argument(
+        "--control-url", default=None, help="the control PostgreSQL (default: the configured one)"
+    )
+    scale.add_argument(
+        "--schema-prefix", default="bench_scale", help="the scratch schemas' prefix (dropped afterwards)"
+    )
+    scale.add_argument("--json", action="store_true", help="print one JSON object (the default)")
+    scale.set_defaults(handler=run_bench_scale)
 
 
 def run_bench_ticks(args: argparse.Namespace) -> int:
@@ -55,5 +74,38 @@ def run_bench_ticks(args: argparse.Namespace) -> int:
     result = run_tick_bench(
         config, TickBenchSettings(days=args.days, epochs=epochs, seed=args.seed, dump_dir=dump)
     )
+    print(json.dumps(result))
+    return 0
+
+
+def run_bench_scale(args: argparse.Namespace) -> int:
+    from market_pipeline.lab.scale_bench import ScaleBenchSettings, run_scale_bench
+    from market_pipeline.warehouse import WarehouseError
+
+    try:
+        workers = tuple(int(w) for w in args.workers.split(","))
+    except ValueError:
+        return input_error(f"--workers must be comma-separated counts, got {args.workers!r}")
+    if not workers or not all(1 <= w <= 16 for w in workers):
+        return input_error(f"--workers must be counts in 1..16, got {args.workers!r}")
+    if not (1 <= args.batches <= 10_000 and 1 <= args.per_batch <= 10_000):
+        return input_error("--batches and --per-batch must be in 1..10000")
+    if not (math.isfinite(args.act_ms) and 0 <= args.act_ms <= 10_000):
+        return input_error(f"--act-ms must be in [0, 10000], got {args.act_ms}")
+    url = args.control_url
+    if url is None:
+        try:
+            url = load_config().control_url
+        except ConfigError as exc:
+            return input_error(exc)
+    if not url:
+        return input_error("bench scale needs a control PostgreSQL: set [control] url or pass --control-url")
+    if not args.schema_prefix.replace("_", "").isalnum() or args.schema_prefix[0].isdigit():
+        return input_error(f"--schema-prefix must be letters, digits and _, got {args.schema_prefix!r}")
+    settings = ScaleBenchSettings(url, workers, args.batches, args.per_batch, args.act_ms, args.schema_prefix)
+    try:
+        result = run_scale_bench(settings)
+    except WarehouseError as exc:
+        return input_error(exc)
     print(json.dumps(result))
     return 0

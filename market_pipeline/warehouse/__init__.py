@@ -16,6 +16,7 @@ from market_pipeline.warehouse.store import (
     TableRewrite,
     Warehouse,
     open_warehouse,
+    raise_unless_conflict,
     rollback,
 )
 
@@ -29,5 +30,6 @@ __all__ = [
     "WarehouseError",
     "is_transaction_conflict",
     "open_warehouse",
+    "raise_unless_conflict",
     "rollback",
 ]

@@ -13,12 +13,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import duckdb
 import polars as pl
 import pyarrow as pa
 
+from market_pipeline.warehouse.control import ControlStore
 from market_pipeline.warehouse.errors import WarehouseError
 from market_pipeline.warehouse.lake import (
     CATALOG_ALIAS,
@@ -65,6 +66,9 @@ class Warehouse:
     lock_retry_seconds: float = LOCK_RETRY_SECONDS
     lock_retry_max_delay: float = 1.0  # the wait between tries grows from 50 ms up to this
     lake: Lake | None = None
+    # the cluster profile's control state (claims, drain journal) in PostgreSQL; None: in
+    # the warehouse's own tables (the embedded default)
+    control: ControlStore | None = None
 
     @property
     def location(self) -> str:
@@ -173,11 +177,7 @@ class Warehouse:
                     con.execute("COMMIT")
                 except duckdb.Error as exc:
                     rollback(con)
-                    if is_transaction_conflict(exc):
-                        raise
-                    raise WarehouseError(
-                        f"migration {migration.version} ({migration.name}) failed: {exc}"
-                    ) from exc
+                    raise_unless_conflict(exc, f"migration {migration.version} ({migration.name}) failed")
                 applied.append(migration.version)
         return applied
 
@@ -285,9 +285,7 @@ class Warehouse:
                 try:
                     con.execute(sql)
                 except duckdb.Error as exc:
-                    if is_transaction_conflict(exc):
-                        raise
-                    raise WarehouseError(f"upsert into {table} failed: {exc}") from exc
+                    raise_unless_conflict(exc, f"upsert into {table} failed")
                 finally:
                     con.unregister("_incoming")
             return arrow.num_rows
@@ -336,6 +334,15 @@ class Warehouse:
                 yield fresh
 
 
+def raise_unless_conflict(exc: duckdb.Error, what: str) -> NoReturn:
+    """Inside an `except duckdb.Error`: a lake's lost commit ("Transaction conflict") propagates
+    as it is, for `Warehouse.retrying` to run the transaction again; anything else is one
+    WarehouseError line, `what` first."""
+    if is_transaction_conflict(exc):
+        raise exc
+    raise WarehouseError(f"{what}: {exc}") from exc
+
+
 def rollback(con: duckdb.DuckDBPyConnection) -> None:
     """Roll back if a transaction is still open (a failed COMMIT has already ended it)."""
     with contextlib.suppress(duckdb.Error):
@@ -361,8 +368,12 @@ def _merge_sql(table: str, columns: Sequence[str], *, update: bool, source: str 
     return sql + f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
 
 
-def open_warehouse(path: str | Path, migrate: bool = True, lake: Lake | None = None) -> Warehouse:
-    warehouse = Warehouse(Path(path), lake=lake)
+def open_warehouse(
+    path: str | Path, migrate: bool = True, lake: Lake | None = None, control: ControlStore | None = None
+) -> Warehouse:
+    warehouse = Warehouse(Path(path), lake=lake, control=control)
     if migrate:
         warehouse.migrate()
+        if control is not None:
+            control.migrate()
     return warehouse

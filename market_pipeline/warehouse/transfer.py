@@ -9,12 +9,14 @@ After the commit, every table's row count in the lake is checked against the fil
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
+from market_pipeline.warehouse.control import ControlStore
 from market_pipeline.warehouse.errors import WarehouseError
 from market_pipeline.warehouse.lake import is_transaction_conflict
 from market_pipeline.warehouse.store import Warehouse, rollback
@@ -106,3 +108,30 @@ def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:
 
 def _quote(text: str) -> str:
     return text.replace("'", "''")
+
+
+def seed_control(source: Path, control: ControlStore) -> dict[str, int]:
+    """Copy the embedded file's control state into the control PostgreSQL: every drain step of
+    `drain_audit` into the journal (a drain open in the file resumes from there) and every
+    executed decision's outcome into `decision_claims` (it is not carried out again). Rows
+    already there are kept; returns the rows each table holds for the file's keys afterwards."""
+    control.migrate()
+    with duckdb.connect(str(source), read_only=True) as con:
+        con.execute("SET TimeZone = 'UTC'")
+        steps = con.execute(
+            "SELECT drain_id, seq, state, recorded_at, task_id, node_id, tenant_id, detail FROM drain_audit"
+        ).fetchall()
+        outcomes = con.execute(
+            "SELECT decision_id, executed_at, outcome FROM decisions WHERE executed_at IS NOT NULL"
+        ).fetchall()
+    rows = []
+    for drain, seq, state, at, task, node, tenant, detail in steps:
+        data = json.loads(detail) if detail else {}
+        rows.append(
+            {
+                "drain_id": drain, "seq": int(seq), "state": state, "phase": data.get("phase", "only"),
+                "recorded_at": at.isoformat(), "task_id": task, "node_id": node, "tenant_id": tenant,
+                "detail": data,
+            }
+        )  # fmt: skip
+    return control.seed(rows, [(d, at, o or "") for d, at, o in outcomes])

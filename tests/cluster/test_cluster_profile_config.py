@@ -37,3 +37,16 @@ def test_the_cluster_profile_sends_steps_to_celery_with_the_configured_broker():
 def test_a_lake_without_its_catalog_is_one_clear_error():
     with pytest.raises(ConfigError, match="catalog_url"):
         load_config(environ={"MP__WAREHOUSE__BACKEND": "ducklake"})
+
+
+def test_on_a_lake_the_billing_build_has_a_pool_of_its_own():
+    from assets.billing_dbt import BILLING_DBT_POOL, billing_dbt_models, billing_dbt_pool
+
+    embedded = load_config(environ={})
+    lake = load_config(
+        environ={"MP__WAREHOUSE__BACKEND": "ducklake", "MP__WAREHOUSE__CATALOG_URL": "host=db1 dbname=lake"}
+    )
+    assert billing_dbt_pool(embedded) == "warehouse"  # the one writer of the DuckDB file
+    assert billing_dbt_pool(lake) == BILLING_DBT_POOL
+    models = billing_dbt_models(billing_dbt_pool(lake))
+    assert {models.get_op_def_for_asset_key(key).pool for key in models.keys} == {BILLING_DBT_POOL}

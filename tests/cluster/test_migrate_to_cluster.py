@@ -79,3 +79,34 @@ def test_migrate_to_cluster_without_a_lake_configured_is_one_clear_line(tmp_path
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and "ducklake" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.postgres
+def test_migrate_to_cluster_seeds_the_control_state_once(lake: Lake, tmp_path: Path):
+    from market_pipeline.warehouse.control import ControlStore
+
+    source = tmp_path / "warehouse.duckdb"
+    _embedded(source)
+    with duckdb.connect(str(source)) as con:
+        con.execute(
+            "UPDATE decisions SET executed_at = ?, outcome = 'ok: on' WHERE decision_id IN ('d0', 'd1')", [T0]
+        )
+        con.execute(
+            "INSERT INTO drain_audit VALUES ('dr', 0, 'requested', ?, 't', 'n', 'x', '{\"phase\": \"only\"}'),"
+            " ('dr', 1, 'warned', ?, 't', 'n', 'x', '{\"phase\": \"begin\"}')",
+            [T0, T0],
+        )
+    env = {
+        "MP__WAREHOUSE__BACKEND": "ducklake",
+        "MP__WAREHOUSE__CATALOG_URL": lake.catalog,  # the control state defaults to this server
+        "MP__WAREHOUSE__DATA_PATH": lake.data_path,
+        "MP__WAREHOUSE__PATH": str(source),
+        "MP__CONTROL__BACKEND": "postgres",
+    }
+    for _ in range(2):  # a second copy keeps, never doubles
+        done = _cli("migrate", "--to", "cluster", env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout)["control"] == {"drain_journal": 2, "decision_claims": 2}
+    control = ControlStore(lake.catalog)
+    assert [(r["seq"], r["phase"]) for r in control.drain_steps("dr")] == [(0, "only"), (1, "begin")]
+    assert control.claim(["d0", "d2"], "b", "run", T0, ["run"]) == {"d2"}  # d0 was carried out before

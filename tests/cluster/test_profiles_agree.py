@@ -1,7 +1,8 @@
 """The same slice of the loop on both profiles gives the same results, to the row: one metered
 hour (telemetry, metering, the rate card) and one control tick (prices, the price book, scaling
 and drain decisions), with the same seed and epoch, once on the embedded default (one DuckDB
-file) and once on the cluster profile's DuckLake, both through Dagster. The invoices the dbt
+file) and once on the cluster profile (DuckLake, the control state and the twin in
+PostgreSQL), both through Dagster. The invoices the dbt
 build makes from metered usage are compared on both backends, to the cent, in
 tests/billing/test_billing_on_lake.py (the whole dbt build through Dagster on a lake takes
 minutes on the shared CI cores)."""
@@ -93,6 +94,9 @@ def test_the_cluster_profile_bills_prices_and_decides_what_the_embedded_default_
                 "MP__WAREHOUSE__BACKEND": "ducklake",
                 "MP__WAREHOUSE__CATALOG_URL": lake.catalog,
                 "MP__WAREHOUSE__DATA_PATH": lake.data_path,
+                # the control state and the twin in the catalog's PostgreSQL
+                "MP__CONTROL__BACKEND": "postgres",
+                "MP__ADAPTER__STATE_STORE": "control",
             },
         )
     )
@@ -100,3 +104,4 @@ def test_the_cluster_profile_bills_prices_and_decides_what_the_embedded_default_
     for name, rows in embedded.items():
         assert on_lake[name] == rows, name
     assert not (tmp_path / "cluster" / "var" / "warehouse.duckdb").exists()  # the lake took every write
+    assert not (tmp_path / "cluster" / "var" / "fleet_state.json").exists()  # the twin is in PostgreSQL
