@@ -35,6 +35,7 @@ from assets.scaling import scaling_assets
 from assets.telemetry import telemetry_samples
 from market_pipeline.config import load_config
 from market_pipeline.hardware.slurm.adapter import SlurmAdapter, split_task_id
+from market_pipeline.hardware.slurm.client import SlurmError
 from market_pipeline.hardware.slurm.cluster import ClusterSpec, LocalCluster, NodeGroup, missing_binaries
 from market_pipeline.hardware.slurm.workload import JobSpec, submit
 from market_pipeline.warehouse import Warehouse
@@ -318,3 +319,37 @@ def _decisions(store: Warehouse) -> list[tuple]:
 def _log(jobs: Path, task_id: str) -> str:
     path = jobs / f"{split_task_id(task_id)[0]}.log"
     return path.read_text() if path.exists() else ""
+
+
+def test_slurmctld_down_fails_the_tick_in_one_line_and_the_next_tick_resumes(live: Live) -> None:
+    res, store = live.resources, live.warehouse
+    run_tick(live)
+    decided = store.query("SELECT decision_id, outcome FROM decisions ORDER BY decision_id").rows()
+    live.cluster.stop_slurmctld()
+    try:
+        result = dg.materialize(
+            [fleet_inventory], resources=res, instance=live.instance, raise_on_error=False
+        )
+        assert not result.success
+        [failure] = [e for e in result.all_events if e.is_step_failure]
+        cause = failure.step_failure_data.error.cause  # the run's error names the adapter's
+        message = cause.message.strip()
+        assert cause.cls_name == "SlurmUnavailable" and "\n" not in message, message
+        assert "slurmctld is unreachable" in message
+    finally:
+        live.cluster.start_slurmctld()
+    adapter = TickingSlurmAdapter.from_config(load_config())
+    wait_for(lambda: _reachable(adapter), 20, "slurmctld back")
+    live.runs.clear()
+    run_tick(live)  # the next tick resumes
+    assert live.runs and all(ok for _, ok in live.runs), live.runs
+    # nothing decided before the outage was lost or changed
+    after = dict(store.query("SELECT decision_id, outcome FROM decisions").rows())
+    assert all(after.get(decision_id) == outcome for decision_id, outcome in decided)
+
+
+def _reachable(adapter: SlurmAdapter) -> bool:
+    try:
+        return bool(adapter.list_nodes())
+    except SlurmError:
+        return False
