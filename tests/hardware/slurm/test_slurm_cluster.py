@@ -376,3 +376,34 @@ def test_the_drain_guardrail_holds_the_tenant_cap_and_the_disruption_budget_on_r
             adapter.uncordon(node)
         for task in adapter.list_tasks():
             adapter.terminate_task(task.task_id, KILL_WAIT + 5)
+
+
+def test_munge_unreachable_is_one_line_naming_it_and_nothing_is_acted_on(
+    cluster: LocalCluster, adapter: SlurmAdapter
+) -> None:
+    cluster.stop_munge()
+    try:
+        with pytest.raises(SlurmUnavailable, match="munge is unreachable"):
+            adapter.list_nodes()
+        outcome = adapter.cordon("node1")
+        assert outcome.status is OutcomeStatus.FAILED and "munge is unreachable" in outcome.detail
+        cli = subprocess.run(
+            [sys.executable, "-m", "market_pipeline.cli", "cluster", "status", "--home", str(cluster.home)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert cli.returncode == 1 and cli.stderr.count("\n") == 1, cli.stderr
+        assert cli.stderr.startswith("error: ") and "munge is unreachable" in cli.stderr
+    finally:
+        cluster.start_munge()
+    nodes = wait_for(lambda: _safe_nodes(adapter), 20, "munge back")
+    assert not any(n.cordoned for n in nodes)  # the cordon asked while munge was down never happened
+
+
+def _safe_nodes(adapter: SlurmAdapter) -> list | None:
+    try:
+        return adapter.list_nodes() or None
+    except SlurmUnavailable:
+        return None
