@@ -35,9 +35,14 @@ class RuleLimits:
 def run_clean_rules(clean: pl.DataFrame, limits: RuleLimits) -> RulesReport:
     """Run the expectation suite on `clean` (SAMPLE_SCHEMA columns) with an ephemeral context."""
     frame = _with_inventory_column(clean, limits.known_gpu_uuids)
+    expectations = _expectations(limits)
+    if frame.is_empty():
+        # no row, no newest timestamp: GX reads the max of nothing as NaT and fails it (an hour
+        # the adapter delivered nothing in is the freshness check's to report, not a defect)
+        expectations = [e for e in expectations if type(e).__name__ != "ExpectColumnMaxToBeBetween"]
     # Int64: GX vectorises range checks only on int64/float64 columns (else a Python loop).
     return validate_frame(
-        frame.with_columns(pl.col("gpu_index").cast(pl.Int64)), _expectations(limits), "telemetry_clean"
+        frame.with_columns(pl.col("gpu_index").cast(pl.Int64)), expectations, "telemetry_clean"
     )
 
 

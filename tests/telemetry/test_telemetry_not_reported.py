@@ -98,3 +98,10 @@ def test_the_stored_rules_allow_null_only_in_the_declared_fields(warehouse: Ware
         ("expect_column_values_to_not_be_null", "power_w"),
         ("expect_column_values_to_not_be_null", "temp_c"),
     }
+
+
+def test_an_hour_without_samples_passes_the_stored_rules(warehouse: Warehouse) -> None:
+    """The first hour of a live loop on a fresh adapter can be empty: freshness warns about
+    it, the blocking rules have nothing to fail (the newest-timestamp rule read NaT)."""
+    report = clean_rules(warehouse, WINDOW.key, TelemetryConfig(), NOW, SLURM_FIELDS)
+    assert report.passed and report.rows == 0, report.markdown()
