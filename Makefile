@@ -111,6 +111,8 @@ ui: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
 # the notice that Dagster 1.13 prefers `dg dev` (dagster-dg-cli, not a dependency here).
 export RUN_DAGSTER := import runpy, signal, sys, warnings; signal.signal(signal.SIGINT, signal.SIG_DFL); warnings.filterwarnings("ignore", message="Function .dev_command. is superseded"); sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name="__main__")
 
+# the slurm backend's cluster: the one `make slurm-up` starts (the live home is var/live)
+up: export MP__ADAPTER__SLURM_CONF ?= $(CURDIR)/var/slurm/etc/slurm.conf
 up: $(VENV)/.installed
 	@if [ -f $(LIVE_PID) ] && kill -0 $$(cat $(LIVE_PID)) 2>/dev/null; then \
 		echo "already up (pid $$(cat $(LIVE_PID))): http://127.0.0.1:$(PORT); make down stops it"; exit 0; fi; \

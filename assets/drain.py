@@ -11,6 +11,7 @@ import dagster as dg
 
 from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
+from market_pipeline.action_batches import batch_rows
 from market_pipeline.guardrails.task_drain_service import (
     decision_rows,
     outcome_summary,
@@ -18,6 +19,7 @@ from market_pipeline.guardrails.task_drain_service import (
 )
 from market_pipeline.guardrails.task_drain_store import recent_drain_outcomes
 from market_pipeline.hardware.protocol import adapter_now
+from market_pipeline.scaling.live import SCALE_KIND
 from market_pipeline.tick.state import tick_origin
 
 
@@ -38,8 +40,11 @@ def drain_requests(
     # The tick this plan serves, on the fleet's clock (as the scaling plan's decisions): the
     # batch is `drain@<tick>`, joins to its tick, and its drains age on the clock they run on.
     now = tick_origin(adapter_now(adapter), config.loop.tick_minutes)
-    # Nodes the scaler cordoned for removal get their tasks drained (reason scale_down).
-    cordoned = [n.node_id for n in adapter.list_nodes() if n.cordoned]
+    # Nodes the scaler cordoned for removal get their tasks drained (reason scale_down), but
+    # not a node this tick's plan takes back (demand returned: its uncordon runs after this
+    # asset): its tasks would be drained only to land on it again.
+    returning = {r["target"] for r in batch_rows(store, SCALE_KIND, now, ("uncordon",))}
+    cordoned = [n.node_id for n in adapter.list_nodes() if n.cordoned and n.node_id not in returning]
     decisions, written, source = plan_and_record(
         store, adapter, config, wall_now=now, scale_down_nodes=cordoned
     )

@@ -10,7 +10,7 @@ import dagster as dg
 from assets.metadata import ROW_COUNT, table_metadata
 from assets.partitions import HOURLY_PARTITIONS
 from assets.resources import FleetAdapterResource, WarehouseResource
-from market_pipeline.hardware.protocol import adapter_now
+from market_pipeline.hardware.protocol import adapter_now, unmeasured_fields
 from market_pipeline.report.plots import png_markdown
 from market_pipeline.telemetry.checks import (
     accounting,
@@ -58,6 +58,7 @@ def telemetry_samples(
         now=adapter_now(adapter),
         window=window,
         known_gpu_uuids=known_gpu_uuids(store),
+        unmeasured=unmeasured_fields(adapter),
     )
     report = ingest_samples(
         store, frame, source=ADAPTER_SOURCE, policy=policy, where=f"{adapter.backend} adapter samples"
@@ -78,6 +79,7 @@ def telemetry_samples(
         "quarantine_reasons": reasons_table(report.by_reason),
         "ingest_id": report.ingest_id,
         "backend": adapter.backend,
+        "not_reported": dg.MetadataValue.text(", ".join(sorted(unmeasured_fields(adapter))) or "none"),
         "ingest_seconds": dg.MetadataValue.float(round(report.seconds, 3)),
     }
     png = utilisation_heatmap_png(
@@ -188,8 +190,14 @@ def telemetry_accounting(
 def telemetry_clean_rules(
     context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
 ) -> dg.AssetCheckResult:
-    now = adapter_now(fleet.get())
-    report = clean_rules(warehouse.reader(), context.partition_key, fleet.config().telemetry, now)
+    adapter = fleet.get()
+    report = clean_rules(
+        warehouse.reader(),
+        context.partition_key,
+        fleet.config().telemetry,
+        adapter_now(adapter),
+        unmeasured_fields(adapter),
+    )
     failed = ", ".join(f"{r.expectation}({r.column})" for r in report.failed)
     return dg.AssetCheckResult(
         passed=report.passed,

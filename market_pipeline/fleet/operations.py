@@ -156,3 +156,18 @@ def power_off(twin: FleetTwin, node_id: str) -> Outcome:
         return Outcome.success(f"node {node_id} is already off")
     twin.set_node_state(row, NodeState.OFF)
     return Outcome.success(f"node {node_id} powered off")
+
+
+def requeue(twin: FleetTwin, task_id: str) -> Outcome:
+    """A drained checkpointable task runs again as a new run, for the rest of its work from its
+    last checkpoint; a task that cannot be requeued says why."""
+    if task_id in twin.running:
+        return Outcome(OutcomeStatus.FAILED, f"task {task_id} still runs: drain it first")
+    if task_id not in twin.requeueable:
+        return Outcome(
+            OutcomeStatus.UNSUPPORTED,
+            f"task {task_id} has nothing to requeue (not drained, not checkpointable, or requeued already)",
+        )
+    job = twin.requeue(task_id)
+    where = "running" if job.task_id in twin.running else "queued"
+    return Outcome.success(f"requeued as {job.task_id} ({where}, {job.lifetime_s}s of work left)")

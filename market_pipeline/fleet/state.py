@@ -116,6 +116,7 @@ def twin_to_state(twin: FleetTwin, workload_source: str, generation: int) -> dic
         "xid_pending": {str(int(g)): int(twin.xid_pending[g]) for g in np.flatnonzero(twin.xid_pending)},
         "stats": dict(twin.stats),
         "refused_tenants": dict(twin.refused_tenants),
+        "requeueable": {task_id: job.to_json() for task_id, job in twin.requeueable.items()},
     }
 
 
@@ -163,6 +164,7 @@ def twin_from_state(
             twin.xid_pending[int(pos)] = int(count)
         twin.stats = Counter(state["stats"])
         twin.refused_tenants = {str(k): str(v) for k, v in state.get("refused_tenants", {}).items()}
+        twin.requeueable = {str(k): Job.from_json(v) for k, v in state.get("requeueable", {}).items()}
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         if isinstance(exc, TwinStateError):
             raise

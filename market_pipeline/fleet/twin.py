@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Any
 
@@ -43,6 +43,11 @@ def _may_fit(job: Job, room: tuple[str, int, int, int, int]) -> bool:
 
 _KIND_ORDER = {"end": 0, "xid": 1, "join": 2, "arrival": 3}
 _NEVER = 1 << 62
+# A requeued run's id: the drained run's id, this marker and the run number (job-1~r2).
+RUN_MARKER = "~r"
+# Drained checkpointable work kept for a requeue, newest last: older entries are dropped
+# (the drain and its billing are recorded elsewhere; only the chance to requeue is lost).
+MAX_REQUEUEABLE = 256
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,8 @@ class FleetTwin:
         # tenant -> why its new tasks are refused (a billing budget guard); arrivals of those
         # tenants are turned away at the door and counted, never queued
         self.refused_tenants: dict[str, str] = {}
+        # drained task id -> the job that runs the rest of its work if it is requeued
+        self.requeueable: dict[str, Job] = {}
 
     @classmethod
     def create(
@@ -350,6 +357,31 @@ class FleetTwin:
             }
         )
         self.stats[event] += 1
+        if event == "drained" and task.job.checkpointable:
+            self._keep_requeueable(task, ts)
+
+    def _keep_requeueable(self, task: RunningTask, ts: int) -> None:
+        """The rest of a drained checkpointable task's work, from its last checkpoint (from
+        the start when it saved none), as the job a requeue submits."""
+        job = task.job
+        base, _, run = job.task_id.partition(RUN_MARKER)
+        done = (task.checkpoint_ts or task.started_ts) - task.started_ts
+        self.requeueable[job.task_id] = replace(
+            job,
+            task_id=f"{base}{RUN_MARKER}{int(run) + 1 if run.isdigit() else 2}",
+            lifetime_s=max(1, job.lifetime_s - done),
+            arrival_ts=ts,
+        )
+        while len(self.requeueable) > MAX_REQUEUEABLE:
+            del self.requeueable[next(iter(self.requeueable))]
+
+    def requeue(self, task_id: str) -> Job:
+        """Submit the rest of a drained task's work as a new run (queued, placed when it fits);
+        KeyError when there is none to requeue."""
+        job = replace(self.requeueable.pop(task_id), arrival_ts=self.clock)
+        self.pending.append(job)
+        self._try_place(job, self.clock)
+        return job
 
     def task_record(self, task: RunningTask) -> dict[str, Any]:
         """The attributes TaskInfo is built from (also stored for ended tasks)."""

@@ -341,6 +341,10 @@ class SimulatedAdapter:
     def verify_released(self, gpu_uuids: Sequence[str], task_id: str | None = None) -> Outcome:
         return self._operation(lambda t: ops.verify_released(t, gpu_uuids, task_id))
 
+    def requeue_task(self, task_id: str) -> Outcome:
+        """A drained checkpointable task runs again as a new run (`<id>~r2`), from its checkpoint."""
+        return self._operation(lambda t: ops.requeue(t, task_id))
+
     def cordon(self, node_id: str) -> Outcome:
         return self._operation(lambda t: ops.set_cordon(t, node_id, True))
 

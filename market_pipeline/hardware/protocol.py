@@ -44,6 +44,31 @@ REQUIRED_SAMPLE_COLUMNS: tuple[str, ...] = (
 )
 
 
+# Fields a backend may be unable to measure. A backend that cannot says so in its
+# `unmeasured_sample_fields` and leaves them null ("not reported"); validation then lets
+# exactly those nulls through for its samples. Every other backend must report them, and a
+# null there is quarantined as `<field>:missing`. Keys, time, utilisation and total memory
+# are never optional.
+OPTIONAL_SAMPLE_FIELDS: frozenset[str] = frozenset({"mem_used_mib", "power_w", "temp_c"})
+
+
+class SampleCapabilityError(ValueError):
+    """A backend declares a sample field unmeasured that every backend must measure."""
+
+
+def unmeasured_fields(adapter: object) -> frozenset[str]:
+    """The sample fields `adapter` declares it cannot measure (empty: it measures them all)."""
+    declared = frozenset(getattr(adapter, "unmeasured_sample_fields", frozenset()))
+    wrong = sorted(declared - OPTIONAL_SAMPLE_FIELDS)
+    if wrong:
+        backend = getattr(adapter, "backend", type(adapter).__name__)
+        raise SampleCapabilityError(
+            f"{backend} adapter declares {', '.join(wrong)} unmeasured; only "
+            f"{', '.join(sorted(OPTIONAL_SAMPLE_FIELDS))} may be"
+        )
+    return declared
+
+
 def empty_samples() -> pl.DataFrame:
     return pl.DataFrame(schema=SAMPLE_SCHEMA)
 

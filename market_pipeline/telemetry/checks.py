@@ -145,14 +145,22 @@ def clean_partition(warehouse: Warehouse, partition_key: str) -> pl.DataFrame:
     return warehouse.query(f"SELECT {columns} FROM {CLEAN_TABLE} WHERE partition_key = ?", [partition_key])
 
 
-def clean_rules(warehouse: Warehouse, partition_key: str, telemetry: object, now: datetime) -> RulesReport:
-    """The great-expectations suite on one partition's clean rows."""
+def clean_rules(
+    warehouse: Warehouse,
+    partition_key: str,
+    telemetry: object,
+    now: datetime,
+    unmeasured: frozenset[str] = frozenset(),
+) -> RulesReport:
+    """The great-expectations suite on one partition's clean rows; `unmeasured`: the fields
+    the source declared it cannot measure (null allowed there)."""
     limits = RuleLimits(
         now=now,
         clock_skew=timedelta(seconds=float(getattr(telemetry, "clock_skew_seconds"))),
         temp_min_c=float(getattr(telemetry, "temp_min_c")),
         temp_max_c=float(getattr(telemetry, "temp_max_c")),
         known_gpu_uuids=known_gpu_uuids(warehouse) or None,
+        unmeasured=unmeasured,
     )
     return run_clean_rules(clean_partition(warehouse, partition_key), limits)
 

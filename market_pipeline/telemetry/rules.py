@@ -75,6 +75,9 @@ class ValidationPolicy:
     earliest: datetime = EARLIEST_PLAUSIBLE  # older timestamps are quarantined as implausible
     # naive timestamps: None quarantines them (ts:naive); an IANA zone converts them from it
     naive_timezone: str | None = None
+    # fields the source declared it cannot measure (hardware.protocol.unmeasured_fields):
+    # null there is "not reported", not missing; a value there is still range-checked
+    unmeasured: frozenset[str] = frozenset()
 
     @classmethod
     def from_config(
@@ -83,6 +86,7 @@ class ValidationPolicy:
         now: datetime,
         window: PartitionWindow | None = None,
         known_gpu_uuids: Iterable[str] | None = None,
+        unmeasured: Iterable[str] = (),
     ) -> "ValidationPolicy":
         known = frozenset(known_gpu_uuids) if known_gpu_uuids is not None else None
         return cls(
@@ -93,6 +97,7 @@ class ValidationPolicy:
             window=window,
             known_gpu_uuids=known or None,
             naive_timezone=getattr(telemetry, "naive_timezone", None),
+            unmeasured=frozenset(unmeasured),
         )
 
 
@@ -145,7 +150,8 @@ def reason_exprs(policy: ValidationPolicy, exact: bool = True) -> dict[str, pl.E
     exprs["gpu_index:out_of_range"] = pl.col("gpu_index") < 0
     for column in FLOAT_COLUMNS:
         value = pl.col(column)
-        exprs[f"{column}:missing"] = value.is_null() & ~pl.col(unparsed_flag(column))
+        not_reported = pl.lit(column in policy.unmeasured)
+        exprs[f"{column}:missing"] = value.is_null() & ~pl.col(unparsed_flag(column)) & ~not_reported
         exprs[f"{column}:not_a_number"] = pl.col(unparsed_flag(column))
         exprs[f"{column}:not_finite"] = ~value.is_finite()
     exprs["sm_util_pct:out_of_range"] = ~pl.col("sm_util_pct").is_between(0.0, 100.0)

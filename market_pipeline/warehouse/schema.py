@@ -184,6 +184,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(
+        101,
+        "telemetry: fields a backend cannot measure are stored as null (not reported)",
+        (
+            # Slurm knows which GPU a job holds, not its power, temperature or memory used:
+            # its adapter declares them unmeasured and validation lets exactly those nulls in
+            # (hardware.protocol.unmeasured_fields); every other source still must report them.
+            "ALTER TABLE telemetry_clean ALTER COLUMN mem_used_mib DROP NOT NULL",
+            "ALTER TABLE telemetry_clean ALTER COLUMN power_w DROP NOT NULL",
+            "ALTER TABLE telemetry_clean ALTER COLUMN temp_c DROP NOT NULL",
+        ),
+    ),
+    Migration(
         200,
         "task drain billing events",
         (

@@ -90,6 +90,8 @@ def _iso(ts: datetime) -> str:
 
 class SlurmAdapter:
     backend = "slurm"
+    # Slurm knows which GPU a job holds, not what it draws: these stay null in its samples
+    unmeasured_sample_fields = frozenset({"mem_used_mib", "power_w", "temp_c"})
 
     def __init__(
         self,

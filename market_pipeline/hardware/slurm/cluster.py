@@ -301,6 +301,16 @@ class LocalCluster:
     def start_slurmctld(self) -> None:
         self._run([_binary("slurmctld")], "slurmctld")
 
+    def stop_munge(self) -> None:
+        """Stop munged (a fault drill: nothing can sign a request until `start_munge`)."""
+        pid = _read_pid(self.home / "munge" / "munged.pid")
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            _wait_gone(pid, 10.0)
+
+    def start_munge(self) -> None:
+        self._start_munge()
+
     def _start_munge(self) -> None:
         munge = self.home / "munge"
         munge.chmod(0o700)

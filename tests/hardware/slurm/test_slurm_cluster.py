@@ -315,3 +315,95 @@ def test_a_job_that_completed_is_not_requeued(cluster: LocalCluster, adapter: Sl
     )
     outcome = adapter.requeue_task(f"{job_id}@0")
     assert outcome.status is OutcomeStatus.UNSUPPORTED and "completed" in outcome.detail
+
+
+def test_the_drain_guardrail_holds_the_tenant_cap_and_the_disruption_budget_on_real_jobs(
+    cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scale-down cordons three nodes of two pools at once: the guardrail drains at most one
+    node per pool (the disruption budget) and one job per tenant (the cap), on real jobs."""
+    from market_pipeline.guardrails.task_drain_service import execute_decision, plan_and_record
+    from market_pipeline.warehouse import open_warehouse
+
+    monkeypatch.setenv("MP__GUARDRAILS__TASK_DRAIN__TENANT_MAX_DRAINS_PER_DAY", "1")
+    for key, value in (("LANDING_COOLDOWN_MINUTES", "0"), ("WARN_SECONDS", "1")):
+        monkeypatch.setenv(f"MP__GUARDRAILS__TASK_DRAIN__{key}", value)
+    monkeypatch.setenv("MP__GUARDRAILS__TASK_DRAIN__CHECKPOINT_TIMEOUT_SECONDS", "5")
+    monkeypatch.setenv("MP__GUARDRAILS__TASK_DRAIN__TERMINATE_TIMEOUT_SECONDS", str(KILL_WAIT + 5))
+    config = load_config()
+    adapter = SlurmAdapter.for_cluster(cluster, config, poll_seconds=0.1)
+    # each job fills its node (2 GPUs), so the three land on three nodes
+    tasks = run_jobs(
+        cluster,
+        adapter,
+        JobSpec("acme-research", "a100_80gb", 2, 120, drainable=True),
+        JobSpec("acme-research", "h800", 2, 120, drainable=True),
+        JobSpec("ember-ai", "h800", 2, 120, drainable=True),
+    )
+    nodes = [t.node_id for t in tasks]
+    assert len(set(nodes)) == 3
+    for node in nodes:
+        assert adapter.cordon(node).ok
+    try:
+        store = open_warehouse(tmp_path / "w.duckdb")
+        now = datetime.now(UTC)
+        decisions, _, _ = plan_and_record(store, adapter, config, wall_now=now, scale_down_nodes=nodes)
+        assert {d.task.task_id for d in decisions} == {t.task_id for t in tasks}
+        approved = [d for d in decisions if d.allowed]
+        assert approved
+        per_tenant = [d.task.tenant_id for d in approved]
+        per_pool = [d.task.pool_id for d in approved]
+        assert len(per_tenant) == len(set(per_tenant)) and len(per_pool) == len(set(per_pool))
+        blocked = [d for d in decisions if not d.allowed]
+        for decision in blocked:
+            assert any(r.startswith(("tenant_cap", "pool_budget")) for r in decision.reasons), decision
+        # the H800 pool's two cordoned busy nodes already use its budget: it bites
+        assert any(r.startswith("pool_budget") for d in blocked for r in d.reasons), decisions
+        # the approved drains run on the daemons; the cap still holds on the next tick's plan
+        for decision in approved:
+            report = execute_decision(store, adapter, config, decision.decision_id, lease_dir=tmp_path)
+            assert report.outcome == "terminated"
+        again, _, _ = plan_and_record(
+            store, adapter, config, wall_now=now + timedelta(minutes=5), scale_down_nodes=nodes
+        )
+        capped = {d.task.tenant_id for d in approved}
+        mine = [d for d in again if d.task.tenant_id in capped]
+        assert mine  # acme's other job is still there, on its cordoned node
+        for decision in mine:
+            assert not decision.allowed and any(r.startswith("tenant_cap") for r in decision.reasons)
+    finally:
+        for node in nodes:
+            adapter.uncordon(node)
+        for task in adapter.list_tasks():
+            adapter.terminate_task(task.task_id, KILL_WAIT + 5)
+
+
+def test_munge_unreachable_is_one_line_naming_it_and_nothing_is_acted_on(
+    cluster: LocalCluster, adapter: SlurmAdapter
+) -> None:
+    cluster.stop_munge()
+    try:
+        with pytest.raises(SlurmUnavailable, match="munge is unreachable"):
+            adapter.list_nodes()
+        outcome = adapter.cordon("node1")
+        assert outcome.status is OutcomeStatus.FAILED and "munge is unreachable" in outcome.detail
+        cli = subprocess.run(
+            [sys.executable, "-m", "market_pipeline.cli", "cluster", "status", "--home", str(cluster.home)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert cli.returncode == 1 and cli.stderr.count("\n") == 1, cli.stderr
+        assert cli.stderr.startswith("error: ") and "munge is unreachable" in cli.stderr
+    finally:
+        cluster.start_munge()
+    nodes = wait_for(lambda: _safe_nodes(adapter), 20, "munge back")
+    assert not any(n.cordoned for n in nodes)  # the cordon asked while munge was down never happened
+
+
+def _safe_nodes(adapter: SlurmAdapter) -> list | None:
+    try:
+        return adapter.list_nodes() or None
+    except SlurmUnavailable:
+        return None
