@@ -248,11 +248,27 @@ class DeliveryWorker:
         self.poll_outbox()
         return self.deliver_due()
 
+    def next_wait(self) -> float:
+        """Seconds until the next step: the outbox poll's interval, or sooner when a retry
+        falls due before it (a retry does not wait for the next poll)."""
+        poll = self.settings.webhook_poll_seconds
+        rows = self.store.read("SELECT min(next_at) FROM webhook_jobs WHERE state = 'pending'")
+        due = rows[0][0] if rows else None
+        if due is None:
+            return poll
+        return min(poll, max(0.01, float(due) - self.clock()))
+
     def run(self, stop: threading.Event) -> None:
+        polled = float("-inf")
         while not stop.is_set():
+            wait = self.settings.webhook_poll_seconds
             try:
-                self.step()
+                if time.monotonic() - polled >= wait - 0.005:  # the outbox at its own pace
+                    polled = time.monotonic()
+                    self.poll_outbox()
+                self.deliver_due()
+                wait = self.next_wait()
             except Exception:  # a worker that dies silently would lose notices: log and go on
                 log.exception("webhook delivery step failed")
-            stop.wait(self.settings.webhook_poll_seconds)
+            stop.wait(wait)
         self.pool.shutdown(wait=True)
