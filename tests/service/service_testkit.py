@@ -24,7 +24,7 @@ from market_pipeline.config import MarketPipelineConfig  # noqa: E402
 from market_pipeline.service.app import create_app  # noqa: E402
 from market_pipeline.service.context import ServiceContext  # noqa: E402
 from market_pipeline.service.receiver import Receiver  # noqa: E402,F401 - the tests import it from here
-from market_pipeline.warehouse import Warehouse  # noqa: E402
+from market_pipeline.warehouse import Warehouse, writers  # noqa: E402
 
 UTC = dt.timezone.utc
 POOLS = (A100, H800, A10)
@@ -129,6 +129,9 @@ def build_service_warehouse(path: Path, config: MarketPipelineConfig) -> Warehou
     # both metered hours rated in one dbt run (the billing rollup over a two-hour window)
     rate_hours(warehouse, windows=[HourWindow(HOURS[0].start, HOURS[-1].end)], command="run")
     warehouse.append("market_ticks", _ticks())
+    # the two latest ticks' latency, as their runs recorded it (the earlier ones: none)
+    writers.record_tick_seconds(warehouse, T0 + dt.timedelta(minutes=80), 30.0)
+    writers.record_tick_seconds(warehouse, T0 + dt.timedelta(minutes=100), 12.5)
     warehouse.append("pool_demand_snapshots", _snapshots())
     decisions = _decisions()
     with warehouse.connect() as con:
