@@ -23,6 +23,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -191,6 +192,7 @@ def run_webhook_bench(
         server.join(timeout=10)
         for r in receivers.values():
             r.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
     first_ok: dict[str, float] = {}
     ok_count: dict[str, int] = {}
     delivery_ids: set[str] = set()
