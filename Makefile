@@ -107,9 +107,11 @@ ui: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
 # twin on the wall clock (its epoch the hour it was first started; each control tick moves it
 # to the tick's time). `make down` stops it.
 # dagster dev, run from this one-liner: a background job starts with SIGINT ignored and
-# dagster dev stops on SIGINT (Ctrl-C), so it restores SIGINT for `make down`; and it hides
+# dagster dev stops on SIGINT (Ctrl-C), so it restores Python's SIGINT handler for `make down` (a
+# KeyboardInterrupt: dagster dev then shuts its webserver, daemon and code server down in turn;
+# SIG_DFL would kill it outright and leave them running); and it hides
 # the notice that Dagster 1.13 prefers `dg dev` (dagster-dg-cli, not a dependency here).
-export RUN_DAGSTER := import runpy, signal, sys, warnings; signal.signal(signal.SIGINT, signal.SIG_DFL); warnings.filterwarnings("ignore", message="Function .dev_command. is superseded"); sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name="__main__")
+export RUN_DAGSTER := import runpy, signal, sys, warnings; signal.signal(signal.SIGINT, signal.default_int_handler); warnings.filterwarnings("ignore", message="Function .dev_command. is superseded"); sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name="__main__")
 
 # the slurm backend's cluster: the one `make slurm-up` starts (the live home is var/live)
 up: export MP__ADAPTER__SLURM_CONF ?= $(CURDIR)/var/slurm/etc/slurm.conf
@@ -119,6 +121,7 @@ up: $(VENV)/.installed
 	mkdir -p $(LIVE_DAGSTER_HOME) && cp dagster.yaml $(LIVE_DAGSTER_HOME)/dagster.yaml; \
 	if [ ! -f $(LIVE_HOME)/var/fleet_state.json ]; then \
 		export MP__ADAPTER__SIM_EPOCH=$$(date -u +%Y-%m-%dT%H:00:00Z); fi; \
+	DAGSTER_HOME=$(LIVE_DAGSTER_HOME) $(PY) -m sensors.live_control resume || exit 1; \
 	cd $(LIVE_DAGSTER_HOME) && MARKET_PIPELINE_HOME=$(LIVE_HOME) DAGSTER_HOME=$(LIVE_DAGSTER_HOME) \
 		MARKET_PIPELINE_LIVE=1 setsid nohup $(abspath $(VENV))/bin/python -c "$$RUN_DAGSTER" \
 		$(abspath $(VENV))/bin/dagster dev -w $(CURDIR)/workspace.yaml \
@@ -128,15 +131,26 @@ up: $(VENV)/.installed
 		--port $(SERVE_PORT) > $(LIVE_HOME)/serve.log 2>&1 & echo $$! > $(LIVE_HOME)/serve.pid; \
 	echo "service up (pid $$(cat $(LIVE_HOME)/serve.pid)): http://127.0.0.1:$(SERVE_PORT)/console, log $(LIVE_HOME)/serve.log"
 
+# Graceful: the service first (SIGTERM; uvicorn finishes its requests, the webhook worker its
+# step), then sensors.live_control stops every schedule and sensor, cancels queued runs, lets
+# runs in progress finish (DOWN_WAIT seconds, then terminates them: CANCELED, never FAILURE),
+# and only then is dagster dev interrupted. The warehouse, the twin and the run history stay;
+# `make up` resumes the schedules and sensors it stopped.
+DOWN_WAIT ?= 120
 down:
-	@if [ -f $(LIVE_HOME)/serve.pid ]; then kill -TERM $$(cat $(LIVE_HOME)/serve.pid) 2>/dev/null; \
-		rm -f $(LIVE_HOME)/serve.pid; echo "service stopped"; fi
-	@if [ ! -f $(LIVE_PID) ] || ! kill -0 $$(cat $(LIVE_PID)) 2>/dev/null; then \
+	@stop_group() { pid=$$1; name=$$2; sig=$$3; wait=$$4; \
+		kill -$$sig $$pid 2>/dev/null; \
+		for i in $$(seq $$wait); do pgrep -g $$pid > /dev/null || kill -0 $$pid 2>/dev/null || return 0; sleep 1; done; \
+		if pgrep -g $$pid > /dev/null || kill -0 $$pid 2>/dev/null; then \
+			echo "$$name did not stop in $$wait s; stopping its process group"; \
+			/bin/kill -TERM -- -$$pid 2>/dev/null; sleep 5; /bin/kill -KILL -- -$$pid 2>/dev/null; fi; }; \
+	if [ -f $(LIVE_HOME)/serve.pid ]; then stop_group $$(cat $(LIVE_HOME)/serve.pid) service TERM 20; \
+		rm -f $(LIVE_HOME)/serve.pid; echo "service stopped"; fi; \
+	if [ ! -f $(LIVE_PID) ] || ! kill -0 $$(cat $(LIVE_PID)) 2>/dev/null; then \
 		rm -f $(LIVE_PID); echo "not running"; exit 0; fi; \
-	pid=$$(cat $(LIVE_PID)); kill -INT $$pid; \
-	for i in $$(seq 90); do pgrep -g $$pid > /dev/null || break; sleep 1; done; \
-	if pgrep -g $$pid > /dev/null; then echo "dagster dev did not stop in 90 s; stopping its process group"; \
-		/bin/kill -TERM -- -$$pid; sleep 2; /bin/kill -KILL -- -$$pid 2>/dev/null; fi; \
+	DAGSTER_HOME=$(LIVE_DAGSTER_HOME) $(PY) -m sensors.live_control down \
+		--port $(PORT) --wait $(DOWN_WAIT) || echo "graceful stop incomplete (above); interrupting dagster dev anyway"; \
+	stop_group $$(cat $(LIVE_PID)) "dagster dev" INT 60; \
 	rm -f $(LIVE_PID); echo "live loop stopped"
 
 # The HTTP service (tenant API, console, /metrics) over the demo's warehouse (make demo first);

@@ -9,6 +9,7 @@ stops what depends on its asset in the same run, so a bad decision does not flow
 | price_book | prices within bounds, cap, band and max step (great-expectations) | yes |
 | scaling_plan | certificate margins >= 0 (targets, approved removals) | yes |
 | scaling_plan | no node cordoned or uncordoned more than twice a day | no (ERROR) |
+| scaling_plan | no scale-down drain failed at this tick (else each node and why) | no (WARN) |
 | drain_requests | drains within the tenant caps and pool budgets | yes |
 | demand_forecast | rolling 80% coverage within 0.7-0.9 | no (ERROR) |
 | demand_forecast | persistence chosen by fallback | no (WARN) |
@@ -31,6 +32,7 @@ from market_pipeline.decision_checks.drains import approved_drains, drain_limits
 from market_pipeline.decision_checks.flapping import MAX_PER_DAY, flapping_verdict, node_actions
 from market_pipeline.decision_checks.guarantee import rigid_guarantee_verdict
 from market_pipeline.decision_checks.margins import latest_plan, plan_margin_verdict, tick_margin_verdict
+from market_pipeline.decision_checks.node_drains import latest_uncordons, node_drain_verdict
 from market_pipeline.decision_checks.prices import (
     offending_prices,
     price_rules,
@@ -155,6 +157,12 @@ SCALING_SPECS = [
         description=f"No flapping: no node cordoned or uncordoned more than {MAX_PER_DAY} times "
         "in the last 24 h of approved live scaling decisions.",
     ),
+    dg.AssetCheckSpec(
+        "scaling_plan_node_drains",
+        asset=SCALING_PLAN,
+        description="Scale-down drains that failed at this tick (timed out or blocked; the node "
+        "uncordoned), each with its reason: an expected outcome, so it warns.",
+    ),
 ]
 
 
@@ -163,6 +171,7 @@ def scaling_checks(warehouse: WarehouseResource) -> Iterator[dg.AssetCheckResult
     store = warehouse.reader()
     yield verdict_result(plan_margin_verdict(latest_plan(store)), check_name="scaling_plan_margins")
     yield verdict_result(flapping_verdict(node_actions(store)), check_name="scaling_plan_no_flapping")
+    yield verdict_result(node_drain_verdict(latest_uncordons(store)), check_name="scaling_plan_node_drains")
 
 
 @dg.asset_check(

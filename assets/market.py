@@ -205,7 +205,9 @@ def equilibrium_prices(
 
 
 @dg.asset(group_name="market", pool="warehouse", deps=[equilibrium_prices], kinds={"duckdb"})
-def price_book(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def price_book(
+    context: dg.AssetExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
     """Publishes the latest market tick's prices: the shielded price the guardrail certified,
     with the list price, the solver's own price and the reason beside it (before any tick, the
     list prices); in shadow mode records the prices it would publish instead."""
@@ -223,12 +225,17 @@ def price_book(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.
             writers.record_decisions(store, shadow_price_decisions(rows, now))
         else:
             published += writers.publish_prices(store, rows)
+    latency = _tick_seconds(context)
+    if latency is not None and tick.height:
+        writers.record_tick_seconds(store, tick["tick_at"][0], latency)
     history = readers.price_history(store, now - timedelta(days=HISTORY_DAYS))
     metadata: dict[str, object] = {
         "published_rows": published,
         "shadow_mode": config.loop.shadow_mode,
         ROW_COUNT: published,
     }
+    if latency is not None:
+        metadata["tick_seconds"] = dg.MetadataValue.float(round(latency, 3))
     if rows is not None and rows.height:
         metadata["prices"] = table_metadata(
             rows.select(
@@ -245,6 +252,14 @@ def price_book(fleet: FleetAdapterResource, warehouse: WarehouseResource) -> dg.
     if png is not None:
         metadata["price_history"] = dg.MetadataValue.md(png_markdown(png, "price history"))
     return dg.MaterializeResult(metadata=metadata)
+
+
+def _tick_seconds(context: dg.AssetExecutionContext) -> float | None:
+    """Wall seconds from this run's start to now (the tick's prices just published)."""
+    record = context.instance.get_run_record_by_id(context.run_id)
+    if record is None or record.start_time is None:
+        return None
+    return max(0.0, datetime.now(timezone.utc).timestamp() - record.start_time)
 
 
 market_assets = [demand_history, demand_forecast, equilibrium_prices, price_book]

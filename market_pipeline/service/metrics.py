@@ -2,7 +2,7 @@
 scrape time (through the gate's cache: a scrape while nothing changed opens nothing).
 
 Families (all prefixed `mp_`): published prices, certificate margins, the latest solve's
-status and seconds, the latest tick's time, promise breaches of the latest tick, decisions
+status and seconds, the latest tick's time and latency (and its p95 over 100 ticks), promise breaches of the latest tick, decisions
 and drain outcomes by reason, telemetry quarantine per source, GPU and pool utilisation, and
 the webhook jobs by state. A family whose table the warehouse does not hold yet is left out.
 """
@@ -37,6 +37,7 @@ class WarehouseCollector:
     def collect(self) -> Iterator[Metric]:
         for family in (
             self._market,
+            self._ticks,
             self._solve,
             self._decisions,
             self._telemetry,
@@ -97,6 +98,22 @@ class WarehouseCollector:
         tick = GaugeMetricFamily("mp_last_tick_timestamp_seconds", "Time of the latest market tick")
         tick.add_metric([], _ts(last_at))
         yield tick
+
+    def _ticks(self) -> Iterator[Metric]:
+        frame = readers.tick_latencies(self.context.warehouse)
+        if frame.is_empty():
+            return
+        latest = GaugeMetricFamily(
+            "mp_tick_latency_seconds", "Wall seconds from the latest tick's run start to its prices published"
+        )
+        latest.add_metric([], float(frame["tick_seconds"][0]))
+        yield latest
+        values = sorted(float(v) for v in frame["tick_seconds"])
+        p95 = GaugeMetricFamily(
+            "mp_tick_latency_p95_seconds", "95th percentile of the tick latency over the last 100 ticks"
+        )
+        p95.add_metric([], values[min(len(values) - 1, int(round(0.95 * (len(values) - 1))))])
+        yield p95
 
     def _solve(self) -> Iterator[Metric]:
         solve = readers.latest_solve(self.context.warehouse)

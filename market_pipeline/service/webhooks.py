@@ -244,15 +244,42 @@ class DeliveryWorker:
         attempts = [a for a in (self._claim(*row) for row in due) if a is not None]
         return sum(self.pool.map(self._send, attempts))
 
-    def step(self) -> int:
-        self.poll_outbox()
-        return self.deliver_due()
+    def next_wait(self) -> float:
+        """Seconds until the next step: the outbox poll's interval, or sooner when a retry
+        falls due before it (a retry does not wait for the next poll)."""
+        poll = self.settings.webhook_poll_seconds
+        rows = self.store.read("SELECT min(next_at) FROM webhook_jobs WHERE state = 'pending'")
+        due = rows[0][0] if rows else None
+        if due is None:
+            return poll
+        return min(poll, max(0.01, float(due) - self.clock()))
 
     def run(self, stop: threading.Event) -> None:
+        """Two loops: the outbox poll (its own thread, every `webhook_poll_seconds`; it may wait
+        for the loop's writer to let go of the warehouse file) and the deliveries (here: due
+        jobs as soon as they fall due, woken when the poll adds some), so a retry never waits
+        behind a read of the warehouse."""
+        wake = threading.Event()
+
+        def poll_loop() -> None:
+            while not stop.is_set():
+                try:
+                    if self.poll_outbox():
+                        wake.set()
+                except Exception:  # a poller that dies silently would lose notices: log, go on
+                    log.exception("webhook outbox poll failed")
+                stop.wait(self.settings.webhook_poll_seconds)
+
+        poller = threading.Thread(target=poll_loop, name="webhook-outbox", daemon=True)
+        poller.start()
         while not stop.is_set():
+            wake.clear()  # a poll that adds jobs from here on cuts the wait below short
+            wait = self.settings.webhook_poll_seconds
             try:
-                self.step()
-            except Exception:  # a worker that dies silently would lose notices: log and go on
+                self.deliver_due()
+                wait = self.next_wait()
+            except Exception:  # as above: log and go on
                 log.exception("webhook delivery step failed")
-            stop.wait(self.settings.webhook_poll_seconds)
+            wake.wait(wait)
+        poller.join(timeout=self.settings.read_retry_seconds + 5)
         self.pool.shutdown(wait=True)

@@ -311,6 +311,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "market ticks: the capacity each pool can reach (an exhausted pool is told apart)",
         ("ALTER TABLE market_ticks ADD COLUMN IF NOT EXISTS reachable_gpus DOUBLE",),
     ),
+    Migration(
+        442,
+        "market ticks: the tick's latency (wall seconds from its run's start to its prices published)",
+        # NULL for a tick no Dagster run published (a direct write, a test)
+        ("ALTER TABLE market_ticks ADD COLUMN IF NOT EXISTS tick_seconds DOUBLE",),
+    ),
 )
 
 

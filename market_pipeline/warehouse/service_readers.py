@@ -95,6 +95,19 @@ def latest_ticks(store: Warehouse) -> pl.DataFrame:
     )
 
 
+def tick_latencies(store: Warehouse, limit: int = 100) -> pl.DataFrame:
+    """The latest `limit` published ticks' latency, newest first: tick_at, tick_seconds (wall
+    seconds from the tick's run start to its prices published; ticks no run published are left
+    out, as is a warehouse from before migration 442)."""
+    if "tick_seconds" not in store.query("SELECT * FROM market_ticks LIMIT 0").columns:
+        return pl.DataFrame(schema={"tick_at": pl.Datetime("us", "UTC"), "tick_seconds": pl.Float64})
+    return store.query(
+        "SELECT tick_at, max(tick_seconds) AS tick_seconds FROM market_ticks WHERE tick_seconds IS NOT NULL"
+        " GROUP BY tick_at ORDER BY tick_at DESC LIMIT ?",
+        [_limit(limit)],
+    )
+
+
 def pool_snapshots(store: Warehouse, since: datetime | None, limit: int = MAX_ROWS) -> pl.DataFrame:
     """Fleet demand per pool over time, oldest first: ts, pool_id, running_gpus, pending_gpus,
     gpus_on, utilisation (running / on)."""

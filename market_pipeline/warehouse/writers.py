@@ -64,6 +64,13 @@ def publish_prices(store: Warehouse, rows: pl.DataFrame) -> int:
     return store.replace_where("price_book", "effective_from = ?", [rows["effective_from"][0]], rows)
 
 
+def record_tick_seconds(store: Warehouse, tick_at: datetime, seconds: float) -> None:
+    """The tick's latency on its market_ticks rows: wall seconds from its run's start to its
+    prices published (`/metrics` mp_tick_latency_seconds)."""
+    with store.connect() as con:
+        con.execute("UPDATE market_ticks SET tick_seconds = ? WHERE tick_at = ?", [seconds, tick_at])
+
+
 def write_demand_response(store: Warehouse, fitted_at: datetime, rows: pl.DataFrame) -> int:
     """The demand-response fit of `fitted_at`."""
     return store.replace_where("demand_response", "fitted_at = ?", [fitted_at], rows)

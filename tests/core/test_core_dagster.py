@@ -25,7 +25,7 @@ PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 def test_workspace_yaml_points_at_the_definitions_module():
     workspace = yaml.safe_load((REPO_ROOT / "workspace.yaml").read_text())
     [location] = workspace["load_from"]
-    assert location["python_module"]["module_name"] == "sensors.definitions"
+    assert location["python_file"]["relative_path"] == "sensors/definitions.py"
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     # Dagster would prefer these over workspace.yaml; workspace.yaml stays the single source.
     assert "dagster" not in pyproject.get("tool", {}) and "dg" not in pyproject.get("tool", {})
@@ -50,6 +50,19 @@ def test_workspace_yaml_points_at_the_definitions_module():
         "focus_export",
     ):
         assert name in keys
+
+
+def test_workspace_resolves_to_its_own_checkout_from_any_folder(tmp_path, monkeypatch):
+    """`make ui` / `make up` start Dagster in var/...: the code location must still be this
+    checkout's files (not whatever an editable install or the process's folder points at)."""
+    from dagster._core.workspace.load import location_origins_from_yaml_paths
+
+    monkeypatch.chdir(tmp_path)
+    [origin] = location_origins_from_yaml_paths([str(REPO_ROOT / "workspace.yaml")])
+    target = origin.loadable_target_origin
+    assert origin.location_name == "market_pipeline"
+    assert Path(target.python_file) == REPO_ROOT / "sensors" / "definitions.py"
+    assert Path(target.working_directory) == REPO_ROOT
 
 
 def test_writers_take_the_warehouse_pool():

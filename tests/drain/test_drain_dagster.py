@@ -241,3 +241,50 @@ def test_drain_end_to_end_under_used_worker(local_config, instance):
 def _counts(run: dg.ExecuteInProcessResult) -> dict[str, int]:
     [event] = [e for e in run.all_node_events if e.is_successful_output]
     return event.step_output_data.metadata["counts_by_outcome"].value
+
+
+def test_a_failed_drain_fails_the_run_that_carried_it_out_with_its_reason(tmp_path, instance, monkeypatch):
+    """A drain whose protocol ended `failed` (here: the GPU never released) is not an `ok` in a
+    green run: its batch run records every outcome, then fails naming the drain and why."""
+    from market_pipeline.guardrails import task_drain_batches
+    from market_pipeline.guardrails.task_drain_protocol import DrainState
+    from market_pipeline.guardrails.task_drain_steps import DrainReport
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    tick = datetime(2026, 1, 5, 10, tzinfo=timezone.utc)
+    write_decisions(warehouse, [decision("stuck", at=tick), decision("fine", at=tick)])
+    why = "not_released: GPU-0 still in use past release_timeout_seconds=20"
+
+    def execute(store, adapter, config, decision_id):  # the protocol's report, as a fleet gives it
+        failed = decision_id == "drain-stuck"
+        report = DrainReport(
+            decision_id, decision_id.removeprefix("drain-"), "t1", DrainState.REPORTED,
+            "failed" if failed else "terminated", why if failed else "", 1.0, ("requested", "reported"),
+            tick, tick, None, failed, decision_id,
+        )  # fmt: skip
+        store.execute(
+            "UPDATE decisions SET executed_at = ?, outcome = ? WHERE decision_id = ?",
+            [tick, report.outcome, decision_id],
+        )
+        return report
+
+    monkeypatch.setattr(task_drain_batches, "execute_decision", execute)
+    monkeypatch.setattr(task_drain_batches, "requeue_drained", lambda *a: _NoRequeue())
+    run = drain_job.execute_in_process(
+        run_config=drain_run_config(tick),
+        instance=instance,
+        raise_on_error=False,
+        resources={"warehouse": WarehouseResource(path=str(warehouse.path)), "fleet": FleetAdapterResource()},
+    )
+    assert not run.success
+    [failure] = [e for e in run.all_node_events if e.is_failure]
+    message = failure.step_failure_data.user_failure_data.description
+    assert "1 of 2 actions did not complete" in message and "first: drain-stuck: failed: " in message
+    assert why in message
+    outcomes = {r["decision_id"]: r["outcome"] for r in warehouse.query("SELECT * FROM decisions").to_dicts()}
+    assert outcomes == {"drain-stuck": "failed", "drain-fine": "terminated"}
+
+
+class _NoRequeue:
+    status = type("S", (), {"value": "unsupported"})()
+    detail = "the test's fleet requeues nothing"

@@ -14,6 +14,7 @@ from market_pipeline.config import load_config
 from market_pipeline.decision_checks.drains import approved_drains, drain_limits_verdict
 from market_pipeline.decision_checks.flapping import flapping_verdict, node_actions
 from market_pipeline.decision_checks.margins import latest_plan, plan_margin_verdict, tick_margin_verdict
+from market_pipeline.decision_checks.node_drains import latest_uncordons, node_drain_verdict
 from market_pipeline.decision_checks.prices import (
     offending_prices,
     price_rules,
@@ -414,3 +415,46 @@ def test_each_published_price_sits_beside_the_ends_every_promise_allows(config) 
     report = price_rules(frame)
     assert not report.passed
     assert price_rules(frame.head(2)).passed and offending_prices(frame.head(2)).is_empty()
+
+
+def test_a_failed_scale_down_drain_warns_at_the_tick_that_gives_the_node_back(store) -> None:
+    """The cordon's run succeeded hours before; the plan that uncordons the node because its
+    drain timed out says so (WARN, with the node and why), not silence."""
+    later = T0 + timedelta(minutes=40)
+    write_scale(
+        store,
+        [
+            {"decision_id": "c1", "action": "cordon", "target": "n1", "outcome": "ok: cordoned"},
+            {
+                "decision_id": "u1",
+                "action": "uncordon",
+                "target": "n1",
+                "decided_at": later,
+                "reasons": ["scale-down failed: drain timed out", "attempt 1/3"],
+                "inputs": json.dumps({"drain_failures": 1}),
+            },
+            {  # an uncordon because demand came back is no failure
+                "decision_id": "u2",
+                "action": "uncordon",
+                "target": "n2",
+                "decided_at": later,
+                "reasons": ["demand returned"],
+            },
+            {"decision_id": "h1", "action": "hold", "decided_at": later},
+        ],
+    )
+    verdict = node_drain_verdict(latest_uncordons(store))
+    assert not verdict.passed and verdict.expected  # a warning, not a failure
+    assert verdict.offenders == [
+        {
+            "pool_id": "p",
+            "node": "n1",
+            "why": "drain timed out",
+            "attempt": "attempt 1/3",
+            "drain_failures": 1,
+        }
+    ]
+    assert "n1 (drain timed out)" in verdict.description and verdict.numbers == {"failed_node_drains": 1}
+    # the next plan, with no failed drain: the check passes again
+    write_scale(store, [{"decision_id": "h2", "action": "hold", "decided_at": later + timedelta(minutes=5)}])
+    assert node_drain_verdict(latest_uncordons(store)).passed

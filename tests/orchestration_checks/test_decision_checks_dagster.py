@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 import dagster as dg
 import polars as pl
+import pytest
 
 from assets.decision_checks import (
     FORECAST_COVERAGE,
@@ -137,3 +138,33 @@ def test_a_certified_solve_lets_the_price_book_run(tmp_path) -> None:
         e for e in result.get_asset_check_evaluations() if e.check_name == "equilibrium_solve_certified"
     ]
     assert evaluation.metadata["kkt_residual"].value == 1e-9
+
+
+def test_the_price_book_records_its_tick_latency(tmp_path) -> None:
+    """The real price_book, after a stored tick: the tick's market_ticks rows carry the wall
+    seconds from the run's start to its prices (what /metrics reports as tick latency)."""
+    from assets.market import price_book
+    from market_pipeline.hardware.protocol import adapter_now
+
+    path = tmp_path / "w.duckdb"
+    store = open_warehouse(path)
+    tick_at = adapter_now(FleetAdapterResource().get()).replace(microsecond=0)
+
+    @dg.asset(name="equilibrium_prices")
+    def stand_in(warehouse: WarehouseResource) -> None:
+        solve_and_tick(warehouse.get(), "converged", 1e-9)
+        with warehouse.get().connect() as con:  # the tick at the fleet's moment
+            con.execute("UPDATE market_ticks SET tick_at = ?", [tick_at])
+
+    result = dg.materialize(
+        [stand_in, price_book],
+        resources={"warehouse": WarehouseResource(path=str(path)), "fleet": FleetAdapterResource()},
+    )
+    assert result.success
+    (event,) = [
+        e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "price_book"
+    ]
+    seconds = event.materialization.metadata["tick_seconds"].value
+    assert 0 < seconds < 300
+    stored = store.query("SELECT tick_seconds FROM market_ticks")["tick_seconds"].to_list()
+    assert stored == [pytest.approx(seconds, abs=1e-3)]

@@ -9,8 +9,7 @@ import sys
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -24,7 +23,8 @@ from market_pipeline.billing.metering import HourWindow  # noqa: E402
 from market_pipeline.config import MarketPipelineConfig  # noqa: E402
 from market_pipeline.service.app import create_app  # noqa: E402
 from market_pipeline.service.context import ServiceContext  # noqa: E402
-from market_pipeline.warehouse import Warehouse  # noqa: E402
+from market_pipeline.service.receiver import Receiver  # noqa: E402,F401 - the tests import it from here
+from market_pipeline.warehouse import Warehouse, writers  # noqa: E402
 
 UTC = dt.timezone.utc
 POOLS = (A100, H800, A10)
@@ -129,6 +129,9 @@ def build_service_warehouse(path: Path, config: MarketPipelineConfig) -> Warehou
     # both metered hours rated in one dbt run (the billing rollup over a two-hour window)
     rate_hours(warehouse, windows=[HourWindow(HOURS[0].start, HOURS[-1].end)], command="run")
     warehouse.append("market_ticks", _ticks())
+    # the two latest ticks' latency, as their runs recorded it (the earlier ones: none)
+    writers.record_tick_seconds(warehouse, T0 + dt.timedelta(minutes=80), 30.0)
+    writers.record_tick_seconds(warehouse, T0 + dt.timedelta(minutes=100), 12.5)
     warehouse.append("pool_demand_snapshots", _snapshots())
     decisions = _decisions()
     with warehouse.connect() as con:
@@ -205,51 +208,3 @@ def call(
         return status, json.loads(raw) if raw else None, hdrs
     except ValueError:
         return status, raw.decode(errors="replace"), hdrs
-
-
-@dataclass
-class Receiver:
-    """A webhook receiver on 127.0.0.1: records every call; fails every `fail_every`-th."""
-
-    fail_every: int = 0
-    calls: list[dict] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    server: ThreadingHTTPServer | None = None
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-    def start(self) -> "Receiver":
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with receiver.lock:
-                    n = len(receiver.calls) + 1
-                    fail = receiver.fail_every and n % receiver.fail_every == 0
-                    receiver.calls.append(
-                        {
-                            "at": time.time(),
-                            "headers": {k.lower(): v for k, v in self.headers.items()},
-                            "body": body,
-                            "ok": not fail,
-                        }
-                    )
-                self.send_response(500 if fail else 200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args) -> None:  # noqa: ANN002
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()

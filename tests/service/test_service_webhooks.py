@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from service_testkit import ACME, BLUE, Receiver, call, start_server
 
 from market_pipeline.service.context import ServiceContext
@@ -198,3 +199,26 @@ def test_webhooks_deliver_once_command_sends_what_the_outbox_holds(service_confi
         assert [json.loads(c["body"])["tenant_id"] for c in receiver.calls] == [ACME]
     finally:
         receiver.stop()
+
+
+@pytest.mark.slow  # a spawned server and real worker processes: about a minute on loaded cores
+def test_bench_webhooks_counts_every_notice_once(service_config):
+    """`bench webhooks` on a few drains: real toy workers drained through the local-process
+    adapter, the real server's worker, receivers failing every other call. Every warning is
+    delivered, no delivery id twice, every signature valid, the failures retried."""
+    from market_pipeline.service.webhook_bench import run_webhook_bench
+
+    tenants = len(service_config.tenants)  # one more drain than tenants: a receiver's 2nd call fails
+    result = run_webhook_bench(
+        service_config, drains=tenants + 1, writers=1, fail_every=2, gap=0.0, settle_seconds=60
+    )
+    assert result["failed_writers"] == 0 and result["warnings_in_outbox"] == tenants + 1
+    assert result["lost"] == 0 and result["notices_delivered"] == tenants + 1
+    assert (
+        result["repeated_delivery_ids"] == 0 and result["bad_signatures"] == 0 and result["wrong_tenant"] == 0
+    )
+    assert (
+        result["failed_calls"] >= 1
+        and result["calls"] == result["notices_delivered"] + result["failed_calls"]
+    )
+    assert result["latency_s"]["max"] < 30
