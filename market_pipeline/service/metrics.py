@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+import numpy as np
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from market_pipeline.service.context import ServiceContext
+from market_pipeline.tick import Promises
 from market_pipeline.warehouse import WarehouseError
 from market_pipeline.warehouse import service_readers as readers
 
@@ -50,7 +52,7 @@ class WarehouseCollector:
                 log.info("metrics: %s skipped (%s)", family.__name__, " ".join(str(exc).split())[:160])
 
     def _market(self) -> Iterator[Metric]:
-        wh, market = self.context.warehouse, self.context.config.market
+        wh, promises = self.context.warehouse, Promises.from_config(self.context.config)
         price = GaugeMetricFamily(
             "mp_price_per_gpu_hour", "Published price in force", labels=["pool", "resource_class"]
         )
@@ -79,17 +81,17 @@ class WarehouseCollector:
             margin.add_metric([pool], row["margin"])
             certified.add_metric([pool], 1.0 if row["certified"] else 0.0)
             g, d = row["guaranteed"], row["drainable"]
-            cap = market.guaranteed_price_cap * lists.get(pool, g)
-            breach.add_metric([pool, "guaranteed_cap"], 1.0 if g > cap * (1 + EPS) else 0.0)
+            over_cap = promises.over_cap(np.array([g]), np.array([lists.get(pool, g)]))[0]
+            breach.add_metric([pool, "guaranteed_cap"], 1.0 if over_cap else 0.0)
             discount = 1 - d / g if g > 0 else 0.0
-            band = market.drainable_discount_min - EPS <= discount <= market.drainable_discount_max + EPS
+            band = promises.discount_min - EPS <= discount <= promises.discount_max + EPS
             breach.add_metric([pool, "drainable_band"], 0.0 if band else 1.0)
             prev = before.filter(before["pool_id"] == pool).tail(1)
             step_ok = True
             if prev.height:
                 for cls in ("guaranteed", "drainable"):
                     old = prev[cls][0]
-                    if old > 0 and abs(row[cls] / old - 1) > market.max_price_step + EPS:
+                    if old > 0 and promises.over_step(np.array([row[cls]]), np.array([old]))[0]:
                         step_ok = False
             breach.add_metric([pool, "max_price_step"], 0.0 if step_ok else 1.0)
         yield margin

@@ -19,8 +19,6 @@ PROMISE_KEYS = {"max_price_step", "guaranteed_price_cap", "drainable_discount_mi
 HOME = {
     "market_pipeline/config/model.py",  # where the keys are declared and validated
     "market_pipeline/tick/promises.py",  # where they become a Promises
-    # the /metrics exporter still reads them: it moves onto Promises with the service's branch
-    "market_pipeline/service/metrics.py",
 }
 
 
