@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from market_pipeline.config import load_config
+from market_pipeline.fleet.twin_adapter import SimulatedAdapter
 from market_pipeline.guardrails.task_drain_protocol import (
     DrainState,
     DrainTransition,
@@ -23,7 +24,6 @@ from market_pipeline.guardrails.task_drain_protocol import (
     Phase,
 )
 from market_pipeline.guardrails.task_drain_store import WarehouseAuditStore
-from market_pipeline.hardware.simulated import SimulatedAdapter
 from market_pipeline.warehouse import open_warehouse
 from market_pipeline.warehouse.control import ControlConflict, ControlStore, LockBusy
 

@@ -10,12 +10,12 @@ import polars as pl
 import pytest
 
 from market_pipeline.config import TelemetryConfig
+from market_pipeline.fleet.twin_adapter import SimulatedAdapter
 from market_pipeline.hardware.protocol import (
     OPTIONAL_SAMPLE_FIELDS,
     SampleCapabilityError,
     unmeasured_fields,
 )
-from market_pipeline.hardware.simulated import SimulatedAdapter
 from market_pipeline.hardware.slurm.adapter import SlurmAdapter
 from market_pipeline.telemetry.checks import clean_rules
 from market_pipeline.telemetry.ingest import ingest_samples
