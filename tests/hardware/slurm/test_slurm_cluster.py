@@ -381,11 +381,14 @@ def test_the_drain_guardrail_holds_the_tenant_cap_and_the_disruption_budget_on_r
 def test_munge_unreachable_is_one_line_naming_it_and_nothing_is_acted_on(
     cluster: LocalCluster, adapter: SlurmAdapter
 ) -> None:
+    # the module's cluster is shared: earlier tests may leave other nodes cordoned, so the
+    # target is a node that is not, and only its state is judged
+    target = next(n.node_id for n in adapter.list_nodes() if not n.cordoned)
     cluster.stop_munge()
     try:
         with pytest.raises(SlurmUnavailable, match="munge is unreachable"):
             adapter.list_nodes()
-        outcome = adapter.cordon("node1")
+        outcome = adapter.cordon(target)
         assert outcome.status is OutcomeStatus.FAILED and "munge is unreachable" in outcome.detail
         cli = subprocess.run(
             [sys.executable, "-m", "market_pipeline.cli", "cluster", "status", "--home", str(cluster.home)],
@@ -399,7 +402,8 @@ def test_munge_unreachable_is_one_line_naming_it_and_nothing_is_acted_on(
     finally:
         cluster.start_munge()
     nodes = wait_for(lambda: _safe_nodes(adapter), 20, "munge back")
-    assert not any(n.cordoned for n in nodes)  # the cordon asked while munge was down never happened
+    # the cordon asked while munge was down never happened
+    assert not next(n for n in nodes if n.node_id == target).cordoned
 
 
 def _safe_nodes(adapter: SlurmAdapter) -> list | None:
