@@ -316,3 +316,36 @@ def test_spend_counts_today_and_this_month_and_the_ledger_posts_each_hour_once(t
         (f"usage:{RICH}:{hour}10:00:00", "usage", Decimal("-7")),
     ]
     assert tenant_spend(warehouse, T0)[BROKE].balance == Decimal("50") - 3 - 4 + 1
+
+
+@pytest.fixture
+def host_in_kolkata(monkeypatch):
+    """The process's local time zone is UTC+05:30 for the test (a host not set to UTC)."""
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_refusal_stands_for_its_utc_hour_on_a_host_in_another_time_zone(tmp_path, host_in_kolkata):
+    """The guard keys a refusal by the UTC hour and admission looks it up by the UTC hour, so a
+    host whose clock is set to another zone (here +05:30, half an hour off the UTC hours) still
+    refuses the tenant for exactly that hour; a shadow refusal never stands."""
+    from market_pipeline.billing.balances import evaluate_guards, guard_decisions
+    from market_pipeline.warehouse.writers import record_decisions
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    verdicts = evaluate_guards(
+        [Account("broke", prepaid=True), Account("shadowed", prepaid=True)], {}, {}, T0, 300, 60
+    )
+    record_decisions(warehouse, guard_decisions(verdicts[:1], {}, T0 + timedelta(minutes=40), shadow=False))
+    record_decisions(warehouse, guard_decisions(verdicts[1:], {}, T0, shadow=True))
+    refused, reasons = tenant_admission(warehouse, "broke", T0 + timedelta(minutes=10))
+    assert refused is False and reasons == ["balance 0.00 cannot cover the next interval (0.00)"]
+    assert tenant_admission(warehouse, "broke", T0 + timedelta(minutes=59))[0] is False
+    assert tenant_admission(warehouse, "broke", T0 + timedelta(minutes=60)) == (True, [])  # the next hour
+    assert tenant_admission(warehouse, "broke", T0 - timedelta(seconds=1)) == (True, [])
+    assert tenant_admission(warehouse, "shadowed", T0) == (True, [])
