@@ -385,3 +385,39 @@ def test_the_followers_refusal_names_their_residual(followers_off_by) -> None:
     assert re.fullmatch(r"followers' KKT residual \d\.\d\de-\d\d above tolerance", report.fallback_reason)
     residual = float(report.fallback_reason.split()[3])
     assert 10 * settings.tolerance <= residual <= 11 * settings.tolerance  # the leader's point's, as refused
+
+
+@pytest.mark.parametrize("failing", ["evaluate", "local_model"])
+def test_a_fallback_whose_diagnostics_fail_publishes_its_prices_and_says_nothing_is_known(
+    monkeypatch, failing
+) -> None:
+    """The fallback evaluates its prices to report on them; when that evaluation fails it
+    still returns the prices in force, and what it could not measure reads as unknown (no
+    demand, no profit) or infinitely far from certified, never as a small number."""
+    from market_pipeline.market.errors import SolverError
+
+    def broken(*args, **kwargs):
+        raise SolverError("injected failure")
+
+    problem = random_problem(60, 3, seed=4)
+    last = 0.5 * (problem.resources.price_min + problem.resources.price_max)
+    monkeypatch.setattr(solve_module, failing, broken)
+    report = solve_equilibrium(problem, last_prices=last, settings=SolverSettings(max_iterations=1))
+    assert (
+        report.status == "fallback"
+        and report.converged is False
+        and "no convergence" in report.fallback_reason
+    )
+    np.testing.assert_array_equal(report.prices, last)
+    assert report.leader_stationarity == report.leader_complementarity == report.capacity_violation == np.inf
+    assert report.kkt_residual == np.inf
+    np.testing.assert_array_equal(report.capacity_price, np.zeros(3))
+    body = report.to_dict()
+    json.dumps(body, allow_nan=False)
+    assert body["kkt_residual"] is None and body["leader_stationarity"] is None
+    if failing == "evaluate":  # nothing measured at all
+        assert np.all(np.isnan(report.demand)) and np.isnan(report.profit) and body["profit"] is None
+        assert report.follower_kkt == np.inf and report.budget_bound_tenants == 0
+    else:  # the followers were evaluated; only the leader's local model failed
+        assert np.all(np.isfinite(report.demand)) and np.isfinite(report.profit)
+        assert report.follower_kkt <= SolverSettings().tolerance
