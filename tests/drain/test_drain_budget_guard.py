@@ -349,3 +349,23 @@ def test_a_refusal_stands_for_its_utc_hour_on_a_host_in_another_time_zone(tmp_pa
     assert tenant_admission(warehouse, "broke", T0 + timedelta(minutes=60)) == (True, [])  # the next hour
     assert tenant_admission(warehouse, "broke", T0 - timedelta(seconds=1)) == (True, [])
     assert tenant_admission(warehouse, "shadowed", T0) == (True, [])
+
+
+def test_an_account_is_stored_with_every_limit_and_replaced_by_the_next_setting(tmp_path):
+    """What finance sets is what the guards read back: every limit of the account, and a
+    second setting of the same tenant replaces the first (accounts come back by tenant id)."""
+    from market_pipeline.billing.balances import accounts
+    from market_pipeline.billing.errors import BillingError
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    capped = Account("zeta", prepaid=False, hard_cap_daily=Decimal("12.5"), hard_cap_monthly=Decimal("300"))
+    prepaid = Account("alpha", prepaid=True, credit_limit=Decimal("7.25"))
+    set_account(warehouse, capped, now=T0)
+    set_account(warehouse, Account("alpha", prepaid=False), now=T0)
+    set_account(warehouse, prepaid, now=T0 + timedelta(minutes=1))
+    assert accounts(warehouse) == [prepaid, capped]
+    updated = warehouse.query("SELECT tenant_id, updated_at FROM billing_accounts ORDER BY 1").rows()
+    assert updated == [("alpha", T0 + timedelta(minutes=1)), ("zeta", T0)]
+    with pytest.raises(BillingError, match="credit_limit must be >= 0"):
+        set_account(warehouse, Account("alpha", prepaid=True, credit_limit=Decimal(-1)), now=T0)
+    assert accounts(warehouse) == [prepaid, capped]  # a refused setting changes nothing
