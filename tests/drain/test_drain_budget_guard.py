@@ -318,18 +318,6 @@ def test_spend_counts_today_and_this_month_and_the_ledger_posts_each_hour_once(t
     assert tenant_spend(warehouse, T0)[BROKE].balance == Decimal("50") - 3 - 4 + 1
 
 
-@pytest.fixture
-def host_in_kolkata(monkeypatch):
-    """The process's local time zone is UTC+05:30 for the test (a host not set to UTC)."""
-    import time
-
-    monkeypatch.setenv("TZ", "Asia/Kolkata")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
 def test_a_refusal_stands_for_its_utc_hour_on_a_host_in_another_time_zone(tmp_path, host_in_kolkata):
     """The guard keys a refusal by the UTC hour and admission looks it up by the UTC hour, so a
     host whose clock is set to another zone (here +05:30, half an hour off the UTC hours) still
@@ -369,3 +357,17 @@ def test_an_account_is_stored_with_every_limit_and_replaced_by_the_next_setting(
     with pytest.raises(BillingError, match="credit_limit must be >= 0"):
         set_account(warehouse, Account("alpha", prepaid=True, credit_limit=Decimal(-1)), now=T0)
     assert accounts(warehouse) == [prepaid, capped]  # a refused setting changes nothing
+
+
+def test_a_posting_that_fails_reports_its_own_error_and_keeps_the_ledger(tmp_path):
+    """Posting before the billing rollup made its invoice lines fails with the catalog error
+    that says so (not an error of the rollback), and the ledger's entries stay as they were."""
+    import duckdb
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    record_payment(warehouse, BROKE, Decimal("5"), "wire-1", now=T0)
+    with pytest.raises(duckdb.CatalogException, match="fct_invoice_lines"):
+        post_invoice_window(warehouse, T0 - timedelta(hours=1), T0, now=T0)
+    assert warehouse.query("SELECT entry_id, amount FROM billing_ledger").rows() == [
+        (f"top_up:{BROKE}:wire-1", Decimal("5"))
+    ]

@@ -456,3 +456,13 @@ def test_a_price_exactly_at_the_books_rounding_allowance_keeps_its_promise(confi
         frame = promise_frame(_book(past), config)
         assert not price_rules(frame).passed
         assert offending_prices(frame)["promise"].to_list() == ["bound"]
+
+
+def test_a_price_of_an_unknown_pool_does_not_hide_the_prices_after_it(config) -> None:
+    """An unknown pool's row fails on its own; every other row is still held to its promises."""
+    a10 = "A10@cn-hangzhou-a"
+    frame = promise_frame(
+        _book([("nowhere", "guaranteed", 1.0, None), (a10, "guaranteed", 9.0, None)]), config
+    )
+    assert frame["resource"].to_list() == ["nowhere/guaranteed", f"{a10}/guaranteed"]
+    assert offending_prices(frame)["resource"].to_list() == ["nowhere/guaranteed", f"{a10}/guaranteed"]

@@ -241,3 +241,17 @@ def test_telemetry_a_single_row_another_source_delivered_still_counts(warehouse:
     report = ingest_samples(warehouse, frame.head(3), source="file:b", policy=POLICY)
     assert report.clean == 2 and report.by_reason == {"key:already_ingested": 1}
     assert counts(warehouse) == {"clean": 3, "quarantined": 2, "raw": 5}
+
+
+def test_telemetry_the_ledger_stamps_each_ingest_in_utc_on_any_host(
+    warehouse: Warehouse, host_in_kolkata: None
+) -> None:
+    """`ingested_at` is the UTC instant of the ingest, also on a host whose clock is set to
+    another zone (here +05:30): never local wall time read as UTC."""
+    from datetime import datetime, timezone
+
+    before = datetime.now(timezone.utc)
+    ingest_samples(warehouse, two_hours(), source="file:a", policy=POLICY)
+    stamps = warehouse.query("SELECT ingested_at FROM telemetry_ingests").get_column("ingested_at").to_list()
+    assert len(stamps) == 2
+    assert all(before - timedelta(seconds=1) <= t <= datetime.now(timezone.utc) for t in stamps)
