@@ -7,6 +7,12 @@ as caught; survivors and mutants no test reaches count as missed. `--min 95` exi
 95%, and a listed equivalent that is no longer a survivor is reported (its function changed:
 look again).
 
+One class of equivalents is recognised without a list: a mutant that only changes the letter
+case of an SQL string (`"SELECT ... AND NOT shadow"` made `"select ... and not shadow"`)
+outside its quoted literals ('budget_guard' kept as is). DuckDB's keywords and unquoted
+identifiers are case-insensitive, so no query can tell them apart (`sql_case_mutants`, read
+from the mutated copies under mutants/).
+
 `--pending GLOB...` prints instead the mutants matching a name glob that are not caught yet
 (not run, survived, no tests; equivalents left out): what `make mutate MUTANTS=...` reruns.
 """
@@ -14,7 +20,10 @@ look again).
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import fnmatch
+import re
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -44,6 +53,51 @@ def equivalents(path: Path = EQUIVALENTS) -> dict[str, str]:
     return listed
 
 
+SQL_WORDS = re.compile(
+    r"\b(SELECT|FROM|WHERE|INSERT|DELETE|UPDATE|JOIN|GROUP BY|ORDER BY|AND|WITH|BEGIN|COMMIT"
+    r"|ROLLBACK|CAST|SET)\b",
+    re.IGNORECASE,
+)
+
+
+def sql_case_mutants(root: Path = Path("mutants")) -> set[str]:
+    """The mutants whose every changed line is an SQL line that differs from the original only
+    in letter case outside its '...' literals (mutmut's string-case mutation of a query)."""
+    found = set()
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text()
+        if "__mutmut_orig" not in text:
+            continue
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        bodies = {
+            node.name: ast.get_source_segment(text, node)
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.FunctionDef) and "__mutmut_" in node.name
+        }
+        for name, body in bodies.items():
+            stem, _, number = name.rpartition("__mutmut_")
+            original = bodies.get(f"{stem}__mutmut_orig")
+            if not number.isdigit() or original is None:
+                continue
+            diff = difflib.ndiff(original.splitlines()[1:], body.splitlines()[1:])
+            changed = [line for line in diff if line[:2] in ("- ", "+ ")]
+            old = [line[2:] for line in changed if line[0] == "-"]
+            new = [line[2:] for line in changed if line[0] == "+"]
+            if old and len(old) == len(new) and all(_same_sql(o, n) for o, n in zip(old, new)):
+                found.add(f"{module}.{name}")
+    return found
+
+
+def _same_sql(old: str, new: str) -> bool:
+    literals = re.compile(r"'[^']*'")
+    return (
+        old != new
+        and old.lower() == new.lower()
+        and bool(SQL_WORDS.search(old))
+        and literals.findall(old) == literals.findall(new)
+    )
+
+
 def module_of(name: str) -> str:
     return name.split(".x_", 1)[0].split(".xǁ", 1)[0]
 
@@ -55,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pending", nargs="+", metavar="GLOB", help="print the uncaught mutants matching")
     args = parser.parse_args(argv)
     found, listed = verdicts(args.mutmut), equivalents()
+    listed.update(dict.fromkeys(sql_case_mutants() - listed.keys(), "SQL keyword case"))
     if args.pending:
         for name, status in sorted(found.items()):
             if (status in MISSED or status == "not checked") and name not in listed:
@@ -69,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         per_module[module_of(name)][status] += 1
         if status in MISSED:
             missed.append(f"{name}: {status}")
-    stale = sorted(n for n in listed if found.get(n) not in MISSED)
+    stale = sorted(n for n, why in listed.items() if found.get(n) not in MISSED and why != "SQL keyword case")
     print(f"{'module':52} {'caught':>7} {'missed':>7} {'equiv':>6} {'unrun':>6} {'score':>7}")
     total = Counter()
     for module, counts in sorted(per_module.items()):

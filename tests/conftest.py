@@ -105,3 +105,15 @@ def control_url() -> Iterator[str]:
     dropped afterwards; skips when PostgreSQL is not running there."""
     with fresh_postgres_database("mp_control_test_") as url:
         yield url
+
+
+@pytest.fixture
+def host_in_kolkata(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone is UTC+05:30 for the test (a host not set to UTC)."""
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()

@@ -141,6 +141,12 @@ def solve_qp(
 ) -> QPResult:
     """The active-set iteration runs first from ``active_guess`` (bool per row, e.g. the
     previous solve's; default none active); the interior point method is the fallback."""
+    if q.shape[0] == 0:
+        # Nothing to choose (every price fixed by its bounds or a zero step, no capacity
+        # slack): the empty point, if its rows hold.
+        if np.any(h < -tol * np.maximum(1.0, np.abs(h))):
+            raise SolverError("QP: infeasible (no variables and a row h < 0)")
+        return QPResult(np.zeros(0), np.zeros(h.shape[0]), h.astype(np.float64, copy=True), 0)
     if active_guess is None or active_guess.shape != h.shape:
         active_guess = np.zeros(h.shape[0], dtype=bool)
     guessed = solve_with_active_set(Q, q, G, h, active_guess)

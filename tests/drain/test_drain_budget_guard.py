@@ -316,3 +316,58 @@ def test_spend_counts_today_and_this_month_and_the_ledger_posts_each_hour_once(t
         (f"usage:{RICH}:{hour}10:00:00", "usage", Decimal("-7")),
     ]
     assert tenant_spend(warehouse, T0)[BROKE].balance == Decimal("50") - 3 - 4 + 1
+
+
+def test_a_refusal_stands_for_its_utc_hour_on_a_host_in_another_time_zone(tmp_path, host_in_kolkata):
+    """The guard keys a refusal by the UTC hour and admission looks it up by the UTC hour, so a
+    host whose clock is set to another zone (here +05:30, half an hour off the UTC hours) still
+    refuses the tenant for exactly that hour; a shadow refusal never stands."""
+    from market_pipeline.billing.balances import evaluate_guards, guard_decisions
+    from market_pipeline.warehouse.writers import record_decisions
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    verdicts = evaluate_guards(
+        [Account("broke", prepaid=True), Account("shadowed", prepaid=True)], {}, {}, T0, 300, 60
+    )
+    record_decisions(warehouse, guard_decisions(verdicts[:1], {}, T0 + timedelta(minutes=40), shadow=False))
+    record_decisions(warehouse, guard_decisions(verdicts[1:], {}, T0, shadow=True))
+    refused, reasons = tenant_admission(warehouse, "broke", T0 + timedelta(minutes=10))
+    assert refused is False and reasons == ["balance 0.00 cannot cover the next interval (0.00)"]
+    assert tenant_admission(warehouse, "broke", T0 + timedelta(minutes=59))[0] is False
+    assert tenant_admission(warehouse, "broke", T0 + timedelta(minutes=60)) == (True, [])  # the next hour
+    assert tenant_admission(warehouse, "broke", T0 - timedelta(seconds=1)) == (True, [])
+    assert tenant_admission(warehouse, "shadowed", T0) == (True, [])
+
+
+def test_an_account_is_stored_with_every_limit_and_replaced_by_the_next_setting(tmp_path):
+    """What finance sets is what the guards read back: every limit of the account, and a
+    second setting of the same tenant replaces the first (accounts come back by tenant id)."""
+    from market_pipeline.billing.balances import accounts
+    from market_pipeline.billing.errors import BillingError
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    capped = Account("zeta", prepaid=False, hard_cap_daily=Decimal("12.5"), hard_cap_monthly=Decimal("300"))
+    prepaid = Account("alpha", prepaid=True, credit_limit=Decimal("7.25"))
+    set_account(warehouse, capped, now=T0)
+    set_account(warehouse, Account("alpha", prepaid=False), now=T0)
+    set_account(warehouse, prepaid, now=T0 + timedelta(minutes=1))
+    assert accounts(warehouse) == [prepaid, capped]
+    updated = warehouse.query("SELECT tenant_id, updated_at FROM billing_accounts ORDER BY 1").rows()
+    assert updated == [("alpha", T0 + timedelta(minutes=1)), ("zeta", T0)]
+    with pytest.raises(BillingError, match="credit_limit must be >= 0"):
+        set_account(warehouse, Account("alpha", prepaid=True, credit_limit=Decimal(-1)), now=T0)
+    assert accounts(warehouse) == [prepaid, capped]  # a refused setting changes nothing
+
+
+def test_a_posting_that_fails_reports_its_own_error_and_keeps_the_ledger(tmp_path):
+    """Posting before the billing rollup made its invoice lines fails with the catalog error
+    that says so (not an error of the rollback), and the ledger's entries stay as they were."""
+    import duckdb
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    record_payment(warehouse, BROKE, Decimal("5"), "wire-1", now=T0)
+    with pytest.raises(duckdb.CatalogException, match="fct_invoice_lines"):
+        post_invoice_window(warehouse, T0 - timedelta(hours=1), T0, now=T0)
+    assert warehouse.query("SELECT entry_id, amount FROM billing_ledger").rows() == [
+        (f"top_up:{BROKE}:wire-1", Decimal("5"))
+    ]

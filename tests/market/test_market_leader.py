@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -299,3 +300,124 @@ def test_a_cold_fallback_reports_the_search_it_ran():
     assert report.status == "fallback" and report.converged is False
     # the global phase tried two starts and screened prices; neither start converged
     assert report.starts == 2 and report.screened_prices > 0 and report.distinct_optima == 0
+
+
+# Markets the step cannot move: every price fixed by its bounds, or held by a zero step.
+def _fixed_price_market(capacity) -> MarketProblem:
+    tenants = [tenant(f"t{j}", [4.0 + j, 3.0], [1.0, 1.5], 6.0, "log") for j in range(4)]
+    resources = [resource("r0", capacity, 0.5, 2.0, 2.0), resource("r1", None, 0.6, 3.0, 3.0)]
+    return MarketProblem.from_instance_json({"resources": resources, "tenants": tenants})
+
+
+@pytest.mark.parametrize("capacity", [None, 0.5])
+def test_prices_fixed_by_their_bounds_are_published_as_they_are(capacity) -> None:
+    """price_min == price_max on every resource (the catalog allows it): there is nothing to
+    choose, and the solve says so: those prices, certified, no iteration (it used to raise a
+    numpy ValueError from the empty step QP when no capacity binds)."""
+    problem = _fixed_price_market(capacity)
+    status = "converged" if capacity is None else "capacity_infeasible"
+    for kwargs in ({}, {"last_prices": np.array([2.0, 3.0]), "max_step": 0.25}):
+        report = solve_equilibrium(problem, **kwargs)
+        assert report.status == status and report.fallback_reason is None, report.fallback_reason
+        np.testing.assert_array_equal(report.prices, [2.0, 3.0])
+        assert report.iterations == 0 and report.kkt_residual <= SolverSettings().tolerance
+
+
+def test_a_zero_step_holds_every_price_where_it_stands() -> None:
+    """max_step = 0 (accepted: "finite and >= 0") freezes the prices in force: a certified
+    tick at exactly those prices, not a crash."""
+    problem = _small_problem(2, 3, [None] * 3, band=[0.3, 0.3])
+    last = np.array([2.0, 1.4, 2.0])  # the drainable price 30% under the guaranteed one
+    report = solve_equilibrium(problem, last_prices=last, max_step=0.0)
+    assert report.status == "converged" and report.iterations == 0
+    np.testing.assert_array_equal(report.prices, last)
+
+
+def test_a_start_the_promises_cannot_hold_falls_back_at_once_naming_why() -> None:
+    """Prices in force that break the drainable band while the step holds them still: no
+    solve can start; the prices in force stay, with the constraint's own words as the reason."""
+    problem = _small_problem(2, 3, [None] * 3, band=[0.3, 0.3])
+    last = np.array([2.0, 1.9, 2.0])
+    report = solve_equilibrium(problem, last_prices=last, max_step=0.0)
+    assert report.status == "fallback" and report.converged is False and report.iterations == 0
+    assert report.fallback_reason == (
+        "SolverError: price constraints: the drainable band cannot be met inside the price/step box"
+    )
+    np.testing.assert_array_equal(report.prices, last)
+    assert report.distinct_optima == 0 and np.all(np.isfinite(report.demand))
+
+
+def test_the_report_states_the_worst_certified_residual_and_what_the_solve_did() -> None:
+    """kkt_residual is the worst of the parts the status is certified on: stationarity,
+    complementarity, feasibility and the followers' residual for a solution; the same less the
+    capacity shortfall (which the status reports) for a capacity-infeasible one."""
+    problem = random_problem(80, 3, seed=2)
+    report = solve_equilibrium(problem)
+    assert report.status == "converged"
+    parts = (report.leader_stationarity, report.leader_complementarity, report.capacity_violation)
+    assert report.kkt_residual == max(*parts, report.follower_kkt)
+    assert report.tenants == problem.tenants.size and report.device == "cpu"
+    assert report.iterations >= 1 and report.follower_iterations >= report.iterations
+    assert report.seconds > 0
+    np.testing.assert_array_equal(report.capacity, problem.resources.capacity)
+    served = np.minimum(report.demand, problem.resources.capacity)
+    assert report.profit == pytest.approx(float((report.prices - problem.resources.unit_cost) @ served))
+    tenants = [tenant(f"t{j}", [10.0], [5.0]) for j in range(5)]
+    short = solve_equilibrium(
+        MarketProblem.from_instance_json(
+            {"resources": [resource("gpu", 1.0, 0.5, 0.1, 0.8)], "tenants": tenants}
+        )
+    )
+    assert short.status == "capacity_infeasible" and short.capacity_violation > 0.1
+    assert short.kkt_residual == max(
+        short.leader_stationarity, short.leader_complementarity, short.follower_kkt
+    )
+    assert short.profit == pytest.approx((0.8 - 0.5) * 1.0)  # only the capacity is sold
+
+
+def test_the_followers_refusal_names_their_residual(followers_off_by) -> None:
+    settings = SolverSettings()
+    followers_off_by(10 * settings.tolerance)
+    report = solve_equilibrium(
+        _three_tenants(), last_prices=np.array([2.0, 2.0]), max_step=0.25, settings=settings
+    )
+    assert report.status == "fallback"
+    assert re.fullmatch(r"followers' KKT residual \d\.\d\de-\d\d above tolerance", report.fallback_reason)
+    residual = float(report.fallback_reason.split()[3])
+    assert 10 * settings.tolerance <= residual <= 11 * settings.tolerance  # the leader's point's, as refused
+
+
+@pytest.mark.parametrize("failing", ["evaluate", "local_model"])
+def test_a_fallback_whose_diagnostics_fail_publishes_its_prices_and_says_nothing_is_known(
+    monkeypatch, failing
+) -> None:
+    """The fallback evaluates its prices to report on them; when that evaluation fails it
+    still returns the prices in force, and what it could not measure reads as unknown (no
+    demand, no profit) or infinitely far from certified, never as a small number."""
+    from market_pipeline.market.errors import SolverError
+
+    def broken(*args, **kwargs):
+        raise SolverError("injected failure")
+
+    problem = random_problem(60, 3, seed=4)
+    last = 0.5 * (problem.resources.price_min + problem.resources.price_max)
+    monkeypatch.setattr(solve_module, failing, broken)
+    report = solve_equilibrium(problem, last_prices=last, settings=SolverSettings(max_iterations=1))
+    assert (
+        report.status == "fallback"
+        and report.converged is False
+        and "no convergence" in report.fallback_reason
+    )
+    np.testing.assert_array_equal(report.prices, last)
+    assert report.leader_stationarity == report.leader_complementarity == report.capacity_violation == np.inf
+    assert report.kkt_residual == np.inf
+    np.testing.assert_array_equal(report.capacity_price, np.zeros(3))
+    body = report.to_dict()
+    json.dumps(body, allow_nan=False)
+    assert body["kkt_residual"] is None and body["leader_stationarity"] is None
+    if failing == "evaluate":  # nothing measured at all
+        assert np.all(np.isnan(report.demand)) and np.isnan(report.profit) and body["profit"] is None
+        assert report.follower_kkt == np.inf and report.budget_bound_tenants == 0
+    else:  # the followers were evaluated; only the leader's local model failed
+        assert np.all(np.isfinite(report.demand)) and np.isfinite(report.profit)
+        assert report.follower_kkt <= SolverSettings().tolerance

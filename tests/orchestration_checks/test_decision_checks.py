@@ -7,6 +7,7 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -364,7 +365,7 @@ def test_each_published_price_sits_beside_the_ends_every_promise_allows(config) 
     a100, h800, a10 = "A100-80GB@cn-hangzhou-a", "H800@cn-beijing-b", "A10@cn-hangzhou-a"
     big = float("inf")
     ga, gh = 2.496 + 5e-7, 4.368 + 2e-6  # the guaranteed prices the bands hang from
-    published = pl.DataFrame(
+    published = _book(
         [
             (a100, "guaranteed", ga, 2.0),  # at the cap, within the rounding
             (a100, "drainable", 1.5, 1.2),  # at the step's top
@@ -372,10 +373,8 @@ def test_each_published_price_sits_beside_the_ends_every_promise_allows(config) 
             (h800, "drainable", 3.4944, 20.0),  # from far above: the step lands on the window's top
             (a10, "guaranteed", 0.2, 0.1),  # under price_min, and the step cannot reach the bounds
             ("nowhere", "guaranteed", 1.0, None),  # an unknown pool fails
-        ],
-        schema=["pool_id", "resource_class", "price", "previous"],
-        orient="row",
-    ).with_columns(source=pl.lit("tick"))
+        ]
+    )
     frame = promise_frame(published, config)
     ends = frame.select(
         "resource",
@@ -458,3 +457,56 @@ def test_a_failed_scale_down_drain_warns_at_the_tick_that_gives_the_node_back(st
     # the next plan, with no failed drain: the check passes again
     write_scale(store, [{"decision_id": "h2", "action": "hold", "decided_at": later + timedelta(minutes=5)}])
     assert node_drain_verdict(latest_uncordons(store)).passed
+
+
+def _book(rows: list[tuple]) -> pl.DataFrame:
+    return pl.DataFrame(
+        rows, schema=["pool_id", "resource_class", "price", "previous"], orient="row"
+    ).with_columns(source=pl.lit("tick"))
+
+
+def test_a_step_that_cannot_reach_the_window_lands_on_the_nearer_end_of_all_promises(config) -> None:
+    """The window a step-stranded price must land on is what the bounds AND the band leave,
+    so its top is the lower of the two tops and its bottom the higher of the two bottoms
+    (A10: bounds 0.3..3, cap 0.728; guaranteed 0.5, so the drainable band is 0.2..0.4 and the
+    drainable bounds 0.12..0.5824)."""
+    a10 = "A10@cn-hangzhou-a"
+    guaranteed = (a10, "guaranteed", 0.5, 0.5)
+    from_above = promise_frame(_book([guaranteed, (a10, "drainable", 0.4, 5.0)]), config)
+    from_below = promise_frame(_book([guaranteed, (a10, "drainable", 0.2, 0.01)]), config)
+    for frame, end in ((from_above, 0.4), (from_below, 0.2)):
+        drainable = frame.row(1, named=True)
+        assert drainable["step_low"] == pytest.approx(end - 1e-6, abs=1e-12)
+        assert drainable["step_high"] == pytest.approx(end + 1e-6, abs=1e-12)
+        assert price_rules(frame).passed and offending_prices(frame).is_empty()
+
+
+def test_a_price_exactly_at_the_books_rounding_allowance_keeps_its_promise(config) -> None:
+    """Each end is inclusive: a price exactly 1e-6 past an end (the book's rounding) passes
+    the great-expectations rules and the operator's table; one more step past it does not."""
+    from market_pipeline.tick.promises import Promises
+
+    a10, a100 = "A10@cn-hangzhou-a", "A100-80GB@cn-hangzhou-a"
+    cap = min(config.pool_by_id[a100].price_max, Promises.from_config(config).guaranteed_cap * 2.4)
+    low = config.pool_by_id[a10].price_min - 1e-6
+    high = cap + 1e-6
+    at_ends = promise_frame(_book([(a10, "guaranteed", low, None), (a100, "guaranteed", high, None)]), config)
+    assert at_ends["bound_low"][0] == low and at_ends["bound_high"][1] == high
+    assert price_rules(at_ends).passed and offending_prices(at_ends).is_empty()
+    for past in (
+        [(a10, "guaranteed", np.nextafter(low, 0.0), None)],
+        [(a100, "guaranteed", np.nextafter(high, 10.0), None)],
+    ):
+        frame = promise_frame(_book(past), config)
+        assert not price_rules(frame).passed
+        assert offending_prices(frame)["promise"].to_list() == ["bound"]
+
+
+def test_a_price_of_an_unknown_pool_does_not_hide_the_prices_after_it(config) -> None:
+    """An unknown pool's row fails on its own; every other row is still held to its promises."""
+    a10 = "A10@cn-hangzhou-a"
+    frame = promise_frame(
+        _book([("nowhere", "guaranteed", 1.0, None), (a10, "guaranteed", 9.0, None)]), config
+    )
+    assert frame["resource"].to_list() == ["nowhere/guaranteed", f"{a10}/guaranteed"]
+    assert offending_prices(frame)["resource"].to_list() == ["nowhere/guaranteed", f"{a10}/guaranteed"]

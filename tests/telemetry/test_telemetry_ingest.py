@@ -229,3 +229,29 @@ def test_telemetry_rows_no_time_can_place_go_to_the_fallback_hour_or_now(warehou
     }
     empty = ingest_samples(warehouse, future.head(0), source="file:h", policy=POLICY)
     assert empty.quarantine_rate == 0.0 and empty.partitions == ()
+
+
+def test_telemetry_a_single_row_another_source_delivered_still_counts(warehouse: Warehouse) -> None:
+    """One clean row from another source is enough to make its key taken; a source whose rows
+    in that partition were all quarantined takes no key."""
+    frame = two_hours()
+    ingest_samples(warehouse, frame.head(1), source="file:a", policy=POLICY)
+    spoiled = frame.slice(1, 1).with_columns(pl.lit("not a number").alias("power_w"))
+    ingest_samples(warehouse, spoiled, source="file:c", policy=POLICY)  # quarantined: clean = 0
+    report = ingest_samples(warehouse, frame.head(3), source="file:b", policy=POLICY)
+    assert report.clean == 2 and report.by_reason == {"key:already_ingested": 1}
+    assert counts(warehouse) == {"clean": 3, "quarantined": 2, "raw": 5}
+
+
+def test_telemetry_the_ledger_stamps_each_ingest_in_utc_on_any_host(
+    warehouse: Warehouse, host_in_kolkata: None
+) -> None:
+    """`ingested_at` is the UTC instant of the ingest, also on a host whose clock is set to
+    another zone (here +05:30): never local wall time read as UTC."""
+    from datetime import datetime, timezone
+
+    before = datetime.now(timezone.utc)
+    ingest_samples(warehouse, two_hours(), source="file:a", policy=POLICY)
+    stamps = warehouse.query("SELECT ingested_at FROM telemetry_ingests").get_column("ingested_at").to_list()
+    assert len(stamps) == 2
+    assert all(before - timedelta(seconds=1) <= t <= datetime.now(timezone.utc) for t in stamps)
