@@ -318,7 +318,8 @@ def test_spend_counts_today_and_this_month_and_the_ledger_posts_each_hour_once(t
     assert tenant_spend(warehouse, T0)[BROKE].balance == Decimal("50") - 3 - 4 + 1
 
 
-def test_a_refusal_stands_for_its_utc_hour_on_a_host_in_another_time_zone(tmp_path, host_in_kolkata):
+@pytest.mark.usefixtures("host_in_kolkata")
+def test_a_refusal_stands_for_its_utc_hour_on_a_host_in_another_time_zone(tmp_path):
     """The guard keys a refusal by the UTC hour and admission looks it up by the UTC hour, so a
     host whose clock is set to another zone (here +05:30, half an hour off the UTC hours) still
     refuses the tenant for exactly that hour; a shadow refusal never stands."""

@@ -243,9 +243,8 @@ def test_telemetry_a_single_row_another_source_delivered_still_counts(warehouse:
     assert counts(warehouse) == {"clean": 3, "quarantined": 2, "raw": 5}
 
 
-def test_telemetry_the_ledger_stamps_each_ingest_in_utc_on_any_host(
-    warehouse: Warehouse, host_in_kolkata: None
-) -> None:
+@pytest.mark.usefixtures("host_in_kolkata")
+def test_telemetry_the_ledger_stamps_each_ingest_in_utc_on_any_host(warehouse: Warehouse) -> None:
     """`ingested_at` is the UTC instant of the ingest, also on a host whose clock is set to
     another zone (here +05:30): never local wall time read as UTC."""
     from datetime import datetime, timezone
