@@ -96,6 +96,9 @@ class OutcomeStatus(str, enum.Enum):
     FAILED = "failed"  # the operation ran and failed
     UNSUPPORTED = "unsupported"  # this backend cannot do it
     NO_DEVICE = "no_device"  # no driver / no GPU found
+    # the node is in a state the backend does not act on (down, failed, not responding): read
+    # and reported, never touched; the action cannot be carried out there, like a node gone
+    REFUSED = "refused"
 
 
 @dataclass(frozen=True)

@@ -306,5 +306,7 @@ class _ScalingBatch:
 
 
 def _adapter_status(outcome: Outcome) -> str:
-    """A node that is gone cannot carry the action: infeasible; any other refusal is a failure."""
-    return INFEASIBLE if outcome.status is OutcomeStatus.GONE else FAILED
+    """A node that is gone, or in a state the backend will not act on (down, failed, not
+    responding, e.g. while its controller restarts), cannot carry the action: infeasible, an
+    outcome with its reason; any other refusal is a failure."""
+    return INFEASIBLE if outcome.status in (OutcomeStatus.GONE, OutcomeStatus.REFUSED) else FAILED

@@ -176,8 +176,8 @@ def test_a_replayed_batch_carries_no_action_out_twice(fleet_env, instance):
 class RecordingAdapter:
     """The calls a batch makes; `fail` makes one node's power-on raise."""
 
-    def __init__(self, nodes: list[NodeInfo], fail: str | None = None) -> None:
-        self.nodes, self.fail, self.calls = nodes, fail, []
+    def __init__(self, nodes: list[NodeInfo], fail: str | None = None, refused: str | None = None) -> None:
+        self.nodes, self.fail, self.refused, self.calls = nodes, fail, refused, []
 
     def list_nodes(self):
         return list(self.nodes)
@@ -193,12 +193,24 @@ class RecordingAdapter:
 
     def cordon(self, node_id):
         self.calls.append(("cordon", node_id))
+        if node_id == self.refused:  # e.g. a Slurm node NOT_RESPONDING while slurmctld restarts
+            return Outcome(OutcomeStatus.REFUSED, f"node {node_id} is in UNKNOWN: not acted on")
         known = any(n.node_id == node_id for n in self.nodes)
         return Outcome.success("cordoned") if known else Outcome(OutcomeStatus.GONE, f"no node {node_id}")
 
 
 def _nodes(*states: NodeState) -> list[NodeInfo]:
     return [NodeInfo(f"n{i}", POOL, "A100-80GB", "z", 8, s) for i, s in enumerate(states)]
+
+
+def test_a_node_the_backend_will_not_touch_is_infeasible_with_its_reason_not_a_failure(tmp_path):
+    store = open_warehouse(tmp_path / "w.duckdb")
+    adapter = RecordingAdapter(_nodes(NodeState.ON, NodeState.ON), refused="n1")
+    add(store, "a", T1, "cordon", "n0")
+    add(store, "b", T1, "cordon", "n1")
+    results = execute_scaling_batch(store, adapter, T1, run_id="r1", now=T1, run_is_live=lambda _: False)
+    assert [(r.decision_id, r.status) for r in results] == [("scale-a", "ok"), ("scale-b", "infeasible")]
+    assert "UNKNOWN: not acted on" in decisions(store)["scale-b"]["outcome"]
 
 
 def test_each_action_is_claimed_once_across_runs(tmp_path):

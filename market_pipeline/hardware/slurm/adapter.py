@@ -539,7 +539,7 @@ class SlurmAdapter:
             return Outcome(OutcomeStatus.GONE, f"unknown node {node_id}")
         condition = nodes[0].unknown_condition
         if condition is not None:
-            return Outcome(OutcomeStatus.FAILED, f"node {node_id} is in {condition}: not acted on")
+            return Outcome(OutcomeStatus.REFUSED, f"node {node_id} is in {condition}: not acted on")
         return nodes[0]
 
     def _update(self, node_id: str, state: str, reason: str, done: str) -> Outcome:
@@ -572,7 +572,7 @@ class SlurmAdapter:
         if not node.powered_off:
             if node.unknown_condition is not None:
                 return Outcome(
-                    OutcomeStatus.FAILED, f"node {node_id} is in {node.unknown_condition}: not acted on"
+                    OutcomeStatus.REFUSED, f"node {node_id} is in {node.unknown_condition}: not acted on"
                 )
             return Outcome.success(f"{node_id} is on")
         return self._act(

@@ -253,7 +253,7 @@ def test_a_down_node_is_reported_and_never_acted_on(cluster: LocalCluster, adapt
         assert node.state is NodeState.OFF and node.cordoned
         assert adapter.node_conditions()["node2"] == "state DOWN (broken fan)"
         for outcome in (adapter.cordon("node2"), adapter.power_off("node2"), adapter.uncordon("node2")):
-            assert outcome.status is OutcomeStatus.FAILED and "not acted on" in outcome.detail
+            assert outcome.status is OutcomeStatus.REFUSED and "not acted on" in outcome.detail
     finally:
         cluster.client().update_node("node2", "resume")
 
