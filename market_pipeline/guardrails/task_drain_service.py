@@ -156,7 +156,7 @@ PLAN_LOCK_WAIT_S = 300.0  # another worker's plan of the same fleet: wait for it
 def _plan_and_record(
     warehouse: Warehouse,
     adapter: NodeAdapter,
-    config: Any,
+    config: MarketPipelineConfig,
     wall_now: datetime,
     scale_down_nodes: Sequence[str],
     manual_task_ids: Sequence[str],

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -64,6 +64,9 @@ from market_pipeline.hardware.slurm.parse import (
     parse_squeue,
 )
 from market_pipeline.hardware.slurm.samples import SampleLog
+
+if TYPE_CHECKING:
+    from market_pipeline.config import MarketPipelineConfig
 
 CORDON_REASON = "market-pipeline cordon"
 POWER_REASON = "market-pipeline scale-down"
@@ -118,7 +121,7 @@ class SlurmAdapter:
         self._jobcomp_path: Path | None | bool = False  # False: not read from the config yet
 
     @classmethod
-    def from_config(cls, config: Any) -> "SlurmAdapter":
+    def from_config(cls, config: MarketPipelineConfig) -> "SlurmAdapter":
         adapter = config.adapter
         state = config.resolve_path(adapter.state_path)
         conf = config.resolve_path(adapter.slurm_conf) if adapter.slurm_conf else None
@@ -134,7 +137,9 @@ class SlurmAdapter:
         )
 
     @classmethod
-    def for_cluster(cls, cluster: LocalCluster, config: Any, poll_seconds: float = 0.1) -> "SlurmAdapter":
+    def for_cluster(
+        cls, cluster: LocalCluster, config: MarketPipelineConfig, poll_seconds: float = 0.1
+    ) -> "SlurmAdapter":
         """The adapter of a local test cluster (its journal and samples under its home)."""
         return cls(
             cluster.client(),
