@@ -29,6 +29,13 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
         help="the loop on dagster-postgres, every schedule and sensor on, the fleet on an accelerated clock",
     )
     parser.add_argument("--minutes", type=float, default=20.0, help="wall minutes to soak (default 20)")
+    parser.add_argument(
+        "--min-steps",
+        type=int,
+        default=0,
+        help="go on past --minutes until the daemon has taken this many steps (a slow or loaded machine "
+        "still soaks a known amount of work; default 0)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object (the default output)")
     parser.add_argument(
         "--pg-admin-url",
@@ -49,6 +56,9 @@ def _soak(args: argparse.Namespace) -> int:
     if not 0 < args.minutes <= 24 * 60:
         print(f"error: --minutes must be in (0, 1440], got {args.minutes}", file=sys.stderr)
         return 2
+    if not 0 <= args.min_steps <= 100_000:
+        print(f"error: --min-steps must be in [0, 100000], got {args.min_steps}", file=sys.stderr)
+        return 2
     from sensors.soak import PG_ADMIN_URL, run_soak
 
     try:
@@ -63,7 +73,9 @@ def _soak(args: argparse.Namespace) -> int:
         )
         return 2
     with _stdout_to_stderr():  # runs and dbt print; stdout carries the JSON only
-        result = run_soak(args.minutes, admin_url=args.pg_admin_url or PG_ADMIN_URL).as_dict()
+        result = run_soak(
+            args.minutes, min_steps=args.min_steps, admin_url=args.pg_admin_url or PG_ADMIN_URL
+        ).as_dict()
     result["targets"] = {
         "runs_ge_100": result["runs"] >= SOAK_TARGETS["runs_min"],
         "no_failed_runs": result["failed_runs"] == 0,

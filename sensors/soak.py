@@ -89,9 +89,14 @@ def soak_database(admin_url: str = PG_ADMIN_URL) -> Iterator[str]:
 
 
 def run_soak(
-    minutes: float, *, admin_url: str = PG_ADMIN_URL, logger: logging.Logger | None = None
+    minutes: float,
+    *,
+    min_steps: int = 0,
+    admin_url: str = PG_ADMIN_URL,
+    logger: logging.Logger | None = None,
 ) -> SoakResult:
-    """Soak the loop for `minutes` of wall time in a fresh home and database. Call it in a
+    """Soak the loop for `minutes` of wall time, and on until the daemon has taken `min_steps`
+    steps, in a fresh home and database. Call it in a
     fresh process (the `bench soak` command): the runs execute here and load the definitions,
     whose resources must name this soak's home."""
     with tempfile.TemporaryDirectory(prefix="soak-") as home, soak_database(admin_url) as url:
@@ -105,10 +110,12 @@ def run_soak(
         from market_pipeline.billing.dbt_project import environment_overrides
 
         with environment_overrides({"MARKET_PIPELINE_HOME": home, "DAGSTER_HOME": str(dagster_home)}):
-            return _soak(minutes, dagster_home, logger or logging.getLogger("market_pipeline.soak"))
+            return _soak(
+                minutes, min_steps, dagster_home, logger or logging.getLogger("market_pipeline.soak")
+            )
 
 
-def _soak(minutes: float, dagster_home: Path, logger: logging.Logger) -> SoakResult:
+def _soak(minutes: float, min_steps: int, dagster_home: Path, logger: logging.Logger) -> SoakResult:
     from market_pipeline.config import load_config
     from market_pipeline.hardware import make_adapter
     from market_pipeline.warehouse.profile import configured_warehouse
@@ -127,7 +134,7 @@ def _soak(minutes: float, dagster_home: Path, logger: logging.Logger) -> SoakRes
     steps, at = 0, start
     with simulated_daemon(instance, start, logger) as daemon:
         daemon.turn_on([schedule.name for schedule in daemon.repository().get_schedules()])  # all
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline or steps < min_steps:
             upcoming = daemon.fire_times(at + timedelta(seconds=1), at + timedelta(days=1))
             at = upcoming[0]
             daemon.step(at)

@@ -1,6 +1,8 @@
 """A short soak: the loop on dagster-postgres, every schedule and sensor on, the fleet on the
-accelerated clock (`market-pipeline bench soak --minutes 1 --json`, in its own process: the
-runs execute in the soak's process and must load the definitions for the soak's home)."""
+accelerated clock (`market-pipeline bench soak --minutes 1 --min-steps 2 --json`, in its own
+process: the runs execute in the soak's process and must load the definitions for the soak's
+home). On a loaded machine one minute may hold a single daemon step; `--min-steps` makes the soak
+go on to the second, so the test judges a known amount of work, not the machine's speed."""
 
 from __future__ import annotations
 
@@ -29,7 +31,18 @@ def test_a_one_minute_soak_loses_nothing_and_repeats_nothing():
     # the partitions begin at the twin's epoch, not at the suite's pinned start
     env = {k: v for k, v in os.environ.items() if k != HISTORY_START_ENV and not k.startswith("MP__")}
     done = subprocess.run(
-        [sys.executable, "-m", "market_pipeline.cli", "bench", "soak", "--minutes", "1", "--json"],
+        [
+            sys.executable,
+            "-m",
+            "market_pipeline.cli",
+            "bench",
+            "soak",
+            "--minutes",
+            "1",
+            "--min-steps",
+            "2",
+            "--json",
+        ],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
