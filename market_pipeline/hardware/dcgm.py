@@ -31,17 +31,14 @@ from market_pipeline.hardware.dcgm_exposition import (
     parse_exposition,
     scrape_samples,
 )
-from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, pool_id
+from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer
 from market_pipeline.hardware.nvml_devices import mig_gpu_milli
 from market_pipeline.hardware.protocol import (
     GpuInfo,
     NodeInfo,
-    NodeState,
     Outcome,
     OutcomeStatus,
-    ResourceClass,
     TaskInfo,
-    TaskKind,
     empty_samples,
 )
 from market_pipeline.hardware.readonly import ReadOnlyAdapter
@@ -134,14 +131,11 @@ class DcgmAdapter(ReadOnlyAdapter):
             for gpu in scrape.parents:
                 nodes.setdefault(gpu.hostname, []).append(gpu)
         return [
-            NodeInfo(
-                node_id=host,
-                pool_id=pool_id(self._model_name(gpus[0].model), self.zone),
-                gpu_model=self._model_name(gpus[0].model),
-                zone=self.zone,
-                gpus=len(gpus),
-                state=NodeState.ON,
-                nvlink=any(g.fields.get(NVLINK_BANDWIDTH, 0.0) > 0 for g in gpus),
+            self._node(
+                host,
+                self._model_name(gpus[0].model),
+                len(gpus),
+                any(g.fields.get(NVLINK_BANDWIDTH, 0.0) > 0 for g in gpus),
             )
             for host, gpus in sorted(nodes.items())
         ]
@@ -194,22 +188,17 @@ class DcgmAdapter(ReadOnlyAdapter):
                     task["milli"] = min(task["milli"], mig_gpu_milli(entity.mig_profile))
                     task["mem"] += entity.fields.get(FB_USED, 0.0)
         return [
-            TaskInfo(
-                task_id=task_id,
-                tenant_id=t["tenant"],
-                pool_id=pool_id(t["model"], self.zone),
-                node_id=t["node"],
-                gpu_uuids=tuple(t["gpus"]),
-                gpu_milli=t["milli"],
-                kind=TaskKind.TRAINING,
-                qos="unknown",
-                priority=0,
-                resource_class=ResourceClass.GUARANTEED,
-                started_at=t["seen"],
-                mem_mib=int(t["mem"]),
-                mig_profile=t["mig"],
+            self._task(
+                task_id,
+                t["tenant"],
+                t["model"],
+                t["node"],
+                tuple(t["gpus"]),
+                t["milli"],
+                t["seen"],
+                int(t["mem"]),
+                t["mig"],
                 do_not_drain=True,
-                checkpointable=False,
             )
             for task_id, t in sorted(tasks.items())
         ]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from market_pipeline.hardware.local_process_tree import refusal, signal_and_wait
-from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, pool_id
+from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer
 from market_pipeline.hardware.nvml_devices import (
     DeviceReading,
     NvmlReader,
@@ -44,12 +44,9 @@ from market_pipeline.hardware.protocol import (
     SAMPLE_SCHEMA,
     GpuInfo,
     NodeInfo,
-    NodeState,
     Outcome,
     OutcomeStatus,
-    ResourceClass,
     TaskInfo,
-    TaskKind,
     empty_samples,
 )
 from market_pipeline.hardware.readonly import ReadOnlyAdapter
@@ -191,17 +188,7 @@ class NvmlAdapter(ReadOnlyAdapter):
         if not gpus:
             return []
         model = self._model_name(gpus[0].name)
-        return [
-            NodeInfo(
-                node_id=self.node_id,
-                pool_id=pool_id(model, self.zone),
-                gpu_model=model,
-                zone=self.zone,
-                gpus=len(gpus),
-                state=NodeState.ON,
-                nvlink=any(g.nvlink_peers for g in gpus),
-            )
-        ]
+        return [self._node(self.node_id, model, len(gpus), any(g.nvlink_peers for g in gpus))]
 
     def list_gpus(self) -> list[GpuInfo]:
         devices = self._devices()
@@ -286,21 +273,16 @@ class NvmlAdapter(ReadOnlyAdapter):
                     task["gpus"].append(device.uuid)
                 task["mem"] += process.used_mib or 0.0
         return [
-            TaskInfo(
-                task_id=task_id,
-                tenant_id=t["identity"].tenant_id,
-                pool_id=pool_id(t["model"], self.zone),
-                node_id=self.node_id,
-                gpu_uuids=tuple(t["gpus"]),
-                gpu_milli=mig_gpu_milli(t["mig"]),
-                kind=TaskKind.TRAINING,
-                qos="unknown",
-                priority=0,
-                resource_class=ResourceClass.GUARANTEED,
-                started_at=t["identity"].started_at or self.now(),
-                mem_mib=int(t["mem"]),
-                mig_profile=t["mig"],
-                checkpointable=False,
+            self._task(
+                task_id,
+                t["identity"].tenant_id,
+                t["model"],
+                self.node_id,
+                tuple(t["gpus"]),
+                mig_gpu_milli(t["mig"]),
+                t["identity"].started_at or self.now(),
+                int(t["mem"]),
+                t["mig"],
                 pid=t["pid"],
             )
             for task_id, t in sorted(by_task.items())

@@ -4,7 +4,8 @@ Such a backend reads nodes, GPUs, samples and the tasks it can attribute; every 
 has no channel for (warning or checkpointing a task, cordoning, powering a node, and, unless
 the backend overrides them, terminating or killing a task) answers UNSUPPORTED with the
 backend's reason, never raises. A scrape shows state, not history: there are no task
-lifecycle events, and a task's catalog entry is what `list_tasks` shows of it now.
+lifecycle events, and a task's catalog entry is what `list_tasks` shows of it now. What such a
+backend cannot observe of a task (its kind, QoS, priority and class) takes neutral defaults.
 """
 
 from __future__ import annotations
@@ -15,11 +16,22 @@ from datetime import datetime, timezone
 
 import polars as pl
 
-from market_pipeline.hardware.protocol import Outcome, OutcomeStatus, TaskInfo, empty_task_events
+from market_pipeline.hardware.naming import pool_id
+from market_pipeline.hardware.protocol import (
+    NodeInfo,
+    NodeState,
+    Outcome,
+    OutcomeStatus,
+    ResourceClass,
+    TaskInfo,
+    TaskKind,
+    empty_task_events,
+)
 
 
 class ReadOnlyAdapter(abc.ABC):
     backend: str
+    zone: str
     # why this backend cannot act, appended to every UNSUPPORTED outcome
     cannot_act_because: str
 
@@ -31,6 +43,54 @@ class ReadOnlyAdapter(abc.ABC):
 
     @abc.abstractmethod
     def list_tasks(self) -> list[TaskInfo]: ...
+
+    def _node(self, node_id: str, gpu_model: str, gpus: int, nvlink: bool) -> NodeInfo:
+        """A node seen powered and serving (an observer sees no cordon, no power state)."""
+        return NodeInfo(
+            node_id=node_id,
+            pool_id=pool_id(gpu_model, self.zone),
+            gpu_model=gpu_model,
+            zone=self.zone,
+            gpus=gpus,
+            state=NodeState.ON,
+            nvlink=nvlink,
+        )
+
+    def _task(
+        self,
+        task_id: str,
+        tenant_id: str,
+        gpu_model: str,
+        node_id: str,
+        gpu_uuids: tuple[str, ...],
+        gpu_milli: int,
+        started_at: datetime,
+        mem_mib: int,
+        mig_profile: str | None,
+        *,
+        pid: int | None = None,
+        do_not_drain: bool = False,
+    ) -> TaskInfo:
+        """A task as an observer sees it: kind, QoS, priority and class are not observable here
+        (neutral defaults), and with no channel to its runtime it cannot checkpoint."""
+        return TaskInfo(
+            task_id=task_id,
+            tenant_id=tenant_id,
+            pool_id=pool_id(gpu_model, self.zone),
+            node_id=node_id,
+            gpu_uuids=gpu_uuids,
+            gpu_milli=gpu_milli,
+            kind=TaskKind.TRAINING,
+            qos="unknown",
+            priority=0,
+            resource_class=ResourceClass.GUARANTEED,
+            started_at=started_at,
+            mem_mib=mem_mib,
+            mig_profile=mig_profile,
+            do_not_drain=do_not_drain,
+            checkpointable=False,
+            pid=pid,
+        )
 
     def read_task_events(self, start: datetime, end: datetime) -> pl.DataFrame:
         return empty_task_events()
