@@ -40,7 +40,7 @@ from market_pipeline.decision_checks.prices import (
     published_with_previous,
 )
 from market_pipeline.decision_checks.solve import latest_solve, solve_verdict
-from market_pipeline.guardrails.task_drain_limits import DrainLimits
+from market_pipeline.drain.limits import DrainLimits
 from market_pipeline.warehouse.readers import latest_tick, latest_tick_at
 
 EQUILIBRIUM, PRICE_BOOK = dg.AssetKey("equilibrium_prices"), dg.AssetKey("price_book")

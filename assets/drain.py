@@ -12,12 +12,12 @@ import dagster as dg
 from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.action_batches import batch_rows
-from market_pipeline.guardrails.task_drain_service import (
+from market_pipeline.drain.service import (
     decision_rows,
     outcome_summary,
     plan_and_record,
 )
-from market_pipeline.guardrails.task_drain_store import recent_drain_outcomes
+from market_pipeline.drain.store import recent_drain_outcomes
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.scaling.live import SCALE_KIND
 from market_pipeline.tick.state import tick_origin

@@ -9,7 +9,7 @@ import polars as pl
 
 from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
-from market_pipeline.guardrails.task_drain_service import tick_budget
+from market_pipeline.drain.service import tick_budget
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.scaling.live import (
     decision_rows,

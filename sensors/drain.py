@@ -11,7 +11,7 @@ which continues each drain from its audit log without repeating a step. The sens
 import dagster as dg
 
 from assets.resources import WarehouseResource
-from market_pipeline.guardrails.task_drain_batches import pending_drain_batches
+from market_pipeline.drain.batches import pending_drain_batches
 from sensors.batches import sensor_result
 from sensors.jobs import drain_job
 from sensors.ops import DRAIN_OP_NAME

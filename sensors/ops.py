@@ -8,7 +8,7 @@ import dagster as dg
 
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.action_batches import batch_id_for, parse_tick
-from market_pipeline.guardrails.task_drain_batches import DRAIN_KIND, execute_drain_batch
+from market_pipeline.drain.batches import DRAIN_KIND, execute_drain_batch
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.scaling.live import SCALE_KIND, execute_scaling_batch
 from sensors.batches import ActionBatchConfig, batch_output, run_is_live

@@ -25,7 +25,7 @@ TRACEBACK_ENV = "MARKET_PIPELINE_TRACEBACK"
 # The domain's modules exposing `register(sub)` and optionally `register_bench(bench_sub)`.
 COMMAND_MODULES: tuple[str, ...] = (
     "market_pipeline.cli.core",
-    "market_pipeline.guardrails.commands",
+    "market_pipeline.drain.commands",
     "market_pipeline.forecast.commands",
     "market_pipeline.market.commands",
     "market_pipeline.telemetry.commands",

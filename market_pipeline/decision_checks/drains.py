@@ -1,6 +1,6 @@
 """Task drains within their limits, re-counted from what was stored.
 
-The planner (`guardrails.task_drain_plan`) enforces the limits as it decides; this check
+The planner (`drain.plan`) enforces the limits as it decides; this check
 re-counts the approved live drains in `decisions` afterwards, so a drain approved past a
 limit (a second writer, a rerun that lost its ledger, a planner defect) fails the check:
 
@@ -18,7 +18,7 @@ from datetime import datetime
 import polars as pl
 
 from market_pipeline.decision_checks.verdict import Verdict
-from market_pipeline.guardrails.task_drain_limits import (
+from market_pipeline.drain.limits import (
     NOT_DISRUPTIVE_OUTCOMES,
     TENANT_CAP_WINDOW,
     DrainLimits,

@@ -16,20 +16,19 @@ machine reads and moves one twin.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
 import json
 import os
 import re
 import tempfile
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import polars as pl
 
 from market_pipeline.bounded_input import MB, InputFileError, read_text_bounded
+from market_pipeline.file_lock import exclusive_lock
 from market_pipeline.fleet.state import TwinStateError
 from market_pipeline.hardware.protocol import SAMPLE_SCHEMA, TASK_EVENT_SCHEMA
 
@@ -151,26 +150,12 @@ class FileBlobs:
             if str(p.relative_to(self.folder)).startswith(prefix)
         )
 
-    @contextlib.contextmanager
-    def lock(self, wait_seconds: float) -> Iterator[None]:
-        deadline = time.monotonic() + wait_seconds
-        path = self.state_path.with_name(self.state_path.name + ".lock")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a+") as handle:
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(
-                            f"fleet state {self.state_path} stayed locked for {wait_seconds:g}s"
-                        ) from None
-                    time.sleep(0.02)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    def lock(self, wait_seconds: float) -> contextlib.AbstractContextManager[None]:
+        return exclusive_lock(
+            self.state_path.with_name(self.state_path.name + ".lock"),
+            wait_seconds,
+            lambda: TimeoutError(f"fleet state {self.state_path} stayed locked for {wait_seconds:g}s"),
+        )
 
     def describe(self) -> str:
         return str(self.state_path)

@@ -1,5 +1,6 @@
 """The shipped GPU catalog (`defaults/gpu_catalog.toml`): a list price and a cost per GPU-hour
-for every GPU model of the shipped traces, each with the rule or source it comes from.
+for every GPU model of the shipped traces, each with the rule or source it comes from, and
+the model's board facts (memory, NVLink, MIG profiles, power envelope).
 
 The config's `[[gpu_models]]` win for the models they name; the catalog prices the rest of a
 real node list (openb's T4, P100, V100, G1-G3; the spot trace's A800 and GPU-series). A
@@ -30,14 +31,23 @@ class CatalogEntry:
     memory_mib: int
     mig_profiles: tuple[str, ...]
     nvlink: bool
+    tdp_w: float
+    idle_w: float
     source: str
     assumption: str = ""
+    nvlink_domain: int = 8  # GPUs sharing one NVLink/NVSwitch domain (when nvlink)
 
     def __post_init__(self) -> None:
         for name in ("list_price_per_gpu_hour", "cost_per_gpu_hour"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"gpu catalog {self.name}: {name} must be finite and > 0, got {value!r}")
+        if not 0 < self.idle_w < self.tdp_w:
+            raise ValueError(
+                f"gpu catalog {self.name}: needs 0 < idle_w < tdp_w, got {self.idle_w}, {self.tdp_w}"
+            )
+        if self.nvlink_domain < 1:
+            raise ValueError(f"gpu catalog {self.name}: nvlink_domain must be >= 1, got {self.nvlink_domain}")
         if self.cost_per_gpu_hour >= self.list_price_per_gpu_hour:
             raise ValueError(f"gpu catalog {self.name}: cost_per_gpu_hour must be below the list price")
 
@@ -83,6 +93,9 @@ def load_gpu_catalog(path: Path = CATALOG_PATH) -> GpuCatalog:
                 memory_mib=int(item["memory_mib"]),
                 mig_profiles=tuple(item.get("mig_profiles", ())),
                 nvlink=bool(item.get("nvlink", False)),
+                tdp_w=float(item["tdp_w"]),
+                idle_w=float(item["idle_w"]),
+                nvlink_domain=int(item.get("nvlink_domain", 8)),
                 source=str(item["source"]),
                 assumption=str(item.get("assumption", "")),
             )

@@ -1,10 +1,11 @@
 """Physical GPU model facts the twin needs beyond the market config: power envelope,
 NVLink topology and MIG geometry.
 
-The config's `gpu_models` table wins for memory, NVLink and MIG profiles; this module
-fills what the config does not carry (TDP, idle power, NVLink domain size) and covers
-models that only appear in real node lists (openb: P100, T4, V100M16/32, G1-G3; the
-spot trace: A100-SXM4-80GB, A800-SXM4-80GB, H800, GPU-series-N).
+The config's `gpu_models` table wins for memory, NVLink and MIG profiles; the shipped
+catalog (`defaults/gpu_catalog.toml`, by name or alias) fills what the config does not carry
+(TDP, idle power, NVLink domain size) and covers models that only appear in real node lists
+(openb: P100, T4, V100M16/32, G1-G3; the spot trace: A100-SXM4-80GB, A800-SXM4-80GB, H800,
+GPU-series-N).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
+
+from market_pipeline.gpus.catalog import load_gpu_catalog
 
 MIG_SLICES = 7  # compute slices of an A100/H100-class GPU
 # Valid first slice of each MIG profile size on the A100/H100 geometry (NVIDIA MIG user
@@ -49,33 +52,17 @@ class GpuModelSpec:
         return bool(self.mig_profiles)
 
 
-# name -> (memory MiB, TDP W, idle W, nvlink, NVLink domain size). Public board specs;
-# undisclosed openb/spot models get a mid-range datacentre card's envelope.
-_KNOWN: dict[str, tuple[int, float, float, bool, int]] = {
-    "A100-80GB": (81920, 400.0, 55.0, True, 8),
-    "A100-SXM4-80GB": (81920, 400.0, 55.0, True, 8),
-    "A800-SXM4-80GB": (81920, 400.0, 55.0, True, 8),
-    "H100": (81920, 700.0, 70.0, True, 8),
-    "H800": (81920, 700.0, 70.0, True, 8),
-    "A10": (24576, 150.0, 18.0, False, 1),
-    "T4": (15360, 70.0, 10.0, False, 1),
-    "P100": (16384, 250.0, 30.0, False, 1),
-    "V100M16": (16384, 300.0, 40.0, True, 4),  # DGX-1 hybrid cube-mesh: two quads
-    "V100M32": (32768, 300.0, 40.0, True, 4),
-    "G1": (32768, 300.0, 35.0, False, 1),
-    "G2": (32768, 300.0, 35.0, False, 1),
-    "G3": (32768, 300.0, 35.0, True, 8),
-    "GPU-series-1": (49152, 350.0, 40.0, False, 1),
-    "GPU-series-2": (81920, 450.0, 50.0, True, 8),
-    "H200": (144384, 700.0, 75.0, True, 8),
-    "B200": (184320, 1000.0, 100.0, True, 8),
-    "GB200": (190464, 1200.0, 110.0, True, 72),  # NVL72: one NVLink domain per rack
-    "H20": (98304, 400.0, 60.0, True, 8),
-    "L40S": (49152, 350.0, 35.0, False, 1),
-    "L4": (24576, 72.0, 16.0, False, 1),
-    "RTX-4090": (24576, 450.0, 25.0, False, 1),
-}
+# A model the shipped catalog does not name (memory MiB, TDP W, idle W, nvlink, NVLink domain
+# size): a mid-range datacentre card's envelope.
 _DEFAULT_ENVELOPE = (32768, 300.0, 35.0, False, 1)
+
+
+def _envelope(name: str) -> tuple[int, float, float, bool, int]:
+    """The board facts of `name` (or one of its aliases) from the shipped catalog."""
+    entry = load_gpu_catalog().lookup(name)
+    if entry is None:
+        return _DEFAULT_ENVELOPE
+    return entry.memory_mib, entry.tdp_w, entry.idle_w, entry.nvlink, entry.nvlink_domain
 
 
 def _domain_size(nvlink: bool, known_domain: int) -> int:
@@ -103,7 +90,7 @@ def mig_profile_for_slices(spec: GpuModelSpec, slices: int) -> str:
 
 def known_spec(name: str) -> GpuModelSpec:
     """Facts for a model that is not in the config (node lists)."""
-    memory, tdp, idle, nvlink, domain = _KNOWN.get(name, _DEFAULT_ENVELOPE)
+    memory, tdp, idle, nvlink, domain = _envelope(name)
     return GpuModelSpec(name, memory, tdp, idle, nvlink, _domain_size(nvlink, domain))
 
 
@@ -113,7 +100,7 @@ def spec_from_config(
     """A configured model, its power envelope and NVLink domain from the known table."""
     for profile in mig_profiles:
         mig_profile_slices(profile)  # validate early, naming the bad profile
-    _, tdp, idle, _, domain = _KNOWN.get(name, _DEFAULT_ENVELOPE)
+    _, tdp, idle, _, domain = _envelope(name)
     return GpuModelSpec(
         name=name,
         memory_mib=memory_mib,

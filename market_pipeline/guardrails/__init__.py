@@ -1,5 +1,5 @@
-"""Guardrails: queue-level backlog drainability and node-level task drainability.
+"""Guardrails: queue-level backlog drainability, the tick's price certificate (`backlog`).
 
-Import the concrete modules (`market_pipeline.guardrails.backlog`, ...) directly; this
-package re-exports nothing so each guardrail stays independent.
+The task drains (node-level task drainability) are their own package, `market_pipeline.drain`.
+Import the concrete modules directly; this package re-exports nothing.
 """

@@ -31,20 +31,17 @@ from market_pipeline.hardware.dcgm_exposition import (
     parse_exposition,
     scrape_samples,
 )
-from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, pool_id
+from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer
 from market_pipeline.hardware.nvml_devices import mig_gpu_milli
 from market_pipeline.hardware.protocol import (
     GpuInfo,
     NodeInfo,
-    NodeState,
     Outcome,
     OutcomeStatus,
-    ResourceClass,
     TaskInfo,
-    TaskKind,
     empty_samples,
-    empty_task_events,
 )
+from market_pipeline.hardware.readonly import ReadOnlyAdapter
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig
@@ -56,8 +53,9 @@ class DcgmSourceError(ValueError):
     """A dcgm-exporter source that cannot be read; the message names it."""
 
 
-class DcgmAdapter:
+class DcgmAdapter(ReadOnlyAdapter):
     backend = "dcgm"
+    cannot_act_because = "dcgm-exporter only observes (read-only)"
 
     def __init__(
         self,
@@ -67,13 +65,13 @@ class DcgmAdapter:
         clock: Callable[[], datetime] | None = None,
         model_namer: Callable[[str], str] = identity_namer,
     ) -> None:
+        super().__init__(clock)
         self._model_name = model_namer
         if not sources:
             raise DcgmSourceError("dcgm backend needs adapter.dcgm_endpoint (a URL or file)")
         self.sources = tuple(sources)
         self.timeout_seconds = timeout_seconds
         self.zone = zone
-        self._clock = clock or (lambda: datetime.now(timezone.utc))
         self.last_error: str | None = None
 
     @classmethod
@@ -86,9 +84,6 @@ class DcgmAdapter:
             zone=adapter.zone,
             model_namer=DeviceModelNamer.from_config(config),
         )
-
-    def now(self) -> datetime:
-        return self._clock()
 
     # -- reading -----------------------------------------------------------------------
     def scrape(self) -> list[Scrape]:
@@ -136,14 +131,11 @@ class DcgmAdapter:
             for gpu in scrape.parents:
                 nodes.setdefault(gpu.hostname, []).append(gpu)
         return [
-            NodeInfo(
-                node_id=host,
-                pool_id=pool_id(self._model_name(gpus[0].model), self.zone),
-                gpu_model=self._model_name(gpus[0].model),
-                zone=self.zone,
-                gpus=len(gpus),
-                state=NodeState.ON,
-                nvlink=any(g.fields.get(NVLINK_BANDWIDTH, 0.0) > 0 for g in gpus),
+            self._node(
+                host,
+                self._model_name(gpus[0].model),
+                len(gpus),
+                any(g.fields.get(NVLINK_BANDWIDTH, 0.0) > 0 for g in gpus),
             )
             for host, gpus in sorted(nodes.items())
         ]
@@ -196,60 +188,20 @@ class DcgmAdapter:
                     task["milli"] = min(task["milli"], mig_gpu_milli(entity.mig_profile))
                     task["mem"] += entity.fields.get(FB_USED, 0.0)
         return [
-            TaskInfo(
-                task_id=task_id,
-                tenant_id=t["tenant"],
-                pool_id=pool_id(t["model"], self.zone),
-                node_id=t["node"],
-                gpu_uuids=tuple(t["gpus"]),
-                gpu_milli=t["milli"],
-                kind=TaskKind.TRAINING,
-                qos="unknown",
-                priority=0,
-                resource_class=ResourceClass.GUARANTEED,
-                started_at=t["seen"],
-                mem_mib=int(t["mem"]),
-                mig_profile=t["mig"],
+            self._task(
+                task_id,
+                t["tenant"],
+                t["model"],
+                t["node"],
+                tuple(t["gpus"]),
+                t["milli"],
+                t["seen"],
+                int(t["mem"]),
+                t["mig"],
                 do_not_drain=True,
-                checkpointable=False,
             )
             for task_id, t in sorted(tasks.items())
         ]
-
-    def read_task_events(self, start: datetime, end: datetime) -> pl.DataFrame:
-        return empty_task_events()  # a scrape shows state, not lifecycle events
-
-    def task_catalog(self, task_ids: Sequence[str]) -> list[TaskInfo]:
-        wanted = set(task_ids)
-        return [task for task in self.list_tasks() if task.task_id in wanted]
-
-    # -- acting: dcgm-exporter is an observer ---------------------------------------------
-    def _unsupported(self, what: str) -> Outcome:
-        return Outcome(OutcomeStatus.UNSUPPORTED, f"dcgm backend is read-only: cannot {what}")
-
-    def warn_task(self, task_id: str, deadline_seconds: float) -> Outcome:
-        return self._unsupported(f"warn task {task_id}")
-
-    def checkpoint_task(self, task_id: str, timeout_seconds: float) -> Outcome:
-        return self._unsupported(f"checkpoint task {task_id}")
-
-    def terminate_task(self, task_id: str, timeout_seconds: float) -> Outcome:
-        return self._unsupported(f"terminate task {task_id}")
-
-    def kill_task(self, task_id: str) -> Outcome:
-        return self._unsupported(f"kill task {task_id}")
-
-    def cordon(self, node_id: str) -> Outcome:
-        return self._unsupported(f"cordon {node_id}")
-
-    def uncordon(self, node_id: str) -> Outcome:
-        return self._unsupported(f"uncordon {node_id}")
-
-    def power_on(self, node_id: str) -> Outcome:
-        return self._unsupported(f"power on {node_id}")
-
-    def power_off(self, node_id: str) -> Outcome:
-        return self._unsupported(f"power off {node_id}")
 
     def verify_released(self, gpu_uuids: Sequence[str], task_id: str | None = None) -> Outcome:
         """OK when no pod is attributed to any of the GPUs (or their MIG instances) now."""

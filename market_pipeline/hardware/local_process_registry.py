@@ -8,15 +8,14 @@ atomically, readers see either the old or the new version.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from market_pipeline.file_lock import exclusive_lock
 from market_pipeline.hardware import local_process_os as osp
 
 REGISTRY_VERSION = 1
@@ -149,31 +148,20 @@ class TaskRegistry:
     @contextlib.contextmanager
     def edit(self) -> Iterator[dict[str, Any]]:
         """Exclusive read-modify-write; the yielded mapping is saved on a clean exit."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = self.path.with_name(self.path.name + ".lock")
-        with open(lock_path, "a+") as lock:
-            self._acquire(lock.fileno(), lock_path)
-            try:
-                data = self.read()
-                before = json.dumps(data, sort_keys=True)
-                yield data
-                after = json.dumps(data, sort_keys=True)
-                if after != before or not self.path.exists():  # polls mostly change nothing
-                    tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-                    tmp.write_text(after)
-                    os.replace(tmp, self.path)
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-
-    def _acquire(self, fd: int, lock_path: Path) -> None:
-        deadline = time.monotonic() + self.lock_timeout_seconds
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise RegistryError(
-                        f"local-process registry lock {lock_path} held for over {self.lock_timeout_seconds}s"
-                    ) from None
-                time.sleep(0.01)
+        with exclusive_lock(
+            lock_path,
+            self.lock_timeout_seconds,
+            lambda: RegistryError(
+                f"local-process registry lock {lock_path} held for over {self.lock_timeout_seconds}s"
+            ),
+            poll_seconds=0.01,
+        ):
+            data = self.read()
+            before = json.dumps(data, sort_keys=True)
+            yield data
+            after = json.dumps(data, sort_keys=True)
+            if after != before or not self.path.exists():  # polls mostly change nothing
+                tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+                tmp.write_text(after)
+                os.replace(tmp, self.path)

@@ -23,13 +23,13 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from market_pipeline.hardware.local_process_tree import refusal, signal_and_wait
-from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, pool_id
+from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer
 from market_pipeline.hardware.nvml_devices import (
     DeviceReading,
     NvmlReader,
@@ -44,15 +44,12 @@ from market_pipeline.hardware.protocol import (
     SAMPLE_SCHEMA,
     GpuInfo,
     NodeInfo,
-    NodeState,
     Outcome,
     OutcomeStatus,
-    ResourceClass,
     TaskInfo,
-    TaskKind,
     empty_samples,
-    empty_task_events,
 )
+from market_pipeline.hardware.readonly import ReadOnlyAdapter
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig
@@ -60,8 +57,13 @@ if TYPE_CHECKING:
 NO_DEVICE_PREFIX = "no NVIDIA driver/GPU found"
 
 
-class NvmlAdapter:
+class NvmlAdapter(ReadOnlyAdapter):
+    """Reads this host and signals its GPU processes; nothing else (see the module doc)."""
+
     backend = "nvml"
+    cannot_act_because = (
+        "it sees one host's GPU processes: no scheduler, no power control, no channel to a task's runtime"
+    )
 
     def __init__(
         self,
@@ -74,6 +76,7 @@ class NvmlAdapter:
         gpm_interval_seconds: float = 0.1,
         model_namer: Callable[[str], str] = identity_namer,
     ) -> None:
+        super().__init__(clock)
         self._nvml = nvml
         self._model_name = model_namer
         self.node_id = node_id or socket.gethostname()
@@ -81,7 +84,6 @@ class NvmlAdapter:
         self.timeout_seconds = timeout_seconds
         self.proc_root = proc_root
         self.gpm_interval_seconds = gpm_interval_seconds
-        self._clock = clock or (lambda: datetime.now(timezone.utc))
         self._initialised = False
         self._init_error: str | None = None
         self._xid_events: Any = None
@@ -97,9 +99,6 @@ class NvmlAdapter:
             timeout_seconds=float(adapter.operation_timeout_seconds),
             model_namer=DeviceModelNamer.from_config(config),
         )
-
-    def now(self) -> datetime:
-        return self._clock()
 
     # -- library lifecycle -------------------------------------------------------------------
     def _library(self) -> Any | None:
@@ -189,17 +188,7 @@ class NvmlAdapter:
         if not gpus:
             return []
         model = self._model_name(gpus[0].name)
-        return [
-            NodeInfo(
-                node_id=self.node_id,
-                pool_id=pool_id(model, self.zone),
-                gpu_model=model,
-                zone=self.zone,
-                gpus=len(gpus),
-                state=NodeState.ON,
-                nvlink=any(g.nvlink_peers for g in gpus),
-            )
-        ]
+        return [self._node(self.node_id, model, len(gpus), any(g.nvlink_peers for g in gpus))]
 
     def list_gpus(self) -> list[GpuInfo]:
         devices = self._devices()
@@ -284,43 +273,22 @@ class NvmlAdapter:
                     task["gpus"].append(device.uuid)
                 task["mem"] += process.used_mib or 0.0
         return [
-            TaskInfo(
-                task_id=task_id,
-                tenant_id=t["identity"].tenant_id,
-                pool_id=pool_id(t["model"], self.zone),
-                node_id=self.node_id,
-                gpu_uuids=tuple(t["gpus"]),
-                gpu_milli=mig_gpu_milli(t["mig"]),
-                kind=TaskKind.TRAINING,
-                qos="unknown",
-                priority=0,
-                resource_class=ResourceClass.GUARANTEED,
-                started_at=t["identity"].started_at or self.now(),
-                mem_mib=int(t["mem"]),
-                mig_profile=t["mig"],
-                checkpointable=False,
+            self._task(
+                task_id,
+                t["identity"].tenant_id,
+                t["model"],
+                self.node_id,
+                tuple(t["gpus"]),
+                mig_gpu_milli(t["mig"]),
+                t["identity"].started_at or self.now(),
+                int(t["mem"]),
+                t["mig"],
                 pid=t["pid"],
             )
             for task_id, t in sorted(by_task.items())
         ]
 
-    def read_task_events(self, start: datetime, end: datetime) -> pl.DataFrame:
-        return empty_task_events()  # NVML shows running processes, not their history
-
-    def task_catalog(self, task_ids: Sequence[str]) -> list[TaskInfo]:
-        wanted = set(task_ids)
-        return [task for task in self.list_tasks() if task.task_id in wanted]
-
-    # -- protocol: acting ----------------------------------------------------------------------
-    def _unsupported(self, what: str) -> Outcome:
-        return Outcome(OutcomeStatus.UNSUPPORTED, f"nvml backend cannot {what}")
-
-    def warn_task(self, task_id: str, deadline_seconds: float) -> Outcome:
-        return self._unsupported(f"warn task {task_id} (no channel to the process)")
-
-    def checkpoint_task(self, task_id: str, timeout_seconds: float) -> Outcome:
-        return self._unsupported(f"checkpoint task {task_id} (no channel to the process)")
-
+    # -- protocol: acting (warnings, checkpoints, cordons and power: ReadOnlyAdapter) ----------
     def terminate_task(self, task_id: str, timeout_seconds: float) -> Outcome:
         return self._signal(task_id, signal.SIGTERM, timeout_seconds)
 
@@ -376,18 +344,6 @@ class NvmlAdapter:
         if missing:
             return Outcome(OutcomeStatus.GONE, "not on this host: " + ", ".join(missing))
         return Outcome.success(f"{len(gpu_uuids)} GPU(s) released")
-
-    def cordon(self, node_id: str) -> Outcome:
-        return self._unsupported(f"cordon {node_id} (one host, no scheduler)")
-
-    def uncordon(self, node_id: str) -> Outcome:
-        return self._unsupported(f"uncordon {node_id} (one host, no scheduler)")
-
-    def power_on(self, node_id: str) -> Outcome:
-        return self._unsupported(f"power on {node_id}")
-
-    def power_off(self, node_id: str) -> Outcome:
-        return self._unsupported(f"power off {node_id}")
 
     # -- operator view ---------------------------------------------------------------------------
     def snapshot(self) -> dict[str, object]:

@@ -32,7 +32,7 @@ from market_pipeline.action_batches import (
 )
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.disruption.budget import DisruptionBudget
-from market_pipeline.guardrails.task_drain_plan import node_is_drained
+from market_pipeline.drain.plan import node_is_drained
 from market_pipeline.hardware.protocol import (
     NodeAdapter,
     NodeInfo,
@@ -150,7 +150,7 @@ def plan_fleet(
     `prices` are the market tick's equilibrium prices and `capacity_targets` the capacity its
     shield certified there: the plan sizes each pool to at least that; `price_ceilings` the
     most the next tick may publish (a shortfall above it is scaled, not priced); `budget` the
-    tick's one disruption budget, shared with the drain planner (`task_drain_service.tick_budget`)."""
+    tick's one disruption budget, shared with the drain planner (`drain.service.tick_budget`)."""
     statuses = drain_statuses(nodes, tasks, drain_failures)
     grouped = tasks_by_node(tasks)
     nodes_of_pool: dict[str, list[NodeInfo]] = {}

@@ -75,10 +75,10 @@ def _drain_writer(
     """One node's drains, one after another (its own process), `gap` seconds apart; each holds
     one warehouse connection (`per_drain`, as `market-pipeline drain` does) or opens one per
     step (as the loop's drain job does)."""
-    from market_pipeline.guardrails.task_drain_calls import SystemClock
-    from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-    from market_pipeline.guardrails.task_drain_steps import DrainTiming
-    from market_pipeline.guardrails.task_drain_store import WarehouseAuditStore
+    from market_pipeline.drain.calls import SystemClock
+    from market_pipeline.drain.executor import DrainExecutor, DrainRequest
+    from market_pipeline.drain.steps import DrainTiming
+    from market_pipeline.drain.store import WarehouseAuditStore
     from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
     from market_pipeline.warehouse import Warehouse
 

@@ -18,15 +18,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from market_pipeline.config import MarketPipelineConfig
-from market_pipeline.guardrails.task_drain_limits import (
+from market_pipeline.drain.limits import (
     TENANT_CAP_WINDOW,
     DrainLedger,
     DrainLimits,
     DrainReason,
     LedgerEntry,
 )
-from market_pipeline.guardrails.task_drain_plan import decision_id_for
-from market_pipeline.guardrails.task_drain_score import DrainHistory, candidate_order, drainability_score
+from market_pipeline.drain.plan import decision_id_for
+from market_pipeline.drain.score import DrainHistory, candidate_order, drainability_score
 from market_pipeline.hardware.protocol import ResourceClass, TaskInfo, TaskKind
 from market_pipeline.placement.capacity import MILLI, PodRequest
 from market_pipeline.simulate.cluster import PoolCluster

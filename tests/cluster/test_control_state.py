@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from market_pipeline.config import load_config
-from market_pipeline.fleet.twin_adapter import SimulatedAdapter
-from market_pipeline.guardrails.task_drain_protocol import (
+from market_pipeline.drain.protocol import (
     DrainState,
     DrainTransition,
     DuplicateStepError,
     Phase,
 )
-from market_pipeline.guardrails.task_drain_store import WarehouseAuditStore
+from market_pipeline.drain.store import WarehouseAuditStore
+from market_pipeline.fleet.twin_adapter import SimulatedAdapter
 from market_pipeline.warehouse import open_warehouse
 from market_pipeline.warehouse.control import ControlConflict, ControlStore, LockBusy
 
@@ -201,7 +201,7 @@ def test_adapters_of_two_homes_share_one_twin_in_postgres(
 
 
 def _hold_drain_lease(url: str, ready: multiprocessing.Event) -> None:
-    from market_pipeline.guardrails.task_drain_lease import ControlTaskLease
+    from market_pipeline.drain.lease import ControlTaskLease
 
     with ControlTaskLease(ControlStore(url), "task-7") as lease:
         lease.record([_step("dr-7", 0, DrainState.REQUESTED, NOW, task={"task_id": "task-7"})])
@@ -215,7 +215,7 @@ def _lease_once_the_server_drops_the_dead_holder(
 ) -> Iterator[object]:
     """The server frees a killed client's advisory lock when its backend reads the closed socket,
     a moment after the kill, not at the same instant: take the lease within `within_s`."""
-    from market_pipeline.guardrails.task_drain_lease import ControlTaskLease, DrainBusy
+    from market_pipeline.drain.lease import ControlTaskLease, DrainBusy
 
     deadline = time.monotonic() + within_s
     while True:
@@ -237,7 +237,7 @@ def _lease_once_the_server_drops_the_dead_holder(
 def test_a_drain_lease_in_postgres_refuses_a_second_worker_and_outlives_its_killed_holder(
     control: ControlStore,
 ) -> None:
-    from market_pipeline.guardrails.task_drain_lease import ControlTaskLease, DrainBusy
+    from market_pipeline.drain.lease import ControlTaskLease, DrainBusy
 
     ctx = multiprocessing.get_context("fork")
     ready = ctx.Event()

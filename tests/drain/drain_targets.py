@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from market_pipeline.guardrails import commands
+from market_pipeline.drain import commands
 
 TARGET = Path(__file__).with_name("signal_target.py")
 

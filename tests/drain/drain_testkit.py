@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 import polars as pl
 
-from market_pipeline.guardrails.task_drain_protocol import DrainTransition, InMemoryAuditStore
+from market_pipeline.drain.protocol import DrainTransition, InMemoryAuditStore
 from market_pipeline.hardware.protocol import (
     GpuInfo,
     NodeInfo,

@@ -15,10 +15,10 @@ from market_pipeline.disruption.budget import (
     PoolBudget,
     run_methods,
 )
+from market_pipeline.drain.limits import DrainLedger, DrainLimits
+from market_pipeline.drain.plan import PlanningInputs, SelectionPolicy, plan_drains
+from market_pipeline.drain.triggers import DRAIN_METHODS
 from market_pipeline.guardrails.backlog import BacklogParams
-from market_pipeline.guardrails.task_drain_limits import DrainLedger, DrainLimits
-from market_pipeline.guardrails.task_drain_plan import PlanningInputs, SelectionPolicy, plan_drains
-from market_pipeline.guardrails.task_drain_triggers import DRAIN_METHODS
 from market_pipeline.scaling.disruption import SCALER_METHODS
 from market_pipeline.scaling.policy import plan_pool
 from market_pipeline.scaling.types import (

@@ -25,10 +25,10 @@ from market_pipeline.billing.balances import (
 )
 from market_pipeline.billing.guards import run_budget_guards
 from market_pipeline.config import load_config
-from market_pipeline.guardrails.task_drain_budget import BUDGET_DECISION_TTL, load_budget_blocks
-from market_pipeline.guardrails.task_drain_limits import DrainReason
-from market_pipeline.guardrails.task_drain_service import plan_and_record, tick_budget
-from market_pipeline.guardrails.task_drain_store import pending_drain_decisions
+from market_pipeline.drain.budget import BUDGET_DECISION_TTL, load_budget_blocks
+from market_pipeline.drain.limits import DrainReason
+from market_pipeline.drain.service import plan_and_record, tick_budget
+from market_pipeline.drain.store import pending_drain_decisions
 from market_pipeline.hardware.protocol import ResourceClass
 from market_pipeline.warehouse import open_warehouse
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from market_pipeline.guardrails import commands
+from market_pipeline.drain import commands
 from market_pipeline.warehouse import Warehouse
 
 CLI = Path(sys.executable).parent / "market-pipeline"

@@ -13,10 +13,10 @@ from assets.drain import drain_requests
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.action_batches import batch_id_for, batch_rows, carry_out, result_for
 from market_pipeline.config import load_config
-from market_pipeline.guardrails.task_drain_limits import DrainReason
-from market_pipeline.guardrails.task_drain_plan import DrainDecision
-from market_pipeline.guardrails.task_drain_score import drainability_score
-from market_pipeline.guardrails.task_drain_store import write_decisions
+from market_pipeline.drain.limits import DrainReason
+from market_pipeline.drain.plan import DrainDecision
+from market_pipeline.drain.score import drainability_score
+from market_pipeline.drain.store import write_decisions
 from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.warehouse import open_warehouse
@@ -246,9 +246,9 @@ def _counts(run: dg.ExecuteInProcessResult) -> dict[str, int]:
 def test_a_failed_drain_fails_the_run_that_carried_it_out_with_its_reason(tmp_path, instance, monkeypatch):
     """A drain whose protocol ended `failed` (here: the GPU never released) is not an `ok` in a
     green run: its batch run records every outcome, then fails naming the drain and why."""
-    from market_pipeline.guardrails import task_drain_batches
-    from market_pipeline.guardrails.task_drain_protocol import DrainState
-    from market_pipeline.guardrails.task_drain_steps import DrainReport
+    from market_pipeline.drain import batches
+    from market_pipeline.drain.protocol import DrainState
+    from market_pipeline.drain.steps import DrainReport
 
     warehouse = open_warehouse(tmp_path / "w.duckdb")
     tick = datetime(2026, 1, 5, 10, tzinfo=timezone.utc)
@@ -268,8 +268,8 @@ def test_a_failed_drain_fails_the_run_that_carried_it_out_with_its_reason(tmp_pa
         )
         return report
 
-    monkeypatch.setattr(task_drain_batches, "execute_decision", execute)
-    monkeypatch.setattr(task_drain_batches, "requeue_drained", lambda *a: _NoRequeue())
+    monkeypatch.setattr(batches, "execute_decision", execute)
+    monkeypatch.setattr(batches, "requeue_drained", lambda *a: _NoRequeue())
     run = drain_job.execute_in_process(
         run_config=drain_run_config(tick),
         instance=instance,

@@ -34,27 +34,27 @@ from drain_testkit import (
 )
 
 from market_pipeline.disruption.budget import BudgetRule
-from market_pipeline.guardrails.task_drain_calls import InlineStepCaller
-from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-from market_pipeline.guardrails.task_drain_limits import (
+from market_pipeline.drain.calls import InlineStepCaller
+from market_pipeline.drain.executor import DrainExecutor, DrainRequest
+from market_pipeline.drain.limits import (
     TENANT_CAP_WINDOW,
     DrainLedger,
     DrainLimits,
     LedgerEntry,
 )
-from market_pipeline.guardrails.task_drain_plan import (
+from market_pipeline.drain.plan import (
     DrainDecision,
     PlanningInputs,
     SelectionPolicy,
     plan_drains,
 )
-from market_pipeline.guardrails.task_drain_protocol import (
+from market_pipeline.drain.protocol import (
     SIDE_EFFECT_STATES,
     TERMINAL_STATES,
     DrainState,
     Phase,
 )
-from market_pipeline.guardrails.task_drain_steps import DrainTiming
+from market_pipeline.drain.steps import DrainTiming
 from market_pipeline.hardware.protocol import TaskKind
 
 SCENARIOS = 1000

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from market_pipeline.config import load_config
+from market_pipeline.drain.calls import AdvancingClock, SystemClock, clock_for
 from market_pipeline.fleet.twin_adapter import SimulatedAdapter
-from market_pipeline.guardrails.task_drain_calls import AdvancingClock, SystemClock, clock_for
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 
@@ -41,10 +41,10 @@ def test_other_fleets_keep_the_system_clock():
 
 
 def test_drain_on_the_simulated_fleet_completes_on_fleet_time(tmp_path: Path, monkeypatch):
-    from market_pipeline.guardrails.task_drain_calls import InlineStepCaller
-    from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-    from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
-    from market_pipeline.guardrails.task_drain_steps import DrainTiming
+    from market_pipeline.drain.calls import InlineStepCaller
+    from market_pipeline.drain.executor import DrainExecutor, DrainRequest
+    from market_pipeline.drain.protocol import InMemoryAuditStore
+    from market_pipeline.drain.steps import DrainTiming
 
     config = load_config()
     adapter = SimulatedAdapter(config, tmp_path / "fleet.json", epoch=EPOCH)

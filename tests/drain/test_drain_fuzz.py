@@ -14,7 +14,7 @@ from drain_targets import cli, start_target
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from market_pipeline.guardrails.commands import MAX_DRAIN_SECONDS, _pid_max
+from market_pipeline.drain.commands import MAX_DRAIN_SECONDS, _pid_max
 
 FLAGS = ("--warn-seconds", "--timeout-seconds", "--checkpoint-timeout-seconds")
 # capsys is read (and so reset) once per example.

@@ -11,7 +11,7 @@ import time
 import pytest
 from drain_targets import cli, fork_cli, start_target
 
-from market_pipeline.guardrails.task_drain_steps import DrainTiming
+from market_pipeline.drain.steps import DrainTiming
 
 W, T = 1.0, 1.0
 
@@ -164,9 +164,9 @@ def test_a_drain_whose_task_lease_is_held_writes_nothing_and_sends_nothing(tmp_p
     the same task is refused before its first row, whatever its audit store."""
     from drain_testkit import T0, FakeClock, FakeFleetAdapter, make_task, node
 
-    from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-    from market_pipeline.guardrails.task_drain_lease import DrainBusy, TaskLease
-    from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
+    from market_pipeline.drain.executor import DrainExecutor, DrainRequest
+    from market_pipeline.drain.lease import DrainBusy, TaskLease
+    from market_pipeline.drain.protocol import InMemoryAuditStore
 
     clock = FakeClock(T0)
     task = make_task("t-1")

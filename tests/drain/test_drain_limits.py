@@ -10,20 +10,20 @@ from drain_testkit import T0, make_task, node, samples_for
 
 from market_pipeline.config import load_config
 from market_pipeline.disruption.budget import BudgetRule, BudgetRuleError
-from market_pipeline.guardrails.task_drain_limits import (
+from market_pipeline.drain.limits import (
     DrainLedger,
     DrainLimits,
     DrainReason,
     LedgerEntry,
 )
-from market_pipeline.guardrails.task_drain_plan import (
+from market_pipeline.drain.plan import (
     PlanningInputs,
     SelectionPolicy,
     decision_id_for,
     node_is_drained,
     plan_drains,
 )
-from market_pipeline.guardrails.task_drain_score import (
+from market_pipeline.drain.score import (
     DrainHistory,
     drainability_score,
     is_under_used,

@@ -11,10 +11,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
-from market_pipeline.guardrails.task_drain_steps import DrainTiming
-from market_pipeline.guardrails.task_drain_store import WarehouseAuditStore
+from market_pipeline.drain.executor import DrainExecutor, DrainRequest
+from market_pipeline.drain.protocol import InMemoryAuditStore
+from market_pipeline.drain.steps import DrainTiming
+from market_pipeline.drain.store import WarehouseAuditStore
 from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
 from market_pipeline.hardware.protocol import OutcomeStatus
 from market_pipeline.warehouse import open_warehouse

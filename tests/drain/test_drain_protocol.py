@@ -18,9 +18,9 @@ from drain_testkit import (
     node,
 )
 
-from market_pipeline.guardrails.task_drain_calls import InlineStepCaller
-from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-from market_pipeline.guardrails.task_drain_protocol import (
+from market_pipeline.drain.calls import InlineStepCaller
+from market_pipeline.drain.executor import DrainExecutor, DrainRequest
+from market_pipeline.drain.protocol import (
     DrainProtocolError,
     DrainState,
     DrainTransition,
@@ -31,7 +31,7 @@ from market_pipeline.guardrails.task_drain_protocol import (
     task_from_dict,
     task_to_dict,
 )
-from market_pipeline.guardrails.task_drain_steps import DrainTiming, Step, next_step
+from market_pipeline.drain.steps import DrainTiming, Step, next_step
 from market_pipeline.hardware.protocol import Outcome, OutcomeStatus
 
 TIMING = DrainTiming(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from market_pipeline.guardrails.task_drain_recovery import requeue_drained
+from market_pipeline.drain.recovery import requeue_drained
 from market_pipeline.hardware.protocol import Outcome, OutcomeStatus, ResourceClass, TaskInfo, TaskKind
 
 

@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "telemetry"))
 from drain_targets import start_target  # noqa: E402
 from telemetry_fake_pynvml import GIB, FakeGpu, FakeNvml  # noqa: E402
 
-from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest  # noqa: E402
-from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore  # noqa: E402
-from market_pipeline.guardrails.task_drain_steps import DrainTiming  # noqa: E402
+from market_pipeline.drain.executor import DrainExecutor, DrainRequest  # noqa: E402
+from market_pipeline.drain.protocol import InMemoryAuditStore  # noqa: E402
+from market_pipeline.drain.steps import DrainTiming  # noqa: E402
 from market_pipeline.hardware.nvml import NvmlAdapter  # noqa: E402
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
 from market_pipeline.gpus.catalog import load_gpu_catalog
+from market_pipeline.gpus.models import known_spec
 
 TRACE_MODELS = (
     "T4",
@@ -54,6 +55,20 @@ def test_the_catalog_prices_every_model_of_the_shipped_traces_and_says_why() -> 
         assert 0 < entry.cost_per_gpu_hour < entry.list_price_per_gpu_hour and entry.source
     for model in ("G1", "G2", "G3", "GPU-series-1", "GPU-series-2"):
         assert "undisclosed" in catalog.lookup(model).assumption
+
+
+def test_the_catalog_holds_each_models_power_envelope_and_the_twin_reads_it_by_any_spelling() -> None:
+    catalog = load_gpu_catalog()
+    for entry in catalog.entries:
+        assert 0 < entry.idle_w < entry.tdp_w, entry.name
+        if entry.source.startswith("tdp: "):  # the price rule quotes the same TDP the twin draws
+            assert entry.source == f"tdp: {entry.tdp_w:g} W", entry.name
+    h200 = known_spec("NVIDIA H200")  # an alias, as NVML names it
+    assert (h200.memory_mib, h200.tdp_w, h200.idle_w, h200.nvlink_domain) == (144384, 700.0, 75.0, 8)
+    assert known_spec("V100M16").nvlink_domain == 4 and known_spec("GB200").nvlink_domain == 72
+    assert known_spec("T4").nvlink_domain == 1
+    unknown = known_spec("Unnamed-Accelerator")  # not in the catalog: a mid-range card's envelope
+    assert (unknown.memory_mib, unknown.tdp_w, unknown.nvlink) == (32768, 300.0, False)
 
 
 def test_pools_come_from_the_node_list(tmp_path: Path) -> None:

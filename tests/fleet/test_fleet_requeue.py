@@ -13,12 +13,12 @@ import pytest
 
 from market_pipeline.billing.metering import HourWindow, meter_window
 from market_pipeline.config import load_config
+from market_pipeline.drain.calls import InlineStepCaller, clock_for
+from market_pipeline.drain.executor import DrainExecutor, DrainRequest
+from market_pipeline.drain.protocol import InMemoryAuditStore
+from market_pipeline.drain.recovery import requeue_drained
+from market_pipeline.drain.steps import DrainTiming
 from market_pipeline.fleet.twin_adapter import SimulatedAdapter
-from market_pipeline.guardrails.task_drain_calls import InlineStepCaller, clock_for
-from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
-from market_pipeline.guardrails.task_drain_recovery import requeue_drained
-from market_pipeline.guardrails.task_drain_steps import DrainTiming
 from market_pipeline.hardware.protocol import OutcomeStatus, TaskInfo
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)

@@ -42,10 +42,12 @@ def _job(task_id: str, model: str, gpus: int, resource_class: str) -> Job:
     )
 
 
-@pytest.mark.parametrize("share", [1.0, 0.0])
-def test_a_drainable_task_keeps_off_the_node_a_pending_guaranteed_task_holds(share):
+def _two_nodes_one_gpu_free(hold_share: float) -> tuple[FleetTwin, str, int, int, int]:
+    """A twin (the default setup, `hold_max_nodes_share` = hold_share) where only two nodes
+    r0, r1 of one model with at least 4 GPUs are schedulable: r1 full of drainable one-GPU
+    tasks, r0 with one GPU free. Returns (twin, model, r0, r1, r0's width in GPUs)."""
     setup = build_setup(load_config(environ={}))
-    params = dataclasses.replace(setup.params, hold_max_nodes_share=share)
+    params = dataclasses.replace(setup.params, hold_max_nodes_share=hold_share)
     twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
     gpus = twin.cap.present.sum(axis=1)
     model = next(m for m in twin.cap.model_names if (gpus[twin.cap.model_allowed((m,))] >= 4).sum() >= 2)
@@ -59,6 +61,12 @@ def test_a_drainable_task_keeps_off_the_node_a_pending_guaranteed_task_holds(sha
             twin._start(job, BestFit().choose(twin.cap, job.request()), EPOCH)
     twin.cap.schedulable[:] = False
     twin.cap.schedulable[[r0, r1]] = True
+    return twin, model, int(r0), int(r1), width
+
+
+@pytest.mark.parametrize("share", [1.0, 0.0])
+def test_a_drainable_task_keeps_off_the_node_a_pending_guaranteed_task_holds(share):
+    twin, model, r0, r1, width = _two_nodes_one_gpu_free(share)
     assert twin.cap.free_gpus(np.array([r0, r1])) == 1.0
     rigid = _job("rigid", model, width, "guaranteed")
     twin.pending.append(rigid)
@@ -70,21 +78,7 @@ def test_a_drainable_task_keeps_off_the_node_a_pending_guaranteed_task_holds(sha
 
 
 def test_a_new_guaranteed_task_takes_the_held_node_only_where_it_fits_nowhere_else():
-    setup = build_setup(load_config(environ={}))
-    params = dataclasses.replace(setup.params, hold_max_nodes_share=1.0)
-    twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
-    gpus = twin.cap.present.sum(axis=1)
-    model = next(m for m in twin.cap.model_names if (gpus[twin.cap.model_allowed((m,))] >= 4).sum() >= 2)
-    r0, r1 = np.flatnonzero(twin.cap.model_allowed((model,)) & (gpus >= 4))[:2]
-    width = int(gpus[r0])
-    for row, used in ((r1, int(gpus[r1])), (r0, width - 1)):  # node r1 full, node r0 with one GPU free
-        twin.cap.schedulable[:] = False
-        twin.cap.schedulable[row] = True
-        for k in range(used):
-            job = _job(f"{row}-{k}", model, 1, "drainable")
-            twin._start(job, BestFit().choose(twin.cap, job.request()), EPOCH)
-    twin.cap.schedulable[:] = False
-    twin.cap.schedulable[[r0, r1]] = True
+    twin, model, r0, r1, width = _two_nodes_one_gpu_free(1.0)
     waiting = _job("waiting", model, width, "guaranteed")
     twin.pending.append(waiting)
     assert not twin._try_place(waiting, EPOCH)

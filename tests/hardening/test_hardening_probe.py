@@ -2,7 +2,7 @@
 on stderr, a non-zero exit that is not the internal-error 70, and no traceback.
 
 The full probe (every numeric and path option of every subcommand, minutes) is
-`python tests/hardening/probe_cli.py DIR`; this runs its hand-picked inputs plus nan, inf, a
+`python .ci/cli_probe.py DIR`, by hand; this runs its hand-picked inputs plus nan, inf, a
 negative number and the bad files on a fast selection of options, in-process.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from hardening_kit import run_cli
-from probe_cli import make_fixtures, special_inputs
+from probe_inputs import make_fixtures, special_inputs
 
 from market_pipeline.cli import INTERNAL_ERROR
 

@@ -10,7 +10,7 @@ import polars as pl
 
 from market_pipeline.billing.balances import GuardVerdict, guard_decisions
 from market_pipeline.config import load_config
-from market_pipeline.guardrails.task_drain_plan import decisions_frame as drain_frame
+from market_pipeline.drain.plan import decisions_frame as drain_frame
 from market_pipeline.scaling.live import decision_rows as scale_rows
 from market_pipeline.scaling.types import ScalingDecision
 from market_pipeline.tick.live import base_price_rows

@@ -23,7 +23,7 @@ from market_pipeline.decision_checks.prices import (
     published_with_previous,
 )
 from market_pipeline.decision_checks.solve import solve_verdict
-from market_pipeline.guardrails.task_drain_limits import DrainLimits, DrainReason
+from market_pipeline.drain.limits import DrainLimits, DrainReason
 from market_pipeline.tick.live import TICK_SCHEMA, base_price_rows, price_frame, price_row
 from market_pipeline.warehouse import Warehouse, open_warehouse
 

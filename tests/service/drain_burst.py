@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "drain"))
 
 from drain_testkit import FakeFleetAdapter, make_task, node  # noqa: E402
 
-from market_pipeline.guardrails.task_drain_calls import InlineStepCaller  # noqa: E402
-from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest  # noqa: E402
-from market_pipeline.guardrails.task_drain_steps import DrainTiming  # noqa: E402
-from market_pipeline.guardrails.task_drain_store import WarehouseAuditStore  # noqa: E402
+from market_pipeline.drain.calls import InlineStepCaller  # noqa: E402
+from market_pipeline.drain.executor import DrainExecutor, DrainRequest  # noqa: E402
+from market_pipeline.drain.steps import DrainTiming  # noqa: E402
+from market_pipeline.drain.store import WarehouseAuditStore  # noqa: E402
 from market_pipeline.warehouse import Warehouse  # noqa: E402
 
 TIMING = DrainTiming(

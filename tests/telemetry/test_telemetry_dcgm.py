@@ -100,6 +100,8 @@ def test_telemetry_dcgm_write_operations_are_unsupported() -> None:
         adapter.power_off("n"),
     ):
         assert outcome.status is OutcomeStatus.UNSUPPORTED
+        assert outcome.detail.startswith("dcgm backend cannot ") and "read-only" in outcome.detail
+    assert adapter.read_task_events(adapter.now(), adapter.now()).is_empty()
     assert adapter.verify_released(["GPU-1e7f0d3c-9b58-4a21-a6d0-5c8e2f3b7a94"]).ok
     busy = adapter.verify_released([MIG_PARENT])
     assert busy.status is OutcomeStatus.FAILED and "embed-batch-2" in busy.detail

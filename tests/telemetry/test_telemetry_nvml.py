@@ -96,6 +96,8 @@ def test_telemetry_nvml_verify_released_checks_compute_processes() -> None:
     assert busy.status is OutcomeStatus.FAILED and "4242" in busy.detail
     assert adapter.verify_released(["GPU-zzz"]).status is OutcomeStatus.GONE
     assert adapter.warn_task("x", 1).status is OutcomeStatus.UNSUPPORTED
+    cordon = adapter.cordon(adapter.node_id)
+    assert cordon.status is OutcomeStatus.UNSUPPORTED and "no scheduler" in cordon.detail
 
 
 def test_telemetry_nvml_without_a_driver_is_a_clear_outcome() -> None:

@@ -44,6 +44,13 @@ def pool(**changes) -> PoolTickInput:
     return PoolTickInput(**{**base, **changes})
 
 
+def short_pool_record(**changes):
+    """The tick's record of a pool serving 64 GPUs while 90 are wanted and 26 wait, under a
+    guaranteed cap of 1.04 x list: no price within the promises certifies it."""
+    short = pool(forecast_upper_gpus=90.0, demand_gpus=90.0, backlog_gpus=26.0, **changes)
+    return run_market_tick([short], None, Promises(guaranteed_cap=1.04)).pools[0]
+
+
 def config_pools(
     config, serving: dict[str, float], *, demand: float, guaranteed_share: float, drainable_share: float
 ) -> list[PoolTickInput]:
@@ -102,11 +109,7 @@ def test_the_shield_raises_the_price_inside_the_window_and_reports_it() -> None:
 
 
 def test_no_price_within_the_promises_certifies_then_capacity_must_come() -> None:
-    record = run_market_tick(
-        [pool(forecast_upper_gpus=90.0, demand_gpus=90.0, backlog_gpus=26.0)],
-        None,
-        Promises(guaranteed_cap=1.04),
-    ).pools[0]
+    record = short_pool_record()
     assert record.guaranteed == pytest.approx(2.08)  # the cap, not the 3x an unbounded shield took
     assert not record.certified and "capacity must come" in record.guaranteed_reason
     assert record.capacity_target_gpus > 90.0 and record.capacity_target_gpus % 8 == 0
@@ -118,19 +121,7 @@ def test_a_shield_at_the_solvers_own_price_still_counts_as_shielded() -> None:
     """The solver already priced at the cap and no price certifies: the shield's reason is
     published, so the pool counts as shielded though the price did not move."""
     # a price in force above the cap: the window is the cap alone, where the solver's price lands
-    record = run_market_tick(
-        [
-            pool(
-                forecast_upper_gpus=90.0,
-                demand_gpus=90.0,
-                backlog_gpus=26.0,
-                in_force_guaranteed=3.0,
-                in_force_drainable=1.8,
-            )
-        ],
-        None,
-        Promises(guaranteed_cap=1.04),
-    ).pools[0]
+    record = short_pool_record(in_force_guaranteed=3.0, in_force_drainable=1.8)
     assert record.guaranteed == pytest.approx(2.08) and record.shield_factor == pytest.approx(1.0)
     assert "backlog shield" in record.guaranteed_reason
     assert record.shielded
@@ -148,31 +139,28 @@ def config():
     return load_config(DEFAULT_CONFIG_PATH, environ={})
 
 
+def default_fleet_market(config, expected: float, typical: float | None = None):
+    """The default fleet serving every node, and its market problem with every pool expecting
+    `expected` GPUs (sized to `typical` when given): (serving by pool, problem)."""
+    serving = {p.pool_id: float(p.nodes * p.gpus_per_node) for p in config.pools}
+    typical_by_pool = None if typical is None else {p.pool_id: typical for p in config.pools}
+    inputs = build_market_problem(
+        config, serving, {p.pool_id: expected for p in config.pools}, typical_by_pool
+    )
+    return serving, inputs.problem
+
+
 def live_tick(config, expected: float, in_force_share: float = 1.0):
     """The default fleet's tick with every pool expecting `expected` GPUs."""
-    promises = Promises.from_config(config)
-    serving = {p.pool_id: float(p.nodes * p.gpus_per_node) for p in config.pools}
-    inputs = build_market_problem(config, serving, {p.pool_id: expected for p in config.pools})
-    pools = [
-        PoolTickInput(
-            pool_id=p.pool_id,
-            list_price=p.base_price,
-            price_min=p.price_min,
-            price_max=p.price_max,
-            node_gpus=float(p.gpus_per_node),
-            serving_gpus=serving[p.pool_id],
-            reachable_gpus=float(p.max_nodes * p.gpus_per_node),
-            demand_gpus=expected,
-            backlog_gpus=0.0,
-            forecast_upper_gpus=expected,
-            in_force_guaranteed=p.base_price * in_force_share,
-            in_force_drainable=p.base_price * in_force_share * 0.6,
-            forecast_price=p.base_price,
-            backlog=PARAMS,
-        )
-        for p in config.pools
-    ]
-    return run_market_tick(pools, inputs.problem, promises, solver_settings(config))
+    serving, problem = default_fleet_market(config, expected)
+    pools = config_pools(
+        config,
+        serving,
+        demand=expected,
+        guaranteed_share=in_force_share,
+        drainable_share=in_force_share * 0.6,
+    )
+    return run_market_tick(pools, problem, Promises.from_config(config), solver_settings(config))
 
 
 def test_first_live_solve_keeps_the_step_from_the_base_price_and_the_cap(config) -> None:
@@ -199,13 +187,10 @@ def test_a_scheduled_global_resolve_keeps_every_promise(config) -> None:
     """The hourly cold re-solve may move the tick toward another optimum, but only inside the
     max step from the prices in force, the cap and the band."""
     promises = Promises.from_config(config)
-    serving = {p.pool_id: float(p.nodes * p.gpus_per_node) for p in config.pools}
-    inputs = build_market_problem(
-        config, serving, {p.pool_id: 15.0 for p in config.pools}, {p.pool_id: 20.0 for p in config.pools}
-    )
+    serving, problem = default_fleet_market(config, 15.0, typical=20.0)
     pools = config_pools(config, serving, demand=15.0, guaranteed_share=0.8, drainable_share=0.5)
     tick = run_market_tick(
-        pools, inputs.problem, promises, solver_settings(config), global_resolve=True, switch_threshold=0.0
+        pools, problem, promises, solver_settings(config), global_resolve=True, switch_threshold=0.0
     )
     for record, p in zip(tick.pools, pools):
         assert abs(record.guaranteed / p.in_force_guaranteed - 1) <= promises.max_step + 1e-9
@@ -216,19 +201,7 @@ def test_a_scheduled_global_resolve_keeps_every_promise(config) -> None:
 
 def test_an_exhausted_pool_says_so_instead_of_asking_for_capacity() -> None:
     # every node already serves (serving == reachable): capacity cannot come; the operator must add nodes
-    record = run_market_tick(
-        [
-            pool(
-                forecast_upper_gpus=90.0,
-                demand_gpus=90.0,
-                backlog_gpus=26.0,
-                serving_gpus=64.0,
-                reachable_gpus=64.0,
-            )
-        ],
-        None,
-        Promises(guaranteed_cap=1.04),
-    ).pools[0]
+    record = short_pool_record(serving_gpus=64.0, reachable_gpus=64.0)
     assert not record.certified
     assert (
         "pool exhausted" in record.guaranteed_reason and "capacity must come" not in record.guaranteed_reason
@@ -291,11 +264,10 @@ def test_a_drainable_price_outside_the_band_is_published_at_its_edge(
     70% below guaranteed) and the solve falls back onto them: the published drainable price is
     the band's edge, and the record says the solver's price was clipped."""
     promises = Promises.from_config(config)
-    serving = {p.pool_id: float(p.nodes * p.gpus_per_node) for p in config.pools}
-    inputs = build_market_problem(config, serving, {p.pool_id: 6.0 for p in config.pools})
+    serving, problem = default_fleet_market(config, 6.0)
     pools = config_pools(config, serving, demand=6.0, guaranteed_share=1.0, drainable_share=drainable_share)
     one_step = replace(solver_settings(config), max_iterations=1)  # too few to converge: fallback
-    tick = run_market_tick(pools, inputs.problem, promises, one_step)
+    tick = run_market_tick(pools, problem, promises, one_step)
     assert tick.status == "fallback" and not tick.converged
     discount = getattr(promises, edge)
     for record in tick.pools:

@@ -25,10 +25,10 @@ from typing import Any
 
 from market_pipeline.billing.metering import HourWindow, meter_window
 from market_pipeline.config.model import MarketPipelineConfig
-from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
-from market_pipeline.guardrails.task_drain_recovery import ENDED_BY_DRAIN, requeue_drained
-from market_pipeline.guardrails.task_drain_steps import DrainTiming
+from market_pipeline.drain.executor import DrainExecutor, DrainRequest
+from market_pipeline.drain.protocol import InMemoryAuditStore
+from market_pipeline.drain.recovery import ENDED_BY_DRAIN, requeue_drained
+from market_pipeline.drain.steps import DrainTiming
 from market_pipeline.hardware.protocol import ResourceClass
 from market_pipeline.hardware.slurm.adapter import SlurmAdapter, split_task_id
 from market_pipeline.hardware.slurm.cluster import ClusterSpec, LocalCluster

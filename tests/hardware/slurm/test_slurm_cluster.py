@@ -21,10 +21,10 @@ import pytest
 
 from market_pipeline.billing.metering import HourWindow, meter_window
 from market_pipeline.config import load_config
-from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
-from market_pipeline.guardrails.task_drain_recovery import requeue_drained
-from market_pipeline.guardrails.task_drain_steps import DrainTiming
+from market_pipeline.drain.executor import DrainExecutor, DrainRequest
+from market_pipeline.drain.protocol import InMemoryAuditStore
+from market_pipeline.drain.recovery import requeue_drained
+from market_pipeline.drain.steps import DrainTiming
 from market_pipeline.hardware.protocol import NodeState, OutcomeStatus, ResourceClass, TaskInfo
 from market_pipeline.hardware.slurm.adapter import SlurmAdapter, split_task_id
 from market_pipeline.hardware.slurm.client import SlurmUnavailable
@@ -322,7 +322,7 @@ def test_the_drain_guardrail_holds_the_tenant_cap_and_the_disruption_budget_on_r
 ) -> None:
     """A scale-down cordons three nodes of two pools at once: the guardrail drains at most one
     node per pool (the disruption budget) and one job per tenant (the cap), on real jobs."""
-    from market_pipeline.guardrails.task_drain_service import execute_decision, plan_and_record
+    from market_pipeline.drain.service import execute_decision, plan_and_record
     from market_pipeline.warehouse import open_warehouse
 
     monkeypatch.setenv("MP__GUARDRAILS__TASK_DRAIN__TENANT_MAX_DRAINS_PER_DAY", "1")

@@ -1,7 +1,7 @@
 """A tick's batch of approved drain decisions, each carried out once through the drain
-protocol (`task_drain_service.execute_decision`, which records the drain's own outcome on
+protocol (`drain.service.execute_decision`, which records the drain's own outcome on
 the decision: terminated, killed, gone, failed or aborted). A drained checkpointable task is
-then requeued where the backend can (`task_drain_recovery`); the batch result says whether."""
+then requeued where the backend can (`drain.recovery`); the batch result says whether."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from market_pipeline.action_batches import (
     record_outcome,
     result_for,
 )
-from market_pipeline.guardrails.task_drain_recovery import ENDED_BY_DRAIN, requeue_drained
-from market_pipeline.guardrails.task_drain_service import DrainRefused, execute_decision
-from market_pipeline.guardrails.task_drain_store import DecisionNotFound, load_decision
+from market_pipeline.drain.recovery import ENDED_BY_DRAIN, requeue_drained
+from market_pipeline.drain.service import DrainRefused, execute_decision
+from market_pipeline.drain.store import DecisionNotFound, load_decision
 from market_pipeline.hardware.protocol import NodeAdapter
 from market_pipeline.warehouse import Warehouse
 

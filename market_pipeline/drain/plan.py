@@ -1,6 +1,6 @@
 """Which tasks to drain this tick: triggers, ordering and limits -> drain decisions.
 
-The triggers are disruption methods (`task_drain_triggers.DRAIN_METHODS`), most urgent
+The triggers are disruption methods (`drain.triggers.DRAIN_METHODS`), most urgent
 first: pool pressure, operator requests, the billing budget guard, the scaler's scale-down,
 under-use. Each triggered task gets one decision, approved or blocked with its reasons; an
 approval counts against the caps of the decisions after it and consumes from the tick's one
@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from market_pipeline.disruption.budget import DisruptionBudget, run_methods
-from market_pipeline.guardrails.task_drain_limits import (
+from market_pipeline.drain.limits import (
     DrainLedger,
     DrainLimits,
     DrainReason,
     LedgerEntry,
 )
-from market_pipeline.guardrails.task_drain_protocol import task_to_dict
-from market_pipeline.guardrails.task_drain_score import (
+from market_pipeline.drain.protocol import task_to_dict
+from market_pipeline.drain.score import (
     DrainabilityScore,
     DrainHistory,
     UtilisationStats,
@@ -34,7 +34,7 @@ from market_pipeline.guardrails.task_drain_score import (
     history_for,
     task_utilisation,
 )
-from market_pipeline.guardrails.task_drain_triggers import DRAIN_METHODS
+from market_pipeline.drain.triggers import DRAIN_METHODS
 from market_pipeline.hardware.protocol import NodeInfo, NodeState, TaskInfo
 from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow
 from market_pipeline.warehouse.decisions import decisions_frame as warehouse_decisions_frame
@@ -80,7 +80,7 @@ class PlanningInputs:
     history_by_tenant: Mapping[str, DrainHistory] = field(default_factory=dict)
     scale_down_nodes: Sequence[str] = ()
     manual_task_ids: Sequence[str] = ()
-    # tenant -> why: tenants a budget guard blocked, grace period over (task_drain_budget)
+    # tenant -> why: tenants a budget guard blocked, grace period over (drain.budget)
     budget_blocked_tenants: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -141,7 +141,7 @@ def pool_capacity(nodes: Sequence[NodeInfo]) -> dict[str, tuple[int, float]]:
 
 
 class _Batch:
-    """One planning pass (a `task_drain_triggers.DrainPass`): remembers choices so later
+    """One planning pass (a `drain.triggers.DrainPass`): remembers choices so later
     checks see earlier approvals."""
 
     def __init__(

@@ -2,8 +2,8 @@
 
 `DrainExecutor.run` is idempotent per drain id: called again for a drain that already
 finished it returns the stored report without touching the task; called for a drain that a
-crashed run left half-way it resumes from the audit log (see task_drain_protocol).
-With a lease directory, a run holds the task's lease (task_drain_lease) throughout, so no
+crashed run left half-way it resumes from the audit log (see drain.protocol).
+With a lease directory, a run holds the task's lease (drain.lease) throughout, so no
 two drains of one task ever act at once, whichever audit store each one writes to.
 """
 
@@ -16,16 +16,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from market_pipeline.guardrails.task_drain_calls import (
+from market_pipeline.drain.calls import (
     Clock,
     StepCaller,
     StepResult,
     SystemClock,
     ThreadedStepCaller,
 )
-from market_pipeline.guardrails.task_drain_lease import DrainBusy, TaskLease
-from market_pipeline.guardrails.task_drain_outcome import task_fault, terminal_detail
-from market_pipeline.guardrails.task_drain_protocol import (
+from market_pipeline.drain.lease import DrainBusy, TaskLease
+from market_pipeline.drain.outcome import task_fault, terminal_detail
+from market_pipeline.drain.protocol import (
     STATUS_INTERRUPTED,
     STATUS_SKIPPED,
     DrainAuditStore,
@@ -36,7 +36,7 @@ from market_pipeline.guardrails.task_drain_protocol import (
     task_from_dict,
     task_to_dict,
 )
-from market_pipeline.guardrails.task_drain_steps import (
+from market_pipeline.drain.steps import (
     DrainReport,
     DrainTiming,
     Step,

@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from market_pipeline.guardrails.task_drain_protocol import (
+from market_pipeline.drain.protocol import (
     TERMINAL_STATES,
     DrainState,
     DrainTransition,

@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from market_pipeline.disruption.budget import DisruptionBudget
-from market_pipeline.guardrails.task_drain_budget import budget_triggers, load_budget_blocks
-from market_pipeline.guardrails.task_drain_calls import Clock, StepCaller, clock_for
-from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-from market_pipeline.guardrails.task_drain_lease import ControlTaskLease, lease_dir_for
-from market_pipeline.guardrails.task_drain_limits import DrainLimits
-from market_pipeline.guardrails.task_drain_plan import (
+from market_pipeline.drain.budget import budget_triggers, load_budget_blocks
+from market_pipeline.drain.calls import Clock, StepCaller, clock_for
+from market_pipeline.drain.executor import DrainExecutor, DrainRequest
+from market_pipeline.drain.lease import ControlTaskLease, lease_dir_for
+from market_pipeline.drain.limits import DrainLimits
+from market_pipeline.drain.plan import (
     DrainDecision,
     PlanningInputs,
     SelectionPolicy,
     plan_drains,
 )
-from market_pipeline.guardrails.task_drain_steps import DrainReport, DrainTiming
-from market_pipeline.guardrails.task_drain_store import (
+from market_pipeline.drain.steps import DrainReport, DrainTiming
+from market_pipeline.drain.store import (
     WarehouseAuditStore,
     ledger_window_start,
     load_decision,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from market_pipeline.disruption.budget import DisruptionBudget, DisruptionMethod, DisruptionReason
-from market_pipeline.guardrails.task_drain_score import UtilisationStats, is_under_used
+from market_pipeline.drain.score import UtilisationStats, is_under_used
 from market_pipeline.hardware.protocol import TaskInfo
 
 

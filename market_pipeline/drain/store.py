@@ -22,10 +22,10 @@ from typing import Any
 
 import duckdb
 
-from market_pipeline.guardrails.task_drain_lease import transition_from_dict, transition_to_dict
-from market_pipeline.guardrails.task_drain_limits import DrainLedger, LedgerEntry
-from market_pipeline.guardrails.task_drain_plan import DrainDecision, decisions_frame
-from market_pipeline.guardrails.task_drain_protocol import (
+from market_pipeline.drain.lease import transition_from_dict, transition_to_dict
+from market_pipeline.drain.limits import DrainLedger, LedgerEntry
+from market_pipeline.drain.plan import DrainDecision, decisions_frame
+from market_pipeline.drain.protocol import (
     TERMINAL_STATES,
     DrainState,
     DrainTransition,
@@ -33,8 +33,8 @@ from market_pipeline.guardrails.task_drain_protocol import (
     Phase,
     task_from_dict,
 )
-from market_pipeline.guardrails.task_drain_score import DrainHistory
-from market_pipeline.guardrails.task_drain_steps import DrainReport
+from market_pipeline.drain.score import DrainHistory
+from market_pipeline.drain.steps import DrainReport
 from market_pipeline.hardware.protocol import TaskInfo
 from market_pipeline.warehouse import Warehouse, WarehouseError, raise_unless_conflict, rollback
 from market_pipeline.warehouse.control import ControlConflict

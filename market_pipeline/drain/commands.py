@@ -116,7 +116,7 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def _timing(args: argparse.Namespace, config: MarketPipelineConfig) -> Any:
-    from market_pipeline.guardrails.task_drain_steps import DrainTiming
+    from market_pipeline.drain.steps import DrainTiming
 
     base = DrainTiming.from_config(config)
     if args.pid is None:
@@ -145,8 +145,8 @@ def _timing(args: argparse.Namespace, config: MarketPipelineConfig) -> Any:
 @contextlib.contextmanager
 def _store(args: argparse.Namespace, config: MarketPipelineConfig) -> Iterator[Any]:
     """The audit store; the warehouse one holds its connection for this short drain."""
-    from market_pipeline.guardrails.task_drain_protocol import InMemoryAuditStore
-    from market_pipeline.guardrails.task_drain_store import WarehouseAuditStore
+    from market_pipeline.drain.protocol import InMemoryAuditStore
+    from market_pipeline.drain.store import WarehouseAuditStore
     from market_pipeline.warehouse import open_warehouse
 
     if args.audit == "memory":
@@ -160,7 +160,7 @@ def _store(args: argparse.Namespace, config: MarketPipelineConfig) -> Iterator[A
 def _drain_id(store: Any, lease: Any, task_id: str) -> str:
     """Resume an open drain of this task (the lease's journal names one a killed run left),
     else start the next numbered CLI drain."""
-    from market_pipeline.guardrails.task_drain_protocol import TERMINAL_STATES
+    from market_pipeline.drain.protocol import TERMINAL_STATES
 
     journal = lease.open_drain_id()
     if journal:
@@ -177,7 +177,7 @@ def _drain_id(store: Any, lease: Any, task_id: str) -> str:
 def _target(adapter: Any, args: argparse.Namespace, config: MarketPipelineConfig) -> Any:
     """The task of --pid: a running process, or one whose drain a killed run left open
     (its process may have exited since). Any other pid that names no process is an error."""
-    from market_pipeline.guardrails.task_drain_lease import TaskLease, lease_dir_for
+    from market_pipeline.drain.lease import TaskLease, lease_dir_for
     from market_pipeline.hardware.local_process_tree import NoSuchProcessError
 
     try:
@@ -190,8 +190,8 @@ def _target(adapter: Any, args: argparse.Namespace, config: MarketPipelineConfig
 
 
 def _drain_pid(args: argparse.Namespace, config: MarketPipelineConfig) -> dict[str, Any]:
-    from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-    from market_pipeline.guardrails.task_drain_lease import TaskLease, lease_dir_for
+    from market_pipeline.drain.executor import DrainExecutor, DrainRequest
+    from market_pipeline.drain.lease import TaskLease, lease_dir_for
     from market_pipeline.hardware.local_process import LocalProcessAdapter
     from market_pipeline.hardware.local_process_tree import create_time
 
@@ -233,14 +233,14 @@ def _close_stale_drains(
     every signal is pinned to the old process's create time."""
     from datetime import datetime, timezone
 
-    from market_pipeline.guardrails.task_drain_executor import DrainExecutor, DrainRequest
-    from market_pipeline.guardrails.task_drain_lease import (
+    from market_pipeline.drain.executor import DrainExecutor, DrainRequest
+    from market_pipeline.drain.lease import (
         DrainBusy,
         TaskLease,
         lease_dir_for,
         stale_journals,
     )
-    from market_pipeline.guardrails.task_drain_protocol import DrainProtocolError, task_from_dict
+    from market_pipeline.drain.protocol import DrainProtocolError, task_from_dict
 
     if created is None:
         return []  # no process has the pid now: _target resumes the open drain itself
@@ -282,7 +282,7 @@ def _close_stale_drains(
 
 
 def _drain_decision(args: argparse.Namespace, config: MarketPipelineConfig) -> dict[str, Any]:
-    from market_pipeline.guardrails.task_drain_service import execute_decision
+    from market_pipeline.drain.service import execute_decision
     from market_pipeline.hardware import make_adapter
     from market_pipeline.warehouse import open_warehouse
 
@@ -318,10 +318,10 @@ def run_drain(args: argparse.Namespace) -> int:
 def run_drain_plan(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
-    from market_pipeline.guardrails.task_drain_limits import DrainLimits
-    from market_pipeline.guardrails.task_drain_plan import SelectionPolicy, plan_drains
-    from market_pipeline.guardrails.task_drain_service import gather_planning_inputs
-    from market_pipeline.guardrails.task_drain_store import write_decisions
+    from market_pipeline.drain.limits import DrainLimits
+    from market_pipeline.drain.plan import SelectionPolicy, plan_drains
+    from market_pipeline.drain.service import gather_planning_inputs
+    from market_pipeline.drain.store import write_decisions
     from market_pipeline.hardware import make_adapter
     from market_pipeline.warehouse import WarehouseError, open_warehouse
 

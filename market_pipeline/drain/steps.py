@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from market_pipeline.guardrails.task_drain_protocol import (
+from market_pipeline.drain.protocol import (
     STATUS_INTERRUPTED,
     TERMINAL_STATES,
     DrainProtocolError,

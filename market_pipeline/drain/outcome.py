@@ -6,14 +6,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from market_pipeline.guardrails.task_drain_calls import StepResult
-from market_pipeline.guardrails.task_drain_protocol import (
+from market_pipeline.drain.calls import StepResult
+from market_pipeline.drain.protocol import (
     STATUS_INTERRUPTED,
     STATUS_SKIPPED,
     DrainState,
     DrainTransition,
 )
-from market_pipeline.guardrails.task_drain_steps import Step, summarize
+from market_pipeline.drain.steps import Step, summarize
 from market_pipeline.hardware.protocol import OutcomeStatus, TaskInfo
 
 
