@@ -26,7 +26,7 @@ held node of its own pool.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -42,14 +42,17 @@ def hold_limit(n_nodes: int, share: float) -> int:
     return max(1, int(share * n_nodes))
 
 
+def capable(cap: ClusterCapacity, req: PodRequest) -> np.ndarray:
+    """(N,) bool: the schedulable nodes that could host `req` when empty."""
+    ok = cap.schedulable & cap.model_allowed(req.models)
+    ok &= (cap.cpu_total >= req.cpu_milli) & (cap.mem_total >= req.mem_mib)
+    return ok & (cap.present.sum(axis=1) >= max(req.num_gpu, 0))
+
+
 def shortfall(cap: ClusterCapacity, req: PodRequest) -> np.ndarray:
     """(N,) how far each node is from fitting `req` now: the missing share of its GPUs, CPU
     and memory, summed (0: it fits); inf where the node could not host it even empty."""
     free = np.where(cap.present, cap.gpu_free, 0)
-    gpus = cap.present.sum(axis=1)
-    capable = cap.schedulable & cap.model_allowed(req.models)
-    capable &= (cap.cpu_total >= req.cpu_milli) & (cap.mem_total >= req.mem_mib)
-    capable &= gpus >= max(req.num_gpu, 0)
     if req.num_gpu == 0:
         gpu_short = np.zeros(cap.n_nodes)
     elif req.fractional:
@@ -58,7 +61,20 @@ def shortfall(cap: ClusterCapacity, req: PodRequest) -> np.ndarray:
         gpu_short = np.maximum(req.num_gpu - (free >= MILLI).sum(axis=1), 0) / req.num_gpu
     cpu_short = np.maximum(req.cpu_milli - cap.cpu_free, 0) / max(req.cpu_milli, 1)
     mem_short = np.maximum(req.mem_mib - cap.mem_free, 0) / max(req.mem_mib, 1)
-    return np.where(capable, gpu_short + cpu_short + mem_short, np.inf)
+    return np.where(capable(cap, req), gpu_short + cpu_short + mem_short, np.inf)
+
+
+def closed_nodes(cap: ClusterCapacity, waiting: Iterable[PodRequest]) -> np.ndarray:
+    """(N,) bool: the nodes closed to new drainable work while `waiting` (guaranteed requests)
+    wait: every node that could host one of them when empty. Drainable work then takes only
+    room no waiting guaranteed job could ever use: a GPU share, a core or a gigabyte it takes
+    on such a node is one the node must give back before the waiting job fits there, and a
+    drainable job keeps it for its whole run (on the overloaded weeks of #46, 2-3x more
+    drainable starts than under static pricing took room in pools where rigid work waited)."""
+    closed = np.zeros(cap.n_nodes, dtype=bool)
+    for req in set(waiting):
+        closed |= capable(cap, req)
+    return closed
 
 
 def held_nodes(cap: ClusterCapacity, waiting: Sequence[PodRequest], max_nodes: int) -> np.ndarray:

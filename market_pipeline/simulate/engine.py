@@ -26,7 +26,7 @@ from itertools import islice
 import numpy as np
 
 from market_pipeline.placement.capacity import Placement, PodRequest
-from market_pipeline.placement.guarantee import held_nodes, hold_limit
+from market_pipeline.placement.guarantee import closed_nodes, held_nodes, hold_limit
 from market_pipeline.simulate.arrivals import buy_ratio, candidates, split
 from market_pipeline.simulate.cluster import PoolCluster
 from market_pipeline.simulate.deferral import DeferredDemand
@@ -98,6 +98,7 @@ class StrategyRun(RigidService):
             for c in self.clusters
         ]
         self.hold_stale = [True] * len(self.clusters)  # the pool's waiting rigid work changed
+        self.close_to_elastic = guarantee.enabled and guarantee.close_to_drainable
 
     # -- event loop ---------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> StrategyResult:
@@ -290,6 +291,12 @@ class StrategyRun(RigidService):
             cluster.held = held_nodes(cluster.cap, waiting, self.hold_limits[r])
         elif cluster.held.any():
             cluster.held[:] = False
+        if self.close_to_elastic and self.queues[r][RIGID]:
+            requests, pods = self.inputs.requests, self.jobs.pod
+            shapes = {requests[pods[j]] for q in self.queues[r][RIGID].values() for j in q}
+            cluster.closed = closed_nodes(cluster.cap, shapes)
+        elif cluster.closed.any():
+            cluster.closed[:] = False
 
     def _oldest_rigid(self, r: int, limit: int) -> list[PodRequest]:
         """The requests of pool r's `limit` oldest waiting rigid jobs, oldest first."""
