@@ -98,7 +98,7 @@ def test_a_new_guaranteed_task_takes_the_held_node_only_where_it_fits_nowhere_el
 
 
 @pytest.mark.parametrize("close", [True, False])
-def test_a_drainable_task_keeps_off_every_node_a_pending_guaranteed_task_could_use(close):
+def test_a_drainable_task_keeps_off_the_gpu_model_a_guaranteed_task_waits_for(close):
     """Two nodes of one model with one GPU free each; a pending whole-node guaranteed task
     holds one of them. Closed to drainable work (the default), a new drainable task waits;
     with the hold alone it takes the other node's GPU."""

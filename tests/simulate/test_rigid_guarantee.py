@@ -176,22 +176,26 @@ def test_a_new_rigid_job_that_may_run_elsewhere_leaves_the_held_node_to_the_wait
     assert run.clusters[0].free_gpus() == 1.0  # the held GPU is still free
 
 
-def test_nodes_that_could_host_a_waiting_guaranteed_job_are_closed_to_drainable_work():
+def test_the_nodes_of_a_waiting_guaranteed_jobs_gpu_model_are_closed_to_drainable_work():
     cap = ClusterCapacity.build(
-        ["big", "small", "cordoned"], ["G2"] * 3, [8, 4, 8], [64_000] * 3, [256_000] * 3
+        ["g2-a", "g2-b", "g2-cordoned", "t4"],
+        ["G2", "G2", "G2", "T4"],
+        [8, 4, 8, 4],
+        [64_000] * 4,
+        [256_000] * 4,
     )
     cap.schedulable[2] = False
-    eight, one = PodRequest(8, 1000, 1000, 1000), PodRequest(1, 1000, 1000, 1000)
-    assert closed_nodes(cap, [eight]).tolist() == [True, False, False]  # 4 GPUs: it never fits there
-    assert closed_nodes(cap, [eight, one, eight]).tolist() == [True, True, False]
+    eight, one = PodRequest(8, 1000, 1000, 1000, ("G2",)), PodRequest(1, 1000, 1000, 1000)
+    assert closed_nodes(cap, [eight]).tolist() == [True, True, False, False]  # its model, schedulable
+    assert closed_nodes(cap, [eight, one]).tolist() == [True, True, False, True]  # any model: all
     assert not closed_nodes(cap, []).any()  # nothing waits: nothing closed
-    assert choose_outside(BestFit(), cap, one, closed_nodes(cap, [eight])).node == 1
+    assert choose_outside(BestFit(), cap, one, closed_nodes(cap, [eight])).node == 3
 
 
 @pytest.mark.parametrize("close", [True, False])
-def test_drainable_work_keeps_off_every_node_a_waiting_rigid_job_could_use(close):
+def test_drainable_work_keeps_off_a_pool_where_rigid_work_waits(close):
     """Two 8-GPU nodes, 7 GPUs busy on each; a 2-GPU rigid job waits and holds node 0. A new
-    1-GPU elastic job would take node 1's last GPU; closed to it, it waits, and when one of
+    1-GPU elastic job would take node 1's last GPU; the pool closed to it, it waits, and when one of
     node 1's jobs ends the rigid job starts there. Held nodes alone (the old rule) let it
     take the GPU, and the rigid job still waits."""
     run = _one_pool_run(True, close_to_drainable=close)
