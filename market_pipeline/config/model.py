@@ -208,7 +208,9 @@ class RigidGuaranteeConfig(_Strict):
     """The promise to rigid (guaranteed-class) tenants and the rule that keeps it
     (`placement.guarantee`): the oldest waiting guaranteed jobs of a pool each hold the node
     nearest to fitting them, up to `hold_max_nodes_share` of the pool's nodes; drainable work
-    is not placed there, and new guaranteed work only where it fits nowhere else. The promise: against static pricing on the same week, market pricing
+    is not placed there, and new guaranteed work only where it fits nowhere else; with
+    `close_to_drainable`, drainable work is not placed on any node of the waiting work's GPU
+    model. The promise: against static pricing on the same week, market pricing
     leaves no more rigid jobs past their SLA wait (`max_violations_vs_static`) and no more rigid
     jobs waiting (`max_waiting_vs_static`), judged on every simulated tick."""
 

@@ -17,6 +17,11 @@ V100). Waiting guaranteed jobs may use held nodes. The held node fills as its jo
 waiting job takes it first (the queue scans guaranteed work first). A pool with no guaranteed
 work waiting holds nothing, so the rule costs nothing until rigid work waits.
 
+While guaranteed work waits, its GPU model is closed to new drainable work (`closed_nodes`;
+in the simulator, the whole pool): drainable jobs, new or drained, wait until that backlog
+clears, so no room freed in the meantime goes to them. The held nodes still decide where new
+guaranteed work goes (`choose_arrival`) and what a spilled job may take.
+
 The simulator (`simulate.cluster.PoolCluster`, `simulate.engine`) and the fleet's digital twin
 (`fleet.twin`) both call `held_nodes`; the twin places drainable jobs through `choose_outside`
 and new guaranteed jobs through `choose_arrival`. The simulator's pools apply the same order

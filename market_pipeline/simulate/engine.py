@@ -9,7 +9,8 @@ elastic work waits for a price it accepts). A job is placed at once by the pool'
 policy or waits in its pool's queue (rigid jobs first, then elastic; within a class by
 request shape, oldest first); whenever capacity frees up the queue is retried. While rigid
 jobs wait in a pool, the oldest hold the nodes nearest to fitting them and elastic jobs, new
-or drained, are not placed there (`placement.guarantee`, the rigid guarantee). A rigid job
+or drained, are not placed in that pool at all (`placement.guarantee`, the rigid guarantee:
+the held nodes and `closed_nodes`). A rigid job
 that does not fit spills to another pool or waits for drains (`rigid_service`), retried
 every control-loop tick. Billing integrates each class's running GPUs times the posted
 price; a drained job stops paying at its drain signal.
