@@ -216,8 +216,8 @@ class RigidGuaranteeConfig(_Strict):
 
     enabled: bool = True
     hold_max_nodes_share: float = Field(1.0, ge=0, le=1)
-    # while guaranteed work waits in a pool, new drainable work keeps off every node that
-    # could host a waiting guaranteed job (`placement.guarantee.closed_nodes`), not only the held ones
+    # while guaranteed work waits, new drainable work keeps off every node of its GPU model
+    # (the simulator's pool; `placement.guarantee.closed_nodes`), not only off the held ones
     close_to_drainable: bool = True
     max_violations_vs_static: float = Field(1.0, ge=0)
     max_waiting_vs_static: float = Field(1.0, ge=0)

@@ -67,8 +67,8 @@ class TwinParams:
     # the rigid guarantee (`placement.guarantee`): the oldest pending guaranteed tasks each hold
     # the node nearest to fitting them, up to this share of the nodes; drainable tasks keep off
     hold_max_nodes_share: float = 0.0
-    # and, while guaranteed tasks are pending, drainable tasks keep off every node that could
-    # host one of them (`placement.guarantee.closed_nodes`)
+    # and, while guaranteed tasks are pending, drainable tasks keep off every node of their GPU
+    # models (`placement.guarantee.closed_nodes`)
     close_to_drainable: bool = False
 
     def __post_init__(self) -> None:
@@ -263,7 +263,7 @@ class FleetTwin:
 
     def _off_limits(self, ts: int) -> np.ndarray:
         """The nodes a drainable task keeps off: the held ones and, with `close_to_drainable`,
-        every node that could host a pending guaranteed task (once per event second, as
+        every node of a pending guaranteed task's GPU model (once per event second, as
         `_held`)."""
         held = self._held(ts)
         if not self.params.close_to_drainable:

@@ -47,17 +47,14 @@ def hold_limit(n_nodes: int, share: float) -> int:
     return max(1, int(share * n_nodes))
 
 
-def capable(cap: ClusterCapacity, req: PodRequest) -> np.ndarray:
-    """(N,) bool: the schedulable nodes that could host `req` when empty."""
-    ok = cap.schedulable & cap.model_allowed(req.models)
-    ok &= (cap.cpu_total >= req.cpu_milli) & (cap.mem_total >= req.mem_mib)
-    return ok & (cap.present.sum(axis=1) >= max(req.num_gpu, 0))
-
-
 def shortfall(cap: ClusterCapacity, req: PodRequest) -> np.ndarray:
     """(N,) how far each node is from fitting `req` now: the missing share of its GPUs, CPU
     and memory, summed (0: it fits); inf where the node could not host it even empty."""
     free = np.where(cap.present, cap.gpu_free, 0)
+    gpus = cap.present.sum(axis=1)
+    capable = cap.schedulable & cap.model_allowed(req.models)
+    capable &= (cap.cpu_total >= req.cpu_milli) & (cap.mem_total >= req.mem_mib)
+    capable &= gpus >= max(req.num_gpu, 0)
     if req.num_gpu == 0:
         gpu_short = np.zeros(cap.n_nodes)
     elif req.fractional:
@@ -66,7 +63,7 @@ def shortfall(cap: ClusterCapacity, req: PodRequest) -> np.ndarray:
         gpu_short = np.maximum(req.num_gpu - (free >= MILLI).sum(axis=1), 0) / req.num_gpu
     cpu_short = np.maximum(req.cpu_milli - cap.cpu_free, 0) / max(req.cpu_milli, 1)
     mem_short = np.maximum(req.mem_mib - cap.mem_free, 0) / max(req.mem_mib, 1)
-    return np.where(capable(cap, req), gpu_short + cpu_short + mem_short, np.inf)
+    return np.where(capable, gpu_short + cpu_short + mem_short, np.inf)
 
 
 def closed_nodes(cap: ClusterCapacity, waiting: Iterable[PodRequest]) -> np.ndarray:
