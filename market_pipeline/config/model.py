@@ -208,12 +208,17 @@ class RigidGuaranteeConfig(_Strict):
     """The promise to rigid (guaranteed-class) tenants and the rule that keeps it
     (`placement.guarantee`): the oldest waiting guaranteed jobs of a pool each hold the node
     nearest to fitting them, up to `hold_max_nodes_share` of the pool's nodes; drainable work
-    is not placed there, and new guaranteed work only where it fits nowhere else. The promise: against static pricing on the same week, market pricing
+    is not placed there, and new guaranteed work only where it fits nowhere else; with
+    `close_to_drainable`, drainable work is not placed on any node of the waiting work's GPU
+    model. The promise: against static pricing on the same week, market pricing
     leaves no more rigid jobs past their SLA wait (`max_violations_vs_static`) and no more rigid
     jobs waiting (`max_waiting_vs_static`), judged on every simulated tick."""
 
     enabled: bool = True
     hold_max_nodes_share: float = Field(1.0, ge=0, le=1)
+    # while guaranteed work waits, new drainable work keeps off every node of its GPU model
+    # (the simulator's pool; `placement.guarantee.closed_nodes`), not only off the held ones
+    close_to_drainable: bool = True
     max_violations_vs_static: float = Field(1.0, ge=0)
     max_waiting_vs_static: float = Field(1.0, ge=0)
 

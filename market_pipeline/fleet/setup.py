@@ -54,6 +54,7 @@ def build_setup(
     params = params or TwinParams(
         sample_interval_s=config.loop.sample_interval_seconds,
         hold_max_nodes_share=guarantee.hold_max_nodes_share if guarantee.enabled else 0.0,
+        close_to_drainable=guarantee.enabled and guarantee.close_to_drainable,
     )
     workload_params = workload_params or WorkloadParams(arrival_source=config.adapter.arrival_source)
     catalog = build_catalog(config)

@@ -28,7 +28,13 @@ from market_pipeline.fleet.workload import BLOCK_SECONDS, STREAM_XID, Job, Workl
 from market_pipeline.gpus.models import mig_profile_for_slices
 from market_pipeline.hardware.protocol import NodeState
 from market_pipeline.placement.capacity import MILLI, Placement
-from market_pipeline.placement.guarantee import choose_arrival, choose_outside, held_nodes, hold_limit
+from market_pipeline.placement.guarantee import (
+    choose_arrival,
+    choose_outside,
+    closed_nodes,
+    held_nodes,
+    hold_limit,
+)
 from market_pipeline.placement.policies import PlacementPolicy
 
 
@@ -61,6 +67,9 @@ class TwinParams:
     # the rigid guarantee (`placement.guarantee`): the oldest pending guaranteed tasks each hold
     # the node nearest to fitting them, up to this share of the nodes; drainable tasks keep off
     hold_max_nodes_share: float = 0.0
+    # and, while guaranteed tasks are pending, drainable tasks keep off every node of their GPU
+    # models (`placement.guarantee.closed_nodes`)
+    close_to_drainable: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.sample_interval_s <= BLOCK_SECONDS:
@@ -114,6 +123,7 @@ class FleetTwin:
         self.new_ended: list[dict[str, Any]] = []
         self._on_positions: np.ndarray | None = None
         self._held_at: tuple[tuple[int, str | None], np.ndarray] | None = None  # (second, but), held
+        self._off_at: tuple[int, np.ndarray] | None = None  # (second, closed to drainable tasks)
         # tenant -> why its new tasks are refused (a billing budget guard); arrivals of those
         # tenants are turned away at the door and counted, never queued
         self.refused_tenants: dict[str, str] = {}
@@ -240,7 +250,7 @@ class FleetTwin:
         newly arrived guaranteed one off them where it fits there, a waiting guaranteed one
         anywhere."""
         if job.resource_class == "drainable":
-            placement = choose_outside(self.policy, self.cap, job.request(), self._held(ts))
+            placement = choose_outside(self.policy, self.cap, job.request(), self._off_limits(ts))
         elif arrival:
             placement = choose_arrival(self.policy, self.cap, job.request(), self._held(ts, but=job))
         else:
@@ -250,6 +260,18 @@ class FleetTwin:
         self.pending.remove(job)
         self._start(job, placement, ts)
         return True
+
+    def _off_limits(self, ts: int) -> np.ndarray:
+        """The nodes a drainable task keeps off: the held ones and, with `close_to_drainable`,
+        every node of a pending guaranteed task's GPU model (once per event second, as
+        `_held`)."""
+        held = self._held(ts)
+        if not self.params.close_to_drainable:
+            return held
+        if self._off_at is None or self._off_at[0] != ts:
+            waiting = {j.request() for j in self.pending if j.resource_class == "guaranteed"}
+            self._off_at = (ts, closed_nodes(self.cap, waiting))
+        return held | self._off_at[1]
 
     def _held(self, ts: int, but: Job | None = None) -> np.ndarray:
         """The nodes held for the pending guaranteed tasks (but `but`), oldest first

@@ -134,6 +134,9 @@ class PoolCluster:
         self.free_top = int((self.top & (self.node_full == self.node_gpus)).sum())
         # nodes held for this pool's waiting rigid jobs (`placement.guarantee`): no elastic job there
         self.held = np.zeros(self.cap.n_nodes, dtype=bool)
+        # nodes closed to elastic work while rigid work waits (`placement.guarantee.closed_nodes`;
+        # the held nodes are among them)
+        self.closed = np.zeros(self.cap.n_nodes, dtype=bool)
 
     def _update(self, row: int) -> None:
         free = self.cap.gpu_free[row].tolist()  # a handful of slots: Python beats numpy calls here
@@ -166,13 +169,15 @@ class PoolCluster:
 
     def place(self, req: PodRequest, elastic: bool = False, off_held: bool | None = None) -> Placement | None:
         """Place `req` by the pool's policy; elastic work keeps off the whole-node reserve and
-        (like any request with `off_held`) off the nodes held for waiting rigid jobs."""
+        the nodes closed to it while rigid work waits, and (like any request with `off_held`)
+        off the nodes held for waiting rigid jobs."""
         off_held = elastic if off_held is None else off_held
         room = self._room(req)
         if elastic and self.reserve and self.free_top <= self.reserve:
             room &= ~(self.top & (self.node_full == self.node_gpus))
-        if off_held:
-            room &= ~self.held
+        keep_off = (self.held | self.closed) if elastic else self.held
+        if off_held or elastic:
+            room &= ~keep_off
         if self.fast is not None:  # off MIG the room test is BestFit's feasibility, exactly
             rows = np.flatnonzero(room)
             if rows.size == 0:
@@ -184,8 +189,8 @@ class PoolCluster:
                 return None
             self.policy_calls += 1
             placement = (
-                choose_outside(self.policy, self.cap, req, self.held)
-                if off_held
+                choose_outside(self.policy, self.cap, req, keep_off)
+                if off_held or elastic
                 else self.policy.choose(self.cap, req)
             )
         if placement is not None:

@@ -9,7 +9,8 @@ elastic work waits for a price it accepts). A job is placed at once by the pool'
 policy or waits in its pool's queue (rigid jobs first, then elastic; within a class by
 request shape, oldest first); whenever capacity frees up the queue is retried. While rigid
 jobs wait in a pool, the oldest hold the nodes nearest to fitting them and elastic jobs, new
-or drained, are not placed there (`placement.guarantee`, the rigid guarantee). A rigid job
+or drained, are not placed in that pool at all (`placement.guarantee`, the rigid guarantee:
+the held nodes and `closed_nodes`). A rigid job
 that does not fit spills to another pool or waits for drains (`rigid_service`), retried
 every control-loop tick. Billing integrates each class's running GPUs times the posted
 price; a drained job stops paying at its drain signal.
@@ -26,7 +27,7 @@ from itertools import islice
 import numpy as np
 
 from market_pipeline.placement.capacity import Placement, PodRequest
-from market_pipeline.placement.guarantee import held_nodes, hold_limit
+from market_pipeline.placement.guarantee import closed_nodes, held_nodes, hold_limit
 from market_pipeline.simulate.arrivals import buy_ratio, candidates, split
 from market_pipeline.simulate.cluster import PoolCluster
 from market_pipeline.simulate.deferral import DeferredDemand
@@ -98,6 +99,7 @@ class StrategyRun(RigidService):
             for c in self.clusters
         ]
         self.hold_stale = [True] * len(self.clusters)  # the pool's waiting rigid work changed
+        self.close_to_elastic = guarantee.enabled and guarantee.close_to_drainable
 
     # -- event loop ---------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> StrategyResult:
@@ -290,6 +292,12 @@ class StrategyRun(RigidService):
             cluster.held = held_nodes(cluster.cap, waiting, self.hold_limits[r])
         elif cluster.held.any():
             cluster.held[:] = False
+        if self.close_to_elastic and self.queues[r][RIGID]:
+            requests, pods = self.inputs.requests, self.jobs.pod
+            shapes = {requests[pods[j]] for q in self.queues[r][RIGID].values() for j in q}
+            cluster.closed = closed_nodes(cluster.cap, shapes)
+        elif cluster.closed.any():
+            cluster.closed[:] = False
 
     def _oldest_rigid(self, r: int, limit: int) -> list[PodRequest]:
         """The requests of pool r's `limit` oldest waiting rigid jobs, oldest first."""

@@ -43,11 +43,12 @@ def _job(task_id: str, model: str, gpus: int, resource_class: str) -> Job:
 
 
 def _two_nodes_one_gpu_free(hold_share: float) -> tuple[FleetTwin, str, int, int, int]:
-    """A twin (the default setup, `hold_max_nodes_share` = hold_share) where only two nodes
+    """A twin (the default setup, `hold_max_nodes_share` = hold_share, not closed to drainable work) where only two nodes
     r0, r1 of one model with at least 4 GPUs are schedulable: r1 full of drainable one-GPU
     tasks, r0 with one GPU free. Returns (twin, model, r0, r1, r0's width in GPUs)."""
     setup = build_setup(load_config(environ={}))
-    params = dataclasses.replace(setup.params, hold_max_nodes_share=hold_share)
+    # the hold alone: the closure of the whole GPU model is tested on its own below
+    params = dataclasses.replace(setup.params, hold_max_nodes_share=hold_share, close_to_drainable=False)
     twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
     gpus = twin.cap.present.sum(axis=1)
     model = next(m for m in twin.cap.model_names if (gpus[twin.cap.model_allowed((m,))] >= 4).sum() >= 2)
@@ -89,3 +90,36 @@ def test_a_new_guaranteed_task_takes_the_held_node_only_where_it_fits_nowhere_el
     twin.pending.append(newcomer)
     assert twin._try_place(newcomer, EPOCH, arrival=True)  # r0's GPU is the only room: it takes it
     assert twin.running["newcomer"].placement.node == r0
+
+
+@pytest.mark.parametrize("close", [True, False])
+def test_a_drainable_task_keeps_off_the_gpu_model_a_guaranteed_task_waits_for(close):
+    """Two nodes of one model with one GPU free each; a pending whole-node guaranteed task
+    holds one of them. Closed to drainable work (the default), a new drainable task waits;
+    with the hold alone it takes the other node's GPU."""
+    setup = build_setup(load_config(environ={}))
+    assert setup.params.close_to_drainable  # the shipped config closes them
+    params = dataclasses.replace(setup.params, hold_max_nodes_share=1.0, close_to_drainable=close)
+    twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
+    gpus = twin.cap.present.sum(axis=1)
+    model = next(m for m in twin.cap.model_names if (gpus[twin.cap.model_allowed((m,))] >= 4).sum() >= 2)
+    rows = np.flatnonzero(
+        twin.cap.model_allowed((model,)) & (gpus == gpus[twin.cap.model_allowed((model,))].max())
+    )
+    r0, r1 = rows[:2]
+    width = int(gpus[r0])
+    for row in (r0, r1):  # one GPU free on each
+        twin.cap.schedulable[:] = False
+        twin.cap.schedulable[row] = True
+        for k in range(width - 1):
+            job = _job(f"{row}-{k}", model, 1, "drainable")
+            twin._start(job, BestFit().choose(twin.cap, job.request()), EPOCH)
+    twin.cap.schedulable[:] = False
+    twin.cap.schedulable[[r0, r1]] = True
+    rigid = _job("rigid", model, width, "guaranteed")
+    twin.pending.append(rigid)
+    assert not twin._try_place(rigid, EPOCH)
+    assert twin._held(EPOCH).sum() == 1  # one node held: the other is free for the hold alone
+    newcomer = _job("newcomer", model, 1, "drainable")
+    twin.pending.append(newcomer)
+    assert twin._try_place(newcomer, EPOCH) is (not close)

@@ -13,6 +13,7 @@ from market_pipeline.placement.capacity import ClusterCapacity, PodRequest
 from market_pipeline.placement.guarantee import (
     choose_arrival,
     choose_outside,
+    closed_nodes,
     held_nodes,
     hold_limit,
     shortfall,
@@ -74,16 +75,13 @@ def test_new_guaranteed_work_takes_a_held_node_only_where_it_fits_nowhere_else()
     assert choose_arrival(BestFit(), cap, PodRequest(7, 1000, 1000, 1000), held) is None
 
 
-def _one_pool_run(enabled: bool) -> StrategyRun:
+def _one_pool_run(enabled: bool, close_to_drainable: bool = True) -> StrategyRun:
     cfg = config()
     guardrails = cfg.guardrails
-    cfg = cfg.model_copy(
-        update={
-            "guardrails": guardrails.model_copy(
-                update={"rigid_guarantee": guardrails.rigid_guarantee.model_copy(update={"enabled": enabled})}
-            )
-        }
+    promise = guardrails.rigid_guarantee.model_copy(
+        update={"enabled": enabled, "close_to_drainable": close_to_drainable}
     )
+    cfg = cfg.model_copy(update={"guardrails": guardrails.model_copy(update={"rigid_guarantee": promise})})
     economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)
     run_inputs = inputs(days=0.5, fleet={"G2": (2, 8)}, strategies=("static",), economics=economics)
     run_inputs = dataclasses.replace(run_inputs, config=cfg)
@@ -176,3 +174,42 @@ def test_a_new_rigid_job_that_may_run_elsewhere_leaves_the_held_node_to_the_wait
     newcomer = _submit(run, False, one, 20.0, 3600.0)
     assert run.jobs.state[newcomer] == RUNNING and run.jobs.pool[newcomer] == 1  # spilled
     assert run.clusters[0].free_gpus() == 1.0  # the held GPU is still free
+
+
+def test_the_nodes_of_a_waiting_guaranteed_jobs_gpu_model_are_closed_to_drainable_work():
+    cap = ClusterCapacity.build(
+        ["g2-a", "g2-b", "g2-cordoned", "t4"],
+        ["G2", "G2", "G2", "T4"],
+        [8, 4, 8, 4],
+        [64_000] * 4,
+        [256_000] * 4,
+    )
+    cap.schedulable[2] = False
+    eight, one = PodRequest(8, 1000, 1000, 1000, ("G2",)), PodRequest(1, 1000, 1000, 1000)
+    assert closed_nodes(cap, [eight]).tolist() == [True, True, False, False]  # its model, schedulable
+    assert closed_nodes(cap, [eight, one]).tolist() == [True, True, False, True]  # any model: all
+    assert not closed_nodes(cap, []).any()  # nothing waits: nothing closed
+    assert choose_outside(BestFit(), cap, one, closed_nodes(cap, [eight])).node == 3
+
+
+@pytest.mark.parametrize("close", [True, False])
+def test_drainable_work_keeps_off_a_pool_where_rigid_work_waits(close):
+    """Two 8-GPU nodes, 7 GPUs busy on each; a 2-GPU rigid job waits and holds node 0. A new
+    1-GPU elastic job would take node 1's last GPU; the pool closed to it, it waits, and when one of
+    node 1's jobs ends the rigid job starts there. Held nodes alone (the old rule) let it
+    take the GPU, and the rigid job still waits."""
+    run = _one_pool_run(True, close_to_drainable=close)
+    one, two = _pod(run, 1), _pod(run, 2)
+    [_submit(run, True, one, 0.0, 36_000.0 if k else 5.0) for k in range(8)]  # node 0: one ends at 5 s
+    [_submit(run, True, one, 0.0, 36_000.0 if k else 500.0) for k in range(7)]  # node 1: at 500 s
+    assert [run.jobs.placement[j].node for j in range(15)] == [0] * 8 + [1] * 7
+    rigid = _submit(run, False, two, 10.0, 3600.0)
+    assert run.jobs.state[rigid] == QUEUED
+    newcomer = _submit(run, True, one, 20.0, 36_000.0)
+    run._until(600.0)
+    if close:
+        assert run.jobs.state[newcomer] == QUEUED
+        assert run.jobs.state[rigid] == RUNNING and run.jobs.first_start[rigid] == pytest.approx(500.0)
+    else:
+        assert run.jobs.state[newcomer] == RUNNING and run.jobs.placement[newcomer].node == 1
+        assert run.jobs.state[rigid] == QUEUED
