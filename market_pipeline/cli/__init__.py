@@ -66,8 +66,8 @@ def input_errors() -> tuple[type[BaseException], ...]:
     from market_pipeline.forecast.settings import ForecastInputError, ForecastSettingsError
     from market_pipeline.gpus.catalog import UnpricedModelError
     from market_pipeline.hardware import AdapterBackendError
-    from market_pipeline.hardware.dcgm import DcgmSourceError
-    from market_pipeline.hardware.dcgm_exposition import ExpositionError
+    from market_pipeline.hardware.dcgm.adapter import DcgmSourceError
+    from market_pipeline.hardware.dcgm.exposition import ExpositionError
     from market_pipeline.market.errors import InstanceError
     from market_pipeline.placement.capacity import PlacementError
     from market_pipeline.scaling.forecast import ForecastInputError as ScalingForecastInputError

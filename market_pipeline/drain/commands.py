@@ -178,7 +178,7 @@ def _target(adapter: Any, args: argparse.Namespace, config: MarketPipelineConfig
     """The task of --pid: a running process, or one whose drain a killed run left open
     (its process may have exited since). Any other pid that names no process is an error."""
     from market_pipeline.drain.lease import TaskLease, lease_dir_for
-    from market_pipeline.hardware.local_process_tree import NoSuchProcessError
+    from market_pipeline.hardware.process_tree import NoSuchProcessError
 
     try:
         return adapter.adopt_pid(args.pid, tenant_id=args.tenant_id)
@@ -192,8 +192,8 @@ def _target(adapter: Any, args: argparse.Namespace, config: MarketPipelineConfig
 def _drain_pid(args: argparse.Namespace, config: MarketPipelineConfig) -> dict[str, Any]:
     from market_pipeline.drain.executor import DrainExecutor, DrainRequest
     from market_pipeline.drain.lease import TaskLease, lease_dir_for
-    from market_pipeline.hardware.local_process import LocalProcessAdapter
-    from market_pipeline.hardware.local_process_tree import create_time
+    from market_pipeline.hardware.local_process.adapter import LocalProcessAdapter
+    from market_pipeline.hardware.process_tree import create_time
 
     if config.adapter.backend != "local-process":
         raise ValueError(f"--pid needs --backend local-process, not {config.adapter.backend!r}")

@@ -1,7 +1,7 @@
 """Node hardware adapter backends, chosen by `config.adapter.backend`.
 
-Each backend module is imported only when chosen, so a host without pynvml (or without a
-DCGM endpoint) can still run the simulated backend. A backend class provides
+Each backend (one subpackage each) is imported only when chosen, so a host without pynvml
+(or without a DCGM endpoint) can still run the simulated backend. A backend class provides
 `from_config(config) -> NodeAdapter`.
 """
 
@@ -15,9 +15,9 @@ from market_pipeline.hardware.protocol import NodeAdapter
 # backend name -> "module:ClassName"
 BACKENDS: dict[str, str] = {
     "simulated": "market_pipeline.fleet.twin_adapter:SimulatedAdapter",
-    "local-process": "market_pipeline.hardware.local_process:LocalProcessAdapter",
-    "nvml": "market_pipeline.hardware.nvml:NvmlAdapter",
-    "dcgm": "market_pipeline.hardware.dcgm:DcgmAdapter",
+    "local-process": "market_pipeline.hardware.local_process.adapter:LocalProcessAdapter",
+    "nvml": "market_pipeline.hardware.nvml.adapter:NvmlAdapter",
+    "dcgm": "market_pipeline.hardware.dcgm.adapter:DcgmAdapter",
     "slurm": "market_pipeline.hardware.slurm.adapter:SlurmAdapter",
 }
 

@@ -1,4 +1,5 @@
-"""From what the driver calls a GPU and a host's zone to the configured model and pool.
+"""From what the driver calls a GPU and a host's zone to the configured model and pool, and
+what share of a GPU a MIG profile holds.
 
 NVML and dcgm-exporter report product names ("NVIDIA A100-SXM4-80GB", "NVIDIA H800"); the
 market prices configured models ("A100-80GB") in pools "<model>@<zone>". A real node is
@@ -89,3 +90,14 @@ def identity_namer(device_name: str) -> str:
 
 def pool_id(model: str, zone: str) -> str:
     return f"{model}@{zone}"
+
+
+MIG_COMPUTE_SLICES = 7  # A100/H100/H200-class GPUs
+
+
+def mig_gpu_milli(mig_profile: str | None) -> int:
+    """A MIG profile "<n>g.<mem>gb" holds n of the GPU's 7 compute slices; whole GPU = 1000."""
+    if not mig_profile:
+        return 1000
+    head = mig_profile.split("g.", 1)[0]
+    return int(1000 * int(head) / MIG_COMPUTE_SLICES) if head.isdigit() else 1000

@@ -199,9 +199,9 @@ def _dump(folder: Path, now: datetime, pools, problem, response, report) -> None
 
 def replay_dump(path: Path, config: MarketPipelineConfig, global_resolve: bool = True):
     """Run the market tick of a dumped fallback again (the same inputs, today's code)."""
-    from market_pipeline.guardrails.backlog import BacklogParams
     from market_pipeline.market import MarketProblem
     from market_pipeline.tick import PoolTickInput
+    from market_pipeline.tick.certificate import BacklogParams
 
     body = json.loads(path.read_text())
     pools = [PoolTickInput(**{**p, "backlog": BacklogParams(**p["backlog"])}) for p in body["pools"]]

@@ -14,13 +14,6 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from market_pipeline.guardrails.backlog import (
-    BacklogState,
-    PriceCapacityAction,
-    ShieldedAction,
-    min_certified_capacity,
-    shield,
-)
 from market_pipeline.scaling.types import (
     NodeState,
     NodeView,
@@ -29,6 +22,13 @@ from market_pipeline.scaling.types import (
     ScalingConfig,
     ScalingError,
     as_utc,
+)
+from market_pipeline.tick.certificate import (
+    BacklogState,
+    PriceCapacityAction,
+    ShieldedAction,
+    min_certified_capacity,
+    shield,
 )
 
 

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from market_pipeline.guardrails.backlog import certify
 from market_pipeline.scaling.capacity import CapacityTarget, FleetView, backlog_state
 from market_pipeline.scaling.types import (
     Action,
@@ -23,6 +22,7 @@ from market_pipeline.scaling.types import (
     Why,
     decision_id,
 )
+from market_pipeline.tick.certificate import certify
 
 
 @dataclass

@@ -35,7 +35,6 @@ from dataclasses import replace
 from typing import Any
 
 from market_pipeline.disruption.budget import DisruptionBudget, run_methods
-from market_pipeline.guardrails.backlog import PriceCapacityAction, shield
 from market_pipeline.scaling.capacity import (
     CapacityTarget,
     FleetView,
@@ -60,6 +59,7 @@ from market_pipeline.scaling.types import (
     as_utc,
 )
 from market_pipeline.scaling.warm_pool import interval_resumes, stock_warm_pool, trim_warm_pool
+from market_pipeline.tick.certificate import PriceCapacityAction, shield
 
 _HOUR = 3600.0
 

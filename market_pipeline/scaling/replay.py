@@ -31,7 +31,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from market_pipeline.guardrails.backlog import Certificate, certify
 from market_pipeline.scaling.baseline import AutoscalerParams, ClusterAutoscalerBaseline
 from market_pipeline.scaling.capacity import backlog_state, serving_capacity_gpus
 from market_pipeline.scaling.fleet_sim import Fleet, FleetParams
@@ -45,6 +44,7 @@ from market_pipeline.scaling.types import (
     ScalingReason,
 )
 from market_pipeline.tick import PoolTickInput, Promises, guaranteed_window, run_market_tick
+from market_pipeline.tick.certificate import Certificate, certify
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from market_pipeline.guardrails.backlog import BacklogParams, backlog_params_from_config
 from market_pipeline.scaling.types import ScalingConfig, ScalingError
+from market_pipeline.tick.certificate import BacklogParams, backlog_params_from_config
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig

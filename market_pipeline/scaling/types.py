@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from market_pipeline.guardrails.backlog import BacklogParams
+from market_pipeline.tick.certificate import BacklogParams
 
 
 class ScalingError(ValueError):

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import math
 
-from market_pipeline.guardrails.backlog import certify
 from market_pipeline.scaling.capacity import backlog_state, serving_capacity_gpus, warm_share
 from market_pipeline.scaling.planning import Tick
 from market_pipeline.scaling.types import NodeView, ScalingReason, Why
+from market_pipeline.tick.certificate import certify
 
 
 def warm_target(tick: Tick, freeing: int = 0) -> int:

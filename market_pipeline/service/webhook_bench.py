@@ -79,7 +79,7 @@ def _drain_writer(
     from market_pipeline.drain.executor import DrainExecutor, DrainRequest
     from market_pipeline.drain.steps import DrainTiming
     from market_pipeline.drain.store import WarehouseAuditStore
-    from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
+    from market_pipeline.hardware.local_process.adapter import LocalProcessAdapter, WorkerOptions
     from market_pipeline.warehouse import Warehouse
 
     root = Path(workdir) / f"node{node}"

@@ -7,7 +7,7 @@
 
 A discrete-event loop over the simulated adapter's fleet and workload model (`fleet`),
 placing jobs with the live placement policies (`placement`), pricing with the live
-engine, forecaster and guardrails (`market`, `forecast`, `guardrails`). See `tenants` for
+engine, forecaster and guardrails (`market`, `forecast`, `tick.certificate`). See `tenants` for
 the calibration every strategy shares, `settings` for the assumptions (guaranteed price cap,
 budgets, the leader's cost), `deferral` for time shifting of priced-out elastic work and
 `cluster` for the incremental best-fit placement the strategy runs use.

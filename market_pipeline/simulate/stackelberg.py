@@ -31,13 +31,13 @@ import torch
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.demand_response.experiments import ExperimentSettings
 from market_pipeline.forecast import fit_and_forecast
-from market_pipeline.guardrails.backlog import BacklogParams
 from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem, demand_at, solve_followers
 from market_pipeline.simulate.learning import ResponseLearner
 from market_pipeline.simulate.pricing import ELASTIC, RIGID, MarketView, PriceDecision
 from market_pipeline.simulate.settings import SimulationSettings
 from market_pipeline.simulate.tenants import Pool, TenantModel, list_price_vector, resource_set
 from market_pipeline.tick import PoolTickInput, Promises, run_market_tick
+from market_pipeline.tick.certificate import BacklogParams
 from market_pipeline.tick.pricing import solver_settings
 
 if TYPE_CHECKING:

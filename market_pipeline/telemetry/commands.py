@@ -157,7 +157,7 @@ def run_probe(args: argparse.Namespace) -> int:
         return _fail(str(exc), args.json, code=1)
     backend = config.adapter.backend if args.backend == "configured" else args.backend
     if backend == "nvml":
-        from market_pipeline.hardware.nvml import NvmlAdapter
+        from market_pipeline.hardware.nvml.adapter import NvmlAdapter
 
         adapter = NvmlAdapter.from_config(config)
         try:
@@ -165,7 +165,7 @@ def run_probe(args: argparse.Namespace) -> int:
         finally:
             adapter.close()
     if backend == "dcgm":
-        from market_pipeline.hardware.dcgm import DcgmAdapter, DcgmSourceError
+        from market_pipeline.hardware.dcgm.adapter import DcgmAdapter, DcgmSourceError
 
         try:
             adapter = (
@@ -197,8 +197,8 @@ def _emit_probe(snapshot: dict[str, object], as_json: bool) -> int:
 
 
 def _dcgm_snapshot(adapter) -> dict[str, object]:
-    from market_pipeline.hardware.dcgm_exposition import scrape_samples
-    from market_pipeline.hardware.nvml_snapshot import json_ready
+    from market_pipeline.hardware.dcgm.exposition import scrape_samples
+    from market_pipeline.hardware.nvml.snapshot import json_ready
 
     outcome = adapter.probe()
     snapshot: dict[str, object] = {

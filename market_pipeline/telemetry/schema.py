@@ -276,7 +276,7 @@ def read_sample_file(path: str | Path) -> pl.DataFrame:
         if kind == "parquet":
             return pl.read_parquet(path)
         if kind == "exposition":
-            from market_pipeline.hardware.dcgm_exposition import read_exposition_file
+            from market_pipeline.hardware.dcgm.exposition import read_exposition_file
 
             return read_exposition_file(path)
         separator = "\t" if path.suffix.lower() == ".tsv" else ","

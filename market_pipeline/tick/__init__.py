@@ -1,5 +1,6 @@
 """One market tick for the live loop, the simulator and the scaling replay (`market_tick`),
-and the promises every published price keeps (`promises`)."""
+the promises every published price keeps (`promises`) and the backlog-drainability
+certificate with its shield (`certificate`)."""
 
 from market_pipeline.tick.market_tick import (
     AS_SOLVED,

@@ -13,7 +13,7 @@ calibrated market; the tick returns the prices to publish and a record of why:
    counted from them and the guaranteed cap as the upper bound (no market modelled, as in
    the scaling replay, whose demand is demand at the list price: the list price);
 2. keep the promises (`tick.promises`): the step, the cap, the drainable band, the bounds;
-3. shield each pool (`guardrails.backlog.shield`) at the capacity serving the interval: a
+3. shield each pool (`certificate.shield`) at the capacity serving the interval: a
    price inside the promise window that makes the backlog drain, raising both classes alike;
    where none does, the window's top and the pool's capacity target say what must come;
 4. the capacity target: the least capacity (a multiple of the node size, at most what the
@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from market_pipeline.guardrails.backlog import (
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED
+from market_pipeline.tick.certificate import (
     BacklogParams,
     BacklogState,
     PriceCapacityAction,
@@ -37,7 +38,6 @@ from market_pipeline.guardrails.backlog import (
     min_certified_capacity,
     shield,
 )
-from market_pipeline.market.resources import DRAINABLE, GUARANTEED
 from market_pipeline.tick.promises import Promises, drainable_window, guaranteed_window
 
 if TYPE_CHECKING:  # the solver (torch) loads only when a market is solved: replays and the CLI need none

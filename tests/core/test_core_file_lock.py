@@ -10,7 +10,7 @@ import pytest
 
 from market_pipeline.file_lock import exclusive_lock
 from market_pipeline.fleet.store import FileBlobs
-from market_pipeline.hardware.local_process_registry import RegistryError, TaskRegistry
+from market_pipeline.hardware.local_process.registry import RegistryError, TaskRegistry
 
 
 class HeldTooLong(Exception):

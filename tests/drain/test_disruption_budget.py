@@ -18,7 +18,6 @@ from market_pipeline.disruption.budget import (
 from market_pipeline.drain.limits import DrainLedger, DrainLimits
 from market_pipeline.drain.plan import PlanningInputs, SelectionPolicy, plan_drains
 from market_pipeline.drain.triggers import DRAIN_METHODS
-from market_pipeline.guardrails.backlog import BacklogParams
 from market_pipeline.scaling.disruption import SCALER_METHODS
 from market_pipeline.scaling.policy import plan_pool
 from market_pipeline.scaling.types import (
@@ -29,6 +28,7 @@ from market_pipeline.scaling.types import (
     ScalingConfig,
     ScalingReason,
 )
+from market_pipeline.tick.certificate import BacklogParams
 
 POLICY = SelectionPolicy(
     under_use_util_pct=20,

@@ -159,7 +159,7 @@ def test_drain_cli_plans_then_executes_a_decision(home, monkeypatch, capsys):
     if not hasattr(hardware, "make_adapter"):
         pytest.skip("the backend factory (hardware/__init__.py) is not wired yet")
     from market_pipeline.config import load_config
-    from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
+    from market_pipeline.hardware.local_process.adapter import LocalProcessAdapter, WorkerOptions
 
     for key, value in {
         "ADAPTER__BACKEND": "local-process",

@@ -17,7 +17,7 @@ from market_pipeline.drain.limits import DrainReason
 from market_pipeline.drain.plan import DrainDecision
 from market_pipeline.drain.score import drainability_score
 from market_pipeline.drain.store import write_decisions
-from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
+from market_pipeline.hardware.local_process.adapter import LocalProcessAdapter, WorkerOptions
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.warehouse import open_warehouse
 from sensors.drain import drain_sensor

@@ -189,8 +189,8 @@ def test_a_drain_whose_task_lease_is_held_writes_nothing_and_sends_nothing(tmp_p
 def test_a_recycled_pid_is_not_part_of_the_task(tmp_path):
     """The registry pins a task's processes by create time: a live process under the same
     pid but another create time (the task's pid, reused) is never signalled."""
-    from market_pipeline.hardware.local_process import LocalProcessAdapter
-    from market_pipeline.hardware.local_process_tree import task_tree
+    from market_pipeline.hardware.local_process.adapter import LocalProcessAdapter
+    from market_pipeline.hardware.process_tree import task_tree
     from market_pipeline.hardware.protocol import OutcomeStatus
 
     target = start_target(tmp_path)
@@ -219,7 +219,7 @@ def test_a_recycled_pid_is_not_part_of_the_task(tmp_path):
 def test_adopting_a_launched_worker_keeps_its_task(tmp_path):
     """`drain --pid` of a worker the platform launched drains that task (same id, same
     lease), not a second task over the same process."""
-    from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
+    from market_pipeline.hardware.local_process.adapter import LocalProcessAdapter, WorkerOptions
 
     adapter = LocalProcessAdapter(
         tmp_path / "registry.json",

@@ -15,7 +15,7 @@ from market_pipeline.drain.executor import DrainExecutor, DrainRequest
 from market_pipeline.drain.protocol import InMemoryAuditStore
 from market_pipeline.drain.steps import DrainTiming
 from market_pipeline.drain.store import WarehouseAuditStore
-from market_pipeline.hardware.local_process import LocalProcessAdapter, WorkerOptions
+from market_pipeline.hardware.local_process.adapter import LocalProcessAdapter, WorkerOptions
 from market_pipeline.hardware.protocol import OutcomeStatus
 from market_pipeline.warehouse import open_warehouse
 
@@ -162,7 +162,7 @@ def test_drain_adopted_worker_keeps_its_checkpoint_protocol(adapter, tmp_path):
     try:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:  # wait until its handlers are installed
-            from market_pipeline.hardware.local_process_os import caught_signals
+            from market_pipeline.hardware.local_process.processes import caught_signals
 
             if signal.SIGUSR2 in caught_signals(proc.pid):
                 break

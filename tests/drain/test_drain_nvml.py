@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "telemetry"))
 from drain_targets import start_target  # noqa: E402
 from telemetry_fake_pynvml import GIB, FakeGpu, FakeNvml, assert_outcome_ok  # noqa: E402
 
-from market_pipeline.hardware.nvml import NvmlAdapter  # noqa: E402
+from market_pipeline.hardware.nvml.adapter import NvmlAdapter  # noqa: E402
 from market_pipeline.hardware.protocol import OutcomeStatus  # noqa: E402
 
 

@@ -14,7 +14,7 @@ import pytest
 from drain_targets import fork_cli, start_target
 from test_drain_hardening import drain_argv
 
-from market_pipeline.hardware.local_process_tree import CREATE_TIME_TOLERANCE
+from market_pipeline.hardware.process_tree import CREATE_TIME_TOLERANCE
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from drain_targets import cli, start_target
 from test_drain_hardening import drain_argv, nothing_written
 
-from market_pipeline.hardware import local_process_os as osp
+from market_pipeline.hardware.process_tree import kernel_thread
 
 
 @pytest.fixture
@@ -60,9 +60,9 @@ def test_drain_reaches_a_process_born_while_the_root_exits(home, tmp_path, capsy
         target.cleanup()
 
 
-@pytest.mark.skipif(not osp.kernel_thread(2), reason="pid 2 is no kernel thread here")
+@pytest.mark.skipif(not kernel_thread(2), reason="pid 2 is no kernel thread here")
 def test_drain_refuses_a_kernel_thread(home, capsys):
-    for pid in (2, *[p for p in range(3, 64) if osp.kernel_thread(p)][:2]):
+    for pid in (2, *[p for p in range(3, 64) if kernel_thread(p)][:2]):
         rc = cli(drain_argv(pid))
         captured = capsys.readouterr()
         assert rc == 2 and captured.out == "", pid
@@ -71,7 +71,7 @@ def test_drain_refuses_a_kernel_thread(home, capsys):
     assert nothing_written(home)
 
 
-@pytest.mark.skipif(not osp.kernel_thread(2), reason="pid 2 is no kernel thread here")
+@pytest.mark.skipif(not kernel_thread(2), reason="pid 2 is no kernel thread here")
 def test_nvml_backend_never_signals_a_kernel_thread():
     from test_drain_nvml import adapter_for
 

@@ -21,7 +21,7 @@ from telemetry_fake_pynvml import GIB, FakeGpu, FakeNvml  # noqa: E402
 from market_pipeline.drain.executor import DrainExecutor, DrainRequest  # noqa: E402
 from market_pipeline.drain.protocol import InMemoryAuditStore  # noqa: E402
 from market_pipeline.drain.steps import DrainTiming  # noqa: E402
-from market_pipeline.hardware.nvml import NvmlAdapter  # noqa: E402
+from market_pipeline.hardware.nvml.adapter import NvmlAdapter  # noqa: E402
 
 
 class LingeringNvml(FakeNvml):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from market_pipeline.guardrails.backlog import BacklogParams
 from market_pipeline.scaling.types import ScalingConfig
+from market_pipeline.tick.certificate import BacklogParams
 
 T0 = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
 BACKLOG = BacklogParams(residual_share=0.2, elasticity=1.0, price_min=0.5, price_max=3.0)

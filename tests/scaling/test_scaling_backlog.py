@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from market_pipeline.config import load_config
-from market_pipeline.guardrails.backlog import (
+from market_pipeline.tick.certificate import (
     BacklogGuardrailError,
     BacklogParams,
     BacklogState,

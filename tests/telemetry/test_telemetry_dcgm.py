@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from market_pipeline.hardware.dcgm import DcgmAdapter, DcgmSourceError
-from market_pipeline.hardware.dcgm_exposition import ExpositionError, parse_exposition
+from market_pipeline.hardware.dcgm.adapter import DcgmAdapter, DcgmSourceError
+from market_pipeline.hardware.dcgm.exposition import ExpositionError, parse_exposition
 from market_pipeline.hardware.protocol import NodeAdapter, OutcomeStatus
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm_metrics.txt"

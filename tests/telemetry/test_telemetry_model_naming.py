@@ -12,9 +12,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from telemetry_fake_pynvml import FakeGpu, FakeNvml  # noqa: E402
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, load_config  # noqa: E402
-from market_pipeline.hardware.dcgm import DcgmAdapter  # noqa: E402
+from market_pipeline.hardware.dcgm.adapter import DcgmAdapter  # noqa: E402
 from market_pipeline.hardware.naming import DeviceModelNamer, ModelAlias  # noqa: E402
-from market_pipeline.hardware.nvml import NvmlAdapter  # noqa: E402
+from market_pipeline.hardware.nvml.adapter import NvmlAdapter  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm_metrics.txt"
 NAMER = DeviceModelNamer(

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from telemetry_fake_pynvml import GIB, FakeGpu, FakeMig, FakeNvml, assert_outcome_ok  # noqa: E402
 
-from market_pipeline.hardware.nvml import NO_DEVICE_PREFIX, NvmlAdapter  # noqa: E402
+from market_pipeline.hardware.nvml.adapter import NO_DEVICE_PREFIX, NvmlAdapter  # noqa: E402
 from market_pipeline.hardware.protocol import NodeAdapter, OutcomeStatus  # noqa: E402
 
 NOW = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)

@@ -9,7 +9,6 @@ from dataclasses import replace
 import pytest
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, load_config
-from market_pipeline.guardrails.backlog import BacklogParams
 from market_pipeline.tick import (
     AS_SOLVED,
     MarketTickError,
@@ -19,6 +18,7 @@ from market_pipeline.tick import (
     guaranteed_window,
     run_market_tick,
 )
+from market_pipeline.tick.certificate import BacklogParams
 from market_pipeline.tick.pricing import build_market_problem, solver_settings
 
 PARAMS = BacklogParams(residual_share=0.15, min_margin_gpus=0.25, margin_fraction=0.0)

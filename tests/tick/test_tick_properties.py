@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from market_pipeline.config import load_config
-from market_pipeline.guardrails.backlog import BacklogParams
 from market_pipeline.lab.tick_bench import replay_dump
 from market_pipeline.market import DRAINABLE, GUARANTEED
 from market_pipeline.tick import PoolTickInput, Promises, run_market_tick
+from market_pipeline.tick.certificate import BacklogParams
 from market_pipeline.tick.live import list_prices, pool_tick_input
 from market_pipeline.tick.pricing import build_market_problem, resource_name, solver_settings
 from market_pipeline.tick.promises import drainable_window, guaranteed_window

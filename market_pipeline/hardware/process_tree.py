@@ -24,10 +24,37 @@ import signal
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
-from market_pipeline.hardware import local_process_os as osp
+PROC = Path("/proc")
+PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
+KTHREADD_PID = 2
+
+
+def kernel_thread(pid: int) -> bool:
+    """Whether `pid` is a kernel thread (kthreadd or one of its children): the flags field
+    (9) of /proc/<pid>/stat carries PF_KTHREAD. Without /proc, pid 2 and its children."""
+    try:
+        raw = (PROC / str(pid) / "stat").read_text()
+        return bool(int(raw[raw.rindex(")") + 2 :].split()[6]) & PF_KTHREAD)
+    except OSError:
+        pass
+    except (ValueError, IndexError):
+        return False
+    try:
+        return pid == KTHREADD_PID or psutil.Process(pid).ppid() == KTHREADD_PID
+    except (psutil.NoSuchProcess, psutil.AccessDenied, OverflowError, ValueError):
+        return False
+
+
+def proc_name(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, OverflowError, ValueError):
+        return "unknown"
+
 
 CREATE_TIME_TOLERANCE = 0.05  # seconds; psutil derives it from clock ticks (1/100 s)
 FREEZE_ROUNDS = 20  # re-scans while freezing a tree; each finds the children of the last round
@@ -53,8 +80,8 @@ def refusal(pid: int) -> str | None:
     its ancestors), or None."""
     if pid in protected_pids():
         return f"pid {pid} is PID 1, this command or one of its ancestors: refusing to drain it"
-    if osp.kernel_thread(pid):
-        return f"pid {pid} is a kernel thread ({osp.proc_name(pid)}): refusing to drain it"
+    if kernel_thread(pid):
+        return f"pid {pid} is a kernel thread ({proc_name(pid)}): refusing to drain it"
     return None
 
 
@@ -173,7 +200,7 @@ def task_tree(
             created[proc.pid] = proc.create_time()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return False
-        if osp.kernel_thread(proc.pid):
+        if kernel_thread(proc.pid):
             return False
         found[proc.pid] = proc
         return True

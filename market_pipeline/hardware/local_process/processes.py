@@ -8,11 +8,10 @@ that once had it.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from pathlib import Path
 
 import psutil
 
-PROC = Path("/proc")
+from market_pipeline.hardware.process_tree import PROC
 
 
 def has_proc() -> bool:
@@ -63,30 +62,3 @@ def proc_started_at(pid: int) -> datetime | None:
         return datetime.fromtimestamp(psutil.Process(pid).create_time(), timezone.utc)
     except (psutil.NoSuchProcess, psutil.AccessDenied, OverflowError, ValueError):
         return None
-
-
-PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
-KTHREADD_PID = 2
-
-
-def kernel_thread(pid: int) -> bool:
-    """Whether `pid` is a kernel thread (kthreadd or one of its children): the flags field
-    (9) of /proc/<pid>/stat carries PF_KTHREAD. Without /proc, pid 2 and its children."""
-    try:
-        raw = (PROC / str(pid) / "stat").read_text()
-        return bool(int(raw[raw.rindex(")") + 2 :].split()[6]) & PF_KTHREAD)
-    except OSError:
-        pass
-    except (ValueError, IndexError):
-        return False
-    try:
-        return pid == KTHREADD_PID or psutil.Process(pid).ppid() == KTHREADD_PID
-    except (psutil.NoSuchProcess, psutil.AccessDenied, OverflowError, ValueError):
-        return False
-
-
-def proc_name(pid: int) -> str:
-    try:
-        return psutil.Process(pid).name()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, OverflowError, ValueError):
-        return "unknown"

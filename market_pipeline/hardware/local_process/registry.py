@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from market_pipeline.file_lock import exclusive_lock
-from market_pipeline.hardware import local_process_os as osp
+from market_pipeline.hardware.local_process import processes as osp
 
 REGISTRY_VERSION = 1
 

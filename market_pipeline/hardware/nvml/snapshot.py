@@ -9,8 +9,8 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from market_pipeline.hardware.nvml_devices import DeviceReading
-from market_pipeline.hardware.nvml_processes import ProcessIdentity
+from market_pipeline.hardware.nvml.devices import DeviceReading
+from market_pipeline.hardware.nvml.processes import ProcessIdentity
 from market_pipeline.hardware.protocol import NodeAdapter, Outcome
 
 

@@ -28,18 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from market_pipeline.hardware.local_process_tree import refusal, signal_and_wait
-from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer
-from market_pipeline.hardware.nvml_devices import (
+from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, mig_gpu_milli
+from market_pipeline.hardware.nvml.devices import (
     DeviceReading,
     NvmlReader,
     drain_xid_events,
     main_process,
-    mig_gpu_milli,
     register_xid_events,
 )
-from market_pipeline.hardware.nvml_processes import ProcessIdentity, identify_process
-from market_pipeline.hardware.nvml_snapshot import build_snapshot
+from market_pipeline.hardware.nvml.processes import ProcessIdentity, identify_process
+from market_pipeline.hardware.nvml.snapshot import build_snapshot
+from market_pipeline.hardware.process_tree import refusal, signal_and_wait
 from market_pipeline.hardware.protocol import (
     SAMPLE_SCHEMA,
     GpuInfo,
@@ -298,7 +297,7 @@ class NvmlAdapter(ReadOnlyAdapter):
     def _signal(self, task_id: str, signum: signal.Signals, wait_seconds: float) -> Outcome:
         """`signum` once to the GPU process and every process it started (psutil, pinned by
         the start time read with the NVML listing, so a recycled pid is never hit; the tree
-        frozen first), then wait until all of them are gone (local_process_tree)."""
+        frozen first), then wait until all of them are gone (`hardware.process_tree`)."""
         started = time.monotonic()
         task = next((t for t in self.list_tasks() if t.task_id == task_id), None)
         if task is None or task.pid is None:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _MIB = 1024 * 1024
-MIG_COMPUTE_SLICES = 7  # A100/H100/H200-class GPUs
 
 
 @dataclass
@@ -51,14 +50,6 @@ def mig_profile_of(name: str) -> str | None:
     """NVML names a MIG device "<GPU name> MIG <profile>", e.g. "... MIG 3g.40gb"."""
     marker = " MIG "
     return name.rsplit(marker, 1)[1].strip() if marker in name else None
-
-
-def mig_gpu_milli(mig_profile: str | None) -> int:
-    """A MIG profile "<n>g.<mem>gb" holds n of the GPU's 7 compute slices; whole GPU = 1000."""
-    if not mig_profile:
-        return 1000
-    head = mig_profile.split("g.", 1)[0]
-    return int(1000 * int(head) / MIG_COMPUTE_SLICES) if head.isdigit() else 1000
 
 
 class NvmlReader:

@@ -5,7 +5,7 @@ and checkpoints are real files. Tasks are started from the shipped worker progra
 (`market_pipeline.workers.toy_trainer`) or adopted by pid: a process that knows nothing of
 the worker protocol only ever gets SIGTERM and SIGKILL (a warning or checkpoint signal is
 sent only if the process has a handler for it, since their default action is to die).
-SIGTERM and SIGKILL go to the task's whole process tree (local_process_tree: psutil, pinned
+SIGTERM and SIGKILL go to the task's whole process tree (`hardware.process_tree`: psutil, pinned
 by create times), and a task has ended only when every process of it has.
 GPUs are this machine's NVIDIA GPUs when NVML finds any, otherwise `gpus_per_node`
 virtual slots of the first configured pool.
@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from market_pipeline.hardware import local_process_os as osp
-from market_pipeline.hardware.local_process_gpus import nvml_compute_pids, nvml_gpus
-from market_pipeline.hardware.local_process_registry import (
+from market_pipeline.hardware.local_process import processes as osp
+from market_pipeline.hardware.local_process.gpus import nvml_compute_pids, nvml_gpus
+from market_pipeline.hardware.local_process.launch import LocalTaskStarter
+from market_pipeline.hardware.local_process.registry import (
     TaskRegistry,
     add_event,
     exit_note,
@@ -36,9 +37,8 @@ from market_pipeline.hardware.local_process_registry import (
     mark_ended,
     root_created,
 )
-from market_pipeline.hardware.local_process_samples import read_task_samples, task_events_frame
-from market_pipeline.hardware.local_process_start import LocalTaskStarter
-from market_pipeline.hardware.local_process_tree import (
+from market_pipeline.hardware.local_process.samples import read_task_samples, task_events_frame
+from market_pipeline.hardware.process_tree import (
     ProcessTree,
     running,
     signal_and_wait,
@@ -349,7 +349,7 @@ class LocalProcessAdapter(LocalTaskStarter):
 
     def _signal_and_wait(self, task_id: str, sig: signal.Signals, timeout: float) -> Outcome:
         """`sig` once to every process of the task (the tree frozen first, and those found
-        later), then wait until all of them are gone or `timeout` passes (local_process_tree)."""
+        later), then wait until all of them are gone or `timeout` passes (`hardware.process_tree`)."""
         started = time.monotonic()
         record = self._live(self.registry.read(), task_id, refresh=True)
         if record is None:

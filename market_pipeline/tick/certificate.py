@@ -3,7 +3,7 @@
 After Yan, Yorulmaz, Zhou, Başar, "A Stackelberg Game Framework with Drainability
 Guardrails for Pricing and Scaling in Multi-Tenant GPU Cloud Platforms", arXiv:2604.16802
 (2026). Not to be confused with *task* drainability (whether a running task may be evicted),
-which lives in the task-drain guardrail modules of this package.
+which lives in `market_pipeline.drain`.
 
 Model, per pool and per control-loop interval (all rates in GPUs, i.e. GPU-minutes of work
 per minute):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from market_pipeline.bounded_input import MAX_TEXT_BYTES, InputFileError, read_limited, read_text_bounded
-from market_pipeline.hardware.dcgm_exposition import (
+from market_pipeline.hardware.dcgm.exposition import (
     FB_USED,
     NVLINK_BANDWIDTH,
     ExpositionError,
@@ -31,8 +31,7 @@ from market_pipeline.hardware.dcgm_exposition import (
     parse_exposition,
     scrape_samples,
 )
-from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer
-from market_pipeline.hardware.nvml_devices import mig_gpu_milli
+from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, mig_gpu_milli
 from market_pipeline.hardware.protocol import (
     GpuInfo,
     NodeInfo,

@@ -13,16 +13,16 @@ import sys
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from market_pipeline.hardware import local_process_os as osp
-from market_pipeline.hardware.local_process_gpus import free_gpus, nvml_compute_pids
-from market_pipeline.hardware.local_process_registry import (
+from market_pipeline.hardware.local_process import processes as osp
+from market_pipeline.hardware.local_process.gpus import free_gpus, nvml_compute_pids
+from market_pipeline.hardware.local_process.registry import (
     add_event,
     iso,
     new_record,
     prune_ended,
     root_created,
 )
-from market_pipeline.hardware.local_process_tree import (
+from market_pipeline.hardware.process_tree import (
     create_time,
     open_process,
     running,
