@@ -26,7 +26,6 @@ import polars as pl
 
 from assets.metadata import table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
-from market_pipeline import forecast as fc
 from market_pipeline.decision_checks import Verdict
 from market_pipeline.decision_checks.drains import approved_drains, drain_limits_verdict, pool_nodes_on
 from market_pipeline.decision_checks.flapping import MAX_PER_DAY, flapping_verdict, node_actions
@@ -41,6 +40,8 @@ from market_pipeline.decision_checks.prices import (
 )
 from market_pipeline.decision_checks.solve import latest_solve, solve_verdict
 from market_pipeline.drain.limits import DrainLimits
+from market_pipeline.forecast.operator import coverage_check, operator_metadata
+from market_pipeline.forecast.pools import PoolResult
 from market_pipeline.warehouse.readers import latest_tick, latest_tick_at
 
 EQUILIBRIUM, PRICE_BOOK = dg.AssetKey("equilibrium_prices"), dg.AssetKey("price_book")
@@ -207,11 +208,11 @@ FORECAST_CHECK_SPECS = [
 ]
 
 
-def forecast_check_results(results: Sequence[fc.PoolResult]) -> list[dg.AssetCheckResult]:
+def forecast_check_results(results: Sequence[PoolResult]) -> list[dg.AssetCheckResult]:
     """The two forecast checks from `coverage_check` (market_pipeline.forecast.operator)."""
-    check = fc.coverage_check(results)
+    check = coverage_check(results)
     fallbacks = [w for w in check.warnings if "by fallback" in w]
-    pooled = fc.operator_metadata(results)
+    pooled = operator_metadata(results)
     numbers = {k: v for k, v in pooled.items() if k.startswith(("rolling_coverage", "rolling_tie_floor"))}
     return [
         dg.AssetCheckResult(

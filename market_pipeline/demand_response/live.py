@@ -20,7 +20,7 @@ from market_pipeline.demand_response.experiments import (
     perturb_tick,
 )
 from market_pipeline.demand_response.history import fit_history, warehouse_history
-from market_pipeline.market import DRAINABLE, GUARANTEED
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED
 from market_pipeline.tick import MarketTick, PoolTickInput, Promises
 
 RUNNING, STOPPED, OFF = "running", "stopped", "off"

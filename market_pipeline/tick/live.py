@@ -14,7 +14,7 @@ from datetime import datetime
 import polars as pl
 
 from market_pipeline.config import MarketPipelineConfig
-from market_pipeline.market import DRAINABLE, GUARANTEED
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED
 from market_pipeline.tick.certificate import backlog_params_from_config
 from market_pipeline.tick.market_tick import AS_SOLVED, HOLD_PREFIX, MarketTick, PoolTickInput
 from market_pipeline.tick.pricing import mid_band_discount, resource_name
