@@ -4,16 +4,15 @@ scaling actions out through the adapter, each decision claimed once in the wareh
 # No `from __future__ import annotations`: Dagster inspects the context annotations at runtime.
 from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
+from functools import partial
 
 import dagster as dg
 
 from assets.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.action_batches import ActionResult, batch_id_for, parse_tick
 from market_pipeline.drain.batches import DRAIN_KIND, execute_drain_batch
-from market_pipeline.hardware.protocol import NodeAdapter, adapter_now
+from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.scaling.live import SCALE_KIND, execute_scaling_batch
-from market_pipeline.warehouse.store import Warehouse
 from sensors.batches import ActionBatchConfig, batch_output, run_is_live
 
 DRAIN_OP_NAME = "execute_drain_batch"
@@ -27,27 +26,20 @@ def _tick(config: ActionBatchConfig) -> datetime:
         raise dg.Failure(description=str(exc)) from None
 
 
-class _CarryOut(Protocol):
-    """Carries one tick's approved actions of a kind out, each once, and says how each went."""
-
-    def __call__(
-        self,
-        fleet: FleetAdapterResource,
-        store: Warehouse,
-        adapter: NodeAdapter,
-        tick: datetime,
-        *,
-        run_id: str,
-        now: datetime,
-        run_is_live: Callable[[str], bool],
-    ) -> list[ActionResult]: ...
+# A batch's executor: (store, adapter, *, tick, run_id, now, run_is_live) -> one result per action.
+BatchExecutor = Callable[..., list[ActionResult]]
 
 
 def _batch_op(
-    name: str, concern: str, kind: str, what: str, carry_out: _CarryOut, description: str
+    name: str,
+    concern: str,
+    kind: str,
+    what: str,
+    executor: Callable[[FleetAdapterResource], BatchExecutor],
+    description: str,
 ) -> dg.OpDefinition:
-    """The op that carries out one tick's batch of `kind` (claimed once in the warehouse); the
-    run fails, after every action is recorded, only when an action failed."""
+    """The op that carries out one tick's batch of `kind` (each decision claimed once in the
+    warehouse) through the executor the fleet resource gives."""
 
     @dg.op(name=name, pool="warehouse", tags={"concern": concern}, description=description)
     def batch_op(
@@ -58,11 +50,10 @@ def _batch_op(
     ) -> dg.Output[None]:
         tick = _tick(config)
         adapter = fleet.get()
-        results = carry_out(
-            fleet,
+        results = executor(fleet)(
             warehouse.get(),
             adapter,
-            tick,
+            tick=tick,
             run_id=context.run_id,
             now=adapter_now(adapter),
             run_is_live=run_is_live(context.instance),
@@ -72,25 +63,13 @@ def _batch_op(
     return batch_op
 
 
-def _drains(
-    fleet: FleetAdapterResource, store: Warehouse, adapter: NodeAdapter, tick: datetime, **run
-) -> list[ActionResult]:
-    # A failed drain is recorded and terminal: a rerun reports it without touching the task.
-    return execute_drain_batch(store, adapter, fleet.config(), tick, **run)
-
-
-def _scaling(
-    fleet: FleetAdapterResource, store: Warehouse, adapter: NodeAdapter, tick: datetime, **run
-) -> list[ActionResult]:
-    return execute_scaling_batch(store, adapter, tick, **run)
-
-
+# A failed drain is recorded and terminal: a rerun reports it without touching the task.
 execute_drain_batch_op = _batch_op(
     DRAIN_OP_NAME,
     "task_drain",
     DRAIN_KIND,
     "drain batch",
-    _drains,
+    lambda fleet: partial(execute_drain_batch, config=fleet.config()),
     "Run (or resume) the drain protocol for each approved drain of one tick, once each.",
 )
 execute_scaling_batch_op = _batch_op(
@@ -98,7 +77,7 @@ execute_scaling_batch_op = _batch_op(
     "scaling",
     SCALE_KIND,
     "scaling batch",
-    _scaling,
+    lambda fleet: execute_scaling_batch,
     "Power on/off, cordon or uncordon nodes for one tick's approved scaling decisions.",
 )
 
