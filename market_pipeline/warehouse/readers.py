@@ -75,6 +75,35 @@ def typical_demand_by_pool(store: Warehouse, origin: datetime) -> dict[str, floa
     }
 
 
+def latest_demand_by_pool(store: Warehouse, before: datetime) -> dict[str, tuple[float, float]]:
+    """Per pool, the latest (demand, pending GPUs) of the demand history before `before`."""
+    frame = store.query(
+        "SELECT pool_id, arg_max(demand, ts) AS demand, arg_max(pending_gpus, ts) AS pending "
+        "FROM demand_history WHERE ts < ? GROUP BY pool_id",
+        [before],
+    )
+    return {r["pool_id"]: (float(r["demand"]), float(r["pending"])) for r in frame.iter_rows(named=True)}
+
+
+def forecast_upper_by_pool(store: Warehouse, origin: datetime, horizon_min: int) -> dict[str, float | None]:
+    """Per pool, the latest forecast's (made at or before `origin`) highest q90 up to
+    `horizon_min` ahead."""
+    frame = store.query(
+        "SELECT pool_id, max(q90) AS q90 FROM demand_forecasts WHERE origin_ts = "
+        "(SELECT max(origin_ts) FROM demand_forecasts WHERE origin_ts <= ?) AND horizon_min <= ? "
+        "GROUP BY pool_id",
+        [origin, horizon_min],
+    )
+    return dict(frame.iter_rows())
+
+
+def fleet_gpus_by_pool(store: Warehouse) -> dict[str, float]:
+    """Every GPU per pool in the latest fleet inventory, powered on or not."""
+    return dict(
+        store.query("SELECT pool_id, sum(gpus)::DOUBLE FROM fleet_nodes GROUP BY pool_id").iter_rows()
+    )
+
+
 def capacity_by_pool(store: Warehouse) -> dict[str, float]:
     """GPUs powered on per pool, from the latest fleet inventory."""
     frame = store.query(
