@@ -7,6 +7,7 @@ the warehouse read-only.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 import polars as pl
@@ -222,3 +223,26 @@ def metered_seconds_unbilled(store: Warehouse) -> int:
         )
     except WarehouseError:  # no hour billed yet (dbt has not built the mart)
         return 0
+
+
+# -- scaling -----------------------------------------------------------------------------
+
+
+def failed_drains_by_node(store: Warehouse) -> dict[str, int]:
+    """Per node, the drains billed as failed or aborted."""
+    frame = store.query(
+        "SELECT node_id, count(*) AS n FROM drain_billing_events "
+        "WHERE outcome IN ('failed', 'aborted') GROUP BY node_id"
+    )
+    return {row["node_id"]: int(row["n"]) for row in frame.iter_rows(named=True)}
+
+
+def scaler_memory_of(store: Warehouse, pool_id: str) -> dict | None:
+    """The pool's scaler memory as stored (the JSON document), None before its first tick."""
+    frame = store.query("SELECT memory FROM scaler_memory WHERE pool_id = ?", [pool_id])
+    return None if frame.is_empty() else json.loads(frame["memory"][0])
+
+
+def latest_decision_at(store: Warehouse, kind: str) -> datetime | None:
+    """When the latest decision of `kind` was made, None if none was."""
+    return store.query("SELECT max(decided_at) AS t FROM decisions WHERE kind = ?", [kind])["t"][0]
