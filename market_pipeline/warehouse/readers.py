@@ -169,6 +169,27 @@ def latest_tick_at(store: Warehouse) -> datetime | None:
 # -- demand response ---------------------------------------------------------------------
 
 
+def fit_at(store: Warehouse, at: datetime) -> pl.DataFrame:
+    """The latest demand-response fit at or before `at`, one row per pool and class (the
+    `demand_response` columns), ordered by pool and class; empty before the first fit."""
+    return store.query(
+        "SELECT * FROM demand_response WHERE fitted_at = "
+        "(SELECT max(fitted_at) FROM demand_response WHERE fitted_at <= ?) "
+        "ORDER BY pool_id, resource_class",
+        [at],
+    )
+
+
+def fit_experiments_before(store: Warehouse, before: datetime) -> pl.DataFrame:
+    """The experiments of the latest fit strictly before `before`: pool_id, resource_class,
+    experiment, experiment_id."""
+    return store.query(
+        "SELECT pool_id, resource_class, experiment, experiment_id FROM demand_response WHERE fitted_at = "
+        "(SELECT max(fitted_at) FROM demand_response WHERE fitted_at < ?)",
+        [before],
+    )
+
+
 def experiments_of_fit(store: Warehouse, fitted_at: datetime, status: str, tick_minutes: int) -> pl.DataFrame:
     """The price experiments the fit at `fitted_at` left in `status`: experiment_id, pool_id,
     resource_class, ticks, since, estimated_cost (over their ticks of `tick_minutes`), published."""
