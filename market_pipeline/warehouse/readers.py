@@ -267,3 +267,54 @@ def scaler_memory_of(store: Warehouse, pool_id: str) -> dict | None:
 def latest_decision_at(store: Warehouse, kind: str) -> datetime | None:
     """When the latest decision of `kind` was made, None if none was."""
     return store.query("SELECT max(decided_at) AS t FROM decisions WHERE kind = ?", [kind])["t"][0]
+
+
+# -- what the decision checks read -------------------------------------------------------
+
+
+def pool_nodes_on(store: Warehouse) -> dict[str, int]:
+    """Nodes powered on per pool (what the budgets' percentages are of)."""
+    frame = store.query("SELECT pool_id, count(*) AS n FROM fleet_nodes WHERE state = 'on' GROUP BY 1")
+    return {r["pool_id"]: int(r["n"]) for r in frame.iter_rows(named=True)}
+
+
+def latest_plan(store: Warehouse) -> pl.DataFrame:
+    """The latest scaling plan's decisions (pool_id, target, action, allowed, inputs)."""
+    return store.query(
+        "SELECT pool_id, target, action, allowed, shadow, inputs FROM decisions WHERE kind = 'scale' "
+        "AND decided_at = (SELECT max(decided_at) FROM decisions WHERE kind = 'scale') ORDER BY pool_id"
+    )
+
+
+def latest_uncordons(store: Warehouse) -> pl.DataFrame:
+    """The latest scaling plan's live uncordon decisions (pool_id, target, reasons, inputs)."""
+    return store.query(
+        "SELECT pool_id, target, reasons, inputs FROM decisions WHERE kind = 'scale' AND action = 'uncordon'"
+        " AND NOT shadow AND decided_at = (SELECT max(decided_at) FROM decisions WHERE kind = 'scale')"
+        " ORDER BY pool_id, target"
+    )
+
+
+def published_with_previous(store: Warehouse, at: datetime | None = None) -> pl.DataFrame:
+    """The price-book rows of the latest publication (or at `at`), each with the price in
+    force before it (`previous`, null when none was published before)."""
+    return store.query(
+        "WITH latest AS (SELECT coalesce(?::TIMESTAMPTZ, max(effective_from)) AS t FROM price_book) "
+        "SELECT p.pool_id, p.resource_class, p.effective_from, CAST(p.price_per_gpu_hour AS DOUBLE) AS price, "
+        "CAST(p.list_price_per_gpu_hour AS DOUBLE) AS list_price, p.source, "
+        "(SELECT CAST(arg_max(q.price_per_gpu_hour, q.effective_from) AS DOUBLE) FROM price_book q "
+        " WHERE q.pool_id = p.pool_id AND q.resource_class = p.resource_class "
+        " AND q.effective_from < p.effective_from) AS previous "
+        "FROM price_book p, latest WHERE p.effective_from = latest.t ORDER BY p.pool_id, p.resource_class",
+        [at],
+    )
+
+
+def latest_tick_solve(store: Warehouse) -> dict[str, object] | None:
+    """The solve report of the latest market tick (None before the first tick)."""
+    frame = store.query(
+        "SELECT s.solve_id, s.solved_at, s.status, s.converged, s.kkt_residual, s.iterations, "
+        "s.fallback_reason, s.shadow FROM solve_reports s WHERE s.solve_id = ("
+        "SELECT any_value(solve_id) FROM market_ticks WHERE tick_at = (SELECT max(tick_at) FROM market_ticks))"
+    )
+    return frame.row(0, named=True) if frame.height else None
