@@ -26,22 +26,30 @@ import polars as pl
 
 from assets.metadata import table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
-from market_pipeline import forecast as fc
 from market_pipeline.decision_checks import Verdict
-from market_pipeline.decision_checks.drains import approved_drains, drain_limits_verdict, pool_nodes_on
+from market_pipeline.decision_checks.drains import approved_drains, drain_limits_verdict
 from market_pipeline.decision_checks.flapping import MAX_PER_DAY, flapping_verdict, node_actions
 from market_pipeline.decision_checks.guarantee import rigid_guarantee_verdict
-from market_pipeline.decision_checks.margins import latest_plan, plan_margin_verdict, tick_margin_verdict
-from market_pipeline.decision_checks.node_drains import latest_uncordons, node_drain_verdict
+from market_pipeline.decision_checks.margins import plan_margin_verdict, tick_margin_verdict
+from market_pipeline.decision_checks.node_drains import node_drain_verdict
 from market_pipeline.decision_checks.prices import (
     offending_prices,
     price_rules,
     promise_frame,
+)
+from market_pipeline.decision_checks.solve import solve_verdict
+from market_pipeline.drain.limits import DrainLimits
+from market_pipeline.forecast.operator import coverage_check, operator_metadata
+from market_pipeline.forecast.pools import PoolResult
+from market_pipeline.warehouse.readers import (
+    latest_plan,
+    latest_tick,
+    latest_tick_at,
+    latest_tick_solve,
+    latest_uncordons,
+    pool_nodes_on,
     published_with_previous,
 )
-from market_pipeline.decision_checks.solve import latest_solve, solve_verdict
-from market_pipeline.drain.limits import DrainLimits
-from market_pipeline.warehouse.readers import latest_tick, latest_tick_at
 
 EQUILIBRIUM, PRICE_BOOK = dg.AssetKey("equilibrium_prices"), dg.AssetKey("price_book")
 SCALING_PLAN, DRAIN_REQUESTS = dg.AssetKey("scaling_plan"), dg.AssetKey("drain_requests")
@@ -99,7 +107,7 @@ def equilibrium_checks(
     fleet: FleetAdapterResource, warehouse: WarehouseResource
 ) -> Iterator[dg.AssetCheckResult]:
     store = warehouse.reader()
-    solve = latest_solve(store)
+    solve = latest_tick_solve(store)
     extra = {"status": str(solve["status"]), "solve_id": str(solve["solve_id"])} if solve else {}
     yield verdict_result(
         solve_verdict(solve, fleet.config().market.solver_tolerance),
@@ -207,11 +215,11 @@ FORECAST_CHECK_SPECS = [
 ]
 
 
-def forecast_check_results(results: Sequence[fc.PoolResult]) -> list[dg.AssetCheckResult]:
+def forecast_check_results(results: Sequence[PoolResult]) -> list[dg.AssetCheckResult]:
     """The two forecast checks from `coverage_check` (market_pipeline.forecast.operator)."""
-    check = fc.coverage_check(results)
+    check = coverage_check(results)
     fallbacks = [w for w in check.warnings if "by fallback" in w]
-    pooled = fc.operator_metadata(results)
+    pooled = operator_metadata(results)
     numbers = {k: v for k, v in pooled.items() if k.startswith(("rolling_coverage", "rolling_tie_floor"))}
     return [
         dg.AssetCheckResult(

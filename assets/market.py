@@ -10,9 +10,12 @@ import polars as pl
 from assets.decision_checks import FORECAST_CHECK_SPECS, forecast_check_results
 from assets.metadata import ROW_COUNT, table_metadata
 from assets.resources import FleetAdapterResource, WarehouseResource
-from market_pipeline import forecast as fc
 from market_pipeline.demand_response.live import run_experiments, tick_response
 from market_pipeline.fleet.demand import demand_on_grid
+from market_pipeline.forecast.operator import operator_metadata, operator_rows
+from market_pipeline.forecast.plotting import plot_forecast_png
+from market_pipeline.forecast.pools import busiest_pools, forecast_pool_results, results_frame, summary_rows
+from market_pipeline.forecast.settings import FORECASTER_VERSION
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.report.plots import lines_png, png_markdown
 from market_pipeline.tick import Promises, run_market_tick
@@ -92,22 +95,22 @@ def demand_forecast(
     demand = readers.demand_history_before(store, origin)
     if demand.is_empty():
         raise dg.Failure("demand_history is empty: materialise telemetry and usage first")
-    results = fc.forecast_pool_results(demand, step_minutes=GRID_MINUTES, origin_ts=origin)
-    frame = fc.results_frame(results, demand.schema["ts"])
+    results = forecast_pool_results(demand, step_minutes=GRID_MINUTES, origin_ts=origin)
+    frame = results_frame(results, demand.schema["ts"])
     writers.write_forecasts(store, origin, frame)
-    operator = fc.operator_metadata(results)  # rolling coverage and how each model was chosen
+    operator = operator_metadata(results)  # rolling coverage and how each model was chosen
     operator.pop("forecast_operator_table")  # the same rows as a table below
     metadata: dict[str, object] = {
         "origin": dg.MetadataValue.text(origin.isoformat()),
         "pools": len(results),
         ROW_COUNT: frame.height,
-        "forecaster_version": fc.FORECASTER_VERSION,
+        "forecaster_version": FORECASTER_VERSION,
         **{k: dg.MetadataValue.json(v) if isinstance(v, dict) else v for k, v in operator.items()},
-        "chosen_models": table_metadata(fc.summary_rows(results)),
-        "forecast_operator": table_metadata(fc.operator_rows(results)),
+        "chosen_models": table_metadata(summary_rows(results)),
+        "forecast_operator": table_metadata(operator_rows(results)),
     }
-    for result in fc.busiest_pools(results, 3):
-        png = fc.plot_forecast_png(result.history, result.forecast, title=result.pool_id)
+    for result in busiest_pools(results, 3):
+        png = plot_forecast_png(result.history, result.forecast, title=result.pool_id)
         metadata[f"forecast_{result.pool_id}"] = dg.MetadataValue.md(png_markdown(png, result.pool_id))
     context.log.info("forecast %d pools at %s", len(results), origin)
     return dg.MaterializeResult(metadata=metadata, check_results=forecast_check_results(results))

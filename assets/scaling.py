@@ -13,7 +13,6 @@ from market_pipeline.drain.service import tick_budget
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.scaling.live import (
     decision_rows,
-    failed_drains_by_node,
     load_memory,
     memory_frame,
     plan_fleet,
@@ -53,7 +52,7 @@ def scaling_plan(
         {p: r["forecast_upper_gpus"] for p, r in by_pool.items()},
         {p: r["equilibrium_price"] for p, r in by_pool.items()},
         memories,
-        failed_drains_by_node(store),
+        readers.failed_drains_by_node(store),
         now,
         {p: r["capacity_target_gpus"] for p, r in by_pool.items()},
         next_price_ceilings(config, prices_in_force(config, store)),

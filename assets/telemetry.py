@@ -3,6 +3,7 @@ and the partition's data-quality checks."""
 
 # No `from __future__ import annotations`: Dagster inspects the context annotations at runtime.
 import warnings
+from collections.abc import Callable
 from datetime import timedelta
 
 import dagster as dg
@@ -10,6 +11,7 @@ import dagster as dg
 from assets.metadata import ROW_COUNT, table_metadata
 from assets.partitions import HOURLY_PARTITIONS
 from assets.resources import FleetAdapterResource, WarehouseResource
+from market_pipeline.config import TelemetryConfig
 from market_pipeline.hardware.protocol import adapter_now, unmeasured_fields
 from market_pipeline.report.plots import png_markdown
 from market_pipeline.telemetry.checks import (
@@ -108,50 +110,48 @@ def _stats_metadata(stats) -> dict[str, object]:
     }
 
 
-def _quarantine_rate_result(
-    partition_key: str, warehouse: WarehouseResource, threshold: float, severity: dg.AssetCheckSeverity
-) -> dg.AssetCheckResult:
-    """The quarantine-rate check at one threshold: blocking at the block rate, a warning at the warn rate."""
-    verdict = quarantine_rate_verdict(quarantine_stats(warehouse.reader(), partition_key), threshold)
-    return dg.AssetCheckResult(
-        passed=verdict.passed,
-        severity=severity,
-        description=verdict.description,
-        metadata={"threshold": dg.MetadataValue.float(threshold), **_stats_metadata(verdict.stats)},
+def _quarantine_rate_check(
+    name: str, rate: Callable[[TelemetryConfig], float], severity: dg.AssetCheckSeverity, description: str
+) -> dg.AssetChecksDefinition:
+    """The quarantine-rate check at the threshold `rate` reads from the config: an ERROR check
+    blocks the partition's downstream assets, a WARN check only warns."""
+
+    @dg.asset_check(
+        name=name,
+        asset=telemetry_samples,
+        partitions_def=HOURLY_PARTITIONS,
+        blocking=severity is dg.AssetCheckSeverity.ERROR,
+        description=description,
     )
+    def check(
+        context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
+    ) -> dg.AssetCheckResult:
+        threshold = rate(fleet.config().telemetry)
+        verdict = quarantine_rate_verdict(
+            quarantine_stats(warehouse.reader(), context.partition_key), threshold
+        )
+        return dg.AssetCheckResult(
+            passed=verdict.passed,
+            severity=severity,
+            description=verdict.description,
+            metadata={"threshold": dg.MetadataValue.float(threshold), **_stats_metadata(verdict.stats)},
+        )
+
+    return check
 
 
-@dg.asset_check(
-    asset=telemetry_samples,
-    partitions_def=HOURLY_PARTITIONS,
-    blocking=True,
-    description="Fails the partition when its quarantine rate passes telemetry.quarantine_block_rate.",
+telemetry_quarantine_rate_blocking = _quarantine_rate_check(
+    "telemetry_quarantine_rate_blocking",
+    lambda telemetry: telemetry.quarantine_block_rate,
+    dg.AssetCheckSeverity.ERROR,
+    "Fails the partition when its quarantine rate passes telemetry.quarantine_block_rate.",
 )
-def telemetry_quarantine_rate_blocking(
-    context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
-) -> dg.AssetCheckResult:
-    return _quarantine_rate_result(
-        context.partition_key,
-        warehouse,
-        fleet.config().telemetry.quarantine_block_rate,
-        dg.AssetCheckSeverity.ERROR,
-    )
-
-
-@dg.asset_check(
-    asset=telemetry_samples,
-    partitions_def=HOURLY_PARTITIONS,
-    description="Warns when the quarantine rate passes telemetry.quarantine_warn_rate.",
+telemetry_quarantine_rate_warning = _quarantine_rate_check(
+    "telemetry_quarantine_rate_warning",
+    lambda telemetry: telemetry.quarantine_warn_rate,
+    dg.AssetCheckSeverity.WARN,
+    "Warns when the quarantine rate passes telemetry.quarantine_warn_rate.",
 )
-def telemetry_quarantine_rate_warning(
-    context: dg.AssetCheckExecutionContext, fleet: FleetAdapterResource, warehouse: WarehouseResource
-) -> dg.AssetCheckResult:
-    return _quarantine_rate_result(
-        context.partition_key,
-        warehouse,
-        fleet.config().telemetry.quarantine_warn_rate,
-        dg.AssetCheckSeverity.WARN,
-    )
 
 
 @dg.asset_check(

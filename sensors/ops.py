@@ -2,12 +2,14 @@
 scaling actions out through the adapter, each decision claimed once in the warehouse."""
 
 # No `from __future__ import annotations`: Dagster inspects the context annotations at runtime.
+from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 
 import dagster as dg
 
 from assets.resources import FleetAdapterResource, WarehouseResource
-from market_pipeline.action_batches import batch_id_for, parse_tick
+from market_pipeline.action_batches import ActionResult, batch_id_for, parse_tick
 from market_pipeline.drain.batches import DRAIN_KIND, execute_drain_batch
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.scaling.live import SCALE_KIND, execute_scaling_batch
@@ -24,48 +26,60 @@ def _tick(config: ActionBatchConfig) -> datetime:
         raise dg.Failure(description=str(exc)) from None
 
 
-@dg.op(name=DRAIN_OP_NAME, pool="warehouse", tags={"concern": "task_drain"})
-def execute_drain_batch_op(
-    context: dg.OpExecutionContext,
-    config: ActionBatchConfig,
-    fleet: FleetAdapterResource,
-    warehouse: WarehouseResource,
-) -> dg.Output[None]:
-    """Run (or resume) the drain protocol for each approved drain of one tick, once each."""
-    tick = _tick(config)
-    adapter = fleet.get()
-    results = execute_drain_batch(
-        warehouse.get(),
-        adapter,
-        fleet.config(),
-        tick,
-        run_id=context.run_id,
-        now=adapter_now(adapter),
-        run_is_live=run_is_live(context.instance),
-    )
-    # A failed drain is recorded and terminal: a rerun reports it without touching the task.
-    return batch_output(context, "drain batch", batch_id_for(DRAIN_KIND, tick), results)
+# A batch's executor: (store, adapter, *, tick, run_id, now, run_is_live) -> one result per action.
+BatchExecutor = Callable[..., list[ActionResult]]
 
 
-@dg.op(name=SCALING_OP_NAME, pool="warehouse", tags={"concern": "scaling"})
-def execute_scaling_batch_op(
-    context: dg.OpExecutionContext,
-    config: ActionBatchConfig,
-    fleet: FleetAdapterResource,
-    warehouse: WarehouseResource,
-) -> dg.Output[None]:
-    """Power on/off, cordon or uncordon nodes for one tick's approved scaling decisions."""
-    tick = _tick(config)
-    adapter = fleet.get()
-    results = execute_scaling_batch(
-        warehouse.get(),
-        adapter,
-        tick,
-        run_id=context.run_id,
-        now=adapter_now(adapter),
-        run_is_live=run_is_live(context.instance),
-    )
-    return batch_output(context, "scaling batch", batch_id_for(SCALE_KIND, tick), results)
+def _batch_op(
+    name: str,
+    concern: str,
+    kind: str,
+    what: str,
+    executor: Callable[[FleetAdapterResource], BatchExecutor],
+    description: str,
+) -> dg.OpDefinition:
+    """The op that carries out one tick's batch of `kind` (each decision claimed once in the
+    warehouse) through the executor the fleet resource gives."""
+
+    @dg.op(name=name, pool="warehouse", tags={"concern": concern}, description=description)
+    def batch_op(
+        context: dg.OpExecutionContext,
+        config: ActionBatchConfig,
+        fleet: FleetAdapterResource,
+        warehouse: WarehouseResource,
+    ) -> dg.Output[None]:
+        tick = _tick(config)
+        adapter = fleet.get()
+        results = executor(fleet)(
+            warehouse.get(),
+            adapter,
+            tick=tick,
+            run_id=context.run_id,
+            now=adapter_now(adapter),
+            run_is_live=run_is_live(context.instance),
+        )
+        return batch_output(context, what, batch_id_for(kind, tick), results)
+
+    return batch_op
+
+
+# A failed drain is recorded and terminal: a rerun reports it without touching the task.
+execute_drain_batch_op = _batch_op(
+    DRAIN_OP_NAME,
+    "task_drain",
+    DRAIN_KIND,
+    "drain batch",
+    lambda fleet: partial(execute_drain_batch, config=fleet.config()),
+    "Run (or resume) the drain protocol for each approved drain of one tick, once each.",
+)
+execute_scaling_batch_op = _batch_op(
+    SCALING_OP_NAME,
+    "scaling",
+    SCALE_KIND,
+    "scaling batch",
+    lambda fleet: execute_scaling_batch,
+    "Power on/off, cordon or uncordon nodes for one tick's approved scaling decisions.",
+)
 
 
 def drain_run_config(tick: datetime) -> dg.RunConfig:

@@ -51,12 +51,6 @@ def approved_drains(store: Warehouse) -> tuple[pl.DataFrame, datetime | None]:
     return frame, latest
 
 
-def pool_nodes_on(store: Warehouse) -> dict[str, int]:
-    """Nodes powered on per pool (what the budgets' percentages are of)."""
-    frame = store.query("SELECT pool_id, count(*) AS n FROM fleet_nodes WHERE state = 'on' GROUP BY 1")
-    return {r["pool_id"]: int(r["n"]) for r in frame.iter_rows(named=True)}
-
-
 def drain_limits_verdict(
     drains: pl.DataFrame, now: datetime | None, limits: DrainLimits, pool_nodes: dict[str, int]
 ) -> Verdict:

@@ -16,7 +16,6 @@ import math
 import polars as pl
 
 from market_pipeline.decision_checks.verdict import Verdict
-from market_pipeline.warehouse import Warehouse
 
 REMOVES_CAPACITY = ("cordon", "scale_down", "power_off")
 _EPS = 1e-9
@@ -83,16 +82,8 @@ def tick_margin_verdict(tick: pl.DataFrame) -> Verdict:
     )
 
 
-def latest_plan(store: Warehouse) -> pl.DataFrame:
-    """The latest scaling plan's decisions (pool_id, target, action, allowed, inputs)."""
-    return store.query(
-        "SELECT pool_id, target, action, allowed, shadow, inputs FROM decisions WHERE kind = 'scale' "
-        "AND decided_at = (SELECT max(decided_at) FROM decisions WHERE kind = 'scale') ORDER BY pool_id"
-    )
-
-
 def plan_margin_verdict(plan: pl.DataFrame) -> Verdict:
-    """`plan`: one scaling plan's decisions (`latest_plan`)."""
+    """`plan`: one scaling plan's decisions (`warehouse.readers.latest_plan`)."""
     offenders: list[dict[str, object]] = []
     pools: set[str] = set()
     margins: list[float] = []

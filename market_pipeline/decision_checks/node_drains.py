@@ -11,22 +11,12 @@ import json
 import polars as pl
 
 from market_pipeline.decision_checks.verdict import Verdict
-from market_pipeline.warehouse import Warehouse
 
 FAILED_PREFIX = "scale-down failed:"
 
 
-def latest_uncordons(store: Warehouse) -> pl.DataFrame:
-    """The latest scaling plan's live uncordon decisions (pool_id, target, reasons, inputs)."""
-    return store.query(
-        "SELECT pool_id, target, reasons, inputs FROM decisions WHERE kind = 'scale' AND action = 'uncordon'"
-        " AND NOT shadow AND decided_at = (SELECT max(decided_at) FROM decisions WHERE kind = 'scale')"
-        " ORDER BY pool_id, target"
-    )
-
-
 def node_drain_verdict(uncordons: pl.DataFrame) -> Verdict:
-    """Warns for every uncordon a failed scale-down drain caused (`latest_uncordons`)."""
+    """Warns for every uncordon a failed scale-down drain caused (`warehouse.readers.latest_uncordons`)."""
     offenders: list[dict[str, object]] = []
     for row in uncordons.iter_rows(named=True):
         reasons = [str(r) for r in row["reasons"] or []]

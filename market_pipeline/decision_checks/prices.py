@@ -13,7 +13,6 @@ on what the price book holds with great-expectations rules, one per promise:
 from __future__ import annotations
 
 import sys
-from datetime import datetime
 
 import polars as pl
 
@@ -24,21 +23,6 @@ from market_pipeline.tick.promises import Promises
 TOLERANCE = 1e-6  # the price book keeps 6 decimals
 _BIG = sys.float_info.max
 PROMISE_RULES = (("bound_low", "bound_high"), ("band_low", "band_high"), ("step_low", "step_high"))
-
-
-def published_with_previous(store, at: datetime | None = None) -> pl.DataFrame:
-    """The price-book rows of the latest publication (or at `at`), each with the price in
-    force before it (`previous`, null when none was published before)."""
-    return store.query(
-        "WITH latest AS (SELECT coalesce(?::TIMESTAMPTZ, max(effective_from)) AS t FROM price_book) "
-        "SELECT p.pool_id, p.resource_class, p.effective_from, CAST(p.price_per_gpu_hour AS DOUBLE) AS price, "
-        "CAST(p.list_price_per_gpu_hour AS DOUBLE) AS list_price, p.source, "
-        "(SELECT CAST(arg_max(q.price_per_gpu_hour, q.effective_from) AS DOUBLE) FROM price_book q "
-        " WHERE q.pool_id = p.pool_id AND q.resource_class = p.resource_class "
-        " AND q.effective_from < p.effective_from) AS previous "
-        "FROM price_book p, latest WHERE p.effective_from = latest.t ORDER BY p.pool_id, p.resource_class",
-        [at],
-    )
 
 
 def promise_frame(published: pl.DataFrame, config: MarketPipelineConfig) -> pl.DataFrame:

@@ -17,20 +17,9 @@ from __future__ import annotations
 import math
 
 from market_pipeline.decision_checks.verdict import Verdict
-from market_pipeline.warehouse import Warehouse
 
 CERTIFIED_STATUSES = ("converged", "capacity_infeasible")
 FALLBACK_STATUS = "fallback"
-
-
-def latest_solve(store: Warehouse) -> dict[str, object] | None:
-    """The solve report of the latest market tick (None before the first tick)."""
-    frame = store.query(
-        "SELECT s.solve_id, s.solved_at, s.status, s.converged, s.kkt_residual, s.iterations, "
-        "s.fallback_reason, s.shadow FROM solve_reports s WHERE s.solve_id = ("
-        "SELECT any_value(solve_id) FROM market_ticks WHERE tick_at = (SELECT max(tick_at) FROM market_ticks))"
-    )
-    return frame.row(0, named=True) if frame.height else None
 
 
 def solve_verdict(solve: dict[str, object] | None, tolerance: float) -> Verdict:

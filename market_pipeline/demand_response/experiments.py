@@ -194,7 +194,7 @@ def dither_cost(
 
 def model_profit(problem, prices: np.ndarray) -> float:
     """Profit per hour the model expects at `prices`: sum (p - c) min(D, C)."""
-    from market_pipeline.market import demand_at
+    from market_pipeline.market.solve import demand_at
 
     res = problem.resources
     sold = np.minimum(np.maximum(np.nan_to_num(demand_at(problem, prices)), 0.0), res.capacity)

@@ -20,8 +20,9 @@ from market_pipeline.demand_response.truth_grid import (
     pool_inputs,
     promise_breaches,
 )
-from market_pipeline.forecast import fit_and_forecast
-from market_pipeline.market import MarketProblem, demand_at
+from market_pipeline.forecast.pool import fit_and_forecast
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.solve import demand_at
 from market_pipeline.tick import run_market_tick
 from market_pipeline.tick.response import calibrated_to_response
 

@@ -20,8 +20,9 @@ from market_pipeline.demand_response.experiments import (
     perturb_tick,
 )
 from market_pipeline.demand_response.history import fit_history, warehouse_history
-from market_pipeline.market import DRAINABLE, GUARANTEED
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED
 from market_pipeline.tick import MarketTick, PoolTickInput, Promises
+from market_pipeline.warehouse.readers import fit_at, fit_experiments_before
 
 RUNNING, STOPPED, OFF = "running", "stopped", "off"
 FIT_SCHEMA = {
@@ -93,11 +94,7 @@ def refit_rows(config: MarketPipelineConfig, store, now: datetime) -> pl.DataFra
     )
     previous = {
         (r["pool_id"], r["resource_class"]): r
-        for r in store.query(
-            "SELECT pool_id, resource_class, experiment, experiment_id FROM demand_response WHERE fitted_at = "
-            "(SELECT max(fitted_at) FROM demand_response WHERE fitted_at < ?)",
-            [now],
-        ).iter_rows(named=True)
+        for r in fit_experiments_before(store, now).iter_rows(named=True)
     }
     settings = experiment_settings(config)
     rows = []
@@ -143,15 +140,6 @@ def _cost_and_ceiling(config: MarketPipelineConfig, pool_id: str, cls: str) -> t
     )
 
 
-def latest_fits(store, now: datetime) -> pl.DataFrame:
-    return store.query(
-        "SELECT * FROM demand_response WHERE fitted_at = "
-        "(SELECT max(fitted_at) FROM demand_response WHERE fitted_at <= ?) "
-        "ORDER BY pool_id, resource_class",
-        [now],
-    )
-
-
 def tick_response(
     config: MarketPipelineConfig, store, now: datetime
 ) -> tuple[dict[str, float], dict[str, str]]:
@@ -160,7 +148,7 @@ def tick_response(
     response is disabled or nothing was fitted yet."""
     if not config.demand_response.enabled:
         return {}, {}
-    fits = latest_fits(store, now)
+    fits = fit_at(store, now)
     response, running = {}, {}
     for r in fits.iter_rows(named=True):
         key = f"{r['pool_id']}/{r['resource_class']}"

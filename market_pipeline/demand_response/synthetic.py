@@ -6,6 +6,7 @@ lean as a positive slope; the estimator must recover the truth from the dither."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
@@ -40,22 +41,38 @@ def synthetic_history(
     """Rows `ts, pool_id, resource_class, price, demand` (ts UTC, one per `step_minutes`).
     `cycle` (a, b): the elasticity at hour h is elasticity + a cos(2 pi h / 24) + b sin(...)."""
     rng = np.random.default_rng(seed)
-    steps = days * 24 * 60 // step_minutes
-    hours = np.arange(steps) * step_minutes / 60.0
-    day = (hours // 24).astype(int)
-    level = np.exp(np.cumsum(rng.normal(0.0, 0.08, days)))  # the day's level: a random walk
-    shape = load_shape(np.floor(hours))
-    expected = shape * np.concatenate([[1.0], level[:-1]])[day]  # the loop knows yesterday's level
+    cal = _calendar(rng, days, step_minutes, hourly=True)
+    steps = cal.hours.size
     signs = rng.choice([-1.0, 1.0], size=steps)
-    price = base_price * expected**lean * (1.0 + dither * signs)
+    price = base_price * cal.expected**lean * (1.0 + dither * signs)
     demand = (
         base_demand
-        * shape
-        * level[day]
-        * (price / base_price) ** (-hourly_elasticity(elasticity, cycle, hours))
+        * cal.shape
+        * cal.level
+        * (price / base_price) ** (-hourly_elasticity(elasticity, cycle, cal.hours))
         * np.exp(rng.normal(0.0, noise, steps))
     )
-    return _frame(hours, price, demand, pool_id, resource_class)
+    return _frame(cal.hours, price, demand, pool_id, resource_class)
+
+
+@dataclass(frozen=True)
+class _Calendar:
+    """The load a history's loop meets, one entry per step."""
+
+    hours: np.ndarray  # since START
+    shape: np.ndarray  # the load shape
+    level: np.ndarray  # the day's level, a random walk
+    expected: np.ndarray  # what the loop expects: the load shape times yesterday's level
+
+
+def _calendar(rng: np.random.Generator, days: int, step_minutes: int, *, hourly: bool) -> _Calendar:
+    """The calendar of `days` in steps of `step_minutes`; `hourly`: the load shape steps each
+    hour (an hourly meter), else it moves within the hour too (a 5-minute meter)."""
+    hours = np.arange(days * 24 * 60 // step_minutes) * step_minutes / 60.0
+    day = (hours // 24).astype(int)
+    level = np.exp(np.cumsum(rng.normal(0.0, 0.08, days)))
+    shape = load_shape(np.floor(hours) if hourly else hours)
+    return _Calendar(hours, shape, level[day], shape * np.concatenate([[1.0], level[:-1]])[day])
 
 
 def hourly_elasticity(elasticity: float, cycle: tuple[float, float], hours: np.ndarray) -> np.ndarray:
@@ -121,15 +138,6 @@ def _frame(
 STRUCTURE_LAG_HOURS = 3.0  # the deferral window of the structured histories (the loop's lag window)
 
 
-def smooth_load(hours: np.ndarray) -> np.ndarray:
-    """`load_shape` without the hourly steps: the load moves within the hour too, as a 5-minute
-    meter sees it."""
-    hod = hours % 24
-    dow = (hours // 24) % 7
-    daily = 1.0 + 0.35 * np.sin(2 * np.pi * (hod - 9) / 24) + 0.1 * np.sin(4 * np.pi * hod / 24)
-    return daily * np.where(dow >= 5, 0.8, 1.05)
-
-
 def structured_history(
     elasticity: float,
     *,
@@ -147,7 +155,7 @@ def structured_history(
     seed: int = 0,
 ) -> pl.DataFrame:
     """A history whose truth is the estimator's model with known terms. The price leans into the
-    load the loop expects (the smooth shape times yesterday's level) by `lean` of its swing,
+    load the loop expects (the load shape, moving within the hour, times yesterday's level) by `lean` of its swing,
     times a +-`dither` sign held for `dither_hold` steps. Demand is
 
         log d_t = log load_t - e_now(h) log(p_t / p0) + g mean(log(p / p0) over the last 3 h) + u_t
@@ -156,15 +164,11 @@ def structured_history(
     is `elasticity` (e), `lag_coefficient` (g > 0: work a high price turned away comes back
     within the window), `cycle` (a, b). u is AR(1) with coefficient `noise_ar` and sd `noise`."""
     rng = np.random.default_rng(seed)
-    steps = days * 24 * 60 // step_minutes
-    hours = np.arange(steps) * step_minutes / 60.0
-    day = (hours // 24).astype(int)
-    level = np.exp(np.cumsum(rng.normal(0.0, 0.08, days)))
-    shape = smooth_load(hours)
-    expected = shape * np.concatenate([[1.0], level[:-1]])[day]
+    cal = _calendar(rng, days, step_minutes, hourly=False)
+    hours, steps = cal.hours, cal.hours.size
     signs = rng.choice([-1.0, 1.0], size=-(-steps // dither_hold)).repeat(dither_hold)[:steps]
     base_price = 2.0
-    price = base_price * (1.0 + lean * (expected - 1.0)) * (1.0 + dither * signs)
+    price = base_price * (1.0 + lean * (cal.expected - 1.0)) * (1.0 + dither * signs)
     x = np.log(price / base_price)
     window = int(round(STRUCTURE_LAG_HOURS * 60 / step_minutes))
     csum = np.concatenate([[0.0], np.cumsum(x)])
@@ -177,7 +181,7 @@ def structured_history(
     u[0] = rng.normal(0.0, noise)
     for t in range(1, steps):
         u[t] = noise_ar * u[t - 1] + shocks[t]
-    demand = 100.0 * shape * level[day] * np.exp(-e_now * x + lag_coefficient * lag_mean + u)
+    demand = 100.0 * cal.shape * cal.level * np.exp(-e_now * x + lag_coefficient * lag_mean + u)
     return _frame(hours, price, demand, pool_id, resource_class)
 
 

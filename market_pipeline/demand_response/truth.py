@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem, ResourceSet
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED, ResourceSet
 from market_pipeline.tick.response import reference_prices, response_population
 
 SEED_POOLS = (  # pool id, list price per GPU-hour, GPUs

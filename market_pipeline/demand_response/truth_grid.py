@@ -26,7 +26,10 @@ from market_pipeline.config.model import DemandResponseConfig
 from market_pipeline.demand_response.experiments import ExperimentSettings
 from market_pipeline.demand_response.synthetic import load_shape
 from market_pipeline.demand_response.truth import GridMarket, TruthPoint
-from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem, SolverSettings, demand_at
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.report import SolverSettings
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED
+from market_pipeline.market.solve import demand_at
 from market_pipeline.tick import PoolTickInput, Promises
 from market_pipeline.tick.certificate import BacklogParams
 

@@ -8,7 +8,7 @@ keeping histories for plots and metadata), `plot_forecast_png`, and the Helios b
 
 Reading a horizon (scaling policy, backlog certificate): from 5 minutes to 24 hours,
 
-    from market_pipeline.forecast import upper_quantile_at, quantile_at
+    from market_pipeline.forecast.horizons import upper_quantile_at, quantile_at
     q90_4h = upper_quantile_at(result, 240)      # result: PoolResult or PoolForecast
     q50_90m = quantile_at(result, 90, "q50")
 
@@ -28,43 +28,6 @@ coverage and tie floor per pool, plus counts and pooled values) and `coverage_ch
 (a `CoverageCheck(passed, reason, warnings)`: pooled rolling 80% coverage within 0.7-0.9,
 the upper end raised where ties lift the floor; pools on a fallback persistence forecast
 are warnings).
+
+Import the concrete modules directly; this package re-exports nothing.
 """
-
-from market_pipeline import lazy_exports
-
-# Exported name -> submodule. Loaded on first use so that importing a light submodule (the CLI
-# reads `settings` to build its parser) does not pull in scikit-learn and SciPy.
-_EXPORTS = {
-    "BacktestResult": "backtest",
-    "backtest_series": "backtest",
-    "load_helios_series": "backtest",
-    "plot_forecast_png": "plotting",
-    "PoolForecast": "pool",
-    "fit_and_forecast": "pool",
-    "FORECAST_SCHEMA": "pools",
-    "PoolResult": "pools",
-    "busiest_pools": "pools",
-    "demand_from_running_pending": "pools",
-    "forecast_pool_results": "pools",
-    "forecast_pools": "pools",
-    "results_frame": "pools",
-    "summary_rows": "pools",
-    "DEFAULT_SETTINGS": "settings",
-    "FORECASTER_VERSION": "settings",
-    "ForecastInputError": "settings",
-    "ForecastSettings": "settings",
-    "ForecastSettingsError": "settings",
-    "quantile_at": "horizons",
-    "quantile_curve": "horizons",
-    "upper_quantile_at": "horizons",
-    "CoverageCheck": "operator",
-    "coverage_check": "operator",
-    "operator_metadata": "operator",
-    "operator_rows": "operator",
-    "DemandContext": "survival",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)

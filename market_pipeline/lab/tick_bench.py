@@ -38,7 +38,7 @@ import numpy as np
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.fleet.demand import pool_snapshot
 from market_pipeline.fleet.twin_adapter import SimulatedAdapter
-from market_pipeline.market import DRAINABLE, GUARANTEED
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED
 from market_pipeline.tick import Promises, run_market_tick
 from market_pipeline.tick.live import list_prices, pool_tick_input
 from market_pipeline.tick.pricing import build_market_problem, resource_name, solver_settings
@@ -199,7 +199,7 @@ def _dump(folder: Path, now: datetime, pools, problem, response, report) -> None
 
 def replay_dump(path: Path, config: MarketPipelineConfig, global_resolve: bool = True):
     """Run the market tick of a dumped fallback again (the same inputs, today's code)."""
-    from market_pipeline.market import MarketProblem
+    from market_pipeline.market.problem import MarketProblem
     from market_pipeline.tick import PoolTickInput
     from market_pipeline.tick.certificate import BacklogParams
 

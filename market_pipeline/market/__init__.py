@@ -31,38 +31,6 @@ the highest allowed prices; those prices are returned) or "fallback" (last price
 them the best capacity-feasible point visited, else price_max; ``fallback_reason`` says why).
 CPU by default (one torch thread, see ``SolverSettings.threads``); ``device="cuda"`` runs the
 same code on a GPU.
+
+Import the concrete modules directly; this package re-exports nothing.
 """
-
-from market_pipeline import lazy_exports
-
-# Exported name -> submodule, loaded on first use: the CLI reads the light modules (errors,
-# report) to build its parser without paying for torch.
-_EXPORTS = {
-    "InstanceError": "errors",
-    "SolverError": "errors",
-    "FollowerState": "followers",
-    "follower_kkt_residual": "followers",
-    "solve_followers": "followers",
-    "random_problem": "generate",
-    "coupled_problem": "generate",
-    "global_resolve": "resolve",
-    "relative_gain": "resolve",
-    "step_toward": "resolve",
-    "worth_switching": "resolve",
-    "TenantPopulation": "population",
-    "MarketProblem": "problem",
-    "SolveReport": "report",
-    "SolverSettings": "report",
-    "DRAINABLE": "resources",
-    "GUARANTEED": "resources",
-    "ResourceSet": "resources",
-    "initial_prices": "cold_start",
-    "solve_equilibrium": "solve",
-    "demand_at": "solve",
-    "tenant_demand_at": "solve",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)

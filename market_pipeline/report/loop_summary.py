@@ -2,95 +2,42 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
 from market_pipeline.config import MarketPipelineConfig
-from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse import Warehouse, loop_readers
 
 
 def summarise(
     store: Warehouse, config: MarketPipelineConfig, start: datetime, end: datetime
 ) -> dict[str, Any]:
-    def one(sql: str, params: list | None = None) -> Any:
-        return store.query(sql, params or []).row(0)[0]
-
-    window = [start, end]
+    fleet = loop_readers.fleet_counts(store)
+    telemetry = loop_readers.telemetry_counts(store, start, end)
+    usage = loop_readers.usage_in_window(store, start, end)
+    solves = loop_readers.solve_counts(store, start, end)
     return {
         "simulated_from": start.isoformat(),
         "simulated_until": end.isoformat(),
-        "nodes": one("SELECT count(*) FROM fleet_nodes"),
-        "nodes_on": one("SELECT count(*) FROM fleet_nodes WHERE state = 'on'"),
-        "gpus": one("SELECT count(*) FROM fleet_gpus"),
-        "samples_ingested": one("SELECT coalesce(sum(rows_in), 0) FROM telemetry_ingests"),
-        "samples_clean": one("SELECT count(*) FROM telemetry_clean WHERE ts >= ? AND ts < ?", window),
-        "samples_quarantined": one("SELECT coalesce(sum(quarantined), 0) FROM telemetry_ingests"),
-        "tasks_seen": one(
-            "SELECT count(DISTINCT task_id) FROM usage_intervals WHERE started_at < ? AND ended_at > ?",
-            [end, start],
-        ),
-        "mean_gpu_utilisation_pct": round(
-            float(
-                one(
-                    "SELECT coalesce(avg(sm_util_pct), 0) FROM telemetry_clean WHERE ts >= ? AND ts < ?",
-                    window,
-                )
-            ),
-            2,
-        ),
-        "gpu_hours_metered": round(
-            float(
-                one(
-                    "SELECT coalesce(sum(epoch(ended_at - started_at) * gpu_fraction), 0) / 3600 FROM usage_intervals "
-                    "WHERE started_at >= ? AND started_at < ?",
-                    window,
-                )
-            ),
-            2,
-        ),
-        "solves": one("SELECT count(*) FROM solve_reports WHERE solved_at > ? AND solved_at <= ?", window),
-        "solves_converged": one(
-            "SELECT count(*) FROM solve_reports WHERE converged AND solved_at > ? AND solved_at <= ?", window
-        ),
-        "latest_prices": store.query(
-            "SELECT pool_id, resource_class, CAST(arg_max(price_per_gpu_hour, effective_from) AS DOUBLE) AS price "
-            "FROM price_book GROUP BY ALL ORDER BY ALL"
-        ).to_dicts(),
-        "decisions": store.query(
-            "SELECT kind, action, allowed, count(*) AS n FROM decisions WHERE decided_at > ? AND decided_at <= ? "
-            "GROUP BY ALL ORDER BY ALL",
-            window,
-        ).to_dicts(),
-        "drains": store.query(
-            "SELECT outcome, count(*) AS n FROM drain_billing_events GROUP BY ALL ORDER BY ALL"
-        ).to_dicts(),
-        "billing_reconciliation": reconciliation(store),
-        "billed_cost": str(
-            one("SELECT coalesce(sum(billed_cost), 0) FROM fct_invoice_lines WHERE period_grain = 'day'")
-        ),
+        "nodes": fleet.nodes,
+        "nodes_on": fleet.nodes_on,
+        "gpus": fleet.gpus,
+        "samples_ingested": telemetry.ingested,
+        "samples_clean": telemetry.clean_in_window,
+        "samples_quarantined": telemetry.quarantined,
+        "tasks_seen": usage.tasks_seen,
+        "mean_gpu_utilisation_pct": round(telemetry.mean_sm_util_pct, 2),
+        "gpu_hours_metered": round(usage.gpu_hours, 2),
+        "solves": solves.solves,
+        "solves_converged": solves.converged,
+        "latest_prices": [asdict(row) for row in loop_readers.latest_prices(store)],
+        "decisions": [asdict(row) for row in loop_readers.decision_counts(store, start, end)],
+        "drains": [asdict(row) for row in loop_readers.drain_outcome_counts(store)],
+        "billing_reconciliation": asdict(loop_readers.reconciliation(store)),
+        "billed_cost": str(loop_readers.billed_cost_daily(store)),
         "shadow_mode": config.loop.shadow_mode,
         "warehouse": store.location,
-    }
-
-
-def reconciliation(store: Warehouse) -> dict[str, int]:
-    """Every metered usage interval is rated, and its seconds with it (fct_rated_usage)."""
-    usage = store.query(
-        "SELECT count(*), coalesce(sum(epoch(ended_at - started_at)), 0)::BIGINT FROM usage_intervals"
-    ).row(0)
-    rated = store.query(
-        "SELECT count(DISTINCT interval_id), coalesce(sum(metered_seconds), 0)::BIGINT FROM fct_rated_usage"
-    ).row(0)
-    unrated = store.query(
-        "SELECT count(*) FROM usage_intervals u WHERE NOT EXISTS "
-        "(SELECT 1 FROM fct_rated_usage r WHERE r.interval_id = u.interval_id)"
-    ).row(0)[0]
-    return {
-        "usage_intervals": int(usage[0]),
-        "rated_intervals": int(rated[0]),
-        "unrated_intervals": int(unrated),
-        "metered_seconds": int(usage[1]),
-        "rated_seconds": int(rated[1]),
     }
 
 

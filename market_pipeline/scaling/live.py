@@ -47,6 +47,7 @@ from market_pipeline.scaling.types import DrainStatus, NodeView, PoolState, Scal
 from market_pipeline.scaling.types import NodeState as ScalingNodeState
 from market_pipeline.warehouse import Warehouse
 from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow, decisions_frame
+from market_pipeline.warehouse.readers import latest_decision_at, scaler_memory_of
 
 SCALE_KIND = DecisionKind.SCALE.value
 # The actions scaling_actions_job carries out through the adapter (the rest only record).
@@ -103,21 +104,10 @@ def drain_statuses(
     return out
 
 
-def failed_drains_by_node(store: Warehouse) -> dict[str, int]:
-    frame = store.query(
-        "SELECT node_id, count(*) AS n FROM drain_billing_events "
-        "WHERE outcome IN ('failed', 'aborted') GROUP BY node_id"
-    )
-    return {row["node_id"]: int(row["n"]) for row in frame.iter_rows(named=True)}
-
-
 def load_memory(store: Warehouse, pool_id: str) -> ScalerMemory:
-    frame = store.query("SELECT memory FROM scaler_memory WHERE pool_id = ?", [pool_id])
-    return (
-        ScalerMemory(pool=pool_id)
-        if frame.is_empty()
-        else ScalerMemory.from_dict(json.loads(frame["memory"][0]))
-    )
+    """The pool's scaler memory as the last tick left it, else a fresh one."""
+    stored = scaler_memory_of(store, pool_id)
+    return ScalerMemory(pool=pool_id) if stored is None else ScalerMemory.from_dict(stored)
 
 
 def memory_frame(memories: Sequence[ScalerMemory], at: datetime) -> pl.DataFrame:
@@ -225,7 +215,7 @@ def execute_scaling_batch(
     plan saw the fleet without these actions and re-decided (acting on both would double up).
     """
     rows = batch_rows(store, SCALE_KIND, tick, NODE_ACTIONS)
-    latest = store.query("SELECT max(decided_at) AS t FROM decisions WHERE kind = ?", [SCALE_KIND])["t"][0]
+    latest = latest_decision_at(store, SCALE_KIND)
     superseded = latest is not None and latest > tick
     batch = _ScalingBatch(adapter, superseded=latest if superseded else None)
     held = getattr(adapter, "batch", None)  # an adapter that can hold its writes for the batch

@@ -1,8 +1,8 @@
 """Time shifting: elastic work that a tick's price turns away waits instead of leaving.
 
-Seed 000 §2.3 and §5.2: elastic tenants (drain tolerant, delay insensitive: batch training,
-sweeps, offline inference) "use the off-peak low price"; the backlog guardrail models the
-same work as a floor that "waits instead of leaving". Each candidate arrival carries a
+Elastic tenants (drain tolerant, delay insensitive: batch training, sweeps, offline
+inference) use the off-peak low price; the backlog certificate (`tick.certificate`) models the
+same work as a floor that waits instead of leaving. Each candidate arrival carries a
 uniform u and buys at a tick iff u < d(p)/d(p_floor) for its (tenant, pool) cell
 (`arrivals.buy_ratio`): u is its reservation price expressed on the demand curve. A rigid
 candidate that does not buy is lost. An elastic one enters its tenant's backlog and is

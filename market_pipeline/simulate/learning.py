@@ -33,7 +33,8 @@ from market_pipeline.demand_response.experiments import (
     interval_narrow,
     perturb_tick,
 )
-from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED
 from market_pipeline.tick import MarketTick, PoolTickInput, Promises
 from market_pipeline.tick.response import response_key
 

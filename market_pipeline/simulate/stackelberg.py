@@ -30,8 +30,11 @@ import torch
 
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.demand_response.experiments import ExperimentSettings
-from market_pipeline.forecast import fit_and_forecast
-from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem, demand_at, solve_followers
+from market_pipeline.forecast.pool import fit_and_forecast
+from market_pipeline.market.followers import solve_followers
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED
+from market_pipeline.market.solve import demand_at
 from market_pipeline.simulate.learning import ResponseLearner
 from market_pipeline.simulate.pricing import ELASTIC, RIGID, MarketView, PriceDecision
 from market_pipeline.simulate.settings import SimulationSettings

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from market_pipeline.market import DRAINABLE, GUARANTEED, TenantPopulation, solve_followers
-from market_pipeline.market.resources import ResourceSet
+from market_pipeline.market.followers import solve_followers
+from market_pipeline.market.population import TenantPopulation
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED, ResourceSet
 from market_pipeline.simulate.errors import SimulationInputError
 from market_pipeline.simulate.inputs import FleetNodes, PodTable
 from market_pipeline.simulate.settings import EconomicAssumptions, PoolPrices

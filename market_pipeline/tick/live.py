@@ -14,14 +14,20 @@ from datetime import datetime
 import polars as pl
 
 from market_pipeline.config import MarketPipelineConfig
-from market_pipeline.market import DRAINABLE, GUARANTEED
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED
 from market_pipeline.tick.certificate import backlog_params_from_config
 from market_pipeline.tick.market_tick import AS_SOLVED, HOLD_PREFIX, MarketTick, PoolTickInput
 from market_pipeline.tick.pricing import mid_band_discount, resource_name
 from market_pipeline.tick.promises import Promises, guaranteed_window
 from market_pipeline.tick.state import capacity_horizon_minutes
 from market_pipeline.warehouse import Warehouse
-from market_pipeline.warehouse.readers import last_certified_prices, typical_demand_by_pool
+from market_pipeline.warehouse.readers import (
+    fleet_gpus_by_pool,
+    forecast_upper_by_pool,
+    last_certified_prices,
+    latest_demand_by_pool,
+    typical_demand_by_pool,
+)
 
 EXPERIMENT_REASON = "price experiment"
 NO_EVIDENCE = "no demand observed in this pool yet (cold start): nothing to price on"
@@ -81,23 +87,9 @@ def pool_tick_inputs(
     """What the tick needs per configured pool: powered GPUs, every GPU the pool can reach,
     demand and backlog now, the forecast's upper quantile over the horizon the policy needs
     (`capacity_horizon_minutes`: an hour with the default settings)."""
-    observed = store.query(
-        "SELECT pool_id, arg_max(demand, ts) AS demand, arg_max(pending_gpus, ts) AS pending "
-        "FROM demand_history WHERE ts < ? GROUP BY pool_id",
-        [now],
-    )
-    demand = {r["pool_id"]: (float(r["demand"]), float(r["pending"])) for r in observed.iter_rows(named=True)}
-    upper = dict(
-        store.query(
-            "SELECT pool_id, max(q90) AS q90 FROM demand_forecasts WHERE origin_ts = "
-            "(SELECT max(origin_ts) FROM demand_forecasts WHERE origin_ts <= ?) AND horizon_min <= ? "
-            "GROUP BY pool_id",
-            [now, capacity_horizon_minutes(config)],
-        ).iter_rows()
-    )
-    reachable = dict(
-        store.query("SELECT pool_id, sum(gpus)::DOUBLE FROM fleet_nodes GROUP BY pool_id").iter_rows()
-    )
+    demand = latest_demand_by_pool(store, now)
+    upper = forecast_upper_by_pool(store, now, capacity_horizon_minutes(config))
+    reachable = fleet_gpus_by_pool(store)
     evidence = typical_demand_by_pool(store, now)  # pools with demand observed since the first snapshot
     return [
         pool_tick_input(

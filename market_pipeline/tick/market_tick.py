@@ -41,7 +41,8 @@ from market_pipeline.tick.certificate import (
 from market_pipeline.tick.promises import Promises, drainable_window, guaranteed_window
 
 if TYPE_CHECKING:  # the solver (torch) loads only when a market is solved: replays and the CLI need none
-    from market_pipeline.market import MarketProblem, SolveReport, SolverSettings
+    from market_pipeline.market.problem import MarketProblem
+    from market_pipeline.market.report import SolveReport, SolverSettings
 
 AS_SOLVED = "as solved"
 HOLD_PREFIX = "holding the prices in force"
@@ -185,7 +186,7 @@ def run_market_tick(
         solved = np.array([v for p in pools for v in (p.list_price, p.list_price * mid)])
         status, converged = "list", True
     else:
-        from market_pipeline.market import solve_equilibrium
+        from market_pipeline.market.solve import solve_equilibrium
 
         _check_layout(problem, pools)
         if response:
@@ -288,7 +289,7 @@ def _within_promises(
     problem: MarketProblem, pools: tuple[PoolTickInput, ...], promises: Promises
 ) -> MarketProblem:
     """The problem with the guaranteed cap as its upper price bound (the step goes as max_step)."""
-    from market_pipeline.market import MarketProblem
+    from market_pipeline.market.problem import MarketProblem
 
     res = problem.resources
     high = np.array(res.price_max, dtype=np.float64)

@@ -29,16 +29,12 @@ import numpy as np
 import torch
 
 from market_pipeline.config import MarketPipelineConfig
-from market_pipeline.market import (
-    DRAINABLE,
-    GUARANTEED,
-    MarketProblem,
-    ResourceSet,
-    SolverSettings,
-    TenantPopulation,
-    demand_at,
-    solve_followers,
-)
+from market_pipeline.market.followers import solve_followers
+from market_pipeline.market.population import TenantPopulation
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.report import SolverSettings
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED, ResourceSet
+from market_pipeline.market.solve import demand_at
 from market_pipeline.tick.promises import Promises
 
 # The calibration may raise or lower a pool's configured valuation by at most this factor:

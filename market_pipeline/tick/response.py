@@ -28,7 +28,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from market_pipeline.market import DRAINABLE, MarketProblem, TenantPopulation, tenant_demand_at
+from market_pipeline.market.population import TenantPopulation
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.resources import DRAINABLE
+from market_pipeline.market.solve import tenant_demand_at
 
 # The isoelastic family needs e > 0; a rigid class fitted at ~0 is priced as nearly inelastic.
 ELASTICITY_FLOOR = 0.02

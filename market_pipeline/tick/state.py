@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from market_pipeline.market import SolveReport
+from market_pipeline.market.report import SolveReport
 from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow, decisions_frame
 
 if TYPE_CHECKING:

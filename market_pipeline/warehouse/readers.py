@@ -7,6 +7,7 @@ the warehouse read-only.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 import polars as pl
@@ -75,6 +76,35 @@ def typical_demand_by_pool(store: Warehouse, origin: datetime) -> dict[str, floa
     }
 
 
+def latest_demand_by_pool(store: Warehouse, before: datetime) -> dict[str, tuple[float, float]]:
+    """Per pool, the latest (demand, pending GPUs) of the demand history before `before`."""
+    frame = store.query(
+        "SELECT pool_id, arg_max(demand, ts) AS demand, arg_max(pending_gpus, ts) AS pending "
+        "FROM demand_history WHERE ts < ? GROUP BY pool_id",
+        [before],
+    )
+    return {r["pool_id"]: (float(r["demand"]), float(r["pending"])) for r in frame.iter_rows(named=True)}
+
+
+def forecast_upper_by_pool(store: Warehouse, origin: datetime, horizon_min: int) -> dict[str, float | None]:
+    """Per pool, the latest forecast's (made at or before `origin`) highest q90 up to
+    `horizon_min` ahead."""
+    frame = store.query(
+        "SELECT pool_id, max(q90) AS q90 FROM demand_forecasts WHERE origin_ts = "
+        "(SELECT max(origin_ts) FROM demand_forecasts WHERE origin_ts <= ?) AND horizon_min <= ? "
+        "GROUP BY pool_id",
+        [origin, horizon_min],
+    )
+    return dict(frame.iter_rows())
+
+
+def fleet_gpus_by_pool(store: Warehouse) -> dict[str, float]:
+    """Every GPU per pool in the latest fleet inventory, powered on or not."""
+    return dict(
+        store.query("SELECT pool_id, sum(gpus)::DOUBLE FROM fleet_nodes GROUP BY pool_id").iter_rows()
+    )
+
+
 def capacity_by_pool(store: Warehouse) -> dict[str, float]:
     """GPUs powered on per pool, from the latest fleet inventory."""
     frame = store.query(
@@ -139,6 +169,27 @@ def latest_tick_at(store: Warehouse) -> datetime | None:
 # -- demand response ---------------------------------------------------------------------
 
 
+def fit_at(store: Warehouse, at: datetime) -> pl.DataFrame:
+    """The latest demand-response fit at or before `at`, one row per pool and class (the
+    `demand_response` columns), ordered by pool and class; empty before the first fit."""
+    return store.query(
+        "SELECT * FROM demand_response WHERE fitted_at = "
+        "(SELECT max(fitted_at) FROM demand_response WHERE fitted_at <= ?) "
+        "ORDER BY pool_id, resource_class",
+        [at],
+    )
+
+
+def fit_experiments_before(store: Warehouse, before: datetime) -> pl.DataFrame:
+    """The experiments of the latest fit strictly before `before`: pool_id, resource_class,
+    experiment, experiment_id."""
+    return store.query(
+        "SELECT pool_id, resource_class, experiment, experiment_id FROM demand_response WHERE fitted_at = "
+        "(SELECT max(fitted_at) FROM demand_response WHERE fitted_at < ?)",
+        [before],
+    )
+
+
 def experiments_of_fit(store: Warehouse, fitted_at: datetime, status: str, tick_minutes: int) -> pl.DataFrame:
     """The price experiments the fit at `fitted_at` left in `status`: experiment_id, pool_id,
     resource_class, ticks, since, estimated_cost (over their ticks of `tick_minutes`), published."""
@@ -193,3 +244,77 @@ def metered_seconds_unbilled(store: Warehouse) -> int:
         )
     except WarehouseError:  # no hour billed yet (dbt has not built the mart)
         return 0
+
+
+# -- scaling -----------------------------------------------------------------------------
+
+
+def failed_drains_by_node(store: Warehouse) -> dict[str, int]:
+    """Per node, the drains billed as failed or aborted."""
+    frame = store.query(
+        "SELECT node_id, count(*) AS n FROM drain_billing_events "
+        "WHERE outcome IN ('failed', 'aborted') GROUP BY node_id"
+    )
+    return {row["node_id"]: int(row["n"]) for row in frame.iter_rows(named=True)}
+
+
+def scaler_memory_of(store: Warehouse, pool_id: str) -> dict | None:
+    """The pool's scaler memory as stored (the JSON document), None before its first tick."""
+    frame = store.query("SELECT memory FROM scaler_memory WHERE pool_id = ?", [pool_id])
+    return None if frame.is_empty() else json.loads(frame["memory"][0])
+
+
+def latest_decision_at(store: Warehouse, kind: str) -> datetime | None:
+    """When the latest decision of `kind` was made, None if none was."""
+    return store.query("SELECT max(decided_at) AS t FROM decisions WHERE kind = ?", [kind])["t"][0]
+
+
+# -- what the decision checks read -------------------------------------------------------
+
+
+def pool_nodes_on(store: Warehouse) -> dict[str, int]:
+    """Nodes powered on per pool (what the budgets' percentages are of)."""
+    frame = store.query("SELECT pool_id, count(*) AS n FROM fleet_nodes WHERE state = 'on' GROUP BY 1")
+    return {r["pool_id"]: int(r["n"]) for r in frame.iter_rows(named=True)}
+
+
+def latest_plan(store: Warehouse) -> pl.DataFrame:
+    """The latest scaling plan's decisions (pool_id, target, action, allowed, inputs)."""
+    return store.query(
+        "SELECT pool_id, target, action, allowed, shadow, inputs FROM decisions WHERE kind = 'scale' "
+        "AND decided_at = (SELECT max(decided_at) FROM decisions WHERE kind = 'scale') ORDER BY pool_id"
+    )
+
+
+def latest_uncordons(store: Warehouse) -> pl.DataFrame:
+    """The latest scaling plan's live uncordon decisions (pool_id, target, reasons, inputs)."""
+    return store.query(
+        "SELECT pool_id, target, reasons, inputs FROM decisions WHERE kind = 'scale' AND action = 'uncordon'"
+        " AND NOT shadow AND decided_at = (SELECT max(decided_at) FROM decisions WHERE kind = 'scale')"
+        " ORDER BY pool_id, target"
+    )
+
+
+def published_with_previous(store: Warehouse, at: datetime | None = None) -> pl.DataFrame:
+    """The price-book rows of the latest publication (or at `at`), each with the price in
+    force before it (`previous`, null when none was published before)."""
+    return store.query(
+        "WITH latest AS (SELECT coalesce(?::TIMESTAMPTZ, max(effective_from)) AS t FROM price_book) "
+        "SELECT p.pool_id, p.resource_class, p.effective_from, CAST(p.price_per_gpu_hour AS DOUBLE) AS price, "
+        "CAST(p.list_price_per_gpu_hour AS DOUBLE) AS list_price, p.source, "
+        "(SELECT CAST(arg_max(q.price_per_gpu_hour, q.effective_from) AS DOUBLE) FROM price_book q "
+        " WHERE q.pool_id = p.pool_id AND q.resource_class = p.resource_class "
+        " AND q.effective_from < p.effective_from) AS previous "
+        "FROM price_book p, latest WHERE p.effective_from = latest.t ORDER BY p.pool_id, p.resource_class",
+        [at],
+    )
+
+
+def latest_tick_solve(store: Warehouse) -> dict[str, object] | None:
+    """The solve report of the latest market tick (None before the first tick)."""
+    frame = store.query(
+        "SELECT s.solve_id, s.solved_at, s.status, s.converged, s.kkt_residual, s.iterations, "
+        "s.fallback_reason, s.shadow FROM solve_reports s WHERE s.solve_id = ("
+        "SELECT any_value(solve_id) FROM market_ticks WHERE tick_at = (SELECT max(tick_at) FROM market_ticks))"
+    )
+    return frame.row(0, named=True) if frame.height else None

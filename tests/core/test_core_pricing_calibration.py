@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, load_config
-from market_pipeline.market import demand_at, solve_equilibrium
+from market_pipeline.market.solve import demand_at, solve_equilibrium
 from market_pipeline.tick.pricing import MAX_VALUE_SCALE, build_market_problem, reference_prices
 
 

@@ -17,7 +17,8 @@ from market_pipeline.demand_response.experiments import (
 )
 from market_pipeline.demand_response.truth import grid_market
 from market_pipeline.demand_response.truth_grid import pool_inputs, promise_breaches
-from market_pipeline.market import MarketProblem, demand_at
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.solve import demand_at
 from market_pipeline.tick import Promises, run_market_tick
 from market_pipeline.tick.response import calibrated_to_response
 
@@ -151,7 +152,7 @@ def test_the_fitted_representative_keeps_the_claims_budget():
     the slope, not the money. Below the reference the representative buys at most budget / p
     (a fitted e > 1 no longer reads 'revenue grows without bound as the price falls'); claims
     whose budget never binds leave the slope alone (and so does a fit at or below 1)."""
-    from market_pipeline.market import tenant_demand_at
+    from market_pipeline.market.solve import tenant_demand_at
     from market_pipeline.tick.response import claims_budget, response_population
 
     res, ref, d0 = MARKET.resources, MARKET.reference, MARKET.base_demand

@@ -14,7 +14,7 @@ from market_pipeline.demand_response.live import refit_rows, run_experiments, ti
 from market_pipeline.demand_response.synthetic import synthetic_history
 from market_pipeline.demand_response.truth import grid_market
 from market_pipeline.demand_response.truth_grid import pool_inputs
-from market_pipeline.market import MarketProblem
+from market_pipeline.market.problem import MarketProblem
 from market_pipeline.tick import Promises, run_market_tick
 from market_pipeline.warehouse import open_warehouse
 

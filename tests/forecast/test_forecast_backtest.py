@@ -11,7 +11,8 @@ import polars as pl
 import pytest
 
 from market_pipeline.cli import main
-from market_pipeline.forecast import ForecastInputError, backtest_series, load_helios_series
+from market_pipeline.forecast.backtest import backtest_series, load_helios_series
+from market_pipeline.forecast.settings import ForecastInputError
 from market_pipeline.forecast.synthetic import job_demand
 
 REQUIRED_KEYS = {

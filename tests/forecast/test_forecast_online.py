@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from market_pipeline.forecast import backtest_series, fit_and_forecast
+from market_pipeline.forecast.backtest import backtest_series
 from market_pipeline.forecast.online import track
+from market_pipeline.forecast.pool import fit_and_forecast
 from market_pipeline.forecast.settings import ForecastSettings
 from market_pipeline.forecast.synthetic import job_demand
 
@@ -153,7 +154,7 @@ def test_fallback_forecast_has_seen_no_steps() -> None:
     "bad", [{"online_rate": -0.1}, {"online_window_rows": 0}, {"coverage_window_rows": 0}]
 )
 def test_online_settings_are_validated(bad: dict) -> None:
-    from market_pipeline.forecast import ForecastSettingsError
+    from market_pipeline.forecast.settings import ForecastSettingsError
 
     with pytest.raises(ForecastSettingsError):
         ForecastSettings(**bad)

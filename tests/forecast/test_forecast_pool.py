@@ -7,14 +7,14 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from market_pipeline.forecast import (
+from market_pipeline.forecast.history import prepare_history
+from market_pipeline.forecast.pool import fit_and_forecast
+from market_pipeline.forecast.settings import (
     DEFAULT_SETTINGS,
     FORECASTER_VERSION,
     ForecastInputError,
     ForecastSettings,
-    fit_and_forecast,
 )
-from market_pipeline.forecast.history import prepare_history
 from market_pipeline.forecast.synthetic import job_demand
 
 ORIGIN = dt.datetime(2026, 3, 1, 12, 0)

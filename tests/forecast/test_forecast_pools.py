@@ -8,7 +8,6 @@ import numpy as np
 import polars as pl
 import pytest
 
-from market_pipeline.forecast import ForecastInputError
 from market_pipeline.forecast.plotting import plot_forecast_png
 from market_pipeline.forecast.pools import (
     FORECAST_SCHEMA,
@@ -19,6 +18,7 @@ from market_pipeline.forecast.pools import (
     regular_histories,
     summary_rows,
 )
+from market_pipeline.forecast.settings import ForecastInputError
 from market_pipeline.forecast.synthetic import job_demand, synthetic_demand_table
 
 START = dt.datetime(2026, 2, 2)

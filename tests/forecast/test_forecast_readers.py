@@ -7,19 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from market_pipeline.forecast import (
-    DemandContext,
-    ForecastInputError,
-    ForecastSettings,
-    coverage_check,
-    fit_and_forecast,
-    forecast_pool_results,
-    operator_metadata,
-    quantile_at,
-    upper_quantile_at,
-)
 from market_pipeline.forecast.features import Series
-from market_pipeline.forecast.survival import SurvivalArrival
+from market_pipeline.forecast.horizons import quantile_at, upper_quantile_at
+from market_pipeline.forecast.operator import coverage_check, operator_metadata
+from market_pipeline.forecast.pool import fit_and_forecast
+from market_pipeline.forecast.pools import forecast_pool_results
+from market_pipeline.forecast.settings import ForecastInputError, ForecastSettings
+from market_pipeline.forecast.survival import DemandContext, SurvivalArrival
 from market_pipeline.forecast.synthetic import job_demand, synthetic_demand_table
 
 

@@ -10,9 +10,9 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from market_pipeline.forecast import coverage_check, fit_and_forecast, operator_metadata
 from market_pipeline.forecast.online import tie_floor
-from market_pipeline.forecast.operator import tie_floor_at, upper_band
+from market_pipeline.forecast.operator import coverage_check, operator_metadata, tie_floor_at, upper_band
+from market_pipeline.forecast.pool import fit_and_forecast
 from market_pipeline.forecast.pools import PoolResult
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from market_pipeline.market import TenantPopulation
+from market_pipeline.market.population import TenantPopulation
 
 
 def resource(name, capacity=None, unit_cost=1.0, price_min=0.01, price_max=100.0, **extra):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from market_test_helpers import resource, tenant
 
-from market_pipeline.market import MarketProblem, solve_equilibrium
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.solve import solve_equilibrium
 
 
 def _linear_demand_problem(capacity, unit_cost=1.0):

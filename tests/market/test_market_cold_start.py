@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from market_test_helpers import resource, tenant
 
-from market_pipeline.market import MarketProblem
 from market_pipeline.market.baseline import solve_baseline
 from market_pipeline.market.cold_start import GRID_POINTS, identical_tenant_prices, initial_prices
 from market_pipeline.market.generate import random_problem
+from market_pipeline.market.problem import MarketProblem
 
 
 def test_grid_start_lands_within_a_cell_of_the_separable_optimum():
@@ -49,7 +49,7 @@ def test_resource_nobody_wants_starts_at_its_floor():
 
 
 def test_grid_start_is_closer_than_the_identical_tenant_formula_on_mixed_instances():
-    from market_pipeline.market import solve_equilibrium
+    from market_pipeline.market.solve import solve_equilibrium
 
     closer = 0
     for seed in range(5):

@@ -10,7 +10,8 @@ import torch
 from market_test_helpers import assert_close, mixed_population
 from scipy.optimize import minimize
 
-from market_pipeline.market import TenantPopulation, follower_kkt_residual, solve_followers
+from market_pipeline.market.followers import follower_kkt_residual, solve_followers
+from market_pipeline.market.population import TenantPopulation
 from market_pipeline.market.utility import utility
 
 

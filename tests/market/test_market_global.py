@@ -16,20 +16,13 @@ import torch
 from market_test_helpers import grid_demand
 
 from market_pipeline.cli import main
-from market_pipeline.market import (
-    InstanceError,
-    SolverSettings,
-    coupled_problem,
-    demand_at,
-    global_resolve,
-    relative_gain,
-    solve_equilibrium,
-    step_toward,
-    worth_switching,
-)
 from market_pipeline.market.batch_eval import stacked_demand
-from market_pipeline.market.generate import random_problem
+from market_pipeline.market.errors import InstanceError
+from market_pipeline.market.generate import coupled_problem, random_problem
 from market_pipeline.market.reference import ExactDemand, reference_optimum
+from market_pipeline.market.report import SolverSettings
+from market_pipeline.market.resolve import global_resolve, relative_gain, step_toward, worth_switching
+from market_pipeline.market.solve import demand_at, solve_equilibrium
 from market_pipeline.market.workspace import Workspace
 
 TARGET = 1e-3  # the engine within 0.1% of the known optimum
@@ -251,7 +244,7 @@ def test_cold_solve_with_a_resource_nobody_buys():
     """A line over a price no tenant responds to screens no tenant at all (it used to crash)."""
     from market_test_helpers import resource, tenant
 
-    from market_pipeline.market import MarketProblem
+    from market_pipeline.market.problem import MarketProblem
 
     problem = MarketProblem.from_instance_json(
         {

@@ -9,7 +9,9 @@ import pytest
 import torch
 from market_test_helpers import assert_close, resource, tenant
 
-from market_pipeline.market import InstanceError, MarketProblem, solve_followers
+from market_pipeline.market.errors import InstanceError
+from market_pipeline.market.followers import solve_followers
+from market_pipeline.market.problem import MarketProblem
 
 BASE = {
     "resources": [

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from market_pipeline.market import MarketProblem, SolverSettings, solve_equilibrium
 from market_pipeline.market.errors import SolverError
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.report import SolverSettings
+from market_pipeline.market.solve import solve_equilibrium
 
 FIXTURE = Path(__file__).parent / "fixtures" / "kinked_budget_market.json"
 

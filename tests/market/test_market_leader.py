@@ -11,7 +11,10 @@ from market_test_helpers import grid_demand, grid_profit, resource, tenant
 from scipy.optimize import minimize
 
 import market_pipeline.market.solve as solve_module
-from market_pipeline.market import MarketProblem, SolverSettings, random_problem, solve_equilibrium
+from market_pipeline.market.generate import random_problem
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.report import SolverSettings
+from market_pipeline.market.solve import solve_equilibrium
 
 
 def _small_problem(seed: int, m: int, capacities, band=None) -> MarketProblem:
@@ -196,7 +199,7 @@ def test_tight_discount_band_fixes_the_drainable_price():
 def test_cuda_request_without_cuda_is_a_clear_error():
     import torch
 
-    from market_pipeline.market import InstanceError
+    from market_pipeline.market.errors import InstanceError
 
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")

@@ -7,7 +7,7 @@ import pytest
 import torch
 from market_test_helpers import mixed_population
 
-from market_pipeline.market import solve_followers
+from market_pipeline.market.followers import solve_followers
 from market_pipeline.market.sensitivity import demand_derivatives
 
 

@@ -14,18 +14,18 @@ import pytest
 from market_pipeline.config import load_config
 from market_pipeline.decision_checks.drains import approved_drains, drain_limits_verdict
 from market_pipeline.decision_checks.flapping import flapping_verdict, node_actions
-from market_pipeline.decision_checks.margins import latest_plan, plan_margin_verdict, tick_margin_verdict
-from market_pipeline.decision_checks.node_drains import latest_uncordons, node_drain_verdict
+from market_pipeline.decision_checks.margins import plan_margin_verdict, tick_margin_verdict
+from market_pipeline.decision_checks.node_drains import node_drain_verdict
 from market_pipeline.decision_checks.prices import (
     offending_prices,
     price_rules,
     promise_frame,
-    published_with_previous,
 )
 from market_pipeline.decision_checks.solve import solve_verdict
 from market_pipeline.drain.limits import DrainLimits, DrainReason
 from market_pipeline.tick.live import TICK_SCHEMA, base_price_rows, price_frame, price_row
 from market_pipeline.warehouse import Warehouse, open_warehouse
+from market_pipeline.warehouse.readers import latest_plan, latest_uncordons, published_with_previous
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 

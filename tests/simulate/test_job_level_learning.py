@@ -12,7 +12,9 @@ import pytest
 
 from market_pipeline.demand_response.experiments import ExperimentSettings
 from market_pipeline.demand_response.truth import TruthPoint
-from market_pipeline.market import DRAINABLE, GUARANTEED, MarketProblem, demand_at
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED
+from market_pipeline.market.solve import demand_at
 from market_pipeline.simulate.job_grid import (
     elasticity_errors,
     point_report,

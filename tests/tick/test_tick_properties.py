@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from market_pipeline.config import load_config
 from market_pipeline.lab.tick_bench import replay_dump
-from market_pipeline.market import DRAINABLE, GUARANTEED
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED
 from market_pipeline.tick import PoolTickInput, Promises, run_market_tick
 from market_pipeline.tick.certificate import BacklogParams
 from market_pipeline.tick.live import list_prices, pool_tick_input

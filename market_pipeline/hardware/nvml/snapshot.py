@@ -16,7 +16,7 @@ from market_pipeline.hardware.protocol import NodeAdapter, Outcome
 
 class NvmlView(NodeAdapter, Protocol):
     """What the snapshot reads of the nvml backend: the node protocol plus its raw readings.
-    Typed here, not against `NvmlAdapter`, so that nvml.py may import this module without a
+    Typed here, not against `NvmlAdapter`, so that `adapter` may import this module without a
     cycle."""
 
     backend: str
