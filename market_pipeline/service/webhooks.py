@@ -302,6 +302,9 @@ class DeliveryWorker:
                 except Exception:  # a reader that dies silently would lose notices: log, go on
                     log.exception("webhook %s failed", name)
                 pause(every)
+            wake.set()  # stopping: the deliveries' wait ends now,
+            if self.notices is not None:
+                ring(self.notices.path)  # and so does the bell's (stop.wait ends the outbox read's)
 
         poll = self.settings.webhook_poll_seconds
         bell = None
@@ -329,8 +332,6 @@ class DeliveryWorker:
             except Exception:  # as above: log and go on
                 log.exception("webhook delivery step failed")
             wake.wait(wait)
-        if self.notices is not None:
-            ring(self.notices.path)  # the notice loop sees the stop now
         for thread in started:
             thread.join(timeout=self.settings.read_retry_seconds + 5)
         if bell is not None:

@@ -19,6 +19,7 @@ from service_harness.kit import ACME, BLUE, Receiver, call, start_server
 from market_pipeline.service.context import ServiceContext
 from market_pipeline.service.webhooks import verify
 from market_pipeline.warehouse import open_warehouse
+from market_pipeline.warehouse.notice_outbox import NoticeOutbox, notices_path
 
 DRAINS = int(os.environ.get("MP_TEST_WEBHOOK_DRAINS", "20"))
 BURST = Path(__file__).parent / "service_harness" / "drain_burst.py"
@@ -73,6 +74,8 @@ def test_drain_warnings_reach_receivers_signed_once_per_delivery_id(service_conf
             ).to_dicts()
         }
         assert len(outbox) == DRAINS
+        # each drain put its warning in the notice file beside the warehouse too (the fast path)
+        assert {w.drain_id for w in NoticeOutbox(notices_path(warehouse.path)).after(0)} == set(outbox)
         latencies, seen_ids = [], set()
         for receiver, hook, tenant in ((flaky, acme_hook, ACME), (steady, blue_hook, BLUE)):
             got: dict[str, float] = {}
