@@ -27,9 +27,9 @@ import dagster._time as dagster_time
 from dagster._core import log_manager
 from dagster._core.events import DagsterEventType
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
 from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
-from dagster._core.instance.ref import InstanceRef
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 from dagster._daemon.backfill import execute_backfill_iteration
@@ -118,7 +118,9 @@ def _check_row_on_event_time(storage: SqlEventLogStorage, event, event_id: int |
         where = AssetCheckExecutionsTable.c.evaluation_event_storage_id == event_id  # a runless check
     else:
         return  # the planned row of a run's check keeps the time it was planned at
-    at = datetime.fromtimestamp(event.timestamp, timezone.utc).replace(tzinfo=None)  # naive UTC, as Dagster stores
+    at = datetime.fromtimestamp(event.timestamp, timezone.utc).replace(
+        tzinfo=None
+    )  # naive UTC, as Dagster stores
     with storage.index_connection() as conn:
         conn.execute(AssetCheckExecutionsTable.update().where(where).values(create_timestamp=at))
 

@@ -314,7 +314,9 @@ class DeliveryWorker:
                     self.notices.prune(NOTICE_RETENTION_SECONDS)
             bell = Bell(self.notices.path)
             threads.append(("notice file", self.take_notices, bell.wait, poll))
-            threads.append(("outbox read", self.poll_outbox, stop.wait, self.settings.webhook_reconcile_seconds))
+            threads.append(
+                ("outbox read", self.poll_outbox, stop.wait, self.settings.webhook_reconcile_seconds)
+            )
         else:
             threads.append(("outbox read", self.poll_outbox, stop.wait, poll))
         started = [

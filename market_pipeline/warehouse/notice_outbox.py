@@ -138,8 +138,12 @@ class NoticeOutbox:
                     (warning.drain_id, _encode(warning), time.time()),
                 )
         except (sqlite3.Error, OSError) as exc:
-            log.warning("drain %s: notice file %s not written (%s); the warehouse outbox has it",
-                        warning.drain_id, self.path, exc)
+            log.warning(
+                "drain %s: notice file %s not written (%s); the warehouse outbox has it",
+                warning.drain_id,
+                self.path,
+                exc,
+            )
             return False
         ring(self.path)
         return True

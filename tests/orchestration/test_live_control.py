@@ -152,12 +152,16 @@ def test_resume_puts_back_what_down_stopped_and_nothing_else(tmp_path, monkeypat
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     states = {
         "tick": _instigator("tick", "schedule", InstigatorStatus.STOPPED),
-        "drain": _instigator("drain", "sensor", InstigatorStatus.STOPPED, cursor="drain@2026-12-04T17:00:00+00:00"),
+        "drain": _instigator(
+            "drain", "sensor", InstigatorStatus.STOPPED, cursor="drain@2026-12-04T17:00:00+00:00"
+        ),
         "by_hand": _instigator("by_hand", "schedule", InstigatorStatus.STOPPED),
     }
     gone = _instigator("gone", "schedule", InstigatorStatus.STOPPED)  # in the record, not stored
     ids = {
-        name: CompoundID(remote_origin_id=state.instigator_origin_id, selector_id=state.selector_id).to_string()
+        name: CompoundID(
+            remote_origin_id=state.instigator_origin_id, selector_id=state.selector_id
+        ).to_string()
         for name, state in {**states, "gone": gone}.items()
     }
     with DagsterInstance.get() as instance:

@@ -202,7 +202,8 @@ def test_rate_limit_per_key(service_config, service_warehouse, tmp_path):
     # cores refills no token behind the test's back
     now = [0.0]
     context = dataclasses.replace(
-        ServiceContext.build(config, str(service_warehouse.path)), limiter=RateLimiter(0.5, 3, clock=lambda: now[0])
+        ServiceContext.build(config, str(service_warehouse.path)),
+        limiter=RateLimiter(0.5, 3, clock=lambda: now[0]),
     )
     a, b = context.store.create_key("tenant", ACME)[1], context.store.create_key("tenant", ACME)[1]
     server = start_server(context)

@@ -21,7 +21,9 @@ from market_pipeline.warehouse.drain_outbox import DrainWarning, write_drain_war
 from market_pipeline.warehouse.notice_outbox import Bell, NoticeOutbox, notices_path
 
 UTC = dt.timezone.utc
-HOLD_FILE = "import duckdb, sys; con = duckdb.connect(sys.argv[1]); print('held', flush=True); sys.stdin.read()"
+HOLD_FILE = (
+    "import duckdb, sys; con = duckdb.connect(sys.argv[1]); print('held', flush=True); sys.stdin.read()"
+)
 
 
 def _warning(drain_id: str) -> DrainWarning:
@@ -54,7 +56,9 @@ def setup(service_config, tmp_path):
             "read_retry_seconds": 0.2,
         }
     )
-    context = ServiceContext.build(service_config.model_copy(update={"service": service}), str(warehouse.path))
+    context = ServiceContext.build(
+        service_config.model_copy(update={"service": service}), str(warehouse.path)
+    )
     receiver = Receiver().start()
     context.store.register_webhook(ACME, receiver.url)
     worker = DeliveryWorker(context.warehouse, context.store, context.config.service)
