@@ -25,8 +25,11 @@ from pathlib import Path
 import dagster as dg
 import dagster._time as dagster_time
 from dagster._core import log_manager
+from dagster._core.events import DagsterEventType
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 from dagster._core.instance.ref import InstanceRef
+from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
+from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 from dagster._daemon.backfill import execute_backfill_iteration
@@ -79,15 +82,47 @@ class SimulatedClock:
                 record.msecs = (record.created - int(record.created)) * 1000
                 return record
 
+        base_store_check = SqlEventLogStorage.store_asset_check_event
+
+        def store_check_on_event_time(storage: SqlEventLogStorage, event, event_id):  # noqa: ANN001
+            base_store_check(storage, event, event_id)
+            _check_row_on_event_time(storage, event, event_id)
+
         saved = (dagster_time._mockable_get_current_datetime, dagster_time._mockable_get_current_timestamp)
         dagster_time._mockable_get_current_datetime = self.now
         dagster_time._mockable_get_current_timestamp = lambda: self.now().timestamp()
         log_manager.DagsterLogManager = SimulatedTimeLogManager
+        SqlEventLogStorage.store_asset_check_event = store_check_on_event_time
         try:
             yield self
         finally:
             dagster_time._mockable_get_current_datetime, dagster_time._mockable_get_current_timestamp = saved
             log_manager.DagsterLogManager = base_manager
+            SqlEventLogStorage.store_asset_check_event = base_store_check
+
+
+def _check_row_on_event_time(storage: SqlEventLogStorage, event, event_id: int | None) -> None:  # noqa: ANN001
+    """A check execution's time (what the UI shows beside the asset's materialisations) is
+    its row's `create_timestamp`, which the database stamps with its own wall clock; set it to
+    the event's time, the simulated clock's, as every other event of the run carries."""
+    kind = event.dagster_event_type
+    if kind == DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED:
+        planned = event.dagster_event.event_specific_data
+        columns = AssetCheckExecutionsTable.c
+        where = (
+            (columns.run_id == event.run_id)
+            & (columns.asset_key == planned.asset_key.to_string())
+            & (columns.check_name == planned.check_name)
+        )
+    elif kind == DagsterEventType.ASSET_CHECK_EVALUATION and not event.run_id and event_id is not None:
+        where = AssetCheckExecutionsTable.c.evaluation_event_storage_id == event_id  # a runless check
+    else:
+        return  # the planned row of a run's check keeps the time it was planned at
+    at = datetime.fromtimestamp(event.timestamp, timezone.utc).replace(
+        tzinfo=None
+    )  # naive UTC, as Dagster stores
+    with storage.index_connection() as conn:
+        conn.execute(AssetCheckExecutionsTable.update().where(where).values(create_timestamp=at))
 
 
 @dataclass

@@ -328,6 +328,9 @@ class ServiceConfig(_Strict):
     read_retry_seconds: float = Field(5.0, gt=0, le=60)
     # drain-warning webhooks: outbox poll, per-call timeout, attempts and backoff
     webhook_poll_seconds: float = Field(0.2, gt=0, le=60)
+    # the warehouse's own outbox, read for what the notice file beside it missed (a drain's
+    # process died between the two writes): it waits for the writer, so less often
+    webhook_reconcile_seconds: float = Field(5.0, gt=0, le=3600)
     webhook_timeout_seconds: float = Field(2.0, gt=0, le=60)
     webhook_max_attempts: int = Field(10, ge=1, le=100)
     webhook_backoff_seconds: float = Field(0.2, gt=0, le=3600)

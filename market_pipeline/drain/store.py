@@ -39,6 +39,7 @@ from market_pipeline.hardware.protocol import TaskInfo
 from market_pipeline.warehouse import Warehouse, WarehouseError, raise_unless_conflict, rollback
 from market_pipeline.warehouse.control import ControlConflict
 from market_pipeline.warehouse.drain_outbox import DrainWarning, write_drain_warning
+from market_pipeline.warehouse.notice_outbox import NoticeOutbox, notices_path
 
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in TERMINAL_STATES)
 BILLING_COLUMNS = (
@@ -127,7 +128,7 @@ class WarehouseAuditStore:
             try:
                 if self.warehouse.lake is not None and _seq_taken(con, transition):
                     raise duckdb.ConstraintException("drain_audit key (drain_id, seq) exists")
-                _write_row(self.warehouse, con, transition)
+                warning = _write_row(self.warehouse, con, transition)
                 con.execute("COMMIT")
             except duckdb.ConstraintException as exc:
                 con.execute("ROLLBACK")
@@ -137,6 +138,16 @@ class WarehouseAuditStore:
             except duckdb.Error as exc:
                 con.execute("ROLLBACK")
                 raise WarehouseError(f"append to drain_audit failed: {exc}") from exc
+        self._notify([warning] if warning is not None else [])
+
+    def _notify(self, warnings: Sequence[DrainWarning]) -> None:
+        """Committed warnings to the notice file beside the warehouse file (its own lock, not
+        the warehouse's), which wakes the webhook worker; a DuckLake warehouse has none."""
+        if not warnings or self.warehouse.lake is not None:
+            return
+        outbox = NoticeOutbox(notices_path(self.warehouse.path))
+        for warning in warnings:
+            outbox.put(warning)
 
     def _mirror(self, history: Sequence[DrainTransition]) -> None:
         """Write into `drain_audit` (with billing event and outbox row) the journal rows it
@@ -144,7 +155,10 @@ class WarehouseAuditStore:
         if not history:
             return
 
+        warnings: list[DrainWarning] = []
+
         def write() -> None:
+            warnings.clear()  # a retried write starts over
             with self.warehouse.connect() as con:
                 con.execute("BEGIN")
                 try:
@@ -156,7 +170,9 @@ class WarehouseAuditStore:
                     }
                     for transition in history:
                         if transition.seq not in have:
-                            _write_row(self.warehouse, con, transition)
+                            warning = _write_row(self.warehouse, con, transition)
+                            if warning is not None:
+                                warnings.append(warning)
                     con.execute("COMMIT")
                 except duckdb.Error as exc:
                     rollback(con)
@@ -165,6 +181,7 @@ class WarehouseAuditStore:
                     )
 
         self.warehouse.retrying(write)
+        self._notify(warnings)
 
     def open_drain_ids(self, task_id: str) -> list[str]:
         control = self.warehouse.control
@@ -214,9 +231,11 @@ def drain_warning(requested: dict[str, Any], warned: DrainTransition) -> DrainWa
     )
 
 
-def _write_row(warehouse: Warehouse, con: duckdb.DuckDBPyConnection, transition: DrainTransition) -> None:
+def _write_row(
+    warehouse: Warehouse, con: duckdb.DuckDBPyConnection, transition: DrainTransition
+) -> DrainWarning | None:
     """One `drain_audit` row, with the billing event of a terminal one and the outbox row of a
-    warning that begins (inside the caller's transaction)."""
+    warning that begins (inside the caller's transaction); returns that warning, if any."""
     con.execute(
         "INSERT INTO drain_audit (drain_id, seq, state, recorded_at, task_id, "
         "node_id, tenant_id, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -235,15 +254,18 @@ def _write_row(warehouse: Warehouse, con: duckdb.DuckDBPyConnection, transition:
     if transition.state in TERMINAL_STATES and billing is not None:
         _insert_billing(warehouse, con, billing)
     if transition.state is DrainState.WARNED and transition.phase is Phase.BEGIN:
-        _outbox_warning(con, transition)
+        return _outbox_warning(con, transition)
+    return None
 
 
-def _outbox_warning(con: duckdb.DuckDBPyConnection, warned: DrainTransition) -> None:
+def _outbox_warning(con: duckdb.DuckDBPyConnection, warned: DrainTransition) -> DrainWarning:
     row = con.execute(
         "SELECT detail FROM drain_audit WHERE drain_id = ? AND seq = 0", [warned.drain_id]
     ).fetchone()
     requested = json.loads(row[0]) if row and row[0] else {}
-    write_drain_warning(con, drain_warning(requested, warned))
+    warning = drain_warning(requested, warned)
+    write_drain_warning(con, warning)
+    return warning
 
 
 def _seq_taken(con: duckdb.DuckDBPyConnection, transition: DrainTransition) -> bool:

@@ -142,6 +142,7 @@ def run_webhooks(args: argparse.Namespace) -> int:
         return input_error(exc)
     worker = DeliveryWorker(context.warehouse, context.store, context.config.service)
     if args.once:
+        worker.take_notices()
         worker.poll_outbox()
         print(json.dumps({"delivered": worker.deliver_due()}))
         return 0

@@ -14,7 +14,9 @@ service's webhook path, to receivers that fail every `fail_every`-th call.
 Measured: notices lost (a warning in the outbox that no receiver got with a 2xx), notices
 delivered twice with a 2xx, delivery ids seen twice, bad signatures, the latency from the
 warning step (its audit row's time) to the first 2xx at the receiver (and to the first
-attempt, whatever its answer: the outbox read without the retry), and calls per notice.
+attempt, whatever its answer: the notice's way to the worker without the retry), and calls
+per notice. The notices reach the worker through the notice file beside the warehouse and
+its bell (warehouse/notice_outbox.py); the bench counts them from the warehouse's outbox.
 The drains' timing is short (the notice path is what is measured, not a task's checkpoint).
 """
 

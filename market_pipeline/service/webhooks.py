@@ -1,11 +1,14 @@
-"""Drain-warning webhooks: from the warehouse's outbox to each registered receiver.
+"""Drain-warning webhooks: from the drain's outboxes to each registered receiver.
 
 - The drain path writes `drain_warning_outbox` in the transaction of the warning's begin row
-  (warehouse/drain_outbox.py); it never calls a receiver, so a slow or lost receiver cannot
-  hold up a drain.
-- `DeliveryWorker.poll_outbox` copies new outbox rows (past a cursor kept in the key store)
-  into one job per registered webhook of the drain's tenant, cursor and jobs in one SQLite
-  transaction: a row is taken exactly once.
+  (warehouse/drain_outbox.py), and once that commits, the notice file beside the warehouse
+  file (warehouse/notice_outbox.py: SQLite, outside DuckDB's writer lock), whose bell wakes
+  the worker. It never calls a receiver, so a slow or lost receiver cannot hold up a drain.
+- `DeliveryWorker.take_notices` (woken by the bell) and `DeliveryWorker.poll_outbox` (the
+  warehouse's outbox, read when the writer lets go of the file: what a notice file missed)
+  copy new rows (past a cursor per source, kept in the key store) into one job per registered
+  webhook of the drain's tenant, cursor and jobs in one SQLite transaction. A job is keyed by
+  (notice, webhook), so the notice the two sources both hold makes one job.
 - `DeliveryWorker.deliver_due` claims each due job with a compare-and-set on its attempt
   count and records the attempt under a fresh delivery id before the request goes out: a
   delivery id is sent at most once, by one worker, even with two workers running. A failed
@@ -19,12 +22,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import logging
 import random
 import secrets
+import sqlite3
 import threading
 import time
 import urllib.error
@@ -37,10 +42,13 @@ from market_pipeline.config import ServiceConfig
 from market_pipeline.service.gate import GatedWarehouse, WarehouseBusy, file_signature
 from market_pipeline.service.keystore import KeyStore, Webhook
 from market_pipeline.warehouse import WarehouseError
-from market_pipeline.warehouse.drain_outbox import drain_warnings_after
+from market_pipeline.warehouse.drain_outbox import DrainWarning, drain_warnings_after
+from market_pipeline.warehouse.notice_outbox import Bell, NoticeOutbox, notices_path, ring
 
 log = logging.getLogger(__name__)
 CURSOR = "drain_warning_outbox"
+NOTICE_CURSOR = "notices:"  # + the notice file's id
+NOTICE_RETENTION_SECONDS = 7 * 86400  # the warehouse's outbox keeps every warning
 SIGNATURE_HEADER = "X-MP-Signature"
 
 
@@ -121,15 +129,31 @@ class DeliveryWorker:
         self.sender = sender
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webhook")
         self._seen: tuple[int, ...] | None = None
+        self.notices = NoticeOutbox(notices_path(warehouse.path)) if warehouse.lake is None else None
 
-    # -- outbox -> jobs -------------------------------------------------------------------
+    # -- outboxes -> jobs -----------------------------------------------------------------
+    def _cursor(self, name: str) -> int:
+        rows = self.store.read("SELECT outbox_id FROM outbox_cursor WHERE name = ?", (name,))
+        return int(rows[0][0]) if rows else 0
+
+    def take_notices(self) -> int:
+        """New rows of the notice file become jobs; returns the rows taken. Nothing to read
+        before a drain has written the file (the worker never makes it)."""
+        if self.notices is None or not self.notices.path.exists():
+            return 0
+        name = NOTICE_CURSOR + self.notices.file_id()
+        warnings = self.notices.after(self._cursor(name))
+        if warnings:
+            self._add_jobs(warnings, name)
+        return len(warnings)
+
     def poll_outbox(self) -> int:
-        """New outbox rows become jobs; returns the rows taken."""
+        """New rows of the warehouse's outbox become jobs (none for a notice the notice file
+        brought first); returns the rows taken."""
         signature = file_signature(self.warehouse.path)
         if signature == self._seen or not self.warehouse.path.exists():
             return 0  # nothing was written since the last look: no open, no lock taken
-        cursor_rows = self.store.read("SELECT outbox_id FROM outbox_cursor WHERE name = ?", (CURSOR,))
-        cursor = int(cursor_rows[0][0]) if cursor_rows else 0
+        cursor = self._cursor(CURSOR)
         try:
             with self.warehouse.connect(read_only=True) as con:
                 warnings = drain_warnings_after(con, cursor)
@@ -140,8 +164,13 @@ class DeliveryWorker:
             return 0
         if len(warnings) < 500:
             self._seen = signature
-        if not warnings:
-            return 0
+        if warnings:
+            self._add_jobs(warnings, CURSOR)
+        return len(warnings)
+
+    def _add_jobs(self, warnings: list[DrainWarning], cursor: str) -> None:
+        """One pending job per (warning, webhook of its tenant), and the source's cursor past
+        the last warning, in one transaction; a job already there stays as it is."""
         now = self.clock()
         hooks: dict[str, list[Webhook]] = {}
         with self.store.transaction() as con:
@@ -164,9 +193,8 @@ class DeliveryWorker:
             con.execute(
                 "INSERT INTO outbox_cursor (name, outbox_id) VALUES (?, ?)"
                 " ON CONFLICT (name) DO UPDATE SET outbox_id = excluded.outbox_id",
-                (CURSOR, warnings[-1].outbox_id),
+                (cursor, warnings[-1].outbox_id),
             )
-        return len(warnings)
 
     # -- jobs -> receivers ----------------------------------------------------------------
     def _claim(self, notice_id: str, webhook_id: str, attempts: int) -> Attempt | None:
@@ -255,31 +283,59 @@ class DeliveryWorker:
         return min(poll, max(0.01, float(due) - self.clock()))
 
     def run(self, stop: threading.Event) -> None:
-        """Two loops: the outbox poll (its own thread, every `webhook_poll_seconds`; it may wait
-        for the loop's writer to let go of the warehouse file) and the deliveries (here: due
-        jobs as soon as they fall due, woken when the poll adds some), so a retry never waits
-        behind a read of the warehouse."""
+        """Three loops, so none waits behind another:
+        - the notice file (its own thread): read at once when a drain rings the bell (and
+          every `webhook_poll_seconds` besides);
+        - the warehouse's outbox (its own thread, every `webhook_reconcile_seconds`, or every
+          `webhook_poll_seconds` without a notice file): it may wait for the loop's writer to
+          let go of the file;
+        - the deliveries (here): due jobs as soon as they fall due, woken when either source
+          adds some."""
         wake = threading.Event()
+        threads = []
 
-        def poll_loop() -> None:
+        def loop(name: str, step: Callable[[], int], pause: Callable[[float], object], every: float) -> None:
             while not stop.is_set():
                 try:
-                    if self.poll_outbox():
+                    if step():
                         wake.set()
-                except Exception:  # a poller that dies silently would lose notices: log, go on
-                    log.exception("webhook outbox poll failed")
-                stop.wait(self.settings.webhook_poll_seconds)
+                except Exception:  # a reader that dies silently would lose notices: log, go on
+                    log.exception("webhook %s failed", name)
+                pause(every)
+            wake.set()  # stopping: the deliveries' wait ends now,
+            if self.notices is not None:
+                ring(self.notices.path)  # and so does the bell's (stop.wait ends the outbox read's)
 
-        poller = threading.Thread(target=poll_loop, name="webhook-outbox", daemon=True)
-        poller.start()
+        poll = self.settings.webhook_poll_seconds
+        bell = None
+        if self.notices is not None:
+            with contextlib.suppress(OSError, sqlite3.Error):
+                if self.notices.path.exists():
+                    self.notices.prune(NOTICE_RETENTION_SECONDS)
+            bell = Bell(self.notices.path)
+            threads.append(("notice file", self.take_notices, bell.wait, poll))
+            threads.append(
+                ("outbox read", self.poll_outbox, stop.wait, self.settings.webhook_reconcile_seconds)
+            )
+        else:
+            threads.append(("outbox read", self.poll_outbox, stop.wait, poll))
+        started = [
+            threading.Thread(target=loop, args=spec, name=f"webhook-{spec[0].replace(' ', '-')}", daemon=True)
+            for spec in threads
+        ]
+        for thread in started:
+            thread.start()
         while not stop.is_set():
-            wake.clear()  # a poll that adds jobs from here on cuts the wait below short
-            wait = self.settings.webhook_poll_seconds
+            wake.clear()  # a source that adds jobs from here on cuts the wait below short
+            wait = poll
             try:
                 self.deliver_due()
                 wait = self.next_wait()
             except Exception:  # as above: log and go on
                 log.exception("webhook delivery step failed")
             wake.wait(wait)
-        poller.join(timeout=self.settings.read_retry_seconds + 5)
+        for thread in started:
+            thread.join(timeout=self.settings.read_retry_seconds + 5)
+        if bell is not None:
+            bell.close()
         self.pool.shutdown(wait=True)

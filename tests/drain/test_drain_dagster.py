@@ -11,6 +11,7 @@ from drain_testkit import make_task
 
 from assets.drain import drain_requests
 from assets.resources import FleetAdapterResource, WarehouseResource
+from assets.tags import TICK_TAG
 from market_pipeline.action_batches import batch_id_for, batch_rows, carry_out, result_for
 from market_pipeline.config import load_config
 from market_pipeline.drain.limits import DrainReason
@@ -108,6 +109,7 @@ def test_drain_sensor_launches_one_run_per_tick_and_has_no_side_effect(tmp_path,
     assert [r.run_key for r in first] == [r.run_key for r in second] == [batch, batch_id_for("drain", later)]
     assert first[0].tags["drain/batch_id"] == batch and first[0].tags["drain/decisions"] == "2"
     assert first[0].tags["drain/tick"] == tick.isoformat()
+    assert first[0].tags[TICK_TAG] == tick.isoformat()  # the tag every loop run carries: joins to its tick
     assert warehouse.query("SELECT * FROM decisions ORDER BY decision_id").equals(before)
     warehouse.execute(
         "UPDATE decisions SET executed_at = now(), outcome = 'terminated' "

@@ -112,3 +112,81 @@ def test_down_without_a_dagster_home_says_so(home, monkeypatch, capsys):
     monkeypatch.setenv("DAGSTER_HOME", home)
     assert live_control.main(["resume"]) == 2
     assert "DAGSTER_HOME" in capsys.readouterr().err
+
+
+def _instigator(name: str, kind: str, status, cursor: str | None = None):  # noqa: ANN001, ANN202
+    """A schedule's or sensor's stored state, as the daemon keeps it for a code location."""
+    from dagster._core.definitions.run_request import InstigatorType
+    from dagster._core.remote_origin import (
+        InProcessCodeLocationOrigin,
+        LoadableTargetOrigin,
+        RemoteInstigatorOrigin,
+        RemoteRepositoryOrigin,
+    )
+    from dagster._core.scheduler.instigation import (
+        InstigatorState,
+        ScheduleInstigatorData,
+        SensorInstigatorData,
+    )
+
+    location = InProcessCodeLocationOrigin(
+        LoadableTargetOrigin(python_file=__file__), location_name="market_pipeline"
+    )
+    repository = RemoteRepositoryOrigin(code_location_origin=location, repository_name="__repository__")
+    origin = RemoteInstigatorOrigin(repository_origin=repository, instigator_name=name)
+    if kind == "schedule":
+        data = ScheduleInstigatorData(cron_schedule="0 * * * *")
+        return InstigatorState(origin, InstigatorType.SCHEDULE, status, data)
+    return InstigatorState(origin, InstigatorType.SENSOR, status, SensorInstigatorData(cursor=cursor))
+
+
+def test_resume_puts_back_what_down_stopped_and_nothing_else(tmp_path, monkeypatch, capsys):
+    """`make up` runs `python -m sensors.live_control resume` before `dagster dev` starts: the
+    schedules and sensors `down` stopped go back to their status in code (a sensor keeps its
+    cursor); one an operator stopped by hand stays stopped; one gone from the code since is
+    skipped; the record of what `down` stopped is used once."""
+    from dagster import DagsterInstance
+    from dagster._core.remote_representation.handle import CompoundID
+    from dagster._core.scheduler.instigation import InstigatorStatus
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    states = {
+        "tick": _instigator("tick", "schedule", InstigatorStatus.STOPPED),
+        "drain": _instigator(
+            "drain", "sensor", InstigatorStatus.STOPPED, cursor="drain@2026-12-04T17:00:00+00:00"
+        ),
+        "by_hand": _instigator("by_hand", "schedule", InstigatorStatus.STOPPED),
+    }
+    gone = _instigator("gone", "schedule", InstigatorStatus.STOPPED)  # in the record, not stored
+    ids = {
+        name: CompoundID(
+            remote_origin_id=state.instigator_origin_id, selector_id=state.selector_id
+        ).to_string()
+        for name, state in {**states, "gone": gone}.items()
+    }
+    with DagsterInstance.get() as instance:
+        for state in states.values():
+            instance.add_instigator_state(state)
+    record = [
+        {"kind": "schedule", "name": "tick", "id": ids["tick"]},
+        {"kind": "sensor", "name": "drain", "id": ids["drain"]},
+        {"kind": "schedule", "name": "gone", "id": ids["gone"]},
+    ]
+    (tmp_path / live_control.STOPPED_FILE).write_text(json.dumps(record))
+
+    assert live_control.main(["resume"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"resumed": ["schedule tick", "sensor drain"]}
+    assert not (tmp_path / live_control.STOPPED_FILE).exists()
+    with DagsterInstance.get() as instance:
+        stored = {
+            name: instance.get_instigator_state(state.instigator_origin_id, state.selector_id)
+            for name, state in states.items()
+        }
+    assert stored["tick"].status == InstigatorStatus.DECLARED_IN_CODE
+    assert stored["drain"].status == InstigatorStatus.DECLARED_IN_CODE
+    assert stored["drain"].instigator_data.cursor == "drain@2026-12-04T17:00:00+00:00"
+    assert stored["by_hand"].status == InstigatorStatus.STOPPED
+
+    # a second `make up` (nothing recorded) changes nothing
+    assert live_control.main(["resume"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"resumed": []}

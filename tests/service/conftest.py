@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 from filelock import FileLock
-from service_testkit import ACME, BLUE, build_service_warehouse, start_server
+from service_harness.kit import ACME, BLUE, build_service_warehouse, start_server
 
 from market_pipeline.config import MarketPipelineConfig, load_config
 from market_pipeline.service.context import ServiceContext

@@ -8,7 +8,7 @@ import shutil
 import time
 
 import pytest
-from service_testkit import A100, ACME, BLUE, call
+from service_harness.kit import A100, ACME, BLUE, call
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(

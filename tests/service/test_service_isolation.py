@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from service_testkit import ACME, BLUE, call
+from service_harness.kit import ACME, BLUE, call
 
 OTHERS = (BLUE, "cobalt-labs", "delta-vision", f"drain-{BLUE}", f"task-{BLUE}")
 ME_ENDPOINTS = (

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from service_testkit import A100, call
+from service_harness.kit import A100, call
 
 import market_pipeline.service as service_package
 

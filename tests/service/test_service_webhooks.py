@@ -14,14 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
-from service_testkit import ACME, BLUE, Receiver, call, start_server
+from service_harness.kit import ACME, BLUE, Receiver, call, start_server
 
 from market_pipeline.service.context import ServiceContext
 from market_pipeline.service.webhooks import verify
 from market_pipeline.warehouse import open_warehouse
+from market_pipeline.warehouse.notice_outbox import NoticeOutbox, notices_path
 
 DRAINS = int(os.environ.get("MP_TEST_WEBHOOK_DRAINS", "20"))
-BURST = Path(__file__).with_name("drain_burst.py")
+BURST = Path(__file__).parent / "service_harness" / "drain_burst.py"
 
 
 def test_drain_warnings_reach_receivers_signed_once_per_delivery_id(service_config, tmp_path):
@@ -73,6 +74,8 @@ def test_drain_warnings_reach_receivers_signed_once_per_delivery_id(service_conf
             ).to_dicts()
         }
         assert len(outbox) == DRAINS
+        # each drain put its warning in the notice file beside the warehouse too (the fast path)
+        assert {w.drain_id for w in NoticeOutbox(notices_path(warehouse.path)).after(0)} == set(outbox)
         latencies, seen_ids = [], set()
         for receiver, hook, tenant in ((flaky, acme_hook, ACME), (steady, blue_hook, BLUE)):
             got: dict[str, float] = {}
@@ -130,7 +133,12 @@ def test_a_lost_receiver_holds_up_no_drain(service_config, tmp_path):
     config = service_config.model_copy(
         update={
             "service": service_config.service.model_copy(
-                update={"store_path": str(tmp_path / "s.sqlite"), "webhook_poll_seconds": 0.05}
+                # attempts enough that no job gives up however long the loaded machine takes
+                update={
+                    "store_path": str(tmp_path / "s.sqlite"),
+                    "webhook_poll_seconds": 0.05,
+                    "webhook_max_attempts": 100,
+                }
             )
         }
     )

@@ -2,7 +2,7 @@
 connection per drain) against the scripted fleet double, on the wall clock. Run as its
 own process, the way the loop's drain job writes the warehouse beside the service:
 
-    python tests/service/drain_burst.py WAREHOUSE N GAP_SECONDS TENANT [TENANT...]
+    python tests/service/service_harness/drain_burst.py WAREHOUSE N GAP_SECONDS TENANT [TENANT...]
 
 Prints one JSON line: drains run and seconds taken."""
 
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "drain"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "drain"))
 
 from drain_testkit import FakeFleetAdapter, make_task, node  # noqa: E402
 

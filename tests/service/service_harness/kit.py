@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import uvicorn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "billing"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "billing"))
 
 from billing_testkit import A10, A100, H800, HOURS, T0, build_scenario, rate_hours, scenario  # noqa: E402
 
