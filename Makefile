@@ -182,7 +182,9 @@ export CLUSTER_ENV := PATH=$(abspath $(VENV))/bin:$(PATH) MARKET_PIPELINE_HOME=$
 cluster-up: $(VENV)/.installed
 	@mkdir -p $(CLUSTER_HOME)/dagster_home $(CLUSTER_HOME)/lake
 	@cp market_pipeline/defaults/dagster.cluster.yaml $(CLUSTER_HOME)/dagster_home/dagster.yaml
-	@printf 'execution:\n  config:\n    broker: "%s"\n    backend: "rpc://"\n' '$(CELERY_BROKER)' > $(CLUSTER_HOME)/celery.yaml
+	@env $(CLUSTER_ENV) $(PY) -c "import json; from market_pipeline.config import load_config; \
+		print(json.dumps({'execution': {'config': load_config().orchestration.celery_executor_config()}}))" \
+		> $(CLUSTER_HOME)/celery.yaml
 	@$(PY) -c "import psycopg2, sys; c = psycopg2.connect('$(CLUSTER_PG)/test', connect_timeout=5); \
 		c.autocommit = True; cur = c.cursor(); \
 		[cur.execute('CREATE DATABASE ' + d) for d in sys.argv[1:] \
