@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).with_name("celery_batch_job.py")
 BROKER = "pyamqp://guest@127.0.0.1:5672//"
-DECISIONS = [f"s{i:02d}" for i in range(40)]
+DECISIONS = [f"s{i:02d}" for i in range(50)]
 NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)  # the tick of celery_batch_job.py
 
 
