@@ -38,6 +38,7 @@ from market_pipeline.warehouse.schema import (
 )
 
 LOCK_RETRY_SECONDS = 60.0
+WRITE_LOCK_WAIT_SECONDS = 300.0  # a lake writer waits this long for another writer of its table
 T = TypeVar("T")
 _HELD = threading.local()  # the lake write locks this thread holds (a nested take is a no-op)
 
@@ -148,7 +149,7 @@ class Warehouse:
         locks = ControlStore(self.lake.catalog)
         with contextlib.ExitStack() as stack:
             for name in names:
-                stack.enter_context(locks.lock(name, LOCK_RETRY_SECONDS))
+                stack.enter_context(locks.lock(name, WRITE_LOCK_WAIT_SECONDS))
                 held.add(name)
                 stack.callback(held.discard, name)
             yield
