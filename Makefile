@@ -182,7 +182,10 @@ export CLUSTER_ENV := PATH=$(abspath $(VENV))/bin:$(PATH) MARKET_PIPELINE_HOME=$
 cluster-up: $(VENV)/.installed
 	@mkdir -p $(CLUSTER_HOME)/dagster_home $(CLUSTER_HOME)/lake
 	@cp market_pipeline/defaults/dagster.cluster.yaml $(CLUSTER_HOME)/dagster_home/dagster.yaml
-	@printf 'execution:\n  config:\n    broker: "%s"\n    backend: "rpc://"\n' '$(CELERY_BROKER)' > $(CLUSTER_HOME)/celery.yaml
+	@env $(CLUSTER_ENV) $(PY) -c "import json, sys; from market_pipeline.config import load_config; \
+		o = load_config().orchestration; \
+		open(sys.argv[1], 'w').write(json.dumps({'execution': {'config': o.celery_executor_config()}})); \
+		open(sys.argv[2], 'w').write(o.celery_queue)" $(CLUSTER_HOME)/celery.yaml $(CLUSTER_HOME)/celery.queue
 	@$(PY) -c "import psycopg2, sys; c = psycopg2.connect('$(CLUSTER_PG)/test', connect_timeout=5); \
 		c.autocommit = True; cur = c.cursor(); \
 		[cur.execute('CREATE DATABASE ' + d) for d in sys.argv[1:] \
@@ -197,7 +200,7 @@ cluster-up: $(VENV)/.installed
 	start webserver $(abspath $(VENV))/bin/dagster-webserver -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(CLUSTER_PORT); \
 	start daemon $(abspath $(VENV))/bin/dagster-daemon run -w $(CURDIR)/workspace.yaml; \
 	for i in $$(seq $(CLUSTER_WORKERS)); do start worker$$i env PYTHONPATH=$(CURDIR) $(abspath $(VENV))/bin/dagster-celery worker start \
-		-A dagster_celery.app -y $(CLUSTER_HOME)/celery.yaml -n worker$$i; done; \
+		-A dagster_celery.app -y $(CLUSTER_HOME)/celery.yaml -n worker$$i -q $$(cat $(CLUSTER_HOME)/celery.queue); done; \
 	echo "cluster profile up: http://127.0.0.1:$(CLUSTER_PORT); make cluster-down stops it"
 
 # Each process group gets SIGTERM, then SIGKILL if it is still there 30 s later.

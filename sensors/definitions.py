@@ -49,9 +49,7 @@ def executor_for(config: MarketPipelineConfig) -> dg.ExecutorDefinition:
         return dg.in_process_executor
     from dagster_celery import celery_executor
 
-    return celery_executor.configured(
-        {"broker": config.orchestration.celery_broker, "backend": config.orchestration.celery_backend}
-    )
+    return celery_executor.configured(config.orchestration.celery_executor_config())
 
 
 def build_definitions() -> dg.Definitions:

@@ -39,6 +39,8 @@ PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 EXECUTED = frozenset({"ok", "failed", "error", "infeasible", "running", "aborted"})  # the adapter was asked
 LOCK_WORDS = ("could not set lock", "conflicting lock", "database is locked", "stayed locked", "lock on file")
 BATCH_JOBS = ("drain_job", "scaling_actions_job")
+CELERY_WORKERS = 2  # on the cluster profile (`[orchestration] executor = "celery"`)
+REPO = Path(__file__).resolve().parents[1]
 INSTANCE_YAML = """storage:
   postgres:
     postgres_url: "{url}"
@@ -109,10 +111,84 @@ def run_soak(
         (dagster_home / "dagster.yaml").write_text(INSTANCE_YAML.format(url=url, pools=pools))
         from market_pipeline.billing.dbt_project import environment_overrides
 
-        with environment_overrides({"MARKET_PIPELINE_HOME": home, "DAGSTER_HOME": str(dagster_home)}):
-            return _soak(
-                minutes, min_steps, dagster_home, logger or logging.getLogger("market_pipeline.soak")
+        celery = load_config().orchestration.executor == "celery"
+        queue = f"mp_soak_{uuid.uuid4().hex[:8]}" if celery else ""
+        overrides = {"MARKET_PIPELINE_HOME": home, "DAGSTER_HOME": str(dagster_home)}
+        with environment_overrides(
+            {**overrides, **({"MP__ORCHESTRATION__CELERY_QUEUE": queue} if celery else {})}
+        ):
+            with celery_workers(CELERY_WORKERS if celery else 0, dagster_home):
+                return _soak(
+                    minutes, min_steps, dagster_home, logger or logging.getLogger("market_pipeline.soak")
+                )
+
+
+@contextmanager
+def celery_workers(count: int, dagster_home: Path) -> Iterator[None]:
+    """On the cluster profile, `count` dagster-celery workers as `make cluster-up` starts them,
+    on the configured queue (the soak's own: no other worker on the broker takes its steps),
+    each its own process group, killed afterwards. They get this process's environment (the
+    soak's home and Dagster home, the profile's MP__* settings)."""
+    if count == 0:
+        yield
+        return
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from market_pipeline.config import load_config
+
+    orchestration = load_config().orchestration
+    config = dagster_home / "celery.yaml"
+    config.write_text(json.dumps({"execution": {"config": orchestration.celery_executor_config()}}))
+    bin_dir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(REPO),
+    }
+    workers = []
+    try:
+        for i in range(count):
+            log = dagster_home / f"worker{i}.log"
+            workers.append(
+                (
+                    log,
+                    subprocess.Popen(
+                        [
+                            str(bin_dir / "dagster-celery"),
+                            "worker",
+                            "start",
+                            "-A",
+                            "dagster_celery.app",
+                            "-y",
+                            str(config),
+                            "-n",
+                            f"soak{i}",
+                            "-q",
+                            orchestration.celery_queue,
+                        ],
+                        cwd=REPO,
+                        env=env,
+                        stdout=log.open("w"),
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    ),  # fmt: skip
+                )
             )
+            deadline = time.monotonic() + 300  # one at a time: they share the Dagster home
+            while " ready." not in log.read_text():
+                if workers[-1][1].poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"celery worker {i} did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.2)
+        yield
+    finally:
+        for _log, proc in workers:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
 
 
 def _soak(minutes: float, min_steps: int, dagster_home: Path, logger: logging.Logger) -> SoakResult:

@@ -68,6 +68,24 @@ class OrchestrationConfig(_Strict):
     executor: Literal["in_process", "celery"] = "in_process"
     celery_broker: str = "pyamqp://guest@127.0.0.1:5672//"
     celery_backend: str = "rpc://"
+    # the queue the steps go to (workers started with `-q <queue>` when it is not `dagster`)
+    celery_queue: str = Field("dagster", pattern=r"^[A-Za-z0-9_.-]+$")
+
+    def celery_executor_config(self) -> dict[str, object]:
+        """The dagster-celery executor's config: a run's `execution: config:` block, and what a
+        worker's YAML carries under it. A worker acknowledges a step's message when the step
+        ends, not when it takes it (`task_acks_late`), and gives it back if its process dies
+        (`task_reject_on_worker_lost`): a worker killed mid-step leaves the step with the
+        broker, which hands it to another worker, and the run resumes there."""
+        return {
+            "broker": self.celery_broker,
+            "backend": self.celery_backend,
+            "config_source": {
+                "task_acks_late": True,
+                "task_reject_on_worker_lost": True,
+                "task_default_queue": self.celery_queue,
+            },
+        }
 
 
 class AdapterConfig(_Strict):

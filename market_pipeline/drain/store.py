@@ -123,7 +123,7 @@ class WarehouseAuditStore:
             rows = control.drain_steps(transition.drain_id)
             self._mirror([transition_from_dict(row) for row in rows])
             return
-        with self._connect() as con:
+        with self._mirror_lock(), self._connect() as con:
             con.execute("BEGIN")
             try:
                 if self.warehouse.lake is not None and _seq_taken(con, transition):
@@ -180,8 +180,18 @@ class WarehouseAuditStore:
                         exc, f"mirroring drain {history[0].drain_id} into drain_audit failed"
                     )
 
-        self.warehouse.retrying(write)
+        with self._mirror_lock():
+            self.warehouse.retrying(write)
         self._notify(warnings)
+
+    def _mirror_lock(self) -> contextlib.AbstractContextManager[None]:
+        """On a lake, one writer at a time of the drain's tables: the outbox's id is one past the
+        largest, so two drains warning at once must not both take it, and the ids must be in
+        commit order (the webhook worker reads past the last id it saw). A caller's connection
+        is its own transaction."""
+        if self._connection is not None:
+            return contextlib.nullcontext()
+        return self.warehouse.write_lock("drain_audit", "drain_warning_outbox", "drain_billing_events")
 
     def open_drain_ids(self, task_id: str) -> list[str]:
         control = self.warehouse.control

@@ -48,6 +48,12 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     scale.add_argument(
         "--schema-prefix", default="bench_scale", help="the scratch schemas' prefix (dropped afterwards)"
     )
+    scale.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="runs of each count, alternating; the median is kept (default 1)",
+    )
     scale.add_argument("--json", action="store_true", help="print one JSON object (the default)")
     scale.set_defaults(handler=run_bench_scale)
 
@@ -88,6 +94,8 @@ def run_bench_scale(args: argparse.Namespace) -> int:
         return input_error(f"--workers must be comma-separated counts, got {args.workers!r}")
     if not workers or not all(1 <= w <= 16 for w in workers):
         return input_error(f"--workers must be counts in 1..16, got {args.workers!r}")
+    if not 1 <= args.rounds <= 20:
+        return input_error(f"--rounds must be in 1..20, got {args.rounds}")
     if not (1 <= args.batches <= 10_000 and 1 <= args.per_batch <= 10_000):
         return input_error("--batches and --per-batch must be in 1..10000")
     if not (math.isfinite(args.act_ms) and 0 <= args.act_ms <= 10_000):
@@ -102,7 +110,9 @@ def run_bench_scale(args: argparse.Namespace) -> int:
         return input_error("bench scale needs a control PostgreSQL: set [control] url or pass --control-url")
     if not args.schema_prefix.replace("_", "").isalnum() or args.schema_prefix[0].isdigit():
         return input_error(f"--schema-prefix must be letters, digits and _, got {args.schema_prefix!r}")
-    settings = ScaleBenchSettings(url, workers, args.batches, args.per_batch, args.act_ms, args.schema_prefix)
+    settings = ScaleBenchSettings(
+        url, workers, args.batches, args.per_batch, args.act_ms, args.schema_prefix, rounds=args.rounds
+    )
     try:
         result = run_scale_bench(settings)
     except WarehouseError as exc:

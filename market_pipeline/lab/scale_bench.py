@@ -18,6 +18,7 @@ control PostgreSQL, dropped afterwards.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 import uuid
 from collections import Counter
@@ -38,6 +39,7 @@ class ScaleBenchSettings:
     per_batch: int = 25
     act_ms: float = 20.0
     schema_prefix: str = "bench_scale"
+    rounds: int = 1  # each count this many times, counts alternating (1, 2, 1, 2, ...)
 
 
 def _worker(url: str, schema: str, settings: ScaleBenchSettings, run_id: str, ready: Any, out: Any) -> None:
@@ -110,14 +112,27 @@ def _one_count(settings: ScaleBenchSettings, count: int) -> dict[str, Any]:
 
 
 def run_scale_bench(settings: ScaleBenchSettings) -> dict[str, Any]:
+    """Each count `rounds` times, the counts alternating, so a machine whose load drifts during
+    the run weighs on every count alike; each count's run of median rate is reported, with
+    every round's rate and the load average before and after (a shared machine's other work
+    takes the cores the workers wait for)."""
     counts = sorted(set(settings.workers) | {1})
-    runs = {str(n): _one_count(settings, n) for n in counts}
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    rounds: dict[str, list[dict[str, Any]]] = {str(n): [] for n in counts}
+    for _ in range(settings.rounds):
+        for n in counts:
+            rounds[str(n)].append(_one_count(settings, n))
+    runs = {
+        n: sorted(done, key=lambda r: r["decisions_per_hour"])[len(done) // 2] for n, done in rounds.items()
+    }
     base = runs["1"]["decisions_per_hour"]
     speedups = {n: round(r["decisions_per_hour"] / base, 3) for n, r in runs.items() if n != "1"}
     return {
         "bench": "scale",
         "measures": "control-state claims, journal and outcomes by N worker processes (not the whole tick)",
         "act_ms": settings.act_ms,
+        "load_average": {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]},
+        "rounds": {n: [r["decisions_per_hour"] for r in done] for n, done in rounds.items()},
         "runs": runs,
         "speedup_over_1": speedups,
         "target_speedup_2": TARGET_SPEEDUP,

@@ -94,7 +94,8 @@ def ingest_samples(
     samples = localize_naive(coerce_samples(frame, where), policy.naive_timezone)
     screening = screen(samples, policy)
     hours = _row_hours(samples, screening, policy, fallback_time)
-    with warehouse.connect() as con:
+    # on a lake: the only ingest at a time (its id is one past the largest, and its rewrites keyed)
+    with warehouse.write_lock(CLEAN_TABLE, QUARANTINE_TABLE, LEDGER_TABLE), warehouse.connect() as con:
         con.execute("SET TimeZone = 'UTC'")
         con.execute("SET enable_progress_bar = false")  # stderr belongs to the caller
         ingest_id = warehouse.next_id(con, "telemetry_ingest_seq")

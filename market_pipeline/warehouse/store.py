@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -37,7 +38,9 @@ from market_pipeline.warehouse.schema import (
 )
 
 LOCK_RETRY_SECONDS = 60.0
+WRITE_LOCK_WAIT_SECONDS = 300.0  # a lake writer waits this long for another writer of its table
 T = TypeVar("T")
+_HELD = threading.local()  # the lake write locks this thread holds (a nested take is a no-op)
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,27 @@ class Warehouse:
         finally:
             cursor.close()
 
+    @contextlib.contextmanager
+    def write_lock(self, *tables: str) -> Iterator[None]:
+        """On a lake, the block is the only writer of `tables` (on any machine): it holds a
+        PostgreSQL advisory lock `lake:<table>` per table on the lake's catalog, taken in name
+        order, dropped by the server if this process dies. A lake has no primary key, and two
+        transactions that add one key both commit (a replace of a key with no rows yet deletes
+        nothing, so nothing conflicts): writers of a keyed table take turns instead. A DuckDB
+        file has one writer already: nothing to hold."""
+        held: set[str] = _HELD.__dict__.setdefault("names", set())
+        names = sorted({f"lake:{table}" for table in tables} - held)
+        if self.lake is None or not names:
+            yield
+            return
+        locks = ControlStore(self.lake.catalog)
+        with contextlib.ExitStack() as stack:
+            for name in names:
+                stack.enter_context(locks.lock(name, WRITE_LOCK_WAIT_SECONDS))
+                held.add(name)
+                stack.callback(held.discard, name)
+            yield
+
     def retrying(self, operation: Callable[[], T]) -> T:
         """Run `operation` (one whole transaction), again while a lake's commit loses to a
         concurrent writer ("Transaction conflict"); a DuckDB file runs it once."""
@@ -217,7 +241,8 @@ class Warehouse:
         self, table: str, where_sql: str, params: Sequence[object], frame: pl.DataFrame | pa.Table
     ) -> int:
         """Atomically delete the rows matching `where_sql` and append `frame` (idempotent rewrite)."""
-        return self.retrying(lambda: self._replace_where(table, where_sql, params, frame))
+        with self.write_lock(table):
+            return self.retrying(lambda: self._replace_where(table, where_sql, params, frame))
 
     def _replace_where(
         self, table: str, where_sql: str, params: Sequence[object], frame: pl.DataFrame | pa.Table
@@ -243,9 +268,10 @@ class Warehouse:
         On a lake, a transaction that loses to a concurrent writer is retried when this call
         owns the connection (a caller's `con` retries its own whole transaction).
         """
-        if con is not None:
-            return self._rewrite_tables(rewrites, con)
-        return self.retrying(lambda: self._rewrite_tables(rewrites, None))
+        with self.write_lock(*(step.table for step in rewrites)):  # a caller's `con`: taken before it
+            if con is not None:
+                return self._rewrite_tables(rewrites, con)
+            return self.retrying(lambda: self._rewrite_tables(rewrites, None))
 
     def _rewrite_tables(
         self, rewrites: Sequence["TableRewrite"], con: duckdb.DuckDBPyConnection | None
@@ -290,7 +316,8 @@ class Warehouse:
                     con.unregister("_incoming")
             return arrow.num_rows
 
-        return self.retrying(write)
+        with self.write_lock(table):
+            return self.retrying(write)
 
     def insert_new(
         self,

@@ -32,6 +32,12 @@ def test_the_cluster_profile_sends_steps_to_celery_with_the_configured_broker():
     assert executor.name == "celery"
     resolved = executor.config_schema.resolve_config({}).value["config"]
     assert resolved["broker"] == "redis://127.0.0.1:6379/0" and resolved["backend"] == "rpc://"
+    # a step's message stays with the broker until the step ends (a dead worker's goes to another)
+    assert resolved["config_source"] == {
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_default_queue": "dagster",
+    }
 
 
 def test_a_lake_without_its_catalog_is_one_clear_error():

@@ -108,10 +108,14 @@ def test_postgres_restarted_mid_stream_loses_and_doubles_nothing(private_postgre
     control.migrate()
     ids = [f"d{i:03d}" for i in range(120)]
     errors: list[BaseException] = []
+    paused, resume = threading.Event(), threading.Event()
 
     def stream() -> None:
         try:
             for i, decision in enumerate(ids):
+                if i == 40:  # mid-way, its connection open: the server restarts under it
+                    paused.set()
+                    resume.wait(120)
                 assert control.claim([decision], "b@t", "run-1", NOW, ["run-1"]) == {decision}
                 control.record_outcomes([(decision, f"ok: {i}")], NOW)
                 control.append_step(
@@ -129,11 +133,13 @@ def test_postgres_restarted_mid_stream_loses_and_doubles_nothing(private_postgre
 
     worker = threading.Thread(target=stream)
     worker.start()
-    time.sleep(0.4)
+    assert paused.wait(120), errors
     private_postgres.ctl(
         "-m", "fast", "-l", str(private_postgres.data / "log"), "restart"
     )  # the stream is mid-way: its connection breaks
+    resume.set()
     worker.join(120)
+    assert not worker.is_alive()
     assert not errors, errors
     held = control.claims(ids)
     assert sorted(held) == ids

@@ -102,3 +102,71 @@ def test_two_runs_claiming_one_batch_take_each_decision_once(lake: Lake, tmp_pat
     assert set(taken["run-a"]) | set(taken["run-b"]) == set(ids)
     holders = dict(store.query("SELECT claimed_by, count(*) AS n FROM decisions GROUP BY 1").rows())
     assert holders == {run: len(ids) for run, ids in taken.items() if ids}
+
+
+def _prices(effective_from: dt.datetime, writer: str) -> pl.DataFrame:
+    pools = ["p1", "p2", "p3"]
+    return pl.DataFrame(
+        {
+            "effective_from": [effective_from] * len(pools),
+            "pool_id": pools,
+            "gpu_model": ["H100"] * len(pools),
+            "zone": ["z"] * len(pools),
+            "resource_class": ["on_demand"] * len(pools),
+            "price_per_gpu_hour": [2.0 if writer == "a" else 3.0] * len(pools),
+            "solve_id": [f"solve-{writer}"] * len(pools),
+            "source": ["solver"] * len(pools),
+        },
+        schema_overrides={"effective_from": pl.Datetime("us", "UTC")},
+    )
+
+
+def _publish_ticks(lake: Lake, writer: str, start) -> None:  # noqa: ANN001 - a Barrier
+    """Publish the price book of ROUNDS ticks, racing the other writer on each tick's key."""
+    from market_pipeline.warehouse.writers import publish_prices
+
+    store = open_warehouse(Path("unused.duckdb"), migrate=False, lake=lake)
+    store.query("SELECT 1")
+    start.wait(timeout=120)
+    for round_ in range(ROUNDS):
+        publish_prices(store, _prices(T0 + dt.timedelta(minutes=5 * round_), writer))
+
+
+def test_two_runs_publishing_one_ticks_prices_leave_one_price_per_key(lake: Lake, tmp_path: Path):
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
+    _run_both(_publish_ticks, (lake, "a"), (lake, "b"))
+    per_key = store.query(
+        "SELECT effective_from, pool_id, resource_class, count(*) AS n, count(DISTINCT solve_id) AS solves "
+        "FROM price_book GROUP BY ALL ORDER BY ALL"
+    )
+    assert per_key.height == ROUNDS * 3
+    assert per_key["n"].to_list() == [1] * per_key.height, per_key
+
+
+def _warn_drains(lake: Lake, writer: str, start) -> None:  # noqa: ANN001 - a Barrier
+    """ROUNDS drains of this writer's own, each requested then warned: a warning adds its row
+    to the outbox, racing the other writer's warnings for the next outbox id."""
+    from market_pipeline.guardrails.task_drain_protocol import DrainState, DrainTransition, Phase
+    from market_pipeline.guardrails.task_drain_store import WarehouseAuditStore
+
+    store = open_warehouse(Path("unused.duckdb"), migrate=False, lake=lake)
+    audit = WarehouseAuditStore(store)
+    store.query("SELECT 1")
+    start.wait(timeout=120)
+    for round_ in range(ROUNDS):
+        drain, task = f"{writer}-{round_}", f"task-{writer}-{round_}"
+        requested = {"task": {"task_id": task, "tenant_id": "t1"}, "reasons": ["under_used"]}
+        audit.append(
+            DrainTransition(drain, 0, DrainState.REQUESTED, Phase.ONLY, T0, task, "n1", "t1", requested)
+        )
+        warned = {"notice_seconds": 30.0}
+        audit.append(DrainTransition(drain, 1, DrainState.WARNED, Phase.BEGIN, T0, task, "n1", "t1", warned))
+
+
+def test_two_workers_warning_at_once_give_each_warning_its_own_outbox_id(lake: Lake, tmp_path: Path):
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
+    _run_both(_warn_drains, (lake, "a"), (lake, "b"))
+    outbox = store.query("SELECT outbox_id, drain_id FROM drain_warning_outbox ORDER BY outbox_id")
+    drains = sorted(f"{w}-{r}" for w in "ab" for r in range(ROUNDS))
+    assert sorted(outbox["drain_id"].to_list()) == drains  # each warning once
+    assert outbox["outbox_id"].to_list() == list(range(1, len(drains) + 1))  # no id taken twice
