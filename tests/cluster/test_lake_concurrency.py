@@ -146,8 +146,8 @@ def test_two_runs_publishing_one_ticks_prices_leave_one_price_per_key(lake: Lake
 def _warn_drains(lake: Lake, writer: str, start) -> None:  # noqa: ANN001 - a Barrier
     """ROUNDS drains of this writer's own, each requested then warned: a warning adds its row
     to the outbox, racing the other writer's warnings for the next outbox id."""
-    from market_pipeline.guardrails.task_drain_protocol import DrainState, DrainTransition, Phase
-    from market_pipeline.guardrails.task_drain_store import WarehouseAuditStore
+    from market_pipeline.drain.protocol import DrainState, DrainTransition, Phase
+    from market_pipeline.drain.store import WarehouseAuditStore
 
     store = open_warehouse(Path("unused.duckdb"), migrate=False, lake=lake)
     audit = WarehouseAuditStore(store)
