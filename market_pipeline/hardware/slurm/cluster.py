@@ -268,7 +268,7 @@ class LocalCluster:
             raise ClusterError(
                 f"Slurm is not installed (missing {', '.join(missing)}): "
                 "apt-get install -y slurmctld slurmd slurm-client munge"
-                + (" slurmdbd mariadb-server" if accounting else "")
+                + (" slurmdbd mariadb-server-core mariadb-client" if accounting else "")
             )
         if self.running():
             raise ClusterError(f"a cluster already runs under {self.home}; `cluster down` first")
