@@ -174,9 +174,11 @@ class LocalCluster:
             "MessageTimeout=5",
             "SlurmctldTimeout=10",
             "SlurmdTimeout=30",
-            *(self._accounting_lines(dbd_port, db_port) if self.spec.accounts else [
-                "AccountingStorageType=accounting_storage/none"
-            ]),
+            *(
+                self._accounting_lines(dbd_port, db_port)
+                if self.spec.accounts
+                else ["AccountingStorageType=accounting_storage/none"]
+            ),
             "JobAcctGatherType=jobacct_gather/none",
             "JobCompType=jobcomp/filetxt",
             f"JobCompLoc={home}/log/jobcomp.txt",
@@ -319,7 +321,9 @@ class LocalCluster:
             "mariadbd",
         )
         self._wait(
-            lambda: self._ok([_binary("mariadb-admin"), "--no-defaults", f"--socket={self.db_socket}", "-uroot", "ping"]),
+            lambda: self._ok(
+                [_binary("mariadb-admin"), "--no-defaults", f"--socket={self.db_socket}", "-uroot", "ping"]
+            ),
             timeout_seconds,
             "mariadbd",
         )
@@ -328,7 +332,9 @@ class LocalCluster:
         self._wait(lambda: self._ok([*sacctmgr, "add", "cluster", "mp"]), timeout_seconds, "slurmdbd")
         accounts = ",".join(self.spec.accounts)
         self._run([*sacctmgr, "add", "account", accounts, "cluster=mp"], "sacctmgr add account")
-        self._run([*sacctmgr, "add", "user", "root", f"account={accounts}", "cluster=mp"], "sacctmgr add user")
+        self._run(
+            [*sacctmgr, "add", "user", "root", f"account={accounts}", "cluster=mp"], "sacctmgr add user"
+        )
 
     def _ok(self, argv: list[str]) -> bool:
         try:
@@ -349,7 +355,9 @@ class LocalCluster:
         """Start a daemon that does not fork itself, detached (its own session)."""
         log = open(self.home / "log" / f"{what}.out", "ab")  # noqa: SIM115 - handed to the child
         try:
-            subprocess.Popen(argv, env=self.env(), stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+            subprocess.Popen(
+                argv, env=self.env(), stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         except OSError as exc:
             raise ClusterError(f"{what} did not start: {exc}") from None
         finally:

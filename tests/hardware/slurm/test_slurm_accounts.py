@@ -101,10 +101,23 @@ def test_per_job_gpu_accounting_in_sacct_agrees_with_the_backends_metering(
         return next((r for r in runs if r.job_id == job), None)
 
     run = wait_for(ended, 60, "slurmdbd's record of the ended job")
-    assert (run.account, run.state, run.gpus, task_id_of(run)) == ("acme-research", "COMPLETED", 2, task.task_id)
+    assert (run.account, run.state, run.gpus, task_id_of(run)) == (
+        "acme-research",
+        "COMPLETED",
+        2,
+        task.task_id,
+    )
     # sacct itself, read apart from the backend's parser: the job's GPU TRES and run time
     line = cluster.client().run(
-        ["sacct", "--noheader", "--parsable2", "--allocations", "--jobs", job, "--format=AllocTRES,ElapsedRaw,Account"]
+        [
+            "sacct",
+            "--noheader",
+            "--parsable2",
+            "--allocations",
+            "--jobs",
+            job,
+            "--format=AllocTRES,ElapsedRaw,Account",
+        ]
     )
     tres, elapsed, account = line.strip().split("|")
     assert "gres/gpu=2" in tres.split(",") and account == "acme-research"
@@ -119,7 +132,9 @@ def test_per_job_gpu_accounting_in_sacct_agrees_with_the_backends_metering(
         meter_window(ours, adapter.task_catalog([task.task_id]), HourWindow(h, h + timedelta(hours=1)), pools)
         for h in hours
     )
-    assert set(intervals["gpu_uuid"]) == set(task.gpu_uuids) and set(intervals["tenant_id"]) == {"acme-research"}
+    assert set(intervals["gpu_uuid"]) == set(task.gpu_uuids) and set(intervals["tenant_id"]) == {
+        "acme-research"
+    }
     metered = sum(
         (r["ended_at"] - r["started_at"]).total_seconds() * float(r["gpu_fraction"])
         for r in intervals.iter_rows(named=True)

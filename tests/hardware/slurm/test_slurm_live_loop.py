@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from decimal import Decimal
+from pathlib import Path
 from typing import TypeVar
 
 import dagster as dg
@@ -169,9 +169,7 @@ def cluster_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Loc
 
 
 @pytest.fixture
-def live(
-    cluster_home: tuple[LocalCluster, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Live:
+def live(cluster_home: tuple[LocalCluster, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Live:
     """The shared cluster with this test's own warehouse, adapter state, Dagster instance and
     loop clock (the suite clears MP__* before each test), so that no test's ticks depend on
     another's or on their order."""
@@ -213,7 +211,10 @@ def run_tick(live: Live) -> None:
         live.runs.append((name, result.success))
         assert result.success, f"{name} failed: {[e.message for e in result.all_events if e.is_failure]}"
 
-    record("fleet", dg.materialize([fleet_inventory], resources=res, instance=live.instance, raise_on_error=False))
+    record(
+        "fleet",
+        dg.materialize([fleet_inventory], resources=res, instance=live.instance, raise_on_error=False),
+    )
     materialize_hour(live, telemetry_samples, datetime.now(UTC), record)
     materialize_hour(live, usage_intervals, CLOCK.now(), record)
     tick = [
@@ -227,7 +228,9 @@ def run_tick(live: Live) -> None:
     selection = [*market_assets, *scaling_assets, *drain_assets]
     record(
         "control_loop",
-        dg.materialize(tick, selection=selection, resources=res, instance=live.instance, raise_on_error=False),
+        dg.materialize(
+            tick, selection=selection, resources=res, instance=live.instance, raise_on_error=False
+        ),
     )
     for sensor, job in ((scaling_sensor, scaling_actions_job), (drain_sensor, drain_job)):
         context = dg.build_sensor_context(instance=live.instance, resources=res)
@@ -253,7 +256,11 @@ def materialize_hour(
     hour = moment.strftime("%Y-%m-%d-%H:00")
     with freeze_time(max(CLOCK.now(), datetime.now(UTC)) + timedelta(hours=1)):
         result = dg.materialize(
-            [asset], partition_key=hour, resources=live.resources, instance=live.instance, raise_on_error=False
+            [asset],
+            partition_key=hour,
+            resources=live.resources,
+            instance=live.instance,
+            raise_on_error=False,
         )
     record(asset.key.path[-1], result)
 
@@ -291,7 +298,9 @@ def seed_steady_demand(live: Live, gpus_by_pool: dict[str, list[tuple[str, str]]
         for pool_id, holders in gpus_by_pool.items()
         for i, (node, tenant) in enumerate(holders)
     ]
-    assert live.warehouse.append("usage_intervals", pl.DataFrame(rows, schema=USAGE_INTERVAL_SCHEMA)) == len(rows)
+    assert live.warehouse.append("usage_intervals", pl.DataFrame(rows, schema=USAGE_INTERVAL_SCHEMA)) == len(
+        rows
+    )
 
 
 def test_the_loop_runs_live_on_slurm_and_drains_a_scaled_down_node_through_the_guardrail(live: Live) -> None:
@@ -369,7 +378,9 @@ def test_the_loop_runs_live_on_slurm_and_drains_a_scaled_down_node_through_the_g
     # the wall hours close and are metered (their hourly runs)
     hour = live.wall_hour
     while hour < live.loop_hour:
-        materialize_hour(live, usage_intervals, hour, lambda name, result: live.runs.append((name, result.success)))
+        materialize_hour(
+            live, usage_intervals, hour, lambda name, result: live.runs.append((name, result.success))
+        )
         hour += timedelta(hours=1)
     # metering: the drained run ends at its drain, with its warning (billing's grace starts
     # there); the requeued run is metered as its own task of the same tenant

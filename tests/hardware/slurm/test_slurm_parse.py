@@ -111,7 +111,10 @@ def test_sacct_reads_each_ended_run_with_its_gpus_and_skips_what_still_runs() ->
         ("21", "COMPLETED", 4.0, 2),
         ("24", "FAILED", 1.0, 0),
     ]
-    assert runs[0].start == datetime.fromtimestamp(1796434000, timezone.utc) and runs[0].account == "acme-research"
+    assert (
+        runs[0].start == datetime.fromtimestamp(1796434000, timezone.utc)
+        and runs[0].account == "acme-research"
+    )
 
 
 def test_errors_name_munge_or_slurmctld_or_a_vanished_job() -> None:
