@@ -517,7 +517,7 @@ class SlurmAdapter:
                 nodes = {n.name: n for n in self.slurm_nodes()}
             except SlurmError as exc:
                 return _error_outcome(exc, time.monotonic() - started)
-            unknown = sorted(g for g in wanted if g.split("/")[0] not in nodes)
+            unknown = sorted(g for g in wanted if g.rpartition(":")[0] not in nodes)
             if unknown:
                 return Outcome(OutcomeStatus.GONE, f"unknown GPU(s): {unknown}", time.monotonic() - started)
             held = {g: j.job_id for j in jobs for g in j.gpu_ids if g in wanted}

@@ -2,7 +2,7 @@
 `scontrol -o` lines and the job completion log. No process is run here.
 
 Slurm has no GPU UUID: a GPU is named by its node and GRES index (`gpu:h800:2(IDX:0-1)` on
-node3 is `node3/gpu0` and `node3/gpu1`). A node's pool is its GPU's GRES type (resolved to
+node3 is `node3:gpu0` and `node3:gpu1`; not `/`, which telemetry reads as a MIG instance of a GPU). A node's pool is its GPU's GRES type (resolved to
 a configured model by the caller) and the zone its `zone_<zone>` feature names.
 """
 
@@ -35,7 +35,7 @@ _GRES_ITEM = re.compile(
 
 def gpu_id(node: str, index: int) -> str:
     """A GPU's stable id: its node and GRES index (Slurm knows no GPU UUID)."""
-    return f"{node}/gpu{index}"
+    return f"{node}:gpu{index}"
 
 
 def split_gres(text: str) -> list[str]:

@@ -126,7 +126,7 @@ def test_a_tenants_jobs_run_with_their_gpus_class_and_allocation(
         False,
     )
     assert drainable.pool_id == "H800@cn-beijing-b" and len(drainable.gpu_uuids) == 2
-    assert drainable.gpu_uuids[0].startswith(drainable.node_id + "/gpu")
+    assert drainable.gpu_uuids[0].startswith(drainable.node_id + ":gpu")
     now = datetime.now(UTC)
     samples = adapter.read_samples(now - timedelta(minutes=1), now + timedelta(minutes=1))
     samples = samples.filter(samples["ts"] == samples["ts"].max())  # the one taken now

@@ -40,7 +40,7 @@ from assets.fleet import fleet_inventory
 from assets.market import market_assets
 from assets.resources import FleetAdapterResource, WarehouseResource
 from assets.scaling import scaling_assets
-from assets.telemetry import telemetry_samples
+from assets.telemetry import telemetry_checks, telemetry_samples
 from market_pipeline.billing.metering import USAGE_INTERVAL_SCHEMA, HourWindow
 from market_pipeline.config import load_config
 from market_pipeline.hardware.slurm.adapter import SlurmAdapter, split_task_id
@@ -215,8 +215,10 @@ def run_tick(live: Live) -> None:
         "fleet",
         dg.materialize([fleet_inventory], resources=res, instance=live.instance, raise_on_error=False),
     )
-    materialize_hour(live, telemetry_samples, datetime.now(UTC), record)
-    materialize_hour(live, usage_intervals, CLOCK.now(), record)
+    # the telemetry job's run: samples and their data-quality checks (a blocking check that
+    # fails fails the run, as in the live loop)
+    materialize_hour(live, [telemetry_samples, *telemetry_checks], datetime.now(UTC), record)
+    materialize_hour(live, [usage_intervals], CLOCK.now(), record)
     tick = [
         fleet_inventory,
         telemetry_samples,
@@ -248,21 +250,21 @@ def run_tick(live: Live) -> None:
 
 def materialize_hour(
     live: Live,
-    asset: dg.AssetsDefinition,
+    assets: list,
     moment: datetime,
     record: Callable[[str, dg.ExecuteInProcessResult], None],
 ) -> None:
-    """The hourly partition holding `moment`, read before the hour closes."""
+    """The hourly partition holding `moment` of `assets` (and checks), read before it closes."""
     hour = moment.strftime("%Y-%m-%d-%H:00")
     with freeze_time(max(CLOCK.now(), datetime.now(UTC)) + timedelta(hours=1)):
         result = dg.materialize(
-            [asset],
+            assets,
             partition_key=hour,
             resources=live.resources,
             instance=live.instance,
             raise_on_error=False,
         )
-    record(asset.key.path[-1], result)
+    record(assets[0].key.path[-1], result)
 
 
 def seed_steady_demand(live: Live, gpus_by_pool: dict[str, list[tuple[str, str]]], days: int = 3) -> None:
@@ -282,7 +284,7 @@ def seed_steady_demand(live: Live, gpus_by_pool: dict[str, list[tuple[str, str]]
             "zone": pools[pool_id].zone,
             "resource_class": "drainable",
             "node_id": node,
-            "gpu_uuid": f"{node}/gpu{i}",
+            "gpu_uuid": f"{node}:gpu{i}",
             "gpu_fraction": Decimal(1),
             "mig_profile": None,
             "mem_mib": 0,
@@ -379,7 +381,7 @@ def test_the_loop_runs_live_on_slurm_and_drains_a_scaled_down_node_through_the_g
     hour = live.wall_hour
     while hour < live.loop_hour:
         materialize_hour(
-            live, usage_intervals, hour, lambda name, result: live.runs.append((name, result.success))
+            live, [usage_intervals], hour, lambda name, result: live.runs.append((name, result.success))
         )
         hour += timedelta(hours=1)
     # metering: the drained run ends at its drain, with its warning (billing's grace starts

@@ -65,7 +65,7 @@ def test_running_job_carries_tenant_gpus_class_and_checkpoint_count() -> None:
             "comment": "kind=training;checkpoint=3",
         }
     )
-    assert job.gpu_ids == ("node3/gpu4", "node3/gpu5")
+    assert job.gpu_ids == ("node3:gpu4", "node3:gpu5")
     assert job.account == "acme-research" and job.requeue and job.holds_gpus
     assert job.comment == {"kind": "training", "checkpoint": "3"}
     assert job.start_time == datetime.fromtimestamp(1796411686, timezone.utc)
@@ -150,7 +150,7 @@ def test_sample_log_reads_a_window_and_stays_bounded(tmp_path) -> None:  # noqa:
         row = {
             "ts": t0 + timedelta(minutes=minute),
             "node_id": "node1",
-            "gpu_uuid": "node1/gpu0",
+            "gpu_uuid": "node1:gpu0",
             "gpu_index": 0,
         }
         log.append([row | {"sm_util_pct": 100.0, "mem_total_mib": 81920.0, "xid_errors": 0}])
