@@ -13,7 +13,11 @@
 | requeue_task | `scontrol requeue`: a drained checkpointable job runs again, from its checkpoint |
 
 A task is one run of a job: `<job id>@<start unix seconds>`, so a requeued job's runs are
-metered apart. Drainable work: jobs in the partition (or QOS) `adapter.slurm_drainable`.
+metered apart. Ended runs come from slurmdbd (`sacct --json --duplicates`, a bounded window,
+with each job's GPUs from its TRES `gres/gpu`) where the cluster has accounting storage, else
+from the job completion log (`jobcomp/filetxt`). The tenant of a job is its Slurm account;
+with slurmdbd (`AccountingStorageEnforce=associations`) a job of an unknown account is
+refused at submission, without it the account is a free string. Drainable work: jobs in the partition (or QOS) `adapter.slurm_drainable`.
 Checkpointable: jobs submitted with `--requeue`. A job declares its USR1/USR2 handlers by
 setting `checkpoint=0` in its comment (`scontrol update jobid=$SLURM_JOB_ID comment=...`)
 once they are installed, and acknowledges each checkpoint by counting it up; a job that has
@@ -61,6 +65,7 @@ from market_pipeline.hardware.slurm.parse import (
     parse_config,
     parse_jobcomp,
     parse_nodes,
+    parse_sacct,
     parse_squeue,
 )
 from market_pipeline.hardware.slurm.samples import SampleLog
@@ -118,7 +123,7 @@ class SlurmAdapter:
         self.default_zone = default_zone
         self.operation_timeout_seconds = operation_timeout_seconds
         self.poll_seconds = poll_seconds
-        self._jobcomp_path: Path | None | bool = False  # False: not read from the config yet
+        self._slurm_config: dict[str, str] | None = None  # `scontrol show config`, read once
 
     @classmethod
     def from_config(cls, config: MarketPipelineConfig) -> "SlurmAdapter":
@@ -294,6 +299,28 @@ class SlurmAdapter:
                 )
         return rows
 
+    def slurm_config(self) -> dict[str, str]:
+        """`scontrol show config`, read once (the plugins do not change while slurmctld runs)."""
+        if self._slurm_config is None:
+            self._slurm_config = parse_config(self.client.run(["scontrol", "show", "config"]))
+        return self._slurm_config
+
+    @property
+    def accounting(self) -> bool:
+        """Whether the cluster records jobs in slurmdbd (`sacct`, `sacctmgr` answer)."""
+        return self.slurm_config().get("AccountingStorageType") == "accounting_storage/slurmdbd"
+
+    def accounts(self) -> list[str]:
+        """The Slurm accounts (tenants) slurmdbd knows; none without accounting storage."""
+        return self.client.accounts() if self.accounting else []
+
+    def ended_runs(self, start: datetime, end: datetime) -> list[JobRun]:
+        """Runs that ended, of jobs that ran in [start, end): slurmdbd's record where there is
+        one (with each run's GPUs), else the whole job completion log."""
+        if self.accounting:
+            return parse_sacct(self.client.sacct_jobs(start, end))
+        return self.jobcomp_runs()
+
     def jobcomp_runs(self) -> list[JobRun]:
         """Every ended run in the job completion log (`JobCompType=jobcomp/filetxt`)."""
         path = self._jobcomp()
@@ -307,11 +334,9 @@ class SlurmAdapter:
         return parse_jobcomp(data.decode(errors="replace").splitlines())
 
     def _jobcomp(self) -> Path | None:
-        if self._jobcomp_path is False:
-            config = parse_config(self.client.run(["scontrol", "show", "config"]))
-            kind, loc = config.get("JobCompType", ""), config.get("JobCompLoc", "")
-            self._jobcomp_path = Path(loc) if kind == "jobcomp/filetxt" and loc else None
-        return self._jobcomp_path if isinstance(self._jobcomp_path, Path) else None
+        config = self.slurm_config()
+        kind, loc = config.get("JobCompType", ""), config.get("JobCompLoc", "")
+        return Path(loc) if kind == "jobcomp/filetxt" and loc else None
 
     def read_task_events(self, start: datetime, end: datetime) -> pl.DataFrame:
         """start/end/drained/failed of every run seen running (from its start and the job
@@ -325,7 +350,7 @@ class SlurmAdapter:
         for t in tasks:
             rows.append(_event(t.started_at, t.task_id, "start", "running"))
         ended: dict[str, datetime] = {}
-        for run in self.jobcomp_runs():
+        for run in self.ended_runs(start, end):
             tid = task_id_of(run)
             if tid not in known:
                 continue
@@ -492,7 +517,7 @@ class SlurmAdapter:
                 nodes = {n.name: n for n in self.slurm_nodes()}
             except SlurmError as exc:
                 return _error_outcome(exc, time.monotonic() - started)
-            unknown = sorted(g for g in wanted if g.split("/")[0] not in nodes)
+            unknown = sorted(g for g in wanted if g.rpartition(":")[0] not in nodes)
             if unknown:
                 return Outcome(OutcomeStatus.GONE, f"unknown GPU(s): {unknown}", time.monotonic() - started)
             held = {g: j.job_id for j in jobs for g in j.gpu_ids if g in wanted}

@@ -1,7 +1,9 @@
 """Running the Slurm CLIs: every call bounded in time and output, its failure typed.
 
-The Slurm 22.05 CLIs speak JSON (`sinfo --json`, `squeue --json`) or one line per record
-(`scontrol -o`); no pyslurm release builds against 22.05, so the CLIs are the interface.
+The Slurm 22.05 CLIs speak JSON (`sinfo --json`, `squeue --json`, `sacct --json`) or one line
+per record (`scontrol -o`, `sacctmgr -P`); no pyslurm release builds against 22.05, so the
+CLIs are the interface. The accounting reads (`sacct`, `sacctmgr`) need slurmdbd; `sacct` is
+always asked for a bounded time window.
 This module only runs them and classifies failures; `parse` reads what they print.
 
 Failures become one of:
@@ -21,6 +23,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +173,22 @@ class SlurmClient:
     def squeue_jobs(self) -> list[dict[str, Any]]:
         return self.run_json(["squeue", "--json"]).get("jobs", [])
 
+    def sacct_jobs(self, start: datetime, end: datetime) -> list[dict[str, Any]]:
+        """`sacct --json` of every user's jobs that ran in [start, end), each run of a requeued
+        job apart (`--duplicates`); slurmdbd's record (needs accounting storage)."""
+        window = [f"--starttime={_slurm_time(start)}", f"--endtime={_slurm_time(end)}"]
+        try:
+            return self.run_json(["sacct", "--json", "--allusers", "--duplicates", *window]).get("jobs", [])
+        except SlurmError as exc:
+            if type(exc) is SlurmError and "nothing found" in str(exc).lower():
+                return []  # 22.05 reports an empty window as an error
+            raise
+
+    def accounts(self) -> list[str]:
+        """The accounts slurmdbd knows (`sacctmgr show account`), one per line."""
+        text = self.run(["sacctmgr", "--noheader", "--parsable2", "show", "account", "format=account"])
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
     def show_job(self, job_id: str) -> str:
         """`scontrol -o show job ID -d`: one line of key=value pairs (with GRES indices)."""
         return self.run(["scontrol", "-o", "-d", "show", "job", job_id])
@@ -201,3 +220,8 @@ class SlurmClient:
         """`sbatch --parsable ...`: the new job's id."""
         out = self.run(["sbatch", "--parsable", *argv]).strip()
         return out.split(";")[0]
+
+
+def _slurm_time(moment: datetime) -> str:
+    """A time as the Slurm CLIs read it (local time of the machine, to the second)."""
+    return moment.astimezone().replace(tzinfo=None).isoformat(timespec="seconds")

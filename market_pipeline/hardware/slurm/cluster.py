@@ -6,10 +6,15 @@ all nodes `NodeAddr=127.0.0.1`, each on its own port, `%n` in the spool, pid and
 Fake GPUs are GRES whose `File=` names character devices made with `mknod ... c 1 3` (Slurm
 22.05 drops file-less GPUs and then marks the node INVAL). Pools: every node carries a
 feature `zone_<zone>` and GPUs of one GRES type. Two partitions over every node: `guaranteed`
-(the default) and `drainable` (the class of drainable work). No slurmdbd: accounts are free
-strings (`--account`), and the job completion log (`jobcomp/filetxt`) is Slurm's record of
-each run for metering. Short `KillWait`, credential expiry and scheduler intervals keep
-drains and requeues quick. Power saving runs the shipped `power_local.sh`.
+(the default) and `drainable` (the class of drainable work). The job completion log
+(`jobcomp/filetxt`) records each run. Short `KillWait`, credential expiry and scheduler
+intervals keep drains and requeues quick. Power saving runs the shipped `power_local.sh`.
+
+Accounts (`ClusterSpec.accounts`, opt-in): a private MariaDB (`mariadb-install-db` into the
+home, `mariadbd` on its own port on 127.0.0.1) and slurmdbd, one Slurm account per tenant
+(`sacctmgr`), `AccountingStorageEnforce=associations` (a job of an unknown account is
+rejected at submission) and `AccountingStorageTRES=gres/gpu` (each job's GPUs in `sacct`).
+Without them accounts are free strings (`--account`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +36,7 @@ import psutil
 from market_pipeline.hardware.slurm.client import SlurmClient, SlurmError
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sinfo", "squeue", "scontrol", "scancel", "sbatch")
+ACCOUNTING_BINARIES = ("slurmdbd", "sacctmgr", "sacct", "mariadbd", "mariadb-install-db", "mariadb-admin")
 POWER_SCRIPT = Path(__file__).with_name("power_local.sh")
 ZONE_FEATURE_PREFIX = "zone_"
 DRAINABLE_PARTITION = "drainable"
@@ -60,6 +67,8 @@ class ClusterSpec:
     resume_timeout_seconds: int = 30
     suspend_timeout_seconds: int = 5
     extra: tuple[str, ...] = field(default=())
+    # Slurm accounts (one per tenant): non-empty starts MariaDB and slurmdbd with the cluster
+    accounts: tuple[str, ...] = field(default=())
 
     @classmethod
     def two_types(cls, nodes: int = 4, gpus_per_node: int = 8, **timings: int) -> "ClusterSpec":
@@ -82,8 +91,9 @@ class ClusterSpec:
         return out
 
 
-def missing_binaries() -> list[str]:
-    return [b for b in BINARIES if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
+def missing_binaries(accounting: bool = False) -> list[str]:
+    wanted = BINARIES + (ACCOUNTING_BINARIES if accounting else ())
+    return [b for b in wanted if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
 
 
 def _free_ports(count: int) -> list[int]:
@@ -130,7 +140,7 @@ class LocalCluster:
         for sub in ("etc", "state", "spool", "run", "log", "munge", "dev", "bin", "jobs"):
             (home / sub).mkdir(parents=True, exist_ok=True)
         nodes = self.spec.nodes()
-        ctl_port, *node_ports = _free_ports(1 + len(nodes))
+        ctl_port, dbd_port, db_port, *node_ports = _free_ports(3 + len(nodes))
         host = socket.gethostname()
         lines = [
             "ClusterName=mp",
@@ -164,7 +174,11 @@ class LocalCluster:
             "MessageTimeout=5",
             "SlurmctldTimeout=10",
             "SlurmdTimeout=30",
-            "AccountingStorageType=accounting_storage/none",
+            *(
+                self._accounting_lines(dbd_port, db_port)
+                if self.spec.accounts
+                else ["AccountingStorageType=accounting_storage/none"]
+            ),
             "JobAcctGatherType=jobacct_gather/none",
             "JobCompType=jobcomp/filetxt",
             f"JobCompLoc={home}/log/jobcomp.txt",
@@ -202,25 +216,163 @@ class LocalCluster:
             script.write_text(f'#!/bin/sh\nexec bash {POWER_SCRIPT} {action} {home} {sys.executable} "$@"\n')
             script.chmod(0o755)
 
+    def _accounting_lines(self, dbd_port: int, db_port: int) -> list[str]:
+        """slurm.conf's accounting lines, and slurmdbd.conf (mode 600, as slurmdbd demands)."""
+        home = self.home
+        dbd = home / "etc" / "slurmdbd.conf"
+        dbd.write_text(
+            "\n".join(
+                [
+                    "AuthType=auth/munge",
+                    f"AuthInfo=socket={self.munge_socket}",
+                    "DbdHost=localhost",
+                    "DbdAddr=127.0.0.1",
+                    f"DbdPort={dbd_port}",
+                    "SlurmUser=root",
+                    f"PidFile={home}/run/slurmdbd.pid",
+                    f"LogFile={home}/log/slurmdbd.log",
+                    "StorageType=accounting_storage/mysql",
+                    "StorageHost=127.0.0.1",
+                    f"StoragePort={db_port}",
+                    "StorageUser=root",
+                    "StorageLoc=slurm_acct_db",
+                ]
+            )
+            + "\n"
+        )
+        dbd.chmod(0o600)
+        return [
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=127.0.0.1",
+            f"AccountingStoragePort={dbd_port}",
+            f"AccountingStoragePass={self.munge_socket}",  # with munge: its socket
+            "AccountingStorageEnforce=associations",
+            "AccountingStorageTRES=gres/gpu",
+        ]
+
+    def _config_value(self, name: str, key: str) -> str:
+        for line in (self.home / "etc" / name).read_text().splitlines():
+            k, _, v = line.partition("=")
+            if k == key:
+                return v
+        raise ClusterError(f"{name} has no {key}")
+
+    @property
+    def db_socket(self) -> Path:
+        return self.home / "db" / "mariadb.sock"
+
     # -- lifecycle --------------------------------------------------------------------------
     def up(self, timeout_seconds: float = 30.0) -> None:
         """Start munge, slurmctld and every slurmd; return once every node is idle."""
-        missing = missing_binaries()
+        accounting = bool(self.spec.accounts)
+        missing = missing_binaries(accounting)
         if missing:
             raise ClusterError(
                 f"Slurm is not installed (missing {', '.join(missing)}): "
                 "apt-get install -y slurmctld slurmd slurm-client munge"
+                + (" slurmdbd mariadb-server-core mariadb-client" if accounting else "")
             )
         if self.running():
             raise ClusterError(f"a cluster already runs under {self.home}; `cluster down` first")
-        for stale in ("state", "spool", "run"):  # from nothing: no jobs of an earlier cluster
+        for stale in ("state", "spool", "run", "db"):  # from nothing: no jobs of an earlier cluster
             shutil.rmtree(self.home / stale, ignore_errors=True)
         self.write_config()
         self._start_munge()
+        if accounting:
+            self._start_accounting(timeout_seconds)
         self._run([_binary("slurmctld")], "slurmctld")
         for name, _ in self.spec.nodes():
             self._run([_binary("slurmd"), "-N", name], f"slurmd {name}")
         self.wait_idle(timeout_seconds)
+
+    def _start_accounting(self, timeout_seconds: float) -> None:
+        """MariaDB from an empty data directory, slurmdbd on it, then the cluster, its
+        accounts and root's association with each (so that root may submit as any tenant)."""
+        db = self.home / "db"
+        install = [
+            _binary("mariadb-install-db"),
+            "--no-defaults",
+            f"--datadir={db}/data",
+            "--user=root",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ]
+        # 2 of 11 test-module runs on the shared machine aborted here (the cause was not kept:
+        # the output now goes to log/mariadb-install-db.log): a second try from an empty directory
+        for attempt in (1, 2):
+            shutil.rmtree(db, ignore_errors=True)
+            db.mkdir(parents=True)
+            try:
+                self._run(
+                    install,
+                    "mariadb-install-db",
+                    timeout=120,
+                    log=self.home / "log" / "mariadb-install-db.log",
+                )
+                break
+            except ClusterError:
+                if attempt == 2:
+                    raise
+        port = self._config_value("slurmdbd.conf", "StoragePort")
+        self._spawn(
+            [
+                _binary("mariadbd"),
+                "--no-defaults",
+                f"--datadir={db}/data",
+                "--user=root",
+                "--bind-address=127.0.0.1",
+                f"--port={port}",
+                f"--socket={self.db_socket}",
+                f"--pid-file={self.home}/run/mariadbd.pid",
+                f"--log-error={self.home}/log/mariadbd.log",
+                "--skip-name-resolve",
+                "--innodb-buffer-pool-size=32M",
+                "--innodb-log-file-size=16M",
+            ],
+            "mariadbd",
+        )
+        self._wait(
+            lambda: self._ok(
+                [_binary("mariadb-admin"), "--no-defaults", f"--socket={self.db_socket}", "-uroot", "ping"]
+            ),
+            timeout_seconds,
+            "mariadbd",
+        )
+        self._run([_binary("slurmdbd")], "slurmdbd")
+        sacctmgr = [_binary("sacctmgr"), "-i"]
+        self._wait(lambda: self._ok([*sacctmgr, "add", "cluster", "mp"]), timeout_seconds, "slurmdbd")
+        accounts = ",".join(self.spec.accounts)
+        self._run([*sacctmgr, "add", "account", accounts, "cluster=mp"], "sacctmgr add account")
+        self._run(
+            [*sacctmgr, "add", "user", "root", f"account={accounts}", "cluster=mp"], "sacctmgr add user"
+        )
+
+    def _ok(self, argv: list[str]) -> bool:
+        try:
+            done = subprocess.run(argv, env=self.env(), capture_output=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0
+
+    def _wait(self, probe: Callable[[], bool], timeout_seconds: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            if probe():
+                return
+            time.sleep(0.2)
+        raise ClusterError(f"{what} under {self.home} not ready in {timeout_seconds}s")
+
+    def _spawn(self, argv: list[str], what: str) -> None:
+        """Start a daemon that does not fork itself, detached (its own session)."""
+        log = open(self.home / "log" / f"{what}.out", "ab")  # noqa: SIM115 - handed to the child
+        try:
+            subprocess.Popen(
+                argv, env=self.env(), stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        except OSError as exc:
+            raise ClusterError(f"{what} did not start: {exc}") from None
+        finally:
+            log.close()
 
     def wait_idle(self, timeout_seconds: float) -> None:
         client = self.client(timeout_seconds=5)
@@ -245,6 +397,8 @@ class LocalCluster:
         run = self.home / "run"
         pidfiles = sorted(run.glob("slurmd-*.pid")) + [
             run / "slurmctld.pid",
+            run / "slurmdbd.pid",
+            run / "mariadbd.pid",
             self.home / "munge" / "munged.pid",
         ]
         signalled: list[tuple[Path, int]] = []
@@ -331,16 +485,23 @@ class LocalCluster:
             "munged",
         )
 
-    def _run(self, argv: list[str], what: str) -> None:
+    def _run(self, argv: list[str], what: str, timeout: float = 30, log: Path | None = None) -> None:
+        """Run a command that starts a daemon or sets something up; its output goes to `log`
+        (appended) when given."""
         try:
             done = subprocess.run(
-                argv, env=self.env(), capture_output=True, text=True, timeout=30, check=False
+                argv, env=self.env(), capture_output=True, text=True, timeout=timeout, check=False
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ClusterError(f"{what} did not start: {exc}") from None
+        if log is not None:
+            with open(log, "a") as handle:
+                handle.write(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}exit {done.returncode}\n")
         if done.returncode != 0:
             detail = (done.stderr or done.stdout).strip().splitlines()
-            raise ClusterError(f"{what} did not start: {detail[-1] if detail else done.returncode}")
+            errors = [line for line in detail if "error" in line.lower() and "aborting" not in line.lower()]
+            cause = (errors or detail or [str(done.returncode)])[0 if errors else -1]
+            raise ClusterError(f"{what} did not start: {cause.strip()}")
 
 
 def _read_pid(path: Path) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from market_pipeline.cli.support import input_error
@@ -34,6 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         if name == "up":
             parser.add_argument("--nodes", type=int, default=4, help="nodes, half of each GPU type (>= 2)")
             parser.add_argument("--gpus-per-node", type=int, default=8)
+            parser.add_argument(
+                "--accounts",
+                action="store_true",
+                help="also a private MariaDB and slurmdbd, one Slurm account per configured tenant",
+            )
         if name == "workload":
             parser.add_argument("--jobs", type=int, default=20)
             parser.add_argument(
@@ -74,11 +80,18 @@ def run_cluster(args: argparse.Namespace) -> int:
     gpus = getattr(args, "gpus_per_node", 8)
     if not (2 <= nodes <= 64 and 1 <= gpus <= 16):
         return input_error("need 2 <= --nodes <= 64 and 1 <= --gpus-per-node <= 16")
-    cluster = LocalCluster(_home(args, config), ClusterSpec.two_types(nodes, gpus, min_job_age_seconds=120))
+    accounts = tuple(t.id for t in config.tenants) if getattr(args, "accounts", False) else ()
+    spec = ClusterSpec.two_types(nodes, gpus, min_job_age_seconds=120)
+    cluster = LocalCluster(_home(args, config), replace(spec, accounts=accounts))
     try:
         if args.cluster_action == "up":
-            cluster.up()
-            result: dict = {"home": str(cluster.home), "slurm_conf": str(cluster.conf), "nodes": nodes}
+            cluster.up(timeout_seconds=90 if accounts else 30)
+            result: dict = {
+                "home": str(cluster.home),
+                "slurm_conf": str(cluster.conf),
+                "nodes": nodes,
+                "accounts": list(accounts),
+            }
         elif args.cluster_action == "down":
             result = {"home": str(cluster.home), "stopped": cluster.down()}
         elif args.cluster_action == "status":

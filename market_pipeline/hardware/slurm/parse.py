@@ -2,7 +2,7 @@
 `scontrol -o` lines and the job completion log. No process is run here.
 
 Slurm has no GPU UUID: a GPU is named by its node and GRES index (`gpu:h800:2(IDX:0-1)` on
-node3 is `node3/gpu0` and `node3/gpu1`). A node's pool is its GPU's GRES type (resolved to
+node3 is `node3:gpu0` and `node3:gpu1`; not `/`, which telemetry reads as a MIG instance of a GPU). A node's pool is its GPU's GRES type (resolved to
 a configured model by the caller) and the zone its `zone_<zone>` feature names.
 """
 
@@ -35,7 +35,7 @@ _GRES_ITEM = re.compile(
 
 def gpu_id(node: str, index: int) -> str:
     """A GPU's stable id: its node and GRES index (Slurm knows no GPU UUID)."""
-    return f"{node}/gpu{index}"
+    return f"{node}:gpu{index}"
 
 
 def split_gres(text: str) -> list[str]:
@@ -258,6 +258,7 @@ class JobRun:
     node: str
     start: datetime
     end: datetime
+    gpus: int = 0  # GPUs allocated (sacct's TRES gres/gpu; the completion log does not say)
 
     @property
     def seconds(self) -> float:
@@ -297,6 +298,58 @@ def parse_jobcomp(lines: Iterable[str]) -> list[JobRun]:
                 node=kv.get("NodeList", ""),
                 start=start,
                 end=end,
+            )
+        )
+    return runs
+
+
+def _epoch(value: Any) -> datetime | None:
+    if isinstance(value, dict):  # newer Slurm: {"set": true, "number": N}
+        value = value.get("number") if value.get("set", True) else None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        return None
+    return datetime.fromtimestamp(value, timezone.utc)
+
+
+def allocated_gpus(tres: Any) -> int:
+    """GPUs in a job's allocated TRES (`gres/gpu`, any type): sacct's per-job GPU accounting."""
+    if not isinstance(tres, dict):
+        return 0
+    return sum(
+        int(t.get("count") or 0)
+        for t in tres.get("allocated") or []
+        if isinstance(t, dict) and t.get("type") == "gres" and t.get("name") == "gpu"
+    )
+
+
+def parse_sacct(jobs: Iterable[Any]) -> list[JobRun]:
+    """`sacct --json --duplicates`: one ended run per record (a requeued job's earlier runs
+    read REQUEUED); runs still going or that never started are skipped."""
+    runs = []
+    seen: set[tuple[str, datetime]] = set()
+    for job in jobs:
+        if not isinstance(job, dict) or "job_id" not in job:
+            continue
+        times = job.get("time") if isinstance(job.get("time"), dict) else {}
+        start, end = _epoch(times.get("start")), _epoch(times.get("end"))
+        state = job.get("state") if isinstance(job.get("state"), dict) else {}
+        current = str(state.get("current", "")).upper()
+        if start is None or end is None or end < start or current in {"RUNNING", "PENDING"}:
+            continue
+        key = (str(job["job_id"]), start)
+        if key in seen:
+            continue
+        seen.add(key)
+        runs.append(
+            JobRun(
+                job_id=str(job["job_id"]),
+                state=current,
+                account=str(job.get("account") or ""),
+                partition=str(job.get("partition") or ""),
+                node=str(job.get("nodes") or ""),
+                start=start,
+                end=end,
+                gpus=allocated_gpus(job.get("tres")),
             )
         )
     return runs

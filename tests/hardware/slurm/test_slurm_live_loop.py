@@ -3,11 +3,17 @@ in-process (dg.materialize, the sensors' run requests executed) against a local 
 4 nodes (2 x 2 A100, 2 x 4 H800 GPUs) for a few ticks, as `make up` with `MP__ADAPTER__BACKEND=slurm` runs them
 on the wall clock.
 
-Two things differ from the wall-clock loop, both only to fit a test's minute:
-- the loop's clock (`adapter_now`) jumps one tick (5 min) per tick, so the scaler's
-  hysteresis and the tick grid move on; Slurm, the drains and metering keep real time;
-- the current hour's telemetry and metering partitions are read before the hour closes
-  (Dagster's clock is moved an hour on for those two runs only).
+Three things differ from the wall-clock loop, all only to fit a test's minute and to make the
+loop's decisions known in advance:
+- the loop's clock (`adapter_now`) starts at the next full hour and jumps one tick (5 min) per
+  tick, so the scaler's hysteresis and the tick grid move on and every tick falls in that one
+  hour, whatever the wall clock's minute; Slurm, the drains and metering keep real time;
+- the warehouse of the scenario starts with three days of steady demand (the running GPUs of
+  the jobs the test submits, metered hour by hour up to the loop's hour), so the forecast and
+  the scaler see a flat history, not a fresh warehouse whose first ticks vary;
+- each tick meters the loop's hour and reads the wall hour's telemetry before they close
+  (Dagster's clock is moved an hour past the loop's for those runs only); the wall hours are
+  metered once the ticks are done, as their hourly runs would at their close.
 
 Skipped, with the reason, where the Slurm binaries are missing or the suite is not root.
 """
@@ -19,10 +25,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import TypeVar
 
 import dagster as dg
+import polars as pl
 import pytest
 from dagster._core.test_utils import freeze_time
 
@@ -32,7 +40,8 @@ from assets.fleet import fleet_inventory
 from assets.market import market_assets
 from assets.resources import FleetAdapterResource, WarehouseResource
 from assets.scaling import scaling_assets
-from assets.telemetry import telemetry_samples
+from assets.telemetry import telemetry_checks, telemetry_samples
+from market_pipeline.billing.metering import USAGE_INTERVAL_SCHEMA, HourWindow
 from market_pipeline.config import load_config
 from market_pipeline.hardware.slurm.adapter import SlurmAdapter, split_task_id
 from market_pipeline.hardware.slurm.client import SlurmError
@@ -98,12 +107,20 @@ SETTINGS = {
 
 @dataclass
 class LoopClock:
-    """The loop's clock: the wall clock plus one tick per tick the test has run."""
+    """The loop's clock: the wall clock plus one tick per tick the test has run, from the
+    next full hour on (`start_next_hour`)."""
 
     offset: timedelta = field(default_factory=timedelta)
 
     def now(self) -> datetime:
         return datetime.now(UTC) + self.offset
+
+    def start_next_hour(self) -> datetime:
+        """Move the loop to the start of the next wall-clock hour; returns that hour."""
+        wall = datetime.now(UTC)
+        hour = wall.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+        self.offset = hour - wall
+        return hour
 
 
 CLOCK = LoopClock()
@@ -126,11 +143,13 @@ class Live:
     resources: dict
     instance: dg.DagsterInstance
     warehouse: Warehouse
+    loop_hour: datetime  # the hour the loop's ticks fall in
+    wall_hour: datetime  # the wall-clock hour the test started in
     runs: list[tuple[str, bool]] = field(default_factory=list)
 
 
 @pytest.fixture(scope="module")
-def cluster_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+def cluster_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Path]]:
     home = tmp_path_factory.mktemp("live_slurm")
     spec = ClusterSpec(
         groups=(NodeGroup("a100_80gb", "cn-hangzhou-a", 2, 2, 8), NodeGroup("h800", "cn-beijing-b", 2, 4, 8)),
@@ -142,28 +161,35 @@ def cluster_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     shipped = (ROOT / "market_pipeline" / "defaults" / "market.toml").read_text()
     head, _, rest = shipped.partition("[[pools]]")
     (home / "market.toml").write_text(head + POOLS.lstrip() + rest[rest.index("# Tenants") :])
-    env = {f"MP__{k}": v for k, v in SETTINGS.items()} | {
-        "MARKET_PIPELINE_CONFIG": str(home / "market.toml"),
-        "MP__ADAPTER__BACKEND": "slurm",
-        "MP__ADAPTER__SLURM_CONF": str(cluster.conf),
-        "MP__ADAPTER__STATE_PATH": str(home / "fleet.json"),
-        "MP__WAREHOUSE__PATH": str(home / "w.duckdb"),
-    }
     cluster.up()
     try:
-        warehouse = WarehouseResource(path=env["MP__WAREHOUSE__PATH"])
-        resources = {"warehouse": warehouse, "fleet": TickingFleet()}
-        yield Live(cluster, env, resources, dg.DagsterInstance.ephemeral(), warehouse.get())
+        yield cluster, home
     finally:
         cluster.down()
 
 
 @pytest.fixture
-def live(cluster_home: Live, monkeypatch: pytest.MonkeyPatch) -> Live:
-    """The cluster's config for this test (the suite clears MP__* before each test)."""
-    for key, value in cluster_home.env.items():
+def live(cluster_home: tuple[LocalCluster, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Live:
+    """The shared cluster with this test's own warehouse, adapter state, Dagster instance and
+    loop clock (the suite clears MP__* before each test), so that no test's ticks depend on
+    another's or on their order."""
+    cluster, home = cluster_home
+    env = {f"MP__{k}": v for k, v in SETTINGS.items()} | {
+        "MARKET_PIPELINE_CONFIG": str(home / "market.toml"),
+        "MP__ADAPTER__BACKEND": "slurm",
+        "MP__ADAPTER__SLURM_CONF": str(cluster.conf),
+        "MP__ADAPTER__STATE_PATH": str(tmp_path / "fleet.json"),
+        "MP__WAREHOUSE__PATH": str(tmp_path / "w.duckdb"),
+    }
+    for key, value in env.items():
         monkeypatch.setenv(key, value)
-    return cluster_home
+    wall_hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    loop_hour = CLOCK.start_next_hour()
+    warehouse = WarehouseResource(path=env["MP__WAREHOUSE__PATH"])
+    resources = {"warehouse": warehouse, "fleet": TickingFleet()}
+    return Live(
+        cluster, env, resources, dg.DagsterInstance.ephemeral(), warehouse.get(), loop_hour, wall_hour
+    )
 
 
 def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
@@ -177,22 +203,22 @@ def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
 
 
 def run_tick(live: Live) -> None:
-    """One tick as the schedules and sensors run it: inventory, the hour's telemetry and
-    metering, the control tick, then the runs the scaling and drain sensors ask for."""
-    res, instance = live.resources, live.instance
+    """One tick as the schedules and sensors run it: inventory, the wall hour's telemetry and
+    the loop hour's metering, the control tick, then the runs the scaling and drain sensors ask for."""
+    res = live.resources
 
     def record(name: str, result: dg.ExecuteInProcessResult) -> None:
         live.runs.append((name, result.success))
         assert result.success, f"{name} failed: {[e.message for e in result.all_events if e.is_failure]}"
 
-    record("fleet", dg.materialize([fleet_inventory], resources=res, instance=instance, raise_on_error=False))
-    hour = datetime.now(UTC).strftime("%Y-%m-%d-%H:00")
-    with freeze_time(datetime.now(UTC) + timedelta(hours=1)):  # the hour readable before it closes
-        for asset in (telemetry_samples, usage_intervals):
-            result = dg.materialize(
-                [asset], partition_key=hour, resources=res, instance=instance, raise_on_error=False
-            )
-            record(asset.key.path[-1], result)
+    record(
+        "fleet",
+        dg.materialize([fleet_inventory], resources=res, instance=live.instance, raise_on_error=False),
+    )
+    # the telemetry job's run: samples and their data-quality checks (a blocking check that
+    # fails fails the run, as in the live loop)
+    materialize_hour(live, [telemetry_samples, *telemetry_checks], datetime.now(UTC), record)
+    materialize_hour(live, [usage_intervals], CLOCK.now(), record)
     tick = [
         fleet_inventory,
         telemetry_samples,
@@ -204,15 +230,17 @@ def run_tick(live: Live) -> None:
     selection = [*market_assets, *scaling_assets, *drain_assets]
     record(
         "control_loop",
-        dg.materialize(tick, selection=selection, resources=res, instance=instance, raise_on_error=False),
+        dg.materialize(
+            tick, selection=selection, resources=res, instance=live.instance, raise_on_error=False
+        ),
     )
     for sensor, job in ((scaling_sensor, scaling_actions_job), (drain_sensor, drain_job)):
-        context = dg.build_sensor_context(instance=instance, resources=res)
+        context = dg.build_sensor_context(instance=live.instance, resources=res)
         for request in sensor.evaluate_tick(context).run_requests:
             result = job.execute_in_process(
                 run_config=request.run_config,
                 resources=res,
-                instance=instance,
+                instance=live.instance,
                 tags=request.tags,
                 raise_on_error=False,
             )
@@ -220,12 +248,63 @@ def run_tick(live: Live) -> None:
     CLOCK.offset += TICK
 
 
-@pytest.mark.skipif(
-    os.environ.get("MP_SLURM_LIVE_SCENARIO") != "1",
-    reason="flaky in CI (1 of 3 clean-clone runs): on a fresh warehouse the scaler's first ticks "
-    "vary, and the scale-down this scenario waits for may not come within its ticks; run it with "
-    "MP_SLURM_LIVE_SCENARIO=1 (docs/hardware.md)",
-)
+def materialize_hour(
+    live: Live,
+    assets: list,
+    moment: datetime,
+    record: Callable[[str, dg.ExecuteInProcessResult], None],
+) -> None:
+    """The hourly partition holding `moment` of `assets` (and checks), read before it closes."""
+    hour = moment.strftime("%Y-%m-%d-%H:00")
+    with freeze_time(max(CLOCK.now(), datetime.now(UTC)) + timedelta(hours=1)):
+        result = dg.materialize(
+            assets,
+            partition_key=hour,
+            resources=live.resources,
+            instance=live.instance,
+            raise_on_error=False,
+        )
+    record(assets[0].key.path[-1], result)
+
+
+def seed_steady_demand(live: Live, gpus_by_pool: dict[str, list[tuple[str, str]]], days: int = 3) -> None:
+    """Metered usage of the last `days` days up to the loop's hour: in every pool the GPUs
+    (node, tenant) the test's jobs hold, every hour (a finished run per GPU and hour), so
+    demand history and forecast are flat at what runs now."""
+    config = load_config()
+    pools = {p.pool_id: p for p in config.pools}
+    hours = [live.loop_hour - timedelta(hours=h) for h in range(days * 24, 0, -1)]
+    rows = [
+        {
+            "interval_id": f"seed-{pool_id}-{i}-{key}",
+            "task_id": f"seed-{pool_id}-{i}-{key}",
+            "tenant_id": tenant,
+            "pool_id": pool_id,
+            "gpu_model": pools[pool_id].gpu_model,
+            "zone": pools[pool_id].zone,
+            "resource_class": "drainable",
+            "node_id": node,
+            "gpu_uuid": f"{node}:gpu{i}",
+            "gpu_fraction": Decimal(1),
+            "mig_profile": None,
+            "mem_mib": 0,
+            "started_at": hour,
+            "ended_at": hour + timedelta(hours=1),
+            "end_reason": "end",
+            "drain_signal_at": None,
+            "platform_fault": False,
+            "partition_key": key,
+        }
+        for hour in hours
+        if (key := HourWindow.containing(hour).partition_key)
+        for pool_id, holders in gpus_by_pool.items()
+        for i, (node, tenant) in enumerate(holders)
+    ]
+    assert live.warehouse.append("usage_intervals", pl.DataFrame(rows, schema=USAGE_INTERVAL_SCHEMA)) == len(
+        rows
+    )
+
+
 def test_the_loop_runs_live_on_slurm_and_drains_a_scaled_down_node_through_the_guardrail(live: Live) -> None:
     adapter = TickingSlurmAdapter.from_config(load_config())
     client = live.cluster.client()
@@ -239,15 +318,35 @@ def test_the_loop_runs_live_on_slurm_and_drains_a_scaled_down_node_through_the_g
     second_task = wait_for(lambda: _task(adapter, second), 30, "second job running")
     client.update_node(first_task.node_id, "resume")
     [guaranteed] = submit(client, [JobSpec("delta-vision", "a100_80gb", 1, 600, drainable=False)], jobs)
-    wait_for(lambda: _task(adapter, guaranteed), 30, "guaranteed job running")
+    guaranteed_task = wait_for(lambda: _task(adapter, guaranteed), 30, "guaranteed job running")
     assert first_task.node_id != second_task.node_id
     wait_for(lambda: _declared(adapter, (first, second)), 20, "signal handlers declared")
-
-    for _ in range(7):  # the scaler acts once the pools have been half empty for two ticks
-        run_tick(live)
-        if _drained(live.warehouse):
-            break
+    h800, a100 = first_task.pool_id, guaranteed_task.pool_id
+    holders = {
+        h800: [(first_task.node_id, "acme-research"), (second_task.node_id, "ember-ai")],
+        a100: [(guaranteed_task.node_id, "delta-vision")],
+    }
+    seed_steady_demand(live, holders)
     store = live.warehouse
+
+    # Each pool needs one node (2 of 4 H800 GPUs, 1 of 2 A100 GPUs) and has two: the surplus
+    # node waits out the hysteresis (10 min: ticks 1 and 2), is cordoned at tick 3 (A100: the
+    # empty one), the H800 one is drained through the guardrail at tick 4.
+    for tick in range(1, 5):
+        run_tick(live)
+        scale = _scale_decisions(store, tick)
+        if tick < 3:
+            assert {(d["pool_id"], d["action"], d["allowed"]) for d in scale} == {
+                (h800, "scale_down", False),
+                (a100, "scale_down", False),
+            }, scale
+            assert all(d["reasons"][0].startswith("hysteresis") for d in scale), scale
+        elif tick == 3:
+            cordons = {d["pool_id"]: d for d in scale if d["action"] == "cordon"}
+            assert set(cordons) == {h800, a100} and all(d["allowed"] for d in cordons.values()), scale
+            assert cordons[a100]["target"] != guaranteed_task.node_id, scale
+            assert not _drained(store)
+    assert len(_drained(store)) == 1, _decisions(store)
 
     # telemetry: Slurm's allocation samples are clean, the fields it cannot measure not reported
     ingests = store.query("SELECT sum(clean) AS clean, sum(quarantined) AS q FROM telemetry_ingests").row(0)
@@ -258,7 +357,6 @@ def test_the_loop_runs_live_on_slurm_and_drains_a_scaled_down_node_through_the_g
     assert store.query("SELECT count(*) FROM price_book WHERE source <> 'config'").item() > 0
     # a scale-down of a busy H800 node went through the drain guardrail
     drained = _drained(store)
-    assert drained, _decisions(store)
     row = drained[0]
     assert row["outcome"] == "terminated" and row["drain_signal_at"] is not None, row
     task_id, node_id = row["task_id"], row["node_id"]
@@ -279,6 +377,13 @@ def test_the_loop_runs_live_on_slurm_and_drains_a_scaled_down_node_through_the_g
         if _powered_down(store, node_id):
             break
     assert _powered_down(store, node_id), _decisions(store)
+    # the wall hours close and are metered (their hourly runs)
+    hour = live.wall_hour
+    while hour < live.loop_hour:
+        materialize_hour(
+            live, [usage_intervals], hour, lambda name, result: live.runs.append((name, result.success))
+        )
+        hour += timedelta(hours=1)
     # metering: the drained run ends at its drain, with its warning (billing's grace starts
     # there); the requeued run is metered as its own task of the same tenant
     usage = store.query(
@@ -304,6 +409,15 @@ def _declared(adapter: SlurmAdapter, job_ids: tuple[str, ...]) -> bool:
 def _drained(store: Warehouse) -> list[dict]:
     return store.query(
         "SELECT task_id, tenant_id, node_id, outcome, drain_signal_at, grace_seconds FROM drain_billing_events"
+    ).to_dicts()
+
+
+def _scale_decisions(store: Warehouse, tick: int) -> list[dict]:
+    """The scaling plan's decisions of the loop's `tick`-th tick (1 = the loop's first)."""
+    at = CLOCK.now().replace(minute=0, second=0, microsecond=0) + (tick - 1) * TICK  # one hour's ticks
+    return store.query(
+        "SELECT pool_id, action, target, allowed, reasons FROM decisions WHERE kind = 'scale' AND decided_at = ?",
+        [at],
     ).to_dicts()
 
 

@@ -9,6 +9,7 @@ from market_pipeline.hardware.slurm.parse import (
     parse_gres,
     parse_jobcomp,
     parse_node,
+    parse_sacct,
     parse_squeue_job,
 )
 
@@ -64,7 +65,7 @@ def test_running_job_carries_tenant_gpus_class_and_checkpoint_count() -> None:
             "comment": "kind=training;checkpoint=3",
         }
     )
-    assert job.gpu_ids == ("node3/gpu4", "node3/gpu5")
+    assert job.gpu_ids == ("node3:gpu4", "node3:gpu5")
     assert job.account == "acme-research" and job.requeue and job.holds_gpus
     assert job.comment == {"kind": "training", "checkpoint": "3"}
     assert job.start_time == datetime.fromtimestamp(1796411686, timezone.utc)
@@ -78,6 +79,42 @@ def test_jobcomp_counts_a_cancelled_then_requeued_run_once() -> None:
     pending = "JobId=12 JobState=CANCELLED StartTime=Unknown EndTime=2026-12-04T19:22:55"
     runs = parse_jobcomp([line.format(state="CANCELLED"), line.format(state="PENDING"), pending])
     assert [(r.job_id, r.state, r.seconds) for r in runs] == [("11", "CANCELLED", 2.0)]
+
+
+def _sacct_job(job_id: int, state: str, start: int, end: int, gpus: int | None) -> dict:
+    """A job as `sacct --json` (22.05) prints it: the fields the backend reads."""
+    tres = [{"type": "cpu", "name": None, "id": 1, "count": 1}]
+    if gpus is not None:
+        tres.append({"type": "gres", "name": "gpu", "id": 1001, "count": gpus})
+    return {
+        "job_id": job_id,
+        "account": "acme-research",
+        "partition": "drainable",
+        "nodes": "node3",
+        "state": {"current": state, "reason": "None"},
+        "time": {"elapsed": max(end - start, 0), "start": start, "end": end, "submission": start},
+        "tres": {"allocated": tres, "requested": tres},
+    }
+
+
+def test_sacct_reads_each_ended_run_with_its_gpus_and_skips_what_still_runs() -> None:
+    jobs = [
+        _sacct_job(21, "REQUEUED", 1796434000, 1796434010, 2),  # the drained run of a requeued job
+        _sacct_job(21, "COMPLETED", 1796434030, 1796434034, 2),  # its second run
+        _sacct_job(22, "RUNNING", 1796434020, 0, 1),
+        _sacct_job(23, "CANCELLED", 0, 1796434011, None),  # cancelled while pending: never ran
+        _sacct_job(24, "FAILED", 1796434000, 1796434001, None),  # a job without GPUs
+    ]
+    runs = parse_sacct([*jobs, jobs[0], "not a job"])
+    assert [(r.job_id, r.state, r.seconds, r.gpus) for r in runs] == [
+        ("21", "REQUEUED", 10.0, 2),
+        ("21", "COMPLETED", 4.0, 2),
+        ("24", "FAILED", 1.0, 0),
+    ]
+    assert (
+        runs[0].start == datetime.fromtimestamp(1796434000, timezone.utc)
+        and runs[0].account == "acme-research"
+    )
 
 
 def test_errors_name_munge_or_slurmctld_or_a_vanished_job() -> None:
@@ -113,7 +150,7 @@ def test_sample_log_reads_a_window_and_stays_bounded(tmp_path) -> None:  # noqa:
         row = {
             "ts": t0 + timedelta(minutes=minute),
             "node_id": "node1",
-            "gpu_uuid": "node1/gpu0",
+            "gpu_uuid": "node1:gpu0",
             "gpu_index": 0,
         }
         log.append([row | {"sm_util_pct": 100.0, "mem_total_mib": 81920.0, "xid_errors": 0}])
