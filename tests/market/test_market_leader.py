@@ -170,6 +170,26 @@ def test_fallback_without_last_prices_is_a_safe_in_bounds_price(monkeypatch):
     assert np.all(report.demand <= problem.with_demand_scale(1.0).resources.capacity * (1 + 1e-9))
 
 
+def test_a_cold_fallback_with_nothing_visited_still_keeps_the_drainable_band(monkeypatch):
+    """Without prices in force and without any feasible point visited, the fallback publishes
+    price_max moved into the discount band: the drainable price stays 20-50% under the
+    guaranteed one (price_max on both would sell drainable capacity at the guaranteed price)."""
+    from market_pipeline.market.errors import SolverError
+
+    def broken(*args, **kwargs):
+        raise SolverError("injected failure")
+
+    monkeypatch.setattr(solve_module, "run_leader", broken)
+    problem = _small_problem(2, 3, [None] * 3, band=[0.2, 0.5])
+    report = solve_equilibrium(problem)
+    assert report.status == "fallback" and "injected failure" in report.fallback_reason
+    guaranteed, drainable = report.prices[0], report.prices[1]
+    assert np.all(np.isfinite(report.prices)) and drainable < guaranteed
+    assert 0.5 * guaranteed * (1 - 1e-9) <= drainable <= 0.8 * guaranteed * (1 + 1e-9)
+    assert np.all(report.prices <= problem.resources.price_max)
+    assert np.all(report.prices >= problem.resources.price_min)
+
+
 def test_capacity_infeasible_within_price_bounds_is_reported():
     tenants = [tenant(f"t{j}", [10.0], [5.0]) for j in range(5)]
     problem = MarketProblem.from_instance_json(
