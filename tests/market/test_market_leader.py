@@ -292,6 +292,22 @@ def test_a_converged_leader_whose_followers_are_off_is_not_accepted(followers_of
     np.testing.assert_allclose(report.prices, last)  # the prices in force stay
 
 
+def test_a_fallback_at_the_optimum_reports_the_optimums_capacity_price(followers_off_by) -> None:
+    """The fallback's diagnostics are of the prices it returns: refused at the very prices a
+    converged solve found (a tight capacity, its shadow price well above 10 / price_max), it
+    reports that solve's capacity price and a leader at rest, not a distorted step's."""
+    free = _small_problem(0, 2, [None, None])
+    problem = _small_problem(0, 2, [0.25 * solve_equilibrium(free).demand[0], None])
+    optimum = solve_equilibrium(problem)
+    assert optimum.status == "converged" and optimum.capacity_price[0] > 1.5
+    followers_off_by(10 * SolverSettings().tolerance)
+    report = solve_equilibrium(problem, last_prices=optimum.prices, max_step=0.25)
+    assert report.status == "fallback"
+    np.testing.assert_array_equal(report.prices, optimum.prices)
+    np.testing.assert_allclose(report.capacity_price, optimum.capacity_price, rtol=1e-6, atol=1e-9)
+    assert report.leader_stationarity <= 1e-8
+
+
 def test_followers_within_tolerance_are_accepted(followers_off_by) -> None:
     settings = SolverSettings()
     followers_off_by(0.5 * settings.tolerance)
