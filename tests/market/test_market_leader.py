@@ -280,6 +280,17 @@ def followers_off_by(monkeypatch):
     return install
 
 
+def test_followers_exactly_at_the_tolerance_are_accepted(monkeypatch) -> None:
+    """The certificate's bound is inclusive: a residual equal to the tolerance certifies."""
+    settings = SolverSettings()
+    monkeypatch.setattr(solve_module, "follower_kkt_residual", lambda pop, state: settings.tolerance)
+    report = solve_equilibrium(
+        _three_tenants(), last_prices=np.array([2.0, 2.0]), max_step=0.25, settings=settings
+    )
+    assert report.status == "converged" and report.fallback_reason is None
+    assert report.follower_kkt == settings.tolerance
+
+
 def test_a_converged_leader_whose_followers_are_off_is_not_accepted(followers_off_by) -> None:
     problem, last = _three_tenants(), np.array([2.0, 2.0])
     settings = SolverSettings()
@@ -457,3 +468,40 @@ def test_a_fallback_whose_diagnostics_fail_publishes_its_prices_and_says_nothing
     else:  # the followers were evaluated; only the leader's local model failed
         assert np.all(np.isfinite(report.demand)) and np.isfinite(report.profit)
         assert report.follower_kkt <= SolverSettings().tolerance
+
+
+def test_a_time_budget_stops_the_solve_and_a_generous_one_changes_nothing() -> None:
+    """time_budget_s is wall-clock from the call: spent before the first step, the prices in
+    force stay and the reason says why; ten minutes leave the solve as it is without one."""
+    problem = random_problem(60, 3, seed=4)
+    last = 0.5 * (problem.resources.price_min + problem.resources.price_max)
+    free = solve_equilibrium(problem, last_prices=last, max_step=0.25)
+    roomy = solve_equilibrium(
+        problem, last_prices=last, max_step=0.25, settings=SolverSettings(time_budget_s=600.0)
+    )
+    assert free.status == roomy.status == "converged" and free.iterations >= 1
+    np.testing.assert_allclose(roomy.prices, free.prices, rtol=1e-12)
+    spent = solve_equilibrium(
+        problem, last_prices=last, max_step=0.25, settings=SolverSettings(time_budget_s=1e-9)
+    )
+    assert spent.status == "fallback" and spent.fallback_reason.startswith("time budget exhausted")
+    np.testing.assert_array_equal(spent.prices, last)
+
+
+def test_extra_starts_are_solved_from_and_the_best_one_wins() -> None:
+    """A cold solve's extra starts (what global_resolve passes: the prices in force) each run
+    a local solve: one in a better optimum's basin lifts the profit above the local solve
+    alone, one on the no-sale plateau at price_max is moved off it and solved too, and the
+    report counts the starts and the distinct optima."""
+    from market_pipeline.market.generate import coupled_problem
+    from market_pipeline.market.resolve import global_resolve
+
+    problem = coupled_problem(24, 2, 0)
+    local_only = SolverSettings(global_phase=False)
+    local = solve_equilibrium(problem, settings=local_only)
+    better = global_resolve(problem)
+    assert better.profit > local.profit * (1 + 1e-3)  # two optima: the start decides
+    starts = [better.prices, problem.resources.price_max]
+    report = solve_equilibrium(problem, settings=local_only, extra_starts=starts)
+    assert report.status == "converged" and report.starts == 3 and report.distinct_optima == 2
+    assert report.profit >= better.profit * (1 - 1e-9)
