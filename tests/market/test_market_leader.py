@@ -361,6 +361,11 @@ def test_a_cold_fallback_reports_the_search_it_ran():
     assert report.status == "fallback" and report.converged is False
     # the global phase tried two starts and screened prices; neither start converged
     assert report.starts == 2 and report.screened_prices > 0 and report.distinct_optima == 0
+    # it publishes the most profitable capacity-feasible point the search visited: prices that
+    # sell within capacity, not price_max, where no tenant here buys anything
+    capacity = problem.resources.capacity
+    assert np.all(report.demand <= capacity * (1 + 1e-9)) and report.profit > 0
+    assert not np.any(solve_module.demand_at(problem, problem.resources.price_max))
 
 
 # Markets the step cannot move: every price fixed by its bounds, or held by a zero step.
