@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import numpy as np
 import pytest
@@ -11,7 +12,13 @@ from market_test_helpers import grid_demand, grid_profit, resource, tenant
 from scipy.optimize import minimize
 
 import market_pipeline.market.solve as solve_module
-from market_pipeline.market import MarketProblem, SolverSettings, random_problem, solve_equilibrium
+from market_pipeline.market import (
+    InstanceError,
+    MarketProblem,
+    SolverSettings,
+    random_problem,
+    solve_equilibrium,
+)
 
 
 def _small_problem(seed: int, m: int, capacities, band=None) -> MarketProblem:
@@ -420,7 +427,9 @@ def test_the_report_states_the_worst_certified_residual_and_what_the_solve_did()
     complementarity, feasibility and the followers' residual for a solution; the same less the
     capacity shortfall (which the status reports) for a capacity-infeasible one."""
     problem = random_problem(80, 3, seed=2)
+    before = time.perf_counter()
     report = solve_equilibrium(problem)
+    assert 0 < report.seconds <= time.perf_counter() - before  # the solve's own wall time
     assert report.status == "converged"
     parts = (report.leader_stationarity, report.leader_complementarity, report.capacity_violation)
     assert report.kkt_residual == max(*parts, report.follower_kkt)
@@ -526,3 +535,5 @@ def test_extra_starts_are_solved_from_and_the_best_one_wins() -> None:
     report = solve_equilibrium(problem, settings=local_only, extra_starts=starts)
     assert report.status == "converged" and report.starts == 3 and report.distinct_optima == 2
     assert report.profit >= better.profit * (1 - 1e-9)
+    with pytest.raises(InstanceError, match=r"^extra_starts: only for cold solves \(without last_prices\)$"):
+        solve_equilibrium(problem, last_prices=report.prices, extra_starts=starts)
