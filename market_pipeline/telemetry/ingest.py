@@ -204,8 +204,14 @@ def _as_text(column: str, dtype: pl.DataType) -> pl.Expr:
     if dtype == pl.Utf8:
         return pl.col(column)
     if dtype.is_nested() or dtype == pl.Object:
-        return pl.col(column).map_elements(repr, return_dtype=pl.Utf8).alias(column)
+        return pl.col(column).map_elements(_value_text, return_dtype=pl.Utf8).alias(column)
     return pl.col(column).cast(pl.Utf8).alias(column)
+
+
+def _value_text(value: object) -> str:
+    """A nested value as Python writes it (polars hands a list cell over as a Series, whose
+    repr is a multi-line table with rounded numbers, not the value)."""
+    return repr(value.to_list() if isinstance(value, pl.Series) else value)
 
 
 def _ledger_frame(

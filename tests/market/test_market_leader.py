@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from market_test_helpers import grid_demand, grid_profit, resource, tenant
 from scipy.optimize import minimize
 
 import market_pipeline.market.solve as solve_module
+from market_pipeline.market.errors import InstanceError
 from market_pipeline.market.generate import random_problem
 from market_pipeline.market.problem import MarketProblem
 from market_pipeline.market.report import SolverSettings
@@ -143,6 +145,20 @@ def test_subsampled_warm_start_reaches_the_same_equilibrium():
     staged = solve_equilibrium(problem, settings=SolverSettings(coarse_threshold=100, coarse_tenants=64))
     assert staged.converged
     np.testing.assert_allclose(staged.prices, direct.prices, rtol=1e-6)
+    # the global phase ran on the subsample, and the report says what it searched
+    assert staged.starts >= 2 and staged.screened_prices > 0
+
+
+def test_a_warm_solve_from_its_own_optimum_holds_still() -> None:
+    """A tick whose market has not moved since the last certified prices keeps them at no
+    cost: no leader step, no coarse pass, no global search (that is for cold solves)."""
+    problem = random_problem(60, 3, seed=2)
+    cold = solve_equilibrium(problem)
+    assert cold.status == "converged"
+    warm = solve_equilibrium(problem, last_prices=cold.prices, max_step=0.25)
+    assert warm.status == "converged" and warm.iterations == 0
+    assert warm.starts == 1 and warm.screened_prices == 0 and warm.distinct_optima == 1
+    np.testing.assert_allclose(warm.prices, cold.prices, rtol=1e-12)
 
 
 def test_fallback_returns_the_last_prices_with_a_reason():
@@ -171,6 +187,26 @@ def test_fallback_without_last_prices_is_a_safe_in_bounds_price(monkeypatch):
     assert np.all(np.isfinite(report.prices)) and np.all(report.prices > 0)
     assert np.all(report.prices <= res.price_max) and np.all(report.prices >= res.price_min)
     assert np.all(report.demand <= problem.with_demand_scale(1.0).resources.capacity * (1 + 1e-9))
+
+
+def test_a_cold_fallback_with_nothing_visited_still_keeps_the_drainable_band(monkeypatch):
+    """Without prices in force and without any feasible point visited, the fallback publishes
+    price_max moved into the discount band: the drainable price stays 20-50% under the
+    guaranteed one (price_max on both would sell drainable capacity at the guaranteed price)."""
+    from market_pipeline.market.errors import SolverError
+
+    def broken(*args, **kwargs):
+        raise SolverError("injected failure")
+
+    monkeypatch.setattr(solve_module, "run_leader", broken)
+    problem = _small_problem(2, 3, [None] * 3, band=[0.2, 0.5])
+    report = solve_equilibrium(problem)
+    assert report.status == "fallback" and "injected failure" in report.fallback_reason
+    guaranteed, drainable = report.prices[0], report.prices[1]
+    assert np.all(np.isfinite(report.prices)) and drainable < guaranteed
+    assert 0.5 * guaranteed * (1 - 1e-9) <= drainable <= 0.8 * guaranteed * (1 + 1e-9)
+    assert np.all(report.prices <= problem.resources.price_max)
+    assert np.all(report.prices >= problem.resources.price_min)
 
 
 def test_capacity_infeasible_within_price_bounds_is_reported():
@@ -263,6 +299,17 @@ def followers_off_by(monkeypatch):
     return install
 
 
+def test_followers_exactly_at_the_tolerance_are_accepted(monkeypatch) -> None:
+    """The certificate's bound is inclusive: a residual equal to the tolerance certifies."""
+    settings = SolverSettings()
+    monkeypatch.setattr(solve_module, "follower_kkt_residual", lambda pop, state: settings.tolerance)
+    report = solve_equilibrium(
+        _three_tenants(), last_prices=np.array([2.0, 2.0]), max_step=0.25, settings=settings
+    )
+    assert report.status == "converged" and report.fallback_reason is None
+    assert report.follower_kkt == settings.tolerance
+
+
 def test_a_converged_leader_whose_followers_are_off_is_not_accepted(followers_off_by) -> None:
     problem, last = _three_tenants(), np.array([2.0, 2.0])
     settings = SolverSettings()
@@ -273,6 +320,22 @@ def test_a_converged_leader_whose_followers_are_off_is_not_accepted(followers_of
     assert report.status == "fallback" and not report.converged
     assert "followers' KKT residual" in report.fallback_reason
     np.testing.assert_allclose(report.prices, last)  # the prices in force stay
+
+
+def test_a_fallback_at_the_optimum_reports_the_optimums_capacity_price(followers_off_by) -> None:
+    """The fallback's diagnostics are of the prices it returns: refused at the very prices a
+    converged solve found (a tight capacity, its shadow price well above 10 / price_max), it
+    reports that solve's capacity price and a leader at rest, not a distorted step's."""
+    free = _small_problem(0, 2, [None, None])
+    problem = _small_problem(0, 2, [0.25 * solve_equilibrium(free).demand[0], None])
+    optimum = solve_equilibrium(problem)
+    assert optimum.status == "converged" and optimum.capacity_price[0] > 1.5
+    followers_off_by(10 * SolverSettings().tolerance)
+    report = solve_equilibrium(problem, last_prices=optimum.prices, max_step=0.25)
+    assert report.status == "fallback"
+    np.testing.assert_array_equal(report.prices, optimum.prices)
+    np.testing.assert_allclose(report.capacity_price, optimum.capacity_price, rtol=1e-6, atol=1e-9)
+    assert report.leader_stationarity <= 1e-8
 
 
 def test_followers_within_tolerance_are_accepted(followers_off_by) -> None:
@@ -303,6 +366,11 @@ def test_a_cold_fallback_reports_the_search_it_ran():
     assert report.status == "fallback" and report.converged is False
     # the global phase tried two starts and screened prices; neither start converged
     assert report.starts == 2 and report.screened_prices > 0 and report.distinct_optima == 0
+    # it publishes the most profitable capacity-feasible point the search visited: prices that
+    # sell within capacity, not price_max, where no tenant here buys anything
+    capacity = problem.resources.capacity
+    assert np.all(report.demand <= capacity * (1 + 1e-9)) and report.profit > 0
+    assert not np.any(solve_module.demand_at(problem, problem.resources.price_max))
 
 
 # Markets the step cannot move: every price fixed by its bounds, or held by a zero step.
@@ -336,14 +404,16 @@ def test_a_zero_step_holds_every_price_where_it_stands() -> None:
     np.testing.assert_array_equal(report.prices, last)
 
 
-def test_a_start_the_promises_cannot_hold_falls_back_at_once_naming_why() -> None:
-    """Prices in force that break the drainable band while the step holds them still: no
-    solve can start; the prices in force stay, with the constraint's own words as the reason."""
+@pytest.mark.parametrize("max_step", [0.0, 0.01])
+def test_a_start_the_promises_cannot_hold_falls_back_at_once_naming_why(max_step) -> None:
+    """Prices in force that break the drainable band while the step holds them (still, or
+    within 1%): no solve can start; the prices in force stay, not the step box's top, with the
+    constraint's own words as the reason."""
     problem = _small_problem(2, 3, [None] * 3, band=[0.3, 0.3])
     last = np.array([2.0, 1.9, 2.0])
-    report = solve_equilibrium(problem, last_prices=last, max_step=0.0)
+    report = solve_equilibrium(problem, last_prices=last, max_step=max_step)
     assert report.status == "fallback" and report.converged is False and report.iterations == 0
-    assert report.fallback_reason == (
+    assert report.fallback_reason.startswith(
         "SolverError: price constraints: the drainable band cannot be met inside the price/step box"
     )
     np.testing.assert_array_equal(report.prices, last)
@@ -355,7 +425,9 @@ def test_the_report_states_the_worst_certified_residual_and_what_the_solve_did()
     complementarity, feasibility and the followers' residual for a solution; the same less the
     capacity shortfall (which the status reports) for a capacity-infeasible one."""
     problem = random_problem(80, 3, seed=2)
+    before = time.perf_counter()
     report = solve_equilibrium(problem)
+    assert 0 < report.seconds <= time.perf_counter() - before  # the solve's own wall time
     assert report.status == "converged"
     parts = (report.leader_stationarity, report.leader_complementarity, report.capacity_violation)
     assert report.kkt_residual == max(*parts, report.follower_kkt)
@@ -424,3 +496,42 @@ def test_a_fallback_whose_diagnostics_fail_publishes_its_prices_and_says_nothing
     else:  # the followers were evaluated; only the leader's local model failed
         assert np.all(np.isfinite(report.demand)) and np.isfinite(report.profit)
         assert report.follower_kkt <= SolverSettings().tolerance
+
+
+def test_a_time_budget_stops_the_solve_and_a_generous_one_changes_nothing() -> None:
+    """time_budget_s is wall-clock from the call: spent before the first step, the prices in
+    force stay and the reason says why; ten minutes leave the solve as it is without one."""
+    problem = random_problem(60, 3, seed=4)
+    last = 0.5 * (problem.resources.price_min + problem.resources.price_max)
+    free = solve_equilibrium(problem, last_prices=last, max_step=0.25)
+    roomy = solve_equilibrium(
+        problem, last_prices=last, max_step=0.25, settings=SolverSettings(time_budget_s=600.0)
+    )
+    assert free.status == roomy.status == "converged" and free.iterations >= 1
+    np.testing.assert_allclose(roomy.prices, free.prices, rtol=1e-12)
+    spent = solve_equilibrium(
+        problem, last_prices=last, max_step=0.25, settings=SolverSettings(time_budget_s=1e-9)
+    )
+    assert spent.status == "fallback" and spent.fallback_reason.startswith("time budget exhausted")
+    np.testing.assert_array_equal(spent.prices, last)
+
+
+def test_extra_starts_are_solved_from_and_the_best_one_wins() -> None:
+    """A cold solve's extra starts (what global_resolve passes: the prices in force) each run
+    a local solve: one in a better optimum's basin lifts the profit above the local solve
+    alone, one on the no-sale plateau at price_max is moved off it and solved too, and the
+    report counts the starts and the distinct optima."""
+    from market_pipeline.market.generate import coupled_problem
+    from market_pipeline.market.resolve import global_resolve
+
+    problem = coupled_problem(24, 2, 0)
+    local_only = SolverSettings(global_phase=False)
+    local = solve_equilibrium(problem, settings=local_only)
+    better = global_resolve(problem)
+    assert better.profit > local.profit * (1 + 1e-3)  # two optima: the start decides
+    starts = [better.prices, problem.resources.price_max]
+    report = solve_equilibrium(problem, settings=local_only, extra_starts=starts)
+    assert report.status == "converged" and report.starts == 3 and report.distinct_optima == 2
+    assert report.profit >= better.profit * (1 - 1e-9)
+    with pytest.raises(InstanceError, match=r"^extra_starts: only for cold solves \(without last_prices\)$"):
+        solve_equilibrium(problem, last_prices=report.prices, extra_starts=starts)

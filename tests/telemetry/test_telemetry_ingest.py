@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -113,6 +114,37 @@ def test_telemetry_quarantine_keeps_the_row_as_read_with_its_reasons(warehouse: 
         warehouse.query("SELECT by_reason FROM telemetry_ingests WHERE quarantined > 0").item()
     )
     assert ledger == {"power_w:not_a_number": 1}
+
+
+@pytest.mark.parametrize(
+    ("nested", "text"),
+    [
+        (pl.concat_list(pl.col("power_w"), pl.lit(300.5)), "[{w}, 300.5]"),
+        (pl.struct(pl.col("power_w").alias("w"), pl.lit("W").alias("unit")), "{{'w': {w}, 'unit': 'W'}}"),
+    ],
+    ids=["list", "struct"],
+)
+def test_telemetry_quarantine_keeps_a_nested_value_and_the_timestamp_as_text(
+    warehouse: Warehouse, nested: pl.Expr, text: str
+) -> None:
+    """A JSON source can carry a list or an object where a number belongs: the row is
+    quarantined with the value written out whole (not a polars table), its timestamp to the
+    microsecond with its zone, and the ingest warns nothing into the operator's log."""
+    frame = two_hours()
+    watts = frame.get_column("power_w")[5]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = ingest_samples(
+            warehouse, frame.with_columns(nested.alias("power_w")), source="file:x", policy=POLICY
+        )
+    assert report.by_reason == {"power_w:not_a_number": 32}
+    row = warehouse.query(
+        "SELECT ts, power_w, sm_util_pct, reasons FROM telemetry_quarantine WHERE source_row = 6"
+    ).row(0)
+    assert row[0] == frame.get_column("ts")[5].isoformat(sep=" ", timespec="microseconds")
+    assert row[1] == text.format(w=repr(watts))
+    assert float(row[2]) == frame.get_column("sm_util_pct")[5]
+    assert row[3] == ["power_w:not_a_number"]
 
 
 def test_telemetry_rows_without_time_land_in_the_files_earliest_hour(warehouse: Warehouse) -> None:

@@ -72,3 +72,10 @@ def test_breaches_count_the_cap_and_the_step_with_the_books_tolerance() -> None:
     assert p.over_cap(np.array([2.08, 1.05]), lists).tolist() == [False, True]
     old = np.array([1.0, 1.0, 1.0])
     assert p.over_step(np.array([1.25, 0.75, 1.26]), old).tolist() == [False, False, True]
+    # the step is relative to the price before: 20% from 4.0 is inside a 25% step, 30% is not
+    assert p.over_step(np.array([4.8, 3.2, 5.2]), np.full(3, 4.0)).tolist() == [False, False, True]
+    # a free resource (price 0) that stays free, or moves by the 1e-12 rounding slack, keeps
+    # the step; the cap over a list price of 0 holds a guaranteed price of 0
+    zero = np.zeros(3)
+    assert p.over_step(np.array([0.0, 1e-12, 1e-9]), zero).tolist() == [False, False, True]
+    assert p.over_cap(np.array([0.0, 1e-9]), np.zeros(2)).tolist() == [False, True]
