@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated, Literal
 
 import polars as pl
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from market_pipeline.billing.balances import Account, accounts, set_account, tenant_spend
@@ -24,6 +26,7 @@ from market_pipeline.billing.quotes import MAX_QUOTE_HOURS, quote
 from market_pipeline.billing.tenant_scope import tenant_query
 from market_pipeline.service import schemas
 from market_pipeline.service.auth import context_of, operator, tenant
+from market_pipeline.service.gate import GatedWarehouse
 from market_pipeline.service.keystore import Principal
 from market_pipeline.warehouse import service_readers as readers
 from market_pipeline.warehouse.drain_outbox import tenant_drain_warnings
@@ -79,8 +82,19 @@ def _json(model: BaseModel) -> bytes:
     return model.model_dump_json().encode()
 
 
+async def _memoised_json(
+    warehouse: GatedWarehouse, key: tuple[object, ...], build: Callable[[], bytes]
+) -> Response:
+    """The JSON body `build` makes, from the cache on the event loop where it holds it (the
+    common case: the warehouse changes once a tick), else computed on a worker thread (a
+    warehouse read must never hold up the loop)."""
+    hit = warehouse.cached(key)
+    body = hit[0] if hit is not None else await run_in_threadpool(warehouse.memo, key, build)
+    return Response(body, media_type="application/json")
+
+
 @router.get("/prices", response_model=schemas.Prices, tags=["prices"])
-def prices_now(request: Request, who: Tenant) -> Response:
+async def prices_now(request: Request, who: Tenant) -> Response:
     """The price in force per pool and class, with the reason where it is not the solver's."""
     ctx = context_of(request)
 
@@ -99,7 +113,7 @@ def prices_now(request: Request, who: Tenant) -> Response:
             )
         )
 
-    return Response(ctx.warehouse.memo(("prices_now",), build), media_type="application/json")
+    return await _memoised_json(ctx.warehouse, ("prices_now",), build)
 
 
 @router.get("/prices/history", response_model=schemas.PriceHistory, tags=["prices"])
@@ -122,7 +136,7 @@ def price_history(
 
 
 @router.get("/quote", response_model=schemas.QuoteOut, tags=["prices"])
-def get_quote(
+async def get_quote(
     request: Request,
     who: Tenant,
     pool: str,
@@ -139,16 +153,21 @@ def get_quote(
     # "now" is the current minute: every quote of the same job in that minute is one result,
     # reused while the warehouse is unchanged (the quote reads only the warehouse and these)
     when = start or dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0)
+
+    def build() -> bytes:
+        return _json(
+            schemas.QuoteOut(
+                **quote(
+                    ctx.config, ctx.warehouse, who.tenant_id, pool, gpus, hours, resource_class, when
+                ).as_json()
+            )
+        )
+
     try:
-        body = ctx.warehouse.memo(
+        return await _memoised_json(
+            ctx.warehouse,
             ("quote", who.tenant_id, pool, gpus, hours, resource_class, when.isoformat()),
-            lambda: _json(
-                schemas.QuoteOut(
-                    **quote(
-                        ctx.config, ctx.warehouse, who.tenant_id, pool, gpus, hours, resource_class, when
-                    ).as_json()
-                )
-            ),
+            build,
         )
     except QuoteError as exc:
         text = str(exc)
@@ -157,7 +176,6 @@ def get_quote(
             "resource_class" if "drain tolerant" in text else "pool",
         )
         raise field_error(field, text.replace(f"--{field}", field)) from None
-    return Response(body, media_type="application/json")
 
 
 # -- my usage, invoices, drains, notices, balance -----------------------------------------------

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import duckdb
 import polars as pl
@@ -85,12 +85,9 @@ class GatedWarehouse(Warehouse):
         """`compute()`'s result, reused while the warehouse file is unchanged (a result
         computed only from the warehouse and `key`)."""
         signature = file_signature(self.path)
-        with self.cache.lock:
-            hit = self.cache.entries.get(key)
-            if hit is not None and hit[0] == signature:
-                self.cache.entries.move_to_end(key)
-                self.cache.stats["hits"] += 1
-                return hit[1]
+        hit = self._hit(key, signature)
+        if hit is not None:
+            return hit[0]
         with self.cache.lock:  # one computation per key at a time: the others wait for it
             flight = self.cache.flights.setdefault(key, threading.Lock())
         with flight:
@@ -107,6 +104,20 @@ class GatedWarehouse(Warehouse):
             while len(self.cache.entries) > CACHE_ENTRIES:
                 self.cache.entries.popitem(last=False)
         return value
+
+    def cached(self, key: Hashable) -> tuple[Any] | None:
+        """`(result,)` where `memo` holds one for `key` and the warehouse file is unchanged, else
+        None. It never computes and never waits on a computation, so an event loop may call it."""
+        return self._hit(key, file_signature(self.path))
+
+    def _hit(self, key: Hashable, signature: tuple[int, ...]) -> tuple[Any] | None:
+        with self.cache.lock:
+            hit = self.cache.entries.get(key)
+            if hit is None or hit[0] != signature:
+                return None
+            self.cache.entries.move_to_end(key)
+            self.cache.stats["hits"] += 1
+            return (hit[1],)
 
     def changed_since(self, signature: tuple[int, ...]) -> bool:
         return file_signature(self.path) != signature
