@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "hardening"))  # the probe's inputs, shared with the suite
 
-from probe_inputs import SHARED, make_fixtures, special_inputs  # noqa: E402
+from probe_inputs import QUOTE, SHARED, make_fixtures, special_inputs  # noqa: E402
 
 SKIP = ("bench", "demo")
 NUMERIC_BAD = ("nan", "inf", "-1", "1e12", "0")
@@ -89,19 +89,7 @@ def baselines(d: str) -> dict[str, list[str]]:
             "--policy",
             "best_fit",
         ],
-        "quote": [
-            "quote",
-            "--tenant",
-            "acme-research",
-            "--pool",
-            "A100-80GB@cn-hangzhou-a",
-            "--gpus",
-            "2",
-            "--hours",
-            "3",
-            *w,
-            "--json",
-        ],
+        "quote": [*QUOTE, *w, "--json"],
         "cost-report": ["cost-report", "--tenant", "acme-research", "--json", "--out", f"{d}/out", *w],
         "balance": ["balance", "--tenant", "acme-research", *w],
         "export": [

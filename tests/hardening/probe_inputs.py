@@ -12,6 +12,20 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "data"
 
 
+# a well-formed quote: the probes vary its warehouse
+QUOTE = [
+    "quote",
+    "--tenant",
+    "acme-research",
+    "--pool",
+    "A100-80GB@cn-hangzhou-a",
+    "--gpus",
+    "2",
+    "--hours",
+    "3",
+]
+
+
 def make_fixtures(folder: Path) -> None:
     """A warehouse, an instance, a history, header-only and garbage files, a short load."""
     import csv
@@ -72,19 +86,7 @@ def special_inputs(d: str) -> list[list[str]]:
         ["telemetry", "probe", "--backend", "dcgm", "--endpoint", "http://127.0.0.1:9/metrics"],
         ["telemetry", "probe", "--backend", "dcgm", "--endpoint", "/dev/zero"],
         ["telemetry", "probe", "--backend", "dcgm", "--endpoint", f"{d}/garbage.bin"],
-        [
-            "quote",
-            "--tenant",
-            "acme-research",
-            "--pool",
-            "A100-80GB@cn-hangzhou-a",
-            "--gpus",
-            "2",
-            "--hours",
-            "3",
-            "--warehouse",
-            f"{d}/garbage.bin",
-        ],
+        [*QUOTE, "--warehouse", f"{d}/garbage.bin"],
         ["quote", "--tenant", "acme-research", "--pool", "nope@nowhere", "--gpus", "2", "--hours", "3", *w],
         ["config", "--file", "/dev/zero"],
         ["solve", "--instance", "/dev/zero"],

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from hardening_kit import run_cli
-from probe_inputs import make_fixtures, special_inputs
+from probe_inputs import QUOTE, make_fixtures, special_inputs
 
 from market_pipeline.cli import INTERNAL_ERROR
 
@@ -34,17 +34,7 @@ def _inputs() -> list[list[str]]:
     ):
         for value in ("nan", "inf", "-1"):
             inputs.append([*load, option, value])
-    quote = [
-        "quote",
-        "--tenant",
-        "acme-research",
-        "--pool",
-        "A100-80GB@cn-hangzhou-a",
-        "--gpus",
-        "2",
-        "--hours",
-        "3",
-    ]
+    quote = QUOTE
     for bad in (f"{FOLDER}/dir", "/dev/zero", f"{FOLDER}/garbage.bin", f"{FOLDER}/nonexistent.csv"):
         inputs.append([*quote, "--warehouse", bad])
         inputs.append(["config", "--file", bad])

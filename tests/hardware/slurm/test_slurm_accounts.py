@@ -10,14 +10,13 @@ installs them) or the suite does not run as root (slurmd must).
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import TypeVar
 
 import polars as pl
 import pytest
+from test_slurm_cluster import wait_for  # the one bounded poll of the Slurm tests
 
 from market_pipeline.billing.metering import HourWindow, meter_window
 from market_pipeline.billing.metering_source import pool_directory
@@ -33,7 +32,6 @@ pytestmark = [
     pytest.mark.skipif(bool(MISSING), reason=f"Slurm accounting not installed: missing {MISSING}"),
     pytest.mark.skipif(os.geteuid() != 0, reason="the local Slurm cluster runs slurmd, which needs root"),
 ]
-T = TypeVar("T")
 UTC = timezone.utc
 TENANTS = tuple(t.id for t in load_config().tenants)
 
@@ -50,21 +48,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     local.up(timeout_seconds=90)
     yield local
     local.down()
-
-
-@pytest.fixture
-def adapter(cluster: LocalCluster) -> SlurmAdapter:
-    return SlurmAdapter.for_cluster(cluster, load_config(), poll_seconds=0.1)
-
-
-def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not within {timeout}s")
 
 
 def _task(adapter: SlurmAdapter, job_id: str):

@@ -54,11 +54,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     local.down()
 
 
-@pytest.fixture
-def adapter(cluster: LocalCluster) -> SlurmAdapter:
-    return SlurmAdapter.for_cluster(cluster, load_config(), poll_seconds=0.1)
-
-
 def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
