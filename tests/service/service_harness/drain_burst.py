@@ -20,6 +20,7 @@ from drain_testkit import FakeFleetAdapter, make_task, node  # noqa: E402
 
 from market_pipeline.drain.calls import InlineStepCaller  # noqa: E402
 from market_pipeline.drain.executor import DrainExecutor, DrainRequest  # noqa: E402
+from market_pipeline.drain.protocol import DrainState  # noqa: E402
 from market_pipeline.drain.steps import DrainTiming  # noqa: E402
 from market_pipeline.drain.store import WarehouseAuditStore  # noqa: E402
 from market_pipeline.warehouse import Warehouse  # noqa: E402
@@ -62,7 +63,14 @@ def main(path: str, count: int, gap: float, tenants: list[str]) -> None:
             request = DrainRequest(
                 f"burst-drain-{i}", task, reasons=("under_used: burst",), decision_id=f"dec-{i}"
             )
-            executor.run(request)
+            report = executor.run(request)
+        # a burst is of whole drains: one cut short would surface in a webhook test as a missing
+        # notice, far from its cause, so the burst fails here, naming the drain
+        assert report.final_state is DrainState.REPORTED, (
+            request.drain_id,
+            report.final_state,
+            report.reason,
+        )
         time.sleep(gap)  # the next drain comes later: readers get the file in between
     print(json.dumps({"drains": count, "seconds": round(time.monotonic() - started, 3)}))
 
