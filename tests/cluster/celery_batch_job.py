@@ -57,10 +57,14 @@ def carry_out_batch(context: dg.OpExecutionContext) -> None:
         run = context.instance.get_run_by_id(run_id)
         return run is not None and not run.is_finished
 
-    ab.carry_out(
-        warehouse, ab.batch_rows(warehouse, "scale", NOW), batch_id="scale@t", run_id=context.run_id,
+    rows = ab.batch_rows(warehouse, "scale", NOW)
+    results = ab.carry_out(
+        warehouse, rows, batch_id="scale@t", run_id=context.run_id,
         now=NOW, run_is_live=run_is_live, resumable=True, act=act, checkpoint=checkpoint,
     )  # fmt: skip
+    # the batch's promise, checked where it is kept: every decision of the batch has one result
+    answered = sorted(r.decision_id for r in results)
+    assert answered == sorted(row["decision_id"] for row in rows), f"batch left unanswered: {answered}"
 
 
 @dg.job(

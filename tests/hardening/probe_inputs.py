@@ -62,6 +62,11 @@ def make_fixtures(folder: Path) -> None:
         row[column] = "1e12"
     with (folder / "load_huge.csv").open("w", newline="") as handle:
         csv.writer(handle).writerows(table)
+    # the probes judge the CLI's answer to each bad input: a fixture that came out empty
+    # would turn a probe of a bad value into a probe of a missing file
+    for name in ("history.csv", "load.csv", "load_huge.csv", "instance.json", "w.duckdb"):
+        assert (folder / name).stat().st_size > 0, f"fixture {name} is empty"
+    assert len((folder / "load.csv").read_text().splitlines()) == 601, "load.csv lost rows"
 
 
 def special_inputs(d: str) -> list[list[str]]:

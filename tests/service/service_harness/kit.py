@@ -142,6 +142,11 @@ def build_service_warehouse(path: Path, config: MarketPipelineConfig) -> Warehou
             " action, allowed, shadow, reasons, CAST(inputs AS JSON), decided_at, executed_at, outcome,"
             " batch_id FROM _d"
         )
+    # what every service test reads: both tenants rated, every decision stored
+    billed = {row[0] for row in warehouse.query("SELECT DISTINCT tenant_id FROM fct_invoice_lines").rows()}
+    assert {ACME, BLUE} <= billed, f"the scenario rated {sorted(billed)}, not both tenants"
+    stored = warehouse.query("SELECT count(*) FROM decisions").rows()[0][0]
+    assert stored == decisions.height, f"{stored} decisions stored of {decisions.height}"
     return warehouse
 
 
