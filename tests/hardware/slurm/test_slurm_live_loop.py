@@ -21,18 +21,17 @@ Skipped, with the reason, where the Slurm binaries are missing or the suite is n
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import TypeVar
 
 import dagster as dg
 import polars as pl
 import pytest
 from dagster._core.test_utils import freeze_time
+from test_slurm_cluster import wait_for  # the one bounded poll of the Slurm tests
 
 from assets.billing import usage_intervals
 from assets.drain import drain_assets
@@ -59,7 +58,6 @@ pytestmark = [
 ]
 UTC = timezone.utc
 TICK = timedelta(minutes=5)
-T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[3]
 
 # The shipped config with two pools the size of the test cluster.
@@ -190,16 +188,6 @@ def live(cluster_home: tuple[LocalCluster, Path], tmp_path: Path, monkeypatch: p
     return Live(
         cluster, env, resources, dg.DagsterInstance.ephemeral(), warehouse.get(), loop_hour, wall_hour
     )
-
-
-def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not within {timeout}s")
 
 
 def run_tick(live: Live) -> None:
