@@ -296,7 +296,7 @@ class DemandResponseConfig(_Strict):
     lag_hours: float = Field(3.0, ge=0, le=48)
     # the share of histories without a lag or a daily cycle where the fit keeps one anyway: each
     # asked term is tested (robust Wald, F reference) at this over the number tested; 1 keeps
-    # them always. Chosen on tuning seeds of `bench demand-structure` (docs/demand_response.md)
+    # them always. Chosen on tuning seeds of `bench demand-structure` (docs/history/demand_response_tuning.md)
     structure_alpha: float = Field(0.10, gt=0, le=1)
     # the elasticity follows a daily cycle (one harmonic of the hour of day), shrunk to none
     daily_cycle: bool = True

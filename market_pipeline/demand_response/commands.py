@@ -267,7 +267,7 @@ def run_bench(args: argparse.Namespace) -> int:
         "truth_grid": grid["summary"],
         "seed_table": seed_table(grid["points"]),
         "latent_demand_reference": LATENT_DEMAND_REFERENCE,
-        "held_out": "no setting was fitted to the judged points (docs/demand_response.md); tuning points: "
+        "held_out": "no setting was fitted to the judged points (docs/history/demand_response_tuning.md); tuning points: "
         + ", ".join(p.name for p in tuning_points()),
         "wall_s": {
             "recovery": round(recovery_s, 2),

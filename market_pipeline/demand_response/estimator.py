@@ -62,7 +62,7 @@ MIN_STD_ERROR = 1e-9
 MIN_PRICE_SPREAD = 1e-4  # residual log-price std below which the price says nothing
 # the share of histories with neither a lag nor a daily cycle where the fit keeps one anyway
 # (split evenly over the terms tested); chosen on tuning seeds of the synthetic benchmark and
-# judged on others (`structure_benchmark`, docs/demand_response.md)
+# judged on others (`structure_benchmark`, docs/history/demand_response_tuning.md)
 STRUCTURE_ALPHA = 0.10
 
 

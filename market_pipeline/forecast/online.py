@@ -31,13 +31,13 @@ MIN_WIDTH_SHARE = 0.05
 # Exponent of the step's slowdown with the feedback delay. Chosen on the first half of each
 # Helios month (`--head-fraction 0.5`) with a 1-width bank: 0.5 (a 4 h step of rate/2) left
 # 4 h coverage at 0.83-0.85 on two of four clusters, 0 (no slowdown) raised the 4 h pinball
-# loss by up to 15%; 0.25 kept every 4 h cell within 0.78-0.83. See docs/forecast_tuning.md.
+# loss by up to 15%; 0.25 kept every 4 h cell within 0.78-0.83. See docs/history/forecast_tuning.md.
 DELAY_SLOWDOWN = 0.25
 # How far past its floor a side's state may wind (in reference widths); see track(). The
 # bank is also a delay when a quiet pool turns busy (the banked misses are forgiven first):
 # 1 width held lumpy clusters closest to 0.8 but left a 1 h interval at 15% coverage 4-8 h
 # after a quiet week ended (synthetic); 0.5 keeps ~40% there (no bank: ~55%) and costs
-# lumpy clusters ~0.01 of coverage (first half of each Helios month; docs/forecast_tuning.md).
+# lumpy clusters ~0.01 of coverage (first half of each Helios month; docs/history/forecast_tuning.md).
 WINDUP_WIDTHS = 0.5
 # The least reference width, in normalised units (residual / recent mean |1-step change|;
 # a random walk's 1-step 80% interval is ~3 wide): a pool calibrated while idle (every
