@@ -13,8 +13,8 @@ from pathlib import Path
 import dagster as dg
 
 from market_pipeline.config import load_config
-from market_pipeline.simulate.commands import LATEST_REPORT
-from market_pipeline.simulate.report import (
+from market_pipeline.lab.simulate.commands import LATEST_REPORT
+from market_pipeline.lab.simulate.report import (
     placement_table_markdown,
     strategy_table_markdown,
     targets_table_markdown,
@@ -34,8 +34,8 @@ def simulation_report(
 ) -> dg.MaterializeResult:
     """Strategy comparison (static, utilisation-based, Stackelberg + guardrails) and placement
     policies at saturation, from the latest published report or a small fresh simulation."""
-    from market_pipeline.simulate.report_html import summary_png  # matplotlib: load when materialising
-    from market_pipeline.simulate.small import small_report  # torch and the solver: likewise
+    from market_pipeline.lab.simulate.report_html import summary_png  # matplotlib: load when materialising
+    from market_pipeline.lab.simulate.small import small_report  # torch and the solver: likewise
 
     market_config = load_config(config.config_path or None)
     path = Path(config.report_path) if config.report_path else market_config.resolve_path(LATEST_REPORT)

@@ -27,18 +27,25 @@ COMMAND_MODULES: tuple[str, ...] = (
     "market_pipeline.cli.core",
     "market_pipeline.drain.commands",
     "market_pipeline.forecast.commands",
+    "market_pipeline.lab.forecast.commands",
     "market_pipeline.market.commands",
+    "market_pipeline.lab.market.commands",
     "market_pipeline.telemetry.commands",
-    "market_pipeline.scaling.commands",
+    "market_pipeline.lab.telemetry.commands",
+    "market_pipeline.lab.scaling.commands",
     "market_pipeline.fleet.commands",
-    "market_pipeline.placement.commands",
-    "market_pipeline.simulate.commands",
+    "market_pipeline.lab.placement.commands",
+    "market_pipeline.lab.simulate.commands",
     "market_pipeline.billing.commands",
+    "market_pipeline.lab.billing.commands",
     "market_pipeline.billing.export",
     "market_pipeline.demand_response.commands",
+    "market_pipeline.lab.demand_response.commands",
     "market_pipeline.lab.commands",
     "market_pipeline.hardware.slurm.commands",
+    "market_pipeline.lab.slurm.commands",
     "market_pipeline.service.commands",
+    "market_pipeline.lab.service.commands",
 )
 # Layers above the domain (sensors/: demo, bench soak drive the Dagster instance) add theirs
 # as entry points of this group (pyproject.toml), so the domain never imports them.
@@ -68,12 +75,12 @@ def input_errors() -> tuple[type[BaseException], ...]:
     from market_pipeline.hardware import AdapterBackendError
     from market_pipeline.hardware.dcgm.adapter import DcgmSourceError
     from market_pipeline.hardware.dcgm.exposition import ExpositionError
+    from market_pipeline.lab.scaling.forecast import ForecastInputError as ScalingForecastInputError
+    from market_pipeline.lab.scaling.load import LoadFileError
+    from market_pipeline.lab.simulate.errors import SimulationInputError
     from market_pipeline.market.errors import InstanceError
     from market_pipeline.placement.capacity import PlacementError
-    from market_pipeline.scaling.forecast import ForecastInputError as ScalingForecastInputError
-    from market_pipeline.scaling.load import LoadFileError
     from market_pipeline.scaling.types import ScalingError
-    from market_pipeline.simulate.errors import SimulationInputError
     from market_pipeline.telemetry.partitions import PartitionKeyError
     from market_pipeline.telemetry.schema import TelemetryInputError
     from market_pipeline.warehouse import WarehouseError

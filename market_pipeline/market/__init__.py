@@ -13,7 +13,7 @@ and the bands (``leader``), using exact implicit derivatives of the followers' K
 
 Public API::
 
-    problem = MarketProblem.from_instance_json(data)        # or random_problem(N, M, seed)
+    problem = MarketProblem.from_instance_json(data)        # or lab.market.generate.random_problem(N, M, seed)
     problem = problem.with_demand_scale({"H100/us-east/guaranteed": 1.2})   # forecast shift
     report = solve_equilibrium(problem, last_prices=p_last, max_step=0.25,
                                settings=SolverSettings(tolerance=1e-6), device="cpu")

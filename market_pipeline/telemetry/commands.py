@@ -52,27 +52,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     probe.set_defaults(handler=run_probe)
 
 
-def register_bench(bench_sub: argparse._SubParsersAction) -> None:
-    ingest = bench_sub.add_parser("ingest", help="validated telemetry ingest vs bare DuckDB append")
-    ingest.add_argument("--rows", type=int, default=1_000_000)
-    ingest.add_argument(
-        "--bad-share", type=float, default=0.001, help="share of spoiled rows in the generated input"
-    )
-    ingest.add_argument("--dir", help="scratch directory (default: the system temp dir)")
-    ingest.add_argument(
-        "--repeats", type=int, default=2, help="alternating runs of each contender; the best of each counts"
-    )
-    ingest.add_argument("--json", action="store_true")
-    ingest.set_defaults(handler=run_bench_ingest)
-
-    checks = bench_sub.add_parser("telemetry-checks", help="partition checks on a fleet hour")
-    checks.add_argument("--nodes", type=int, default=1000)
-    checks.add_argument("--gpus-per-node", type=int, default=8)
-    checks.add_argument("--dir", help="scratch directory (default: the system temp dir)")
-    checks.add_argument("--json", action="store_true")
-    checks.set_defaults(handler=run_bench_checks)
-
-
 def _emit(payload: dict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(payload, default=str))
@@ -216,29 +195,3 @@ def _dcgm_snapshot(adapter) -> dict[str, object]:
             samples=json_ready(rows),
         )
     return snapshot
-
-
-def run_bench_ingest(args: argparse.Namespace) -> int:
-    from market_pipeline.telemetry.bench import bench_ingest
-
-    if args.rows < 1:
-        return _fail("--rows must be at least 1", args.json)
-    _emit(
-        bench_ingest(args.rows, bad_share=args.bad_share, workdir=args.dir, repeats=args.repeats, log=_log),
-        args.json,
-    )
-    return 0
-
-
-def run_bench_checks(args: argparse.Namespace) -> int:
-    from market_pipeline.telemetry.bench import bench_checks
-
-    try:
-        telemetry = load_config().telemetry
-    except ConfigError as exc:
-        return _fail(str(exc), args.json, code=1)
-    _emit(
-        bench_checks(args.nodes, args.gpus_per_node, workdir=args.dir, telemetry=telemetry, log=_log),
-        args.json,
-    )
-    return 0

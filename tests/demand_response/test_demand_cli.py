@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from market_pipeline.cli import main
-from market_pipeline.demand_response.synthetic import synthetic_history
+from market_pipeline.lab.demand_response.synthetic import synthetic_history
 
 
 def _csv(tmp_path, frame: pl.DataFrame):

@@ -7,7 +7,7 @@ import pytest
 
 from market_pipeline.demand_response.estimator import DemandResponseInputError, fit_elasticity
 from market_pipeline.demand_response.history import fit_history
-from market_pipeline.demand_response.synthetic import deferred_history, synthetic_history
+from market_pipeline.lab.demand_response.synthetic import deferred_history, synthetic_history
 
 
 def _fit(frame, **kw):

@@ -15,8 +15,8 @@ from market_pipeline.demand_response.experiments import (
     interval_narrow,
     perturb_tick,
 )
-from market_pipeline.demand_response.truth import grid_market
-from market_pipeline.demand_response.truth_grid import pool_inputs, promise_breaches
+from market_pipeline.lab.demand_response.truth import grid_market
+from market_pipeline.lab.demand_response.truth_grid import pool_inputs, promise_breaches
 from market_pipeline.market.problem import MarketProblem
 from market_pipeline.market.solve import demand_at
 from market_pipeline.tick import Promises, run_market_tick

@@ -11,9 +11,9 @@ import pytest
 
 from market_pipeline.config import load_config
 from market_pipeline.demand_response.live import refit_rows, run_experiments, tick_response
-from market_pipeline.demand_response.synthetic import synthetic_history
-from market_pipeline.demand_response.truth import grid_market
-from market_pipeline.demand_response.truth_grid import pool_inputs
+from market_pipeline.lab.demand_response.synthetic import synthetic_history
+from market_pipeline.lab.demand_response.truth import grid_market
+from market_pipeline.lab.demand_response.truth_grid import pool_inputs
 from market_pipeline.market.problem import MarketProblem
 from market_pipeline.tick import Promises, run_market_tick
 from market_pipeline.warehouse import open_warehouse

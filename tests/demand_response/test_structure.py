@@ -6,8 +6,8 @@ import json
 
 from market_pipeline.cli import main
 from market_pipeline.demand_response.history import fit_history
-from market_pipeline.demand_response.structure_bench import fit_case
-from market_pipeline.demand_response.synthetic import constant_elasticity_panel, structure_case
+from market_pipeline.lab.demand_response.structure_bench import fit_case
+from market_pipeline.lab.demand_response.synthetic import constant_elasticity_panel, structure_case
 
 TRUTH = {"P0": 0.35, "P1": 1.6, "P2": 0.8, "P3": 2.4}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from market_pipeline.demand_response.grid_run import run_grid, run_point
-from market_pipeline.demand_response.truth import TruthPoint, judged_points, tuning_points
-from market_pipeline.demand_response.truth_grid import GridSettings
+from market_pipeline.lab.demand_response.grid_run import run_grid, run_point
+from market_pipeline.lab.demand_response.truth import TruthPoint, judged_points, tuning_points
+from market_pipeline.lab.demand_response.truth_grid import GridSettings
 
 SMALL = GridSettings(days=1, history_days=3)
 

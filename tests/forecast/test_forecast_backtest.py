@@ -13,7 +13,7 @@ import pytest
 from market_pipeline.cli import main
 from market_pipeline.forecast.backtest import backtest_series, load_helios_series
 from market_pipeline.forecast.settings import ForecastInputError
-from market_pipeline.forecast.synthetic import job_demand
+from market_pipeline.lab.forecast.synthetic import job_demand
 
 REQUIRED_KEYS = {
     "mae",
@@ -134,7 +134,7 @@ def test_bench_and_pools_commands(tmp_path: Path, capsys: pytest.CaptureFixture[
     report = json.loads(out)
     assert report["pools"] == 4 and report["seconds"] > 0 and report["rows"] == 4 * 35
 
-    from market_pipeline.forecast.synthetic import synthetic_demand_table
+    from market_pipeline.lab.forecast.synthetic import synthetic_demand_table
 
     demand = tmp_path / "demand.csv"
     synthetic_demand_table(2, days=1.0, seed=1).write_csv(demand)

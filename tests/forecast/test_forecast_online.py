@@ -9,7 +9,7 @@ from market_pipeline.forecast.backtest import backtest_series
 from market_pipeline.forecast.online import track
 from market_pipeline.forecast.pool import fit_and_forecast
 from market_pipeline.forecast.settings import ForecastSettings
-from market_pipeline.forecast.synthetic import job_demand
+from market_pipeline.lab.forecast.synthetic import job_demand
 
 Z90 = 1.2816
 

@@ -15,7 +15,7 @@ from market_pipeline.forecast.settings import (
     ForecastInputError,
     ForecastSettings,
 )
-from market_pipeline.forecast.synthetic import job_demand
+from market_pipeline.lab.forecast.synthetic import job_demand
 
 ORIGIN = dt.datetime(2026, 3, 1, 12, 0)
 

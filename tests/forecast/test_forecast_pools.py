@@ -19,7 +19,7 @@ from market_pipeline.forecast.pools import (
     summary_rows,
 )
 from market_pipeline.forecast.settings import ForecastInputError
-from market_pipeline.forecast.synthetic import job_demand, synthetic_demand_table
+from market_pipeline.lab.forecast.synthetic import job_demand, synthetic_demand_table
 
 START = dt.datetime(2026, 2, 2)
 

@@ -14,7 +14,7 @@ from market_pipeline.forecast.pool import fit_and_forecast
 from market_pipeline.forecast.pools import forecast_pool_results
 from market_pipeline.forecast.settings import ForecastInputError, ForecastSettings
 from market_pipeline.forecast.survival import DemandContext, SurvivalArrival
-from market_pipeline.forecast.synthetic import job_demand, synthetic_demand_table
+from market_pipeline.lab.forecast.synthetic import job_demand, synthetic_demand_table
 
 
 @pytest.fixture(scope="module")

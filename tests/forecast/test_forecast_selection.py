@@ -7,7 +7,7 @@ import numpy as np
 from market_pipeline.forecast.features import Series
 from market_pipeline.forecast.selection import fit_group, gain_t_statistic, validation_folds
 from market_pipeline.forecast.settings import DEFAULT_SETTINGS, ForecastSettings
-from market_pipeline.forecast.synthetic import job_demand, stepped_price
+from market_pipeline.lab.forecast.synthetic import job_demand, stepped_price
 
 PERIOD = 288
 FINE = np.arange(1, 13)

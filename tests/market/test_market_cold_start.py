@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from market_test_helpers import resource, tenant
 
-from market_pipeline.market.baseline import solve_baseline
+from market_pipeline.lab.market.baseline import solve_baseline
+from market_pipeline.lab.market.generate import random_problem
 from market_pipeline.market.cold_start import GRID_POINTS, identical_tenant_prices, initial_prices
-from market_pipeline.market.generate import random_problem
 from market_pipeline.market.problem import MarketProblem
 
 

@@ -16,10 +16,10 @@ import torch
 from market_test_helpers import grid_demand
 
 from market_pipeline.cli import main
+from market_pipeline.lab.market.generate import coupled_problem, random_problem
+from market_pipeline.lab.market.reference import ExactDemand, reference_optimum
 from market_pipeline.market.batch_eval import stacked_demand
 from market_pipeline.market.errors import InstanceError
-from market_pipeline.market.generate import coupled_problem, random_problem
-from market_pipeline.market.reference import ExactDemand, reference_optimum
 from market_pipeline.market.report import SolverSettings
 from market_pipeline.market.resolve import global_resolve, relative_gain, step_toward, worth_switching
 from market_pipeline.market.solve import demand_at, solve_equilibrium

@@ -12,8 +12,8 @@ from market_test_helpers import grid_demand, grid_profit, resource, tenant
 from scipy.optimize import minimize
 
 import market_pipeline.market.solve as solve_module
+from market_pipeline.lab.market.generate import random_problem
 from market_pipeline.market.errors import InstanceError
-from market_pipeline.market.generate import random_problem
 from market_pipeline.market.problem import MarketProblem
 from market_pipeline.market.report import SolverSettings
 from market_pipeline.market.solve import solve_equilibrium
@@ -521,7 +521,7 @@ def test_extra_starts_are_solved_from_and_the_best_one_wins() -> None:
     a local solve: one in a better optimum's basin lifts the profit above the local solve
     alone, one on the no-sale plateau at price_max is moved off it and solved too, and the
     report counts the starts and the distinct optima."""
-    from market_pipeline.market.generate import coupled_problem
+    from market_pipeline.lab.market.generate import coupled_problem
     from market_pipeline.market.resolve import global_resolve
 
     problem = coupled_problem(24, 2, 0)

@@ -11,7 +11,7 @@ import pytest
 
 from assets.decision_checks import FORECAST_COVERAGE, FORECAST_FALLBACK, forecast_check_results
 from market_pipeline.forecast.pools import forecast_pool_results
-from market_pipeline.forecast.synthetic import synthetic_demand_table
+from market_pipeline.lab.forecast.synthetic import synthetic_demand_table
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from market_pipeline.lab.placement.saturation import (
+    compare_policies,
+    load_openb_experiment,
+    saturation_replay,
+)
 from market_pipeline.placement.capacity import MILLI, ClusterCapacity, Placement, PlacementError, PodRequest
 from market_pipeline.placement.fragmentation import FragmentTerms, cluster_fragmentation, node_fragmentation
 from market_pipeline.placement.policies import fraction_on_slot
-from market_pipeline.placement.saturation import compare_policies, load_openb_experiment, saturation_replay
 from market_pipeline.placement.typical import TypicalPods
 
 

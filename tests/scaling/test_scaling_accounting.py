@@ -13,17 +13,17 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from market_pipeline.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
-from market_pipeline.scaling.fleet_sim import Fleet, FleetParams
-from market_pipeline.scaling.forecast import CausalQuantileForecaster
-from market_pipeline.scaling.replay import (
+from market_pipeline.lab.scaling.fleet_sim import Fleet, FleetParams
+from market_pipeline.lab.scaling.forecast import CausalQuantileForecaster
+from market_pipeline.lab.scaling.replay import (
     DemandLoad,
     PolicyRun,
     ReplayMetrics,
     ReplaySettings,
     replay_baseline,
 )
+from market_pipeline.lab.scaling.tuning import apply_combo, combos, compare, rank_key, windows
 from market_pipeline.scaling.settings import normalised_prices, scaling_config_from_config
-from market_pipeline.scaling.tuning import apply_combo, combos, compare, rank_key, windows
 from market_pipeline.scaling.types import ScalingConfig
 from market_pipeline.tick.certificate import BacklogParams
 

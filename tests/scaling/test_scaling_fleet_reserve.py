@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from market_pipeline.scaling.fleet_sim import FleetParams
-from market_pipeline.scaling.replay import DemandLoad, ReplaySettings, replay_policy
+from market_pipeline.lab.scaling.fleet_sim import FleetParams
+from market_pipeline.lab.scaling.replay import DemandLoad, ReplaySettings, replay_policy
 from market_pipeline.scaling.types import ScalingConfig
 
 START = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)

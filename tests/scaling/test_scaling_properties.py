@@ -17,10 +17,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from market_pipeline.lab.scaling.fleet_sim import FleetParams
+from market_pipeline.lab.scaling.forecast import CausalQuantileForecaster
+from market_pipeline.lab.scaling.replay import PolicyRun, ReplaySettings
 from market_pipeline.scaling.capacity import backlog_state
-from market_pipeline.scaling.fleet_sim import FleetParams
-from market_pipeline.scaling.forecast import CausalQuantileForecaster
-from market_pipeline.scaling.replay import PolicyRun, ReplaySettings
 from market_pipeline.scaling.types import NodeState, ScalingConfig
 from market_pipeline.tick.certificate import BacklogParams, certify
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from market_pipeline.cli import main
-from market_pipeline.scaling.baseline import ClusterAutoscalerBaseline
-from market_pipeline.scaling.fleet_sim import Fleet, FleetParams
-from market_pipeline.scaling.forecast import CausalQuantileForecaster, causal_forecast_series
-from market_pipeline.scaling.load import LoadFileError, load_helios_demand
-from market_pipeline.scaling.replay import DemandLoad, ReplaySettings, replay_baseline, replay_policy
+from market_pipeline.lab.scaling.baseline import ClusterAutoscalerBaseline
+from market_pipeline.lab.scaling.fleet_sim import Fleet, FleetParams
+from market_pipeline.lab.scaling.forecast import CausalQuantileForecaster, causal_forecast_series
+from market_pipeline.lab.scaling.load import LoadFileError, load_helios_demand
+from market_pipeline.lab.scaling.replay import DemandLoad, ReplaySettings, replay_baseline, replay_policy
 from market_pipeline.scaling.types import NodeState
 
 HELIOS = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "helios-earth"

@@ -216,7 +216,7 @@ def test_bench_webhooks_counts_every_notice_once(service_config):
     """`bench webhooks` on a few drains: real toy workers drained through the local-process
     adapter, the real server's worker, receivers failing every other call. Every warning is
     delivered, no delivery id twice, every signature valid, the failures retried."""
-    from market_pipeline.service.webhook_bench import run_webhook_bench
+    from market_pipeline.lab.service.webhook_bench import run_webhook_bench
 
     tenants = len(service_config.tenants)  # one more drain than tenants: a receiver's 2nd call fails
     result = run_webhook_bench(

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from market_pipeline.config import MarketPipelineConfig, load_config
-from market_pipeline.simulate.engine import RunInputs, StrategyRun
-from market_pipeline.simulate.metrics import StrategyResult
-from market_pipeline.simulate.runner import build_inputs, make_strategy
-from market_pipeline.simulate.settings import EconomicAssumptions, SimulationSettings
-from market_pipeline.simulate.synthetic import flat_load, synthetic_fleet, synthetic_pods
+from market_pipeline.lab.simulate.engine import RunInputs, StrategyRun
+from market_pipeline.lab.simulate.metrics import StrategyResult
+from market_pipeline.lab.simulate.runner import build_inputs, make_strategy
+from market_pipeline.lab.simulate.settings import EconomicAssumptions, SimulationSettings
+from market_pipeline.lab.simulate.synthetic import flat_load, synthetic_fleet, synthetic_pods
 
 FLEET = {"A10": (6, 4), "G2": (6, 8)}
 

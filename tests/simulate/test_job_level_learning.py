@@ -11,20 +11,20 @@ import numpy as np
 import pytest
 
 from market_pipeline.demand_response.experiments import ExperimentSettings
-from market_pipeline.demand_response.truth import TruthPoint
-from market_pipeline.market.problem import MarketProblem
-from market_pipeline.market.resources import DRAINABLE, GUARANTEED
-from market_pipeline.market.solve import demand_at
-from market_pipeline.simulate.job_grid import (
+from market_pipeline.lab.demand_response.truth import TruthPoint
+from market_pipeline.lab.simulate.job_grid import (
     elasticity_errors,
     point_report,
     point_settings,
     promise_breaches,
 )
-from market_pipeline.simulate.learning import ResponseLearner
-from market_pipeline.simulate.runner import make_strategy, run_strategies
-from market_pipeline.simulate.settings import EconomicAssumptions
-from market_pipeline.simulate.tenants import best_response, list_price_vector, resource_set, tod_factor
+from market_pipeline.lab.simulate.learning import ResponseLearner
+from market_pipeline.lab.simulate.runner import make_strategy, run_strategies
+from market_pipeline.lab.simulate.settings import EconomicAssumptions
+from market_pipeline.lab.simulate.tenants import best_response, list_price_vector, resource_set, tod_factor
+from market_pipeline.market.problem import MarketProblem
+from market_pipeline.market.resources import DRAINABLE, GUARANTEED
+from market_pipeline.market.solve import demand_at
 from market_pipeline.tick import Promises
 from market_pipeline.tick.response import calibrated_to_response
 from tests.simulate import simulate_testkit as kit
@@ -124,8 +124,8 @@ def test_a_job_level_truth_point_learns_experiments_and_keeps_the_promises():
     base = kit.inputs(days=1.0, economics=EconomicAssumptions(tenants_per_class=4)).settings
     point = TruthPoint("e0.5/r0.1", 0.5, 0.1)
     settings = replace(point_settings(base, point), warmup_days=1.0)
-    from market_pipeline.simulate.runner import build_inputs
-    from market_pipeline.simulate.synthetic import flat_load, synthetic_fleet, synthetic_pods
+    from market_pipeline.lab.simulate.runner import build_inputs
+    from market_pipeline.lab.simulate.synthetic import flat_load, synthetic_fleet, synthetic_pods
 
     run_inputs = build_inputs(
         kit.config(),
@@ -190,8 +190,8 @@ def test_bench_simulate_truth_skips_without_traces_and_refuses_an_unknown_point(
 
 def test_the_job_level_tuning_points_are_disjoint_from_the_judged_ones():
     """Settings are chosen on `--points tuning`; none of those truths is judged."""
-    from market_pipeline.demand_response.truth import tuning_points
-    from market_pipeline.simulate.job_grid import job_grid_points, job_tuning_points
+    from market_pipeline.lab.demand_response.truth import tuning_points
+    from market_pipeline.lab.simulate.job_grid import job_grid_points, job_tuning_points
 
     def truth(p):
         return (p.elastic, p.rigid, p.latent_ratio)
@@ -203,8 +203,8 @@ def test_the_job_level_tuning_points_are_disjoint_from_the_judged_ones():
 
 
 def test_points_select_the_judged_set_by_default_the_tuning_set_or_names():
-    from market_pipeline.simulate.errors import SimulationInputError
-    from market_pipeline.simulate.job_grid import job_grid_points, job_tuning_points, select_points
+    from market_pipeline.lab.simulate.errors import SimulationInputError
+    from market_pipeline.lab.simulate.job_grid import job_grid_points, job_tuning_points, select_points
 
     assert select_points("") == select_points("judged") == job_grid_points()
     assert select_points("tuning") == job_tuning_points()

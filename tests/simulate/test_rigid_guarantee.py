@@ -9,6 +9,13 @@ import numpy as np
 import pytest
 from simulate_testkit import config, inputs
 
+from market_pipeline.lab.simulate.engine import StrategyRun
+from market_pipeline.lab.simulate.guarantee import guarantee_check
+from market_pipeline.lab.simulate.jobs import QUEUED, RUNNING
+from market_pipeline.lab.simulate.metrics import StrategyResult
+from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID
+from market_pipeline.lab.simulate.runner import make_strategy
+from market_pipeline.lab.simulate.settings import EconomicAssumptions
 from market_pipeline.placement.capacity import ClusterCapacity, PodRequest
 from market_pipeline.placement.guarantee import (
     choose_arrival,
@@ -19,13 +26,6 @@ from market_pipeline.placement.guarantee import (
     shortfall,
 )
 from market_pipeline.placement.policies import BestFit
-from market_pipeline.simulate.engine import StrategyRun
-from market_pipeline.simulate.guarantee import guarantee_check
-from market_pipeline.simulate.jobs import QUEUED, RUNNING
-from market_pipeline.simulate.metrics import StrategyResult
-from market_pipeline.simulate.pricing import ELASTIC, RIGID
-from market_pipeline.simulate.runner import make_strategy
-from market_pipeline.simulate.settings import EconomicAssumptions
 
 
 def _cap(nodes: int = 3) -> ClusterCapacity:
@@ -149,7 +149,7 @@ def test_the_rigid_promise_is_checked_on_every_tick_against_static():
 
 
 def test_the_market_view_never_reports_negative_demand_from_float_drift():
-    from market_pipeline.simulate.pricing import MarketView
+    from market_pipeline.lab.simulate.pricing import MarketView
 
     allocated = np.array([[0.1 + 0.2 - 0.3 - 1e-16, 0.0], [2.0, 1.0]])  # an emptied pool's drift
     view = MarketView(0, 0.0, np.array([8.0, 8.0]), allocated, np.zeros((2, 2)), np.zeros(1), np.ones(4))

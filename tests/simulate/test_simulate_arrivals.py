@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 from simulate_testkit import inputs
 
-from market_pipeline.simulate.arrivals import candidates, initial_population, thin
+from market_pipeline.lab.simulate.arrivals import candidates, initial_population, thin
 
 
 def test_simulate_candidates_are_common_random_numbers():

@@ -6,8 +6,8 @@ import dagster as dg
 from simulate_testkit import inputs, run
 
 from assets.simulation import simulation_assets, simulation_report
-from market_pipeline.simulate.report import build_report
-from market_pipeline.simulate.saturation import compare_placement, experiment_from_tables
+from market_pipeline.lab.simulate.report import build_report
+from market_pipeline.lab.simulate.saturation import compare_placement, experiment_from_tables
 
 
 def _report(tmp_path):

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from simulate_testkit import FLEET, config
 
-from market_pipeline.simulate.errors import SimulationInputError
-from market_pipeline.simulate.settings import EconomicAssumptions, pool_prices
-from market_pipeline.simulate.synthetic import synthetic_fleet, synthetic_pods
-from market_pipeline.simulate.tenants import best_response, build_pools, calibrate, list_price_vector
+from market_pipeline.lab.simulate.errors import SimulationInputError
+from market_pipeline.lab.simulate.settings import EconomicAssumptions, pool_prices
+from market_pipeline.lab.simulate.synthetic import synthetic_fleet, synthetic_pods
+from market_pipeline.lab.simulate.tenants import best_response, build_pools, calibrate, list_price_vector
 
 
 def _model(economics: EconomicAssumptions | None = None, pods: int = 500, level: float = 40.0):

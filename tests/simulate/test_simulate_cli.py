@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from market_pipeline.cli import main
-from market_pipeline.simulate.report import REQUIRED_PLACEMENT_KEYS, REQUIRED_STRATEGY_KEYS
+from market_pipeline.lab.simulate.report import REQUIRED_PLACEMENT_KEYS, REQUIRED_STRATEGY_KEYS
 
 
 def _write_traces(folder: Path, pods: int = 300, seed: int = 0) -> tuple[Path, Path, Path]:

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from simulate_testkit import config
 
+from market_pipeline.lab.simulate.cluster import IncrementalBestFit, PoolCluster
+from market_pipeline.lab.simulate.settings import EconomicAssumptions, pool_prices
+from market_pipeline.lab.simulate.synthetic import synthetic_fleet
+from market_pipeline.lab.simulate.tenants import build_pools
 from market_pipeline.placement.capacity import PodRequest
 from market_pipeline.placement.policies import BestFit
-from market_pipeline.simulate.cluster import IncrementalBestFit, PoolCluster
-from market_pipeline.simulate.settings import EconomicAssumptions, pool_prices
-from market_pipeline.simulate.synthetic import synthetic_fleet
-from market_pipeline.simulate.tenants import build_pools
 
 SHAPES = [(1, 1000), (1, 500), (1, 250), (1, 700), (2, 1000), (4, 1000), (8, 1000), (3, 1000)]
 

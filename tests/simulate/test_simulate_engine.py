@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from simulate_testkit import inputs, run
 
-from market_pipeline.simulate.engine import StrategyRun
-from market_pipeline.simulate.jobs import DONE, QUEUED, RUNNING
-from market_pipeline.simulate.pricing import ELASTIC, RIGID
-from market_pipeline.simulate.runner import make_strategy
-from market_pipeline.simulate.settings import EconomicAssumptions
+from market_pipeline.lab.simulate.engine import StrategyRun
+from market_pipeline.lab.simulate.jobs import DONE, QUEUED, RUNNING
+from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID
+from market_pipeline.lab.simulate.runner import make_strategy
+from market_pipeline.lab.simulate.settings import EconomicAssumptions
 
 
 def test_simulate_static_uncongested_serves_the_load_without_waiting():

@@ -3,10 +3,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from market_pipeline.simulate.errors import SimulationInputError
-from market_pipeline.simulate.inputs import expected_sm_share, load_helios, load_nodes, load_pods
-from market_pipeline.simulate.settings import SimulationSettings
-from market_pipeline.simulate.synthetic import synthetic_pods
+from market_pipeline.lab.simulate.errors import SimulationInputError
+from market_pipeline.lab.simulate.inputs import expected_sm_share, load_helios, load_nodes, load_pods
+from market_pipeline.lab.simulate.settings import SimulationSettings
+from market_pipeline.lab.simulate.synthetic import synthetic_pods
 
 
 def _helios(path, running, pending, total):

@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 from simulate_testkit import FLEET, config, inputs
 
-from market_pipeline.simulate.arrivals import initial_population
-from market_pipeline.simulate.cluster import PoolCluster
-from market_pipeline.simulate.engine import StrategyRun
-from market_pipeline.simulate.errors import SimulationInputError
-from market_pipeline.simulate.jobs import QUEUED, RUNNING
-from market_pipeline.simulate.metrics import Meter
-from market_pipeline.simulate.opening import opening_jobs, opening_prices
-from market_pipeline.simulate.pricing import ELASTIC, RIGID, PriceDecision, StaticPricing
-from market_pipeline.simulate.report import rigid_price_index, target_checks
-from market_pipeline.simulate.runner import make_strategy
-from market_pipeline.simulate.settings import EconomicAssumptions, pool_prices
-from market_pipeline.simulate.synthetic import synthetic_fleet, synthetic_pods
-from market_pipeline.simulate.tenants import best_response, build_pools, calibrate, list_price_vector
+from market_pipeline.lab.simulate.arrivals import initial_population
+from market_pipeline.lab.simulate.cluster import PoolCluster
+from market_pipeline.lab.simulate.engine import StrategyRun
+from market_pipeline.lab.simulate.errors import SimulationInputError
+from market_pipeline.lab.simulate.jobs import QUEUED, RUNNING
+from market_pipeline.lab.simulate.metrics import Meter
+from market_pipeline.lab.simulate.opening import opening_jobs, opening_prices
+from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID, PriceDecision, StaticPricing
+from market_pipeline.lab.simulate.report import rigid_price_index, target_checks
+from market_pipeline.lab.simulate.runner import make_strategy
+from market_pipeline.lab.simulate.settings import EconomicAssumptions, pool_prices
+from market_pipeline.lab.simulate.synthetic import synthetic_fleet, synthetic_pods
+from market_pipeline.lab.simulate.tenants import best_response, build_pools, calibrate, list_price_vector
 
 
 def _model(ratio: float):

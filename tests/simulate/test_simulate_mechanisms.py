@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from simulate_testkit import inputs
 
-from market_pipeline.simulate.arrivals import Candidates
-from market_pipeline.simulate.deferral import DeferredDemand
-from market_pipeline.simulate.engine import StrategyRun
-from market_pipeline.simulate.pricing import MarketView, PriceDecision, UtilizationPricing
-from market_pipeline.simulate.runner import make_strategy
-from market_pipeline.simulate.settings import EconomicAssumptions
-from market_pipeline.simulate.tenants import list_price_vector, resource_set
+from market_pipeline.lab.simulate.arrivals import Candidates
+from market_pipeline.lab.simulate.deferral import DeferredDemand
+from market_pipeline.lab.simulate.engine import StrategyRun
+from market_pipeline.lab.simulate.pricing import MarketView, PriceDecision, UtilizationPricing
+from market_pipeline.lab.simulate.runner import make_strategy
+from market_pipeline.lab.simulate.settings import EconomicAssumptions
+from market_pipeline.lab.simulate.tenants import list_price_vector, resource_set
 
 
 class Alternating:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from simulate_testkit import inputs
 
-from market_pipeline.simulate.pricing import MarketView, StaticPricing, UtilizationPricing
-from market_pipeline.simulate.settings import EconomicAssumptions
-from market_pipeline.simulate.stackelberg import StackelbergPricing
+from market_pipeline.lab.simulate.pricing import MarketView, StaticPricing, UtilizationPricing
+from market_pipeline.lab.simulate.settings import EconomicAssumptions
+from market_pipeline.lab.simulate.stackelberg import StackelbergPricing
 
 
 def _view(scenario, demand_share: float, pending_rigid: float = 0.0) -> MarketView:
@@ -71,7 +71,7 @@ def test_simulate_backlog_shield_raises_the_price_of_a_backlogged_pool():
     "bad", [{"elastic_elasticity": 0.0}, {"budget_headroom": 0.0}, {"guaranteed_cap": 0.9}]
 )
 def test_simulate_economics_validate(bad):
-    from market_pipeline.simulate.errors import SimulationInputError
+    from market_pipeline.lab.simulate.errors import SimulationInputError
 
     with pytest.raises(SimulationInputError, match=next(iter(bad))):
         EconomicAssumptions(**bad)

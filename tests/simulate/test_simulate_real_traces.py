@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from simulate_testkit import config
 
-from market_pipeline.simulate.inputs import load_helios, load_nodes, load_pods
-from market_pipeline.simulate.runner import build_inputs
-from market_pipeline.simulate.settings import SimulationSettings
-from market_pipeline.simulate.tenants import best_response, list_price_vector
+from market_pipeline.lab.simulate.inputs import load_helios, load_nodes, load_pods
+from market_pipeline.lab.simulate.runner import build_inputs
+from market_pipeline.lab.simulate.settings import SimulationSettings
+from market_pipeline.lab.simulate.tenants import best_response, list_price_vector
 
 
 @pytest.fixture(scope="module")

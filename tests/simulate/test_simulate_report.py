@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from market_pipeline.simulate.report import strategy_table_markdown, target_checks
+from market_pipeline.lab.simulate.report import strategy_table_markdown, target_checks
 
 
 def _strategies(rev=(100.0, 110.0, 120.0), util=0.85, elastic=(1.0, 0.85), rigid=(1.0, 1.04), sla=0):

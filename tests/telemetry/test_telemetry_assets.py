@@ -17,8 +17,8 @@ from assets.telemetry import (
     telemetry_samples,
 )
 from market_pipeline.hardware.protocol import empty_samples
+from market_pipeline.lab.telemetry.synthetic import fleet_samples
 from market_pipeline.telemetry.partitions import partition_window
-from market_pipeline.telemetry.synthetic import fleet_samples
 
 WINDOW = partition_window("2024-01-01-00:00")
 

@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from market_pipeline.config import TelemetryConfig
+from market_pipeline.lab.telemetry.synthetic import fleet_samples
 from market_pipeline.telemetry.checks import (
     accounting,
     clean_rules,
@@ -21,7 +22,6 @@ from market_pipeline.telemetry.checks import (
 from market_pipeline.telemetry.ingest import ingest_samples
 from market_pipeline.telemetry.partitions import partition_window
 from market_pipeline.telemetry.rules import ValidationPolicy
-from market_pipeline.telemetry.synthetic import fleet_samples
 from market_pipeline.warehouse import Warehouse, open_warehouse
 
 WINDOW = partition_window("2024-01-01-00:00")

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from market_pipeline.cli import main
-from market_pipeline.telemetry.synthetic import fleet_samples
+from market_pipeline.lab.telemetry.synthetic import fleet_samples
 from market_pipeline.warehouse import Warehouse
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm_metrics.txt"

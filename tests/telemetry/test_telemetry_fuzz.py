@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from market_pipeline.lab.telemetry.synthetic import FLEET_START, fleet_samples
 from market_pipeline.telemetry.ingest import ingest_samples
 from market_pipeline.telemetry.rules import ValidationPolicy
-from market_pipeline.telemetry.synthetic import FLEET_START, fleet_samples
 from market_pipeline.warehouse import open_warehouse
 
 PER_KIND = 2_000

@@ -10,11 +10,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from market_pipeline.lab.telemetry.synthetic import FLEET_START, fleet_samples
 from market_pipeline.telemetry.ingest import ingest_samples, known_gpu_uuids
 from market_pipeline.telemetry.partitions import partition_key_of, partition_window
 from market_pipeline.telemetry.rules import ValidationPolicy
 from market_pipeline.telemetry.schema import MissingColumnsError
-from market_pipeline.telemetry.synthetic import FLEET_START, fleet_samples
 from market_pipeline.warehouse import Warehouse, open_warehouse
 
 NOW = FLEET_START + timedelta(hours=6)

@@ -17,11 +17,11 @@ from market_pipeline.hardware.protocol import (
     unmeasured_fields,
 )
 from market_pipeline.hardware.slurm.adapter import SlurmAdapter
+from market_pipeline.lab.telemetry.synthetic import fleet_samples
 from market_pipeline.telemetry.checks import clean_rules
 from market_pipeline.telemetry.ingest import ingest_samples
 from market_pipeline.telemetry.partitions import partition_window
 from market_pipeline.telemetry.rules import ValidationPolicy
-from market_pipeline.telemetry.synthetic import fleet_samples
 from market_pipeline.warehouse import Warehouse, open_warehouse
 
 WINDOW = partition_window("2024-01-01-00:00")

@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from market_pipeline.lab.telemetry.synthetic import FLEET_START, fleet_samples
 from market_pipeline.telemetry.partitions import partition_window
 from market_pipeline.telemetry.rules import (
     REASONS,
@@ -17,7 +18,6 @@ from market_pipeline.telemetry.rules import (
     screen,
 )
 from market_pipeline.telemetry.schema import coerce_samples
-from market_pipeline.telemetry.synthetic import FLEET_START, fleet_samples
 
 NOW = FLEET_START + timedelta(hours=2)
 POLICY = ValidationPolicy(now=NOW)

@@ -8,9 +8,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from market_pipeline.lab.telemetry.synthetic import FLEET_START, fleet_samples
 from market_pipeline.telemetry.ingest import ingest_samples
 from market_pipeline.telemetry.rules import ValidationPolicy
-from market_pipeline.telemetry.synthetic import FLEET_START, fleet_samples
 from market_pipeline.warehouse import Warehouse, open_warehouse
 
 NOW = FLEET_START + timedelta(hours=6)

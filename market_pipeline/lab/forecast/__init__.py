@@ -1,0 +1,1 @@
+"""The forecaster offline: synthetic pool demand (`synthetic`) and `bench forecast`."""

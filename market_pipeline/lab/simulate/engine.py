@@ -1,0 +1,461 @@
+"""The discrete-event loop of one strategy run.
+
+Events: arrivals (generated per tick, sorted), job finishes and drain completions (a heap).
+The run opens from the steady state of the strategy's own opening prices (`opening`) and
+runs the warm-up days unmeasured (`Meter.restart`). At each tick start the strategy posts
+prices from a `MarketView`; the tenants' demand at those prices sets the tick's arrivals,
+and deferred elastic work whose price is met now is submitted (`deferral`: turned-away
+elastic work waits for a price it accepts). A job is placed at once by the pool's placement
+policy or waits in its pool's queue (rigid jobs first, then elastic; within a class by
+request shape, oldest first); whenever capacity frees up the queue is retried. While rigid
+jobs wait in a pool, the oldest hold the nodes nearest to fitting them and elastic jobs, new
+or drained, are not placed in that pool at all (`placement.guarantee`, the rigid guarantee:
+the held nodes and `closed_nodes`). A rigid job
+that does not fit spills to another pool or waits for drains (`rigid_service`), retried
+every control-loop tick. Billing integrates each class's running GPUs times the posted
+price; a drained job stops paying at its drain signal.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from collections.abc import Callable
+from itertools import islice
+
+import numpy as np
+
+from market_pipeline.lab.simulate.arrivals import buy_ratio, candidates, split
+from market_pipeline.lab.simulate.cluster import PoolCluster
+from market_pipeline.lab.simulate.deferral import DeferredDemand
+from market_pipeline.lab.simulate.drains import DrainController
+from market_pipeline.lab.simulate.inputs import expected_sm_share
+from market_pipeline.lab.simulate.jobs import DONE, DRAINING, QUEUED, RUNNING, Jobs
+from market_pipeline.lab.simulate.metrics import Meter, StrategyResult, summarize
+from market_pipeline.lab.simulate.opening import opening_jobs, opening_prices, stock_by_class
+from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID, MarketView, PricingStrategy
+from market_pipeline.lab.simulate.rigid_service import FINISH, RigidService
+from market_pipeline.lab.simulate.run_inputs import RunInputs
+from market_pipeline.lab.simulate.tenants import best_response
+from market_pipeline.placement.capacity import Placement, PodRequest
+from market_pipeline.placement.guarantee import closed_nodes, held_nodes, hold_limit
+
+
+class StrategyRun(RigidService):
+    def __init__(self, inputs: RunInputs, strategy: PricingStrategy) -> None:
+        self.inputs = inputs
+        self.strategy = strategy
+        s = inputs.settings
+        self.tick_s = s.tick_seconds
+        self.clusters = [
+            PoolCluster(
+                p,
+                inputs.nodes,
+                s.placement_policy,
+                inputs.typical,
+                list(inputs.requests),
+                s.economics.rigid_reserve_nodes,
+            )
+            for p in inputs.pools
+        ]
+        self.capacity = np.array([c.capacity_gpus for c in self.clusters])
+        self.unit_cost = np.array([p.prices.unit_cost for p in inputs.pools])
+        self.serve_cost = np.array([p.prices.serve_cost for p in inputs.pools])
+        self.jobs = Jobs()
+        self.warmup = s.warmup_ticks
+        self.meter = Meter(len(inputs.pools), self.warmup + s.ticks)
+        self.queues: list[tuple[dict, dict]] = [({}, {}) for _ in inputs.pools]
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.node_jobs: list[dict[int, set[int]]] = [{} for _ in inputs.pools]
+        self.drainer = (
+            DrainController(inputs.config, inputs.epoch, inputs.model.ids, inputs.pods.qos, s.tick_minutes)
+            if strategy.drains
+            else None
+        )
+        self.awaited: dict[int, set[int]] = {}  # rigid job -> victims still draining for it
+        self.victim_of: dict[int, int] = {}
+        self.parked: dict[int, list[int]] = {}  # rigid job -> its drained victims not yet re-placed
+        self.history = list(inputs.index_history)
+        self.pod_gpus = inputs.pods.gpus.tolist()
+        self.pod_runtime = inputs.pods.runtime_s.tolist()
+        self.pod_use = (inputs.pods.gpus * expected_sm_share(inputs.pods)).tolist()  # used GPUs per job
+        self.deferred = DeferredDemand(inputs.model.elastic, 3600.0 * s.economics.elastic_patience_hours)
+        self.latent = inputs.model.latent_mask.tolist()
+        self.tick = 0
+        self._no_room: dict[tuple[int, int, int], int] = {}  # (pool, shape) -> control step a plan failed
+        self.opening_jobs = 0
+        # the live control loop's cadence: waiting rigid jobs retry spill and drains this often
+        self.control_s = 60.0 * min(inputs.config.loop.tick_minutes, s.tick_minutes)
+        self.control_step = 0
+        self.spilled = 0  # rigid jobs placed on another pool than the one they were drawn for
+        self.epoch_s = inputs.epoch.timestamp()
+        self.bought = np.zeros(2 * len(inputs.pools))  # GPUs requested this tick per resource
+        self.bought_last: np.ndarray | None = None
+        guarantee = inputs.config.guardrails.rigid_guarantee
+        self.hold_limits = [
+            hold_limit(c.node_count(), guarantee.hold_max_nodes_share if guarantee.enabled else 0.0)
+            for c in self.clusters
+        ]
+        self.hold_stale = [True] * len(self.clusters)  # the pool's waiting rigid work changed
+        self.close_to_elastic = guarantee.enabled and guarantee.close_to_drainable
+
+    # -- event loop ---------------------------------------------------------------------------
+    def run(self, progress: Callable[[int], None] | None = None) -> StrategyResult:
+        started = time.perf_counter()
+        inputs, s = self.inputs, self.inputs.settings
+        prices = self._initial_prices()
+        prices = self._place_initial(prices)
+        for tick in range(self.warmup + s.ticks):
+            if tick == self.warmup and tick:
+                self.meter.restart()  # the warm-up is over: measure from here
+            self.tick = tick
+            t0 = tick * self.tick_s
+            self._until(t0)
+            self.meter.pending_by_class[tick] = self.meter.waiting().sum(axis=0)
+            decision = self.strategy.decide(self._view(tick, t0, prices))
+            prices = decision.prices
+            self._control(t0, prune=True)
+            hour = int(((self.epoch_s + t0) % 86_400) // 3600)  # the true response's hour of day
+            wanted = best_response(inputs.model, prices, hour)
+            floor = inputs.floor_demand
+            k = float(inputs.load_index[tick])
+            ratio = buy_ratio(wanted, floor)  # the load index k cancels out
+            late = self.deferred.release(ratio, t0)
+            for i in range(late.size):  # deferred elastic work that buys at this tick's price
+                self._arrive(int(late.tenant[i]), int(late.pool[i]), int(late.pod[i]), t0)
+            cands = candidates(inputs.model, floor * k, t0, self.tick_s, s.seed, tick)
+            kept, turned_away, overflow = split(cands, ratio)
+            self.deferred.add(turned_away)
+            self.meter.thinning_overflow += overflow
+            marks = iter(t0 + np.arange(self.control_s, self.tick_s - 1e-9, self.control_s))
+            mark = next(marks, None)
+            for i in range(kept.size):
+                t = float(kept.time[i])
+                while mark is not None and mark <= t:
+                    self._control(float(mark))
+                    mark = next(marks, None)
+                self._until(t)
+                self._arrive(int(kept.tenant[i]), int(kept.pool[i]), int(kept.pod[i]), t)
+            while mark is not None:
+                self._control(float(mark))
+                mark = next(marks, None)
+            self._until(t0 + self.tick_s)
+            self._record_rigid(tick, t0 + self.tick_s)
+            self.meter.close_tick(
+                tick, t0 + self.tick_s, self.tick_s, prices, self.capacity, self.unit_cost, self.serve_cost
+            )
+            self.meter.arrivals[tick] = kept.size + late.size
+            self.bought_last, self.bought = self.bought, np.zeros_like(self.bought)
+            self.history.append(kept.size / max(self._expected_arrivals(wanted), 1e-9))
+            if progress is not None:
+                progress(tick)
+        return self._result(time.perf_counter() - started)
+
+    def _control(self, t: float, prune: bool = False) -> None:
+        """A control-loop tick (every `loop.tick_minutes`, as the live pipeline's drain
+        planner runs; prices change only every pricing tick): waiting rigid jobs try the
+        other pools, then the drain guardrail."""
+        self._until(t)
+        self.control_step += 1
+        self.hold_stale = [True] * len(self.clusters)  # capacity moved since: re-pick the held nodes
+        self._retry_spill(t)
+        if self.drainer is not None:
+            self._retry_drains(t)
+            if prune:
+                self.drainer.prune(t)
+
+    def _record_rigid(self, tick: int, t: float) -> None:
+        """The guarantee's per-tick record: rigid jobs waiting now, those of them waiting past
+        their SLA wait, and rigid jobs past it so far (late starts measured since the warm-up,
+        plus those waiting past it)."""
+        jobs, sla = self.jobs, self.inputs.sla_wait_s
+        waiting = late = 0
+        for rigid, _ in self.queues:
+            for queue in rigid.values():
+                waiting += len(queue)
+                late += sum(1 for j in queue if t - jobs.arrival[j] > sla)
+        self.meter.rigid_waiting[tick] = waiting
+        self.meter.rigid_waiting_late[tick] = late
+        self.meter.rigid_past_sla[tick] = self.meter.rigid_sla_violations + late
+
+    def _initial_prices(self) -> np.ndarray:
+        return np.repeat([p.prices.list_price for p in self.inputs.pools], 2).astype(np.float64)
+
+    def _expected_arrivals(self, wanted: np.ndarray) -> float:
+        gh = self.inputs.model.mean_gpu_hours
+        rates = np.where(gh > 0, wanted / np.where(gh > 0, gh, 1.0), 0.0)
+        return float(rates.sum()) * self.tick_s / 3600.0
+
+    def _view(self, tick: int, t0: float, prices: np.ndarray) -> MarketView:
+        return MarketView(
+            tick,
+            t0,
+            self.capacity,
+            self.meter.allocated(),
+            self.meter.waiting(),
+            np.asarray(self.history, dtype=np.float64),
+            prices.copy(),
+            None if self.bought_last is None else self.bought_last.copy(),
+        )
+
+    def _push(self, t: float, kind: int, job: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, job, self.jobs.epoch[job]))
+
+    def _until(self, t: float) -> None:
+        heap, jobs = self.heap, self.jobs
+        while heap and heap[0][0] <= t:
+            when, _, kind, job, epoch = heapq.heappop(heap)
+            if epoch != jobs.epoch[job]:
+                continue
+            if kind == FINISH:
+                self._finish(job, when)
+            else:
+                self._drain_done(job, when)
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def _place_initial(self, list_prices: np.ndarray) -> np.ndarray:
+        """Place the snapshot of running jobs at the strategy's opening prices (`opening`; with
+        `settings.opening` "list", the list-price snapshot for every strategy); return those
+        prices (the first tick's last prices)."""
+        inputs = self.inputs
+        held = stock_by_class(inputs.model, inputs.initial, inputs.pods.gpus, len(inputs.pools))
+        history = np.asarray(self.history, dtype=np.float64)
+        prices = list_prices.copy()
+        if inputs.settings.opening == "own":
+            prices = opening_prices(self.strategy, self.capacity, held, history, list_prices)
+        init = opening_jobs(
+            inputs.model,
+            inputs.pods,
+            prices,
+            inputs.initial_index,
+            inputs.settings.seed,
+            inputs.initial,
+            list_prices,
+        )
+        self.opening_jobs = int(init.tenant.size)
+        for j, r, pod, left in zip(
+            init.tenant.tolist(), init.pool.tolist(), init.pod.tolist(), init.remaining_s.tolist()
+        ):
+            cls = ELASTIC if self.inputs.model.elastic[j] else RIGID
+            job = self.jobs.add(j, r, pod, cls, self.pod_gpus[pod], 0.0, left)
+            self._place_or_queue(job, 0.0, allow_drain=False)
+        return prices
+
+    def _arrive(self, tenant: int, pool: int, pod: int, t: float) -> None:
+        cls = ELASTIC if self.inputs.model.elastic[tenant] else RIGID
+        job = self.jobs.add(tenant, pool, pod, cls, self.pod_gpus[pod], t, self.pod_runtime[pod])
+        self.bought[2 * pool + cls] += self.pod_gpus[pod]
+        self._place_or_queue(job, t, allow_drain=True)
+
+    def _place_or_queue(self, job: int, t: float, allow_drain: bool) -> None:
+        """A job not waiting yet (an arrival, a drained job). A rigid one takes, in order: room
+        in its pool off the nodes held for the pool's waiting rigid jobs, room in the pools it
+        may spill to (off theirs), then a held node of its pool (`placement.guarantee`: new
+        guaranteed work that can run elsewhere leaves the held room to the waiting jobs, which
+        often cannot); else it waits. An elastic one: its pool off the held nodes, else waits."""
+        jobs = self.jobs
+        r, req = jobs.pool[job], self.inputs.requests[jobs.pod[job]]
+        if jobs.cls[job] == RIGID:
+            self._refresh_holds(r)
+            placement = self.clusters[r].place(req, off_held=True)
+            if placement is None and self._spill(job, t):
+                return
+            if placement is None and self.clusters[r].held.any():
+                placement = self.clusters[r].place(req)
+        else:
+            placement = self._place(r, req, True)
+        if placement is not None:
+            self._start(job, placement, t)
+            return
+        self._enqueue(job)
+        if allow_drain and jobs.cls[job] == RIGID and self.drainer is not None:
+            self._drain_for(job, t)
+
+    def _place(self, r: int, req: PodRequest, elastic: bool) -> Placement | None:
+        """Pool r's placement policy; an elastic job keeps off the nodes held for the pool's
+        waiting rigid jobs (`placement.guarantee`, re-picked when that work changed)."""
+        if elastic:
+            self._refresh_holds(r)
+        return self.clusters[r].place(req, elastic)
+
+    def _refresh_holds(self, r: int) -> None:
+        """Re-pick pool r's held nodes if its waiting rigid work changed since."""
+        if not self.hold_stale[r]:
+            return
+        self.hold_stale[r] = False
+        cluster = self.clusters[r]
+        waiting = self._oldest_rigid(r, self.hold_limits[r])
+        if waiting:
+            cluster.held = held_nodes(cluster.cap, waiting, self.hold_limits[r])
+        elif cluster.held.any():
+            cluster.held[:] = False
+        if self.close_to_elastic and self.queues[r][RIGID]:
+            requests, pods = self.inputs.requests, self.jobs.pod
+            shapes = {requests[pods[j]] for q in self.queues[r][RIGID].values() for j in q}
+            cluster.closed = closed_nodes(cluster.cap, shapes)
+        elif cluster.closed.any():
+            cluster.closed[:] = False
+
+    def _oldest_rigid(self, r: int, limit: int) -> list[PodRequest]:
+        """The requests of pool r's `limit` oldest waiting rigid jobs, oldest first."""
+        if limit <= 0 or not self.queues[r][RIGID]:
+            return []
+        jobs = self.jobs
+        heads = [j for q in self.queues[r][RIGID].values() for j in islice(q, limit)]
+        heads.sort(key=lambda j: jobs.arrival[j])
+        return [self.inputs.requests[jobs.pod[j]] for j in heads[:limit]]
+
+    def _enqueue(self, job: int) -> None:
+        jobs = self.jobs
+        req = self.inputs.requests[jobs.pod[job]]
+        groups = self.queues[jobs.pool[job]][jobs.cls[job]]
+        groups.setdefault((req.num_gpu, req.gpu_milli), deque()).append(job)
+        jobs.state[job] = QUEUED
+        if jobs.cls[job] == RIGID:
+            self.hold_stale[jobs.pool[job]] = True
+        self.meter.pending(jobs.pool[job], jobs.cls[job], jobs.gpus[job])
+
+    def _dequeue(self, job: int) -> None:
+        """Take a waiting job out of its pool's queue (the inverse of `_enqueue`)."""
+        jobs = self.jobs
+        req = self.inputs.requests[jobs.pod[job]]
+        groups = self.queues[jobs.pool[job]][jobs.cls[job]]
+        key = (req.num_gpu, req.gpu_milli)
+        groups[key].remove(job)
+        if not groups[key]:
+            del groups[key]
+        if jobs.cls[job] == RIGID:
+            self.hold_stale[jobs.pool[job]] = True
+        self.meter.pending(jobs.pool[job], jobs.cls[job], -jobs.gpus[job])
+
+    def _start(self, job: int, placement: Placement, t: float) -> None:
+        jobs, meter = self.jobs, self.meter
+        r, cls, gpus = jobs.pool[job], jobs.cls[job], jobs.gpus[job]
+        if cls == RIGID and jobs.state[job] == QUEUED:
+            self.hold_stale[r] = True  # it may have been waiting (its queue entry is gone)
+        jobs.placement[job] = placement
+        jobs.state[job] = RUNNING
+        jobs.run_start[job] = t
+        jobs.epoch[job] += 1
+        if jobs.first_start[job] != jobs.first_start[job]:  # NaN: first start
+            jobs.first_start[job] = t
+            wait = t - jobs.arrival[job]
+            meter.record_wait(wait, cls)
+            if cls == RIGID and wait > self.inputs.sla_wait_s:
+                meter.sla_violation(self.inputs.requests[jobs.pod[job]].num_gpu, self.inputs.pools[r].pool_id)
+        self._push(t + jobs.remaining[job], FINISH, job)
+        meter.change(
+            r,
+            t,
+            cls,
+            alloc=gpus,
+            bill=gpus,
+            used=self.pod_use[jobs.pod[job]],
+            latent=self.latent[jobs.tenant[job]],
+            bill_pool=jobs.bill_pool[job],
+        )
+        if cls == ELASTIC and self.drainer is not None:
+            self.node_jobs[r].setdefault(placement.node, set()).add(job)
+
+    def _stop(self, job: int) -> None:
+        """Take a running job off its GPUs' books (not off the capacity)."""
+        jobs = self.jobs
+        placement = jobs.placement[job]
+        if jobs.cls[job] == ELASTIC and self.drainer is not None and placement is not None:
+            members = self.node_jobs[jobs.pool[job]].get(placement.node)
+            if members is not None:
+                members.discard(job)
+                if not members:
+                    del self.node_jobs[jobs.pool[job]][placement.node]
+
+    def _finish(self, job: int, t: float) -> None:
+        jobs = self.jobs
+        r, cls, gpus = jobs.pool[job], jobs.cls[job], jobs.gpus[job]
+        placement = jobs.placement[job]
+        assert placement is not None
+        self._stop(job)
+        self.clusters[r].release(self.inputs.requests[jobs.pod[job]], placement)
+        jobs.placement[job] = None
+        jobs.state[job] = DONE
+        self.meter.change(
+            r,
+            t,
+            cls,
+            alloc=-gpus,
+            bill=-gpus,
+            used=-self.pod_use[jobs.pod[job]],
+            latent=self.latent[jobs.tenant[job]],
+            bill_pool=jobs.bill_pool[job],
+        )
+        self._scan(r, placement.node, t)
+
+    def _scan(self, r: int, row: int, t: float) -> None:
+        """Capacity freed on node `row`: the waiting jobs were placed nowhere before and only
+        this node gained room, so a job is offered to the policy only if it fits here. Rigid
+        jobs first; within a class request shapes oldest head first, FIFO per shape."""
+        cluster, jobs, meter, requests = self.clusters[r], self.jobs, self.meter, self.inputs.requests
+        for cls in (RIGID, ELASTIC):
+            groups = self.queues[r][cls]
+            if not groups:
+                continue
+            for key in sorted(groups, key=lambda k: jobs.arrival[groups[k][0]]):
+                queue = groups[key]
+                while queue:
+                    job = queue[0]
+                    req = requests[jobs.pod[job]]
+                    if not cluster.fits_node(req, row):
+                        break
+                    placement = self._place(r, req, cls == ELASTIC)
+                    if placement is None:
+                        break
+                    queue.popleft()
+                    meter.pending(r, cls, -jobs.gpus[job])
+                    self._start(job, placement, t)
+                if not queue:
+                    del groups[key]
+
+    # -- result ---------------------------------------------------------------------------------
+    def _result(self, seconds: float) -> StrategyResult:
+        s, jobs, meter = self.inputs.settings, self.jobs, self.meter
+        end = (self.warmup + s.ticks) * self.tick_s
+        waiting = [
+            j
+            for j in range(len(jobs))
+            if jobs.state[j] in (QUEUED, DRAINING) and jobs.first_start[j] != jobs.first_start[j]
+        ]
+        for job in waiting:  # censored waits: still waiting at the end
+            meter.record_wait(end - jobs.arrival[job], jobs.cls[job])
+            if jobs.cls[job] == RIGID and end - jobs.arrival[job] > self.inputs.sla_wait_s:
+                meter.sla_violation(
+                    self.inputs.requests[jobs.pod[job]].num_gpu, self.inputs.pools[jobs.pool[job]].pool_id
+                )
+        started = sum(1 for v in jobs.first_start if v == v)
+        extra = {
+            "wall_seconds": round(seconds, 3),
+            "policy_calls": int(sum(c.policy_calls for c in self.clusters)),
+            "rigid_spilled": self.spilled,
+            "opening_jobs": self.opening_jobs,
+        }
+        summary = getattr(self.strategy, "summary", None)
+        if callable(summary):
+            extra.update(summary())
+        if self.drainer is not None:
+            extra["drain_blocked"] = dict(self.drainer.blocked)
+        extra.update(self.deferred.summary())
+        meter.trim(self.warmup)
+        return summarize(
+            self.strategy.name,
+            meter,
+            self.capacity,
+            s.ticks * self.tick_s,
+            len(jobs),
+            started,
+            len(waiting),
+            extra,
+        )
+
+
+__all__ = ["RUNNING", "RunInputs", "StrategyRun"]

@@ -1,0 +1,185 @@
+"""`market-pipeline bench guarantee`: the rigid guarantee judged on a grid of weeks.
+
+Each week is an openb pod sample x a Helios cluster's load x a seed, simulated with static
+and learning Stackelberg pricing from each strategy's own opening state (the setting under
+which the promise broke), with the guarantee on (`[guardrails.rigid_guarantee]` as
+configured) and, with `--before`, off (the old behaviour) for comparison. Per week it reports
+the issue's targets:
+
+- rigid SLA violations and rigid jobs waiting at the end <= static's;
+- revenue >= 1.10x static, elastic cost <= 0.90x static, rigid cost <= 1.05x static;
+- 0 promise breaches: the rigid promise on every tick (`simulate.guarantee`) and the price
+  promises (guaranteed cap, max step) on every published price.
+
+The weeks are split by role: the shared traces' weeks (the default pod sample with the four
+shared Helios clusters) are where the hold's size was chosen (`tuning`); weeks from other
+pod samples and clusters are `judged`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from market_pipeline.config import MarketPipelineConfig
+from market_pipeline.lab.simulate.guarantee import guarantee_check
+from market_pipeline.lab.simulate.inputs import load_helios, load_nodes, load_pods
+from market_pipeline.lab.simulate.job_grid import promise_breaches
+from market_pipeline.lab.simulate.metrics import StrategyResult
+from market_pipeline.lab.simulate.runner import build_inputs, run_strategies
+from market_pipeline.lab.simulate.settings import SimulationSettings
+
+TARGETS = {"revenue_vs_static": 1.10, "elastic_cost_vs_static": 0.90, "rigid_cost_vs_static": 1.05}
+
+
+@dataclass(frozen=True)
+class Week:
+    pods: str
+    load: str
+    seed: int
+    role: str  # tuning | judged
+
+    @property
+    def name(self) -> str:
+        return f"{Path(self.pods).stem.removeprefix('openb_pod_list_')}/{Path(self.load).stem}/s{self.seed}"
+
+
+def _ratio(a: StrategyResult, b: StrategyResult, key: str) -> float | None:
+    x, y = a.metrics.get(key), b.metrics.get(key)
+    return None if x is None or not y else float(x) / float(y)
+
+
+def _elastic_key(stack: StrategyResult) -> str:
+    return (
+        "trace_elastic_cost_per_gpu_hour"
+        if stack.metrics.get("trace_elastic_cost_per_gpu_hour")
+        else ("elastic_cost_per_gpu_hour")
+    )
+
+
+def judge(
+    config: MarketPipelineConfig, inputs: Any, static: StrategyResult, stack: StrategyResult
+) -> dict[str, Any]:
+    """One week's figures against the targets."""
+    promise = config.guardrails.rigid_guarantee
+    check = guarantee_check(static, stack, promise)
+    row: dict[str, Any] = {
+        "revenue_vs_static": _ratio(stack, static, "revenue"),
+        "elastic_cost_vs_static": _ratio(stack, static, _elastic_key(stack)),
+        "rigid_cost_vs_static": _ratio(stack, static, "rigid_cost_per_gpu_hour"),
+        "rigid_sla_violations": [
+            static.metrics["rigid_sla_violations"],
+            stack.metrics["rigid_sla_violations"],
+        ],
+        "rigid_waiting_at_end": [
+            static.metrics["rigid_waiting_at_end"],
+            stack.metrics["rigid_waiting_at_end"],
+        ],
+        "jobs_waiting_at_end": [static.metrics["jobs_waiting_at_end"], stack.metrics["jobs_waiting_at_end"]],
+        "drains": stack.metrics["drains"],
+        "rigid_promise": check,
+        "price_promise_breaches": promise_breaches(inputs, stack),
+    }
+    sla, wait = row["rigid_sla_violations"], row["rigid_waiting_at_end"]
+    row["rigid_ok"] = bool(
+        sla[1] <= promise.max_violations_vs_static * sla[0]
+        and wait[1] <= promise.max_waiting_vs_static * wait[0]
+    )
+    row["market_ok"] = bool(
+        (row["revenue_vs_static"] or 0) >= TARGETS["revenue_vs_static"]
+        and (row["elastic_cost_vs_static"] or 9) <= TARGETS["elastic_cost_vs_static"]
+        and (row["rigid_cost_vs_static"] or 9) <= TARGETS["rigid_cost_vs_static"]
+    )
+    row["breaches"] = check["breach_ticks"] + row["price_promise_breaches"]
+    row["pass"] = row["rigid_ok"] and row["market_ok"] and row["breaches"] == 0
+    return row
+
+
+def run_week(
+    config: MarketPipelineConfig,
+    week: Week,
+    nodes_file: str,
+    days: float,
+    warmup_days: float,
+    before: bool,
+    workers: int | None,
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    settings = SimulationSettings(
+        days=days, warmup_days=warmup_days, seed=week.seed, strategies=("static", "stackelberg")
+    )
+    pods, nodes = load_pods(week.pods), load_nodes(nodes_file, config)
+    load = load_helios([week.load], settings.tick_minutes)
+    row: dict[str, Any] = {"week": week.name, "role": week.role}
+    variants = [("after", config)]
+    if before:
+        guardrails = config.guardrails
+        off = config.model_copy(
+            update={
+                "guardrails": guardrails.model_copy(
+                    update={
+                        "rigid_guarantee": guardrails.rigid_guarantee.model_copy(update={"enabled": False})
+                    }
+                )
+            }
+        )
+        variants.append(("before", off))
+    for label, cfg in variants:
+        inputs = build_inputs(cfg, settings, pods, nodes, load)
+        results, _ = run_strategies(inputs, workers=workers)
+        row[label] = judge(config, inputs, results["static"], results["stackelberg"])
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
+
+
+def run_grid(
+    config: MarketPipelineConfig,
+    weeks: list[Week],
+    nodes: str,
+    days: float,
+    warmup_days: float,
+    before: bool,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    rows = [run_week(config, w, nodes, days, warmup_days, before, workers) for w in weeks]
+    summary: dict[str, Any] = {"days": days, "warmup_days": warmup_days, "weeks": len(rows)}
+    for role in ("tuning", "judged"):
+        mine = [r for r in rows if r["role"] == role]
+        if not mine:
+            continue
+        after = [r["after"] for r in mine]
+        summary[role] = {
+            "weeks": len(mine),
+            "pass": sum(a["pass"] for a in after),
+            "rigid_ok": sum(a["rigid_ok"] for a in after),
+            "market_ok": sum(a["market_ok"] for a in after),
+            "breaches": sum(a["breaches"] for a in after),
+            "revenue_vs_static_min": min((a["revenue_vs_static"] or 0) for a in after),
+        }
+        if before:
+            prior = [r["before"] for r in mine]
+            summary[role]["before_rigid_ok"] = sum(a["rigid_ok"] for a in prior)
+            summary[role]["before_revenue_vs_static_min"] = min((a["revenue_vs_static"] or 0) for a in prior)
+    return {"summary": summary, "weeks": rows}
+
+
+def table(report: dict[str, Any]) -> list[str]:
+    """The grid as markdown rows (the docs and the report quote it)."""
+    lines = [
+        "| week | role | rev x | el cost x | rig cost x | rigid SLA viol. (static/market) | rigid waiting (static/market) | breach ticks | pass |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["weeks"]:
+        for label in ("before", "after"):
+            a = r.get(label)
+            if a is None:
+                continue
+            lines.append(
+                f"| {r['week']} {label} | {r['role']} | {a['revenue_vs_static']:.3f} | "
+                f"{a['elastic_cost_vs_static']:.3f} | {a['rigid_cost_vs_static']:.3f} | "
+                f"{a['rigid_sla_violations'][0]}/{a['rigid_sla_violations'][1]} | "
+                f"{a['rigid_waiting_at_end'][0]}/{a['rigid_waiting_at_end'][1]} | {a['breaches']} | {a['pass']} |"
+            )
+    return lines

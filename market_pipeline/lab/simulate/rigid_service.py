@@ -1,0 +1,188 @@
+"""Rigid jobs that cannot be placed at once: spill to another GPU model, then drains.
+
+Part of `engine.StrategyRun` (a mixin, split off to keep modules small). A rigid job whose
+pool is full tries the other pools its pod fits (`RunInputs.spill`: nearest list price
+first; the trace names no GPU model), off the nodes they hold for their own waiting rigid jobs; failing that, the task-drain guardrail looks for
+drainable jobs to drain, in its pool and then in those other pools. Both are retried at
+every control-loop tick while it waits. The room a drain makes is held for the rigid job
+until every victim is out: drained jobs are re-placed only after it (best-fit would
+otherwise put a victim straight back on the node it was drained from).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from market_pipeline.lab.simulate.jobs import DRAINING, QUEUED
+from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID
+
+if TYPE_CHECKING:
+    from market_pipeline.placement.capacity import Placement
+
+FINISH, DRAIN_DONE = 0, 1
+
+
+class RigidService:
+    """Spill and drain methods of `engine.StrategyRun` (see its attributes there)."""
+
+    inputs: Any
+    jobs: Any
+    clusters: list[Any]
+    meter: Any
+    queues: list[tuple[dict[tuple[int, int], deque], dict[tuple[int, int], deque]]]
+    node_jobs: list[dict[int, set[int]]]
+    drainer: Any
+    awaited: dict[int, set[int]]
+    victim_of: dict[int, int]
+    parked: dict[int, list[int]]
+    latent: list[bool]
+    spilled: int
+    control_step: int
+    _no_room: dict[tuple[int, int, int], int]
+    hold_stale: list[bool]
+    hold_limits: list[int]
+
+    def _start(self, job: int, placement: "Placement", t: float) -> None: ...
+    def _stop(self, job: int) -> None: ...
+    def _scan(self, r: int, row: int, t: float) -> None: ...
+    def _enqueue(self, job: int) -> None: ...
+    def _dequeue(self, job: int) -> None: ...
+    def _place_or_queue(self, job: int, t: float, allow_drain: bool) -> None: ...
+    def _push(self, t: float, kind: int, job: int) -> None: ...
+    def _refresh_holds(self, r: int) -> None: ...
+
+    # -- spill (rigid jobs only) ---------------------------------------------------------------
+    def _spill(self, job: int, t: float) -> bool:
+        """Place a rigid job whose own pool is full on another pool its pod fits (nearest list
+        price first). It runs (and counts towards utilisation) there and pays the price of the
+        pool it bought in: the platform substituted the hardware, the tenant's offer stands.
+        Elastic work waits in its pool instead: it is delay tolerant."""
+        jobs = self.jobs
+        if not self.inputs.spill:
+            return False
+        req = self.inputs.requests[jobs.pod[job]]
+        for r in self.inputs.spill[jobs.pool[job]][jobs.pod[job]]:
+            # not on the nodes held for that pool's own waiting rigid work (no queue jumping)
+            self._refresh_holds(r)
+            placement = self.clusters[r].place(req, off_held=True)
+            if placement is not None:
+                jobs.pool[job] = r
+                self.spilled += 1
+                self._start(job, placement, t)
+                return True
+        return False
+
+    def _retry_spill(self, t: float) -> None:
+        """Rigid jobs still waiting at a tick start try the other pools again (the head of
+        each request shape's queue; no drain is under way for them)."""
+        for r, (rigid, _) in enumerate(self.queues):
+            for key in list(rigid):
+                queue = rigid[key]
+                job = queue[0]
+                if job in self.awaited or not self._spill_from_queue(job, r, t):
+                    continue
+                queue.popleft()
+                if not queue:
+                    del rigid[key]
+
+    def _spill_from_queue(self, job: int, r: int, t: float) -> bool:
+        gpus = self.jobs.gpus[job]
+        if not self._spill(job, t):
+            return False
+        self.hold_stale[r] = True  # it left pool r's queue
+        self.meter.pending(r, RIGID, -gpus)
+        return True
+
+    # -- drains ---------------------------------------------------------------------------------
+    def _drain_for(self, job: int, t: float) -> bool:
+        """Plan drains that make room for a waiting rigid job (its own pool first, then the
+        pools it may spill to); True when drains are under way."""
+        jobs, drainer = self.jobs, self.drainer
+        assert drainer is not None
+        if job in self.awaited:
+            return True
+        req = self.inputs.requests[jobs.pod[job]]
+        own = jobs.pool[job]
+        plan = None
+        others = self.inputs.spill[own][jobs.pod[job]] if self.inputs.spill else ()
+        # its own pool first, then the pools it may spill to (the pod names no GPU model)
+        for r in (own, *others):
+            key = (r, req.num_gpu, req.gpu_milli)
+            if self._no_room.get(key) == self.control_step:  # nothing drainable for it until the next step
+                continue
+            plan = drainer.plan(jobs, self.clusters[r], self.node_jobs[r], req, t)
+            if plan is not None:
+                break
+            self._no_room[key] = self.control_step
+        if plan is None:
+            return False
+        if r != own:
+            self._requeue(job, r)
+        self.awaited[job] = set(plan.victims)
+        for victim in plan.victims:
+            self.victim_of[victim] = job
+            drainer.record_start(jobs, self.clusters[r], victim, t)
+            self._stop(victim)
+            jobs.state[victim] = DRAINING
+            jobs.epoch[victim] += 1  # its finish event is void now
+            jobs.remaining[victim] = max(jobs.remaining[victim] - (t - jobs.run_start[victim]), 1.0)
+            jobs.drains[victim] += 1
+            self.meter.change(r, t, ELASTIC, bill=-jobs.gpus[victim], latent=self.latent[jobs.tenant[victim]])
+            self.meter.drains += 1
+            self.meter.work_lost_gpu_hours += jobs.gpus[victim] * drainer.seconds / 3600.0
+            self._push(t + drainer.seconds, DRAIN_DONE, victim)
+        return True
+
+    def _requeue(self, job: int, r: int) -> None:
+        """Move a waiting rigid job to pool r's queue (drains make its room there)."""
+        self._dequeue(job)
+        self.jobs.pool[job] = r
+        self.spilled += 1
+        self._enqueue(job)
+
+    def _drain_done(self, victim: int, t: float) -> None:
+        jobs, drainer = self.jobs, self.drainer
+        assert drainer is not None
+        r = jobs.pool[victim]
+        placement = jobs.placement[victim]
+        assert placement is not None
+        self.clusters[r].release(self.inputs.requests[jobs.pod[victim]], placement)
+        jobs.placement[victim] = None
+        self.meter.change(r, t, ELASTIC, alloc=-jobs.gpus[victim], used=-self.pod_use[jobs.pod[victim]])
+        drainer.record_done(jobs, victim)
+        waiting_for = self.victim_of.pop(victim, None)
+        left = self.awaited.get(waiting_for) if waiting_for is not None else None
+        victims = [victim]
+        if left is not None:
+            left.discard(victim)
+            if left:  # hold the freed room (and the victim) until every victim is out
+                self.parked.setdefault(waiting_for, []).append(victim)
+                return
+            del self.awaited[waiting_for]
+            self._place_awaited(waiting_for, t)  # the rigid job it made room for goes first
+            victims = self.parked.pop(waiting_for, []) + victims
+        self._scan(r, placement.node, t)
+        for v in victims:  # drained jobs wait again (they may land anywhere but the room just made)
+            self._place_or_queue(v, t, allow_drain=False)
+
+    def _place_awaited(self, job: int, t: float) -> None:
+        """Its drains are done: place the rigid job before the queue scan can hand the room
+        to another waiting job (which would send it back to plan drains again)."""
+        jobs = self.jobs
+        if jobs.state[job] != QUEUED:
+            return
+        r, req = jobs.pool[job], self.inputs.requests[jobs.pod[job]]
+        placement = self.clusters[r].place(req)
+        if placement is None:
+            return
+        self._dequeue(job)
+        self._start(job, placement, t)
+
+    def _retry_drains(self, t: float) -> None:
+        """Rigid jobs still waiting at a tick start try the drain guardrail again."""
+        for r, (rigid, _) in enumerate(self.queues):
+            for key in list(rigid):
+                for job in list(rigid.get(key, ()))[:4]:
+                    if self.jobs.state[job] == QUEUED and job not in self.awaited:
+                        self._drain_for(job, t)

@@ -1,0 +1,1 @@
+"""Telemetry offline: synthetic samples (`synthetic`), `bench ingest` and `bench telemetry-checks`."""
