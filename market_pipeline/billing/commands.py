@@ -1,4 +1,4 @@
-"""Billing subcommands: quote, cost-report, billing-rollup, balance, tenant-sql; bench billing."""
+"""Billing subcommands: quote, cost-report, billing-rollup, balance, tenant-sql (bench billing: `lab.billing`)."""
 
 from __future__ import annotations
 

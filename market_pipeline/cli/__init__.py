@@ -34,6 +34,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "market_pipeline.lab.telemetry.commands",
     "market_pipeline.lab.scaling.commands",
     "market_pipeline.fleet.commands",
+    "market_pipeline.lab.fleet.commands",
     "market_pipeline.lab.placement.commands",
     "market_pipeline.lab.simulate.commands",
     "market_pipeline.billing.commands",

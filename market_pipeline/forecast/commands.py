@@ -1,4 +1,4 @@
-"""CLI of demand forecasting: `forecast backtest`, `forecast pools`, `bench forecast`.
+"""CLI of demand forecasting: `forecast backtest`, `forecast pools` (`bench forecast`: `lab.forecast`).
 
 `market-pipeline forecast backtest --series vc6YE.csv --horizon 4h --json` runs the
 rolling-origin protocol (backtest.py) on a Helios trace and prints one JSON object with mae,

@@ -22,7 +22,7 @@ in the simulator, the whole pool): drainable jobs, new or drained, wait until th
 clears, so no room freed in the meantime goes to them. The held nodes still decide where new
 guaranteed work goes (`choose_arrival`) and what a spilled job may take.
 
-The simulator (`simulate.cluster.PoolCluster`, `simulate.engine`) and the fleet's digital twin
+The simulator (`lab.simulate.cluster.PoolCluster`, `lab.simulate.engine`) and the fleet's digital twin
 (`fleet.twin`) both call `held_nodes`; the twin places drainable jobs through `choose_outside`
 and new guaranteed jobs through `choose_arrival`. The simulator's pools apply the same order
 pool by pool: the job's pool off the held nodes, the pools it may spill to off theirs, then a

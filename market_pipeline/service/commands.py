@@ -1,5 +1,5 @@
-"""Service subcommands: `serve`, `tenant-key create|revoke|list`, `webhooks deliver`; and
-`bench serve` and `bench webhooks`."""
+"""Service subcommands: `serve`, `tenant-key create|revoke|list`, `webhooks deliver` (their benches,
+`bench serve` and `bench webhooks`, are the lab's: `lab.service`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`market-pipeline telemetry ...` and `market-pipeline bench ingest|telemetry-checks`."""
+"""`market-pipeline telemetry ...` (`bench ingest|telemetry-checks` are the lab's: `lab.telemetry`)."""
 
 from __future__ import annotations
 

@@ -119,7 +119,7 @@ def response_population(
     (resource, elasticity) in `fitted`, buying d0[r] at reference[r] with local elasticity e.
     `latent_ratio` > 0 adds, per drainable representative, a latent twin that buys nothing at
     the reference price and `latent_ratio` x d0 at half of it (the simulator's latent elastic
-    demand, `simulate.tenants` step 5), for a hidden truth only: the tick never adds one.
+    demand, `lab.simulate.tenants` step 5), for a hidden truth only: the tick never adds one.
     `budgets[r]` (finite) is the representative's budget; otherwise it never binds."""
     m = res.size
     rows: list[tuple[str, int, float, float, float, float]] = []  # (id, r, eta, s, w, budget)

@@ -1,4 +1,4 @@
-"""`market-pipeline cluster up|down|status|workload --backend slurm` and `bench slurm`.
+"""`market-pipeline cluster up|down|status|workload --backend slurm` (`bench slurm`: `lab.slurm`).
 
 The local test cluster lives under `--home` (default: two levels above `adapter.slurm_conf`,
 i.e. `var/slurm`), so that `MP__ADAPTER__BACKEND=slurm` finds the cluster `cluster up` made.

@@ -87,7 +87,7 @@ class ReplaySettings:
     forecast_statistic: str = "mean"
     pool: str = "replay"
     # the config's max step and band; the guaranteed cap does not bind the replay's one price
-    # (`scaling.replay_options.replay_promises`): its bounds are the pool's price_min..price_max
+    # (`lab.scaling.replay_options.replay_promises`): its bounds are the pool's price_min..price_max
     promises: Promises = field(default_factory=lambda: Promises(guaranteed_cap=UNCAPPED))
 
 

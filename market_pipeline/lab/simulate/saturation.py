@@ -1,5 +1,5 @@
 """Placement policies at saturation, measured as FGD does (Weng et al., ATC'23), by the
-placement package's own replay (`placement.saturation.saturation_replay`): the pod list in
+placement package's own replay (`lab.placement.saturation.saturation_replay`): the pod list in
 trace order, cycling, until the GPUs asked for reach the cluster's capacity; pods that do
 not fit are rejected and counted; the GPUs left unallocated then, and the allocation ratio."""
 
