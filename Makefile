@@ -49,7 +49,7 @@ postgres-home:
 	cp market_pipeline/defaults/dagster.postgres.yaml var/dagster_home_pg/dagster.yaml
 
 demo: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
-	$(PY) -m sensors.demo --days $(DAYS)
+	$(PY) -m assets.harness.demo --days $(DAYS)
 
 test: lint
 	$(VENV)/bin/pytest
@@ -121,7 +121,7 @@ up: $(VENV)/.installed
 	mkdir -p $(LIVE_DAGSTER_HOME) && cp dagster.yaml $(LIVE_DAGSTER_HOME)/dagster.yaml; \
 	if [ ! -f $(LIVE_HOME)/var/fleet_state.json ]; then \
 		export MP__ADAPTER__SIM_EPOCH=$$(date -u +%Y-%m-%dT%H:00:00Z); fi; \
-	DAGSTER_HOME=$(LIVE_DAGSTER_HOME) $(PY) -m sensors.live_control resume || exit 1; \
+	DAGSTER_HOME=$(LIVE_DAGSTER_HOME) $(PY) -m assets.harness.live_control resume || exit 1; \
 	cd $(LIVE_DAGSTER_HOME) && MARKET_PIPELINE_HOME=$(LIVE_HOME) DAGSTER_HOME=$(LIVE_DAGSTER_HOME) \
 		MARKET_PIPELINE_LIVE=1 setsid nohup $(abspath $(VENV))/bin/python -c "$$RUN_DAGSTER" \
 		$(abspath $(VENV))/bin/dagster dev -w $(CURDIR)/workspace.yaml \
@@ -132,7 +132,7 @@ up: $(VENV)/.installed
 	echo "service up (pid $$(cat $(LIVE_HOME)/serve.pid)): http://127.0.0.1:$(SERVE_PORT)/console, log $(LIVE_HOME)/serve.log"
 
 # Graceful: the service first (SIGTERM; uvicorn finishes its requests, the webhook worker its
-# step), then sensors.live_control stops every schedule and sensor, cancels queued runs, lets
+# step), then assets.harness.live_control stops every schedule and sensor, cancels queued runs, lets
 # runs in progress finish (DOWN_WAIT seconds, then terminates them: CANCELED, never FAILURE),
 # and only then is dagster dev interrupted. The warehouse, the twin and the run history stay;
 # `make up` resumes the schedules and sensors it stopped.
@@ -148,7 +148,7 @@ down:
 		rm -f $(LIVE_HOME)/serve.pid; echo "service stopped"; fi; \
 	if [ ! -f $(LIVE_PID) ] || ! kill -0 $$(cat $(LIVE_PID)) 2>/dev/null; then \
 		rm -f $(LIVE_PID); echo "not running"; exit 0; fi; \
-	DAGSTER_HOME=$(LIVE_DAGSTER_HOME) $(PY) -m sensors.live_control down \
+	DAGSTER_HOME=$(LIVE_DAGSTER_HOME) $(PY) -m assets.harness.live_control down \
 		--port $(PORT) --wait $(DOWN_WAIT) || echo "graceful stop incomplete (above); interrupting dagster dev anyway"; \
 	stop_group $$(cat $(LIVE_PID)) "dagster dev" INT 60; \
 	rm -f $(LIVE_PID); echo "live loop stopped"

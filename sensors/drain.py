@@ -10,11 +10,10 @@ which continues each drain from its audit log without repeating a step. The sens
 
 import dagster as dg
 
-from assets.resources import WarehouseResource
+from assets.drains.jobs import DRAIN_OP_NAME, drain_job
+from assets.lib.batches import sensor_result
+from assets.lib.resources import WarehouseResource
 from market_pipeline.drain.batches import pending_drain_batches
-from sensors.batches import sensor_result
-from sensors.jobs import drain_job
-from sensors.ops import DRAIN_OP_NAME
 
 TAG_PREFIX = "drain"
 BATCH_TAG = f"{TAG_PREFIX}/batch_id"

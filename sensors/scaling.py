@@ -1,7 +1,7 @@
 """scaling_sensor: one run of scaling_actions_job per tick's batch of approved scaling actions.
 
 scaling_plan (asset, decisions kind 'scale') --> scaling_sensor (run_key = batch id
-`scale@<tick>`) --RunRequest--> scaling_actions_job (sensors/jobs.py; its op claims each
+`scale@<tick>`) --RunRequest--> scaling_actions_job (assets/scaling/jobs.py; its op claims each
 action once in the warehouse, carries it out through the adapter, records its outcome).
 The sensor only reads.
 """
@@ -9,11 +9,10 @@ The sensor only reads.
 # No `from __future__ import annotations`: Dagster inspects the context annotations at runtime.
 import dagster as dg
 
-from assets.resources import WarehouseResource
+from assets.lib.batches import sensor_result
+from assets.lib.resources import WarehouseResource
+from assets.scaling.jobs import SCALING_OP_NAME, scaling_actions_job
 from market_pipeline.scaling.live import pending_scaling_batches
-from sensors.batches import sensor_result
-from sensors.jobs import scaling_actions_job
-from sensors.ops import SCALING_OP_NAME
 
 TAG_PREFIX = "scaling"
 BATCH_TAG = f"{TAG_PREFIX}/batch_id"

@@ -1,6 +1,6 @@
 """Where the billing dbt project lives and how plain Python runs it (CLI, bench, tests).
 
-Dagster runs the same project through dagster-dbt (`assets/billing.py`); this module is for
+Dagster runs the same project through dagster-dbt (`assets/billing/dbt.py`); this module is for
 the callers that have no Dagster context. dbt runs in-process (`dbtRunner`), which saves
 the interpreter start and import of a subprocess per invocation.
 """

@@ -1,6 +1,6 @@
 """The billing rollup without Dagster: rate card, dbt build of a window, ledger posting.
 
-Dagster runs the same steps as assets (`assets/billing.py`); the CLI and tests use this.
+Dagster runs the same steps as assets (`assets/billing/`, with metering in `assets/metering/`); the CLI and tests use this.
 """
 
 from __future__ import annotations

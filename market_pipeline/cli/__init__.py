@@ -48,16 +48,29 @@ COMMAND_MODULES: tuple[str, ...] = (
     "market_pipeline.service.commands",
     "market_pipeline.lab.service.commands",
 )
-# Layers above the domain (sensors/: demo, bench soak drive the Dagster instance) add theirs
-# as entry points of this group (pyproject.toml), so the domain never imports them.
+# Layers above the domain (assets/harness/: demo, bench soak and bench loop drive the Dagster
+# instance) add theirs as entry points of this group (pyproject.toml), so the domain never
+# imports them.
 COMMAND_ENTRY_POINTS = "market_pipeline.commands"
 
 
 def command_modules() -> list[ModuleType]:
-    """The domain's command modules, then those registered as entry points (by name)."""
+    """The domain's command modules, then those registered as entry points (by name). An entry
+    point naming a module this checkout does not have (an install older than a move) is left
+    out with one warning line, so the other commands still run; a module that is there but
+    fails to import is a defect and raises."""
     modules = [importlib.import_module(name) for name in COMMAND_MODULES]
     for entry_point in sorted(entry_points(group=COMMAND_ENTRY_POINTS), key=lambda ep: ep.name):
-        modules.append(entry_point.load())
+        try:
+            modules.append(entry_point.load())
+        except ModuleNotFoundError as exc:
+            if not exc.name or not (entry_point.module + ".").startswith(exc.name + "."):
+                raise
+            print(
+                f"warning: the {entry_point.name!r} commands are installed as {entry_point.module}, "
+                "which this checkout does not have: reinstall the project (pip install -e . --no-deps)",
+                file=sys.stderr,
+            )
     return modules
 
 

@@ -1,5 +1,5 @@
 """The checks on every decision the control loop publishes, as plain functions over the
-warehouse (the Dagster asset checks in `assets/decision_checks.py` only wrap them):
+warehouse (the Dagster asset checks in `assets/<stage>/checks.py` only wrap them):
 
 - `solve`: the equilibrium solve is certified (status, KKT residual within tolerance);
 - `prices`: published prices keep their bounds and promises (cap, band, max step);

@@ -46,7 +46,7 @@ def test_a_lake_without_its_catalog_is_one_clear_error():
 
 
 def test_on_a_lake_the_billing_build_has_a_pool_of_its_own():
-    from assets.billing_dbt import BILLING_DBT_POOL, billing_dbt_models, billing_dbt_pool
+    from assets.billing.dbt import BILLING_DBT_POOL, billing_dbt_models, billing_dbt_pool
 
     embedded = load_config(environ={})
     lake = load_config(

@@ -24,8 +24,8 @@ TICK_GROUPS = ("fleet", "market", "scaling", "drain")
 
 
 def _run_slice(home: Path, env: dict[str, str]) -> Warehouse:
-    from assets.resources import FleetAdapterResource, WarehouseResource
-    from assets.tags import TICK_TAG
+    from assets.lib.resources import FleetAdapterResource, WarehouseResource
+    from assets.lib.tags import TICK_TAG
     from market_pipeline.config import load_config
     from sensors.definitions import defs
 

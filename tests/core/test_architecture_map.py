@@ -1,6 +1,6 @@
 """docs/architecture.md is the code map: every package (and top-level module) under
-market_pipeline/ is named there, so a newcomer finds each one and a new one cannot be added
-off the map."""
+market_pipeline/, every stage package under assets/ and every module of sensors/ is named there,
+so a newcomer finds each one and a new one cannot be added off the map."""
 
 from __future__ import annotations
 
@@ -21,6 +21,17 @@ def domain_parts() -> list[str]:
     )
     modules = sorted(p.name for p in DOMAIN.glob("*.py") if p.name != "__init__.py")
     return packages + modules + ["defaults/"]
+
+
+def orchestration_parts() -> list[str]:
+    """Each package under assets/ as `assets/name/`, each module of sensors/ as `sensors/name.py`."""
+    packages = sorted(
+        "assets/" + str(init.parent.relative_to(ROOT / "assets")) + "/"
+        for init in (ROOT / "assets").rglob("__init__.py")
+        if init.parent != ROOT / "assets" and "__pycache__" not in init.parts
+    )
+    modules = sorted("sensors/" + p.name for p in (ROOT / "sensors").glob("*.py") if p.name != "__init__.py")
+    return packages + modules
 
 
 def named_in_map(text: str) -> set[str]:
@@ -45,6 +56,14 @@ def named_in_map(text: str) -> set[str]:
 def test_every_domain_package_is_on_the_map() -> None:
     named = named_in_map((ROOT / "docs" / "architecture.md").read_text())
     missing = [part for part in domain_parts() if part not in named]
+    assert missing == [], f"docs/architecture.md does not name: {missing}"
+
+
+def test_every_stage_and_sensor_module_is_on_the_map() -> None:
+    named = named_in_map((ROOT / "docs" / "architecture.md").read_text())
+    parts = orchestration_parts()
+    assert "assets/lib/" in parts and "sensors/definitions.py" in parts
+    missing = [part for part in parts if part not in named]
     assert missing == [], f"docs/architecture.md does not name: {missing}"
 
 

@@ -30,7 +30,7 @@ def demo_home(tmp_path_factory):
         "DAGSTER_HOME": str(dagster_home),
     }
     done = subprocess.run(
-        [sys.executable, "-m", "sensors.demo", "--days", str(1 / 24)],
+        [sys.executable, "-m", "assets.harness.demo", "--days", str(1 / 24)],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

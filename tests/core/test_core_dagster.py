@@ -90,8 +90,8 @@ def project_home(tmp_path, monkeypatch):
 
 
 def _materialise_slice(instance: dg.DagsterInstance, home: Path, with_dbt: bool = True) -> str:
-    from assets.billing_dbt import billing_dbt_models
-    from assets.resources import FleetAdapterResource, WarehouseResource
+    from assets.billing.dbt import billing_dbt_models
+    from assets.lib.resources import FleetAdapterResource, WarehouseResource
     from market_pipeline.config import load_config
     from sensors.definitions import defs
 

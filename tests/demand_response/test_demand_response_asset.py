@@ -13,11 +13,11 @@ def project_home(tmp_path, monkeypatch):
 
 
 def test_refit_asset_writes_a_row_per_pool_and_class_and_its_metadata(project_home):
-    from assets.demand_response import demand_response
-    from assets.resources import FleetAdapterResource, WarehouseResource
+    from assets.demand_response.assets import demand_response
+    from assets.demand_response.schedules import demand_response_schedule_for
+    from assets.lib.resources import FleetAdapterResource, WarehouseResource
     from market_pipeline.config import load_config
     from market_pipeline.warehouse import Warehouse
-    from sensors.schedules import demand_response_schedule_for
 
     config = load_config()
     result = dg.materialize(

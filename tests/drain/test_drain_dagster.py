@@ -9,9 +9,10 @@ import dagster as dg
 import pytest
 from drain_testkit import make_task
 
-from assets.drain import drain_requests
-from assets.resources import FleetAdapterResource, WarehouseResource
-from assets.tags import TICK_TAG
+from assets.drains.assets import drain_requests
+from assets.drains.jobs import drain_job, drain_run_config
+from assets.lib.resources import FleetAdapterResource, WarehouseResource
+from assets.lib.tags import TICK_TAG
 from market_pipeline.action_batches import batch_id_for, batch_rows, carry_out, result_for
 from market_pipeline.config import load_config
 from market_pipeline.drain.limits import DrainReason
@@ -22,8 +23,6 @@ from market_pipeline.hardware.local_process.adapter import LocalProcessAdapter, 
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.warehouse import open_warehouse
 from sensors.drain import drain_sensor
-from sensors.jobs import drain_job
-from sensors.ops import drain_run_config
 
 try:  # the lazy backend factory lives in hardware/__init__.py (another concern)
     from market_pipeline.hardware import make_adapter  # noqa: F401

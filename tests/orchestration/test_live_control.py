@@ -1,4 +1,4 @@
-"""`make down`'s graceful stop (sensors.live_control.down) against a scripted Dagster GraphQL
+"""`make down`'s graceful stop (assets.harness.live_control.down) against a scripted Dagster GraphQL
 API: running schedules and sensors are stopped first (and remembered for `make up`), queued
 runs are cancelled, a run in progress is waited for, one that outlives the wait is terminated,
 and a failure while stopping is reported. (The real webserver path is checked by hand with
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from sensors import live_control
+from assets.harness import live_control
 
 
 class ScriptedDagster:
@@ -141,7 +141,7 @@ def _instigator(name: str, kind: str, status, cursor: str | None = None):  # noq
 
 
 def test_resume_puts_back_what_down_stopped_and_nothing_else(tmp_path, monkeypatch, capsys):
-    """`make up` runs `python -m sensors.live_control resume` before `dagster dev` starts: the
+    """`make up` runs `python -m assets.harness.live_control resume` before `dagster dev` starts: the
     schedules and sensors `down` stopped go back to their status in code (a sensor keeps its
     cursor); one an operator stopped by hand stays stopped; one gone from the code since is
     skipped; the record of what `down` stopped is used once."""

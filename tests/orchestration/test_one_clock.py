@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import dagster as dg
 
-from sensors.sim_daemon import SimulatedClock
+from assets.harness.sim_daemon import SimulatedClock
 
 SIMULATED = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)  # years before the wall clock
 

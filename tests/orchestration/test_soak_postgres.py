@@ -22,7 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.postgres
 def test_a_one_minute_soak_loses_nothing_and_repeats_nothing():
     psycopg2 = pytest.importorskip("psycopg2")
-    from sensors.soak import PG_ADMIN_URL
+    from assets.harness.soak import PG_ADMIN_URL
 
     try:
         psycopg2.connect(PG_ADMIN_URL).close()

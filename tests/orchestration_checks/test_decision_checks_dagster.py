@@ -10,13 +10,8 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets.decision_checks import (
-    FORECAST_COVERAGE,
-    FORECAST_FALLBACK,
-    decision_checks,
-    equilibrium_checks,
-)
-from assets.resources import FleetAdapterResource, WarehouseResource
+from assets.lib.resources import FleetAdapterResource, WarehouseResource
+from assets.market.checks import FORECAST_COVERAGE, FORECAST_FALLBACK, equilibrium_checks
 from market_pipeline.tick.live import TICK_SCHEMA
 from market_pipeline.warehouse import open_warehouse
 
@@ -24,7 +19,7 @@ T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 
 
 def test_every_decision_asset_has_its_checks_and_the_blocking_ones_block() -> None:
-    from sensors.definitions import defs
+    from sensors.definitions import decision_checks, defs
 
     checks = {
         (k.asset_key.to_user_string(), k.name)
@@ -143,7 +138,7 @@ def test_a_certified_solve_lets_the_price_book_run(tmp_path) -> None:
 def test_the_price_book_records_its_tick_latency(tmp_path) -> None:
     """The real price_book, after a stored tick: the tick's market_ticks rows carry the wall
     seconds from the run's start to its prices (what /metrics reports as tick latency)."""
-    from assets.market import price_book
+    from assets.market.assets import price_book
     from market_pipeline.hardware.protocol import adapter_now
 
     path = tmp_path / "w.duckdb"

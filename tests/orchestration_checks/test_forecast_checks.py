@@ -9,7 +9,7 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from assets.decision_checks import FORECAST_COVERAGE, FORECAST_FALLBACK, forecast_check_results
+from assets.market.checks import FORECAST_COVERAGE, FORECAST_FALLBACK, forecast_check_results
 from market_pipeline.forecast.pools import forecast_pool_results
 from market_pipeline.lab.forecast.synthetic import synthetic_demand_table
 

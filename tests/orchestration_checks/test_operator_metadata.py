@@ -7,8 +7,8 @@ import json
 import dagster as dg
 import polars as pl
 
-from assets.metadata import table_metadata
-from assets.scaling import decision_table
+from assets.lib.metadata import table_metadata
+from assets.scaling.assets import decision_table
 
 
 def test_tables_carry_a_schema_and_show_missing_values_empty() -> None:

@@ -95,8 +95,8 @@ def test_a_tick_that_does_not_divide_the_hour_is_a_config_error() -> None:
 
 
 def test_control_loop_schedule_uses_the_configured_tick() -> None:
+    from assets.market.schedules import control_loop_schedule_for
     from sensors.definitions import defs
-    from sensors.schedules import control_loop_schedule_for
 
     assert defs.resolve_schedule_def("control_loop_tick").cron_schedule == load_config().loop.tick_cron
     three = load_config(DEFAULT_CONFIG_PATH, environ={"MP__LOOP__TICK_MINUTES": "3"}).loop

@@ -10,14 +10,14 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets.resources import FleetAdapterResource, WarehouseResource
+from assets.lib.resources import FleetAdapterResource, WarehouseResource
+from assets.scaling.jobs import scaling_actions_job
 from market_pipeline.action_batches import batch_id_for, batch_rows, carry_out, result_for
 from market_pipeline.config import load_config
 from market_pipeline.hardware import make_adapter
 from market_pipeline.hardware.protocol import NodeInfo, NodeState, Outcome, OutcomeStatus
 from market_pipeline.scaling.live import execute_scaling_batch
 from market_pipeline.warehouse import Warehouse, open_warehouse
-from sensors.jobs import scaling_actions_job
 from sensors.scaling import scaling_sensor
 
 T1 = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)

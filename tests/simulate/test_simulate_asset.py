@@ -5,7 +5,7 @@ import json
 import dagster as dg
 from simulate_testkit import inputs, run
 
-from assets.simulation import simulation_assets, simulation_report
+from assets.simulation.assets import simulation_assets, simulation_report
 from market_pipeline.lab.simulate.report import build_report
 from market_pipeline.lab.simulate.saturation import compare_placement, experiment_from_tables
 

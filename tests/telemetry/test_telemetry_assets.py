@@ -8,14 +8,10 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from assets.partitions import HOURLY_PARTITIONS
-from assets.resources import FleetAdapterResource, WarehouseResource
-from assets.telemetry import (
-    telemetry_assets,
-    telemetry_checks,
-    telemetry_quarantine_rate_blocking,
-    telemetry_samples,
-)
+from assets.lib.partitions import HOURLY_PARTITIONS
+from assets.lib.resources import FleetAdapterResource, WarehouseResource
+from assets.telemetry.assets import telemetry_assets, telemetry_samples
+from assets.telemetry.checks import telemetry_checks, telemetry_quarantine_rate_blocking
 from market_pipeline.hardware.protocol import empty_samples
 from market_pipeline.lab.telemetry.synthetic import fleet_samples
 from market_pipeline.telemetry.partitions import partition_window

@@ -33,13 +33,16 @@ import pytest
 from dagster._core.test_utils import freeze_time
 from test_slurm_cluster import wait_for  # the one bounded poll of the Slurm tests
 
-from assets.billing import usage_intervals
-from assets.drain import drain_assets
-from assets.fleet import fleet_inventory
-from assets.market import market_assets
-from assets.resources import FleetAdapterResource, WarehouseResource
-from assets.scaling import scaling_assets
-from assets.telemetry import telemetry_checks, telemetry_samples
+from assets.drains.assets import drain_assets
+from assets.drains.jobs import drain_job
+from assets.fleet.assets import fleet_inventory
+from assets.lib.resources import FleetAdapterResource, WarehouseResource
+from assets.market.assets import market_assets
+from assets.metering.assets import usage_intervals
+from assets.scaling.assets import scaling_assets
+from assets.scaling.jobs import scaling_actions_job
+from assets.telemetry.assets import telemetry_samples
+from assets.telemetry.checks import telemetry_checks
 from market_pipeline.billing.metering import USAGE_INTERVAL_SCHEMA, HourWindow
 from market_pipeline.config import load_config
 from market_pipeline.hardware.slurm.adapter import SlurmAdapter, split_task_id
@@ -48,7 +51,6 @@ from market_pipeline.hardware.slurm.cluster import ClusterSpec, LocalCluster, No
 from market_pipeline.hardware.slurm.workload import JobSpec, submit
 from market_pipeline.warehouse import Warehouse
 from sensors.drain import drain_sensor
-from sensors.jobs import drain_job, scaling_actions_job
 from sensors.scaling import scaling_sensor
 
 pytestmark = [
