@@ -28,20 +28,10 @@ import duckdb
 import pyarrow as pa
 
 from market_pipeline.warehouse import Warehouse, WarehouseError, raise_unless_conflict, rollback
-from market_pipeline.warehouse.decisions import DecisionOutcome
+from market_pipeline.warehouse.decisions import DecisionAction, DecisionKind, DecisionOutcome
 
-# Result statuses: the outcomes of `warehouse.decisions.DecisionOutcome`, as the plain text that
-# the warehouse stores and Dagster's metadata carries (its serializer refuses other enums).
-OK = DecisionOutcome.OK.value
-INFEASIBLE = DecisionOutcome.INFEASIBLE.value
-FAILED = DecisionOutcome.FAILED.value
-ERROR = DecisionOutcome.ERROR.value
-SUPERSEDED = DecisionOutcome.SUPERSEDED.value
-ABANDONED = DecisionOutcome.ABANDONED.value
-SKIPPED = DecisionOutcome.SKIPPED.value
-RUNNING = DecisionOutcome.RUNNING.value
-ABORTED = DecisionOutcome.ABORTED.value
-FAILING_STATUSES = frozenset({FAILED, ERROR, RUNNING})
+# Only these outcomes make a batch run fail (an infeasible action is an outcome like any other).
+FAILING_STATUSES = frozenset({DecisionOutcome.FAILED, DecisionOutcome.ERROR, DecisionOutcome.RUNNING})
 # How often a batch writes the outcomes gathered so far (one statement each time: a write
 # per action would cost more than the action on a big warehouse).
 FLUSH_SECONDS = 5.0
@@ -54,7 +44,7 @@ _ACTION_FILTER = "AND list_contains(?, action)"
 class ActionBatch:
     """Approved, live decisions of one kind sharing one tick (their `decided_at`)."""
 
-    kind: str
+    kind: DecisionKind
     tick: datetime
     decision_ids: tuple[str, ...]
 
@@ -66,9 +56,9 @@ class ActionBatch:
 @dataclass(frozen=True)
 class ActionResult:
     decision_id: str
-    action: str
+    action: DecisionAction
     target: str
-    status: str
+    status: DecisionOutcome
     detail: str
 
     @property
@@ -77,8 +67,8 @@ class ActionResult:
         return f"{self.status}: {self.detail}"
 
 
-def batch_id_for(kind: str, tick: datetime) -> str:
-    return f"{kind}@{_utc(tick).isoformat()}"
+def batch_id_for(kind: DecisionKind, tick: datetime) -> str:
+    return f"{kind.value}@{_utc(tick).isoformat()}"
 
 
 def parse_tick(text: str) -> datetime:
@@ -90,7 +80,14 @@ def parse_tick(text: str) -> datetime:
     return _utc(tick)
 
 
-def pending_batches(store: Warehouse, kind: str, actions: Sequence[str] | None = None) -> list[ActionBatch]:
+def _action_param(actions: Sequence[DecisionAction] | None) -> list[Any]:
+    """The action filter's parameter, as the stored text (the driver takes plain str), if any."""
+    return [] if actions is None else [[a.value for a in actions]]
+
+
+def pending_batches(
+    store: Warehouse, kind: DecisionKind, actions: Sequence[DecisionAction] | None = None
+) -> list[ActionBatch]:
     """Batches holding an approved, live decision without an outcome yet, oldest first.
 
     A decision claimed by a run that has not recorded its outcome stays pending, so that a
@@ -102,7 +99,7 @@ def pending_batches(store: Warehouse, kind: str, actions: Sequence[str] | None =
         "SELECT decided_at, list(decision_id ORDER BY decision_id) AS ids FROM decisions "
         "WHERE kind = ? AND allowed AND NOT shadow AND executed_at IS NULL "
         f"{_ACTION_FILTER if actions is not None else ''} GROUP BY decided_at ORDER BY decided_at",
-        [kind, *([list(actions)] if actions is not None else [])],
+        [kind.value, *_action_param(actions)],
     )
     return [
         ActionBatch(kind, _utc(row["decided_at"]), tuple(row["ids"])) for row in frame.iter_rows(named=True)
@@ -110,7 +107,7 @@ def pending_batches(store: Warehouse, kind: str, actions: Sequence[str] | None =
 
 
 def batch_rows(
-    store: Warehouse, kind: str, tick: datetime, actions: Sequence[str] | None = None
+    store: Warehouse, kind: DecisionKind, tick: datetime, actions: Sequence[DecisionAction] | None = None
 ) -> list[dict[str, Any]]:
     """Every approved, live decision of the batch, executed or not, in decision-id order.
     On the cluster profile the claim columns are the control PostgreSQL's (outcomes it holds
@@ -118,7 +115,7 @@ def batch_rows(
     frame = store.query(
         f"SELECT {_BATCH_COLUMNS} FROM decisions WHERE kind = ? AND allowed AND NOT shadow "
         f"AND decided_at = ? {_ACTION_FILTER if actions is not None else ''} ORDER BY decision_id",
-        [kind, tick, *([list(actions)] if actions is not None else [])],
+        [kind.value, tick, *_action_param(actions)],
     )
     rows = frame.to_dicts()
     if store.control is None or not rows:
@@ -261,19 +258,23 @@ def carry_out(
     for row in rows:
         holder = row["claimed_by"]
         if row["executed_at"] is not None:
-            settled[row["decision_id"]] = result_for(row, SKIPPED, f"executed before: {row['outcome']}")
+            settled[row["decision_id"]] = result_for(
+                row, DecisionOutcome.SKIPPED, f"executed before: {row['outcome']}"
+            )
         elif holder is not None and holder != run_id and run_is_live(holder):
-            settled[row["decision_id"]] = result_for(row, SKIPPED, f"in flight in run {holder}")
+            settled[row["decision_id"]] = result_for(
+                row, DecisionOutcome.SKIPPED, f"in flight in run {holder}"
+            )
         elif holder is not None and not resumable:
             settled[row["decision_id"]] = result_for(
                 row,
-                ABANDONED,
+                DecisionOutcome.ABANDONED,
                 f"run {holder} stopped before recording an outcome; the next plan re-decides from the fleet",
             )
         else:
             open_rows.append(row)
             dead.update([holder] if holder is not None else [])
-    abandoned = [(d, r.outcome) for d, r in settled.items() if r.status == ABANDONED]
+    abandoned = [(d, r.outcome) for d, r in settled.items() if r.status is DecisionOutcome.ABANDONED]
     record_outcomes(store, abandoned, now)
     taken = claim(store, [r["decision_id"] for r in open_rows], batch_id, run_id, now, sorted(dead))
     pending: list[ActionResult] = []
@@ -282,7 +283,9 @@ def carry_out(
     try:
         for row in open_rows:
             if row["decision_id"] not in taken:
-                settled[row["decision_id"]] = result_for(row, SKIPPED, "claimed by another run meanwhile")
+                settled[row["decision_id"]] = result_for(
+                    row, DecisionOutcome.SKIPPED, "claimed by another run meanwhile"
+                )
                 continue
             untouched.discard(row["decision_id"])
             result = act(row)
@@ -313,16 +316,19 @@ def release(store: Warehouse, decision_ids: Sequence[str], run_id: str) -> None:
 
 
 def counts_by_status(results: Sequence[ActionResult]) -> dict[str, int]:
-    return dict(sorted(Counter(r.status for r in results).items()))
+    """Outcome text -> how many (plain text: Dagster's metadata refuses enums)."""
+    return dict(sorted(Counter(r.status.value for r in results).items()))
 
 
 def failing(results: Sequence[ActionResult]) -> list[ActionResult]:
     return [r for r in results if r.status in FAILING_STATUSES]
 
 
-def result_for(row: dict[str, Any], status: str, detail: str) -> ActionResult:
-    """What happened to one decision row of a batch."""
-    return ActionResult(row["decision_id"], row["action"], row["target"] or "", status, detail)
+def result_for(row: dict[str, Any], status: DecisionOutcome, detail: str) -> ActionResult:
+    """What happened to one decision row of a batch (its stored action text read back)."""
+    return ActionResult(
+        row["decision_id"], DecisionAction(row["action"]), row["target"] or "", status, detail
+    )
 
 
 def _utc(moment: datetime) -> datetime:

@@ -38,6 +38,7 @@ from market_pipeline.drain.steps import DrainReport
 from market_pipeline.hardware.protocol import TaskInfo
 from market_pipeline.warehouse import Warehouse, WarehouseError, raise_unless_conflict, rollback
 from market_pipeline.warehouse.control import ControlConflict
+from market_pipeline.warehouse.decision_inputs import DrainInputs
 from market_pipeline.warehouse.drain_outbox import DrainWarning, write_drain_warning
 from market_pipeline.warehouse.notice_outbox import NoticeOutbox, notices_path
 
@@ -354,12 +355,12 @@ _DECISION_SQL = (
 
 def _stored(row: tuple) -> StoredDecision:
     decision_id, allowed, shadow, reasons, inputs, decided, executed, outcome = row
-    data = json.loads(inputs) if isinstance(inputs, str) else dict(inputs or {})
-    if "task" not in data:
+    task = DrainInputs.stored_task(inputs)
+    if task is None:
         raise DecisionNotFound(f"decision {decision_id} carries no task snapshot in inputs")
     return StoredDecision(
         decision_id,
-        task_from_dict(data["task"]),
+        task_from_dict(task),
         bool(allowed),
         bool(shadow),
         tuple(reasons or ()),
