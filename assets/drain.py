@@ -17,11 +17,11 @@ from market_pipeline.drain.service import (
     outcome_summary,
     plan_and_record,
 )
-from market_pipeline.drain.store import recent_drain_outcomes
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.scaling.live import SCALE_KIND
 from market_pipeline.tick.state import tick_origin
 from market_pipeline.warehouse.decisions import DecisionAction
+from market_pipeline.warehouse.drain_audit import recent_drain_outcomes
 
 
 # telemetry_samples: the planner reads the recent clean samples (telemetry_clean) it writes
