@@ -24,37 +24,29 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-import duckdb
-import pyarrow as pa
+from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse.decision_claims import (
+    claim_open,
+    mirror_claims,
+    open_ticks,
+    release_claims,
+    tick_rows,
+    write_outcomes,
+)
+from market_pipeline.warehouse.decisions import DecisionAction, DecisionKind, DecisionOutcome
 
-from market_pipeline.warehouse import Warehouse, WarehouseError, raise_unless_conflict, rollback
-from market_pipeline.warehouse.decisions import DecisionOutcome
-
-# Result statuses: the outcomes of `warehouse.decisions.DecisionOutcome`, as the plain text that
-# the warehouse stores and Dagster's metadata carries (its serializer refuses other enums).
-OK = DecisionOutcome.OK.value
-INFEASIBLE = DecisionOutcome.INFEASIBLE.value
-FAILED = DecisionOutcome.FAILED.value
-ERROR = DecisionOutcome.ERROR.value
-SUPERSEDED = DecisionOutcome.SUPERSEDED.value
-ABANDONED = DecisionOutcome.ABANDONED.value
-SKIPPED = DecisionOutcome.SKIPPED.value
-RUNNING = DecisionOutcome.RUNNING.value
-ABORTED = DecisionOutcome.ABORTED.value
-FAILING_STATUSES = frozenset({FAILED, ERROR, RUNNING})
+# Only these outcomes make a batch run fail (an infeasible action is an outcome like any other).
+FAILING_STATUSES = frozenset({DecisionOutcome.FAILED, DecisionOutcome.ERROR, DecisionOutcome.RUNNING})
 # How often a batch writes the outcomes gathered so far (one statement each time: a write
 # per action would cost more than the action on a big warehouse).
 FLUSH_SECONDS = 5.0
-
-_BATCH_COLUMNS = "decision_id, action, pool_id, target, inputs, executed_at, outcome, claimed_by"
-_ACTION_FILTER = "AND list_contains(?, action)"
 
 
 @dataclass(frozen=True)
 class ActionBatch:
     """Approved, live decisions of one kind sharing one tick (their `decided_at`)."""
 
-    kind: str
+    kind: DecisionKind
     tick: datetime
     decision_ids: tuple[str, ...]
 
@@ -66,9 +58,9 @@ class ActionBatch:
 @dataclass(frozen=True)
 class ActionResult:
     decision_id: str
-    action: str
+    action: DecisionAction
     target: str
-    status: str
+    status: DecisionOutcome
     detail: str
 
     @property
@@ -77,8 +69,8 @@ class ActionResult:
         return f"{self.status}: {self.detail}"
 
 
-def batch_id_for(kind: str, tick: datetime) -> str:
-    return f"{kind}@{_utc(tick).isoformat()}"
+def batch_id_for(kind: DecisionKind, tick: datetime) -> str:
+    return f"{kind.value}@{_utc(tick).isoformat()}"
 
 
 def parse_tick(text: str) -> datetime:
@@ -90,7 +82,14 @@ def parse_tick(text: str) -> datetime:
     return _utc(tick)
 
 
-def pending_batches(store: Warehouse, kind: str, actions: Sequence[str] | None = None) -> list[ActionBatch]:
+def _texts(actions: Sequence[DecisionAction] | None) -> list[str] | None:
+    """The action filter as the stored text (the driver takes plain str), if any."""
+    return None if actions is None else [a.value for a in actions]
+
+
+def pending_batches(
+    store: Warehouse, kind: DecisionKind, actions: Sequence[DecisionAction] | None = None
+) -> list[ActionBatch]:
     """Batches holding an approved, live decision without an outcome yet, oldest first.
 
     A decision claimed by a run that has not recorded its outcome stays pending, so that a
@@ -98,29 +97,19 @@ def pending_batches(store: Warehouse, kind: str, actions: Sequence[str] | None =
     """
     if not store.exists():
         return []
-    frame = store.query(
-        "SELECT decided_at, list(decision_id ORDER BY decision_id) AS ids FROM decisions "
-        "WHERE kind = ? AND allowed AND NOT shadow AND executed_at IS NULL "
-        f"{_ACTION_FILTER if actions is not None else ''} GROUP BY decided_at ORDER BY decided_at",
-        [kind, *([list(actions)] if actions is not None else [])],
-    )
     return [
-        ActionBatch(kind, _utc(row["decided_at"]), tuple(row["ids"])) for row in frame.iter_rows(named=True)
+        ActionBatch(kind, _utc(decided_at), tuple(ids))
+        for decided_at, ids in open_ticks(store, kind.value, _texts(actions))
     ]
 
 
 def batch_rows(
-    store: Warehouse, kind: str, tick: datetime, actions: Sequence[str] | None = None
+    store: Warehouse, kind: DecisionKind, tick: datetime, actions: Sequence[DecisionAction] | None = None
 ) -> list[dict[str, Any]]:
     """Every approved, live decision of the batch, executed or not, in decision-id order.
     On the cluster profile the claim columns are the control PostgreSQL's (outcomes it holds
     that the warehouse lost to a crash between the two writes are mirrored again here)."""
-    frame = store.query(
-        f"SELECT {_BATCH_COLUMNS} FROM decisions WHERE kind = ? AND allowed AND NOT shadow "
-        f"AND decided_at = ? {_ACTION_FILTER if actions is not None else ''} ORDER BY decision_id",
-        [kind, tick, *([list(actions)] if actions is not None else [])],
-    )
-    rows = frame.to_dicts()
+    rows = tick_rows(store, kind.value, tick, _texts(actions))
     if store.control is None or not rows:
         return rows
     claims = store.control.claims([r["decision_id"] for r in rows])
@@ -133,7 +122,7 @@ def batch_rows(
             unmirrored.setdefault(held["executed_at"], []).append((row["decision_id"], held["outcome"]))
         row.update(held)
     for at, pairs in unmirrored.items():
-        _mirror_outcomes(store, pairs, at)
+        write_outcomes(store, pairs, at)
     return rows
 
 
@@ -149,51 +138,12 @@ def claim(
     and unclaimed, or held by this run or by a dead run named in `take_over`)."""
     if not decision_ids:
         return set()
-    params = [run_id, now, batch_id, list(decision_ids), [run_id, *take_over]]
     if store.control is not None:
         taken = store.control.claim(decision_ids, batch_id, run_id, now, [run_id, *take_over])
         if taken:  # mirrored for readers; the control PostgreSQL decides
-            store.execute(
-                "UPDATE decisions SET claimed_by = ?, claimed_at = ?, batch_id = ? "
-                "WHERE list_contains(?, decision_id) AND executed_at IS NULL",
-                [run_id, now, batch_id, sorted(taken)],
-            )
+            mirror_claims(store, sorted(taken), batch_id, run_id, now)
         return taken
-    if store.lake is not None:
-        return store.retrying(lambda: _claim_in_lake(store, params, batch_id))
-    with store.connect() as con:
-        try:
-            taken = con.execute(_CLAIM_SQL + " RETURNING decision_id", params).fetchall()
-        except duckdb.Error as exc:
-            raise WarehouseError(f"claiming the decisions of batch {batch_id} failed: {exc}") from exc
-    return {row[0] for row in taken}
-
-
-_CLAIM_SQL = (
-    "UPDATE decisions SET claimed_by = ?, claimed_at = ?, batch_id = ? "
-    "WHERE list_contains(?, decision_id) AND executed_at IS NULL "
-    "AND (claimed_by IS NULL OR list_contains(?, claimed_by))"
-)
-
-
-def _claim_in_lake(store: Warehouse, params: list[Any], batch_id: str) -> set[str]:
-    """The claim on a DuckLake (no UPDATE ... RETURNING): update, then read back what this run
-    holds, in one transaction; a concurrent claimer's commit makes this one conflict and retry."""
-    run_id, now, _batch, ids, _holders = params
-    with store.connect() as con:
-        con.execute("BEGIN")
-        try:
-            con.execute(_CLAIM_SQL, params)
-            taken = con.execute(
-                "SELECT decision_id FROM decisions WHERE list_contains(?, decision_id) "
-                "AND claimed_by = ? AND claimed_at = ? AND executed_at IS NULL",
-                [ids, run_id, now],
-            ).fetchall()
-            con.execute("COMMIT")
-        except duckdb.Error as exc:
-            rollback(con)
-            raise_unless_conflict(exc, f"claiming the decisions of batch {batch_id} failed")
-    return {row[0] for row in taken}
+    return claim_open(store, decision_ids, batch_id, run_id, now, [run_id, *take_over])
 
 
 def record_outcomes(store: Warehouse, outcomes: Sequence[tuple[str, str]], now: datetime) -> None:
@@ -203,29 +153,7 @@ def record_outcomes(store: Warehouse, outcomes: Sequence[tuple[str, str]], now: 
         return
     if store.control is not None:
         outcomes = store.control.record_outcomes(outcomes, now)
-    _mirror_outcomes(store, outcomes, now)
-
-
-def _mirror_outcomes(store: Warehouse, outcomes: Sequence[tuple[str, str]], now: datetime) -> None:
-    if not outcomes:
-        return
-    frame = pa.table({"decision_id": [d for d, _ in outcomes], "outcome": [o for _, o in outcomes]})
-
-    def write() -> None:
-        with store.connect() as con:
-            con.register("_outcomes", frame)
-            try:
-                con.execute(
-                    "UPDATE decisions SET executed_at = ?, outcome = o.outcome FROM _outcomes o "
-                    "WHERE decisions.decision_id = o.decision_id AND decisions.executed_at IS NULL",
-                    [now],
-                )
-            except duckdb.Error as exc:
-                raise_unless_conflict(exc, f"recording {len(outcomes)} action outcomes failed")
-            finally:
-                con.unregister("_outcomes")
-
-    store.retrying(write)
+    write_outcomes(store, outcomes, now)
 
 
 def record_outcome(store: Warehouse, decision_id: str, now: datetime, outcome: str) -> None:
@@ -261,19 +189,23 @@ def carry_out(
     for row in rows:
         holder = row["claimed_by"]
         if row["executed_at"] is not None:
-            settled[row["decision_id"]] = result_for(row, SKIPPED, f"executed before: {row['outcome']}")
+            settled[row["decision_id"]] = result_for(
+                row, DecisionOutcome.SKIPPED, f"executed before: {row['outcome']}"
+            )
         elif holder is not None and holder != run_id and run_is_live(holder):
-            settled[row["decision_id"]] = result_for(row, SKIPPED, f"in flight in run {holder}")
+            settled[row["decision_id"]] = result_for(
+                row, DecisionOutcome.SKIPPED, f"in flight in run {holder}"
+            )
         elif holder is not None and not resumable:
             settled[row["decision_id"]] = result_for(
                 row,
-                ABANDONED,
+                DecisionOutcome.ABANDONED,
                 f"run {holder} stopped before recording an outcome; the next plan re-decides from the fleet",
             )
         else:
             open_rows.append(row)
             dead.update([holder] if holder is not None else [])
-    abandoned = [(d, r.outcome) for d, r in settled.items() if r.status == ABANDONED]
+    abandoned = [(d, r.outcome) for d, r in settled.items() if r.status is DecisionOutcome.ABANDONED]
     record_outcomes(store, abandoned, now)
     taken = claim(store, [r["decision_id"] for r in open_rows], batch_id, run_id, now, sorted(dead))
     pending: list[ActionResult] = []
@@ -282,7 +214,9 @@ def carry_out(
     try:
         for row in open_rows:
             if row["decision_id"] not in taken:
-                settled[row["decision_id"]] = result_for(row, SKIPPED, "claimed by another run meanwhile")
+                settled[row["decision_id"]] = result_for(
+                    row, DecisionOutcome.SKIPPED, "claimed by another run meanwhile"
+                )
                 continue
             untouched.discard(row["decision_id"])
             result = act(row)
@@ -305,24 +239,23 @@ def release(store: Warehouse, decision_ids: Sequence[str], run_id: str) -> None:
     if decision_ids and store.control is not None:
         store.control.release(decision_ids, run_id)
     if decision_ids:
-        store.execute(
-            "UPDATE decisions SET claimed_by = NULL, claimed_at = NULL WHERE "
-            "list_contains(?, decision_id) AND claimed_by = ? AND executed_at IS NULL",
-            [list(decision_ids), run_id],
-        )
+        release_claims(store, decision_ids, run_id)
 
 
 def counts_by_status(results: Sequence[ActionResult]) -> dict[str, int]:
-    return dict(sorted(Counter(r.status for r in results).items()))
+    """Outcome text -> how many (plain text: Dagster's metadata refuses enums)."""
+    return dict(sorted(Counter(r.status.value for r in results).items()))
 
 
 def failing(results: Sequence[ActionResult]) -> list[ActionResult]:
     return [r for r in results if r.status in FAILING_STATUSES]
 
 
-def result_for(row: dict[str, Any], status: str, detail: str) -> ActionResult:
-    """What happened to one decision row of a batch."""
-    return ActionResult(row["decision_id"], row["action"], row["target"] or "", status, detail)
+def result_for(row: dict[str, Any], status: DecisionOutcome, detail: str) -> ActionResult:
+    """What happened to one decision row of a batch (its stored action text read back)."""
+    return ActionResult(
+        row["decision_id"], DecisionAction(row["action"]), row["target"] or "", status, detail
+    )
 
 
 def _utc(moment: datetime) -> datetime:

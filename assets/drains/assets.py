@@ -17,10 +17,11 @@ from market_pipeline.drain.service import (
     outcome_summary,
     plan_and_record,
 )
-from market_pipeline.drain.store import recent_drain_outcomes
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.scaling.live import SCALE_KIND
 from market_pipeline.tick.state import tick_origin
+from market_pipeline.warehouse.decisions import DecisionAction
+from market_pipeline.warehouse.drain_audit import recent_drain_outcomes
 
 
 # telemetry_samples: the planner reads the recent clean samples (telemetry_clean) it writes
@@ -43,7 +44,7 @@ def drain_requests(
     # Nodes the scaler cordoned for removal get their tasks drained (reason scale_down), but
     # not a node this tick's plan takes back (demand returned: its uncordon runs after this
     # asset): its tasks would be drained only to land on it again.
-    returning = {r["target"] for r in batch_rows(store, SCALE_KIND, now, ("uncordon",))}
+    returning = {r["target"] for r in batch_rows(store, SCALE_KIND, now, (DecisionAction.UNCORDON,))}
     cordoned = [n.node_id for n in adapter.list_nodes() if n.cordoned and n.node_id not in returning]
     decisions, written, source = plan_and_record(
         store, adapter, config, wall_now=now, scale_down_nodes=cordoned

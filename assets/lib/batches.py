@@ -118,9 +118,9 @@ def batch_output(
                 dg.TableRecord(
                     {
                         "decision_id": r.decision_id,
-                        "action": r.action,
+                        "action": r.action.value,
                         "target": r.target,
-                        "status": r.status,
+                        "status": r.status.value,
                         "detail": r.detail,
                     }
                 )

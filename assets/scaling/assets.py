@@ -20,6 +20,7 @@ from market_pipeline.scaling.live import (
 from market_pipeline.tick.live import next_price_ceilings, prices_in_force
 from market_pipeline.tick.state import tick_origin
 from market_pipeline.warehouse import readers, writers
+from market_pipeline.warehouse.decisions import DecisionAction
 
 
 @dg.asset(group_name="scaling", pool="warehouse", deps=[dg.AssetKey("price_book")], kinds={"duckdb"})
@@ -64,7 +65,11 @@ def scaling_plan(
     writers.write_scaler_memory(store, memory_frame(list(memories.values()), now))
     margins = {d.pool: round(d.certificate_margin, 3) for d in decisions if d.certificate_margin is not None}
     allowed = int(rows["allowed"].sum() or 0) if rows.height else 0
-    acts = rows.filter(pl.col("allowed") & (pl.col("action") != "hold")) if rows.height else rows
+    acts = (
+        rows.filter(pl.col("allowed") & (pl.col("action") != DecisionAction.HOLD.value))
+        if rows.height
+        else rows
+    )
     context.log.info("scaling: %d decisions (%d allowed)", rows.height, allowed)
     return dg.MaterializeResult(
         metadata={

@@ -24,7 +24,8 @@ import pyarrow as pa
 
 from market_pipeline.billing.errors import BillingError
 from market_pipeline.warehouse import Warehouse
-from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow, decisions_frame
+from market_pipeline.warehouse.decision_inputs import BudgetGuardInputs
+from market_pipeline.warehouse.decisions import DecisionAction, DecisionKind, DecisionRow, decisions_frame
 
 UTC = dt.timezone.utc
 POSTED_KINDS = ("usage", "sla_credit")
@@ -340,18 +341,15 @@ def guard_decisions(
     for verdict in verdicts:
         if not verdict.drain_running:
             continue
-        inputs = {
-            "balance": str(verdict.balance),
-            "available": None if verdict.available is None else str(verdict.available),
-            "next_interval_cost": str(verdict.next_interval_cost),
-            "drain_after": verdict.drain_after.isoformat() if verdict.drain_after else None,
-        }
+        inputs = BudgetGuardInputs(
+            verdict.balance, verdict.available, verdict.next_interval_cost, verdict.drain_after
+        )
         rows.append(
             _decision(
                 f"budget:{verdict.tenant_id}:refuse:{hour}",
                 None,
                 verdict.tenant_id,
-                "refuse_new_tasks",
+                DecisionAction.REFUSE_NEW_TASKS,
                 verdict,
                 inputs,
                 now,
@@ -364,9 +362,9 @@ def guard_decisions(
                     f"budget:{verdict.tenant_id}:drain:{task_id}:{hour}",
                     pool_id,
                     task_id,
-                    "drain",
+                    DecisionAction.DRAIN,
                     verdict,
-                    {**inputs, "tenant_id": verdict.tenant_id},
+                    inputs.for_tenant(verdict.tenant_id),
                     now,
                     shadow,
                 )
@@ -378,9 +376,9 @@ def _decision(
     decision_id: str,
     pool_id: str | None,
     target: str,
-    action: str,
+    action: DecisionAction,
     verdict: GuardVerdict,
-    inputs: dict,
+    inputs: BudgetGuardInputs,
     now: dt.datetime,
     shadow: bool,
 ) -> DecisionRow:
@@ -402,9 +400,12 @@ def tenant_admission(warehouse: Warehouse, tenant_id: str, now: dt.datetime) -> 
     """May `tenant_id` start a task now? False while a budget guard refusal of this hour stands."""
     hour = now.astimezone(UTC).strftime("%Y-%m-%dT%H")
     frame = warehouse.query(
-        "SELECT reasons FROM decisions WHERE kind = 'budget_guard' AND action = 'refuse_new_tasks'"
-        " AND decision_id = ? AND NOT shadow",
-        [f"budget:{tenant_id}:refuse:{hour}"],
+        "SELECT reasons FROM decisions WHERE kind = ? AND action = ? AND decision_id = ? AND NOT shadow",
+        [
+            DecisionKind.BUDGET_GUARD.value,
+            DecisionAction.REFUSE_NEW_TASKS.value,
+            f"budget:{tenant_id}:refuse:{hour}",
+        ],
     )
     if frame.is_empty():
         return True, []

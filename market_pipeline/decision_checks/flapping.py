@@ -13,11 +13,20 @@ import polars as pl
 
 from market_pipeline.decision_checks.verdict import Verdict
 from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse.decisions import DecisionAction, DecisionOutcome
 
 MAX_PER_DAY = 2
 WINDOW = timedelta(hours=24)
-CORDONS = ("cordon", "replace")
-NOT_CARRIED_OUT = ("superseded", "infeasible", "failed", "error")
+CORDONS = (DecisionAction.CORDON.value, DecisionAction.REPLACE.value)
+NOT_CARRIED_OUT = tuple(
+    o.value
+    for o in (
+        DecisionOutcome.SUPERSEDED,
+        DecisionOutcome.INFEASIBLE,
+        DecisionOutcome.FAILED,
+        DecisionOutcome.ERROR,
+    )
+)
 
 
 def node_actions(store: Warehouse, until: datetime | None = None) -> pl.DataFrame:
@@ -51,7 +60,7 @@ def flapping_verdict(actions: pl.DataFrame, limit: int = MAX_PER_DAY) -> Verdict
         counted.group_by("target")
         .agg(
             pl.col("action").is_in(CORDONS).sum().alias("cordons"),
-            (pl.col("action") == "uncordon").sum().alias("uncordons"),
+            (pl.col("action") == DecisionAction.UNCORDON.value).sum().alias("uncordons"),
             pl.col("decided_at").min().alias("first"),
             pl.col("decided_at").max().alias("last"),
         )

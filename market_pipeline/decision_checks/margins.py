@@ -16,8 +16,11 @@ import math
 import polars as pl
 
 from market_pipeline.decision_checks.verdict import Verdict
+from market_pipeline.warehouse.decisions import DecisionAction
 
-REMOVES_CAPACITY = ("cordon", "scale_down", "power_off")
+REMOVES_CAPACITY = tuple(
+    a.value for a in (DecisionAction.CORDON, DecisionAction.SCALE_DOWN, DecisionAction.POWER_OFF)
+)
 _EPS = 1e-9
 
 

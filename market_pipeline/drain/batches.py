@@ -10,11 +10,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from market_pipeline.action_batches import (
-    ABORTED,
-    FAILED,
-    INFEASIBLE,
-    OK,
-    RUNNING,
     ActionBatch,
     ActionResult,
     batch_id_for,
@@ -29,13 +24,20 @@ from market_pipeline.drain.service import DrainRefused, execute_decision
 from market_pipeline.drain.store import DecisionNotFound, load_decision
 from market_pipeline.hardware.protocol import NodeAdapter
 from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse.decisions import DecisionKind, DecisionOutcome
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig
 
-DRAIN_KIND = "drain"
+DRAIN_KIND = DecisionKind.DRAIN
 # The drain report's outcome -> the batch's status (a task already gone needed no drain).
-_STATUS = {"terminated": OK, "killed": OK, "gone": OK, "aborted": ABORTED, "failed": FAILED}
+_STATUS = {
+    "terminated": DecisionOutcome.OK,
+    "killed": DecisionOutcome.OK,
+    "gone": DecisionOutcome.OK,
+    "aborted": DecisionOutcome.ABORTED,
+    "failed": DecisionOutcome.FAILED,
+}
 
 
 def pending_drain_batches(store: Warehouse) -> list[ActionBatch]:
@@ -64,7 +66,7 @@ def execute_drain_batch(
         try:
             report = execute_decision(store, adapter, config, row["decision_id"])
         except (DrainRefused, DecisionNotFound) as exc:
-            result = result_for(row, INFEASIBLE, str(exc))
+            result = result_for(row, DecisionOutcome.INFEASIBLE, str(exc))
             record_outcome(store, row["decision_id"], now, result.outcome)
             return result
         detail = f"{report.outcome}: {report.reason}" if report.reason else report.outcome
@@ -72,7 +74,13 @@ def execute_drain_batch(
             decision = load_decision(store, row["decision_id"])
             recovery = requeue_drained(adapter, decision.task, decision.reasons)
             detail += f"; requeue {recovery.status.value}: {recovery.detail}"
-        return result_for(row, _STATUS.get(report.outcome, RUNNING) if report.terminal else RUNNING, detail)
+        return result_for(
+            row,
+            _STATUS.get(report.outcome, DecisionOutcome.RUNNING)
+            if report.terminal
+            else DecisionOutcome.RUNNING,
+            detail,
+        )
 
     return carry_out(
         store,

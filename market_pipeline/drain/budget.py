@@ -16,12 +16,13 @@ same tasks are not executed directly -- they only record the intent.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse.decision_inputs import BudgetGuardInputs
+from market_pipeline.warehouse.decisions import DecisionAction, DecisionKind
 
 BUDGET_DECISION_TTL = timedelta(hours=1, minutes=5)  # one guard cadence, plus slack
 
@@ -55,17 +56,22 @@ def load_budget_blocks(warehouse: Warehouse, fleet_now: datetime, shadow: bool) 
     with warehouse.connect(read_only=True) as con:
         rows = con.execute(
             "SELECT decision_id, target, reasons, inputs, decided_at FROM decisions"
-            " WHERE kind = 'budget_guard' AND action = 'refuse_new_tasks' AND allowed"
+            " WHERE kind = ? AND action = ? AND allowed"
             " AND (NOT shadow OR ?) AND decided_at >= ? AND decided_at <= ?"
             " ORDER BY decided_at, decision_id",
-            [shadow, since, fleet_now],
+            [
+                DecisionKind.BUDGET_GUARD.value,
+                DecisionAction.REFUSE_NEW_TASKS.value,
+                shadow,
+                since,
+                fleet_now,
+            ],
         ).fetchall()
     blocks: dict[str, BudgetBlock] = {}
     for decision_id, tenant, reasons, inputs, decided in rows:
-        data = json.loads(inputs) if isinstance(inputs, str) else dict(inputs or {})
         decided_at = _utc(decided)
-        raw_after = data.get("drain_after")
-        drain_after = _utc(datetime.fromisoformat(raw_after)) if raw_after else decided_at
+        stored_after = BudgetGuardInputs.from_json(inputs).drain_after
+        drain_after = _utc(stored_after) if stored_after is not None else decided_at
         if drain_after > fleet_now:
             continue  # still in the grace period
         blocks[tenant] = BudgetBlock(

@@ -15,6 +15,7 @@ import contextlib
 import json
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -127,17 +128,12 @@ def _timing(args: argparse.Namespace, config: MarketPipelineConfig) -> Any:
     # The checkpoint runs inside the notice, so W + T bounds the task's part of the drain;
     # the slack covers the drain's own start-up, writes and a rerun after a crash, which
     # must not cut the SIGTERM grace short (past the bound a drain kills at once).
-    return DrainTiming(
+    return replace(
+        base,
         warn_seconds=warn,
         checkpoint_timeout_seconds=checkpoint,
         terminate_timeout_seconds=grace,
         max_total_seconds=max(warn, checkpoint) + grace + DRAIN_SLACK_SECONDS,
-        kill_timeout_seconds=base.kill_timeout_seconds,
-        verify_timeout_seconds=base.verify_timeout_seconds,
-        release_timeout_seconds=base.release_timeout_seconds,
-        release_backoff_initial_seconds=base.release_backoff_initial_seconds,
-        release_backoff_max_seconds=base.release_backoff_max_seconds,
-        call_margin_seconds=base.call_margin_seconds,
         poll_seconds=0.05,
     )
 

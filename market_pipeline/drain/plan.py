@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -36,7 +36,8 @@ from market_pipeline.drain.score import (
 )
 from market_pipeline.drain.triggers import DRAIN_METHODS
 from market_pipeline.hardware.protocol import NodeInfo, NodeState, TaskInfo
-from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow
+from market_pipeline.warehouse.decision_inputs import DrainInputs
+from market_pipeline.warehouse.decisions import DecisionAction, DecisionKind, DecisionRow
 from market_pipeline.warehouse.decisions import decisions_frame as warehouse_decisions_frame
 
 if TYPE_CHECKING:
@@ -97,19 +98,19 @@ class DrainDecision:
     decided_at: datetime
     fleet_now: datetime
 
-    def inputs_json(self) -> dict[str, Any]:
+    def inputs(self) -> DrainInputs:
         util = self.utilisation
-        return {
-            "task": task_to_dict(self.task),
-            "tenant_id": self.task.tenant_id,
-            "node_id": self.task.node_id,
-            "trigger": self.reason.value,
-            "score": self.score.score,
-            "score_components": self.score.components(),
-            "util_mean_pct": None if util is None else round(util.mean_pct, 3),
-            "util_max_pct": None if util is None else round(util.max_pct, 3),
-            "fleet_now": self.fleet_now.isoformat(),
-        }
+        return DrainInputs(
+            task=task_to_dict(self.task),
+            tenant_id=self.task.tenant_id,
+            node_id=self.task.node_id,
+            trigger=self.reason.value,
+            score=self.score.score,
+            score_components=self.score.components(),
+            util_mean_pct=None if util is None else round(util.mean_pct, 3),
+            util_max_pct=None if util is None else round(util.max_pct, 3),
+            fleet_now=self.fleet_now,
+        )
 
     def ledger_entry(self) -> LedgerEntry:
         return LedgerEntry(
@@ -235,14 +236,14 @@ def decisions_frame(decisions: Sequence[DrainDecision]) -> pl.DataFrame:
         DecisionRow(
             decision_id=d.decision_id,
             kind=DecisionKind.DRAIN,
-            action="drain_task",
+            action=DecisionAction.DRAIN_TASK,
             decided_at=d.decided_at,
             allowed=d.allowed,
             shadow=d.shadow,
             pool_id=d.task.pool_id,
             target=d.task.task_id,
             reasons=tuple(d.reasons),
-            inputs=d.inputs_json(),
+            inputs=d.inputs(),
         )
         for d in decisions
     )

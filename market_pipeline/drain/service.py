@@ -35,12 +35,12 @@ from market_pipeline.drain.store import (
     load_history,
     load_ledger,
     mark_decision_executed,
-    table_exists,
     write_decisions,
 )
 from market_pipeline.hardware.protocol import NodeAdapter, adapter_now
 from market_pipeline.warehouse import Warehouse
 from market_pipeline.warehouse.control import ControlStore
+from market_pipeline.warehouse.readers import table_exists
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig

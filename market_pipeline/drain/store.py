@@ -38,25 +38,28 @@ from market_pipeline.drain.steps import DrainReport
 from market_pipeline.hardware.protocol import TaskInfo
 from market_pipeline.warehouse import Warehouse, WarehouseError, raise_unless_conflict, rollback
 from market_pipeline.warehouse.control import ControlConflict
+from market_pipeline.warehouse.decision_inputs import DrainInputs
+from market_pipeline.warehouse.drain_audit import (
+    audit_rows,
+    insert_audit_row,
+    insert_billing_event,
+    open_drain_ids,
+    requested_detail,
+    seq_written,
+    written_seqs,
+)
+from market_pipeline.warehouse.drain_decisions import (
+    insert_new_decisions,
+    ledger_rows,
+    mark_executed,
+    outcome_counts,
+    pending_decisions,
+    stored_decision,
+)
 from market_pipeline.warehouse.drain_outbox import DrainWarning, write_drain_warning
 from market_pipeline.warehouse.notice_outbox import NoticeOutbox, notices_path
 
-TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in TERMINAL_STATES)
-BILLING_COLUMNS = (
-    "drain_id",
-    "decision_id",
-    "task_id",
-    "tenant_id",
-    "pool_id",
-    "node_id",
-    "drain_signal_at",
-    "grace_seconds",
-    "task_ended_at",
-    "outcome",
-    "platform_fault",
-    "reason",
-    "recorded_at",
-)
+TERMINAL_VALUES = tuple(s.value for s in TERMINAL_STATES)
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -90,11 +93,7 @@ class WarehouseAuditStore:
             self._mirror(history)
             return history
         with self._connect() as con:
-            rows = con.execute(
-                "SELECT drain_id, seq, state, recorded_at, task_id, node_id, tenant_id, detail "
-                "FROM drain_audit WHERE drain_id = ? ORDER BY seq",
-                [drain_id],
-            ).fetchall()
+            rows = audit_rows(con, drain_id)
         history = []
         for drain, seq, state, at, task, node, tenant, detail in rows:
             data = json.loads(detail) if detail else {}
@@ -126,7 +125,7 @@ class WarehouseAuditStore:
         with self._mirror_lock(), self._connect() as con:
             con.execute("BEGIN")
             try:
-                if self.warehouse.lake is not None and _seq_taken(con, transition):
+                if self.warehouse.lake is not None and seq_written(con, transition.drain_id, transition.seq):
                     raise duckdb.ConstraintException("drain_audit key (drain_id, seq) exists")
                 warning = _write_row(self.warehouse, con, transition)
                 con.execute("COMMIT")
@@ -162,12 +161,7 @@ class WarehouseAuditStore:
             with self.warehouse.connect() as con:
                 con.execute("BEGIN")
                 try:
-                    have = {
-                        int(r[0])
-                        for r in con.execute(
-                            "SELECT seq FROM drain_audit WHERE drain_id = ?", [history[0].drain_id]
-                        ).fetchall()
-                    }
+                    have = written_seqs(con, history[0].drain_id)
                     for transition in history:
                         if transition.seq not in have:
                             warning = _write_row(self.warehouse, con, transition)
@@ -196,14 +190,9 @@ class WarehouseAuditStore:
     def open_drain_ids(self, task_id: str) -> list[str]:
         control = self.warehouse.control
         if control is not None and self._connection is None:
-            return control.open_drain_ids(task_id, [s.value for s in TERMINAL_STATES])
+            return control.open_drain_ids(task_id, list(TERMINAL_VALUES))
         with self._connect() as con:
-            rows = con.execute(
-                "SELECT drain_id FROM drain_audit WHERE task_id = ? GROUP BY drain_id "
-                f"HAVING NOT bool_or(state IN ({TERMINAL_SQL})) ORDER BY drain_id",
-                [task_id],
-            ).fetchall()
-        return [r[0] for r in rows]
+            return open_drain_ids(con, task_id, TERMINAL_VALUES)
 
 
 def drain_warning(requested: dict[str, Any], warned: DrainTransition) -> DrainWarning:
@@ -246,51 +235,30 @@ def _write_row(
 ) -> DrainWarning | None:
     """One `drain_audit` row, with the billing event of a terminal one and the outbox row of a
     warning that begins (inside the caller's transaction); returns that warning, if any."""
-    con.execute(
-        "INSERT INTO drain_audit (drain_id, seq, state, recorded_at, task_id, "
-        "node_id, tenant_id, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            transition.drain_id,
-            transition.seq,
-            transition.state.value,
-            transition.recorded_at,
-            transition.task_id,
-            transition.node_id,
-            transition.tenant_id,
-            json.dumps(dict(transition.detail), default=str),
-        ],
+    insert_audit_row(
+        con,
+        transition.drain_id,
+        transition.seq,
+        transition.state.value,
+        transition.recorded_at,
+        transition.task_id,
+        transition.node_id,
+        transition.tenant_id,
+        transition.detail,
     )
     billing = transition.detail.get("billing")
     if transition.state in TERMINAL_STATES and billing is not None:
-        _insert_billing(warehouse, con, billing)
+        insert_billing_event(warehouse, con, billing)
     if transition.state is DrainState.WARNED and transition.phase is Phase.BEGIN:
         return _outbox_warning(con, transition)
     return None
 
 
 def _outbox_warning(con: duckdb.DuckDBPyConnection, warned: DrainTransition) -> DrainWarning:
-    row = con.execute(
-        "SELECT detail FROM drain_audit WHERE drain_id = ? AND seq = 0", [warned.drain_id]
-    ).fetchone()
-    requested = json.loads(row[0]) if row and row[0] else {}
+    requested = requested_detail(con, warned.drain_id)
     warning = drain_warning(requested, warned)
     write_drain_warning(con, warning)
     return warning
-
-
-def _seq_taken(con: duckdb.DuckDBPyConnection, transition: DrainTransition) -> bool:
-    """Whether the transition's (drain_id, seq) is written (a lake has no primary key to refuse it)."""
-    row = con.execute(
-        "SELECT count(*) FROM drain_audit WHERE drain_id = ? AND seq = ?",
-        [transition.drain_id, transition.seq],
-    ).fetchone()
-    return bool(row and row[0])
-
-
-def _insert_billing(warehouse: Warehouse, con: duckdb.DuckDBPyConnection, billing: dict[str, Any]) -> None:
-    values = [billing.get(c) for c in BILLING_COLUMNS]
-    placeholders = ", ".join("?" for _ in BILLING_COLUMNS)
-    warehouse.insert_new(con, "drain_billing_events", BILLING_COLUMNS, f"VALUES ({placeholders})", values)
 
 
 # -- drain decisions ---------------------------------------------------------------------
@@ -314,52 +282,17 @@ class DecisionNotFound(ValueError):
 
 def write_decisions(warehouse: Warehouse, decisions: Sequence[DrainDecision]) -> int:
     """Insert new decisions; an id already present keeps its first version (same tick rerun)."""
-    frame = decisions_frame(decisions)
-    if frame.is_empty():
-        return 0
-    with warehouse.connect() as con:
-        before = con.execute("SELECT count(*) FROM decisions").fetchone()[0]
-        con.register("_drain_decisions", frame.to_arrow())
-        try:
-            warehouse.insert_new(
-                con,
-                "decisions",
-                DECISION_COLUMNS,
-                "SELECT decision_id, kind, pool_id, target, action, allowed, shadow, reasons,"
-                " CAST(inputs AS JSON), decided_at FROM _drain_decisions",
-            )
-        finally:
-            con.unregister("_drain_decisions")
-        after = con.execute("SELECT count(*) FROM decisions").fetchone()[0]
-    return int(after - before)
-
-
-DECISION_COLUMNS = (
-    "decision_id",
-    "kind",
-    "pool_id",
-    "target",
-    "action",
-    "allowed",
-    "shadow",
-    "reasons",
-    "inputs",
-    "decided_at",
-)
-_DECISION_SQL = (
-    "SELECT decision_id, allowed, shadow, reasons, inputs, decided_at, executed_at,"
-    " outcome FROM decisions WHERE kind = 'drain'"
-)
+    return insert_new_decisions(warehouse, decisions_frame(decisions))
 
 
 def _stored(row: tuple) -> StoredDecision:
     decision_id, allowed, shadow, reasons, inputs, decided, executed, outcome = row
-    data = json.loads(inputs) if isinstance(inputs, str) else dict(inputs or {})
-    if "task" not in data:
+    task = DrainInputs.stored_task(inputs)
+    if task is None:
         raise DecisionNotFound(f"decision {decision_id} carries no task snapshot in inputs")
     return StoredDecision(
         decision_id,
-        task_from_dict(data["task"]),
+        task_from_dict(task),
         bool(allowed),
         bool(shadow),
         tuple(reasons or ()),
@@ -370,8 +303,7 @@ def _stored(row: tuple) -> StoredDecision:
 
 
 def load_decision(warehouse: Warehouse, decision_id: str) -> StoredDecision:
-    with warehouse.connect() as con:
-        row = con.execute(_DECISION_SQL + " AND decision_id = ?", [decision_id]).fetchone()
+    row = stored_decision(warehouse, decision_id)
     if row is None:
         raise DecisionNotFound(f"no drain decision with id {decision_id!r}")
     return _stored(row)
@@ -381,12 +313,7 @@ def pending_drain_decisions(warehouse: Warehouse) -> list[StoredDecision]:
     """Approved, live (not shadow), not yet executed drain decisions; read-only."""
     if not warehouse.exists():
         return []
-    with warehouse.connect(read_only=True) as con:
-        rows = con.execute(
-            _DECISION_SQL + " AND allowed AND NOT shadow AND executed_at IS NULL"
-            " ORDER BY decided_at, decision_id"
-        ).fetchall()
-    return [_stored(r) for r in rows]
+    return [_stored(r) for r in pending_decisions(warehouse)]
 
 
 def mark_decision_executed(warehouse: Warehouse, report: DrainReport, at: datetime) -> None:
@@ -396,21 +323,11 @@ def mark_decision_executed(warehouse: Warehouse, report: DrainReport, at: dateti
     pairs = [(report.decision_id, report.outcome)]
     if warehouse.control is not None:  # the control PostgreSQL keeps the first outcome
         pairs = warehouse.control.record_outcomes(pairs, at)
-    for decision_id, outcome in pairs:
-        warehouse.execute(
-            "UPDATE decisions SET executed_at = ?, outcome = ? WHERE decision_id = ? AND executed_at IS NULL",
-            [at, outcome, decision_id],
-        )
+    mark_executed(warehouse, pairs, at)
 
 
 def load_ledger(warehouse: Warehouse, shadow: bool, since: datetime) -> DrainLedger:
-    with warehouse.connect(read_only=True) as con:
-        rows = con.execute(
-            "SELECT decision_id, target, inputs->>'tenant_id', pool_id, inputs->>'node_id', "
-            "decided_at, outcome FROM decisions WHERE kind = 'drain' AND allowed "
-            "AND shadow = ? AND decided_at >= ?",
-            [shadow, since],
-        ).fetchall()
+    rows = ledger_rows(warehouse, shadow, since)
     return DrainLedger(
         [
             LedgerEntry(d, t, tenant or "", pool or "", node or "", _utc(at), out)
@@ -419,14 +336,13 @@ def load_ledger(warehouse: Warehouse, shadow: bool, since: datetime) -> DrainLed
     )
 
 
+# The outcomes a task's drain history counts: answered, ignored (killed) and failed drains.
+HISTORY_OUTCOMES = ("terminated", "killed", "failed")
+
+
 def load_history(warehouse: Warehouse) -> tuple[dict[str, DrainHistory], dict[str, DrainHistory]]:
     """Past drain outcomes per task and per tenant (live drains only)."""
-    with warehouse.connect(read_only=True) as con:
-        rows = con.execute(
-            "SELECT target, inputs->>'tenant_id', outcome, count(*) FROM decisions "
-            "WHERE kind = 'drain' AND NOT shadow AND outcome IN ('terminated', 'killed', 'failed')"
-            " GROUP BY ALL"
-        ).fetchall()
+    rows = outcome_counts(warehouse, HISTORY_OUTCOMES)
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for task, tenant, outcome, n in rows:
         counts.setdefault((task, tenant or ""), {})[outcome] = int(n)
@@ -440,31 +356,6 @@ def load_history(warehouse: Warehouse) -> tuple[dict[str, DrainHistory], dict[st
         total[1] += h.ignored
         total[2] += h.failed
     return by_task, {t: DrainHistory(*v) for t, v in by_tenant.items()}
-
-
-def recent_drain_outcomes(warehouse: Warehouse, since: datetime) -> list[dict[str, Any]]:
-    """Finished drains since `since`: outcome, seconds from signal to end, platform fault."""
-    with warehouse.connect(read_only=True) as con:
-        rows = con.execute(
-            "SELECT b.drain_id, b.tenant_id, b.outcome, b.platform_fault, b.reason, "
-            "date_diff('millisecond', a.first_at, b.recorded_at) / 1000.0 AS seconds "
-            "FROM drain_billing_events b JOIN (SELECT drain_id, min(recorded_at) AS first_at "
-            "FROM drain_audit GROUP BY drain_id) a USING (drain_id) "
-            "WHERE b.recorded_at >= ? ORDER BY b.recorded_at",
-            [since],
-        ).fetchall()
-    keys = ("drain_id", "tenant_id", "outcome", "platform_fault", "reason", "seconds")
-    return [dict(zip(keys, row)) for row in rows]
-
-
-def table_exists(warehouse: Warehouse, name: str) -> bool:
-    if not warehouse.exists():
-        return False
-    with warehouse.connect(read_only=True) as con:
-        row = con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
-        ).fetchone()
-    return bool(row and row[0])
 
 
 def ledger_window_start(now: datetime, ttl_seconds: float) -> datetime:

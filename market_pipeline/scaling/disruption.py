@@ -27,6 +27,7 @@ from market_pipeline.disruption.budget import (
 from market_pipeline.scaling.drain_gates import finish_wave, has_room_for, is_empty
 from market_pipeline.scaling.planning import Tick
 from market_pipeline.scaling.types import NodeView, ScalerMemory, ScalingConfig, ScalingReason, Why
+from market_pipeline.warehouse.decisions import DecisionAction
 
 _HOUR = 3600.0
 
@@ -82,14 +83,14 @@ class NodeHealth:
                 if not is_empty(node):
                     pool.consume(node.node_id)
                 plan.add(
-                    "replace",
+                    DecisionAction.REPLACE,
                     node.node_id,
                     True,
                     [Why(ScalingReason.UNHEALTHY, "replacement capacity is up, drain then remove")],
                 )
             else:
                 plan.add(
-                    "replace",
+                    DecisionAction.REPLACE,
                     node.node_id,
                     False,
                     [Why(ScalingReason.UNHEALTHY, "waiting for replacement capacity before draining")],
@@ -143,7 +144,7 @@ def _scale_down(tick: Tick, surplus: int, budget: PoolBudget) -> None:
     cooling = cooling_down(memory, config, t)
     blocked_by = _pool_gates(tick, surplus, ripe, cooling)
     if blocked_by:
-        tick.add("scale_down", None, False, blocked_by)
+        tick.add(DecisionAction.SCALE_DOWN, None, False, blocked_by)
         return
     leaving: list[NodeView] = []
     # a node whose drain just failed sits its cool-down out; the others stand in for it, so
@@ -151,7 +152,7 @@ def _scale_down(tick: Tick, surplus: int, budget: PoolBudget) -> None:
     for node in sorted((n for n in tick.fleet.schedulable if n.node_id in cooling), key=lambda n: n.node_id):
         ago = (t - cooling[node.node_id]) / 60
         tick.add(
-            "scale_down",
+            DecisionAction.SCALE_DOWN,
             node.node_id,
             False,
             [
@@ -171,7 +172,7 @@ def _scale_down(tick: Tick, surplus: int, budget: PoolBudget) -> None:
         (n for n in tick.fleet.schedulable if n.node_id in flaps - reported), key=lambda n: n.node_id
     ):
         tick.add(
-            "scale_down",
+            DecisionAction.SCALE_DOWN,
             node.node_id,
             False,
             [
@@ -192,7 +193,7 @@ def _scale_down(tick: Tick, surplus: int, budget: PoolBudget) -> None:
             break
         if not _within_budget(tick, budget, leaving, node):
             tick.add(
-                "scale_down",
+                DecisionAction.SCALE_DOWN,
                 node.node_id,
                 False,
                 [
@@ -272,7 +273,7 @@ def _try_remove(tick: Tick, node: NodeView, leaving: list[NodeView]) -> bool:
     inputs = {"unneeded_minutes": round(unneeded_s / 60, 2), "used_gpus": node.used_gpus}
     if not admissible or remaining < tick.pool_state.min_nodes:
         tick.add(
-            "scale_down",
+            DecisionAction.SCALE_DOWN,
             node.node_id,
             False,
             [f"certificate fails at {remaining} nodes (margin {margin:.2f} GPUs)"],
@@ -285,7 +286,7 @@ def _try_remove(tick: Tick, node: NodeView, leaving: list[NodeView]) -> bool:
     cost = node.used_gpus * config.drain_cost_per_gpu + config.replacement_cost_per_node
     if saving <= cost:
         tick.add(
-            "scale_down",
+            DecisionAction.SCALE_DOWN,
             node.node_id,
             False,
             [
@@ -304,7 +305,7 @@ def _try_remove(tick: Tick, node: NodeView, leaving: list[NodeView]) -> bool:
     others = [n for n in tick.fleet.schedulable if n.node_id != node.node_id and n.node_id not in picked]
     if not has_room_for(node, others):
         tick.add(
-            "scale_down",
+            DecisionAction.SCALE_DOWN,
             node.node_id,
             False,
             [Why(ScalingReason.NO_ROOM, "its tasks do not fit on the remaining nodes")],
@@ -313,7 +314,7 @@ def _try_remove(tick: Tick, node: NodeView, leaving: list[NodeView]) -> bool:
         )
         return False
     tick.add(
-        "cordon",
+        DecisionAction.CORDON,
         node.node_id,
         True,
         [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from market_pipeline.scaling.planning import Tick
 from market_pipeline.scaling.types import NodeState, NodeView, ScalingReason, Why
 from market_pipeline.scaling.warm_pool import power_off_target
+from market_pipeline.warehouse.decisions import DecisionAction
 
 _FIT_EPS = 1e-9
 
@@ -60,11 +61,16 @@ def progress_drains(tick: Tick, by_id: dict[str, NodeView]) -> None:
         else:
             waiting += 1
             tick.add(
-                "hold", node_id, True, [Why(ScalingReason.DRAIN_IN_PROGRESS, f"{(t - started) / 60:.1f} min")]
+                DecisionAction.HOLD,
+                node_id,
+                True,
+                [Why(ScalingReason.DRAIN_IN_PROGRESS, f"{(t - started) / 60:.1f} min")],
             )
     if waiting:
         for node in drained:
-            tick.add("hold", node.node_id, True, [f"drained; waiting for {waiting} more of its batch"])
+            tick.add(
+                DecisionAction.HOLD, node.node_id, True, [f"drained; waiting for {waiting} more of its batch"]
+            )
         return
     tick.drained = drained  # powered off by `finish_wave` once the scale-down has had its say
 
@@ -82,12 +88,12 @@ def finish_wave(tick: Tick) -> None:
     held = [node for node in tick.drained if node.node_id in memory.draining]
     if not held:
         return
-    extended = any(d.action == "cordon" and d.allowed for d in tick.decisions)
+    extended = any(d.action == DecisionAction.CORDON and d.allowed for d in tick.decisions)
     oldest = min(memory.draining[node.node_id] for node in held)
     if extended and all(n.healthy for n in held) and tick.t - oldest < config.scale_down_wave_minutes * 60:
         for node in held:
             tick.add(
-                "hold",
+                DecisionAction.HOLD,
                 node.node_id,
                 True,
                 [
@@ -104,13 +110,17 @@ def _finish_drained(tick: Tick, node: NodeView) -> None:
     if not node.healthy:
         # powered fully off for repair: a sick node must not be resumed from the warm pool
         tick.add(
-            "scale_down", node.node_id, True, ["unhealthy node drained; its replacement is up"], to="off"
+            DecisionAction.SCALE_DOWN,
+            node.node_id,
+            True,
+            ["unhealthy node drained; its replacement is up"],
+            to="off",
         )
         return
     admissible, margin = tick.certified_at(tick.in_service)
     if admissible:
         tick.add(
-            "scale_down",
+            DecisionAction.SCALE_DOWN,
             node.node_id,
             True,
             ["all tasks drained or migrated", f"certified without it (margin {margin:.2f} GPUs)"],
@@ -121,7 +131,7 @@ def _finish_drained(tick: Tick, node: NodeView) -> None:
         tick.uncordoned += 1
         tick.memory.note_uncordon(node.node_id, tick.t)
         tick.add(
-            "uncordon",
+            DecisionAction.UNCORDON,
             node.node_id,
             True,
             [f"certificate no longer holds without this node (margin {margin:.2f} GPUs)"],
@@ -145,7 +155,7 @@ def _fail_drain(tick: Tick, node: NodeView, why: str) -> None:
         memory.blocked[node.node_id] = tick.t
         reasons.append(Why(ScalingReason.BLOCKED_DRAIN, "reported and skipped, not retried every tick"))
     memory.note_uncordon(node.node_id, tick.t)
-    tick.add("uncordon", node.node_id, True, reasons, drain_failures=failures)
+    tick.add(DecisionAction.UNCORDON, node.node_id, True, reasons, drain_failures=failures)
 
 
 def _recheck_blocked(tick: Tick, by_id: dict[str, NodeView]) -> None:

@@ -17,11 +17,6 @@ from datetime import datetime
 import polars as pl
 
 from market_pipeline.action_batches import (
-    ERROR,
-    FAILED,
-    INFEASIBLE,
-    OK,
-    SUPERSEDED,
     ActionBatch,
     ActionResult,
     batch_id_for,
@@ -46,12 +41,26 @@ from market_pipeline.scaling.settings import scaling_config_from_config
 from market_pipeline.scaling.types import DrainStatus, NodeView, PoolState, ScalerMemory, ScalingDecision
 from market_pipeline.scaling.types import NodeState as ScalingNodeState
 from market_pipeline.warehouse import Warehouse
-from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow, decisions_frame
+from market_pipeline.warehouse.decision_inputs import ScaleInputs
+from market_pipeline.warehouse.decisions import (
+    DecisionAction,
+    DecisionKind,
+    DecisionOutcome,
+    DecisionRow,
+    decisions_frame,
+)
 from market_pipeline.warehouse.readers import latest_decision_at, scaler_memory_of
 
-SCALE_KIND = DecisionKind.SCALE.value
+SCALE_KIND = DecisionKind.SCALE
 # The actions scaling_actions_job carries out through the adapter (the rest only record).
-NODE_ACTIONS = ("power_on", "scale_up", "power_off", "scale_down", "cordon", "uncordon")
+NODE_ACTIONS = (
+    DecisionAction.POWER_ON,
+    DecisionAction.SCALE_UP,
+    DecisionAction.POWER_OFF,
+    DecisionAction.SCALE_DOWN,
+    DecisionAction.CORDON,
+    DecisionAction.UNCORDON,
+)
 
 
 def node_view(node: NodeInfo, tasks: Sequence[TaskInfo]) -> NodeView:
@@ -189,7 +198,7 @@ def decision_rows(decisions: Sequence[ScalingDecision], shadow: bool, decided_at
             pool_id=d.pool,
             target=d.node_id,
             reasons=(*d.reasons, *(["shadow mode: recorded, not executed"] if shadow else [])),
-            inputs={**d.inputs, "count": d.count, "certificate_margin": d.certificate_margin},
+            inputs=d.inputs.recorded(d.count, d.certificate_margin),
         )
         for d in decisions
     )
@@ -246,22 +255,25 @@ class _ScalingBatch:
 
     def act(self, decision: dict) -> ActionResult:
         if self.superseded is not None:
-            status, detail = SUPERSEDED, f"the plan of {self.superseded.isoformat()} re-decided"
+            status, detail = (
+                DecisionOutcome.SUPERSEDED,
+                f"the plan of {self.superseded.isoformat()} re-decided",
+            )
         else:
             try:
                 status, detail = self._apply(decision)
             except Exception as exc:  # an adapter that raises: recorded, and the run fails
-                status, detail = ERROR, f"{type(exc).__name__}: {exc}"
+                status, detail = DecisionOutcome.ERROR, f"{type(exc).__name__}: {exc}"
         return result_for(decision, status, detail)
 
-    def _apply(self, decision: dict) -> tuple[str, str]:
-        action, node_id = decision["action"], decision["target"]
-        if action in ("power_on", "scale_up"):
-            count = int(json.loads(decision["inputs"] or "{}").get("count", 1))
+    def _apply(self, decision: dict) -> tuple[DecisionOutcome, str]:
+        action, node_id = DecisionAction(decision["action"]), decision["target"]
+        if action in (DecisionAction.POWER_ON, DecisionAction.SCALE_UP):
+            count = ScaleInputs.stored_count(decision["inputs"])
             targets = [node_id] if node_id else self._nodes_to_power_on(decision["pool_id"], count)
             if not targets:
                 return (
-                    INFEASIBLE,
+                    DecisionOutcome.INFEASIBLE,
                     f"no standby or off node left in pool {decision['pool_id']} (asked {count})",
                 )
             self.powered_on.update(targets)
@@ -270,17 +282,21 @@ class _ScalingBatch:
             if bad:
                 return _adapter_status(bad[0]), bad[0].detail
             short = f"; {count - len(targets)} more asked, none left" if len(targets) < count else ""
-            return OK, f"powered on {targets}{short}"
+            return DecisionOutcome.OK, f"powered on {targets}{short}"
         if node_id is None:
-            return INFEASIBLE, f"{action} names no node"
-        if action in ("power_off", "scale_down"):
+            return DecisionOutcome.INFEASIBLE, f"{action} names no node"
+        if action in (DecisionAction.POWER_OFF, DecisionAction.SCALE_DOWN):
             drained, left = node_is_drained(node_id, self.adapter.list_tasks())
             if not drained:
-                return INFEASIBLE, f"node {node_id} still runs tasks {left}; not powered off"
+                return DecisionOutcome.INFEASIBLE, f"node {node_id} still runs tasks {left}; not powered off"
             outcome = self.adapter.power_off(node_id)
         else:
-            outcome = self.adapter.cordon(node_id) if action == "cordon" else self.adapter.uncordon(node_id)
-        return (OK if outcome.ok else _adapter_status(outcome)), outcome.detail
+            outcome = (
+                self.adapter.cordon(node_id)
+                if action is DecisionAction.CORDON
+                else self.adapter.uncordon(node_id)
+            )
+        return (DecisionOutcome.OK if outcome.ok else _adapter_status(outcome)), outcome.detail
 
     def _nodes_to_power_on(self, pool_id: str, count: int) -> list[str]:
         """Warm nodes first (they join in about a minute), then cold ones."""
@@ -295,8 +311,12 @@ class _ScalingBatch:
         return [n.node_id for n in nodes[:count]]
 
 
-def _adapter_status(outcome: Outcome) -> str:
+def _adapter_status(outcome: Outcome) -> DecisionOutcome:
     """A node that is gone, or in a state the backend will not act on (down, failed, not
     responding, e.g. while its controller restarts), cannot carry the action: infeasible, an
     outcome with its reason; any other refusal is a failure."""
-    return INFEASIBLE if outcome.status in (OutcomeStatus.GONE, OutcomeStatus.REFUSED) else FAILED
+    return (
+        DecisionOutcome.INFEASIBLE
+        if outcome.status in (OutcomeStatus.GONE, OutcomeStatus.REFUSED)
+        else DecisionOutcome.FAILED
+    )

@@ -12,7 +12,6 @@ from typing import Any
 
 from market_pipeline.scaling.capacity import CapacityTarget, FleetView, backlog_state
 from market_pipeline.scaling.types import (
-    Action,
     DrainStatus,
     NodeView,
     PoolState,
@@ -23,6 +22,8 @@ from market_pipeline.scaling.types import (
     decision_id,
 )
 from market_pipeline.tick.certificate import certify
+from market_pipeline.warehouse.decision_inputs import ScaleInputs
+from market_pipeline.warehouse.decisions import DecisionAction
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Tick:
     fleet: FleetView
     target: CapacityTarget
     drain_status: Mapping[str, DrainStatus]
-    base_inputs: dict[str, Any]
+    base_inputs: ScaleInputs
     decisions: list[ScalingDecision] = field(default_factory=list)
     uncordoned: int = 0
     drained: list[NodeView] = field(default_factory=list)  # cordoned, empty, batch complete
@@ -58,7 +59,7 @@ class Tick:
 
     def add(
         self,
-        action: Action,
+        action: DecisionAction,
         node_id: str | None,
         allowed: bool,
         reasons: list[str | Why],
@@ -74,7 +75,7 @@ class Tick:
             node_id=node_id,
             allowed=allowed,
             reasons=[str(r) for r in reasons],
-            inputs={**self.base_inputs, **extra},
+            inputs=self.base_inputs.with_facts(**extra),
             certificate_margin=margin if margin is not None else self.target.shielded.certificate.margin,
             decided_at=self.now.isoformat(),
             count=count,

@@ -32,7 +32,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from market_pipeline.disruption.budget import DisruptionBudget, run_methods
 from market_pipeline.scaling.capacity import (
@@ -60,6 +59,8 @@ from market_pipeline.scaling.types import (
 )
 from market_pipeline.scaling.warm_pool import interval_resumes, stock_warm_pool, trim_warm_pool
 from market_pipeline.tick.certificate import PriceCapacityAction, shield
+from market_pipeline.warehouse.decision_inputs import ScaleInputs
+from market_pipeline.warehouse.decisions import DecisionAction
 
 _HOUR = 3600.0
 
@@ -124,36 +125,38 @@ def plan_pool(
     stock_warm_pool(tick)
     trim_warm_pool(tick)
     if not tick.decisions:
-        tick.add("hold", None, True, [f"in service {tick.in_service} nodes = target {target.nodes}"])
+        tick.add(
+            DecisionAction.HOLD, None, True, [f"in service {tick.in_service} nodes = target {target.nodes}"]
+        )
     return tick.decisions
 
 
 def _base_inputs(
     pool_state: PoolState, forecast_q90: float, price: float, fleet: FleetView, target: CapacityTarget
-) -> dict[str, Any]:
+) -> ScaleInputs:
     cert = target.shielded.certificate
-    return {
-        "forecast_q90": forecast_q90,
-        "price": price,
-        "demand_gpus": pool_state.demand_gpus,
-        "backlog_gpus": pool_state.backlog_gpus,
-        "target_nodes": target.nodes,
-        "need_nodes": target.need_nodes,
-        "keep_nodes": target.keep_nodes,
-        "keep_band_nodes": target.band_nodes,
-        "demand_need_nodes": target.demand_need_nodes,
-        "demand_step_gpus": round(target.step_gpus, 3),
-        "wanted_gpus": round(target.wanted_gpus, 3),
-        "schedulable": len(fleet.schedulable),
-        "booting": len(fleet.booting),
-        "cordoned": len(fleet.cordoned),
-        "standby": len(fleet.standby),
-        "warming": len(fleet.warming),
-        "floor_nodes": target.floor_nodes,
-        "max_nodes": pool_state.max_nodes,
-        "target_certified": cert.admissible,
-        "target_shield": list(target.shielded.why),
-    }
+    return ScaleInputs(
+        forecast_q90=forecast_q90,
+        price=price,
+        demand_gpus=pool_state.demand_gpus,
+        backlog_gpus=pool_state.backlog_gpus,
+        target_nodes=target.nodes,
+        need_nodes=target.need_nodes,
+        keep_nodes=target.keep_nodes,
+        keep_band_nodes=target.band_nodes,
+        demand_need_nodes=target.demand_need_nodes,
+        demand_step_gpus=round(target.step_gpus, 3),
+        wanted_gpus=round(target.wanted_gpus, 3),
+        schedulable=len(fleet.schedulable),
+        booting=len(fleet.booting),
+        cordoned=len(fleet.cordoned),
+        standby=len(fleet.standby),
+        warming=len(fleet.warming),
+        floor_nodes=target.floor_nodes,
+        max_nodes=pool_state.max_nodes,
+        target_certified=cert.admissible,
+        target_shield=tuple(target.shielded.why),
+    )
 
 
 def _forget_gone_nodes(memory: ScalerMemory, nodes: list[NodeView], t: float, config: ScalingConfig) -> None:
@@ -210,7 +213,9 @@ def _scale_up_due(tick: Tick) -> bool:
         f"price x{ratio:.3f} absorbs it",
         aside,
     )
-    tick.add("hold", None, True, [reason], shielded.certificate.margin, transient_price_ratio=ratio)
+    tick.add(
+        DecisionAction.HOLD, None, True, [reason], shielded.certificate.margin, transient_price_ratio=ratio
+    )
     return False
 
 
@@ -221,23 +226,34 @@ def _scale_up(tick: Tick, needed: int) -> None:
         del memory.draining[node.node_id]
         tick.uncordoned += 1
         memory.note_uncordon(node.node_id, tick.t)
-        tick.add("uncordon", node.node_id, True, ["demand needs this node again: cancel its drain"])
+        tick.add(
+            DecisionAction.UNCORDON, node.node_id, True, ["demand needs this node again: cancel its drain"]
+        )
     needed -= min(needed, len(leaving))
     standby = sorted(tick.fleet.standby, key=lambda n: n.node_id)
     warm = standby[: needed + interval_resumes(tick, standby[:needed], standby[needed:])]
     for node in warm:
         tick.add(
-            "power_on", node.node_id, True, [f"scale up from the warm pool toward {tick.target.nodes} nodes"]
+            DecisionAction.POWER_ON,
+            node.node_id,
+            True,
+            [f"scale up from the warm pool toward {tick.target.nodes} nodes"],
         )
     needed -= min(needed, len(warm))
     room = tick.pool_state.max_nodes - tick.fleet.powered - tick.fleet.warm_stock
     cold = min(needed, max(0, room))
     if cold > 0:
-        tick.add("scale_up", None, True, [f"warm pool empty: provision {cold} cold node(s)"], count=cold)
+        tick.add(
+            DecisionAction.SCALE_UP,
+            None,
+            True,
+            [f"warm pool empty: provision {cold} cold node(s)"],
+            count=cold,
+        )
     priced = tick.target.shielded.price > tick.price * (1 + 1e-9)
     if needed > cold or priced:
         tick.add(
-            "scale_up",
+            DecisionAction.SCALE_UP,
             None,
             False,
             [
@@ -254,7 +270,7 @@ def _scale_up(tick: Tick, needed: int) -> None:
 def _report_blocked(tick: Tick) -> None:
     for node_id, since in sorted(tick.memory.blocked.items()):
         tick.add(
-            "hold",
+            DecisionAction.HOLD,
             node_id,
             False,
             [

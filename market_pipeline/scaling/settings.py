@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from market_pipeline.scaling.types import ScalingConfig, ScalingError
-from market_pipeline.tick.certificate import BacklogParams, backlog_params_from_config
+from market_pipeline.tick.certificate import BacklogParams, backlog_params
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig
@@ -19,7 +19,7 @@ def scaling_config_from_config(config: MarketPipelineConfig, pool_id: str) -> Sc
     section = config.scaling
     pool = config.pool_by_id[pool_id]
     return ScalingConfig(
-        backlog=backlog_params_from_config(config, pool_id),
+        backlog=backlog_params(config.guardrails.backlog, pool),
         headroom_fraction=section.headroom,
         hysteresis_minutes=section.hysteresis_minutes,
         scale_up_cooldown_minutes=section.scale_up_cooldown_minutes,

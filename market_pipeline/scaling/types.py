@@ -7,9 +7,11 @@ import hashlib
 import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from market_pipeline.tick.certificate import BacklogParams
+from market_pipeline.warehouse.decision_inputs import ScaleInputs
+from market_pipeline.warehouse.decisions import DecisionAction
 
 
 class ScalingError(ValueError):
@@ -32,9 +34,23 @@ class NodeState(StrEnum):
 
 POWERED_STATES = frozenset({NodeState.ACTIVE, NodeState.BOOTING, NodeState.CORDONED, NodeState.WARMING})
 
-Action = Literal["scale_up", "scale_down", "cordon", "uncordon", "power_on", "power_off", "hold", "replace"]
+# What the scaling policy decides (the rest of `DecisionAction` is other kinds').
+SCALING_ACTIONS: frozenset[DecisionAction] = frozenset(
+    {
+        DecisionAction.SCALE_UP,
+        DecisionAction.SCALE_DOWN,
+        DecisionAction.CORDON,
+        DecisionAction.UNCORDON,
+        DecisionAction.POWER_ON,
+        DecisionAction.POWER_OFF,
+        DecisionAction.HOLD,
+        DecisionAction.REPLACE,
+    }
+)
 # Decisions that change how many nodes are powered (what `actions_per_day` counts).
-CAPACITY_ACTIONS: frozenset[str] = frozenset({"scale_up", "power_on", "scale_down"})
+CAPACITY_ACTIONS: frozenset[DecisionAction] = frozenset(
+    {DecisionAction.SCALE_UP, DecisionAction.POWER_ON, DecisionAction.SCALE_DOWN}
+)
 
 
 @dataclass(frozen=True)
@@ -236,18 +252,18 @@ class Why:
 class ScalingDecision:
     decision_id: str
     pool: str
-    action: Action
+    action: DecisionAction
     node_id: str | None
     allowed: bool
     reasons: list[str]
-    inputs: dict[str, Any]
+    inputs: ScaleInputs
     certificate_margin: float | None
     decided_at: str
     count: int = 1
     codes: tuple[ScalingReason, ...] = ()  # the typed codes among `reasons`, in order
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "inputs": self.inputs.to_json()}
 
 
 def decision_id(pool: str, now: dt.datetime, action: str, node_id: str | None, seq: int) -> str:

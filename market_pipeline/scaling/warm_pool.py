@@ -22,6 +22,7 @@ from market_pipeline.scaling.capacity import backlog_state, serving_capacity_gpu
 from market_pipeline.scaling.planning import Tick
 from market_pipeline.scaling.types import NodeView, ScalingReason, Why
 from market_pipeline.tick.certificate import certify
+from market_pipeline.warehouse.decisions import DecisionAction
 
 
 def warm_target(tick: Tick, freeing: int = 0) -> int:
@@ -37,7 +38,8 @@ def warm_target(tick: Tick, freeing: int = 0) -> int:
     coming = sum(
         d.count
         for d in tick.decisions
-        if d.allowed and (d.action == "scale_up" or (d.action == "power_on" and d.node_id))
+        if d.allowed
+        and (d.action == DecisionAction.SCALE_UP or (d.action == DecisionAction.POWER_ON and d.node_id))
     )  # entering service now
     peak = tick.target.peak_nodes - tick.in_service - coming if tick.config.warm_to_recent_peak else 0
     fleet = fleet_reserve_nodes(tick) - tick.in_service - coming
@@ -71,23 +73,25 @@ def _powered_off(tick: Tick, into: str | None = None) -> int:
         1
         for d in tick.decisions
         if d.allowed
-        and d.action == "scale_down"
+        and d.action == DecisionAction.SCALE_DOWN
         and d.node_id
-        and (into is None or d.inputs.get("to") == into)
+        and (into is None or d.inputs.to == into)
     )
 
 
 def stock_warm_pool(tick: Tick) -> None:
     """Boot cold nodes into standby while the warm pool is below its target."""
-    resumed = sum(1 for d in tick.decisions if d.allowed and d.action == "power_on" and d.node_id)
-    cold_started = sum(d.count for d in tick.decisions if d.allowed and d.action == "scale_up")
+    resumed = sum(
+        1 for d in tick.decisions if d.allowed and d.action == DecisionAction.POWER_ON and d.node_id
+    )
+    cold_started = sum(d.count for d in tick.decisions if d.allowed and d.action == DecisionAction.SCALE_UP)
     stock = tick.fleet.warm_stock - resumed + _powered_off(tick, "standby")  # parked this tick: already stock
     target = warm_target(tick)
     physical_free = tick.pool_state.max_nodes - tick.fleet.powered - tick.fleet.warm_stock - cold_started
     count = min(target - stock, physical_free)
     if count > 0:
         tick.add(
-            "power_on",
+            DecisionAction.POWER_ON,
             None,
             True,
             [
@@ -115,11 +119,16 @@ def trim_warm_pool(tick: Tick) -> None:
     if tick.config.warm_to_recent_peak:
         ceiling = max(ceiling, tick.target.peak_nodes)
     ceiling = max(ceiling, fleet_reserve_nodes(tick))
-    resuming = {d.node_id for d in tick.decisions if d.action == "power_on" and d.node_id}
+    resuming = {d.node_id for d in tick.decisions if d.action == DecisionAction.POWER_ON and d.node_id}
     spare = [n for n in sorted(tick.fleet.standby, key=lambda n: n.node_id) if n.node_id not in resuming]
     excess = len(spare) + len(tick.fleet.warming) - ceiling
     for node in spare[: max(0, excess)]:
-        tick.add("power_off", node.node_id, True, [f"warm pool above {ceiling} node(s): power fully off"])
+        tick.add(
+            DecisionAction.POWER_OFF,
+            node.node_id,
+            True,
+            [f"warm pool above {ceiling} node(s): power fully off"],
+        )
 
 
 def interval_resumes(tick: Tick, resumed: list[NodeView], spare: list[NodeView]) -> int:

@@ -203,7 +203,7 @@ class WarehouseCollector:
 
     def _webhooks(self) -> Iterator[Metric]:
         jobs = GaugeMetricFamily("mp_webhook_jobs", "Drain-warning webhook jobs by state", labels=["state"])
-        for state, n in self.context.store.read("SELECT state, count(*) FROM webhook_jobs GROUP BY state"):
+        for state, n in self.context.store.job_counts():
             jobs.add_metric([state], n)
         yield jobs
 

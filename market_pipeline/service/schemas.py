@@ -9,7 +9,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl
 
-ResourceClass = Literal["guaranteed", "drainable"]
+from market_pipeline.hardware.protocol import ResourceClass as TaskResourceClass
+
+# A task's resource class as the API's text: the values of the one enum the drains and the
+# fleet use, so a class added there is accepted here.
+ResourceClass = Literal[tuple(c.value for c in TaskResourceClass)]  # type: ignore[valid-type]
 
 
 class _Body(BaseModel):

@@ -44,6 +44,7 @@ from market_pipeline.service.keystore import KeyStore, Webhook
 from market_pipeline.warehouse import WarehouseError
 from market_pipeline.warehouse.drain_outbox import DrainWarning, drain_warnings_after
 from market_pipeline.warehouse.notice_outbox import Bell, NoticeOutbox, notices_path, ring
+from market_pipeline.warehouse.service_store import JobNext
 
 log = logging.getLogger(__name__)
 CURSOR = "drain_warning_outbox"
@@ -133,8 +134,7 @@ class DeliveryWorker:
 
     # -- outboxes -> jobs -----------------------------------------------------------------
     def _cursor(self, name: str) -> int:
-        rows = self.store.read("SELECT outbox_id FROM outbox_cursor WHERE name = ?", (name,))
-        return int(rows[0][0]) if rows else 0
+        return self.store.cursor(name)
 
     def take_notices(self) -> int:
         """New rows of the notice file become jobs; returns the rows taken. Nothing to read
@@ -171,30 +171,15 @@ class DeliveryWorker:
     def _add_jobs(self, warnings: list[DrainWarning], cursor: str) -> None:
         """One pending job per (warning, webhook of its tenant), and the source's cursor past
         the last warning, in one transaction; a job already there stays as it is."""
-        now = self.clock()
-        hooks: dict[str, list[Webhook]] = {}
-        with self.store.transaction() as con:
-            for warning in warnings:
-                body = json.dumps(warning.payload(), sort_keys=True, separators=(",", ":"))
-                targets = hooks.setdefault(warning.tenant_id, self.store.webhooks(warning.tenant_id))
-                for hook in targets:
-                    con.execute(
-                        "INSERT OR IGNORE INTO webhook_jobs (notice_id, webhook_id, tenant_id, body, state,"
-                        " next_at, created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?)",
-                        (
-                            f"drain-warning:{warning.drain_id}",
-                            hook.webhook_id,
-                            warning.tenant_id,
-                            body,
-                            now,
-                            now,
-                        ),
-                    )
-            con.execute(
-                "INSERT INTO outbox_cursor (name, outbox_id) VALUES (?, ?)"
-                " ON CONFLICT (name) DO UPDATE SET outbox_id = excluded.outbox_id",
-                (cursor, warnings[-1].outbox_id),
+        notices = [
+            (
+                f"drain-warning:{warning.drain_id}",
+                warning.tenant_id,
+                json.dumps(warning.payload(), sort_keys=True, separators=(",", ":")),
             )
+            for warning in warnings
+        ]
+        self.store.add_jobs(notices, cursor, warnings[-1].outbox_id, self.clock())
 
     # -- jobs -> receivers ----------------------------------------------------------------
     def _claim(self, notice_id: str, webhook_id: str, attempts: int) -> Attempt | None:
@@ -202,60 +187,47 @@ class DeliveryWorker:
         now = self.clock()
         lease = now + self.settings.webhook_timeout_seconds + 5.0  # no second worker meanwhile
         delivery_id = f"dlv_{secrets.token_hex(10)}"
-        with self.store.transaction() as con:
-            if hook is None:  # removed since: nothing goes out
-                con.execute(
-                    "UPDATE webhook_jobs SET state = 'removed' WHERE notice_id = ? AND webhook_id = ?",
-                    (notice_id, webhook_id),
-                )
-                return None
-            cur = con.execute(
-                "UPDATE webhook_jobs SET attempts = attempts + 1, next_at = ? WHERE notice_id = ?"
-                " AND webhook_id = ? AND state = 'pending' AND attempts = ?",
-                (lease, notice_id, webhook_id, attempts),
-            )
-            if cur.rowcount != 1:
-                return None  # another worker claimed it
-            body = con.execute(
-                "SELECT body FROM webhook_jobs WHERE notice_id = ? AND webhook_id = ?",
-                (notice_id, webhook_id),
-            ).fetchone()[0]
-            con.execute(
-                "INSERT INTO webhook_deliveries (delivery_id, notice_id, webhook_id, tenant_id, attempt, state,"
-                " claimed_at) VALUES (?, ?, ?, ?, ?, 'sending', ?)",
-                (delivery_id, notice_id, webhook_id, hook.tenant_id, attempts + 1, now),
-            )
+        if hook is None:  # removed since: nothing goes out
+            self.store.drop_job(notice_id, webhook_id)
+            return None
+        body = self.store.claim_job(
+            notice_id,
+            webhook_id,
+            attempts,
+            lease_until=lease,
+            delivery_id=delivery_id,
+            tenant_id=hook.tenant_id,
+            now=now,
+        )
+        if body is None:
+            return None  # another worker claimed it
         return Attempt(delivery_id, notice_id, hook, body.encode(), attempts + 1)
 
     def _finish(self, attempt: Attempt, status: int | None, error: str | None) -> bool:
         ok = status is not None and 200 <= status < 300
         now = self.clock()
-        with self.store.transaction() as con:
-            con.execute(
-                "UPDATE webhook_deliveries SET state = ?, http_status = ?, error = ?, finished_at = ?"
-                " WHERE delivery_id = ?",
-                ("delivered" if ok else "failed", status, None if ok else error, now, attempt.delivery_id),
+        retry_at = None
+        if ok:
+            job_next: JobNext = "delivered"
+        elif attempt.attempt >= self.settings.webhook_max_attempts:
+            job_next = "gave_up"
+        else:
+            job_next = "retry"
+            cap = min(
+                self.settings.webhook_backoff_max_seconds,
+                self.settings.webhook_backoff_seconds * 2 ** (attempt.attempt - 1),
             )
-            if ok:
-                con.execute(
-                    "UPDATE webhook_jobs SET state = 'delivered', delivered_at = ? WHERE notice_id = ?"
-                    " AND webhook_id = ?",
-                    (now, attempt.notice_id, attempt.webhook.webhook_id),
-                )
-            elif attempt.attempt >= self.settings.webhook_max_attempts:
-                con.execute(
-                    "UPDATE webhook_jobs SET state = 'gave_up' WHERE notice_id = ? AND webhook_id = ?",
-                    (attempt.notice_id, attempt.webhook.webhook_id),
-                )
-            else:
-                cap = min(
-                    self.settings.webhook_backoff_max_seconds,
-                    self.settings.webhook_backoff_seconds * 2 ** (attempt.attempt - 1),
-                )
-                con.execute(
-                    "UPDATE webhook_jobs SET next_at = ? WHERE notice_id = ? AND webhook_id = ?",
-                    (now + random.uniform(cap / 2, cap), attempt.notice_id, attempt.webhook.webhook_id),
-                )
+            retry_at = now + random.uniform(cap / 2, cap)
+        self.store.finish_delivery(
+            attempt.delivery_id,
+            attempt.notice_id,
+            attempt.webhook.webhook_id,
+            http_status=status,
+            error=None if ok else error,
+            job_next=job_next,
+            now=now,
+            retry_at=retry_at,
+        )
         return ok
 
     def _send(self, attempt: Attempt) -> bool:
@@ -264,11 +236,7 @@ class DeliveryWorker:
 
     def deliver_due(self, limit: int = 256) -> int:
         """Send every due job once (concurrently); returns how many were delivered."""
-        due = self.store.read(
-            "SELECT notice_id, webhook_id, attempts FROM webhook_jobs WHERE state = 'pending' AND next_at <= ?"
-            " ORDER BY next_at LIMIT ?",
-            (self.clock(), limit),
-        )
+        due = self.store.due_jobs(self.clock(), limit)
         attempts = [a for a in (self._claim(*row) for row in due) if a is not None]
         return sum(self.pool.map(self._send, attempts))
 
@@ -276,8 +244,7 @@ class DeliveryWorker:
         """Seconds until the next step: the outbox poll's interval, or sooner when a retry
         falls due before it (a retry does not wait for the next poll)."""
         poll = self.settings.webhook_poll_seconds
-        rows = self.store.read("SELECT min(next_at) FROM webhook_jobs WHERE state = 'pending'")
-        due = rows[0][0] if rows else None
+        due = self.store.next_due()
         if due is None:
             return poll
         return min(poll, max(0.01, float(due) - self.clock()))

@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from market_pipeline.config import MarketPipelineConfig
+    from market_pipeline.config import BacklogGuardrailConfig, MarketPipelineConfig, Pool
 
 _EPS = 1e-9
 
@@ -307,11 +307,14 @@ def _result(
 
 
 def backlog_params_from_config(config: MarketPipelineConfig, pool_id: str) -> BacklogParams:
-    """Build the params from the loaded configuration and one of its pools."""
+    """Build the params from the loaded configuration and one of its pools (by id)."""
     if pool_id not in config.pool_by_id:
         raise BacklogGuardrailError(f"pool: unknown pool id {pool_id!r}")
-    pool = config.pool_by_id[pool_id]
-    section = config.guardrails.backlog
+    return backlog_params(config.guardrails.backlog, config.pool_by_id[pool_id])
+
+
+def backlog_params(section: BacklogGuardrailConfig, pool: Pool) -> BacklogParams:
+    """The one reader of `[guardrails.backlog]`: its params with the pool's price bounds."""
     return BacklogParams(
         residual_share=section.residual_floor_share,
         elasticity=section.price_elasticity,

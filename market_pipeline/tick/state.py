@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from market_pipeline.market.report import SolveReport
-from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow, decisions_frame
+from market_pipeline.warehouse.decision_inputs import PriceInputs
+from market_pipeline.warehouse.decisions import DecisionAction, DecisionKind, DecisionRow, decisions_frame
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig
@@ -67,17 +68,14 @@ def shadow_price_decisions(rows: pl.DataFrame, decided_at: datetime) -> pl.DataF
         DecisionRow(
             decision_id=f"price-{r['solve_id']}-{r['pool_id']}-{r['resource_class']}",
             kind=DecisionKind.PRICE,
-            action="publish_price",
+            action=DecisionAction.PUBLISH_PRICE,
             decided_at=decided_at,
             allowed=True,
             shadow=True,
             pool_id=r["pool_id"],
             target=r["resource_class"],
             reasons=("shadow mode: recorded, not published",),
-            inputs={
-                "price_per_gpu_hour": str(r["price_per_gpu_hour"]),
-                "effective_from": r["effective_from"].isoformat(),
-            },
+            inputs=PriceInputs(r["price_per_gpu_hour"], r["effective_from"]),
         )
         for r in rows.iter_rows(named=True)
     )

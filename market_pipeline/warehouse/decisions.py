@@ -9,13 +9,21 @@ schema: the columns of migration 1's `decisions` table that a decision sets when
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 import polars as pl
+
+from market_pipeline.warehouse.decision_inputs import (
+    BudgetGuardInputs,
+    DecisionInputs,
+    DrainInputs,
+    PriceInputs,
+    ScaleInputs,
+)
 
 
 class DecisionKind(StrEnum):
@@ -58,6 +66,14 @@ class DecisionOutcome(StrEnum):
     ABORTED = "aborted"  # a drain its protocol would not start (expired, the task moved)
 
 
+# What each kind of decision is decided on (`decision_inputs`).
+INPUTS_BY_KIND: dict[DecisionKind, type] = {
+    DecisionKind.PRICE: PriceInputs,
+    DecisionKind.SCALE: ScaleInputs,
+    DecisionKind.DRAIN: DrainInputs,
+    DecisionKind.BUDGET_GUARD: BudgetGuardInputs,
+}
+
 DECISION_SCHEMA: dict[str, pl.DataType] = {
     "decision_id": pl.Utf8(),
     "kind": pl.Utf8(),
@@ -75,7 +91,8 @@ DECISION_SCHEMA: dict[str, pl.DataType] = {
 @dataclass(frozen=True)
 class DecisionRow:
     """A decision as recorded: what (`action` on `target` in `pool_id`), whether it was
-    allowed, in shadow mode or not, why (`reasons`) and on what (`inputs`, stored as JSON)."""
+    allowed, in shadow mode or not, why (`reasons`) and on what (`inputs`, its kind's
+    dataclass, stored as JSON)."""
 
     decision_id: str
     kind: DecisionKind
@@ -86,16 +103,23 @@ class DecisionRow:
     pool_id: str | None = None
     target: str | None = None
     reasons: tuple[str, ...] = ()
-    inputs: Mapping[str, Any] = field(default_factory=dict)
+    inputs: DecisionInputs | None = None
 
     def __post_init__(self) -> None:
         # producers may pass the action's text (the scaling plan's literals): an unknown one
         # is a defect and fails here, before anything is written
         object.__setattr__(self, "kind", DecisionKind(self.kind))
         object.__setattr__(self, "action", DecisionAction(self.action))
+        expected = INPUTS_BY_KIND[self.kind]
+        if self.inputs is not None and not isinstance(self.inputs, expected):
+            raise TypeError(
+                f"decision {self.decision_id}: a {self.kind} decision's inputs are {expected.__name__},"
+                f" not {type(self.inputs).__name__}"
+            )
 
     def to_row(self) -> dict[str, Any]:
         """The row for `decisions`; `inputs` as JSON (values it cannot encode as their str)."""
+        inputs = {} if self.inputs is None else self.inputs.to_json()
         return {
             "decision_id": self.decision_id,
             "kind": str(self.kind),
@@ -105,7 +129,7 @@ class DecisionRow:
             "allowed": self.allowed,
             "shadow": self.shadow,
             "reasons": list(self.reasons),
-            "inputs": json.dumps(dict(self.inputs), default=str),
+            "inputs": json.dumps(inputs, default=str),
             "decided_at": self.decided_at,
         }
 

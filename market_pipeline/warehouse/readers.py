@@ -318,3 +318,14 @@ def latest_tick_solve(store: Warehouse) -> dict[str, object] | None:
         "SELECT any_value(solve_id) FROM market_ticks WHERE tick_at = (SELECT max(tick_at) FROM market_ticks))"
     )
     return frame.row(0, named=True) if frame.height else None
+
+
+def table_exists(warehouse: Warehouse, name: str) -> bool:
+    """Whether the warehouse has a table of this name (False before it exists)."""
+    if not warehouse.exists():
+        return False
+    with warehouse.connect(read_only=True) as con:
+        row = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
+        ).fetchone()
+    return bool(row and row[0])

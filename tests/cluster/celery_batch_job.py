@@ -25,6 +25,7 @@ from market_pipeline import action_batches as ab
 from market_pipeline.config.model import OrchestrationConfig
 from market_pipeline.warehouse import open_warehouse
 from market_pipeline.warehouse.control import ControlStore
+from market_pipeline.warehouse.decisions import DecisionKind, DecisionOutcome
 
 NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
 ACT_SECONDS = 0.3
@@ -47,7 +48,7 @@ def carry_out_batch(context: dg.OpExecutionContext) -> None:
         write([f"{os.getpid()} acted {row['decision_id']}\n"])
         staged.append(row["decision_id"])
         time.sleep(ACT_SECONDS)
-        return ab.result_for(row, ab.OK, "done")
+        return ab.result_for(row, DecisionOutcome.OK, "done")
 
     def checkpoint() -> None:
         write([f"{os.getpid()} committed {decision}\n" for decision in staged])
@@ -57,7 +58,7 @@ def carry_out_batch(context: dg.OpExecutionContext) -> None:
         run = context.instance.get_run_by_id(run_id)
         return run is not None and not run.is_finished
 
-    rows = ab.batch_rows(warehouse, "scale", NOW)
+    rows = ab.batch_rows(warehouse, DecisionKind.SCALE, NOW)
     results = ab.carry_out(
         warehouse, rows, batch_id="scale@t", run_id=context.run_id,
         now=NOW, run_is_live=run_is_live, resumable=True, act=act, checkpoint=checkpoint,

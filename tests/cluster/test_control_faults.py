@@ -30,7 +30,7 @@ import pytest
 from market_pipeline import action_batches as ab
 from market_pipeline.warehouse import open_warehouse
 from market_pipeline.warehouse.control import ControlError, ControlStore
-from market_pipeline.warehouse.decisions import DecisionKind, DecisionRow, decisions_frame
+from market_pipeline.warehouse.decisions import DecisionKind, DecisionOutcome, DecisionRow, decisions_frame
 
 PORTS = range(18701, 18800)  # the first free one (the suite runs tests in parallel)
 NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
@@ -161,13 +161,13 @@ def test_postgres_gone_is_one_line_naming_it(private_postgres: PrivatePostgres) 
 def _worker(path: str, url: str, acted: str, run_id: str) -> None:
     """A batch run that acts slowly: the test kills it with SIGKILL mid-way."""
     warehouse = open_warehouse(path, migrate=False, control=ControlStore(url))
-    rows = ab.batch_rows(warehouse, "scale", NOW)
+    rows = ab.batch_rows(warehouse, DecisionKind.SCALE, NOW)
 
     def act(row: dict) -> ab.ActionResult:
         with open(acted, "a") as handle:
             handle.write(f"{run_id} {row['decision_id']}\n")
         time.sleep(0.15)
-        return ab.result_for(row, ab.OK, "done")
+        return ab.result_for(row, DecisionOutcome.OK, "done")
 
     ab.carry_out(
         warehouse, rows, batch_id="scale@t", run_id=run_id, now=NOW,

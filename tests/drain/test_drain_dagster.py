@@ -22,6 +22,7 @@ from market_pipeline.drain.store import write_decisions
 from market_pipeline.hardware.local_process.adapter import LocalProcessAdapter, WorkerOptions
 from market_pipeline.hardware.protocol import adapter_now
 from market_pipeline.warehouse import open_warehouse
+from market_pipeline.warehouse.decisions import DecisionKind
 from sensors.drain import drain_sensor
 
 try:  # the lazy backend factory lives in hardware/__init__.py (another concern)
@@ -104,8 +105,12 @@ def test_drain_sensor_launches_one_run_per_tick_and_has_no_side_effect(tmp_path,
     )
     first = drain_sensor.evaluate_tick(context).run_requests
     second = drain_sensor.evaluate_tick(context).run_requests
-    batch = batch_id_for("drain", tick)
-    assert [r.run_key for r in first] == [r.run_key for r in second] == [batch, batch_id_for("drain", later)]
+    batch = batch_id_for(DecisionKind.DRAIN, tick)
+    assert (
+        [r.run_key for r in first]
+        == [r.run_key for r in second]
+        == [batch, batch_id_for(DecisionKind.DRAIN, later)]
+    )
     assert first[0].tags["drain/batch_id"] == batch and first[0].tags["drain/decisions"] == "2"
     assert first[0].tags["drain/tick"] == tick.isoformat()
     assert first[0].tags[TICK_TAG] == tick.isoformat()  # the tag every loop run carries: joins to its tick
@@ -149,8 +154,8 @@ def test_a_drain_whose_run_died_is_taken_over_and_one_in_flight_is_left(tmp_path
     def run(run_id):
         return carry_out(
             warehouse,
-            batch_rows(warehouse, "drain", tick),
-            batch_id=batch_id_for("drain", tick),
+            batch_rows(warehouse, DecisionKind.DRAIN, tick),
+            batch_id=batch_id_for(DecisionKind.DRAIN, tick),
             run_id=run_id,
             now=tick,
             run_is_live=lambda r: r == "live",
@@ -195,7 +200,9 @@ def test_drain_end_to_end_under_used_worker(local_config, instance):
         [request] = drain_sensor.evaluate_tick(context).run_requests
         warehouse = res["warehouse"].get()
         row = warehouse.query("SELECT decision_id, target, reasons, decided_at FROM decisions").to_dicts()[0]
-        assert request.run_key == batch_id_for("drain", row["decided_at"]) and row["target"] == "idle"
+        assert (
+            request.run_key == batch_id_for(DecisionKind.DRAIN, row["decided_at"]) and row["target"] == "idle"
+        )
         # the batch carries the tick (the fleet's clock on the tick grid), not the wall clock
         tick_seconds = local_config.loop.tick_minutes * 60
         assert row["decided_at"].timestamp() % tick_seconds == 0

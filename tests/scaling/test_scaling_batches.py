@@ -18,6 +18,7 @@ from market_pipeline.hardware import make_adapter
 from market_pipeline.hardware.protocol import NodeInfo, NodeState, Outcome, OutcomeStatus
 from market_pipeline.scaling.live import execute_scaling_batch
 from market_pipeline.warehouse import Warehouse, open_warehouse
+from market_pipeline.warehouse.decisions import DecisionKind
 from sensors.scaling import scaling_sensor
 
 T1 = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
@@ -129,9 +130,12 @@ def test_one_run_request_per_tick_and_none_new_on_a_second_evaluation(fleet_env,
     before = store.query("SELECT * FROM decisions ORDER BY decision_id")
 
     first = sensor_requests(instance, store)
-    assert [r.run_key for r in first] == [batch_id_for("scale", T1), batch_id_for("scale", T2)]
+    assert [r.run_key for r in first] == [
+        batch_id_for(DecisionKind.SCALE, T1),
+        batch_id_for(DecisionKind.SCALE, T2),
+    ]
     assert {
-        "scaling/batch_id": batch_id_for("scale", T1),
+        "scaling/batch_id": batch_id_for(DecisionKind.SCALE, T1),
         "scaling/tick": T1.isoformat(),
         "scaling/decisions": "3",
     }.items() <= first[0].tags.items()
@@ -143,8 +147,10 @@ def test_one_run_request_per_tick_and_none_new_on_a_second_evaluation(fleet_env,
     result = run_batch(instance, store, first[0])
     assert result.success
     meta = batch_metadata(result)
-    assert meta["batch_id"] == batch_id_for("scale", T1) and meta["counts_by_outcome"] == {"superseded": 3}
-    assert [r.run_key for r in sensor_requests(instance, store)] == [batch_id_for("scale", T2)]
+    assert meta["batch_id"] == batch_id_for(DecisionKind.SCALE, T1) and meta["counts_by_outcome"] == {
+        "superseded": 3
+    }
+    assert [r.run_key for r in sensor_requests(instance, store)] == [batch_id_for(DecisionKind.SCALE, T2)]
 
 
 def test_a_replayed_batch_carries_no_action_out_twice(fleet_env, instance):
@@ -309,7 +315,7 @@ def test_a_batch_that_stops_early_keeps_what_it_did_and_hands_back_the_rest(tmp_
     def run(run_id):
         return carry_out(
             store,
-            batch_rows(store, "scale", T1),
+            batch_rows(store, DecisionKind.SCALE, T1),
             batch_id="b1",
             run_id=run_id,
             now=T1,

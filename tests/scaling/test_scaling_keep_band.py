@@ -99,17 +99,17 @@ def _replay_jobs(config) -> tuple[ScalerMemory, list]:
 def test_a_pool_moving_in_whole_jobs_keeps_room_for_one_job() -> None:
     memory, ticks = _replay_jobs(CONFIG)
     # need at 64 GPUs: 9 nodes; 15% of 9 is one node, one 16-GPU job is two: keep 11
-    assert {t[0].inputs["keep_nodes"] for t in ticks} == {11}
+    assert {t[0].inputs.keep_nodes for t in ticks} == {11}
     assert not any(d.action == "cordon" and d.allowed for t in ticks for d in t)
     back = _tick(80.0, memory, 60)
     # the job returns: no node enters service (the warm reserve may prewarm a standby node:
     # it holds one recent jump above the week's peak, and standby serves nothing)
     assert not any(
-        d.action in ("scale_up", "power_on") and d.allowed and d.inputs.get("to") != "standby" for d in back
+        d.action in ("scale_up", "power_on") and d.allowed and d.inputs.to != "standby" for d in back
     )
 
 
 def test_without_the_step_the_same_pool_removes_the_jobs_room() -> None:
     memory, ticks = _replay_jobs(dataclasses.replace(CONFIG, keep_band_step_changes=0))
-    assert {t[0].inputs["keep_nodes"] for t in ticks} == {10}
+    assert {t[0].inputs.keep_nodes for t in ticks} == {10}
     assert any(d.action == "cordon" and d.allowed for t in ticks for d in t)

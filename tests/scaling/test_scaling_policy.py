@@ -76,7 +76,7 @@ def test_transient_shortfall_is_priced_not_scaled_until_it_persists() -> None:
     first = plan(33.0, nodes(4, used=8.0), memory, config=config)  # 32 GPUs: a small shortfall
     assert_blocked(first, "scale_up")
     # no node enters service (the warm pool may be stocked for a return to the peak)
-    assert not [d for d in allowed(first, "power_on") if d.inputs.get("to") != "standby"]
+    assert not [d for d in allowed(first, "power_on") if d.inputs.to != "standby"]
     assert any("transient" in d.reasons[0] for d in first)
     later = plan(33.0, nodes(4, used=8.0), memory, minute=10, config=config)
     assert allowed(later, "scale_up")
@@ -101,7 +101,7 @@ def test_a_shortfall_of_headroom_or_forecast_alone_waits_one_tick() -> None:
     # 31 GPUs on 4 nodes: one GPU free, but the forecast's 36 asks for a fifth node
     first = plan(31.0, nodes(4, used=7.75), memory, config=config, forecast=36.0)
     assert_blocked(first, "scale_up")
-    assert not [d for d in allowed(first, "power_on") if d.inputs.get("to") != "standby"]  # none into service
+    assert not [d for d in allowed(first, "power_on") if d.inputs.to != "standby"]  # none into service
     assert any("anticipatory" in r for d in first for r in d.reasons)
     later = plan(31.0, nodes(4, used=7.75), memory, minute=5, config=config, forecast=36.0)
     assert allowed(later, "scale_up")  # still asked for a tick later: a trend, not a spike
@@ -185,7 +185,7 @@ def test_empty_node_needs_no_drain_status_and_refills_the_warm_pool() -> None:
         ),
         "scale_down",
     )
-    targets = {d.node_id: d.inputs["to"] for d in removed}
+    targets = {d.node_id: d.inputs.to for d in removed}
     assert "e" in targets and "off" in targets.values()  # the warm pool already has its node
 
 
@@ -282,9 +282,7 @@ def test_unhealthy_node_is_replaced_before_it_is_removed() -> None:
     ]
     third = plan(35.0, drained, memory, minute=7, config=cfg(warm_pool_nodes=1))  # the warm pool is empty
     removed = allowed(third, "scale_down")
-    assert [d.node_id for d in removed] == ["sick"] and removed[0].inputs[
-        "to"
-    ] == "off"  # repair, not standby
+    assert [d.node_id for d in removed] == ["sick"] and removed[0].inputs.to == "off"  # repair, not standby
 
 
 def test_recent_peak_holds_capacity_within_the_band() -> None:
@@ -294,7 +292,7 @@ def test_recent_peak_holds_capacity_within_the_band() -> None:
     plan(40.0, nodes(10, used=4.0), memory, minute=1, config=config)
     decisions = plan(40.0, nodes(10, used=4.0), memory, minute=30, config=config)
     # need: 40/0.95 -> 6 nodes; the peak would keep 10 but the band allows 6 + 1
-    assert decisions[0].inputs["keep_nodes"] == 7
+    assert decisions[0].inputs.keep_nodes == 7
     assert len(allowed(decisions, "cordon")) == 3
 
 
@@ -303,7 +301,7 @@ def test_warm_pool_is_stocked_to_keep_a_recent_peak_drainable() -> None:
     memory = ScalerMemory("pool")
     plan(160.0, nodes(20, used=8.0), memory, config=config)  # a peak seen
     decisions = plan(8.0, nodes(2, used=4.0), memory, minute=60, config=config)
-    prewarm = [d for d in allowed(decisions, "power_on") if d.inputs.get("to") == "standby"]
+    prewarm = [d for d in allowed(decisions, "power_on") if d.inputs.to == "standby"]
     assert prewarm and prewarm[0].count > 1 and "prewarm" in prewarm[0].reasons[0]
 
 

@@ -101,7 +101,7 @@ def test_scaling_never_over_budget(seed: int, level: float, noise: float, jumps:
         busy = [
             d
             for d in run.last_decisions
-            if d.allowed and d.action == "cordon" and d.inputs.get("used_gpus", 0) > 0
+            if d.allowed and d.action == "cordon" and d.inputs.used_gpus or 0 > 0
         ]
         pool_nodes = sum(
             1 for n in run.fleet.nodes if n.state in (NodeState.ACTIVE, NodeState.BOOTING, NodeState.CORDONED)

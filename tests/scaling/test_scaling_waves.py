@@ -112,7 +112,7 @@ def test_warm_pool_holds_a_return_to_the_recent_peak() -> None:
         decisions = plan(
             12.0, lull, memory, 5, config=dataclasses.replace(config, warm_to_recent_peak=reserve)
         )
-        prewarm = [d for d in allowed(decisions, "power_on") if d.inputs.get("to") == "standby"]
+        prewarm = [d for d in allowed(decisions, "power_on") if d.inputs.to == "standby"]
         assert sum(d.count for d in prewarm) == expected  # 60 GPUs need 8 nodes, 2 are in service
 
 
@@ -132,9 +132,9 @@ def test_warm_reserve_holds_the_largest_recent_rise_above_the_peak() -> None:
     assert memory.demand_rises == [24.0]  # falls are no rises
     lull = [NodeView(f"a{i}", NodeState.ACTIVE, 8, 6.0) for i in range(2)]
     decisions = plan(12.0, lull, memory, 15, config=config)
-    prewarm = sum(d.count for d in allowed(decisions, "power_on") if d.inputs.get("to") == "standby")
+    prewarm = sum(d.count for d in allowed(decisions, "power_on") if d.inputs.to == "standby")
     without = plan(12.0, lull, dataclasses.replace(memory, demand_rises=[]), 15, config=config)
-    peak_only = sum(d.count for d in allowed(without, "power_on") if d.inputs.get("to") == "standby")
+    peak_only = sum(d.count for d in allowed(without, "power_on") if d.inputs.to == "standby")
     # 44 GPUs of peak certify at 6 nodes (4 warm beyond the 2 in service); 68 at 9 (7 warm)
     assert (peak_only, prewarm) == (4, 7)
 
@@ -157,5 +157,5 @@ def test_nodes_powered_off_refill_the_warm_pool_instead_of_cold_boots(max_nodes:
     decisions = plan_pool(state, 18.0, 1.0, lull, {}, config, T0 + dt.timedelta(minutes=5), memory=memory)
     off = allowed(decisions, "scale_down")
     assert sorted(d.node_id for d in off) == ["a3", "a4"]
-    assert {d.inputs["to"] for d in off} == {"standby"}
+    assert {d.inputs.to for d in off} == {"standby"}
     assert not allowed(decisions, "power_on")  # no cold boot refills what the removals just filled

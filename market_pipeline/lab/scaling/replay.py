@@ -45,6 +45,7 @@ from market_pipeline.scaling.types import (
 )
 from market_pipeline.tick import PoolTickInput, Promises, guaranteed_window, run_market_tick
 from market_pipeline.tick.certificate import Certificate, certify
+from market_pipeline.warehouse.decisions import DecisionAction
 
 
 @dataclass(frozen=True)
@@ -310,24 +311,24 @@ def execute_decisions(
     for d in decisions:
         if ScalingReason.BLOCKED_DRAIN in d.codes and d.node_id is not None:
             metrics.blocked_drain_nodes.add(d.node_id)
-        if not d.allowed or d.action == "hold":
+        if not d.allowed or d.action == DecisionAction.HOLD:
             continue
         changed = True
-        if d.action == "scale_up":
+        if d.action == DecisionAction.SCALE_UP:
             scaled_up |= fleet.power_on_cold(d.count, minute) > 0
-        elif d.action == "power_on" and d.node_id:
+        elif d.action == DecisionAction.POWER_ON and d.node_id:
             scaled_up |= fleet.power_on_warm(d.node_id, minute)
-        elif d.action == "power_on":
-            fleet.power_on_cold(d.count, minute, to_standby=d.inputs.get("to") == "standby")
-        elif d.action in ("cordon", "replace") and d.node_id:
+        elif d.action == DecisionAction.POWER_ON:
+            fleet.power_on_cold(d.count, minute, to_standby=d.inputs.to == "standby")
+        elif d.action in (DecisionAction.CORDON, DecisionAction.REPLACE) and d.node_id:
             fleet.cordon(d.node_id, minute)
-        elif d.action == "uncordon" and d.node_id:
+        elif d.action == DecisionAction.UNCORDON and d.node_id:
             fleet.uncordon(d.node_id)
-        elif d.action == "scale_down" and d.node_id:
-            if fleet.power_off(d.node_id, to_standby=d.inputs.get("to") == "standby"):
+        elif d.action == DecisionAction.SCALE_DOWN and d.node_id:
+            if fleet.power_off(d.node_id, to_standby=d.inputs.to == "standby"):
                 metrics.removals += 1
                 scaled_down = True
-        elif d.action == "power_off" and d.node_id:
+        elif d.action == DecisionAction.POWER_OFF and d.node_id:
             fleet.power_off(d.node_id, to_standby=False)
     metrics.scale_up_events += int(scaled_up)
     metrics.scale_down_events += int(scaled_down)
