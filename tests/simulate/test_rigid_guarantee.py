@@ -213,3 +213,25 @@ def test_drainable_work_keeps_off_a_pool_where_rigid_work_waits(close):
     else:
         assert run.jobs.state[newcomer] == RUNNING and run.jobs.placement[newcomer].node == 1
         assert run.jobs.state[rigid] == QUEUED
+
+
+def test_a_waiting_rigid_job_backfills_past_an_older_one_the_freed_room_cannot_take():
+    """Two 8-GPU nodes of 96 cores, full of 11-core rigid jobs; a 24-core 1-GPU rigid job
+    waits, then a 6-core one. One job of node 0 ends: a GPU and 19 cores free. The older
+    job does not fit there; the younger one does and starts at once (as a newcomer of its
+    shape would), where a FIFO queue per request shape kept it waiting behind the older."""
+    run = _one_pool_run(True)
+    rows = np.flatnonzero((run.inputs.pods.num_gpu == 1) & (run.inputs.pods.gpu_milli == 1000))[:3]
+    requests = list(run.inputs.requests)
+    for row, cores in zip(rows.tolist(), (11_000, 24_000, 6_000)):
+        requests[row] = PodRequest(1, 1000, cores, 24_000)
+    run.inputs = dataclasses.replace(run.inputs, requests=tuple(requests))
+    filler, big, small = rows.tolist()
+    full = [_submit(run, False, filler, 0.0, 36_000.0 if k else 100.0) for k in range(16)]
+    assert [run.jobs.placement[j].node for j in full] == [0] * 8 + [1] * 8
+    older = _submit(run, False, big, 10.0, 3600.0)
+    younger = _submit(run, False, small, 20.0, 3600.0)
+    assert run.jobs.state[older] == QUEUED and run.jobs.state[younger] == QUEUED
+    run._until(150.0)
+    assert run.jobs.state[younger] == RUNNING and run.jobs.first_start[younger] == pytest.approx(100.0)
+    assert run.jobs.state[older] == QUEUED  # 19 free cores: it still waits for its room

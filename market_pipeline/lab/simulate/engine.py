@@ -395,11 +395,15 @@ class StrategyRun(RigidService):
     def _scan(self, r: int, row: int, t: float) -> None:
         """Capacity freed on node `row`: the waiting jobs were placed nowhere before and only
         this node gained room, so a job is offered to the policy only if it fits here. Rigid
-        jobs first; within a class request shapes oldest head first, FIFO per shape."""
+        jobs first, oldest first, with backfill (`_backfill`); then elastic jobs, request
+        shapes oldest head first, FIFO per shape."""
         cluster, jobs, meter, requests = self.clusters[r], self.jobs, self.meter, self.inputs.requests
         for cls in (RIGID, ELASTIC):
             groups = self.queues[r][cls]
             if not groups:
+                continue
+            if cls == RIGID:
+                self._backfill(r, row, t)
                 continue
             for key in sorted(groups, key=lambda k: jobs.arrival[groups[k][0]]):
                 queue = groups[key]
@@ -416,6 +420,29 @@ class StrategyRun(RigidService):
                     self._start(job, placement, t)
                 if not queue:
                     del groups[key]
+
+    def _backfill(self, r: int, row: int, t: float) -> None:
+        """Pool r's waiting rigid jobs, oldest first: each that fits node `row` is placed, past
+        any that does not (FIFO with backfill, as the fleet's twin places its pending jobs).
+        Jobs of one GPU shape differ in CPU and memory, so a job that needs more cores than
+        the freed node has must not keep the others waiting while the room would take them
+        (a new arrival is placed on that room at once). On gpuspec33/vc3sl/s17 (#46) a
+        24-core job at the head of the 1-GPU queue kept 1-GPU jobs of 11-12 cores waiting in
+        `V100M32` while nine of its nodes had a free GPU and 12-20 free cores."""
+        cluster, jobs, meter, requests = self.clusters[r], self.jobs, self.meter, self.inputs.requests
+        groups = self.queues[r][RIGID]
+        for _, job, key in sorted((jobs.arrival[j], j, key) for key, q in groups.items() for j in q):
+            req = requests[jobs.pod[job]]
+            if not cluster.fits_node(req, row):
+                continue
+            placement = self._place(r, req, False)
+            if placement is None:
+                continue
+            groups[key].remove(job)
+            if not groups[key]:
+                del groups[key]
+            meter.pending(r, RIGID, -jobs.gpus[job])
+            self._start(job, placement, t)
 
     # -- result ---------------------------------------------------------------------------------
     def _result(self, seconds: float) -> StrategyResult:

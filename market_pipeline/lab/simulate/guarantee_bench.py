@@ -78,6 +78,7 @@ def judge(
             stack.metrics["rigid_waiting_at_end"],
         ],
         "jobs_waiting_at_end": [static.metrics["jobs_waiting_at_end"], stack.metrics["jobs_waiting_at_end"]],
+        "rigid_wait_p99_s": [static.metrics.get("rigid_wait_p99_s"), stack.metrics.get("rigid_wait_p99_s")],
         "drains": stack.metrics["drains"],
         "rigid_promise": check,
         "price_promise_breaches": promise_breaches(inputs, stack),
