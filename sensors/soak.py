@@ -153,7 +153,16 @@ def celery_workers(
 
     orchestration = load_config().orchestration
     config = dagster_home / "celery.yaml"
-    config.write_text(json.dumps({"execution": {"config": orchestration.celery_executor_config()}}))
+    executor = orchestration.celery_executor_config()
+    if solo:
+        # A solo worker's one loop runs the step, so it cannot answer the broker's heartbeats
+        # meanwhile: after a few minutes' step the broker dropped the connection and handed the
+        # unacknowledged step to the other worker, which ran it a second time. Without
+        # heartbeats a dead worker is still noticed by its closed socket.
+        source = executor["config_source"]
+        assert isinstance(source, dict)
+        executor["config_source"] = {**source, "broker_heartbeat": 0}
+    config.write_text(json.dumps({"execution": {"config": executor}}))
     bin_dir = Path(sys.executable).parent
     env = {
         **os.environ,
