@@ -17,17 +17,18 @@ fleet with its own twin, its own DuckLake (a catalog database of its own and a d
 and its own control schema, as a region or a tenant's dedicated cluster would be. A lane's
 driver, a process of its own (the daemon's run launcher would start a run worker per run),
 launches its ticks' runs one after another and follows their steps; the broker hands each
-step to whichever worker is free. Lanes share the broker,
-the Dagster instance (PostgreSQL) and the PostgreSQL server. Ticks per hour = all lanes' ticks
-over the wall time from the first run's launch to the last run's end.
+step to whichever worker is free. Lanes share the broker, the Dagster instance (PostgreSQL)
+and the PostgreSQL server. Ticks per hour = all lanes' ticks over the wall time from the first
+run's launch to the last run's end.
 
 Single-threaded workers. Each worker is one process that runs its steps itself, one at a time
-(Celery's solo pool; a forked pool child of a worker that had loaded the definitions hung in
-its first step), with
+(Celery's solo pool, without broker heartbeats, which its loop cannot answer during a step; a
+forked pool child of a worker that had loaded the definitions hung in its first step), with
 POLARS_MAX_THREADS, OMP/MKL/OPENBLAS/NUMEXPR_NUM_THREADS (torch's intra-op pool follows OMP)
 and MP_DUCKDB_THREADS (`SET threads` on the lake's DuckDB instance) at 1, so 1 worker is one
 core's worth of work and 2 workers two: on a 2-core machine the ratio says whether the
-profile scales out, not whether a library finds more threads.
+profile scales out, not whether a library finds more threads. The lane drivers, PostgreSQL and
+RabbitMQ run on the same cores and are not limited.
 
 What it accounts, per count (the issue's guarantees): `lost_rows`, telemetry rows an ingest
 took in that are neither clean nor quarantined, plus the metered seconds each metering run
@@ -35,7 +36,10 @@ reported that the lake does not hold for its hour (either way round); `duplicate
 decision ids stored twice in the lake plus decisions two batch runs both carried out;
 `failed_runs`, runs that did not succeed (and ticks a driver could not finish).
 
-What it does NOT measure: billing (the dbt build is its own job, serialised by the
+What it does NOT measure: the loop's cadence (live, the market tick runs every
+`loop.tick_minutes` and telemetry and metering once an hour; here a tick is one market tick
+with one hour's telemetry and metering, and each lane's first tick also moves the twin on from
+when it was made, up to an hour), billing (the dbt build is its own job, serialised by the
 `billing_dbt` pool, and not in the tick), drains (a drain request's batch is a sensor's run
 and the spot fleet's ticks here rarely plan one), the Dagster daemon's own latency (the
 drivers launch runs directly) and the schedules' spacing (a tick follows the last as soon as
