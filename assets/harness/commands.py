@@ -44,6 +44,48 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
         "(default postgresql://postgres@127.0.0.1:5432/test)",
     )
     parser.set_defaults(handler=_soak)
+    _register_scale(bench_sub)
+
+
+def _register_scale(bench_sub: argparse._SubParsersAction) -> None:
+    scale = bench_sub.add_parser(
+        "scale",
+        help="control ticks per hour on the cluster profile with 1 and N Celery workers (same run); "
+        "--decisions-only: the control state alone",
+    )
+    scale.add_argument("--workers", default="1,2", help="worker counts, comma-separated (default 1,2)")
+    scale.add_argument("--rounds", type=int, default=1, help="runs per count, alternating; median kept")
+    scale.add_argument("--json", action="store_true", help="print one JSON object (the default)")
+    whole = scale.add_argument_group("whole ticks (the default)")
+    whole.add_argument(
+        "--fleet-source",
+        default=None,
+        help="node list CSV of the fleet (default: the Alibaba spot trace's 4,278 nodes under ../shared/data)",
+    )
+    whole.add_argument(
+        "--lanes", type=int, default=2, help="independent cells ticking side by side (default 2)"
+    )
+    whole.add_argument("--ticks", type=int, default=2, help="ticks per lane (default 2)")
+    whole.add_argument(
+        "--pg-admin-url",
+        default=None,
+        help="PostgreSQL URL to CREATE/DROP the bench's databases from "
+        "(default postgresql://postgres@127.0.0.1:5432/test)",
+    )
+    proxy = scale.add_argument_group("--decisions-only (the control state's claims and journal alone)")
+    proxy.add_argument("--decisions-only", action="store_true", help="measure the control state alone")
+    proxy.add_argument("--batches", type=int, default=40, help="batches of decisions (default 40)")
+    proxy.add_argument("--per-batch", type=int, default=25, help="decisions per batch (default 25)")
+    proxy.add_argument(
+        "--act-ms", type=float, default=20.0, help="one action's adapter call, ms (default 20)"
+    )
+    proxy.add_argument(
+        "--control-url", default=None, help="the control PostgreSQL (default: the configured one)"
+    )
+    proxy.add_argument(
+        "--schema-prefix", default="bench_scale", help="the scratch schemas' prefix (dropped afterwards)"
+    )
+    scale.set_defaults(handler=_scale)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -84,6 +126,51 @@ def _soak(args: argparse.Namespace) -> int:
         "no_lost_rows": result["lost_rows"] == 0,
         "tick_p95_le_30s": result["tick_p95_s"] <= SOAK_TARGETS["tick_p95_max_s"],
     }
+    print(json.dumps(result))
+    return 0
+
+
+def _scale(args: argparse.Namespace) -> int:
+    """Whole ticks through Dagster on Celery workers (assets/harness/scale_ticks.py), or with
+    --decisions-only the control state alone (the lab's bench)."""
+    if args.decisions_only:
+        from market_pipeline.lab.commands import run_bench_scale
+
+        return run_bench_scale(args)
+    from pathlib import Path
+
+    from assets.harness.scale_ticks import SPOT_FLEET, WholeTickSettings, run_whole_tick_bench
+    from assets.harness.soak import PG_ADMIN_URL
+    from market_pipeline.cli.support import bench_counts, input_error
+
+    try:
+        workers = bench_counts(args.workers, args.rounds, most=8)
+    except ValueError as exc:
+        return input_error(exc)
+    if not (1 <= args.lanes <= 8 and 1 <= args.ticks <= 100):
+        return input_error(
+            f"--lanes must be in 1..8 and --ticks in 1..100, got {args.lanes} and {args.ticks}"
+        )
+    fleet = Path(args.fleet_source) if args.fleet_source else SPOT_FLEET
+    if not fleet.is_file():
+        return input_error(f"--fleet-source: no node list at {fleet}")
+    admin = args.pg_admin_url or PG_ADMIN_URL
+    try:
+        import psycopg2
+
+        psycopg2.connect(admin).close()
+    except Exception as exc:  # noqa: BLE001 - any connection problem is the user's to fix
+        return input_error(f"PostgreSQL not reachable at {admin}: {exc}")
+    settings = WholeTickSettings(
+        fleet_source=str(fleet.resolve()),
+        workers=workers,
+        lanes=args.lanes,
+        ticks=args.ticks,
+        rounds=args.rounds,
+        admin_url=admin,
+    )
+    with _stdout_to_stderr():  # runs and workers print; stdout carries the JSON only
+        result = run_whole_tick_bench(settings)
     print(json.dumps(result))
     return 0
 

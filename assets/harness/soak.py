@@ -73,11 +73,12 @@ class SoakResult:
 
 
 @contextmanager
-def soak_database(admin_url: str = PG_ADMIN_URL) -> Iterator[str]:
-    """A uniquely named PostgreSQL database for the soak's Dagster storage, dropped after."""
+def soak_database(admin_url: str = PG_ADMIN_URL, prefix: str = "mp_soak_") -> Iterator[str]:
+    """A uniquely named PostgreSQL database (for the soak's Dagster storage, or a bench's lake
+    catalog), dropped after."""
     import psycopg2
 
-    name = f"mp_soak_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}{uuid.uuid4().hex[:12]}"
     admin = psycopg2.connect(admin_url)
     admin.autocommit = True
     try:
@@ -124,11 +125,21 @@ def run_soak(
 
 
 @contextmanager
-def celery_workers(count: int, dagster_home: Path) -> Iterator[None]:
+def celery_workers(
+    count: int,
+    dagster_home: Path,
+    solo: bool = False,
+    includes: tuple[str, ...] = (),
+    name: str = "soak",
+) -> Iterator[None]:
     """On the cluster profile, `count` dagster-celery workers as `make cluster-up` starts them,
     on the configured queue (the soak's own: no other worker on the broker takes its steps),
     each its own process group, killed afterwards. They get this process's environment (the
-    soak's home and Dagster home, the profile's MP__* settings)."""
+    soak's home and Dagster home, the profile's MP__* settings). `solo`: each worker runs its
+    steps in its own process, one at a time (Celery's solo pool; by default it forks a process
+    per core); `includes`: modules a worker imports before it is ready; `name`:
+    the workers' node names' stem (a name is the broker's exclusive queue of that worker: two
+    live workers of one name on one host refuse each other)."""
     if count == 0:
         yield
         return
@@ -142,7 +153,16 @@ def celery_workers(count: int, dagster_home: Path) -> Iterator[None]:
 
     orchestration = load_config().orchestration
     config = dagster_home / "celery.yaml"
-    config.write_text(json.dumps({"execution": {"config": orchestration.celery_executor_config()}}))
+    executor = orchestration.celery_executor_config()
+    if solo:
+        # A solo worker's one loop runs the step, so it cannot answer the broker's heartbeats
+        # meanwhile: after a few minutes' step the broker dropped the connection and handed the
+        # unacknowledged step to the other worker, which ran it a second time. Without
+        # heartbeats a dead worker is still noticed by its closed socket.
+        source = executor["config_source"]
+        assert isinstance(source, dict)
+        executor["config_source"] = {**source, "broker_heartbeat": 0}
+    config.write_text(json.dumps({"execution": {"config": executor}}))
     bin_dir = Path(sys.executable).parent
     env = {
         **os.environ,
@@ -166,9 +186,11 @@ def celery_workers(count: int, dagster_home: Path) -> Iterator[None]:
                             "-y",
                             str(config),
                             "-n",
-                            f"soak{i}",
+                            f"{name}{i}",
                             "-q",
                             orchestration.celery_queue,
+                            *(arg for module in includes for arg in ("-i", module)),
+                            *(["--", "--pool=solo"] if solo else []),
                         ],
                         cwd=REPO,
                         env=env,
@@ -223,7 +245,7 @@ def _soak(minutes: float, min_steps: int, dagster_home: Path, logger: logging.Lo
         runs=instance.get_runs_count(),
         failed_runs=instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE])),
         skipped_ticks=_skipped_ticks(instance, fired),
-        duplicate_actions=_duplicate_actions(instance),
+        duplicate_actions=duplicate_actions(instance),
         lock_errors=_lock_errors(instance),
         lost_rows=_lost_rows(store),
         tick_p50_s=_quantile(ticks, 0.5),
@@ -268,7 +290,7 @@ def _schedule_ids(instance: dg.DagsterInstance, name: str) -> tuple[str, str]:
     raise LookupError(f"schedule {name} has no state")
 
 
-def _duplicate_actions(instance: dg.DagsterInstance) -> int:
+def duplicate_actions(instance: dg.DagsterInstance) -> int:
     """Decisions two batch runs both carried out (an outcome other than skipped/superseded)."""
     executed_by: dict[str, set[str]] = {}
     for job_name in BATCH_JOBS:

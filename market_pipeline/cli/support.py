@@ -19,6 +19,20 @@ def input_error(problem: object) -> int:
     return INPUT_ERROR
 
 
+def bench_counts(workers: str, rounds: int, most: int) -> tuple[int, ...]:
+    """`--workers` (comma-separated counts in 1..most) and `--rounds` (1..20) of a scale bench;
+    ValueError naming the one that is wrong."""
+    try:
+        counts = tuple(int(w) for w in workers.split(","))
+    except ValueError:
+        raise ValueError(f"--workers must be comma-separated counts, got {workers!r}") from None
+    if not counts or not all(1 <= w <= most for w in counts):
+        raise ValueError(f"--workers must be counts in 1..{most}, got {workers!r}")
+    if not 1 <= rounds <= 20:
+        raise ValueError(f"--rounds must be in 1..20, got {rounds}")
+    return counts
+
+
 def one_line(problem: object, limit: int = 400) -> str:
     """A problem's text as one line: its first line (a library's multi-line message adds a
     plan or a hint below), blanks collapsed, at most `limit` characters."""

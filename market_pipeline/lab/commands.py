@@ -1,6 +1,7 @@
 """`market-pipeline bench ticks`: the live loop's solve over many simulated days (`lab.tick_bench`);
-`bench scale`: the cluster profile's control state under 1 and N worker processes
-(`lab.scale_bench`)."""
+`bench scale --decisions-only`: the cluster profile's control state under 1 and N worker
+processes (`lab.scale_bench`; the `bench scale` parser is sensors/commands.py's, whose default
+mode runs whole ticks through Dagster, and hands this mode's arguments to `run_bench_scale`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import math
 from datetime import datetime
 from pathlib import Path
 
-from market_pipeline.cli.support import input_error
+from market_pipeline.cli.support import bench_counts, input_error
 from market_pipeline.config import ConfigError, load_config
 
 
@@ -33,29 +34,6 @@ def register_bench(bench_sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object (the default)")
     parser.set_defaults(handler=run_bench_ticks)
-    scale = bench_sub.add_parser(
-        "scale", help="the cluster profile's control state with 1 and N worker processes (same run)"
-    )
-    scale.add_argument("--workers", default="1,2", help="worker counts, comma-separated (default 1,2)")
-    scale.add_argument("--batches", type=int, default=40, help="batches of decisions (default 40)")
-    scale.add_argument("--per-batch", type=int, default=25, help="decisions per batch (default 25)")
-    scale.add_argument(
-        "--act-ms", type=float, default=20.0, help="one action's adapter call, ms (default 20)"
-    )
-    scale.add_argument(
-        "--control-url", default=None, help="the control PostgreSQL (default: the configured one)"
-    )
-    scale.add_argument(
-        "--schema-prefix", default="bench_scale", help="the scratch schemas' prefix (dropped afterwards)"
-    )
-    scale.add_argument(
-        "--rounds",
-        type=int,
-        default=1,
-        help="runs of each count, alternating; the median is kept (default 1)",
-    )
-    scale.add_argument("--json", action="store_true", help="print one JSON object (the default)")
-    scale.set_defaults(handler=run_bench_scale)
 
 
 def run_bench_ticks(args: argparse.Namespace) -> int:
@@ -89,13 +67,9 @@ def run_bench_scale(args: argparse.Namespace) -> int:
     from market_pipeline.warehouse import WarehouseError
 
     try:
-        workers = tuple(int(w) for w in args.workers.split(","))
-    except ValueError:
-        return input_error(f"--workers must be comma-separated counts, got {args.workers!r}")
-    if not workers or not all(1 <= w <= 16 for w in workers):
-        return input_error(f"--workers must be counts in 1..16, got {args.workers!r}")
-    if not 1 <= args.rounds <= 20:
-        return input_error(f"--rounds must be in 1..20, got {args.rounds}")
+        workers = bench_counts(args.workers, args.rounds, most=16)
+    except ValueError as exc:
+        return input_error(exc)
     if not (1 <= args.batches <= 10_000 and 1 <= args.per_batch <= 10_000):
         return input_error("--batches and --per-batch must be in 1..10000")
     if not (math.isfinite(args.act_ms) and 0 <= args.act_ms <= 10_000):

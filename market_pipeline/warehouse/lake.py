@@ -40,6 +40,10 @@ EXTENSION_DIR_ENV = "MARKET_PIPELINE_EXTENSION_DIR"
 DBT_TARGET = "cluster"
 
 _LOCK = threading.Lock()
+# The threads of this process's DuckDB instance (unset: DuckDB's default, one per core), read
+# when the instance is made, like POLARS_MAX_THREADS for Polars: `bench scale` holds each
+# worker to one core's worth with it.
+THREADS_ENV = "MP_DUCKDB_THREADS"
 _INSTANCES: dict[tuple[int, "Lake"], duckdb.DuckDBPyConnection] = {}
 _EXTENSION_DIRS: dict[int, Path] = {}
 
@@ -129,6 +133,8 @@ def lake_instance(lake: Lake) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:", config={"extension_directory": str(ext_dir)})
     try:
         con.execute("SET TimeZone = 'UTC'")
+        if threads := os.environ.get(THREADS_ENV, "").strip():  # a process held to N cores
+            con.execute(f"SET threads = {int(threads)}")
         for _package, name in EXTENSION_WHEELS:
             con.execute(f"LOAD {name}")
         if "://" not in lake.data_path:

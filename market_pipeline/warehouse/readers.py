@@ -246,6 +246,23 @@ def metered_seconds_unbilled(store: Warehouse) -> int:
         return 0
 
 
+def metered_seconds_held(store: Warehouse, partition_key: str) -> int:
+    """Metered interval-seconds the warehouse holds for one hour (per GPU row, as metering
+    reports them)."""
+    return int(
+        store.query(
+            "SELECT coalesce(sum(date_diff('second', started_at, ended_at)), 0) FROM usage_intervals "
+            "WHERE partition_key = ?",
+            [partition_key],
+        ).row(0)[0]
+    )
+
+
+def decisions_stored_twice(store: Warehouse) -> int:
+    """Decision rows beyond the first of their id (a lake keeps no primary key)."""
+    return int(store.query("SELECT count(*) - count(DISTINCT decision_id) FROM decisions").row(0)[0])
+
+
 # -- scaling -----------------------------------------------------------------------------
 
 
