@@ -167,9 +167,9 @@ def _prepare(lane: Lane) -> datetime:
 
 
 def _run_config(lane: Lane, job: str, tick: datetime) -> dict[str, Any]:
-    from assets.resources import WarehouseResource
+    from assets.lib.resources import WarehouseResource
+    from assets.scaling.jobs import SCALING_OP_NAME
     from market_pipeline.config import load_config
-    from sensors.ops import SCALING_OP_NAME
 
     warehouse = WarehouseResource.from_config(load_config(lane.config_path))  # the lane's lake
     fields = ("path", "backend", "catalog_url", "data_path", "control_url", "control_schema")
@@ -189,10 +189,10 @@ def _drive(lane: Lane, start: datetime, settings: WholeTickSettings, ready: Any,
     import dagster as dg
     from dagster._core.definitions.reconstruct import ReconstructableRepository
 
-    from assets.tags import tick_tags
+    from assets.lib.schedules import closed_hour_key
+    from assets.lib.tags import tick_tags
     from market_pipeline.config import load_config
     from market_pipeline.warehouse.profile import configured_warehouse
-    from sensors.schedules import closed_hour_key
 
     # by module name: the workers imported it before they were ready (`-i`), so a step finds
     # the definitions loaded
