@@ -40,6 +40,7 @@ from market_pipeline.lab.simulate.run_inputs import RunInputs
 from market_pipeline.lab.simulate.tenants import best_response
 from market_pipeline.placement.capacity import Placement, PodRequest
 from market_pipeline.placement.guarantee import closed_nodes, held_nodes, hold_limit
+from market_pipeline.placement.queue import backfill
 
 
 class StrategyRun(RigidService):
@@ -423,7 +424,7 @@ class StrategyRun(RigidService):
 
     def _backfill(self, r: int, row: int, t: float) -> None:
         """Pool r's waiting rigid jobs, oldest first: each that fits node `row` is placed, past
-        any that does not (FIFO with backfill, as the fleet's twin places its pending jobs).
+        any that does not (`placement.queue.backfill`, the rule the fleet's twin places its pending jobs by).
         Jobs of one GPU shape differ in CPU and memory, so a job that needs more cores than
         the freed node has must not keep the others waiting while the room would take them
         (a new arrival is placed on that room at once). On gpuspec33/vc3sl/s17 (#46) a
@@ -431,18 +432,23 @@ class StrategyRun(RigidService):
         `V100M32` while nine of its nodes had a free GPU and 12-20 free cores."""
         cluster, jobs, meter, requests = self.clusters[r], self.jobs, self.meter, self.inputs.requests
         groups = self.queues[r][RIGID]
-        for _, job, key in sorted((jobs.arrival[j], j, key) for key, q in groups.items() for j in q):
-            req = requests[jobs.pod[job]]
-            if not cluster.fits_node(req, row):
-                continue
-            placement = self._place(r, req, False)
+
+        def may_fit(entry: tuple[float, int, object]) -> bool:
+            return cluster.fits_node(requests[jobs.pod[entry[1]]], row)
+
+        def place(entry: tuple[float, int, object]) -> bool:
+            _, job, key = entry
+            placement = self._place(r, requests[jobs.pod[job]], False)
             if placement is None:
-                continue
+                return False
             groups[key].remove(job)
             if not groups[key]:
                 del groups[key]
             meter.pending(r, RIGID, -jobs.gpus[job])
             self._start(job, placement, t)
+            return True
+
+        backfill(sorted((jobs.arrival[j], j, key) for key, q in groups.items() for j in q), may_fit, place)
 
     # -- result ---------------------------------------------------------------------------------
     def _result(self, seconds: float) -> StrategyResult:
