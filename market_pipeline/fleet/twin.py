@@ -34,6 +34,7 @@ from market_pipeline.placement.guarantee import (
     closed_nodes,
     held_nodes,
     hold_limit,
+    open_outside,
 )
 from market_pipeline.placement.policies import PlacementPolicy
 
@@ -250,14 +251,18 @@ class FleetTwin:
         newly arrived guaranteed one off them where it fits there, a waiting guaranteed one
         anywhere."""
         if job.resource_class == "drainable":
-            placement = choose_outside(self.policy, self.cap, job.request(), self._off_limits(ts))
+            off, req = self._off_limits(ts), job.request()
+            if not open_outside(self.cap, req, off):
+                return False  # its GPU model is closed: the search would fail (still one attempt)
+            placement = choose_outside(self.policy, self.cap, req, off)
         elif arrival:
             placement = choose_arrival(self.policy, self.cap, job.request(), self._held(ts, but=job))
         else:
             placement = self.policy.choose(self.cap, job.request())
         if placement is None:
             return False
-        self.pending.remove(job)
+        # by identity: `list.remove` compares every job ahead of it field by field
+        del self.pending[list(map(id, self.pending)).index(id(job))]
         self._start(job, placement, ts)
         return True
 
@@ -293,12 +298,14 @@ class FleetTwin:
         """Capacity was freed on node `rows`: abandon jobs that waited too long, then place
         what fits, in FIFO order (later jobs may backfill). Every pending job failed at its
         last try and capacity elsewhere only shrank since, so only jobs that could fit on the
-        freed nodes are tried: a cheap screen, then at most `pending_retry_budget` calls."""
+        freed nodes are tried: a cheap screen, then at most `pending_retry_budget` calls (a
+        drainable job of a closed GPU model counts as one, refused without a search:
+        `placement.guarantee.open_outside`)."""
         timeout = self.workload.params.pending_timeout_s
-        expired = [j for j in self.pending if ts - j.arrival_ts > timeout]
-        for job in expired:
-            self.pending.remove(job)
-            self.stats["abandoned"] += 1
+        waiting = [j for j in self.pending if ts - j.arrival_ts <= timeout]
+        if len(waiting) < len(self.pending):
+            self.stats["abandoned"] += len(self.pending) - len(waiting)
+            self.pending[:] = waiting
         rows = [r for r in rows if self.cap.schedulable[r]]
         if not self.pending or not rows:
             return
