@@ -27,7 +27,7 @@ from market_pipeline.fleet.telemetry import GpuLoad, GpuShare, NoiseBlocks, samp
 from market_pipeline.fleet.workload import BLOCK_SECONDS, STREAM_XID, Job, WorkloadModel
 from market_pipeline.gpus.models import mig_profile_for_slices
 from market_pipeline.hardware.protocol import NodeState
-from market_pipeline.placement.capacity import MILLI, Placement
+from market_pipeline.placement.capacity import MILLI, Placement, PodRequest
 from market_pipeline.placement.guarantee import (
     choose_arrival,
     choose_outside,
@@ -123,7 +123,8 @@ class FleetTwin:
         self.new_events: list[tuple[int, str, str, str, bool]] = []
         self.new_ended: list[dict[str, Any]] = []
         self._on_positions: np.ndarray | None = None
-        self._held_at: tuple[tuple[int, str | None], np.ndarray] | None = None  # (second, but), held
+        # (second, but), held (None: a hold inside the closure, not ranked; see `_off_limits`)
+        self._held_at: tuple[tuple[int, str | None], np.ndarray | None] | None = None
         self._off_at: tuple[int, np.ndarray] | None = None  # (second, closed to drainable tasks)
         # tenant -> why its new tasks are refused (a billing budget guard); arrivals of those
         # tenants are turned away at the door and counted, never queued
@@ -269,14 +270,30 @@ class FleetTwin:
     def _off_limits(self, ts: int) -> np.ndarray:
         """The nodes a drainable task keeps off: the held ones and, with `close_to_drainable`,
         every node of a pending guaranteed task's GPU model (once per event second, as
-        `_held`)."""
-        held = self._held(ts)
+        `_held`). Where every node the hold could take is closed already (its tasks' models
+        were closed this second), the hold adds nothing and is not ranked: the answer is the
+        one ranking it gives, and the next miss ranks it again where it could matter."""
         if not self.params.close_to_drainable:
-            return held
+            return self._held(ts)
         if self._off_at is None or self._off_at[0] != ts:
             waiting = {j.request() for j in self.pending if j.resource_class == "guaranteed"}
             self._off_at = (ts, closed_nodes(self.cap, waiting))
-        return held | self._off_at[1]
+        closed = self._off_at[1]
+        key: tuple[int, str | None] = (ts, None)
+        if self._held_at is not None and self._held_at[0] == key:
+            held = self._held_at[1]
+        elif not (closed_nodes(self.cap, self._waiting_guaranteed()) & ~closed).any():
+            self._held_at = (key, None)  # a hold inside the closure, not ranked
+            return closed
+        else:
+            held = self._held(ts)
+        return closed if held is None else held | closed
+
+    def _waiting_guaranteed(self, but: Job | None = None) -> list[PodRequest]:
+        """The requests of the oldest pending guaranteed tasks (but `but`) that may hold a node."""
+        limit = hold_limit(self.cap.n_nodes, self.params.hold_max_nodes_share)
+        guaranteed = (j for j in self.pending if j.resource_class == "guaranteed" and j is not but)
+        return [j.request() for j in islice(guaranteed, limit)]
 
     def _held(self, ts: int, but: Job | None = None) -> np.ndarray:
         """The nodes held for the pending guaranteed tasks (but `but`), oldest first
@@ -285,11 +302,10 @@ class FleetTwin:
         one per tick (the capacity they take in that second only shrinks what the held nodes
         could give sooner)."""
         key = (ts, None if but is None else but.task_id)
-        if self._held_at is not None and self._held_at[0] == key:
+        if self._held_at is not None and self._held_at[0] == key and self._held_at[1] is not None:
             return self._held_at[1]
         limit = hold_limit(self.cap.n_nodes, self.params.hold_max_nodes_share)
-        guaranteed = (j for j in self.pending if j.resource_class == "guaranteed" and j is not but)
-        waiting = [j.request() for j in islice(guaranteed, limit)]
+        waiting = self._waiting_guaranteed(but)
         held = held_nodes(self.cap, waiting, limit) if waiting else np.zeros(self.cap.n_nodes, dtype=bool)
         self._held_at = (key, held)
         return held

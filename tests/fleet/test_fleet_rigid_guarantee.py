@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from market_pipeline.config import load_config
+from market_pipeline.fleet import twin as twin_module
 from market_pipeline.fleet.setup import build_setup
 from market_pipeline.fleet.twin import FleetTwin
 from market_pipeline.fleet.workload import Job
@@ -174,3 +175,25 @@ def test_a_refused_drainable_retry_still_spends_the_retry_budget(budget):
     twin.schedule_pending(EPOCH, [r0])
     assert ("small" in twin.running) is (budget == 2)
     assert [j.task_id for j in twin.pending] == ["rigid", "drainable"] + ["small"] * (budget == 1)
+
+
+def test_a_hold_inside_the_closure_is_not_ranked_and_one_outside_it_is(monkeypatch):
+    """Closed to drainable work, a drainable task keeps off the closed model's nodes; the hold
+    of its waiting guaranteed task lies inside them and is not ranked. A guaranteed task of
+    another model that arrives later in the same second (after the closure was taken) is
+    outside it: its hold is ranked, and the drainable tasks keep off its node too."""
+    ranked = []
+    rank = twin_module.held_nodes
+    monkeypatch.setattr(twin_module, "held_nodes", lambda *a: ranked.append(a) or rank(*a))
+    twin, model, r0, r1, width = _one_gpu_free_on_two_nodes(close=True)
+    twin.pending.append(_job("rigid", model, width, "guaranteed"))
+    off = twin._off_limits(EPOCH)
+    assert not ranked and off[[r0, r1]].all() and off.sum() == 2
+    other = next(m for m in twin.cap.model_names if m != model and twin.cap.model_allowed((m,)).any())
+    rows = np.flatnonzero(twin.cap.model_allowed((other,)))[:1]
+    twin.cap.schedulable[rows] = True
+    late = _job("late", other, 1, "guaranteed")
+    twin.pending.append(late)
+    assert twin._held(EPOCH, but=late)[[r0, r1]].sum() == 1  # the late task's arrival, ranked
+    off = twin._off_limits(EPOCH)
+    assert len(ranked) == 2 and off[rows].all() and off.sum() == 3
