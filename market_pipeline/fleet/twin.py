@@ -13,10 +13,11 @@ apply at the twin's clock.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from itertools import islice
+from itertools import compress, islice, repeat
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,8 @@ def _may_fit(job: Job, room: tuple[str, int, int, int, int]) -> bool:
     return largest >= job.gpu_milli
 
 
+_ARRIVAL_TS = operator.attrgetter("arrival_ts")
+_RESOURCE_CLASS = operator.attrgetter("resource_class")
 _KIND_ORDER = {"end": 0, "xid": 1, "join": 2, "arrival": 3}
 _NEVER = 1 << 62
 # A requeued run's id: the drained run's id, this marker and the run number (job-1~r2).
@@ -276,7 +279,7 @@ class FleetTwin:
         if not self.params.close_to_drainable:
             return self._held(ts)
         if self._off_at is None or self._off_at[0] != ts:
-            waiting = {j.request() for j in self.pending if j.resource_class == "guaranteed"}
+            waiting = {j.request() for j in self._guaranteed_pending()}
             self._off_at = (ts, closed_nodes(self.cap, waiting))
         closed = self._off_at[1]
         key: tuple[int, str | None] = (ts, None)
@@ -292,8 +295,14 @@ class FleetTwin:
     def _waiting_guaranteed(self, but: Job | None = None) -> list[PodRequest]:
         """The requests of the oldest pending guaranteed tasks (but `but`) that may hold a node."""
         limit = hold_limit(self.cap.n_nodes, self.params.hold_max_nodes_share)
-        guaranteed = (j for j in self.pending if j.resource_class == "guaranteed" and j is not but)
+        guaranteed = (j for j in self._guaranteed_pending() if j is not but)
         return [j.request() for j in islice(guaranteed, limit)]
+
+    def _guaranteed_pending(self) -> Iterator[Job]:
+        """The pending guaranteed tasks, oldest first (the queue filtered without a Python-level
+        loop: where the closure keeps thousands of drainable tasks waiting, this runs per event)."""
+        classes = map(_RESOURCE_CLASS, self.pending)
+        return compress(self.pending, map(operator.eq, classes, repeat("guaranteed")))
 
     def _held(self, ts: int, but: Job | None = None) -> np.ndarray:
         """The nodes held for the pending guaranteed tasks (but `but`), oldest first
@@ -318,8 +327,8 @@ class FleetTwin:
         drainable job of a closed GPU model counts as one, refused without a search:
         `placement.guarantee.open_outside`)."""
         timeout = self.workload.params.pending_timeout_s
-        waiting = [j for j in self.pending if ts - j.arrival_ts <= timeout]
-        if len(waiting) < len(self.pending):
+        if self.pending and ts - min(map(_ARRIVAL_TS, self.pending)) > timeout:
+            waiting = [j for j in self.pending if ts - j.arrival_ts <= timeout]
             self.stats["abandoned"] += len(self.pending) - len(waiting)
             self.pending[:] = waiting
         rows = [r for r in rows if self.cap.schedulable[r]]
