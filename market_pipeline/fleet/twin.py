@@ -13,10 +13,11 @@ apply at the twin's clock.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from itertools import islice
+from itertools import compress, islice, repeat
 from typing import Any
 
 import numpy as np
@@ -27,13 +28,14 @@ from market_pipeline.fleet.telemetry import GpuLoad, GpuShare, NoiseBlocks, samp
 from market_pipeline.fleet.workload import BLOCK_SECONDS, STREAM_XID, Job, WorkloadModel
 from market_pipeline.gpus.models import mig_profile_for_slices
 from market_pipeline.hardware.protocol import NodeState
-from market_pipeline.placement.capacity import MILLI, Placement
+from market_pipeline.placement.capacity import MILLI, Placement, PodRequest
 from market_pipeline.placement.guarantee import (
     choose_arrival,
     choose_outside,
     closed_nodes,
     held_nodes,
     hold_limit,
+    open_outside,
 )
 from market_pipeline.placement.policies import PlacementPolicy
 
@@ -47,6 +49,8 @@ def _may_fit(job: Job, room: tuple[str, int, int, int, int]) -> bool:
     return largest >= job.gpu_milli
 
 
+_ARRIVAL_TS = operator.attrgetter("arrival_ts")
+_RESOURCE_CLASS = operator.attrgetter("resource_class")
 _KIND_ORDER = {"end": 0, "xid": 1, "join": 2, "arrival": 3}
 _NEVER = 1 << 62
 # A requeued run's id: the drained run's id, this marker and the run number (job-1~r2).
@@ -122,7 +126,8 @@ class FleetTwin:
         self.new_events: list[tuple[int, str, str, str, bool]] = []
         self.new_ended: list[dict[str, Any]] = []
         self._on_positions: np.ndarray | None = None
-        self._held_at: tuple[tuple[int, str | None], np.ndarray] | None = None  # (second, but), held
+        # (second, but), held (None: a hold inside the closure, not ranked; see `_off_limits`)
+        self._held_at: tuple[tuple[int, str | None], np.ndarray | None] | None = None
         self._off_at: tuple[int, np.ndarray] | None = None  # (second, closed to drainable tasks)
         # tenant -> why its new tasks are refused (a billing budget guard); arrivals of those
         # tenants are turned away at the door and counted, never queued
@@ -250,28 +255,54 @@ class FleetTwin:
         newly arrived guaranteed one off them where it fits there, a waiting guaranteed one
         anywhere."""
         if job.resource_class == "drainable":
-            placement = choose_outside(self.policy, self.cap, job.request(), self._off_limits(ts))
+            off, req = self._off_limits(ts), job.request()
+            if not open_outside(self.cap, req, off):
+                return False  # its GPU model is closed: the search would fail (still one attempt)
+            placement = choose_outside(self.policy, self.cap, req, off)
         elif arrival:
             placement = choose_arrival(self.policy, self.cap, job.request(), self._held(ts, but=job))
         else:
             placement = self.policy.choose(self.cap, job.request())
         if placement is None:
             return False
-        self.pending.remove(job)
+        # by identity: `list.remove` compares every job ahead of it field by field
+        del self.pending[list(map(id, self.pending)).index(id(job))]
         self._start(job, placement, ts)
         return True
 
     def _off_limits(self, ts: int) -> np.ndarray:
         """The nodes a drainable task keeps off: the held ones and, with `close_to_drainable`,
         every node of a pending guaranteed task's GPU model (once per event second, as
-        `_held`)."""
-        held = self._held(ts)
+        `_held`). Where every node the hold could take is closed already (its tasks' models
+        were closed this second), the hold adds nothing and is not ranked: the answer is the
+        one ranking it gives, and the next miss ranks it again where it could matter."""
         if not self.params.close_to_drainable:
-            return held
+            return self._held(ts)
         if self._off_at is None or self._off_at[0] != ts:
-            waiting = {j.request() for j in self.pending if j.resource_class == "guaranteed"}
+            waiting = {j.request() for j in self._guaranteed_pending()}
             self._off_at = (ts, closed_nodes(self.cap, waiting))
-        return held | self._off_at[1]
+        closed = self._off_at[1]
+        key: tuple[int, str | None] = (ts, None)
+        if self._held_at is not None and self._held_at[0] == key:
+            held = self._held_at[1]
+        elif not (closed_nodes(self.cap, self._waiting_guaranteed()) & ~closed).any():
+            self._held_at = (key, None)  # a hold inside the closure, not ranked
+            return closed
+        else:
+            held = self._held(ts)
+        return closed if held is None else held | closed
+
+    def _waiting_guaranteed(self, but: Job | None = None) -> list[PodRequest]:
+        """The requests of the oldest pending guaranteed tasks (but `but`) that may hold a node."""
+        limit = hold_limit(self.cap.n_nodes, self.params.hold_max_nodes_share)
+        guaranteed = (j for j in self._guaranteed_pending() if j is not but)
+        return [j.request() for j in islice(guaranteed, limit)]
+
+    def _guaranteed_pending(self) -> Iterator[Job]:
+        """The pending guaranteed tasks, oldest first (the queue filtered without a Python-level
+        loop: where the closure keeps thousands of drainable tasks waiting, this runs per event)."""
+        classes = map(_RESOURCE_CLASS, self.pending)
+        return compress(self.pending, map(operator.eq, classes, repeat("guaranteed")))
 
     def _held(self, ts: int, but: Job | None = None) -> np.ndarray:
         """The nodes held for the pending guaranteed tasks (but `but`), oldest first
@@ -280,11 +311,10 @@ class FleetTwin:
         one per tick (the capacity they take in that second only shrinks what the held nodes
         could give sooner)."""
         key = (ts, None if but is None else but.task_id)
-        if self._held_at is not None and self._held_at[0] == key:
+        if self._held_at is not None and self._held_at[0] == key and self._held_at[1] is not None:
             return self._held_at[1]
         limit = hold_limit(self.cap.n_nodes, self.params.hold_max_nodes_share)
-        guaranteed = (j for j in self.pending if j.resource_class == "guaranteed" and j is not but)
-        waiting = [j.request() for j in islice(guaranteed, limit)]
+        waiting = self._waiting_guaranteed(but)
         held = held_nodes(self.cap, waiting, limit) if waiting else np.zeros(self.cap.n_nodes, dtype=bool)
         self._held_at = (key, held)
         return held
@@ -293,12 +323,14 @@ class FleetTwin:
         """Capacity was freed on node `rows`: abandon jobs that waited too long, then place
         what fits, in FIFO order (later jobs may backfill). Every pending job failed at its
         last try and capacity elsewhere only shrank since, so only jobs that could fit on the
-        freed nodes are tried: a cheap screen, then at most `pending_retry_budget` calls."""
+        freed nodes are tried: a cheap screen, then at most `pending_retry_budget` calls (a
+        drainable job of a closed GPU model counts as one, refused without a search:
+        `placement.guarantee.open_outside`)."""
         timeout = self.workload.params.pending_timeout_s
-        expired = [j for j in self.pending if ts - j.arrival_ts > timeout]
-        for job in expired:
-            self.pending.remove(job)
-            self.stats["abandoned"] += 1
+        if self.pending and ts - min(map(_ARRIVAL_TS, self.pending)) > timeout:
+            waiting = [j for j in self.pending if ts - j.arrival_ts <= timeout]
+            self.stats["abandoned"] += len(self.pending) - len(waiting)
+            self.pending[:] = waiting
         rows = [r for r in rows if self.cap.schedulable[r]]
         if not self.pending or not rows:
             return

@@ -15,7 +15,7 @@ depend on how the caller chunks time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -84,15 +84,19 @@ class Job:
         return PodRequest(self.num_gpu, self.gpu_milli, self.cpu_milli, self.mem_mib, (self.gpu_model,))
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # every field is a scalar: a flat copy is `asdict`'s answer without its deep copy (the
+        # twin's state holds thousands of jobs where guaranteed work waits)
+        return {name: getattr(self, name) for name in _JOB_FIELDS}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Job":
-        names = {f.name for f in fields(cls)}
-        missing = names - set(data)
+        missing = [name for name in _JOB_FIELDS if name not in data]
         if missing:
             raise WorkloadError(f"stored job {data.get('task_id')!r} lacks fields {sorted(missing)}")
-        return cls(**{k: data[k] for k in names})
+        return cls(**{k: data[k] for k in _JOB_FIELDS})
+
+
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
 
 
 def model_slug(model: str) -> str:

@@ -112,6 +112,15 @@ def held_nodes(cap: ClusterCapacity, waiting: Sequence[PodRequest], max_nodes: i
     return held
 
 
+def open_outside(cap: ClusterCapacity, req: PodRequest, off: np.ndarray) -> bool:
+    """Whether any node could take `req` off the nodes `off`: a schedulable one, not in `off`,
+    of a GPU model the request may run on. A policy places only on such nodes, so where there
+    is none `choose_outside(policy, cap, req, off)` fails, and a caller may skip that search:
+    a drainable job whose GPU model is closed (`closed_nodes`) waits without one, however
+    often a freed node retries the queue."""
+    return bool((cap.schedulable & cap.model_allowed(req.models) & ~off).any())
+
+
 def choose_outside(
     policy: PlacementPolicy, cap: ClusterCapacity, req: PodRequest, held: np.ndarray
 ) -> Placement | None:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from market_pipeline.config import load_config
+from market_pipeline.fleet import twin as twin_module
 from market_pipeline.fleet.setup import build_setup
 from market_pipeline.fleet.twin import FleetTwin
 from market_pipeline.fleet.workload import Job
@@ -92,15 +93,25 @@ def test_a_new_guaranteed_task_takes_the_held_node_only_where_it_fits_nowhere_el
     assert twin.running["newcomer"].placement.node == r0
 
 
-@pytest.mark.parametrize("close", [True, False])
-def test_a_drainable_task_keeps_off_the_gpu_model_a_guaranteed_task_waits_for(close):
-    """Two nodes of one model with one GPU free each; a pending whole-node guaranteed task
-    holds one of them. Closed to drainable work (the default), a new drainable task waits;
-    with the hold alone it takes the other node's GPU."""
+class _CountingBestFit(BestFit):
+    """Best fit that counts its searches."""
+
+    def __init__(self) -> None:
+        self.searches = 0
+
+    def choose(self, cap, req):
+        self.searches += 1
+        return super().choose(cap, req)
+
+
+def _one_gpu_free_on_two_nodes(close: bool, **params) -> tuple[FleetTwin, str, int, int, int]:
+    """A twin (the default setup, holding up to every node, closed to drainable work where
+    `close`) where only two nodes r0, r1 of one model are schedulable, each with one GPU free.
+    Returns (twin, model, r0, r1, the nodes' width in GPUs); its policy counts its searches."""
     setup = build_setup(load_config(environ={}))
     assert setup.params.close_to_drainable  # the shipped config closes them
-    params = dataclasses.replace(setup.params, hold_max_nodes_share=1.0, close_to_drainable=close)
-    twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
+    replaced = dataclasses.replace(setup.params, hold_max_nodes_share=1.0, close_to_drainable=close, **params)
+    twin = FleetTwin(setup.catalog, setup.workload, _CountingBestFit(), replaced, setup.seed, EPOCH)
     gpus = twin.cap.present.sum(axis=1)
     model = next(m for m in twin.cap.model_names if (gpus[twin.cap.model_allowed((m,))] >= 4).sum() >= 2)
     rows = np.flatnonzero(
@@ -116,6 +127,15 @@ def test_a_drainable_task_keeps_off_the_gpu_model_a_guaranteed_task_waits_for(cl
             twin._start(job, BestFit().choose(twin.cap, job.request()), EPOCH)
     twin.cap.schedulable[:] = False
     twin.cap.schedulable[[r0, r1]] = True
+    return twin, model, int(r0), int(r1), width
+
+
+@pytest.mark.parametrize("close", [True, False])
+def test_a_drainable_task_keeps_off_the_gpu_model_a_guaranteed_task_waits_for(close):
+    """Two nodes of one model with one GPU free each; a pending whole-node guaranteed task
+    holds one of them. Closed to drainable work (the default), a new drainable task waits;
+    with the hold alone it takes the other node's GPU."""
+    twin, model, _, _, width = _one_gpu_free_on_two_nodes(close)
     rigid = _job("rigid", model, width, "guaranteed")
     twin.pending.append(rigid)
     assert not twin._try_place(rigid, EPOCH)
@@ -123,3 +143,57 @@ def test_a_drainable_task_keeps_off_the_gpu_model_a_guaranteed_task_waits_for(cl
     newcomer = _job("newcomer", model, 1, "drainable")
     twin.pending.append(newcomer)
     assert twin._try_place(newcomer, EPOCH) is (not close)
+
+
+def test_a_drainable_task_of_a_closed_model_waits_without_a_search():
+    """While guaranteed work of its model waits, a drainable task is refused without asking
+    the policy (the search could only fail); once that backlog clears it is searched and placed."""
+    twin, model, _, _, width = _one_gpu_free_on_two_nodes(close=True)
+    rigid, drainable = _job("rigid", model, width, "guaranteed"), _job("drainable", model, 1, "drainable")
+    twin.pending += [rigid, drainable]
+    searches = twin.policy.searches
+    assert not twin._try_place(drainable, EPOCH)
+    assert twin.policy.searches == searches
+    twin.pending.remove(rigid)  # the backlog cleared (a second later: the closure is per second)
+    assert twin._try_place(drainable, EPOCH + 1)
+    assert twin.policy.searches == searches + 1
+
+
+@pytest.mark.parametrize("budget", [1, 2])
+def test_a_refused_drainable_retry_still_spends_the_retry_budget(budget):
+    """A freed GPU retries the queue [rigid, drainable, small guaranteed]: the rigid task cannot
+    fit (screened out), the drainable one is refused without a search but spends one attempt
+    as its failed search did, so with a budget of 1 the small guaranteed task waits, with 2 it
+    takes the GPU: the screen changes no decision."""
+    twin, model, r0, _, width = _one_gpu_free_on_two_nodes(close=True, pending_retry_budget=budget)
+    small = _job("small", model, 1, "guaranteed")
+    twin.pending += [
+        _job("rigid", model, width, "guaranteed"),
+        _job("drainable", model, 1, "drainable"),
+        small,
+    ]
+    twin.schedule_pending(EPOCH, [r0])
+    assert ("small" in twin.running) is (budget == 2)
+    assert [j.task_id for j in twin.pending] == ["rigid", "drainable"] + ["small"] * (budget == 1)
+
+
+def test_a_hold_inside_the_closure_is_not_ranked_and_one_outside_it_is(monkeypatch):
+    """Closed to drainable work, a drainable task keeps off the closed model's nodes; the hold
+    of its waiting guaranteed task lies inside them and is not ranked. A guaranteed task of
+    another model that arrives later in the same second (after the closure was taken) is
+    outside it: its hold is ranked, and the drainable tasks keep off its node too."""
+    ranked = []
+    rank = twin_module.held_nodes
+    monkeypatch.setattr(twin_module, "held_nodes", lambda *a: ranked.append(a) or rank(*a))
+    twin, model, r0, r1, width = _one_gpu_free_on_two_nodes(close=True)
+    twin.pending.append(_job("rigid", model, width, "guaranteed"))
+    off = twin._off_limits(EPOCH)
+    assert not ranked and off[[r0, r1]].all() and off.sum() == 2
+    other = next(m for m in twin.cap.model_names if m != model and twin.cap.model_allowed((m,)).any())
+    rows = np.flatnonzero(twin.cap.model_allowed((other,)))[:1]
+    twin.cap.schedulable[rows] = True
+    late = _job("late", other, 1, "guaranteed")
+    twin.pending.append(late)
+    assert twin._held(EPOCH, but=late)[[r0, r1]].sum() == 1  # the late task's arrival, ranked
+    off = twin._off_limits(EPOCH)
+    assert len(ranked) == 2 and off[rows].all() and off.sum() == 3
