@@ -38,6 +38,7 @@ from market_pipeline.placement.guarantee import (
     open_outside,
 )
 from market_pipeline.placement.policies import PlacementPolicy
+from market_pipeline.placement.queue import backfill
 
 
 def _may_fit(job: Job, room: tuple[str, int, int, int, int]) -> bool:
@@ -321,7 +322,8 @@ class FleetTwin:
 
     def schedule_pending(self, ts: int, rows: Sequence[int] = ()) -> None:
         """Capacity was freed on node `rows`: abandon jobs that waited too long, then place
-        what fits, in FIFO order (later jobs may backfill). Every pending job failed at its
+        what fits, first in, first out with backfill (`placement.queue.backfill`, the
+        simulator's rule too). Every pending job failed at its
         last try and capacity elsewhere only shrank since, so only jobs that could fit on the
         freed nodes are tried: a cheap screen, then at most `pending_retry_budget` calls (a
         drainable job of a closed GPU model counts as one, refused without a search:
@@ -334,16 +336,20 @@ class FleetTwin:
         rows = [r for r in rows if self.cap.schedulable[r]]
         if not self.pending or not rows:
             return
-        attempts = 0
         room = {r: self._room(r) for r in rows}
-        for job in self.pending[: self.params.pending_scan_limit]:
-            if attempts >= self.params.pending_retry_budget:
-                break
-            if not any(_may_fit(job, r) for r in room.values()):
-                continue
-            attempts += 1
-            if self._try_place(job, ts):
-                room = {r: self._room(r) for r in rows}
+
+        def may_fit(job: Job) -> bool:
+            return any(_may_fit(job, r) for r in room.values())
+
+        def place(job: Job) -> bool:
+            if not self._try_place(job, ts):
+                return False
+            room.update({r: self._room(r) for r in rows})
+            return True
+
+        backfill(
+            self.pending[: self.params.pending_scan_limit], may_fit, place, self.params.pending_retry_budget
+        )
 
     def _room(self, row: int) -> tuple[str, int, int, int, int]:
         """(model, free CPU, free memory, largest free GPU milli, whole free GPUs) of a node."""
