@@ -166,3 +166,57 @@ def test_hardening_account_limits_are_checked_before_they_are_stored() -> None:
             check_account(Account("t", prepaid=False, **{name: Decimal("-0.01")}))
         with pytest.raises(BillingError, match=rf"^{name} 1E\+12 is beyond the ledger's range"):
             check_account(Account("t", prepaid=False, **{name: Decimal("1E12")}))
+
+
+def test_hardening_a_reference_is_booked_in_its_normal_form_and_replays_under_any_spelling(
+    tmp_path: Path,
+) -> None:
+    """The ledger keeps the reference as it keys it (blanks folded to one space, case
+    folded) and the time the payment was recorded at; any spelling of it is the same payment."""
+    import datetime as dt
+
+    warehouse = Warehouse(build_warehouse(tmp_path / "w.duckdb"))
+    at = dt.datetime(2026, 3, 2, 12, 30, tzinfo=dt.timezone.utc)
+    first = record_payment(warehouse, TENANT, Decimal("10"), "  Wire \t 42 ", now=at)
+    assert first == f"top_up:{TENANT}:wire 42"
+    assert record_payment(warehouse, TENANT, Decimal("10"), "WIRE 42") == first
+    assert _entries(warehouse.path, "wire 42") == [Decimal("10")]
+    before = dt.datetime.now(dt.timezone.utc)
+    record_payment(warehouse, TENANT, Decimal("5"), "wire 43")
+    with duckdb.connect(str(warehouse.path), read_only=True) as con:
+        recorded = dict(con.execute("SELECT reference, recorded_at FROM billing_ledger").fetchall())
+    assert recorded["wire 42"] == at
+    assert before - dt.timedelta(seconds=1) <= recorded["wire 43"] <= dt.datetime.now(dt.timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("amount", "shown"),
+    [("10.000000001", "10.000000001"), ("1E+2", "100"), ("-10", "-10"), ("0.5", "0.5")],
+)
+def test_hardening_a_replayed_reference_is_refused_whatever_other_amount_it_carries(
+    tmp_path: Path, amount: str, shown: str
+) -> None:
+    """One nanounit more, another spelling of a larger amount, the other sign: each is a
+    rewrite of the booked payment and is refused, the message naming both in plain digits."""
+    warehouse = Warehouse(build_warehouse(tmp_path / "w.duckdb"))
+    kind = "adjustment" if amount.startswith("-") else "top_up"
+    record_payment(warehouse, TENANT, Decimal("10"), "r8", kind=kind)
+    with pytest.raises(BillingError) as refused:
+        record_payment(warehouse, TENANT, Decimal(amount), "R8", kind=kind)
+    assert str(refused.value) == (
+        f"reference 'r8' of tenant {TENANT!r} is already booked as 10; refusing {shown}"
+        " (a payment cannot be rewritten; use a new reference)"
+    )
+    assert _entries(warehouse.path, "r8") == [Decimal("10")]
+
+
+def test_hardening_a_top_up_and_an_adjustment_or_another_tenant_may_share_a_reference(
+    tmp_path: Path,
+) -> None:
+    """The idempotency key is (tenant, kind, reference): the same words under another kind or
+    tenant are another payment, booked beside the first."""
+    warehouse = Warehouse(build_warehouse(tmp_path / "w.duckdb"))
+    record_payment(warehouse, TENANT, Decimal("10"), "inv-7")
+    record_payment(warehouse, TENANT, Decimal("-3"), "inv-7", kind="adjustment")
+    record_payment(warehouse, "other-tenant", Decimal("4"), "inv-7")
+    assert sorted(_entries(warehouse.path, "inv-7")) == [Decimal("-3"), Decimal("4"), Decimal("10")]
