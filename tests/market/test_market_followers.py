@@ -217,7 +217,9 @@ def two_log_tenants():
         ((1.0, 5.0), 0.5),  # U' = 3/6 = 0.5 against 1: -0.5
     ],
 )
-def test_the_residual_at_a_wrong_basket_is_its_worst_relative_gap(two_log_tenants, basket_a, residual) -> None:
+def test_the_residual_at_a_wrong_basket_is_its_worst_relative_gap(
+    two_log_tenants, basket_a, residual
+) -> None:
     pop, state = two_log_tenants
     demand = torch.tensor([basket_a, [0.0, 0.0]], dtype=torch.float64)
     assert follower_kkt_residual(pop, _at(state, demand)) == pytest.approx(residual, rel=1e-12)
