@@ -220,3 +220,27 @@ def test_hardening_a_top_up_and_an_adjustment_or_another_tenant_may_share_a_refe
     record_payment(warehouse, TENANT, Decimal("-3"), "inv-7", kind="adjustment")
     record_payment(warehouse, "other-tenant", Decimal("4"), "inv-7")
     assert sorted(_entries(warehouse.path, "inv-7")) == [Decimal("-3"), Decimal("4"), Decimal("10")]
+
+
+def test_hardening_rows_booked_before_references_were_normalised_still_key_their_payment(
+    tmp_path: Path,
+) -> None:
+    """A row from before the ledger normalised references ("Wire  9") is the same payment as
+    "wire 9": replayed it is a no-op, rewritten it is refused. A row with no reference at all
+    is no payment's: a new reference, whatever its spelling, is booked beside it."""
+    path = build_warehouse(tmp_path / "w.duckdb")
+    with duckdb.connect(str(path)) as con:
+        con.execute(
+            "INSERT INTO billing_ledger VALUES"
+            f" ('top_up:{TENANT}:legacy', '{TENANT}', 'top_up', 9, NULL, now(), 'Wire  9'),"
+            f" ('top_up:{TENANT}:unkeyed', '{TENANT}', 'top_up', 3, NULL, now(), NULL)"
+        )
+    warehouse = Warehouse(path)
+    assert record_payment(warehouse, TENANT, Decimal("9"), "wire 9") == f"top_up:{TENANT}:wire 9"
+    with pytest.raises(BillingError, match=r"'wire 9' .* booked as 9; refusing 10"):
+        record_payment(warehouse, TENANT, Decimal("10"), "WIRE 9")
+    assert _entries(path, "wire 9") == []  # the legacy row keeps the payment, spelt as it was
+    # whatever text might stand in for the missing reference, none matches it
+    for reference in ("XXXX", "-", "none"):
+        record_payment(warehouse, TENANT, Decimal("3"), reference)
+        assert _entries(path, reference.casefold()) == [Decimal("3")]
