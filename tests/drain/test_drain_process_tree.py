@@ -152,3 +152,37 @@ def test_the_tree_of_a_root_that_leads_its_session_holds_its_orphans(tmp_path):
         assert os.getpid() not in _pids(tree)
     finally:
         target.cleanup()
+
+
+def test_members_known_from_before_each_bring_their_descendants(tmp_path):
+    """Root taken for another process (a reused pid), members known from before: a child,
+    its grandchild, the other child. Each known member's descendants are the task's, also
+    after one known member turned out to sit under another."""
+    target = start_target(tmp_path, "--children", "2", "--grandchildren")
+    try:
+        root = target.pids[0]
+        first, second = sorted(pid for pid in target.pids[1:] if psutil.Process(pid).ppid() == root)
+        (under_first,) = (pid for pid in target.pids if psutil.Process(pid).ppid() == first)
+        known = [(pid, target.created[pid]) for pid in (first, under_first, second)]
+        tree = task_tree(root, target.created[root] + 10.0, known)
+        assert _pids(tree) == sorted(target.pids[1:])  # the second child's grandchild included
+    finally:
+        target.cleanup()
+
+
+def test_a_session_whose_leader_died_still_holds_the_orphans_in_it(tmp_path):
+    """The session leader is gone; a member known from before still lives in its session, and
+    so does a double-forked orphan nothing links to any member: both are the task's."""
+    import signal
+
+    target = start_target(tmp_path, "--setsid", "--children", "1", "--orphans", "1")
+    try:
+        root = target.pids[0]
+        (child,) = (pid for pid in target.pids if psutil.Process(pid).ppid() == root)
+        (orphan,) = (pid for pid in target.pids[1:] if psutil.Process(pid).ppid() not in target.pids)
+        os.kill(root, signal.SIGKILL)
+        target.proc.wait(timeout=10)
+        tree = task_tree(root, target.created[root], [(child, target.created[child])])
+        assert _pids(tree) == sorted([child, orphan])
+    finally:
+        target.cleanup()
