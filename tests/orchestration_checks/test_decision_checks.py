@@ -540,3 +540,19 @@ def test_a_drainable_price_without_a_guaranteed_price_beside_it_breaks_the_band(
     frame = promise_frame(_book([(a10, "drainable", 0.3, 0.3)]), config)
     assert not price_rules(frame).passed
     assert offending_prices(frame)["promise"].to_list() == ["band"]
+
+
+@pytest.mark.parametrize(("previous", "price"), [(0.4 / 0.75, 0.45), (0.2 / 1.25, 0.15)])
+def test_a_step_that_just_reaches_the_window_stays_the_steps_own(config, previous, price) -> None:
+    """A10, guaranteed 0.5 (drainable band 0.2..0.4, step 25%): from 0.4 / 0.75 the step
+    reaches down exactly to the band's top, from 0.2 / 1.25 up exactly to its bottom. The
+    step can reach the window, so its own ends stand: a price past the band but inside the
+    step breaks the band alone, and the operator's table does not name the step."""
+    a10 = "A10@cn-hangzhou-a"
+    frame = promise_frame(_book([(a10, "guaranteed", 0.5, 0.5), (a10, "drainable", price, previous)]), config)
+    drainable = frame.row(1, named=True)
+    down, up = previous * 0.75, previous * 1.25
+    assert drainable["step_low"] == pytest.approx(down - 1e-6) and drainable["step_high"] == pytest.approx(
+        up + 1e-6
+    )
+    assert offending_prices(frame)["promise"].to_list() == ["band"]
