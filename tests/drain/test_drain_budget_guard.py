@@ -9,7 +9,7 @@ tasks only, within the guardrail's limits.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import timedelta, timezone
 from decimal import Decimal
 
 import polars as pl
@@ -374,6 +374,9 @@ def test_a_posting_that_fails_reports_its_own_error_and_keeps_the_ledger(tmp_pat
     ]
 
 
+KOLKATA = timezone(timedelta(hours=5, minutes=30))
+
+
 def _guard_refusal(decision_id, tenant, decided_at, reasons=(), allowed=True, **inputs):
     from market_pipeline.warehouse.decisions import DecisionRow
 
@@ -390,11 +393,13 @@ def _guard_refusal(decision_id, tenant, decided_at, reasons=(), allowed=True, **
     )
 
 
-def test_the_newest_standing_block_of_a_tenant_is_the_one_a_drain_names(tmp_path):
+def test_the_newest_standing_block_of_a_tenant_is_the_one_a_drain_names(tmp_path, host_in_kolkata):
     """Per tenant the newest refusal within one guard cadence counts (its id and reasons in
     the drain's trigger); a refusal with no drain time drains from its decision time; one
-    written without a zone is read as UTC; a refusal the guard did not allow, one older than
-    the cadence and one decided after the fleet's clock are not blocks."""
+    written without a zone is read as UTC, one with another zone's offset as its instant; a
+    refusal the guard did not allow, one older than the cadence and one decided after the
+    fleet's clock are not blocks. The host's clock is set to +05:30: every time comes back
+    in UTC."""
     from market_pipeline.warehouse.decisions import decisions_frame
 
     warehouse = open_warehouse(tmp_path / "w.duckdb")
@@ -406,6 +411,9 @@ def test_the_newest_standing_block_of_a_tenant_is_the_one_a_drain_names(tmp_path
         _guard_refusal(
             "naive", "c", since, drain_after=(T0 - timedelta(minutes=1)).replace(tzinfo=None).isoformat()
         ),
+        _guard_refusal(
+            "offset", "h", since, drain_after=(T0 - timedelta(minutes=2)).astimezone(KOLKATA).isoformat()
+        ),
         _guard_refusal("not-allowed", "d", T0 - timedelta(minutes=5), allowed=False),
         _guard_refusal("expired", "e", since - timedelta(microseconds=1)),
         _guard_refusal("at-now", "f", T0),
@@ -413,7 +421,7 @@ def test_the_newest_standing_block_of_a_tenant_is_the_one_a_drain_names(tmp_path
     ]
     warehouse.append("decisions", decisions_frame(rows))
     blocks = load_budget_blocks(warehouse, T0, shadow=False)
-    assert sorted(blocks) == ["a", "b", "c", "f"]
+    assert sorted(blocks) == ["a", "b", "c", "f", "h"]
     assert blocks["a"].decision_id == "new" and blocks["a"].reasons == ("balance -1.00", "daily cap")
     assert blocks["a"].trigger() == "tenant a out of budget (balance -1.00; daily cap), guard decision new"
     assert blocks["b"].drain_after == blocks["b"].decided_at == T0 - timedelta(minutes=5)
@@ -421,3 +429,17 @@ def test_the_newest_standing_block_of_a_tenant_is_the_one_a_drain_names(tmp_path
     assert blocks["c"].drain_after == T0 - timedelta(minutes=1)
     assert blocks["c"].decided_at == since and blocks["c"].drain_after.utcoffset() == timedelta(0)
     assert blocks["f"].drain_after == T0
+    assert blocks["h"].drain_after == T0 - timedelta(minutes=2)
+    for block in blocks.values():
+        assert block.decided_at.utcoffset() == block.drain_after.utcoffset() == timedelta(0), block
+
+
+def test_budget_blocks_of_a_warehouse_not_written_yet_are_refused_and_create_nothing(tmp_path):
+    """The planner only reads: a warehouse that does not exist is an error naming it, and
+    no empty warehouse is left behind."""
+    from market_pipeline.warehouse import Warehouse, WarehouseError
+
+    missing = tmp_path / "none.duckdb"
+    with pytest.raises(WarehouseError, match="does not exist yet"):
+        load_budget_blocks(Warehouse(missing), T0, shadow=False)
+    assert not missing.exists()
