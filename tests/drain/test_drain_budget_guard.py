@@ -443,3 +443,17 @@ def test_budget_blocks_of_a_warehouse_not_written_yet_are_refused_and_create_not
     with pytest.raises(WarehouseError, match="does not exist yet"):
         load_budget_blocks(Warehouse(missing), T0, shadow=False)
     assert not missing.exists()
+
+
+def test_a_refusal_recorded_without_inputs_drains_from_its_decision_time(tmp_path):
+    """A refusal row with no inputs at all (NULL, as a hand-written or older row may have):
+    no drain time is known, so the grace is taken as over at the decision itself."""
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    warehouse.execute(
+        "INSERT INTO decisions (decision_id, kind, action, decided_at, allowed, shadow, target, reasons, inputs)"
+        " VALUES ('bare', 'budget_guard', 'refuse_new_tasks', ?, true, false, 'a', ['balance 0.00'], NULL)",
+        [T0 - timedelta(minutes=1)],
+    )
+    block = load_budget_blocks(warehouse, T0, shadow=False)["a"]
+    assert block.drain_after == block.decided_at == T0 - timedelta(minutes=1)
+    assert block.trigger() == "tenant a out of budget (balance 0.00), guard decision bare"
