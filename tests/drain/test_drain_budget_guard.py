@@ -398,7 +398,8 @@ def test_the_newest_standing_block_of_a_tenant_is_the_one_a_drain_names(tmp_path
     the drain's trigger); a refusal with no drain time drains from its decision time; one
     written without a zone is read as UTC, one with another zone's offset as its instant; a
     refusal the guard did not allow, one older than the cadence and one decided after the
-    fleet's clock are not blocks. The host's clock is set to +05:30: every time comes back
+    fleet's clock are not blocks, nor yet one whose grace runs past the clock (the first
+    row read here: the rows after it still count). The host's clock is set to +05:30: every time comes back
     in UTC."""
     from market_pipeline.warehouse.decisions import decisions_frame
 
@@ -414,6 +415,7 @@ def test_the_newest_standing_block_of_a_tenant_is_the_one_a_drain_names(tmp_path
         _guard_refusal(
             "offset", "h", since, drain_after=(T0 - timedelta(minutes=2)).astimezone(KOLKATA).isoformat()
         ),
+        _guard_refusal("in-grace", "i", since, drain_after=(T0 + timedelta(minutes=1)).isoformat()),
         _guard_refusal("not-allowed", "d", T0 - timedelta(minutes=5), allowed=False),
         _guard_refusal("expired", "e", since - timedelta(microseconds=1)),
         _guard_refusal("at-now", "f", T0),
