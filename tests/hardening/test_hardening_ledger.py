@@ -169,10 +169,11 @@ def test_hardening_account_limits_are_checked_before_they_are_stored() -> None:
 
 
 def test_hardening_a_reference_is_booked_in_its_normal_form_and_replays_under_any_spelling(
-    tmp_path: Path,
+    tmp_path: Path, host_in_kolkata: None
 ) -> None:
     """The ledger keeps the reference as it keys it (blanks folded to one space, case
-    folded) and the time the payment was recorded at; any spelling of it is the same payment."""
+    folded) and the time the payment was recorded at, also on a host whose clock is set to
+    +05:30; any spelling of it is the same payment."""
     import datetime as dt
 
     warehouse = Warehouse(build_warehouse(tmp_path / "w.duckdb"))
