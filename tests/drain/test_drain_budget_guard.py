@@ -9,7 +9,7 @@ tasks only, within the guardrail's limits.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import timedelta, timezone
 from decimal import Decimal
 
 import polars as pl
@@ -372,3 +372,90 @@ def test_a_posting_that_fails_reports_its_own_error_and_keeps_the_ledger(tmp_pat
     assert warehouse.query("SELECT entry_id, amount FROM billing_ledger").rows() == [
         (f"top_up:{BROKE}:wire-1", Decimal("5"))
     ]
+
+
+KOLKATA = timezone(timedelta(hours=5, minutes=30))
+
+
+def _guard_refusal(decision_id, tenant, decided_at, reasons=(), allowed=True, **inputs):
+    from market_pipeline.warehouse.decisions import DecisionRow
+
+    return DecisionRow(
+        decision_id=decision_id,
+        kind="budget_guard",
+        action="refuse_new_tasks",
+        decided_at=decided_at,
+        allowed=allowed,
+        shadow=False,
+        target=tenant,
+        reasons=tuple(reasons),
+        inputs=inputs,
+    )
+
+
+def test_the_newest_standing_block_of_a_tenant_is_the_one_a_drain_names(tmp_path, host_in_kolkata):
+    """Per tenant the newest refusal within one guard cadence counts (its id and reasons in
+    the drain's trigger); a refusal with no drain time drains from its decision time; one
+    written without a zone is read as UTC, one with another zone's offset as its instant; a
+    refusal the guard did not allow, one older than the cadence and one decided after the
+    fleet's clock are not blocks, nor yet one whose grace runs past the clock (the first
+    row read here: the rows after it still count). The host's clock is set to +05:30: every time comes back
+    in UTC."""
+    from market_pipeline.warehouse.decisions import decisions_frame
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    since = T0 - BUDGET_DECISION_TTL
+    rows = [
+        _guard_refusal("old", "a", T0 - timedelta(minutes=30), ["balance 0.00"]),
+        _guard_refusal("new", "a", T0 - timedelta(minutes=10), ["balance -1.00", "daily cap"]),
+        _guard_refusal("no-after", "b", T0 - timedelta(minutes=5)),
+        _guard_refusal(
+            "naive", "c", since, drain_after=(T0 - timedelta(minutes=1)).replace(tzinfo=None).isoformat()
+        ),
+        _guard_refusal(
+            "offset", "h", since, drain_after=(T0 - timedelta(minutes=2)).astimezone(KOLKATA).isoformat()
+        ),
+        _guard_refusal("in-grace", "i", since, drain_after=(T0 + timedelta(minutes=1)).isoformat()),
+        _guard_refusal("not-allowed", "d", T0 - timedelta(minutes=5), allowed=False),
+        _guard_refusal("expired", "e", since - timedelta(microseconds=1)),
+        _guard_refusal("at-now", "f", T0),
+        _guard_refusal("after-now", "g", T0 + timedelta(microseconds=1)),
+    ]
+    warehouse.append("decisions", decisions_frame(rows))
+    blocks = load_budget_blocks(warehouse, T0, shadow=False)
+    assert sorted(blocks) == ["a", "b", "c", "f", "h"]
+    assert blocks["a"].decision_id == "new" and blocks["a"].reasons == ("balance -1.00", "daily cap")
+    assert blocks["a"].trigger() == "tenant a out of budget (balance -1.00; daily cap), guard decision new"
+    assert blocks["b"].drain_after == blocks["b"].decided_at == T0 - timedelta(minutes=5)
+    assert blocks["b"].trigger() == "tenant b out of budget (budget guard), guard decision no-after"
+    assert blocks["c"].drain_after == T0 - timedelta(minutes=1)
+    assert blocks["c"].decided_at == since and blocks["c"].drain_after.utcoffset() == timedelta(0)
+    assert blocks["f"].drain_after == T0
+    assert blocks["h"].drain_after == T0 - timedelta(minutes=2)
+    for block in blocks.values():
+        assert block.decided_at.utcoffset() == block.drain_after.utcoffset() == timedelta(0), block
+
+
+def test_budget_blocks_of_a_warehouse_not_written_yet_are_refused_and_create_nothing(tmp_path):
+    """The planner only reads: a warehouse that does not exist is an error naming it, and
+    no empty warehouse is left behind."""
+    from market_pipeline.warehouse import Warehouse, WarehouseError
+
+    missing = tmp_path / "none.duckdb"
+    with pytest.raises(WarehouseError, match="does not exist yet"):
+        load_budget_blocks(Warehouse(missing), T0, shadow=False)
+    assert not missing.exists()
+
+
+def test_a_refusal_recorded_without_inputs_drains_from_its_decision_time(tmp_path):
+    """A refusal row with no inputs at all (NULL, as a hand-written or older row may have):
+    no drain time is known, so the grace is taken as over at the decision itself."""
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    warehouse.execute(
+        "INSERT INTO decisions (decision_id, kind, action, decided_at, allowed, shadow, target, reasons, inputs)"
+        " VALUES ('bare', 'budget_guard', 'refuse_new_tasks', ?, true, false, 'a', ['balance 0.00'], NULL)",
+        [T0 - timedelta(minutes=1)],
+    )
+    block = load_budget_blocks(warehouse, T0, shadow=False)["a"]
+    assert block.drain_after == block.decided_at == T0 - timedelta(minutes=1)
+    assert block.trigger() == "tenant a out of budget (balance 0.00), guard decision bare"

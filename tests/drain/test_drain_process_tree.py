@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 
+import psutil
 import pytest
 from drain_targets import cli, start_target
 from test_drain_hardening import drain_argv, nothing_written
 
-from market_pipeline.hardware.process_tree import kernel_thread
+from market_pipeline.hardware.process_tree import kernel_thread, task_tree
 
 
 @pytest.fixture
@@ -98,5 +99,90 @@ def test_drain_of_a_root_that_keeps_forking_leaves_nothing(home, tmp_path, capsy
         assert rc == 0 and result["outcome"] in ("terminated", "killed"), result
         assert 10 <= len(target.spawned()) < 2000  # the storm was still going when drained
         assert target.left() == [], f"{len(target.left())} still running"
+    finally:
+        target.cleanup()
+
+
+def _pids(tree) -> list[int]:
+    return sorted(p.pid for p in tree.members)
+
+
+def test_the_tree_of_a_root_that_leads_no_group_is_its_descendants_all_the_way_down(tmp_path):
+    """The root shares this test's group and session, and its child started a grandchild:
+    the task is those three (followed through the child), never this test or its shell,
+    which share the root's group; a root whose create time is not the one known is another
+    process (a reused pid): no task at all."""
+    target = start_target(tmp_path, "--children", "1", "--grandchildren")
+    try:
+        root = target.pids[0]
+        (child,) = (pid for pid in target.pids[1:] if psutil.Process(pid).ppid() == root)
+        (grandchild,) = (pid for pid in target.pids[1:] if psutil.Process(pid).ppid() == child)
+        assert root not in (os.getpgid(root), os.getsid(root))
+        assert os.getpgid(root) == os.getpgid(os.getpid())
+        tree = task_tree(root, target.created[root])
+        assert _pids(tree) == sorted([root, child, grandchild])
+        assert os.getpid() not in _pids(tree) and os.getppid() not in _pids(tree)
+        assert [pid for pid, _ in tree.refs()] == sorted([root, child, grandchild])
+        assert tree.alive
+        assert task_tree(root, target.created[root] + 10.0).members == ()
+        # members known from before stay the task's (with their descendants) when nothing
+        # leads to them from the root any more: here the root is taken for another process
+        known = [(child, target.created[child])]
+        assert _pids(task_tree(root, target.created[root] + 10.0, known)) == sorted([child, grandchild])
+        assert (
+            task_tree(root, target.created[root] + 10.0, [(child, target.created[child] + 10.0)]).members
+            == ()
+        )
+    finally:
+        target.cleanup()
+
+
+def test_the_tree_of_a_root_that_leads_its_session_holds_its_orphans(tmp_path):
+    """A root that leads its own session (a launched worker): a double-forked orphan,
+    re-parented to PID 1 at once, is found through the session it stayed in; and only
+    the processes of that session (not this test, in another one)."""
+    target = start_target(tmp_path, "--setsid", "--children", "1", "--grandchildren", "--orphans", "1")
+    try:
+        root = target.pids[0]
+        assert os.getsid(root) == root
+        orphans = [pid for pid in target.pids[1:] if psutil.Process(pid).ppid() not in target.pids]
+        assert len(orphans) == 1  # re-parented: not a descendant of the root any more
+        tree = task_tree(root, target.created[root])
+        assert _pids(tree) == sorted(target.pids)
+        assert os.getpid() not in _pids(tree)
+    finally:
+        target.cleanup()
+
+
+def test_members_known_from_before_each_bring_their_descendants(tmp_path):
+    """Root taken for another process (a reused pid), members known from before: a child,
+    its grandchild, the other child. Each known member's descendants are the task's, also
+    after one known member turned out to sit under another."""
+    target = start_target(tmp_path, "--children", "2", "--grandchildren")
+    try:
+        root = target.pids[0]
+        first, second = sorted(pid for pid in target.pids[1:] if psutil.Process(pid).ppid() == root)
+        (under_first,) = (pid for pid in target.pids if psutil.Process(pid).ppid() == first)
+        known = [(pid, target.created[pid]) for pid in (first, under_first, second)]
+        tree = task_tree(root, target.created[root] + 10.0, known)
+        assert _pids(tree) == sorted(target.pids[1:])  # the second child's grandchild included
+    finally:
+        target.cleanup()
+
+
+def test_a_session_whose_leader_died_still_holds_the_orphans_in_it(tmp_path):
+    """The session leader is gone; a member known from before still lives in its session, and
+    so does a double-forked orphan nothing links to any member: both are the task's."""
+    import signal
+
+    target = start_target(tmp_path, "--setsid", "--children", "1", "--orphans", "1")
+    try:
+        root = target.pids[0]
+        (child,) = (pid for pid in target.pids if psutil.Process(pid).ppid() == root)
+        (orphan,) = (pid for pid in target.pids[1:] if psutil.Process(pid).ppid() not in target.pids)
+        os.kill(root, signal.SIGKILL)
+        target.proc.wait(timeout=10)
+        tree = task_tree(root, target.created[root], [(child, target.created[child])])
+        assert _pids(tree) == sorted([child, orphan])
     finally:
         target.cleanup()

@@ -166,3 +166,82 @@ def test_hardening_account_limits_are_checked_before_they_are_stored() -> None:
             check_account(Account("t", prepaid=False, **{name: Decimal("-0.01")}))
         with pytest.raises(BillingError, match=rf"^{name} 1E\+12 is beyond the ledger's range"):
             check_account(Account("t", prepaid=False, **{name: Decimal("1E12")}))
+
+
+def test_hardening_a_reference_is_booked_in_its_normal_form_and_replays_under_any_spelling(
+    tmp_path: Path, host_in_kolkata: None
+) -> None:
+    """The ledger keeps the reference as it keys it (blanks folded to one space, case
+    folded) and the time the payment was recorded at, also on a host whose clock is set to
+    +05:30; any spelling of it is the same payment."""
+    import datetime as dt
+
+    warehouse = Warehouse(build_warehouse(tmp_path / "w.duckdb"))
+    at = dt.datetime(2026, 3, 2, 12, 30, tzinfo=dt.timezone.utc)
+    first = record_payment(warehouse, TENANT, Decimal("10"), "  Wire \t 42 ", now=at)
+    assert first == f"top_up:{TENANT}:wire 42"
+    assert record_payment(warehouse, TENANT, Decimal("10"), "WIRE 42") == first
+    assert _entries(warehouse.path, "wire 42") == [Decimal("10")]
+    before = dt.datetime.now(dt.timezone.utc)
+    record_payment(warehouse, TENANT, Decimal("5"), "wire 43")
+    with duckdb.connect(str(warehouse.path), read_only=True) as con:
+        recorded = dict(con.execute("SELECT reference, recorded_at FROM billing_ledger").fetchall())
+    assert recorded["wire 42"] == at
+    assert before - dt.timedelta(seconds=1) <= recorded["wire 43"] <= dt.datetime.now(dt.timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("amount", "shown"),
+    [("10.000000001", "10.000000001"), ("1E+2", "100"), ("-10", "-10"), ("0.5", "0.5")],
+)
+def test_hardening_a_replayed_reference_is_refused_whatever_other_amount_it_carries(
+    tmp_path: Path, amount: str, shown: str
+) -> None:
+    """One nanounit more, another spelling of a larger amount, the other sign: each is a
+    rewrite of the booked payment and is refused, the message naming both in plain digits."""
+    warehouse = Warehouse(build_warehouse(tmp_path / "w.duckdb"))
+    kind = "adjustment" if amount.startswith("-") else "top_up"
+    record_payment(warehouse, TENANT, Decimal("10"), "r8", kind=kind)
+    with pytest.raises(BillingError) as refused:
+        record_payment(warehouse, TENANT, Decimal(amount), "R8", kind=kind)
+    assert str(refused.value) == (
+        f"reference 'r8' of tenant {TENANT!r} is already booked as 10; refusing {shown}"
+        " (a payment cannot be rewritten; use a new reference)"
+    )
+    assert _entries(warehouse.path, "r8") == [Decimal("10")]
+
+
+def test_hardening_a_top_up_and_an_adjustment_or_another_tenant_may_share_a_reference(
+    tmp_path: Path,
+) -> None:
+    """The idempotency key is (tenant, kind, reference): the same words under another kind or
+    tenant are another payment, booked beside the first."""
+    warehouse = Warehouse(build_warehouse(tmp_path / "w.duckdb"))
+    record_payment(warehouse, TENANT, Decimal("10"), "inv-7")
+    record_payment(warehouse, TENANT, Decimal("-3"), "inv-7", kind="adjustment")
+    record_payment(warehouse, "other-tenant", Decimal("4"), "inv-7")
+    assert sorted(_entries(warehouse.path, "inv-7")) == [Decimal("-3"), Decimal("4"), Decimal("10")]
+
+
+def test_hardening_rows_booked_before_references_were_normalised_still_key_their_payment(
+    tmp_path: Path,
+) -> None:
+    """A row from before the ledger normalised references ("Wire  9") is the same payment as
+    "wire 9": replayed it is a no-op, rewritten it is refused. A row with no reference at all
+    is no payment's: a new reference, whatever its spelling, is booked beside it."""
+    path = build_warehouse(tmp_path / "w.duckdb")
+    with duckdb.connect(str(path)) as con:
+        con.execute(
+            "INSERT INTO billing_ledger VALUES"
+            f" ('top_up:{TENANT}:legacy', '{TENANT}', 'top_up', 9, NULL, now(), 'Wire  9'),"
+            f" ('top_up:{TENANT}:unkeyed', '{TENANT}', 'top_up', 3, NULL, now(), NULL)"
+        )
+    warehouse = Warehouse(path)
+    assert record_payment(warehouse, TENANT, Decimal("9"), "wire 9") == f"top_up:{TENANT}:wire 9"
+    with pytest.raises(BillingError, match=r"'wire 9' .* booked as 9; refusing 10"):
+        record_payment(warehouse, TENANT, Decimal("10"), "WIRE 9")
+    assert _entries(path, "wire 9") == []  # the legacy row keeps the payment, spelt as it was
+    # whatever text might stand in for the missing reference, none matches it
+    for reference in ("XXXX", "-", "none"):
+        record_payment(warehouse, TENANT, Decimal("3"), reference)
+        assert _entries(path, reference.casefold()) == [Decimal("3")]

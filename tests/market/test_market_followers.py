@@ -182,3 +182,55 @@ def test_a_budget_multiplier_on_a_slack_budget_is_in_the_residual(best_response)
     gap = ((high.scale - 1.0) * (pop.budget - high.spend).abs() / pop.budget)[finite]
     assert float(gap.max()) > 0.1 and bool((high.spend[finite] <= pop.budget[finite]).all())
     assert high.budget_residual == pytest.approx(float(gap.max()), rel=1e-12)
+
+
+# The residual's value at a known wrong point, worked out by hand: two log tenants
+# (U'(d) = w / (s + d)) with slack budgets, prices (2, 1). A's best basket is (1, 2); B's is
+# nothing (U'(0) = (1, 0.5) is below both prices, and buying nothing there is right).
+@pytest.fixture(scope="module")
+def two_log_tenants():
+    pop = TenantPopulation.build(
+        ids=["a", "b"],
+        families=["log", "log"],
+        weight=[[4.0, 3.0], [1.0, 0.5]],
+        saturation=[[1.0, 1.0], [1.0, 1.0]],
+        budget=[float("inf"), float("inf")],
+        drainable_mask=np.zeros(2, dtype=bool),
+    ).on("cpu")
+    state = solve_followers(pop, torch.tensor([2.0, 1.0], dtype=torch.float64))
+    assert torch.allclose(state.demand, torch.tensor([[1.0, 2.0], [0.0, 0.0]], dtype=torch.float64))
+    assert follower_kkt_residual(pop, state) <= 1e-12
+    return pop, state
+
+
+@pytest.mark.parametrize(
+    ("basket_a", "residual"),
+    [
+        # three GPUs of the first kind: U' = 4/4 = 1 against the price 2, a gap of -1,
+        # relative to the price 0.5 (an overbuy counts with its sign turned)
+        ((3.0, 2.0), 0.5),
+        # none of the first kind where the first unit is worth 4 at price 2: 2 / 2 = 1
+        ((0.0, 2.0), 1.0),
+        # half the second kind: U' = 3/2 = 1.5 against 1, relative 0.5; and both off: the worst
+        ((1.0, 1.0), 0.5),
+        ((3.0, 1.0), 0.5),
+        ((1.0, 5.0), 0.5),  # U' = 3/6 = 0.5 against 1: -0.5
+    ],
+)
+def test_the_residual_at_a_wrong_basket_is_its_worst_relative_gap(
+    two_log_tenants, basket_a, residual
+) -> None:
+    pop, state = two_log_tenants
+    demand = torch.tensor([basket_a, [0.0, 0.0]], dtype=torch.float64)
+    assert follower_kkt_residual(pop, _at(state, demand)) == pytest.approx(residual, rel=1e-12)
+
+
+def test_buying_nothing_where_nothing_pays_has_no_residual(two_log_tenants) -> None:
+    """B buys nothing at prices above its first unit's worth: that is its best response,
+    however far below the price that worth is (only a wrong sign would count it)."""
+    pop, state = two_log_tenants
+    demand = torch.tensor([[1.0, 2.0], [0.0, 0.0]], dtype=torch.float64)
+    assert follower_kkt_residual(pop, _at(state, demand)) <= 1e-12
+    # and B buying where it does not pay is counted: U'(1) = 0.5 against 2, 0.75 relative
+    demand = torch.tensor([[1.0, 2.0], [1.0, 0.0]], dtype=torch.float64)
+    assert follower_kkt_residual(pop, _at(state, demand)) == pytest.approx(0.75, rel=1e-12)

@@ -510,3 +510,49 @@ def test_a_price_of_an_unknown_pool_does_not_hide_the_prices_after_it(config) ->
     )
     assert frame["resource"].to_list() == ["nowhere/guaranteed", f"{a10}/guaranteed"]
     assert offending_prices(frame)["resource"].to_list() == ["nowhere/guaranteed", f"{a10}/guaranteed"]
+
+
+@pytest.mark.parametrize(
+    ("factor", "broken"),
+    [(0.9, ["band"]), (0.999, ["band"]), (0.8, []), (0.6, []), (0.4, []), (0.39, ["band"])],
+)
+def test_a_solver_drainable_price_above_its_band_breaks_only_the_band(config, factor, broken) -> None:
+    """A10, guaranteed 0.5: the drainable band is 0.2..0.4 (20-60% below). A solver's
+    drainable price between (1 - discount_min) x guaranteed and the guaranteed price itself
+    is inside every bound and step, yet sells the drainable class too close to the guaranteed
+    one: the check fails on the band alone, naming its ends; the band's own ends pass."""
+    a10 = "A10@cn-hangzhou-a"
+    book = _book([(a10, "guaranteed", 0.5, 0.5), (a10, "drainable", 0.5 * factor, 0.5 * factor)])
+    frame = promise_frame(book.with_columns(source=pl.lit("solver")), config)
+    offending = offending_prices(frame)
+    assert price_rules(frame).passed is (not broken)
+    assert offending["promise"].to_list() == broken
+    if broken:
+        row = offending.row(0, named=True)
+        assert row["resource"] == f"{a10}/drainable" and row["price"] == 0.5 * factor
+        assert (row["low"], row["high"]) == (pytest.approx(0.2 - 1e-6), pytest.approx(0.4 + 1e-6))
+
+
+def test_a_drainable_price_without_a_guaranteed_price_beside_it_breaks_the_band(config) -> None:
+    """The band hangs from the same pool's guaranteed price: with none published there is no
+    price the drainable class may sit at, and the check says so instead of passing it."""
+    a10 = "A10@cn-hangzhou-a"
+    frame = promise_frame(_book([(a10, "drainable", 0.3, 0.3)]), config)
+    assert not price_rules(frame).passed
+    assert offending_prices(frame)["promise"].to_list() == ["band"]
+
+
+@pytest.mark.parametrize(("previous", "price"), [(0.4 / 0.75, 0.45), (0.2 / 1.25, 0.15)])
+def test_a_step_that_just_reaches_the_window_stays_the_steps_own(config, previous, price) -> None:
+    """A10, guaranteed 0.5 (drainable band 0.2..0.4, step 25%): from 0.4 / 0.75 the step
+    reaches down exactly to the band's top, from 0.2 / 1.25 up exactly to its bottom. The
+    step can reach the window, so its own ends stand: a price past the band but inside the
+    step breaks the band alone, and the operator's table does not name the step."""
+    a10 = "A10@cn-hangzhou-a"
+    frame = promise_frame(_book([(a10, "guaranteed", 0.5, 0.5), (a10, "drainable", price, previous)]), config)
+    drainable = frame.row(1, named=True)
+    down, up = previous * 0.75, previous * 1.25
+    assert drainable["step_low"] == pytest.approx(down - 1e-6) and drainable["step_high"] == pytest.approx(
+        up + 1e-6
+    )
+    assert offending_prices(frame)["promise"].to_list() == ["band"]
