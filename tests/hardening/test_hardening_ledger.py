@@ -245,3 +245,23 @@ def test_hardening_rows_booked_before_references_were_normalised_still_key_their
     for reference in ("XXXX", "-", "none"):
         record_payment(warehouse, TENANT, Decimal("3"), reference)
         assert _entries(path, reference.casefold()) == [Decimal("3")]
+
+
+def test_hardening_a_booking_that_fails_inside_its_transaction_reports_its_own_cause(
+    tmp_path: Path,
+) -> None:
+    """The ledger refuses the write itself (here: an entry id already taken by a row keyed to
+    another reference): the caller gets that refusal, naming the key, not an error of the
+    clean-up; nothing is booked, and the next payment books as usual."""
+    path = build_warehouse(tmp_path / "w.duckdb")
+    with duckdb.connect(str(path)) as con:
+        con.execute(
+            "INSERT INTO billing_ledger VALUES"
+            f" ('top_up:{TENANT}:r7', '{TENANT}', 'top_up', 4, NULL, now(), 'another payment')"
+        )
+    warehouse = Warehouse(path)
+    with pytest.raises(duckdb.ConstraintException, match=rf"top_up:{TENANT}:r7"):
+        record_payment(warehouse, TENANT, Decimal("5"), "r7")
+    assert _entries(path, "r7") == [] and _entries(path, "another payment") == [Decimal("4")]
+    assert record_payment(warehouse, TENANT, Decimal("5"), "r8") == f"top_up:{TENANT}:r8"
+    assert _entries(path, "r8") == [Decimal("5")]
