@@ -393,7 +393,8 @@ def _guard_refusal(decision_id, tenant, decided_at, reasons=(), allowed=True, **
     )
 
 
-def test_the_newest_standing_block_of_a_tenant_is_the_one_a_drain_names(tmp_path, host_in_kolkata):
+@pytest.mark.usefixtures("host_in_kolkata")
+def test_the_newest_standing_block_of_a_tenant_is_the_one_a_drain_names(tmp_path):
     """Per tenant the newest refusal within one guard cadence counts (its id and reasons in
     the drain's trigger); a refusal with no drain time drains from its decision time; one
     written without a zone is read as UTC, one with another zone's offset as its instant; a

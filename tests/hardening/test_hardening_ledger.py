@@ -168,8 +168,9 @@ def test_hardening_account_limits_are_checked_before_they_are_stored() -> None:
             check_account(Account("t", prepaid=False, **{name: Decimal("1E12")}))
 
 
+@pytest.mark.usefixtures("host_in_kolkata")
 def test_hardening_a_reference_is_booked_in_its_normal_form_and_replays_under_any_spelling(
-    tmp_path: Path, host_in_kolkata: None
+    tmp_path: Path,
 ) -> None:
     """The ledger keeps the reference as it keys it (blanks folded to one space, case
     folded) and the time the payment was recorded at, also on a host whose clock is set to
