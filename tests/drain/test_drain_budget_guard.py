@@ -9,7 +9,7 @@ tasks only, within the guardrail's limits.
 from __future__ import annotations
 
 import json
-from datetime import timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import polars as pl
@@ -377,9 +377,17 @@ def test_a_posting_that_fails_reports_its_own_error_and_keeps_the_ledger(tmp_pat
 KOLKATA = timezone(timedelta(hours=5, minutes=30))
 
 
-def _guard_refusal(decision_id, tenant, decided_at, reasons=(), allowed=True, **inputs):
+def _guard_refusal(decision_id, tenant, decided_at, reasons=(), allowed=True, drain_after=None):
+    """A stored refusal; `drain_after` as the text a row may hold (naive, or another zone's)."""
+    from market_pipeline.warehouse.decision_inputs import BudgetGuardInputs
     from market_pipeline.warehouse.decisions import DecisionRow
 
+    inputs = BudgetGuardInputs(
+        balance=Decimal("0"),
+        available=None,
+        next_interval_cost=Decimal("0"),
+        drain_after=None if drain_after is None else datetime.fromisoformat(drain_after),
+    )
     return DecisionRow(
         decision_id=decision_id,
         kind="budget_guard",
