@@ -65,7 +65,7 @@ from typing import Any
 from assets.harness.soak import INSTANCE_YAML, PG_ADMIN_URL, celery_workers, duplicate_actions, soak_database
 
 TARGET_SPEEDUP = 1.5  # issue #43: 2 workers give at least 1.5x the ticks per hour of 1
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO / "market_pipeline" / "defaults" / "market.toml"
 SPOT_FLEET = REPO.parent / "shared" / "data" / "alibaba-spot-2026" / "node_info_df.csv"
 # One core's worth of threads per worker process (see the module's docstring).

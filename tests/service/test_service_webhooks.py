@@ -160,14 +160,23 @@ def test_a_lost_receiver_holds_up_no_drain(service_config, tmp_path):
         assert time.monotonic() - started < 60
         reports = warehouse.query("SELECT count(*) AS n FROM drain_audit WHERE state = 'reported'")["n"][0]
         assert reports == 3
-        # an attempt is 'sending' from its claim until the refused connection is written back
-        deadline = time.monotonic() + 10
-        failed = context.store.deliveries(ACME)
-        while time.monotonic() < deadline and (not failed or any(d["state"] == "sending" for d in failed)):
-            time.sleep(0.1)
+        # an attempt is 'sending' from its claim until the refused connection is written back,
+        # and a warning's job is made when the worker picks the notice up: wait (bounded) for
+        # every warning's job and every attempt's answer; a lost job still fails below
+        deadline = time.monotonic() + 20
+
+        def settled() -> tuple[list, dict]:
             failed = context.store.deliveries(ACME)
+            states = dict(context.store.read("SELECT state, count(*) FROM webhook_jobs GROUP BY state"))
+            return failed, states
+
+        failed, states = settled()
+        while time.monotonic() < deadline and (
+            not failed or any(d["state"] == "sending" for d in failed) or sum(states.values()) < 3
+        ):
+            time.sleep(0.1)
+            failed, states = settled()
         assert failed and all(d["state"] == "failed" for d in failed), failed
-        states = dict(context.store.read("SELECT state, count(*) FROM webhook_jobs GROUP BY state"))
         assert states == {"pending": 3}
     finally:
         server.stop()
