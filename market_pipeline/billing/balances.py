@@ -23,7 +23,7 @@ import polars as pl
 import pyarrow as pa
 
 from market_pipeline.billing.errors import BillingError
-from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse import Warehouse, billing_ledger
 from market_pipeline.warehouse.decision_inputs import BudgetGuardInputs
 from market_pipeline.warehouse.decisions import DecisionAction, DecisionKind, DecisionRow, decisions_frame
 
@@ -100,11 +100,7 @@ def set_account(warehouse: Warehouse, account: Account, now: dt.datetime | None 
 
 
 def accounts(warehouse: Warehouse) -> list[Account]:
-    frame = warehouse.query(
-        "SELECT tenant_id, prepaid, credit_limit, hard_cap_daily, hard_cap_monthly"
-        " FROM billing_accounts ORDER BY tenant_id"
-    )
-    return [Account(*row) for row in frame.iter_rows()]
+    return [Account(*row) for row in billing_ledger.account_rows(warehouse)]
 
 
 # billing_ledger.amount is DECIMAL(20, 9): 11 integer digits, 9 decimals.
@@ -170,33 +166,9 @@ def record_payment(
             "reference": [reference],
         }
     )
-    with warehouse.connect() as con:
-        con.execute("BEGIN")
-        try:
-            # the same payment under any spelling of its reference, rows booked before
-            # references were normalised included
-            booked = next(
-                (
-                    (amount,)
-                    for amount, ref in con.execute(
-                        "SELECT amount, reference FROM billing_ledger WHERE tenant_id = ? AND kind = ?",
-                        [tenant_id, kind],
-                    ).fetchall()
-                    if payment_reference(ref or "") == reference
-                ),
-                None,
-            )
-            if booked is None:
-                con.register("_payment", row)
-                con.execute(
-                    "INSERT INTO billing_ledger SELECT entry_id, tenant_id, kind,"
-                    " CAST(amount AS DECIMAL(20, 9)), period_start, recorded_at, reference FROM _payment"
-                )
-                con.unregister("_payment")
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+    booked = billing_ledger.book_payment(
+        warehouse, tenant_id, kind, row, lambda ref: payment_reference(ref or "") == reference
+    )
     if booked is not None and Decimal(booked[0]) != amount:
         raise BillingError(
             f"reference {reference!r} of tenant {tenant_id!r} is already booked as"
@@ -211,73 +183,15 @@ def post_invoice_window(
 ) -> int:
     """Replace the ledger's posted entries for hours in [start, end) from the invoice lines."""
     now = now or dt.datetime.now(UTC)
-    with warehouse.connect() as con:
-        con.execute("BEGIN")
-        try:
-            con.execute(
-                "DELETE FROM billing_ledger WHERE kind IN ('usage', 'sla_credit')"
-                " AND period_start >= ? AND period_start < ?",
-                [start, end],
-            )
-            con.execute(
-                """
-                INSERT INTO billing_ledger
-                SELECT CASE charge_category WHEN 'Usage' THEN 'usage' ELSE 'sla_credit' END
-                           || ':' || tenant_id || ':' || strftime(period_start_utc, '%Y-%m-%dT%H:%M:%S'),
-                       tenant_id,
-                       CASE charge_category WHEN 'Usage' THEN 'usage' ELSE 'sla_credit' END,
-                       -sum(billed_cost), period_start, ?, 'fct_invoice_lines'
-                FROM fct_invoice_lines
-                WHERE period_grain = 'hour' AND period_start >= ? AND period_start < ?
-                GROUP BY tenant_id, charge_category, period_start, period_start_utc
-            """,
-                [now, start, end],
-            )
-            written = con.execute(
-                "SELECT count(*) FROM billing_ledger WHERE kind IN ('usage', 'sla_credit')"
-                " AND period_start >= ? AND period_start < ?",
-                [start, end],
-            ).fetchone()[0]
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
-    return int(written)
+    return billing_ledger.post_invoice_window(warehouse, start, end, now)
 
 
 def tenant_spend(warehouse: Warehouse, now: dt.datetime) -> dict[str, TenantSpend]:
     """Balance and rated spend (today, this month) of every tenant with ledger or usage."""
     day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     month = day.replace(day=1)
-    rated = not warehouse.query(
-        "SELECT 1 FROM information_schema.tables WHERE table_schema = 'main'"
-        " AND table_name = 'fct_invoice_lines'"
-    ).is_empty()
-    # before the first billing rollup there are no invoice lines yet: nothing is spent
-    lines = (
-        "fct_invoice_lines"
-        if rated
-        else "(SELECT NULL::VARCHAR AS tenant_id, NULL::VARCHAR AS period_grain,"
-        " NULL::TIMESTAMPTZ AS period_start, NULL::DECIMAL(20, 9) AS billed_cost WHERE false)"
-    )
-    frame = warehouse.query(
-        f"""
-        WITH ledger AS (SELECT tenant_id, sum(amount) AS balance FROM billing_ledger GROUP BY 1),
-        spend AS (
-            SELECT tenant_id,
-                   sum(CASE WHEN period_start >= ? THEN billed_cost ELSE 0 END) AS today,
-                   sum(billed_cost) AS month
-            FROM {lines}
-            WHERE period_grain = 'hour' AND period_start >= ? AND period_start < ?
-            GROUP BY 1)
-        SELECT coalesce(l.tenant_id, s.tenant_id) AS tenant_id,
-               coalesce(l.balance, 0) AS balance, coalesce(s.today, 0) AS today,
-               coalesce(s.month, 0) AS month
-        FROM ledger l FULL OUTER JOIN spend s USING (tenant_id)
-    """,
-        [day, month, now],
-    )
-    return {t: TenantSpend(Decimal(b), Decimal(d), Decimal(m)) for t, b, d, m in frame.iter_rows()}
+    rows = billing_ledger.spend_rows(warehouse, day, month, now)
+    return {t: TenantSpend(Decimal(b), Decimal(d), Decimal(m)) for t, b, d, m in rows}
 
 
 def evaluate_guards(
@@ -399,14 +313,12 @@ def _decision(
 def tenant_admission(warehouse: Warehouse, tenant_id: str, now: dt.datetime) -> tuple[bool, list[str]]:
     """May `tenant_id` start a task now? False while a budget guard refusal of this hour stands."""
     hour = now.astimezone(UTC).strftime("%Y-%m-%dT%H")
-    frame = warehouse.query(
-        "SELECT reasons FROM decisions WHERE kind = ? AND action = ? AND decision_id = ? AND NOT shadow",
-        [
-            DecisionKind.BUDGET_GUARD.value,
-            DecisionAction.REFUSE_NEW_TASKS.value,
-            f"budget:{tenant_id}:refuse:{hour}",
-        ],
+    reasons = billing_ledger.live_decision_reasons(
+        warehouse,
+        DecisionKind.BUDGET_GUARD.value,
+        DecisionAction.REFUSE_NEW_TASKS.value,
+        f"budget:{tenant_id}:refuse:{hour}",
     )
-    if frame.is_empty():
+    if reasons is None:
         return True, []
-    return False, list(frame["reasons"][0])
+    return False, reasons

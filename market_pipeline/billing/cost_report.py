@@ -19,7 +19,7 @@ import polars as pl
 
 from market_pipeline.billing.errors import BillingError
 from market_pipeline.billing.tenant_scope import tenant_query
-from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse import Warehouse, billing_readers
 
 COMPONENTS = (
     "base_cost",
@@ -41,28 +41,14 @@ class CostReportData:
 
 
 def collect(warehouse: Warehouse, tenant_id: str) -> CostReportData:
-    daily = tenant_query(warehouse, tenant_id, "SELECT * FROM agg_tenant_daily_cost ORDER BY day")
-    pools = tenant_query(
-        warehouse, tenant_id, "SELECT DISTINCT pool_id FROM fct_invoice_lines WHERE charge_category = 'Usage'"
-    )
+    def run(sql: str, params: list[object]) -> pl.DataFrame:
+        return tenant_query(warehouse, tenant_id, sql, params)
+
+    daily = billing_readers.cost_report_daily(run)
+    pools = billing_readers.cost_report_pools(run)
     pool_ids = pools["pool_id"].to_list()
-    prices = (
-        tenant_query(
-            warehouse,
-            tenant_id,
-            "SELECT effective_from, pool_id, resource_class, price_per_gpu_hour FROM price_book"
-            " WHERE list_contains(?, pool_id) ORDER BY effective_from",
-            [pool_ids],
-        )
-        if pool_ids
-        else pl.DataFrame()
-    )
-    credits = tenant_query(
-        warehouse,
-        tenant_id,
-        "SELECT fault_at, task_id, pool_id, end_reason, affected_cost, sla_credit_rate, credit_amount"
-        " FROM fct_sla_credits ORDER BY fault_at",
-    )
+    prices = billing_readers.cost_report_prices(run, pool_ids) if pool_ids else pl.DataFrame()
+    credits = billing_readers.cost_report_credits(run)
     totals = {
         c: Decimal(daily[c].sum() or 0) if daily.height else Decimal(0)
         for c in (*COMPONENTS, "billed_cost", "gpu_hours")

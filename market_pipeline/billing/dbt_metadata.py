@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse import Warehouse, billing_readers
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -89,13 +89,4 @@ def row_counts(store: Warehouse, relations: Iterable[str]) -> dict[str, int]:
     wanted = sorted({r for r in relations if _NAME.match(r)})
     if not wanted:
         return {}
-    present = set(
-        store.query(
-            "SELECT table_name FROM information_schema.tables WHERE list_contains(?, table_name)", [wanted]
-        )["table_name"]
-    )
-    counts = {}
-    for name in wanted:
-        if name in present:
-            counts[name] = int(store.query(f'SELECT count(*) AS n FROM "{name}"')["n"][0])
-    return counts
+    return billing_readers.relation_row_counts(store, wanted)

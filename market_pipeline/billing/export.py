@@ -33,7 +33,8 @@ from market_pipeline.billing.errors import BillingError
 from market_pipeline.cli.support import input_error
 from market_pipeline.cli.warehouse_options import add_warehouse_argument, warehouse_path
 from market_pipeline.config import ConfigError
-from market_pipeline.warehouse import Warehouse, WarehouseError
+from market_pipeline.warehouse import Warehouse, WarehouseError, billing_export
+from market_pipeline.warehouse.billing_export import DATASETS, Dataset
 
 FOCUS_VERSION = "1.2"
 # When this export's FOCUS schema was defined; the SchemaId (a hash of the column
@@ -47,52 +48,6 @@ UTC = dt.timezone.utc
 
 class ExportError(BillingError):
     """The export cannot be written; the message names the window, path or table."""
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """One billing mart as files: its table, row id, the UTC-month column that partitions
-    it and the naive-UTC period bounds that place a row in the window."""
-
-    name: str
-    table: str
-    row_id: str
-    period_start: str
-    period_end: str
-
-
-DATASETS: dict[str, tuple[Dataset, ...]] = {
-    "focus": (
-        Dataset(
-            "focus", "focus_export", "x_FocusRowId", "x_ChargeHourUtc", "x_ChargeHourUtc + INTERVAL 1 HOUR"
-        ),
-    ),
-    "invoices": (
-        Dataset(
-            "invoice_lines",
-            "fct_invoice_lines",
-            "invoice_line_id",
-            "period_start_utc",
-            "make_timestamp(epoch_us(period_end))",
-        ),
-    ),
-    "economics": (
-        Dataset(
-            "pool_economics",
-            "agg_pool_economics",
-            "economics_row_id",
-            "period_start_utc",
-            "make_timestamp(epoch_us(period_end))",
-        ),
-        Dataset(
-            "tenant_capacity_cost",
-            "agg_tenant_capacity_cost",
-            "allocation_row_id",
-            "period_start_utc",
-            "make_timestamp(epoch_us(period_end))",
-        ),
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -127,19 +82,6 @@ def _naive(value: dt.datetime) -> str:
     return value.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ")
 
 
-def _select_list(con: duckdb.DuckDBPyConnection, table: str, fmt: str) -> str:
-    """Every column; for CSV, times in the FOCUS date/time format (UTC, 'YYYY-MM-DDTHH:mm:ssZ')."""
-    columns = con.execute(f"DESCRIBE {table}").fetchall()
-    parts = []
-    for name, kind, *_ in columns:
-        quoted = '"' + name.replace('"', '""') + '"'
-        if fmt == "csv" and kind.upper().startswith("TIMESTAMP"):
-            parts.append(f"strftime({quoted}, '%Y-%m-%dT%H:%M:%SZ') AS {quoted}")
-        else:
-            parts.append(quoted)
-    return ", ".join(parts)
-
-
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -147,7 +89,7 @@ def _sha256(path: Path) -> str:
 def focus_metadata(con: duckdb.DuckDBPyConnection) -> dict:
     """FOCUS 1.2 schema metadata of focus_export (metadata/schema in the specification)."""
     definitions = []
-    for name, kind, *_ in con.execute("DESCRIBE focus_export").fetchall():
+    for name, kind in billing_export.column_types(con, "focus_export"):
         kind = kind.upper()
         entry: dict = {"ColumnName": name}
         if kind.startswith("DECIMAL"):
@@ -177,32 +119,19 @@ def focus_metadata(con: duckdb.DuckDBPyConnection) -> dict:
 def _write_dataset(
     con: duckdb.DuckDBPyConnection, dataset: Dataset, lo: str, hi: str, fmt: str, staging: Path
 ) -> list[dict]:
-    where = f"{dataset.period_start} >= TIMESTAMP '{lo}' AND {dataset.period_end} <= TIMESTAMP '{hi}'"
     try:
-        periods = [
-            row[0]
-            for row in con.execute(
-                f"SELECT DISTINCT strftime(date_trunc('month', {dataset.period_start}), '%Y-%m') AS p"
-                f" FROM {dataset.table} WHERE {where} ORDER BY p"
-            ).fetchall()
-        ]
+        periods = billing_export.window_periods(con, dataset, lo, hi)
     except duckdb.CatalogException:
         raise ExportError(
             f"table {dataset.table} is not in the warehouse: run `market-pipeline billing-rollup` first"
         ) from None
-    select = _select_list(con, dataset.table, fmt)
-    options = "FORMAT csv, HEADER true" if fmt == "csv" else "FORMAT parquet, COMPRESSION zstd"
+    select = billing_export.select_list(con, dataset.table, fmt)
     files = []
     for period in periods:
         folder = staging / f"billing_period={period}"
         folder.mkdir(exist_ok=True)
         target = folder / f"{dataset.name}.{fmt}"
-        query = (
-            f"SELECT {select} FROM {dataset.table} WHERE {where} AND strftime(date_trunc('month', "
-            f"{dataset.period_start}), '%Y-%m') = '{period}' ORDER BY {dataset.row_id}"
-        )
-        con.execute(f"COPY ({query}) TO '{target}' ({options})")
-        rows = con.execute(f"SELECT count(*) FROM ({query})").fetchone()[0]
+        rows = billing_export.copy_period(con, dataset, select, lo, hi, period, fmt, target)
         files.append(
             {
                 "billing_period": period,
@@ -264,8 +193,7 @@ def export(
     except OSError as exc:
         raise ExportError(f"--out {out}: cannot write in {parent}: {exc.strerror}") from None
     try:
-        with warehouse.connect(read_only=True) as con:
-            con.execute("SET threads = 1")  # one writer thread: the same bytes on every rerun
+        with billing_export.export_connection(warehouse) as con:
             files = [
                 f for dataset in DATASETS[what] for f in _write_dataset(con, dataset, lo, hi, fmt, staging)
             ]

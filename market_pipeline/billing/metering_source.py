@@ -20,7 +20,7 @@ from market_pipeline.billing.errors import MeteringError
 from market_pipeline.billing.metering import HourWindow, meter_window
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.hardware.protocol import NodeAdapter, NodeInfo, TaskInfo
-from market_pipeline.warehouse import Warehouse, WarehouseError
+from market_pipeline.warehouse import Warehouse, WarehouseError, billing_readers
 
 DEFAULT_LOOKBACK = dt.timedelta(hours=48)
 
@@ -48,11 +48,7 @@ def carried_from_previous(warehouse: Warehouse, window: HourWindow) -> dict[str,
     previous = HourWindow(window.start - dt.timedelta(hours=1), window.start).partition_key
     if not warehouse.exists():
         return {}
-    frame = warehouse.query(
-        "SELECT task_id, min(drain_signal_at) AS drain_signal_at FROM usage_intervals"
-        " WHERE partition_key = ? AND end_reason = 'running' GROUP BY task_id",
-        [previous],
-    )
+    frame = billing_readers.running_at_partition_end(warehouse, previous)
     return dict(zip(frame["task_id"].to_list(), frame["drain_signal_at"].to_list()))
 
 
@@ -65,13 +61,7 @@ def drain_records(
     if not ids or not warehouse.exists():
         return {}, set()
     try:
-        frame = warehouse.query(
-            "SELECT task_id, min(drain_signal_at) AS signal,"
-            " bool_or(platform_fault AND task_ended_at < ?) AS fault"
-            " FROM drain_billing_events WHERE list_contains(?, task_id)"
-            " AND (drain_signal_at < ? OR task_ended_at < ?) GROUP BY task_id",
-            [window.end, ids, window.end, window.end],
-        )
+        frame = billing_readers.drain_billing_records(warehouse, window.end, ids)
     except WarehouseError:
         return {}, set()  # the task-drain migration is not applied in this warehouse
     signals = {t: s for t, s, _ in frame.iter_rows() if s is not None and s < window.end}

@@ -17,7 +17,7 @@ import polars as pl
 from market_pipeline.billing.errors import BillingError
 from market_pipeline.billing.rate_card import RateCard
 from market_pipeline.config import MarketPipelineConfig
-from market_pipeline.warehouse import Warehouse, WarehouseError
+from market_pipeline.warehouse import Warehouse, WarehouseError, billing_readers
 
 NANO = Decimal("0.000000001")
 CLASSES = ("guaranteed", "drainable")
@@ -88,11 +88,7 @@ def load_price_history(warehouse: Warehouse | None, pool_id: str) -> PriceHistor
     if warehouse is None or not warehouse.exists():
         return PriceHistory(pool_id, empty)
     try:
-        frame = warehouse.query(
-            "SELECT effective_from, resource_class, price_per_gpu_hour FROM price_book"
-            " WHERE pool_id = ? ORDER BY effective_from",
-            [pool_id],
-        )
+        frame = billing_readers.price_history(warehouse, pool_id)
     except WarehouseError as exc:
         if not _table_missing(exc):  # a file that is no warehouse: never quote from the bounds
             raise
@@ -106,14 +102,7 @@ def month_to_date_gpu_hours(warehouse: Warehouse | None, tenant_id: str, at: dt.
         return Decimal(0)
     month = at.astimezone(dt.timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     try:
-        # the hourly invoice lines hold the same sums as the rated rows (per-row rounded
-        # GPU-hours), already aggregated: no need to rate the month's usage again
-        frame = warehouse.query(
-            "SELECT coalesce(sum(consumed_gpu_hours), 0) AS h FROM fct_invoice_lines"
-            " WHERE tenant_id = ? AND period_grain = 'hour' AND charge_category = 'Usage'"
-            " AND period_start >= ? AND period_start < ?",
-            [tenant_id, month, at],
-        )
+        frame = billing_readers.billed_gpu_hours(warehouse, tenant_id, month, at)
     except WarehouseError as exc:
         if not _table_missing(exc):
             raise

@@ -15,7 +15,7 @@ import polars as pl
 
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.tick.promises import Promises
-from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse import Warehouse, billing_ledger
 
 # An SLA credit covers the task's billed usage in this many seconds before the fault: the
 # hour of work a platform-caused failure or drain failure typically destroys.
@@ -172,14 +172,5 @@ class RateCard:
 def refresh_rate_card(warehouse: Warehouse, config: MarketPipelineConfig) -> RateCard:
     """Rewrite every rate card table from the config in one transaction."""
     card = RateCard.from_config(config)
-    with warehouse.connect() as con:
-        con.execute("BEGIN")
-        try:
-            for table, frame in card.tables().items():
-                con.execute(f"DELETE FROM {table}")
-                warehouse.append(table, frame, con=con)
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
+    billing_ledger.rewrite_rate_card(warehouse, card.tables())
     return card

@@ -6,9 +6,7 @@ statement, no file or network access, locked configuration, time, memory and row
 so the query cannot ATTACH the warehouse or read files. Public tables (the price book and
 the rate card) are copied whole: every tenant may see list prices.
 
-Copies are materialised (`to_arrow_table`): in DuckDB 1.5 `.arrow()` returns a lazy
-reader that the next query on the source connection invalidates, which left every table
-but the last one empty.
+The copying and the private database are `warehouse.tenant_copies`.
 """
 
 from __future__ import annotations
@@ -21,8 +19,8 @@ import duckdb
 import polars as pl
 
 from market_pipeline.billing.errors import BillingError
-from market_pipeline.warehouse import Warehouse
-from market_pipeline.warehouse.sql_guard import SqlLimits, SqlRefused, check_read_only, lock_down, run_limited
+from market_pipeline.warehouse import Warehouse, tenant_copies
+from market_pipeline.warehouse.sql_guard import SqlLimits, SqlRefused, check_read_only, run_limited
 
 # Table -> the column naming the tenant that owns a row.
 TENANT_TABLES: Mapping[str, str] = {
@@ -54,12 +52,6 @@ def _referenced(sql: str, tables: list[str]) -> list[str]:
     return [t for t in tables if t.lower() in words]
 
 
-def _existing(warehouse: Warehouse, names: list[str]) -> set[str]:
-    frame = warehouse.query("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'")
-    present = set(frame["table_name"].to_list())
-    return {n for n in names if n in present}
-
-
 def scoped_connection(
     warehouse: Warehouse, tenant_id: str, sql: str, limits: SqlLimits | None = None
 ) -> duckdb.DuckDBPyConnection:
@@ -67,30 +59,9 @@ def scoped_connection(
     if not tenant_id:
         raise TenantScopeError("tenant id must be a non-empty string")
     wanted = _referenced(sql, [*TENANT_TABLES, *PUBLIC_TABLES])
-    present = _existing(warehouse, wanted)
-    copies: dict[str, object] = {}
-    with warehouse.connect(read_only=True) as source:
-        for table in wanted:
-            if table not in present:
-                continue
-            if table in TENANT_TABLES:
-                column = TENANT_TABLES[table]
-                copies[table] = source.execute(
-                    f'SELECT * FROM main."{table}" WHERE "{column}" = ?', [tenant_id]
-                ).to_arrow_table()
-            else:
-                copies[table] = source.execute(f'SELECT * FROM main."{table}"').to_arrow_table()
-    con = duckdb.connect(":memory:")
-    try:
-        for table, arrow in copies.items():
-            con.register("_rows", arrow)
-            con.execute(f'CREATE TABLE "{table}" AS SELECT * FROM _rows')
-            con.unregister("_rows")
-        lock_down(con, limits or SqlLimits())
-    except BaseException:
-        con.close()
-        raise
-    return con
+    present = tenant_copies.existing_tables(warehouse, wanted)
+    copies = tenant_copies.copy_rows(warehouse, [t for t in wanted if t in present], TENANT_TABLES, tenant_id)
+    return tenant_copies.locked_database(copies, limits or SqlLimits())
 
 
 def tenant_query(

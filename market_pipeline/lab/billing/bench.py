@@ -29,10 +29,10 @@ import duckdb
 
 from market_pipeline.billing.dbt_project import cached_manifest, run_dbt
 from market_pipeline.billing.errors import BillingError
-from market_pipeline.billing.hand_query import INVOICE_TOTALS_SQL
 from market_pipeline.billing.rate_card import refresh_rate_card
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.warehouse import open_warehouse
+from market_pipeline.warehouse.invoice_totals import INVOICE_TOTALS_SQL
 
 BENCH_START = dt.datetime(2026, 1, 5, tzinfo=dt.timezone.utc)  # a Monday
 PRICE_TICK_MINUTES = 5
