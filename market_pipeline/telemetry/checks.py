@@ -14,9 +14,9 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from market_pipeline.telemetry.gx_rules import RuleLimits, RulesReport, run_clean_rules
-from market_pipeline.telemetry.ingest import CLEAN_TABLE, LEDGER_TABLE, QUARANTINE_TABLE, known_gpu_uuids
+from market_pipeline.telemetry.ingest import known_gpu_uuids
 from market_pipeline.telemetry.schema import SAMPLE_COLUMNS
-from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse import Warehouse, telemetry_store
 
 
 @dataclass(frozen=True)
@@ -95,11 +95,7 @@ class Freshness:
 
 
 def quarantine_stats(warehouse: Warehouse, partition_key: str) -> QuarantineStats:
-    ledger = warehouse.query(
-        f"SELECT source, rows_in, clean, quarantined, by_reason FROM {LEDGER_TABLE} "
-        "WHERE partition_key = ? ORDER BY source",
-        [partition_key],
-    )
+    ledger = telemetry_store.ingest_ledger(warehouse, partition_key)
     by_reason: dict[str, int] = {}
     for raw in ledger.get_column("by_reason").to_list():
         for reason, count in json.loads(raw).items():
@@ -122,27 +118,16 @@ def quarantine_rate_verdict(stats: QuarantineStats, threshold: float) -> RateVer
 
 
 def accounting(warehouse: Warehouse, partition_key: str) -> Accounting:
-    row = warehouse.query(
-        f"""SELECT
-              (SELECT coalesce(sum(rows_in), 0) FROM {LEDGER_TABLE} WHERE partition_key = $1),
-              (SELECT count(*) FROM {CLEAN_TABLE} WHERE partition_key = $1),
-              (SELECT count(*) FROM {QUARANTINE_TABLE} WHERE partition_key = $1)""",
-        [partition_key],
-    ).row(0)
-    return Accounting(partition_key, int(row[0]), int(row[1]), int(row[2]))
+    return Accounting(partition_key, *telemetry_store.partition_counts(warehouse, partition_key))
 
 
 def freshness(warehouse: Warehouse, now: datetime, max_age: timedelta) -> Freshness:
-    row = warehouse.query(
-        f"SELECT max(ts), max(partition_key) FROM {CLEAN_TABLE} "
-        f"WHERE partition_key = (SELECT max(partition_key) FROM {LEDGER_TABLE} WHERE clean > 0)"
-    ).row(0)
-    return Freshness(latest_ts=row[0], latest_partition=row[1], now=now, max_age=max_age)
+    latest_ts, latest_partition = telemetry_store.latest_clean(warehouse)
+    return Freshness(latest_ts=latest_ts, latest_partition=latest_partition, now=now, max_age=max_age)
 
 
 def clean_partition(warehouse: Warehouse, partition_key: str) -> pl.DataFrame:
-    columns = ", ".join(SAMPLE_COLUMNS)
-    return warehouse.query(f"SELECT {columns} FROM {CLEAN_TABLE} WHERE partition_key = ?", [partition_key])
+    return telemetry_store.clean_rows(warehouse, partition_key, SAMPLE_COLUMNS)
 
 
 def clean_rules(

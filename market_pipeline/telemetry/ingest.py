@@ -36,11 +36,8 @@ from market_pipeline.telemetry.rules import (
     screen,
 )
 from market_pipeline.telemetry.schema import SAMPLE_COLUMNS, CoercedSamples, coerce_samples, localize_naive
-from market_pipeline.warehouse import TableRewrite, Warehouse
+from market_pipeline.warehouse import TableRewrite, Warehouse, telemetry_store
 
-CLEAN_TABLE = "telemetry_clean"
-QUARANTINE_TABLE = "telemetry_quarantine"
-LEDGER_TABLE = "telemetry_ingests"
 _MICROS_PER_HOUR = 3_600_000_000
 
 
@@ -76,8 +73,7 @@ class IngestReport:
 
 def known_gpu_uuids(warehouse: Warehouse) -> frozenset[str]:
     """The fleet inventory's GPU UUIDs (empty: no inventory, the UUID rule is off)."""
-    frame = warehouse.query("SELECT gpu_uuid FROM fleet_gpus")
-    return frozenset(frame.get_column("gpu_uuid").to_list())
+    return telemetry_store.fleet_gpu_uuids(warehouse)
 
 
 def ingest_samples(
@@ -95,9 +91,7 @@ def ingest_samples(
     screening = screen(samples, policy)
     hours = _row_hours(samples, screening, policy, fallback_time)
     # on a lake: the only ingest at a time (its id is one past the largest, and its rewrites keyed)
-    with warehouse.write_lock(CLEAN_TABLE, QUARANTINE_TABLE, LEDGER_TABLE), warehouse.connect() as con:
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute("SET enable_progress_bar = false")  # stderr belongs to the caller
+    with telemetry_store.ingest_connection(warehouse) as con:
         ingest_id = warehouse.next_id(con, "telemetry_ingest_seq")
         screening = _quarantine_keys_of_other_sources(con, samples, screening, hours, source)
         good = screening.good_mask()
@@ -253,19 +247,10 @@ def _ledger_frame(
 def _rewrites(
     source: str, partitions: list[str], clean: pl.DataFrame, quarantine: pl.DataFrame, ledger: pl.DataFrame
 ) -> list[TableRewrite]:
-    owned = (
-        f"list_contains(?, partition_key) AND ingest_id IN (SELECT ingest_id FROM "
-        f"{LEDGER_TABLE} WHERE source = ? AND list_contains(?, partition_key))"
-    )
-    params = (partitions, source, partitions)
     quarantine_columns = ["source_row", *SAMPLE_COLUMNS, "reasons", "partition_key", "ingest_id"]
-    return [
-        TableRewrite(CLEAN_TABLE, owned, params, _arrow(clean)),
-        TableRewrite(QUARANTINE_TABLE, owned, params, _arrow(quarantine.select(quarantine_columns))),
-        TableRewrite(
-            LEDGER_TABLE, "source = ? AND list_contains(?, partition_key)", (source, partitions), ledger
-        ),
-    ]
+    return telemetry_store.partition_rewrites(
+        source, partitions, _arrow(clean), _arrow(quarantine.select(quarantine_columns)), ledger
+    )
 
 
 def _arrow(frame: pl.DataFrame) -> pa.Table:
@@ -282,23 +267,11 @@ def _quarantine_keys_of_other_sources(
     _, partitions = _keys_expr(hours, good)
     if not partitions:
         return screening
-    others = con.execute(
-        f"SELECT count(*) FROM {LEDGER_TABLE} WHERE source <> ? AND clean > 0 "
-        "AND list_contains(?, partition_key)",
-        [source, partitions],
-    ).fetchone()[0]
+    others = telemetry_store.other_sources_ingests(con, source, partitions)
     if not others:
         return screening
-    existing = (
-        con.execute(
-            f"""SELECT c.node_id, c.gpu_uuid, c.ts FROM {CLEAN_TABLE} c
-            JOIN {LEDGER_TABLE} i ON i.partition_key = c.partition_key
-                                  AND i.ingest_id = c.ingest_id
-            WHERE i.source <> ? AND list_contains(?, c.partition_key)""",
-            [source, partitions],
-        )
-        .pl()
-        .with_columns(pl.col("ts").cast(samples.typed.schema["ts"]))
+    existing = telemetry_store.other_sources_keys(con, source, partitions).with_columns(
+        pl.col("ts").cast(samples.typed.schema["ts"])
     )
     candidates = samples.typed.select(KEY_COLUMNS).with_row_index("position").filter(pl.Series(good))
     clashes = candidates.join(existing, on=list(KEY_COLUMNS), how="semi")

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
 from market_pipeline.bounded_input import InputFileError, checked_file
 from market_pipeline.hardware.protocol import REQUIRED_SAMPLE_COLUMNS, SAMPLE_SCHEMA
+from market_pipeline.warehouse.telemetry_store import parse_timestamp_texts
 
 FLOAT_COLUMNS: tuple[str, ...] = ("sm_util_pct", "mem_used_mib", "mem_total_mib", "power_w", "temp_c")
 INT_COLUMNS: tuple[str, ...] = ("gpu_index", "xid_errors")
@@ -208,22 +208,7 @@ def _all_false(length: int) -> pl.Series:
 
 def _parse_text_timestamps(text: pl.Series) -> tuple[pl.Series, pl.Series, pl.Series]:
     """ISO 8601 (any offset, 'Z', space or 'T'; no zone = naive) or epoch seconds, via DuckDB."""
-    frame = pl.DataFrame({"ts": text})
-    con = duckdb.connect()
-    try:
-        con.execute("SET TimeZone = 'UTC'")
-        con.register("raw_ts", frame.to_arrow())
-        parsed = con.execute(
-            f"""SELECT iso, epoch, present,
-                    iso IS NOT NULL AND NOT regexp_matches(trimmed, '{_ZONED_TEXT}') AS naive
-                FROM (SELECT trim(ts) AS trimmed, TRY_CAST(trim(ts) AS TIMESTAMPTZ) AS iso,
-                        CASE WHEN TRY_CAST(trim(ts) AS DOUBLE) BETWEEN 0 AND {_MAX_EPOCH_SECONDS}
-                             THEN to_timestamp(TRY_CAST(trim(ts) AS DOUBLE)) END AS epoch,
-                        trim(ts) <> '' AS present
-                      FROM raw_ts)"""
-        ).pl()
-    finally:
-        con.close()
+    parsed = parse_timestamp_texts(pl.DataFrame({"ts": text}), _ZONED_TEXT, _MAX_EPOCH_SECONDS)
     iso = parsed.get_column("iso").cast(SAMPLE_SCHEMA["ts"])
     typed = iso.fill_null(parsed.get_column("epoch").cast(SAMPLE_SCHEMA["ts"]))
     unparsed = (parsed.get_column("present").fill_null(False) & typed.is_null()).alias("unparsed")
