@@ -24,7 +24,8 @@ from market_pipeline.drain.limits import (
     DrainLimits,
     DrainReason,
 )
-from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse import Warehouse, readers
+from market_pipeline.warehouse.decisions import DecisionKind
 
 DRAIN_COLUMNS = {
     "decision_id": pl.Utf8,
@@ -39,15 +40,10 @@ DRAIN_COLUMNS = {
 
 def approved_drains(store: Warehouse) -> tuple[pl.DataFrame, datetime | None]:
     """Approved live drains of the last day up to the latest drain decision, and that time."""
-    latest = store.query("SELECT max(decided_at) AS t FROM decisions WHERE kind = 'drain'")["t"][0]
+    latest = readers.latest_decision_at(store, DecisionKind.DRAIN.value)
     if latest is None:
         return pl.DataFrame(schema=DRAIN_COLUMNS), None
-    frame = store.query(
-        "SELECT decision_id, pool_id, inputs->>'tenant_id' AS tenant_id, inputs->>'node_id' AS node_id, "
-        "inputs->>'trigger' AS trigger, decided_at, outcome FROM decisions WHERE kind = 'drain' "
-        "AND allowed AND NOT shadow AND decided_at > ? AND decided_at <= ?",
-        [latest - TENANT_CAP_WINDOW, latest],
-    )
+    frame = readers.approved_live_drains(store, latest - TENANT_CAP_WINDOW, latest)
     return frame, latest
 
 

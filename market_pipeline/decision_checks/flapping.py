@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from market_pipeline.decision_checks.verdict import Verdict
-from market_pipeline.warehouse import Warehouse
-from market_pipeline.warehouse.decisions import DecisionAction, DecisionOutcome
+from market_pipeline.warehouse import Warehouse, readers
+from market_pipeline.warehouse.decisions import DecisionAction, DecisionKind, DecisionOutcome
 
 MAX_PER_DAY = 2
 WINDOW = timedelta(hours=24)
@@ -33,7 +33,7 @@ def node_actions(store: Warehouse, until: datetime | None = None) -> pl.DataFram
     """Approved live cordon/uncordon decisions (target, action, decided_at, outcome) in the
     24 h up to `until` (default: the latest scaling decision)."""
     if until is None:
-        until = store.query("SELECT max(decided_at) AS t FROM decisions WHERE kind = 'scale'")["t"][0]
+        until = readers.latest_decision_at(store, DecisionKind.SCALE.value)
         if until is None:
             return pl.DataFrame(
                 schema={
@@ -43,12 +43,7 @@ def node_actions(store: Warehouse, until: datetime | None = None) -> pl.DataFram
                     "outcome": pl.Utf8,
                 }
             )
-    return store.query(
-        "SELECT target, action, decided_at, outcome FROM decisions WHERE kind = 'scale' AND allowed "
-        "AND NOT shadow AND target IS NOT NULL AND action IN ('cordon', 'replace', 'uncordon') "
-        "AND decided_at > ? AND decided_at <= ? ORDER BY decided_at",
-        [until - WINDOW, until],
-    )
+    return readers.approved_node_actions(store, until - WINDOW, until)
 
 
 def flapping_verdict(actions: pl.DataFrame, limit: int = MAX_PER_DAY) -> Verdict:

@@ -327,6 +327,28 @@ def published_with_previous(store: Warehouse, at: datetime | None = None) -> pl.
     )
 
 
+def approved_live_drains(store: Warehouse, after: datetime, until: datetime) -> pl.DataFrame:
+    """Approved live drain decisions made in (after, until]: decision_id, pool_id, tenant_id,
+    node_id, trigger (the last three from the task's snapshot), decided_at, outcome."""
+    return store.query(
+        "SELECT decision_id, pool_id, inputs->>'tenant_id' AS tenant_id, inputs->>'node_id' AS node_id, "
+        "inputs->>'trigger' AS trigger, decided_at, outcome FROM decisions WHERE kind = 'drain' "
+        "AND allowed AND NOT shadow AND decided_at > ? AND decided_at <= ?",
+        [after, until],
+    )
+
+
+def approved_node_actions(store: Warehouse, after: datetime, until: datetime) -> pl.DataFrame:
+    """Approved live cordon, replace and uncordon decisions made in (after, until], oldest
+    first: target, action, decided_at, outcome."""
+    return store.query(
+        "SELECT target, action, decided_at, outcome FROM decisions WHERE kind = 'scale' AND allowed "
+        "AND NOT shadow AND target IS NOT NULL AND action IN ('cordon', 'replace', 'uncordon') "
+        "AND decided_at > ? AND decided_at <= ? ORDER BY decided_at",
+        [after, until],
+    )
+
+
 def latest_tick_solve(store: Warehouse) -> dict[str, object] | None:
     """The solve report of the latest market tick (None before the first tick)."""
     frame = store.query(
