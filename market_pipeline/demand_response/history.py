@@ -17,6 +17,7 @@ from market_pipeline.demand_response.estimator import (
     fit_elasticity,
 )
 from market_pipeline.market.resources import RESOURCE_CLASSES
+from market_pipeline.warehouse import Warehouse, readers
 
 COLUMNS = ("ts", "pool_id", "resource_class", "price", "demand")
 HISTORY_SCHEMA = {
@@ -128,26 +129,9 @@ def fit_history(
     return out
 
 
-def warehouse_history(store, start: datetime, end: datetime) -> pl.DataFrame:
+def warehouse_history(store: Warehouse, start: datetime, end: datetime) -> pl.DataFrame:
     """Hourly (price, demand) per pool x class from the warehouse: GPU-hours sold per class in
     each hour (`usage_intervals`) at the price in force at the hour's start (`price_book`)."""
-    frame = store.query(
-        """WITH hours AS (SELECT unnest(generate_series(date_trunc('hour', ?::TIMESTAMPTZ),
-                                                       ?::TIMESTAMPTZ - INTERVAL 1 HOUR, INTERVAL 1 HOUR)) AS ts),
-           used AS (
-             SELECT h.ts, u.pool_id, u.resource_class,
-                    sum(CAST(u.gpu_fraction AS DOUBLE) * epoch(least(u.ended_at, h.ts + INTERVAL 1 HOUR)
-                        - greatest(u.started_at, h.ts)) / 3600.0) AS demand
-             FROM hours h JOIN usage_intervals u
-               ON u.started_at < h.ts + INTERVAL 1 HOUR AND u.ended_at > h.ts
-             GROUP BY 1, 2, 3)
-           SELECT u.ts, u.pool_id, u.resource_class,
-                  (SELECT CAST(b.price_per_gpu_hour AS DOUBLE) FROM price_book b
-                   WHERE b.pool_id = u.pool_id AND b.resource_class = u.resource_class
-                     AND b.effective_from <= u.ts ORDER BY b.effective_from DESC LIMIT 1) AS price,
-                  u.demand
-           FROM used u ORDER BY u.pool_id, u.resource_class, u.ts""",
-        [start, end],
-    )
+    frame = readers.class_demand_by_hour(store, start, end)
     frame = frame.filter(pl.col("price").is_not_null())
     return frame.select(COLUMNS).cast(HISTORY_SCHEMA) if frame.height else pl.DataFrame(schema=HISTORY_SCHEMA)

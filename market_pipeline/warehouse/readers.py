@@ -202,6 +202,30 @@ def experiments_of_fit(store: Warehouse, fitted_at: datetime, status: str, tick_
     )
 
 
+def class_demand_by_hour(store: Warehouse, start: datetime, end: datetime) -> pl.DataFrame:
+    """Per hour of [start, end), pool and resource class with usage: ts, pool_id,
+    resource_class, price (the price book's in force at the hour's start, null when none was),
+    demand (GPU-hours used in the hour), by pool, class and hour."""
+    return store.query(
+        """WITH hours AS (SELECT unnest(generate_series(date_trunc('hour', ?::TIMESTAMPTZ),
+                                                       ?::TIMESTAMPTZ - INTERVAL 1 HOUR, INTERVAL 1 HOUR)) AS ts),
+           used AS (
+             SELECT h.ts, u.pool_id, u.resource_class,
+                    sum(CAST(u.gpu_fraction AS DOUBLE) * epoch(least(u.ended_at, h.ts + INTERVAL 1 HOUR)
+                        - greatest(u.started_at, h.ts)) / 3600.0) AS demand
+             FROM hours h JOIN usage_intervals u
+               ON u.started_at < h.ts + INTERVAL 1 HOUR AND u.ended_at > h.ts
+             GROUP BY 1, 2, 3)
+           SELECT u.ts, u.pool_id, u.resource_class,
+                  (SELECT CAST(b.price_per_gpu_hour AS DOUBLE) FROM price_book b
+                   WHERE b.pool_id = u.pool_id AND b.resource_class = u.resource_class
+                     AND b.effective_from <= u.ts ORDER BY b.effective_from DESC LIMIT 1) AS price,
+                  u.demand
+           FROM used u ORDER BY u.pool_id, u.resource_class, u.ts""",
+        [start, end],
+    )
+
+
 def elasticity_history(store: Warehouse, since: datetime) -> pl.DataFrame:
     """Fitted elasticities from `since` on, oldest first: fitted_at, resource, elasticity."""
     return store.query(
