@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse import Warehouse, drain_decisions
 from market_pipeline.warehouse.decision_inputs import BudgetGuardInputs
 from market_pipeline.warehouse.decisions import DecisionAction, DecisionKind
 
@@ -53,20 +53,14 @@ def load_budget_blocks(warehouse: Warehouse, fleet_now: datetime, shadow: bool) 
     records). A block whose `drain_after` lies in the future is not returned yet.
     """
     since = fleet_now - BUDGET_DECISION_TTL
-    with warehouse.connect(read_only=True) as con:
-        rows = con.execute(
-            "SELECT decision_id, target, reasons, inputs, decided_at FROM decisions"
-            " WHERE kind = ? AND action = ? AND allowed"
-            " AND (NOT shadow OR ?) AND decided_at >= ? AND decided_at <= ?"
-            " ORDER BY decided_at, decision_id",
-            [
-                DecisionKind.BUDGET_GUARD.value,
-                DecisionAction.REFUSE_NEW_TASKS.value,
-                shadow,
-                since,
-                fleet_now,
-            ],
-        ).fetchall()
+    rows = drain_decisions.allowed_decisions_between(
+        warehouse,
+        DecisionKind.BUDGET_GUARD.value,
+        DecisionAction.REFUSE_NEW_TASKS.value,
+        shadow,
+        since,
+        fleet_now,
+    )
     blocks: dict[str, BudgetBlock] = {}
     for decision_id, tenant, reasons, inputs, decided in rows:
         decided_at = _utc(decided)

@@ -38,14 +38,14 @@ from market_pipeline.drain.store import (
     write_decisions,
 )
 from market_pipeline.hardware.protocol import NodeAdapter, adapter_now
-from market_pipeline.warehouse import Warehouse
+from market_pipeline.warehouse import Warehouse, telemetry_store
 from market_pipeline.warehouse.control import ControlStore
 from market_pipeline.warehouse.readers import table_exists
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig
 
-TELEMETRY_TABLE = "telemetry_clean"
+TELEMETRY_TABLE = telemetry_store.CLEAN_TABLE
 
 
 class DrainRefused(ValueError):
@@ -63,11 +63,7 @@ def recent_samples(
     if callable(epoch_time):
         start = max(start, epoch_time())
     if table_exists(warehouse, TELEMETRY_TABLE):
-        frame = warehouse.query(
-            f"SELECT ts, node_id, gpu_uuid, sm_util_pct, task_id, tenant_id FROM {TELEMETRY_TABLE}"
-            " WHERE ts >= ? AND ts <= ?",
-            [start, fleet_now],
-        )
+        frame = telemetry_store.utilisation_between(warehouse, start, fleet_now)
         if not frame.is_empty():
             return frame, TELEMETRY_TABLE
     return adapter.read_samples(start, fleet_now + timedelta(microseconds=1)), "adapter"

@@ -36,16 +36,18 @@ from market_pipeline.drain.protocol import (
 from market_pipeline.drain.score import DrainHistory
 from market_pipeline.drain.steps import DrainReport
 from market_pipeline.hardware.protocol import TaskInfo
-from market_pipeline.warehouse import Warehouse, WarehouseError, raise_unless_conflict, rollback
+from market_pipeline.warehouse import Warehouse, WarehouseError
 from market_pipeline.warehouse.control import ControlConflict
 from market_pipeline.warehouse.decision_inputs import DrainInputs
 from market_pipeline.warehouse.drain_audit import (
     audit_rows,
     insert_audit_row,
     insert_billing_event,
+    mirror_steps,
     open_drain_ids,
     requested_detail,
     seq_written,
+    write_step,
     written_seqs,
 )
 from market_pipeline.warehouse.drain_decisions import (
@@ -123,19 +125,19 @@ class WarehouseAuditStore:
             self._mirror([transition_from_dict(row) for row in rows])
             return
         with self._mirror_lock(), self._connect() as con:
-            con.execute("BEGIN")
-            try:
+
+            def write() -> DrainWarning | None:
                 if self.warehouse.lake is not None and seq_written(con, transition.drain_id, transition.seq):
                     raise duckdb.ConstraintException("drain_audit key (drain_id, seq) exists")
-                warning = _write_row(self.warehouse, con, transition)
-                con.execute("COMMIT")
+                return _write_row(self.warehouse, con, transition)
+
+            try:
+                warning = write_step(con, write)
             except duckdb.ConstraintException as exc:
-                con.execute("ROLLBACK")
                 raise DuplicateStepError(
                     f"drain {transition.drain_id}: seq {transition.seq} already written"
                 ) from exc
             except duckdb.Error as exc:
-                con.execute("ROLLBACK")
                 raise WarehouseError(f"append to drain_audit failed: {exc}") from exc
         self._notify([warning] if warning is not None else [])
 
@@ -156,23 +158,19 @@ class WarehouseAuditStore:
 
         warnings: list[DrainWarning] = []
 
+        def rows(con: duckdb.DuckDBPyConnection) -> None:
+            have = written_seqs(con, history[0].drain_id)
+            for transition in history:
+                if transition.seq not in have:
+                    warning = _write_row(self.warehouse, con, transition)
+                    if warning is not None:
+                        warnings.append(warning)
+
         def write() -> None:
             warnings.clear()  # a retried write starts over
-            with self.warehouse.connect() as con:
-                con.execute("BEGIN")
-                try:
-                    have = written_seqs(con, history[0].drain_id)
-                    for transition in history:
-                        if transition.seq not in have:
-                            warning = _write_row(self.warehouse, con, transition)
-                            if warning is not None:
-                                warnings.append(warning)
-                    con.execute("COMMIT")
-                except duckdb.Error as exc:
-                    rollback(con)
-                    raise_unless_conflict(
-                        exc, f"mirroring drain {history[0].drain_id} into drain_audit failed"
-                    )
+            mirror_steps(
+                self.warehouse, rows, f"mirroring drain {history[0].drain_id} into drain_audit failed"
+            )
 
         with self._mirror_lock():
             self.warehouse.retrying(write)

@@ -6,13 +6,15 @@ package's (`drain.protocol`, `drain.store`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 
-from market_pipeline.warehouse.store import Warehouse
+from market_pipeline.warehouse.store import Warehouse, raise_unless_conflict, rollback
+
+T = TypeVar("T")
 
 AUDIT_COLUMNS = ("drain_id", "seq", "state", "recorded_at", "task_id", "node_id", "tenant_id", "detail")
 BILLING_COLUMNS = (
@@ -121,3 +123,30 @@ def recent_drain_outcomes(warehouse: Warehouse, since: datetime) -> list[dict[st
             [since],
         ).fetchall()
     return [dict(zip(OUTCOME_COLUMNS, row)) for row in rows]
+
+
+def write_step(con: duckdb.DuckDBPyConnection, write: Callable[[], T]) -> T:
+    """`write()` in one transaction on `con`: on a DuckDB error (a failed COMMIT included) it is
+    rolled back and the error propagates; any other error propagates as it is."""
+    con.execute("BEGIN")
+    try:
+        result = write()
+        con.execute("COMMIT")
+    except duckdb.Error:
+        con.execute("ROLLBACK")
+        raise
+    return result
+
+
+def mirror_steps(warehouse: Warehouse, write: Callable[[duckdb.DuckDBPyConnection], None], what: str) -> None:
+    """`write(con)` in one transaction on a new connection: on a DuckDB error it is rolled
+    back, and a lake's lost commit propagates as it is (for `Warehouse.retrying`), anything
+    else as one WarehouseError line, `what` first."""
+    with warehouse.connect() as con:
+        con.execute("BEGIN")
+        try:
+            write(con)
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            rollback(con)
+            raise_unless_conflict(exc, what)

@@ -105,3 +105,18 @@ def outcome_counts(warehouse: Warehouse, outcomes: Sequence[str]) -> list[tuple]
             "WHERE kind = ? AND NOT shadow AND list_contains(?, outcome) GROUP BY ALL",
             [_DRAIN, list(outcomes)],
         ).fetchall()
+
+
+def allowed_decisions_between(
+    warehouse: Warehouse, kind: str, action: str, with_shadow: bool, since: datetime, until: datetime
+) -> list[tuple]:
+    """Allowed decisions of `kind` and `action` made in [since, until] (live ones only unless
+    `with_shadow`), oldest first: (decision_id, target, reasons, inputs, decided_at) tuples."""
+    with warehouse.connect(read_only=True) as con:
+        return con.execute(
+            "SELECT decision_id, target, reasons, inputs, decided_at FROM decisions"
+            " WHERE kind = ? AND action = ? AND allowed"
+            " AND (NOT shadow OR ?) AND decided_at >= ? AND decided_at <= ?"
+            " ORDER BY decided_at, decision_id",
+            [kind, action, with_shadow, since, until],
+        ).fetchall()

@@ -121,6 +121,15 @@ def clean_rows(warehouse: Warehouse, partition_key: str, columns: Sequence[str])
     return warehouse.query(f"SELECT {names} FROM {CLEAN_TABLE} WHERE partition_key = ?", [partition_key])
 
 
+def utilisation_between(warehouse: Warehouse, start: datetime, end: datetime) -> pl.DataFrame:
+    """Clean samples in [start, end]: ts, node_id, gpu_uuid, sm_util_pct, task_id, tenant_id."""
+    return warehouse.query(
+        f"SELECT ts, node_id, gpu_uuid, sm_util_pct, task_id, tenant_id FROM {CLEAN_TABLE}"
+        " WHERE ts >= ? AND ts <= ?",
+        [start, end],
+    )
+
+
 def parse_timestamp_texts(texts: pl.DataFrame, zoned_pattern: str, max_epoch_seconds: float) -> pl.DataFrame:
     """Each text of `texts`' column `ts` (in UTC): iso (as an ISO 8601 time, or null), epoch (as
     epoch seconds in [0, max_epoch_seconds], or null), present (not blank) and naive (an ISO
