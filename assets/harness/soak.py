@@ -25,7 +25,7 @@ import logging
 import tempfile
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -34,6 +34,7 @@ from typing import Any, Iterator
 import dagster as dg
 
 from assets.harness.sim_daemon import simulated_daemon, simulated_instance
+from market_pipeline.warehouse.scratch_database import scratch_database
 
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 EXECUTED = frozenset({"ok", "failed", "error", "infeasible", "running", "aborted"})  # the adapter was asked
@@ -72,23 +73,10 @@ class SoakResult:
         return dict(self.__dict__)
 
 
-@contextmanager
-def soak_database(admin_url: str = PG_ADMIN_URL, prefix: str = "mp_soak_") -> Iterator[str]:
+def soak_database(admin_url: str = PG_ADMIN_URL, prefix: str = "mp_soak_") -> AbstractContextManager[str]:
     """A uniquely named PostgreSQL database (for the soak's Dagster storage, or a bench's lake
     catalog), dropped after."""
-    import psycopg2
-
-    name = f"{prefix}{uuid.uuid4().hex[:12]}"
-    admin = psycopg2.connect(admin_url)
-    admin.autocommit = True
-    try:
-        admin.cursor().execute(f"CREATE DATABASE {name}")
-        yield admin_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg2://", 1) + f"/{name}"
-    finally:
-        cursor = admin.cursor()
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
-        cursor.execute(f"DROP DATABASE IF EXISTS {name}")
-        admin.close()
+    return scratch_database(admin_url, prefix)
 
 
 def run_soak(
