@@ -20,7 +20,7 @@ from market_pipeline.billing.errors import MeteringError
 from market_pipeline.billing.metering import HourWindow, meter_window
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.hardware.protocol import NodeAdapter, NodeInfo, TaskInfo
-from market_pipeline.warehouse import Warehouse, WarehouseError, billing_readers
+from market_pipeline.warehouse import Warehouse, WarehouseError, billing_readers, writers
 
 DEFAULT_LOOKBACK = dt.timedelta(hours=48)
 
@@ -116,4 +116,4 @@ def write_partition(warehouse: Warehouse, partition_key: str, intervals: pl.Data
     stray = intervals.filter(pl.col("partition_key") != partition_key)
     if stray.height:
         raise MeteringError(f"{stray.height} interval(s) belong to another partition than {partition_key}")
-    return warehouse.replace_where("usage_intervals", "partition_key = ?", [partition_key], intervals)
+    return writers.write_usage_partition(warehouse, partition_key, intervals)

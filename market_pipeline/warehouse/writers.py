@@ -71,6 +71,12 @@ def record_tick_seconds(store: Warehouse, tick_at: datetime, seconds: float) -> 
         con.execute("UPDATE market_ticks SET tick_seconds = ? WHERE tick_at = ?", [seconds, tick_at])
 
 
+def write_usage_partition(store: Warehouse, partition_key: str, intervals: pl.DataFrame) -> int:
+    """An hour's metered usage intervals, replacing what partition `partition_key` held, in one
+    transaction (a rerun meters exactly once)."""
+    return store.replace_where("usage_intervals", "partition_key = ?", [partition_key], intervals)
+
+
 def write_demand_response(store: Warehouse, fitted_at: datetime, rows: pl.DataFrame) -> int:
     """The demand-response fit of `fitted_at`."""
     return store.replace_where("demand_response", "fitted_at = ?", [fitted_at], rows)
