@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import duckdb
+import polars as pl
 
 from market_pipeline.warehouse.store import Warehouse
 
@@ -123,3 +124,8 @@ def tenant_drain_warnings(store: Warehouse, tenant_id: str, limit: int = 500) ->
             [tenant_id, limit],
         ).fetchall()
     return [_warning(r) for r in rows]
+
+
+def warning_times(store: Warehouse) -> pl.DataFrame:
+    """Every drain warning in the outbox: drain_id, tenant_id, warned_at."""
+    return store.query("SELECT drain_id, tenant_id, warned_at FROM drain_warning_outbox")

@@ -128,7 +128,7 @@ def run_webhook_bench(
 ) -> dict:
     from market_pipeline.service.keystore import KeyStore
     from market_pipeline.service.webhooks import verify
-    from market_pipeline.warehouse import open_warehouse
+    from market_pipeline.warehouse import drain_outbox, open_warehouse
 
     if drains < 1 or writers < 1:
         raise ValueError("--drains and --writers must be at least 1")
@@ -175,12 +175,7 @@ def run_webhook_bench(
             p.join()
         drain_seconds = time.monotonic() - started
         failed_writers = [p.exitcode for p in procs if p.exitcode != 0]
-        warned = {
-            r["drain_id"]: r
-            for r in warehouse.query(
-                "SELECT drain_id, tenant_id, warned_at FROM drain_warning_outbox"
-            ).to_dicts()
-        }
+        warned = {r["drain_id"]: r for r in drain_outbox.warning_times(warehouse).to_dicts()}
         deadline = time.monotonic() + settle_seconds
         while time.monotonic() < deadline:  # the retries' tail
             got = {json.loads(c["body"])["drain_id"] for r in receivers.values() for c in r.calls if c["ok"]}
