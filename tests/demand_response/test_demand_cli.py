@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from market_pipeline.cli import main
-from market_pipeline.lab.demand_response.synthetic import synthetic_history
+from market_pipeline.lab.demand_response.synthetic import HistoryParams, synthetic_history
 
 
 def _csv(tmp_path, frame: pl.DataFrame):
@@ -20,8 +20,8 @@ def _csv(tmp_path, frame: pl.DataFrame):
 def test_fit_prints_one_object_keyed_by_pool_and_class(tmp_path, capsys):
     frame = pl.concat(
         [
-            synthetic_history(1.5, seed=1),
-            synthetic_history(0.4, seed=2, pool_id="T4@b", resource_class="guaranteed"),
+            synthetic_history(HistoryParams(1.5, seed=1)),
+            synthetic_history(HistoryParams(0.4, seed=2, pool_id="T4@b", resource_class="guaranteed")),
         ]
     )
     assert main(["demand", "fit", "--history", str(_csv(tmp_path, frame)), "--json"]) == 0
@@ -66,7 +66,7 @@ def test_missing_file(tmp_path, capsys):
 
 def test_structure_alpha_chooses_whether_the_fit_keeps_the_lag(tmp_path, capsys):
     """`demand fit` tests the lag at the config's rate by default; `--structure-alpha 1` keeps it."""
-    path = _csv(tmp_path, synthetic_history(1.0, seed=0))
+    path = _csv(tmp_path, synthetic_history(HistoryParams(1.0, seed=0)))
     assert main(["demand", "fit", "--history", str(path), "--lag-hours", "3", "--json"]) == 0
     tested = json.loads(capsys.readouterr().out)["A100@synthetic/drainable"]
     args = ["demand", "fit", "--history", str(path), "--lag-hours", "3", "--structure-alpha", "1", "--json"]

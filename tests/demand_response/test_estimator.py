@@ -7,7 +7,7 @@ import pytest
 
 from market_pipeline.demand_response.estimator import DemandResponseInputError, fit_elasticity
 from market_pipeline.demand_response.history import fit_history
-from market_pipeline.lab.demand_response.synthetic import deferred_history, synthetic_history
+from market_pipeline.lab.demand_response.synthetic import HistoryParams, deferred_history, synthetic_history
 
 
 def _fit(frame, **kw):
@@ -20,7 +20,7 @@ def test_recovers_each_constant_elasticity_within_15_percent(elasticity, seed):
     """Target 1: 14 days of 5-minute steps, the price leaning into the load, +-5% dither: within
     15%, or (at e 0.2, where 15% is about two standard errors) within three standard errors.
     5-minute data get 5-minute time-of-day effects."""
-    fit = _fit(synthetic_history(elasticity, days=14, step_minutes=5, dither=0.05, seed=seed))
+    fit = _fit(synthetic_history(HistoryParams(elasticity, days=14, step_minutes=5, dither=0.05, seed=seed)))
     assert fit.observations == 14 * 288
     error = abs(fit.elasticity - elasticity)
     assert error <= 0.15 * elasticity or (elasticity < 0.5 and error <= 3 * fit.std_error), fit
@@ -30,7 +30,7 @@ def test_recovers_each_constant_elasticity_within_15_percent(elasticity, seed):
 
 def test_a_fit_ignoring_the_calendar_gets_the_sign_wrong():
     """Why the controls: demand on price alone reads the lean as 'price up, demand up'."""
-    frame = synthetic_history(0.5, days=14, step_minutes=60, seed=3)
+    frame = synthetic_history(HistoryParams(0.5, days=14, step_minutes=60, seed=3))
     naive = -np.polyfit(np.log(frame["price"].to_numpy()), np.log(frame["demand"].to_numpy()), 1)[0]
     assert naive < 0
     assert abs(_fit(frame).elasticity / 0.5 - 1) < 0.5
@@ -39,13 +39,13 @@ def test_a_fit_ignoring_the_calendar_gets_the_sign_wrong():
 def test_the_80_percent_interval_covers_about_80_percent():
     hits = 0
     for seed in range(100):
-        fit = _fit(synthetic_history(1.0, days=14, step_minutes=60, seed=seed))
+        fit = _fit(synthetic_history(HistoryParams(1.0, days=14, step_minutes=60, seed=seed)))
         hits += fit.elasticity_low <= 1.0 <= fit.elasticity_high
     assert 0.7 <= hits / 100 <= 0.9
 
 
 def test_a_price_that_never_moves_identifies_nothing_and_falls_back_to_the_prior():
-    frame = synthetic_history(1.0, days=7, step_minutes=60, dither=0.0, lean=0.0)
+    frame = synthetic_history(HistoryParams(1.0, days=7, step_minutes=60, dither=0.0, lean=0.0))
     bare = _fit(frame)
     assert bare.elasticity is None and bare.method == "none" and "barely varies" in bare.reason
     with_prior = _fit(frame, priors={"A100@synthetic/drainable": (2.0, 1.0)})
@@ -54,7 +54,7 @@ def test_a_price_that_never_moves_identifies_nothing_and_falls_back_to_the_prior
 
 
 def test_the_prior_pulls_a_short_noisy_fit_toward_the_claims():
-    frame = synthetic_history(1.0, days=2, step_minutes=60, seed=5, noise=0.2)
+    frame = synthetic_history(HistoryParams(1.0, days=2, step_minutes=60, seed=5, noise=0.2))
     data = _fit(frame)
     shrunk = _fit(frame, priors={"A100@synthetic/drainable": (3.0, 0.5)})
     assert shrunk.method == "fe-ols+prior"
@@ -107,7 +107,7 @@ def test_the_lag_is_dropped_where_the_data_show_no_deferral():
     significant, the fit keeps the price now only and its precision (within three standard
     errors of the truth), and no cycle."""
     for elasticity in (0.2, 1.0, 3.0):
-        frame = synthetic_history(elasticity, days=14, step_minutes=5, seed=0)
+        frame = synthetic_history(HistoryParams(elasticity, days=14, step_minutes=5, seed=0))
         fit = _fit(frame, lag_hours=3, daily_cycle=True)
         assert fit.lag_hours == 0 and fit.elasticity_cos == fit.elasticity_sin == 0.0
         assert abs(fit.elasticity - elasticity) <= 3 * fit.std_error
@@ -118,7 +118,7 @@ def test_a_structure_alpha_of_one_keeps_the_lag_and_pays_its_variance():
     """`structure_alpha` 1: the lag stays on data without deferral too. The long-run elasticity
     is still unbiased there, with a wider interval than the price-now fit's (the default test
     drops it)."""
-    frame = synthetic_history(1.0, days=14, step_minutes=60, seed=0)
+    frame = synthetic_history(HistoryParams(1.0, days=14, step_minutes=60, seed=0))
     tested = _fit(frame, lag_hours=3, structure_alpha=0.1)
     kept = _fit(frame, lag_hours=3, structure_alpha=1.0)
     assert tested.lag_hours == 0 and kept.lag_hours == 3
@@ -132,7 +132,7 @@ def test_a_structure_alpha_of_one_keeps_the_lag_and_pays_its_variance():
 def test_the_daily_cycle_of_the_elasticity_is_recovered():
     """e(h) = 1 + 0.3 cos + 0.2 sin: the fit reads the mean and the cycle; the tick's hour
     reads the elasticity of that hour."""
-    frame = synthetic_history(1.0, days=14, step_minutes=5, seed=0, cycle=(0.3, 0.2))
+    frame = synthetic_history(HistoryParams(1.0, days=14, step_minutes=5, seed=0, cycle=(0.3, 0.2)))
     fit = _fit(frame, daily_cycle=True)
     assert abs(fit.elasticity - 1.0) < 0.1
     assert abs(fit.elasticity_cos - 0.3) < 0.1 and abs(fit.elasticity_sin - 0.2) < 0.1
@@ -142,7 +142,9 @@ def test_the_daily_cycle_of_the_elasticity_is_recovered():
 
 
 def test_a_kept_cycle_is_shrunk_by_the_prior():
-    frame = synthetic_history(1.0, days=2, step_minutes=60, seed=5, noise=0.2, cycle=(0.6, -0.6))
+    frame = synthetic_history(
+        HistoryParams(1.0, days=2, step_minutes=60, seed=5, noise=0.2, cycle=(0.6, -0.6))
+    )
     raw = _fit(frame, daily_cycle=True, structure_alpha=1.0)
     shrunk = _fit(
         frame, daily_cycle=True, structure_alpha=1.0, priors={"A100@synthetic/drainable": (1.0, 0.1)}

@@ -11,7 +11,7 @@ import pytest
 
 from market_pipeline.config import load_config
 from market_pipeline.demand_response.live import refit_rows, run_experiments, tick_response
-from market_pipeline.lab.demand_response.synthetic import synthetic_history
+from market_pipeline.lab.demand_response.synthetic import HistoryParams, synthetic_history
 from market_pipeline.lab.demand_response.truth import grid_market
 from market_pipeline.lab.demand_response.truth_grid import pool_inputs
 from market_pipeline.market.problem import MarketProblem
@@ -71,14 +71,16 @@ def refit(tmp_path_factory):
     store = open_warehouse(tmp_path_factory.mktemp("wh") / "w.duckdb")
     pool_id = config.pools[0].pool_id
     frame = synthetic_history(
-        1.5,
-        days=14,
-        step_minutes=60,
-        seed=4,
-        pool_id=pool_id,
-        resource_class="drainable",
-        base_price=config.pools[0].base_price * 0.6,
-        cycle=(0.5, 0.5),  # the tenants' response follows the hour: the refit keeps the cycle
+        HistoryParams(
+            1.5,
+            days=14,
+            step_minutes=60,
+            seed=4,
+            pool_id=pool_id,
+            resource_class="drainable",
+            base_price=config.pools[0].base_price * 0.6,
+            cycle=(0.5, 0.5),  # the tenants' response follows the hour: the refit keeps the cycle
+        )
     )
     _load(store, config, frame)
     now = frame["ts"].max() + timedelta(hours=1)

@@ -91,13 +91,13 @@ def recovery(step_minutes: int = 5, seeds: tuple[int, ...] = (0, 1, 2)) -> dict[
     daily cycle)."""
     from market_pipeline.config.model import DemandResponseConfig
     from market_pipeline.demand_response.history import fit_history
-    from market_pipeline.lab.demand_response.synthetic import synthetic_history
+    from market_pipeline.lab.demand_response.synthetic import HistoryParams, synthetic_history
 
     dr = DemandResponseConfig()
     rows = []
     for e in RECOVERY_ELASTICITIES:
         for seed in seeds:
-            history = synthetic_history(e, step_minutes=step_minutes, seed=seed)
+            history = synthetic_history(HistoryParams(e, step_minutes=step_minutes, seed=seed))
             fits = fit_history(
                 history,
                 lag_hours=dr.lag_hours,

@@ -23,6 +23,7 @@ from typing import Any
 from market_pipeline.demand_response.estimator import fit_elasticity
 from market_pipeline.lab.demand_response.synthetic import (
     STRUCTURE_LAG_HOURS,
+    StructuredParams,
     structure_case,
     structured_history,
 )
@@ -37,12 +38,14 @@ FALSE_KEEP_TARGET = 0.10
 def fit_case(case: dict[str, Any], structure_alpha: float) -> dict[str, Any]:
     """One history fitted as the loop fits: its truth, the fit and what it kept."""
     frame = structured_history(
-        case["elasticity"],
-        lag_coefficient=case["lag_coefficient"],
-        cycle=case["cycle"],
-        dither_hold=case["dither_hold"],
-        noise_ar=case["noise_ar"],
-        seed=case["seed"],
+        StructuredParams(
+            case["elasticity"],
+            lag_coefficient=case["lag_coefficient"],
+            cycle=case["cycle"],
+            dither_hold=case["dither_hold"],
+            noise_ar=case["noise_ar"],
+            seed=case["seed"],
+        )
     )
     fit = fit_elasticity(
         frame["ts"].dt.epoch("us").to_numpy() / 1e6,

@@ -23,36 +23,61 @@ def load_shape(hours: np.ndarray) -> np.ndarray:
     return daily * np.where(dow >= 5, 0.8, 1.05)
 
 
-def synthetic_history(
-    elasticity: float,
-    *,
-    days: int = 14,
-    step_minutes: int = 60,
-    lean: float = 0.6,
-    dither: float = 0.05,
-    noise: float = 0.05,
-    base_price: float = 2.0,
-    base_demand: float = 100.0,
-    pool_id: str = "A100@synthetic",
-    resource_class: str = "drainable",
-    seed: int = 0,
-    cycle: tuple[float, float] = (0.0, 0.0),
-) -> pl.DataFrame:
-    """Rows `ts, pool_id, resource_class, price, demand` (ts UTC, one per `step_minutes`).
-    `cycle` (a, b): the elasticity at hour h is elasticity + a cos(2 pi h / 24) + b sin(...)."""
-    rng = np.random.default_rng(seed)
-    cal = _calendar(rng, days, step_minutes, hourly=True)
+@dataclass(frozen=True)
+class HistoryParams:
+    """What a synthetic history is drawn from: its truth, how the loop priced it, and which
+    series and draw it is. These defaults are an hourly meter's history (`synthetic_history`).
+
+    `elasticity`: the (daily-mean) elasticity demand answers the price with; `cycle` (a, b): at
+    hour h it is elasticity + a cos(2 pi h / 24) + b sin(...). `lean`: how far the price leans
+    into the load the loop expects; `dither`: the +- share of its random sign; `noise`: the sd of
+    demand's log noise. `base_price` and `base_demand`: the price and demand at the mean load."""
+
+    elasticity: float
+    days: int = 14
+    step_minutes: int = 60
+    lean: float = 0.6
+    dither: float = 0.05
+    noise: float = 0.05
+    cycle: tuple[float, float] = (0.0, 0.0)
+    base_price: float = 2.0
+    base_demand: float = 100.0
+    pool_id: str = "A100@synthetic"
+    resource_class: str = "drainable"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class StructuredParams(HistoryParams):
+    """A structure-benchmark history (`structured_history`): 5-minute steps, the price leaning
+    10% of the load's swing with a +-6% dither held `dither_hold` steps, a lag term
+    `lag_coefficient` and AR(1) noise of coefficient `noise_ar`."""
+
+    step_minutes: int = 5
+    lean: float = 0.1
+    dither: float = 0.06
+    lag_coefficient: float = 0.0
+    dither_hold: int = 1
+    noise_ar: float = 0.0
+
+
+def synthetic_history(params: HistoryParams) -> pl.DataFrame:
+    """Rows `ts, pool_id, resource_class, price, demand` (ts UTC, one per `step_minutes`): the
+    price leans into the expected load as a power `lean` of it, the load shape steps each hour."""
+    p = params
+    rng = np.random.default_rng(p.seed)
+    cal = _calendar(rng, p.days, p.step_minutes, hourly=True)
     steps = cal.hours.size
     signs = rng.choice([-1.0, 1.0], size=steps)
-    price = base_price * cal.expected**lean * (1.0 + dither * signs)
+    price = p.base_price * cal.expected**p.lean * (1.0 + p.dither * signs)
     demand = (
-        base_demand
+        p.base_demand
         * cal.shape
         * cal.level
-        * (price / base_price) ** (-hourly_elasticity(elasticity, cycle, cal.hours))
-        * np.exp(rng.normal(0.0, noise, steps))
+        * (price / p.base_price) ** (-hourly_elasticity(p.elasticity, p.cycle, cal.hours))
+        * np.exp(rng.normal(0.0, p.noise, steps))
     )
-    return _frame(cal.hours, price, demand, pool_id, resource_class)
+    return _frame(cal.hours, price, demand, p.pool_id, p.resource_class)
 
 
 @dataclass(frozen=True)
@@ -89,7 +114,7 @@ def deferred_history(
     noise: float = 0.03,
     seed: int = 0,
 ) -> pl.DataFrame:
-    """Hourly rows as `synthetic_history`, where the work a price turns away waits and buys at
+    """Hourly rows as `synthetic_history`'s, where the work a price turns away waits and buys at
     the first later hour whose price it accepts (within `patience_hours`), as elastic work
     does (it waits for a cheaper hour rather than leave). Each hour's arrivals carry reservation quantiles u; one buys at
     price p iff u < (p / floor)^-e. Under a price held constant nothing deferred ever buys,
@@ -138,22 +163,7 @@ def _frame(
 STRUCTURE_LAG_HOURS = 3.0  # the deferral window of the structured histories (the loop's lag window)
 
 
-def structured_history(
-    elasticity: float,
-    *,
-    lag_coefficient: float = 0.0,
-    cycle: tuple[float, float] = (0.0, 0.0),
-    days: int = 14,
-    step_minutes: int = 5,
-    lean: float = 0.1,
-    dither: float = 0.06,
-    dither_hold: int = 1,
-    noise: float = 0.05,
-    noise_ar: float = 0.0,
-    pool_id: str = "A100@synthetic",
-    resource_class: str = "drainable",
-    seed: int = 0,
-) -> pl.DataFrame:
+def structured_history(params: StructuredParams) -> pl.DataFrame:
     """A history whose truth is the estimator's model with known terms. The price leans into the
     load the loop expects (the load shape, moving within the hour, times yesterday's level) by `lean` of its swing,
     times a +-`dither` sign held for `dither_hold` steps. Demand is
@@ -163,26 +173,26 @@ def structured_history(
     with e_now(h) = e + g + a cos(2 pi h / 24) + b sin(...): the long-run daily-mean elasticity
     is `elasticity` (e), `lag_coefficient` (g > 0: work a high price turned away comes back
     within the window), `cycle` (a, b). u is AR(1) with coefficient `noise_ar` and sd `noise`."""
-    rng = np.random.default_rng(seed)
-    cal = _calendar(rng, days, step_minutes, hourly=False)
+    p = params
+    rng = np.random.default_rng(p.seed)
+    cal = _calendar(rng, p.days, p.step_minutes, hourly=False)
     hours, steps = cal.hours, cal.hours.size
-    signs = rng.choice([-1.0, 1.0], size=-(-steps // dither_hold)).repeat(dither_hold)[:steps]
-    base_price = 2.0
-    price = base_price * (1.0 + lean * (cal.expected - 1.0)) * (1.0 + dither * signs)
-    x = np.log(price / base_price)
-    window = int(round(STRUCTURE_LAG_HOURS * 60 / step_minutes))
+    signs = rng.choice([-1.0, 1.0], size=-(-steps // p.dither_hold)).repeat(p.dither_hold)[:steps]
+    price = p.base_price * (1.0 + p.lean * (cal.expected - 1.0)) * (1.0 + p.dither * signs)
+    x = np.log(price / p.base_price)
+    window = int(round(STRUCTURE_LAG_HOURS * 60 / p.step_minutes))
     csum = np.concatenate([[0.0], np.cumsum(x)])
     idx = np.arange(steps)
     first = np.maximum(idx - window, 0)
     lag_mean = np.divide(csum[idx] - csum[first], idx - first, out=np.zeros(steps), where=idx > first)
-    e_now = hourly_elasticity(elasticity + lag_coefficient, cycle, hours)
-    shocks = rng.normal(0.0, noise * np.sqrt(1.0 - noise_ar**2), steps)
+    e_now = hourly_elasticity(p.elasticity + p.lag_coefficient, p.cycle, hours)
+    shocks = rng.normal(0.0, p.noise * np.sqrt(1.0 - p.noise_ar**2), steps)
     u = np.empty(steps)
-    u[0] = rng.normal(0.0, noise)
+    u[0] = rng.normal(0.0, p.noise)
     for t in range(1, steps):
-        u[t] = noise_ar * u[t - 1] + shocks[t]
-    demand = 100.0 * cal.shape * cal.level * np.exp(-e_now * x + lag_coefficient * lag_mean + u)
-    return _frame(hours, price, demand, pool_id, resource_class)
+        u[t] = p.noise_ar * u[t - 1] + shocks[t]
+    demand = p.base_demand * cal.shape * cal.level * np.exp(-e_now * x + p.lag_coefficient * lag_mean + u)
+    return _frame(hours, price, demand, p.pool_id, p.resource_class)
 
 
 def structure_case(seed: int, structured: bool) -> dict:
@@ -215,7 +225,7 @@ def constant_elasticity_panel(
     demand noise (the shape of issue 40's reproduction)."""
     return pl.concat(
         [
-            structured_history(e, days=days, pool_id=f"P{i}@synthetic", seed=seed * 100 + i)
+            structured_history(StructuredParams(e, days=days, pool_id=f"P{i}@synthetic", seed=seed * 100 + i))
             for i, e in enumerate(elasticities)
         ]
     )
