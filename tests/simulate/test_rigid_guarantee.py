@@ -11,7 +11,7 @@ from simulate_testkit import config, inputs
 
 from market_pipeline.lab.simulate.engine import StrategyRun
 from market_pipeline.lab.simulate.guarantee import guarantee_check
-from market_pipeline.lab.simulate.jobs import QUEUED, RUNNING
+from market_pipeline.lab.simulate.jobs import DONE, QUEUED, RUNNING
 from market_pipeline.lab.simulate.metrics import StrategyResult
 from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID
 from market_pipeline.lab.simulate.runner import make_strategy
@@ -102,7 +102,7 @@ def _submit(run: StrategyRun, elastic: bool, pod: int, t: float, runtime: float)
     run._until(t)
     tenant = _tenant(run, elastic)
     job = run.jobs.add(tenant, 0, pod, ELASTIC if elastic else RIGID, run.pod_gpus[pod], t, runtime)
-    run._place_or_queue(job, t, allow_drain=False)
+    run._place_or_queue(job, t)
     return job
 
 
@@ -235,3 +235,57 @@ def test_a_waiting_rigid_job_backfills_past_an_older_one_the_freed_room_cannot_t
     run._until(150.0)
     assert run.jobs.state[younger] == RUNNING and run.jobs.first_start[younger] == pytest.approx(100.0)
     assert run.jobs.state[older] == QUEUED  # 19 free cores: it still waits for its room
+
+
+@pytest.mark.parametrize("churn", [True, False])
+def test_a_rigid_job_the_pools_churn_starts_before_the_next_control_step_drains_nothing(churn):
+    """One 8-GPU node holding two 4-GPU elastic jobs (past their landing cool-down); a 4-GPU
+    rigid job arrives. Drains are planned at control steps, as the live drain planner runs, not
+    on arrival: where one elastic job ends 100 s later, the rigid job starts then and nobody is
+    drained (drained on arrival, one of that tenant's daily drains went on a wait the churn
+    ended anyway). Where none ends, the next step drains for it, within its SLA wait."""
+    economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)
+    run_inputs = inputs(days=0.5, fleet={"G2": (1, 8)}, strategies=("stackelberg",), economics=economics)
+    run = StrategyRun(run_inputs, make_strategy("stackelberg", run_inputs))
+    assert run.drainer is not None and run.control_s == 300.0
+    four = _pod(run, 4)
+    t = 7200.0  # past the landing cool-down
+    short, long = (
+        _submit(run, True, four, 0.0, runtime) for runtime in (t + 100.0 if churn else 36_000.0, 36_000.0)
+    )
+    rigid = _submit(run, False, four, t, 3600.0)
+    assert run.jobs.state[rigid] == QUEUED and run.meter.drains == 0
+    run._until(t + 150.0)
+    if churn:
+        assert run.jobs.state[rigid] == RUNNING and run.jobs.first_start[rigid] == pytest.approx(t + 100.0)
+        assert run.meter.drains == 0 and run.jobs.state[long] == RUNNING and run.jobs.state[short] == DONE
+        return
+    assert run.jobs.state[rigid] == QUEUED
+    run._control(t + 300.0)  # the next control step
+    assert run.meter.drains == 1
+    run._until(t + 600.0)
+    assert run.jobs.state[rigid] == RUNNING
+    assert run.jobs.first_start[rigid] - t == pytest.approx(300.0 + run.drainer.seconds)
+
+
+def test_every_waiting_rigid_job_is_offered_drains_at_a_control_step():
+    """Five 1-GPU rigid jobs of one shape wait in a full pool. Their drains come only from
+    the control steps, so each step offers them to every waiting job, not only to the first
+    four of its shape (as when arrivals drained at once and the step only retried)."""
+    economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)
+    run_inputs = inputs(days=0.5, fleet={"G2": (1, 8)}, strategies=("stackelberg",), economics=economics)
+    run = StrategyRun(run_inputs, make_strategy("stackelberg", run_inputs))
+    one = _pod(run, 1)
+    [_submit(run, True, one, 0.0, 36_000.0) for _ in range(8)]
+    waiting = [_submit(run, False, one, 7200.0 + k, 3600.0) for k in range(5)]
+    assert all(run.jobs.state[j] == QUEUED for j in waiting) and run.meter.drains == 0
+    offered: list[int] = []
+    plan = run._drain_for
+
+    def spy(job: int, t: float) -> bool:
+        offered.append(job)
+        return plan(job, t)
+
+    run._drain_for = spy  # type: ignore[method-assign]
+    run._retry_drains(7500.0)
+    assert offered == waiting

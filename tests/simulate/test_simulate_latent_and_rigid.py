@@ -194,10 +194,10 @@ def _tenant(run_inputs, elastic: bool) -> int:
     return int(np.flatnonzero((model.elastic == elastic) & ~model.latent_mask)[0])
 
 
-def _add(run: StrategyRun, tenant: int, pool: int, pod: int, t: float, allow_drain: bool = False) -> int:
+def _add(run: StrategyRun, tenant: int, pool: int, pod: int, t: float) -> int:
     cls = ELASTIC if run.inputs.model.elastic[tenant] else RIGID
     job = run.jobs.add(tenant, pool, pod, cls, run.pod_gpus[pod], t, 36000.0)
-    run._place_or_queue(job, t, allow_drain)
+    run._place_or_queue(job, t)
     return job
 
 
@@ -229,9 +229,13 @@ def test_drains_hold_the_room_for_the_rigid_job():
     elastic, rigid = _tenant(run_inputs, True), _tenant(run_inputs, False)
     victims = [_add(run, elastic, 0, half, 0.0) for _ in range(20)]  # two 4-GPU jobs on every node
     assert all(run.jobs.state[v] == RUNNING for v in victims)
-    t = 7200.0  # past the landing cool-down
-    job = _add(run, rigid, 0, whole, t, allow_drain=True)
-    assert run.jobs.state[job] == QUEUED and len(run.awaited[job]) == 2
+    arrival = 7200.0  # past the landing cool-down
+    job = _add(run, rigid, 0, whole, arrival)
+    assert run.jobs.state[job] == QUEUED and job not in run.awaited  # drains come at control steps
+    t = arrival + run.control_s
+    run._until(t)
+    run._retry_drains(t)
+    assert len(run.awaited[job]) == 2
     drained = sorted(run.awaited[job])
     run._until(t + run.drainer.seconds)
     assert run.jobs.state[job] == RUNNING  # the second victim's release completed the room

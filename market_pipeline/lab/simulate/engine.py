@@ -11,8 +11,8 @@ request shape, oldest first); whenever capacity frees up the queue is retried. W
 jobs wait in a pool, the oldest hold the nodes nearest to fitting them and elastic jobs, new
 or drained, are not placed in that pool at all (`placement.guarantee`, the rigid guarantee:
 the held nodes and `closed_nodes`). A rigid job
-that does not fit spills to another pool or waits for drains (`rigid_service`), retried
-every control-loop tick. Billing integrates each class's running GPUs times the posted
+that does not fit spills to another pool or waits for drains (`rigid_service`), both tried
+every control-loop tick (drains only there, as the live drain planner runs). Billing integrates each class's running GPUs times the posted
 price; a drained job stops paying at its drain signal.
 """
 
@@ -242,16 +242,16 @@ class StrategyRun(RigidService):
         ):
             cls = ELASTIC if self.inputs.model.elastic[j] else RIGID
             job = self.jobs.add(j, r, pod, cls, self.pod_gpus[pod], 0.0, left)
-            self._place_or_queue(job, 0.0, allow_drain=False)
+            self._place_or_queue(job, 0.0)
         return prices
 
     def _arrive(self, tenant: int, pool: int, pod: int, t: float) -> None:
         cls = ELASTIC if self.inputs.model.elastic[tenant] else RIGID
         job = self.jobs.add(tenant, pool, pod, cls, self.pod_gpus[pod], t, self.pod_runtime[pod])
         self.bought[2 * pool + cls] += self.pod_gpus[pod]
-        self._place_or_queue(job, t, allow_drain=True)
+        self._place_or_queue(job, t)
 
-    def _place_or_queue(self, job: int, t: float, allow_drain: bool) -> None:
+    def _place_or_queue(self, job: int, t: float) -> None:
         """A job not waiting yet (an arrival, a drained job). A rigid one takes, in order: room
         in its pool off the nodes held for the pool's waiting rigid jobs, room in the pools it
         may spill to (off theirs), then a held node of its pool (`placement.guarantee`: new
@@ -271,9 +271,7 @@ class StrategyRun(RigidService):
         if placement is not None:
             self._start(job, placement, t)
             return
-        self._enqueue(job)
-        if allow_drain and jobs.cls[job] == RIGID and self.drainer is not None:
-            self._drain_for(job, t)
+        self._enqueue(job)  # a rigid one's drains are planned at the next control step (`_control`)
 
     def _place(self, r: int, req: PodRequest, elastic: bool) -> Placement | None:
         """Pool r's placement policy; an elastic job keeps off the nodes held for the pool's

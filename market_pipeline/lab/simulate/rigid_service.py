@@ -3,8 +3,9 @@
 Part of `engine.StrategyRun` (a mixin, split off to keep modules small). A rigid job whose
 pool is full tries the other pools its pod fits (`RunInputs.spill`: nearest list price
 first; the trace names no GPU model), off the nodes they hold for their own waiting rigid jobs; failing that, the task-drain guardrail looks for
-drainable jobs to drain, in its pool and then in those other pools. Both are retried at
-every control-loop tick while it waits. The room a drain makes is held for the rigid job
+drainable jobs to drain, in its pool and then in those other pools. Both are tried at every
+control-loop tick while it waits (drains only there: the live drain planner runs at those
+ticks, not when a task arrives). The room a drain makes is held for the rigid job
 until every victim is out: drained jobs are re-placed only after it (best-fit would
 otherwise put a victim straight back on the node it was drained from).
 """
@@ -48,7 +49,7 @@ class RigidService:
     def _scan(self, r: int, row: int, t: float) -> None: ...
     def _enqueue(self, job: int) -> None: ...
     def _dequeue(self, job: int) -> None: ...
-    def _place_or_queue(self, job: int, t: float, allow_drain: bool) -> None: ...
+    def _place_or_queue(self, job: int, t: float) -> None: ...
     def _push(self, t: float, kind: int, job: int) -> None: ...
     def _refresh_holds(self, r: int) -> None: ...
 
@@ -164,7 +165,7 @@ class RigidService:
             victims = self.parked.pop(waiting_for, []) + victims
         self._scan(r, placement.node, t)
         for v in victims:  # drained jobs wait again (they may land anywhere but the room just made)
-            self._place_or_queue(v, t, allow_drain=False)
+            self._place_or_queue(v, t)
 
     def _place_awaited(self, job: int, t: float) -> None:
         """Its drains are done: place the rigid job before the queue scan can hand the room
@@ -180,9 +181,14 @@ class RigidService:
         self._start(job, placement, t)
 
     def _retry_drains(self, t: float) -> None:
-        """Rigid jobs still waiting at a tick start try the drain guardrail again."""
+        """At a control step, every rigid job still waiting tries the drain guardrail (a
+        request shape whose search failed is skipped for the rest of the step, `_no_room`).
+        This is the only way in: the live drain planner runs at control-loop ticks and a
+        task's arrival does not call it, so a job the pool's own churn starts before the next
+        step is drained for by nobody."""
+        jobs = self.jobs
         for r, (rigid, _) in enumerate(self.queues):
             for key in list(rigid):
-                for job in list(rigid.get(key, ()))[:4]:
-                    if self.jobs.state[job] == QUEUED and job not in self.awaited:
+                for job in list(rigid.get(key, ())):
+                    if jobs.state[job] == QUEUED and job not in self.awaited:
                         self._drain_for(job, t)
