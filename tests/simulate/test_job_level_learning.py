@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import simulate_testkit as kit
 
 from market_pipeline.demand_response.experiments import ExperimentSettings
 from market_pipeline.lab.demand_response.truth import TruthPoint
@@ -27,7 +28,6 @@ from market_pipeline.market.resources import DRAINABLE, GUARANTEED
 from market_pipeline.market.solve import demand_at
 from market_pipeline.tick import Promises
 from market_pipeline.tick.response import calibrated_to_response
-from tests.simulate import simulate_testkit as kit
 
 EPOCH = dt.datetime(2026, 3, 2, tzinfo=dt.UTC)
 
