@@ -42,9 +42,13 @@ LOCK_WORDS = ("could not set lock", "conflicting lock", "database is locked", "s
 BATCH_JOBS = ("drain_job", "scaling_actions_job")
 CELERY_WORKERS = 2  # on the cluster profile (`[orchestration] executor = "celery"`)
 REPO = Path(__file__).resolve().parents[2]
+# the cluster profile's storage (dagster.cluster.yaml): PostgreSQL, pooled per process
 INSTANCE_YAML = """storage:
-  postgres:
-    postgres_url: "{url}"
+  custom:
+    module: assets.lib.pg_storage
+    class: PooledPostgresStorage
+    config:
+      postgres_url: "{url}"
 {pools}telemetry:
   enabled: false
 """

@@ -196,9 +196,9 @@ def test_a_run_launched_by_the_k8s_instance_sends_the_job_the_cluster_profile_ne
     pointer = args.job_origin.repository_origin.code_pointer
     assert Path(pointer.python_file) == REPO_ROOT / "sensors" / "definitions.py"
     assert pointer.fn_name == "defs"
-    assert yaml.safe_load(args.instance_ref.run_storage_data.config_yaml) == {
-        "postgres_url": {"env": "DAGSTER_PG_URL"}
-    }
+    storage = args.instance_ref.storage_data
+    assert (storage.module_name, storage.class_name) == ("assets.lib.pg_storage", "PooledPostgresStorage")
+    assert yaml.safe_load(storage.config_yaml) == {"postgres_url": {"env": "DAGSTER_PG_URL"}}
     assert database not in json.dumps(job)
 
     # The pod's instance is that reference, this file's (dagster-k8s 0.29.27 does not mount
