@@ -4,12 +4,13 @@ instance, `storage: custom:` in dagster.cluster.yaml and dagster.k8s.yaml).
 dagster-postgres opens a new PostgreSQL connection for every storage operation (SQLAlchemy's
 NullPool, so that short-lived instances keep nothing open), and a dagster-celery worker builds a
 new instance for every step. Measured on `bench scale` (two lanes, six nodes, 2026-12-06), the
-Dagster database took about 700 connections per tick, and the PostgreSQL server spent 5.4
-CPU-seconds per tick, as much as the worker running the tick's steps (6.9): a new backend
-process per connection, its catalog caches filled anew. Here every instance of a process shares
-one pooled engine per database URL (a few connections, reused), so a worker's steps and a run
-worker's events ride on the same connections: 1.9 CPU-seconds per tick, at most 9 connections
-to the Dagster database at once. The webserver still swaps in its own pool
+Dagster database took about 700 connections per tick, and the PostgreSQL server spent 5.15
+CPU-seconds per tick, nearly as much as the worker running the tick's steps (6.73): a new
+backend process per connection, its catalog caches filled anew. Here every instance of a
+process shares one pooled engine per database URL (a few connections, reused), so a worker's
+steps and a run worker's events ride on the same connections: 2.0 CPU-seconds per tick, at most
+9 connections to the Dagster database at once (measured with 4 extra connections allowed; now
+10). The webserver still swaps in its own pool
 (`optimize_for_webserver`).
 """
 
@@ -28,7 +29,9 @@ from dagster_postgres.utils import create_pg_engine, get_token_provider_from_con
 _ENGINES: dict[tuple[int, str], Any] = {}
 _LOCK = threading.Lock()
 POOL_SIZE = 2  # kept open per process and database
-MAX_OVERFLOW = 4  # opened beyond those while more threads need one at once, then closed
+MAX_OVERFLOW = (
+    10  # opened beyond those while more threads need one at once (a daemon has several), then closed
+)
 POOL_RECYCLE_S = 3600
 
 
