@@ -200,11 +200,21 @@ def _drive(lane: Lane, start: datetime, settings: WholeTickSettings, ready: Any,
     jobs = {name: repository.get_reconstructable_job(name) for name in TICK_JOBS}
     runs: list[tuple[str, str, str]] = []  # (job, partition, run id)
     out: dict[str, Any] = {"lane": lane.index, "runs": runs, "ticks_done": 0, "error": None}
-    ready.wait(600)  # all drivers loaded: the clock starts
-    out["began"] = time.time()
-    try:
-        with dg.DagsterInstance.get() as instance:
-            for k in range(settings.ticks):
+    with ExitStack() as stack:
+        try:
+            # Load the definitions and open the instance before the clock starts, as a run
+            # worker has them: a reconstructable job is only a pointer, and the first run
+            # imported the whole project, about 8 CPU-seconds per driver, in the timed part
+            # and against the workers' cores.
+            for job in jobs.values():
+                job.get_definition()
+            instance = stack.enter_context(dg.DagsterInstance.get())
+        except Exception as exc:  # noqa: BLE001 - counted as the lane's failure, as below
+            out["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
+        ready.wait(600)  # all drivers loaded: the clock starts
+        out["began"], cpu_began = time.time(), time.process_time()
+        try:
+            for k in range(settings.ticks if out["error"] is None else 0):
                 tick = start + timedelta(hours=k)
                 hour = closed_hour_key(tick)
                 for name in TICK_JOBS:
@@ -222,19 +232,33 @@ def _drive(lane: Lane, start: datetime, settings: WholeTickSettings, ready: Any,
                 if settings.after_tick is not None:
                     settings.after_tick(lane.index, configured_warehouse(load_config(lane.config_path)), hour)
                 out["ticks_done"] = k + 1
-    except Exception as exc:  # noqa: BLE001 - a driver that cannot go on is a failed tick, counted
-        out["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
-    out["ended"] = time.time()
+        except Exception as exc:  # noqa: BLE001 - a driver that cannot go on is a failed tick, counted
+            out["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
+        out["ended"] = time.time()
+        out["cpu_seconds"] = time.process_time() - cpu_began
     results.put(out)
 
 
+def _cpu_seconds_now(worker_pids: list[int]) -> dict[str, float]:
+    """CPU seconds so far of the workers (with the processes their steps started) and of the
+    PostgreSQL and RabbitMQ servers (every client's, not only the bench's)."""
+    from market_pipeline.hardware.process_tree import server_cpu_seconds, tree_cpu_seconds
+
+    return {
+        "workers": sum(tree_cpu_seconds(pid) for pid in worker_pids),
+        "postgres_server": server_cpu_seconds("postgres"),
+        "rabbitmq_server": server_cpu_seconds("beam.smp"),
+    }
+
+
 def _drive_lanes(
-    lanes: list[Lane], starts: list[datetime], settings: WholeTickSettings
-) -> list[dict[str, Any]]:
+    lanes: list[Lane], starts: list[datetime], settings: WholeTickSettings, worker_pids: list[int]
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Every lane's driver in a fresh process (spawned: it loads the definitions with this
-    count's environment), the clock started when all have loaded them; what each did, by lane."""
+    count's environment), the clock started when all have loaded them; what each did, by lane,
+    and the CPU seconds each part spent while the clock ran (the drivers' own, from each)."""
     ctx = multiprocessing.get_context("spawn")
-    ready, results = ctx.Barrier(len(lanes)), ctx.Queue()
+    ready, results = ctx.Barrier(len(lanes) + 1), ctx.Queue()  # the drivers, and this process
     drivers = [
         ctx.Process(target=_drive, args=(lane, start, settings, ready, results))
         for lane, start in zip(lanes, starts)
@@ -242,10 +266,15 @@ def _drive_lanes(
     try:
         for driver in drivers:
             driver.start()
+        ready.wait(900)
+        began = _cpu_seconds_now(worker_pids)
         outs = [results.get(timeout=DRIVER_TIMEOUT_S) for _ in drivers]
+        ended = _cpu_seconds_now(worker_pids)
         for driver in drivers:
             driver.join(60)
-        return sorted(outs, key=lambda out: out["lane"])
+        cpu = {"drivers": sum(float(out.get("cpu_seconds", 0.0)) for out in outs)}
+        cpu |= {part: ended[part] - began[part] for part in began}
+        return sorted(outs, key=lambda out: out["lane"]), cpu
     finally:
         for driver in drivers:
             if driver.is_alive():
@@ -302,8 +331,8 @@ def _one_count(settings: WholeTickSettings, count: int, queue: str) -> dict[str,
                 starts = [_prepare(lane) for lane in lanes]
                 with celery_workers(
                     count, dagster_home, solo=True, includes=(DEFINITIONS,), name=f"{queue}_w"
-                ):
-                    outs = _drive_lanes(lanes, starts, settings)
+                ) as worker_pids:
+                    outs, cpu = _drive_lanes(lanes, starts, settings, worker_pids)
                     wall = max(out["ended"] for out in outs) - min(out["began"] for out in outs)
                 per_lane = []
                 with dg.DagsterInstance.get() as instance:
@@ -319,8 +348,12 @@ def _one_count(settings: WholeTickSettings, count: int, queue: str) -> dict[str,
                             }
                         )
                         forget_instance(configured_lake(config))
-                    # batch runs that carried one decision out twice (the instance's outcome tables)
-                    carried_twice = duplicate_actions(instance)
+                    # batch runs of one lane that carried one decision out twice (the instance's
+                    # outcome tables); the lanes are copies of one fleet, so their decisions share ids
+                    carried_twice = sum(
+                        duplicate_actions(instance, {run_id for _, _, run_id in out.get("runs", [])})
+                        for out in outs
+                    )
                     failed = instance.get_runs_count(
                         dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED])
                     )
@@ -338,6 +371,12 @@ def _one_count(settings: WholeTickSettings, count: int, queue: str) -> dict[str,
                 "failed_runs": failed + sum(1 for out in outs if out.get("error")),
                 "errors": [out["error"] for out in outs if out.get("error")],
                 "per_lane": per_lane,
+                # while the clock ran: where the CPU went (the servers' figures include their
+                # other clients on a shared machine)
+                "cpu_seconds": {part: round(value, 2) for part, value in cpu.items()},
+                "cpu_seconds_per_tick": {
+                    part: round(value / done, 2) if done else 0.0 for part, value in cpu.items()
+                },
             }
 
 
@@ -374,6 +413,7 @@ def run_whole_tick_bench(settings: WholeTickSettings) -> dict[str, Any]:
         "median_seconds": {n: statistics.median(r["seconds"] for r in done) for n, done in rounds.items()},
         "runs": runs,
         "ticks_per_hour": {n: r["ticks_per_hour"] for n, r in runs.items()},
+        "cpu_seconds_per_tick": {n: r["cpu_seconds_per_tick"] for n, r in runs.items()},
         "speedup_over_1": speedups,
         "lost_rows": sum(r["lost_rows"] for done in rounds.values() for r in done),
         "duplicate_decisions": sum(r["duplicate_decisions"] for done in rounds.values() for r in done),

@@ -25,6 +25,7 @@ import logging
 import tempfile
 import time
 import uuid
+from collections.abc import Collection
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -42,9 +43,13 @@ LOCK_WORDS = ("could not set lock", "conflicting lock", "database is locked", "s
 BATCH_JOBS = ("drain_job", "scaling_actions_job")
 CELERY_WORKERS = 2  # on the cluster profile (`[orchestration] executor = "celery"`)
 REPO = Path(__file__).resolve().parents[2]
+# the cluster profile's storage (dagster.cluster.yaml): PostgreSQL, pooled per process
 INSTANCE_YAML = """storage:
-  postgres:
-    postgres_url: "{url}"
+  custom:
+    module: assets.lib.pg_storage
+    class: PooledPostgresStorage
+    config:
+      postgres_url: "{url}"
 {pools}telemetry:
   enabled: false
 """
@@ -119,7 +124,7 @@ def celery_workers(
     solo: bool = False,
     includes: tuple[str, ...] = (),
     name: str = "soak",
-) -> Iterator[None]:
+) -> Iterator[list[int]]:
     """On the cluster profile, `count` dagster-celery workers as `make cluster-up` starts them,
     on the configured queue (the soak's own: no other worker on the broker takes its steps),
     each its own process group, killed afterwards. They get this process's environment (the
@@ -127,9 +132,10 @@ def celery_workers(
     steps in its own process, one at a time (Celery's solo pool; by default it forks a process
     per core); `includes`: modules a worker imports before it is ready; `name`:
     the workers' node names' stem (a name is the broker's exclusive queue of that worker: two
-    live workers of one name on one host refuse each other)."""
+    live workers of one name on one host refuse each other). Yields the workers' process ids
+    (each leads its process group)."""
     if count == 0:
-        yield
+        yield []
         return
     import json
     import os
@@ -193,7 +199,7 @@ def celery_workers(
                 if workers[-1][1].poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"celery worker {i} did not start: {log.read_text()[-2000:]}")
                 time.sleep(0.2)
-        yield
+        yield [proc.pid for _log, proc in workers]
     finally:
         for _log, proc in workers:
             if proc.poll() is None:
@@ -278,11 +284,15 @@ def _schedule_ids(instance: dg.DagsterInstance, name: str) -> tuple[str, str]:
     raise LookupError(f"schedule {name} has no state")
 
 
-def duplicate_actions(instance: dg.DagsterInstance) -> int:
-    """Decisions two batch runs both carried out (an outcome other than skipped/superseded)."""
+def duplicate_actions(instance: dg.DagsterInstance, run_ids: Collection[str] | None = None) -> int:
+    """Decisions two batch runs both carried out (an outcome other than skipped/superseded);
+    with `run_ids`, among those runs only (one fleet's: another fleet's decision of the same id
+    is another decision)."""
     executed_by: dict[str, set[str]] = {}
     for job_name in BATCH_JOBS:
         for run in instance.get_runs(dg.RunsFilter(job_name=job_name)):
+            if run_ids is not None and run.run_id not in run_ids:
+                continue
             for entry in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_OUTPUT):
                 table = entry.dagster_event.event_specific_data.metadata.get("outcomes")
                 for record in getattr(table, "records", []) if table is not None else []:

@@ -316,29 +316,35 @@ def run_drain_plan(args: argparse.Namespace) -> int:
 
     from market_pipeline.drain.limits import DrainLimits
     from market_pipeline.drain.plan import SelectionPolicy, plan_drains
-    from market_pipeline.drain.service import gather_planning_inputs
-    from market_pipeline.drain.store import write_decisions
+    from market_pipeline.drain.service import gather_planning_inputs, plan_and_record
     from market_pipeline.hardware import make_adapter
-    from market_pipeline.warehouse import WarehouseError, open_warehouse
+    from market_pipeline.warehouse import WarehouseError
+    from market_pipeline.warehouse.profile import configured_warehouse
 
     try:
         config = _config(args)
-        warehouse = open_warehouse(config.warehouse_path, migrate=True)
+        # the configured warehouse (the cluster profile's lake and control state too), so that
+        # an operator's plan and the loop's spend one disruption budget
+        warehouse = configured_warehouse(config, migrate=True)
         adapter = make_adapter(config)
         if args.scale_down_node:
             known = {node.node_id for node in adapter.list_nodes()}
             unknown = sorted(set(args.scale_down_node) - known)
             if unknown:
                 raise ValueError(f"--scale-down-node: no node {', '.join(map(repr, unknown))} in the fleet")
-        inputs, source = gather_planning_inputs(
-            warehouse,
-            adapter,
-            config,
-            wall_now=datetime.now(timezone.utc),
-            scale_down_nodes=args.scale_down_node,
-        )
-        decisions = plan_drains(inputs, SelectionPolicy.from_config(config), DrainLimits.from_config(config))
-        written = 0 if args.dry_run else write_decisions(warehouse, decisions)
+        now = datetime.now(timezone.utc)
+        if args.dry_run:
+            inputs, source = gather_planning_inputs(
+                warehouse, adapter, config, wall_now=now, scale_down_nodes=args.scale_down_node
+            )
+            decisions = plan_drains(
+                inputs, SelectionPolicy.from_config(config), DrainLimits.from_config(config)
+            )
+            written = 0
+        else:  # under the plan lock, as the loop's drain_requests plans
+            decisions, written, source = plan_and_record(
+                warehouse, adapter, config, wall_now=now, scale_down_nodes=args.scale_down_node
+            )
     except (ValueError, WarehouseError) as exc:
         return input_error(exc)
     rows = [

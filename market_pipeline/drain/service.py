@@ -6,7 +6,6 @@ The Dagster asset, the drain job and the CLI call these; the policy underneath
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
@@ -132,15 +131,12 @@ def plan_and_record(
     budget: DisruptionBudget | None = None,
 ) -> tuple[list[DrainDecision], int, str]:
     """Plan this tick's drains and write them to `decisions`; (decisions, new rows, source).
-    Without the tick's shared `budget`, one is built from the fleet and the ledger. On the
-    cluster profile the ledger read, the plan and its write hold the control PostgreSQL's
-    `plan:drains` lock, so two plans running at once cannot both spend one disruption budget."""
-    hold = (
-        warehouse.control.lock("plan:drains", PLAN_LOCK_WAIT_S)
-        if warehouse.control is not None
-        else contextlib.nullcontext()
-    )
-    with hold:
+    Without the tick's shared `budget`, one is built from the fleet and the ledger. The ledger
+    read, the plan and its write hold the warehouse's `plan:drains` lock (the control
+    PostgreSQL's advisory lock on the cluster profile, a file lock beside an embedded DuckDB
+    file), so two plans running at once, on two workers or a Dagster run and the CLI, cannot
+    both spend one disruption budget: the later one reads the earlier one's decisions."""
+    with warehouse.exclusive("plan:drains", PLAN_LOCK_WAIT_S):
         return _plan_and_record(
             warehouse, adapter, config, wall_now, scale_down_nodes, manual_task_ids, budget
         )

@@ -389,3 +389,40 @@ def _freeze(scan, stopped: list[psutil.Process], problems: list[str]) -> Process
                 problems.append(f"pid {proc.pid}: not permitted ({exc})")
         tree = scan()
     return tree
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user and system) that a process and its live descendants have used, with
+    what each has reaped from its ended children; 0.0 once the process is gone. The difference
+    of two readings is what the tree spent between them, short-lived children included once
+    their parent has waited for them."""
+    try:
+        root = psutil.Process(pid)
+        members = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for member in members:
+        try:
+            times = member.cpu_times()
+        except psutil.Error:
+            continue  # ended between the listing and the reading
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def server_cpu_seconds(name: str) -> float:
+    """CPU seconds of every process tree whose root is named `name` and whose parent is not (a
+    server with its workers: PostgreSQL's postmaster with its backends, RabbitMQ's beam.smp),
+    as `tree_cpu_seconds` counts them; 0.0 when none runs."""
+    total = 0.0
+    for proc in psutil.process_iter(["name", "ppid"]):
+        if proc.info["name"] != name:
+            continue
+        try:
+            parent = psutil.Process(proc.info["ppid"]).name() if proc.info["ppid"] else ""
+        except psutil.Error:
+            parent = ""
+        if parent != name:
+            total += tree_cpu_seconds(proc.pid)
+    return total

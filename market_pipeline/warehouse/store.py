@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -20,6 +21,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
+from market_pipeline.file_lock import exclusive_lock
 from market_pipeline.warehouse.control import ControlStore
 from market_pipeline.warehouse.errors import WarehouseError
 from market_pipeline.warehouse.lake import (
@@ -152,6 +154,33 @@ class Warehouse:
                 stack.enter_context(locks.lock(name, WRITE_LOCK_WAIT_SECONDS))
                 held.add(name)
                 stack.callback(held.discard, name)
+            yield
+
+    @contextlib.contextmanager
+    def exclusive(self, name: str, wait_seconds: float) -> Iterator[None]:
+        """The block is the only holder of `name` among every process that shares this
+        warehouse; after `wait_seconds` of another holder, WarehouseError (LockBusy) names it.
+
+        A read-then-write that must see every earlier one (a plan spending the disruption
+        budget) holds it, since neither store makes that atomic: on the cluster profile an
+        advisory lock in the control PostgreSQL (or the lake's catalog), which the server drops
+        if the holder dies; on a DuckDB file an exclusive `flock` on a file beside it (the file
+        has one writer at a time, but a read and the write after it are two connections, and
+        another process's write can come between them)."""
+        locks = self.control
+        if locks is None and self.lake is not None:
+            locks = ControlStore(self.lake.catalog)
+        if locks is not None:
+            with locks.lock(name, wait_seconds):
+                yield
+            return
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name)
+        beside = self.path.with_name(f"{self.path.name}.{safe}.lock")
+
+        def busy() -> Exception:
+            return WarehouseError(f"{name} is held by another process ({beside}) after {wait_seconds:g} s")
+
+        with exclusive_lock(beside, wait_seconds, busy):
             yield
 
     def retrying(self, operation: Callable[[], T]) -> T:

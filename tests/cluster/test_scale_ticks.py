@@ -65,3 +65,9 @@ def test_whole_ticks_account_for_every_row_and_find_the_one_lost(tmp_path: Path)
     assert broken_lane == {"ticks": 1, "lost_rows": 1, "duplicate_decisions": 0}
     assert result["lost_rows"] == 1 and result["duplicate_decisions"] == 0
     assert result["within_target"] is False
+    # where the CPU went while the clock ran: the steps on the worker; the drivers only launch
+    # runs and follow them (their definitions were loaded before the clock started)
+    cpu = run["cpu_seconds"]
+    assert set(cpu) == {"drivers", "workers", "postgres_server", "rabbitmq_server"}
+    assert 0 < cpu["drivers"] < cpu["workers"], cpu
+    assert result["cpu_seconds_per_tick"]["1"]["workers"] == pytest.approx(cpu["workers"] / 2, abs=0.01)
