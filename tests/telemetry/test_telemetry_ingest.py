@@ -286,3 +286,21 @@ def test_telemetry_the_ledger_stamps_each_ingest_in_utc_on_any_host(warehouse: W
     stamps = warehouse.query("SELECT ingested_at FROM telemetry_ingests").get_column("ingested_at").to_list()
     assert len(stamps) == 2
     assert all(before - timedelta(seconds=1) <= t <= datetime.now(timezone.utc) for t in stamps)
+
+
+# --- Mutation testing, issue 47 (second helper): what the mutants of ingest.py left standing ---
+
+
+def test_telemetry_a_fallback_hour_before_1970_is_its_own_hour(warehouse: Warehouse) -> None:
+    """Rows no time can place go to the fallback time's hour, counted down to the hour that
+    holds it also before the epoch (22:30 on 1969-12-31 is the 22:00 partition, not 23:00)."""
+    from datetime import datetime, timezone
+
+    future = two_hours().head(2).with_columns(ts=pl.lit(NOW + timedelta(days=2)))
+    fallback = datetime(1969, 12, 31, 22, 30, tzinfo=timezone.utc)
+    report = ingest_samples(warehouse, future, source="file:f", policy=POLICY, fallback_time=fallback)
+    assert report.partitions == ("1969-12-31-22:00",) and report.quarantined == 2
+    keys = warehouse.query("SELECT DISTINCT partition_key FROM telemetry_quarantine").get_column(
+        "partition_key"
+    )
+    assert keys.to_list() == ["1969-12-31-22:00"]
