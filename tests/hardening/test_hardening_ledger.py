@@ -266,3 +266,34 @@ def test_hardening_a_booking_that_fails_inside_its_transaction_reports_its_own_c
     assert _entries(path, "r7") == [] and _entries(path, "another payment") == [Decimal("4")]
     assert record_payment(warehouse, TENANT, Decimal("5"), "r8") == f"top_up:{TENANT}:r8"
     assert _entries(path, "r8") == [Decimal("5")]
+
+
+# --- Mutation testing, issue 47 (second helper): the ledger's other transactions ---
+
+
+def test_hardening_a_rate_card_rewrite_that_fails_partway_keeps_the_card_in_force(tmp_path: Path) -> None:
+    """The rate card is rewritten table by table in one transaction: when a later table cannot
+    be written, the caller gets that table's own error and every table keeps the card in force
+    (the first one was already emptied and rewritten inside the transaction)."""
+    import polars as pl
+
+    from market_pipeline.billing.rate_card import RATE_CARD_TABLES, refresh_rate_card
+    from market_pipeline.config import load_config
+    from market_pipeline.warehouse import WarehouseError, billing_ledger, open_warehouse
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    card = refresh_rate_card(warehouse, load_config()).tables()
+
+    def snapshot() -> dict[str, list[tuple]]:
+        return {t: sorted(warehouse.query(f"SELECT * FROM {t}").rows(), key=repr) for t in RATE_CARD_TABLES}
+
+    before = snapshot()
+    assert all(before[t] for t in RATE_CARD_TABLES[:2])
+    first, second = RATE_CARD_TABLES[:2]
+    broken = {
+        first: card[first].head(1),
+        second: card[second].with_columns(pl.lit(1).alias("no_such_column")),
+    }
+    with pytest.raises(WarehouseError, match=rf"append to {second} failed: .*no_such_column"):
+        billing_ledger.rewrite_rate_card(warehouse, broken)
+    assert snapshot() == before
