@@ -304,3 +304,19 @@ def test_telemetry_a_fallback_hour_before_1970_is_its_own_hour(warehouse: Wareho
         "partition_key"
     )
     assert keys.to_list() == ["1969-12-31-22:00"]
+
+
+def test_telemetry_a_partition_whose_every_row_was_quarantined_counts_no_clean_row(
+    warehouse: Warehouse,
+) -> None:
+    """The ledger row of a partition that received only quarantined rows says so: rows in =
+    quarantined, clean 0 (beside a partition with clean rows, which keeps its own counts)."""
+    frame = two_hours().head(4).with_columns(pl.col("power_w").cast(pl.Utf8))
+    spoiled = frame.head(3).with_columns(
+        pl.lit("not a number").alias("power_w"), pl.col("ts") + timedelta(hours=3)
+    )
+    ingest_samples(warehouse, pl.concat([frame, spoiled]), source="file:q", policy=POLICY)
+    ledger = warehouse.query(
+        "SELECT partition_key, rows_in, clean, quarantined FROM telemetry_ingests ORDER BY 1"
+    ).rows()
+    assert ledger == [("2024-01-01-00:00", 4, 4, 0), ("2024-01-01-03:00", 3, 0, 3)]
