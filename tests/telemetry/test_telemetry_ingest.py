@@ -320,3 +320,27 @@ def test_telemetry_a_partition_whose_every_row_was_quarantined_counts_no_clean_r
         "SELECT partition_key, rows_in, clean, quarantined FROM telemetry_ingests ORDER BY 1"
     ).rows()
     assert ledger == [("2024-01-01-00:00", 4, 4, 0), ("2024-01-01-03:00", 3, 0, 3)]
+
+
+def test_telemetry_a_file_missing_a_column_is_refused_naming_the_file(warehouse: Warehouse) -> None:
+    """The refusal names what was read: the caller's label for it, "input" by default."""
+    frame = two_hours().drop("temp_c")
+    with pytest.raises(MissingColumnsError, match=r"^input lacks required telemetry column\(s\) temp_c"):
+        ingest_samples(warehouse, frame, source="file:x", policy=POLICY)
+    with pytest.raises(
+        MissingColumnsError, match=r"^samples\.csv lacks required telemetry column\(s\) temp_c"
+    ):
+        ingest_samples(warehouse, frame, source="file:x", policy=POLICY, where="samples.csv")
+    assert counts(warehouse) == {"clean": 0, "quarantined": 0, "raw": 0}
+
+
+def test_telemetry_naive_times_are_read_in_the_policys_zone(warehouse: Warehouse) -> None:
+    """A source whose clock is naive local time (here +01:00 in winter) is ingested clean, each
+    row at its UTC instant, when the policy names the zone."""
+    frame = two_hours().head(4)
+    local = frame.with_columns(pl.col("ts").dt.convert_time_zone("Europe/Berlin").dt.replace_time_zone(None))
+    policy = ValidationPolicy(now=NOW, naive_timezone="Europe/Berlin")
+    report = ingest_samples(warehouse, local, source="file:n", policy=policy)
+    assert (report.clean, report.quarantined) == (4, 0)
+    stored = warehouse.query("SELECT ts FROM telemetry_clean ORDER BY ts").get_column("ts").to_list()
+    assert stored == frame.get_column("ts").sort().to_list()
