@@ -344,3 +344,25 @@ def test_telemetry_naive_times_are_read_in_the_policys_zone(warehouse: Warehouse
     assert (report.clean, report.quarantined) == (4, 0)
     stored = warehouse.query("SELECT ts FROM telemetry_clean ORDER BY ts").get_column("ts").to_list()
     assert stored == frame.get_column("ts").sort().to_list()
+
+
+def test_telemetry_the_report_names_its_source_and_how_long_it_took(warehouse: Warehouse) -> None:
+    """The report the CLI prints ("in 0.12s") and the asset records: its source, and the
+    ingest's own duration, within the time the call took."""
+    import time
+
+    started = time.perf_counter()
+    report = ingest_samples(warehouse, two_hours(), source="file:a", policy=POLICY)
+    took = time.perf_counter() - started
+    assert report.source == "file:a"
+    assert isinstance(report.seconds, float) and 0 < report.seconds <= took
+
+
+def test_telemetry_ingests_on_a_lake_number_and_replace_as_on_a_file(lake, tmp_path: Path) -> None:  # noqa: ANN001
+    """On the cluster profile's DuckLake an ingest's id is one past the largest recorded (no
+    sequences there): a second ingest of the source replaces the first's partitions."""
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
+    first = ingest_samples(store, two_hours(), source="file:a", policy=POLICY)
+    second = ingest_samples(store, two_hours(), source="file:a", policy=POLICY)
+    assert second.ingest_id == first.ingest_id + 1
+    assert counts(store) == {"clean": 32, "quarantined": 0, "raw": 32}
