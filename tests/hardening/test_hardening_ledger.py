@@ -297,3 +297,29 @@ def test_hardening_a_rate_card_rewrite_that_fails_partway_keeps_the_card_in_forc
     with pytest.raises(WarehouseError, match=rf"append to {second} failed: .*no_such_column"):
         billing_ledger.rewrite_rate_card(warehouse, broken)
     assert snapshot() == before
+
+
+def test_hardening_a_tenant_in_good_standing_does_not_hide_the_blocked_ones_after_it() -> None:
+    """Budget decisions are made for every blocked tenant, wherever it stands among the
+    verdicts: an admitted tenant listed first changes nothing."""
+    from datetime import datetime, timezone
+
+    from market_pipeline.billing.balances import Account, TenantSpend, evaluate_guards, guard_decisions
+
+    now = datetime(2026, 1, 5, 12, tzinfo=timezone.utc)
+    zero = TenantSpend(Decimal(0), Decimal(0), Decimal(0))
+    verdicts = evaluate_guards(
+        [Account("good", prepaid=False), Account("broke", prepaid=True), Account("late", prepaid=True)],
+        {"good": zero, "broke": zero, "late": zero},
+        {},
+        now,
+        300,
+        60,
+    )
+    assert [v.admit_new_tasks for v in verdicts] == [True, False, False]
+    frame = guard_decisions(verdicts, {"late": [("job-9", "pool-a")]}, now, shadow=False)
+    assert frame.get_column("decision_id").to_list() == [
+        "budget:broke:refuse:2026-01-05T12",
+        "budget:late:refuse:2026-01-05T12",
+        "budget:late:drain:job-9:2026-01-05T12",
+    ]
