@@ -323,3 +323,17 @@ def test_hardening_a_tenant_in_good_standing_does_not_hide_the_blocked_ones_afte
         "budget:late:refuse:2026-01-05T12",
         "budget:late:drain:job-9:2026-01-05T12",
     ]
+
+
+def test_hardening_a_capped_account_with_nothing_spent_yet_may_spend_up_to_its_caps() -> None:
+    """A new account (no ledger entry, no rated usage yet) has spent nothing: the next
+    interval's cost exactly at its daily and monthly caps is admitted."""
+    from datetime import datetime, timezone
+
+    from market_pipeline.billing.balances import Account, evaluate_guards
+
+    capped = Account("new", prepaid=False, hard_cap_daily=Decimal("1"), hard_cap_monthly=Decimal("1"))
+    now = datetime(2026, 1, 5, 12, tzinfo=timezone.utc)
+    [verdict] = evaluate_guards([capped], {}, {"new": Decimal("12")}, now, 300, 60)
+    assert verdict.next_interval_cost == Decimal("1")
+    assert verdict.admit_new_tasks and verdict.reasons == () and verdict.drain_after is None
