@@ -337,3 +337,24 @@ def test_hardening_a_capped_account_with_nothing_spent_yet_may_spend_up_to_its_c
     [verdict] = evaluate_guards([capped], {}, {"new": Decimal("12")}, now, 300, 60)
     assert verdict.next_interval_cost == Decimal("1")
     assert verdict.admit_new_tasks and verdict.reasons == () and verdict.drain_after is None
+
+
+def test_hardening_account_limits_at_the_ledgers_extremes_are_stored_exactly(tmp_path: Path) -> None:
+    """Every limit the account check admits is stored as set: the largest amount the ledger
+    holds and its smallest unit, in each limit."""
+    from market_pipeline.billing.balances import MAX_LEDGER_AMOUNT, Account, accounts, set_account
+    from market_pipeline.warehouse import open_warehouse
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    unit = Decimal("0.000000001")
+    largest = Account(
+        "big",
+        prepaid=True,
+        credit_limit=MAX_LEDGER_AMOUNT,
+        hard_cap_daily=MAX_LEDGER_AMOUNT,
+        hard_cap_monthly=MAX_LEDGER_AMOUNT,
+    )
+    smallest = Account("tiny", prepaid=True, credit_limit=unit, hard_cap_daily=unit, hard_cap_monthly=unit)
+    set_account(warehouse, largest)
+    set_account(warehouse, smallest)
+    assert accounts(warehouse) == [largest, smallest]
