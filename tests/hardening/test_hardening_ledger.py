@@ -358,3 +358,19 @@ def test_hardening_account_limits_at_the_ledgers_extremes_are_stored_exactly(tmp
     set_account(warehouse, largest)
     set_account(warehouse, smallest)
     assert accounts(warehouse) == [largest, smallest]
+
+
+@pytest.mark.usefixtures("host_in_kolkata")
+def test_hardening_an_account_set_without_a_time_is_stamped_in_utc_on_any_host(tmp_path: Path) -> None:
+    """`updated_at` defaults to the UTC instant of the setting, also on a host whose clock is
+    set to another zone (+05:30): never local wall time read as UTC."""
+    from datetime import datetime, timedelta, timezone
+
+    from market_pipeline.billing.balances import Account, set_account
+    from market_pipeline.warehouse import open_warehouse
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    before = datetime.now(timezone.utc)
+    set_account(warehouse, Account("alpha", prepaid=True))
+    stamp = warehouse.query("SELECT updated_at FROM billing_accounts").item()
+    assert before - timedelta(seconds=1) <= stamp <= datetime.now(timezone.utc)
