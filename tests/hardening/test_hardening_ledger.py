@@ -266,3 +266,111 @@ def test_hardening_a_booking_that_fails_inside_its_transaction_reports_its_own_c
     assert _entries(path, "r7") == [] and _entries(path, "another payment") == [Decimal("4")]
     assert record_payment(warehouse, TENANT, Decimal("5"), "r8") == f"top_up:{TENANT}:r8"
     assert _entries(path, "r8") == [Decimal("5")]
+
+
+# --- Mutation testing, issue 47 (second helper): the ledger's other transactions ---
+
+
+def test_hardening_a_rate_card_rewrite_that_fails_partway_keeps_the_card_in_force(tmp_path: Path) -> None:
+    """The rate card is rewritten table by table in one transaction: when a later table cannot
+    be written, the caller gets that table's own error and every table keeps the card in force
+    (the first one was already emptied and rewritten inside the transaction)."""
+    import polars as pl
+
+    from market_pipeline.billing.rate_card import RATE_CARD_TABLES, refresh_rate_card
+    from market_pipeline.config import load_config
+    from market_pipeline.warehouse import WarehouseError, billing_ledger, open_warehouse
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    card = refresh_rate_card(warehouse, load_config()).tables()
+
+    def snapshot() -> dict[str, list[tuple]]:
+        return {t: sorted(warehouse.query(f"SELECT * FROM {t}").rows(), key=repr) for t in RATE_CARD_TABLES}
+
+    before = snapshot()
+    assert all(before[t] for t in RATE_CARD_TABLES[:2])
+    first, second = RATE_CARD_TABLES[:2]
+    broken = {
+        first: card[first].head(1),
+        second: card[second].with_columns(pl.lit(1).alias("no_such_column")),
+    }
+    with pytest.raises(WarehouseError, match=rf"append to {second} failed: .*no_such_column"):
+        billing_ledger.rewrite_rate_card(warehouse, broken)
+    assert snapshot() == before
+
+
+def test_hardening_a_tenant_in_good_standing_does_not_hide_the_blocked_ones_after_it() -> None:
+    """Budget decisions are made for every blocked tenant, wherever it stands among the
+    verdicts: an admitted tenant listed first changes nothing."""
+    from datetime import datetime, timezone
+
+    from market_pipeline.billing.balances import Account, TenantSpend, evaluate_guards, guard_decisions
+
+    now = datetime(2026, 1, 5, 12, tzinfo=timezone.utc)
+    zero = TenantSpend(Decimal(0), Decimal(0), Decimal(0))
+    verdicts = evaluate_guards(
+        [Account("good", prepaid=False), Account("broke", prepaid=True), Account("late", prepaid=True)],
+        {"good": zero, "broke": zero, "late": zero},
+        {},
+        now,
+        300,
+        60,
+    )
+    assert [v.admit_new_tasks for v in verdicts] == [True, False, False]
+    frame = guard_decisions(verdicts, {"late": [("job-9", "pool-a")]}, now, shadow=False)
+    assert frame.get_column("decision_id").to_list() == [
+        "budget:broke:refuse:2026-01-05T12",
+        "budget:late:refuse:2026-01-05T12",
+        "budget:late:drain:job-9:2026-01-05T12",
+    ]
+
+
+def test_hardening_a_capped_account_with_nothing_spent_yet_may_spend_up_to_its_caps() -> None:
+    """A new account (no ledger entry, no rated usage yet) has spent nothing: the next
+    interval's cost exactly at its daily and monthly caps is admitted."""
+    from datetime import datetime, timezone
+
+    from market_pipeline.billing.balances import Account, evaluate_guards
+
+    capped = Account("new", prepaid=False, hard_cap_daily=Decimal("1"), hard_cap_monthly=Decimal("1"))
+    now = datetime(2026, 1, 5, 12, tzinfo=timezone.utc)
+    [verdict] = evaluate_guards([capped], {}, {"new": Decimal("12")}, now, 300, 60)
+    assert verdict.next_interval_cost == Decimal("1")
+    assert verdict.admit_new_tasks and verdict.reasons == () and verdict.drain_after is None
+
+
+def test_hardening_account_limits_at_the_ledgers_extremes_are_stored_exactly(tmp_path: Path) -> None:
+    """Every limit the account check admits is stored as set: the largest amount the ledger
+    holds and its smallest unit, in each limit."""
+    from market_pipeline.billing.balances import MAX_LEDGER_AMOUNT, Account, accounts, set_account
+    from market_pipeline.warehouse import open_warehouse
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    unit = Decimal("0.000000001")
+    largest = Account(
+        "big",
+        prepaid=True,
+        credit_limit=MAX_LEDGER_AMOUNT,
+        hard_cap_daily=MAX_LEDGER_AMOUNT,
+        hard_cap_monthly=MAX_LEDGER_AMOUNT,
+    )
+    smallest = Account("tiny", prepaid=True, credit_limit=unit, hard_cap_daily=unit, hard_cap_monthly=unit)
+    set_account(warehouse, largest)
+    set_account(warehouse, smallest)
+    assert accounts(warehouse) == [largest, smallest]
+
+
+@pytest.mark.usefixtures("host_in_kolkata")
+def test_hardening_an_account_set_without_a_time_is_stamped_in_utc_on_any_host(tmp_path: Path) -> None:
+    """`updated_at` defaults to the UTC instant of the setting, also on a host whose clock is
+    set to another zone (+05:30): never local wall time read as UTC."""
+    from datetime import datetime, timedelta, timezone
+
+    from market_pipeline.billing.balances import Account, set_account
+    from market_pipeline.warehouse import open_warehouse
+
+    warehouse = open_warehouse(tmp_path / "w.duckdb")
+    before = datetime.now(timezone.utc)
+    set_account(warehouse, Account("alpha", prepaid=True))
+    stamp = warehouse.query("SELECT updated_at FROM billing_accounts").item()
+    assert before - timedelta(seconds=1) <= stamp <= datetime.now(timezone.utc)

@@ -286,3 +286,83 @@ def test_telemetry_the_ledger_stamps_each_ingest_in_utc_on_any_host(warehouse: W
     stamps = warehouse.query("SELECT ingested_at FROM telemetry_ingests").get_column("ingested_at").to_list()
     assert len(stamps) == 2
     assert all(before - timedelta(seconds=1) <= t <= datetime.now(timezone.utc) for t in stamps)
+
+
+# --- Mutation testing, issue 47 (second helper): what the mutants of ingest.py left standing ---
+
+
+def test_telemetry_a_fallback_hour_before_1970_is_its_own_hour(warehouse: Warehouse) -> None:
+    """Rows no time can place go to the fallback time's hour, counted down to the hour that
+    holds it also before the epoch (22:30 on 1969-12-31 is the 22:00 partition, not 23:00)."""
+    from datetime import datetime, timezone
+
+    future = two_hours().head(2).with_columns(ts=pl.lit(NOW + timedelta(days=2)))
+    fallback = datetime(1969, 12, 31, 22, 30, tzinfo=timezone.utc)
+    report = ingest_samples(warehouse, future, source="file:f", policy=POLICY, fallback_time=fallback)
+    assert report.partitions == ("1969-12-31-22:00",) and report.quarantined == 2
+    keys = warehouse.query("SELECT DISTINCT partition_key FROM telemetry_quarantine").get_column(
+        "partition_key"
+    )
+    assert keys.to_list() == ["1969-12-31-22:00"]
+
+
+def test_telemetry_a_partition_whose_every_row_was_quarantined_counts_no_clean_row(
+    warehouse: Warehouse,
+) -> None:
+    """The ledger row of a partition that received only quarantined rows says so: rows in =
+    quarantined, clean 0 (beside a partition with clean rows, which keeps its own counts)."""
+    frame = two_hours().head(4).with_columns(pl.col("power_w").cast(pl.Utf8))
+    spoiled = frame.head(3).with_columns(
+        pl.lit("not a number").alias("power_w"), pl.col("ts") + timedelta(hours=3)
+    )
+    ingest_samples(warehouse, pl.concat([frame, spoiled]), source="file:q", policy=POLICY)
+    ledger = warehouse.query(
+        "SELECT partition_key, rows_in, clean, quarantined FROM telemetry_ingests ORDER BY 1"
+    ).rows()
+    assert ledger == [("2024-01-01-00:00", 4, 4, 0), ("2024-01-01-03:00", 3, 0, 3)]
+
+
+def test_telemetry_a_file_missing_a_column_is_refused_naming_the_file(warehouse: Warehouse) -> None:
+    """The refusal names what was read: the caller's label for it, "input" by default."""
+    frame = two_hours().drop("temp_c")
+    with pytest.raises(MissingColumnsError, match=r"^input lacks required telemetry column\(s\) temp_c"):
+        ingest_samples(warehouse, frame, source="file:x", policy=POLICY)
+    with pytest.raises(
+        MissingColumnsError, match=r"^samples\.csv lacks required telemetry column\(s\) temp_c"
+    ):
+        ingest_samples(warehouse, frame, source="file:x", policy=POLICY, where="samples.csv")
+    assert counts(warehouse) == {"clean": 0, "quarantined": 0, "raw": 0}
+
+
+def test_telemetry_naive_times_are_read_in_the_policys_zone(warehouse: Warehouse) -> None:
+    """A source whose clock is naive local time (here +01:00 in winter) is ingested clean, each
+    row at its UTC instant, when the policy names the zone."""
+    frame = two_hours().head(4)
+    local = frame.with_columns(pl.col("ts").dt.convert_time_zone("Europe/Berlin").dt.replace_time_zone(None))
+    policy = ValidationPolicy(now=NOW, naive_timezone="Europe/Berlin")
+    report = ingest_samples(warehouse, local, source="file:n", policy=policy)
+    assert (report.clean, report.quarantined) == (4, 0)
+    stored = warehouse.query("SELECT ts FROM telemetry_clean ORDER BY ts").get_column("ts").to_list()
+    assert stored == frame.get_column("ts").sort().to_list()
+
+
+def test_telemetry_the_report_names_its_source_and_how_long_it_took(warehouse: Warehouse) -> None:
+    """The report the CLI prints ("in 0.12s") and the asset records: its source, and the
+    ingest's own duration, within the time the call took."""
+    import time
+
+    started = time.perf_counter()
+    report = ingest_samples(warehouse, two_hours(), source="file:a", policy=POLICY)
+    took = time.perf_counter() - started
+    assert report.source == "file:a"
+    assert isinstance(report.seconds, float) and 0 < report.seconds <= took
+
+
+def test_telemetry_ingests_on_a_lake_number_and_replace_as_on_a_file(lake, tmp_path: Path) -> None:  # noqa: ANN001
+    """On the cluster profile's DuckLake an ingest's id is one past the largest recorded (no
+    sequences there): a second ingest of the source replaces the first's partitions."""
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
+    first = ingest_samples(store, two_hours(), source="file:a", policy=POLICY)
+    second = ingest_samples(store, two_hours(), source="file:a", policy=POLICY)
+    assert second.ingest_id == first.ingest_id + 1
+    assert counts(store) == {"clean": 32, "quarantined": 0, "raw": 32}
