@@ -556,3 +556,31 @@ def test_a_step_that_just_reaches_the_window_stays_the_steps_own(config, previou
         up + 1e-6
     )
     assert offending_prices(frame)["promise"].to_list() == ["band"]
+
+
+def test_a_broken_price_promise_is_named_by_its_rule_and_the_columns_it_compares(config) -> None:
+    """The check's summary and table name each failed rule with the columns it compares, as
+    the price book spells them: a guaranteed A10 price under price_min (0.3) fails the price
+    against its bound's bottom, one over the cap (0.728) its bound's top against the price,
+    and a missing price fails the not-null rule on `price`."""
+    a10 = "A10@cn-hangzhou-a"
+    pair = "expect_column_pair_values_a_to_be_greater_than_b"
+    for price, failed in (
+        (0.2, [(pair, "price,bound_low")]),
+        (5.0, [(pair, "bound_high,price")]),
+    ):
+        report = price_rules(promise_frame(_book([(a10, "guaranteed", price, None)]), config))
+        assert [(r.expectation, r.column) for r in report.failed] == failed
+        assert [r.column for r in report.rules] == [
+            "price",
+            "price,bound_low",
+            "bound_high,price",
+            "price,band_low",
+            "band_high,price",
+            "price,step_low",
+            "step_high,price",
+        ]
+    missing = price_rules(promise_frame(_book([(a10, "guaranteed", None, None)]), config))
+    assert ("expect_column_values_to_not_be_null", "price") in [
+        (r.expectation, r.column) for r in missing.failed
+    ]
