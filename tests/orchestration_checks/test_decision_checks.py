@@ -460,9 +460,8 @@ def test_a_failed_scale_down_drain_warns_at_the_tick_that_gives_the_node_back(st
 
 
 def _book(rows: list[tuple]) -> pl.DataFrame:
-    return pl.DataFrame(
-        rows, schema=["pool_id", "resource_class", "price", "previous"], orient="row"
-    ).with_columns(source=pl.lit("tick"))
+    schema = {"pool_id": pl.Utf8, "resource_class": pl.Utf8, "price": pl.Float64, "previous": pl.Float64}
+    return pl.DataFrame(rows, schema=schema, orient="row").with_columns(source=pl.lit("tick"))
 
 
 def test_a_step_that_cannot_reach_the_window_lands_on_the_nearer_end_of_all_promises(config) -> None:
@@ -584,3 +583,22 @@ def test_a_broken_price_promise_is_named_by_its_rule_and_the_columns_it_compares
     assert ("expect_column_values_to_not_be_null", "price") in [
         (r.expectation, r.column) for r in missing.failed
     ]
+
+
+@pytest.mark.parametrize(
+    "ahead",
+    [("A10@cn-hangzhou-a", "guaranteed", 0.5, None), ("nowhere", "guaranteed", 1.0, None)],
+    ids=["first-publications", "unknown-pools"],
+)
+def test_a_price_after_a_hundred_others_is_held_to_every_promise(config, ahead) -> None:
+    """A long book is checked to its last row: after a hundred prices published for the first
+    time (no price in force) or of unknown pools (no band, no step), an A10 drainable price
+    of 0.45 stepping from 0.45 under a guaranteed 0.5 (band 0.2..0.4) still breaks its band."""
+    a10 = "A10@cn-hangzhou-a"
+    frame = promise_frame(
+        _book([ahead] * 100 + [(a10, "guaranteed", 0.5, 0.5), (a10, "drainable", 0.45, 0.45)]), config
+    )
+    offending = offending_prices(frame)
+    last = offending.filter(pl.col("resource") == f"{a10}/drainable")
+    assert last["promise"].to_list() == ["band"]
+    assert (last["low"][0], last["high"][0]) == (pytest.approx(0.2 - 1e-6), pytest.approx(0.4 + 1e-6))
