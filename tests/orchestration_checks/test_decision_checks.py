@@ -602,3 +602,9 @@ def test_a_price_after_a_hundred_others_is_held_to_every_promise(config, ahead) 
     last = offending.filter(pl.col("resource") == f"{a10}/drainable")
     assert last["promise"].to_list() == ["band"]
     assert (last["low"][0], last["high"][0]) == (pytest.approx(0.2 - 1e-6), pytest.approx(0.4 + 1e-6))
+
+
+def test_an_empty_price_book_names_no_broken_promise(config) -> None:
+    """Before the first publication there is nothing to break: the operator's table is empty."""
+    frame = promise_frame(_book([]), config)
+    assert frame.is_empty() and offending_prices(frame).is_empty()
