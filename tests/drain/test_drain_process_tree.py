@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import psutil
 import pytest
 from drain_targets import cli, start_target
 from test_drain_hardening import drain_argv, nothing_written
 
-from market_pipeline.hardware.process_tree import kernel_thread, task_tree
+from market_pipeline.hardware.process_tree import (
+    Newcomers,
+    create_time,
+    kernel_thread,
+    proc_name,
+    running,
+    task_tree,
+)
 
 
 @pytest.fixture
@@ -186,3 +194,47 @@ def test_a_session_whose_leader_died_still_holds_the_orphans_in_it(tmp_path):
         assert _pids(tree) == sorted([child, orphan])
     finally:
         target.cleanup()
+
+
+def test_an_orphan_born_during_the_drain_is_the_tasks_a_sibling_from_the_shell_is_not(tmp_path):
+    """The root shares this test's group and session and double-forks an orphan after the
+    drain began: re-parented to PID 1, nothing links it to the root, yet it is in the task's
+    group and session, so it is the task's. A process this test started meanwhile shares that
+    group and session too, but its parent (this test) is inside the session: not the task's.
+    Processes born meanwhile in sessions of their own are not the task's either."""
+    before = frozenset(psutil.pids())
+    target = start_target(tmp_path, "--orphans", "1")
+    sibling = subprocess.Popen(["sleep", "60"])
+    outsiders = [subprocess.Popen(["sleep", "60"], start_new_session=True) for _ in range(8)]
+    try:
+        root = target.pids[0]
+        (orphan,) = target.pids[1:]
+        assert psutil.Process(orphan).ppid() == 1 and root not in (os.getpgid(root), os.getsid(root))
+        groups = frozenset({(os.getpgid(root), os.getsid(root))})
+        assert _pids(task_tree(root, target.created[root])) == [root]  # no newcomers asked for
+        tree = task_tree(root, target.created[root], (), Newcomers(before, groups))
+        assert _pids(tree) == sorted([root, orphan])
+    finally:
+        for proc in (sibling, *outsiders):
+            proc.kill()
+            proc.wait()
+        target.cleanup()
+
+
+def test_the_running_probe_knows_a_process_by_its_pid_and_its_create_time():
+    """What the process backend asks of a task's recorded root: a live process with its own
+    create time runs; with another create time it is a newer process under a reused pid and
+    does not; once it exited and was reaped it does not run, and has no create time or name."""
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        born = create_time(proc.pid)
+        assert born == psutil.Process(proc.pid).create_time()
+        assert running(proc.pid, born) and running(proc.pid, None)
+        assert not running(proc.pid, born - 1.0)
+        assert proc_name(proc.pid) == "sleep"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not running(proc.pid, born) and not running(proc.pid, None)
+    assert create_time(proc.pid) is None
+    assert proc_name(proc.pid) == "unknown"
