@@ -15,10 +15,13 @@ from test_drain_hardening import drain_argv, nothing_written
 
 from market_pipeline.hardware.process_tree import (
     Newcomers,
+    ProcessTree,
     create_time,
     kernel_thread,
     proc_name,
     running,
+    signal_and_wait,
+    signal_tree,
     task_tree,
 )
 
@@ -238,3 +241,63 @@ def test_the_running_probe_knows_a_process_by_its_pid_and_its_create_time():
     assert not running(proc.pid, born) and not running(proc.pid, None)
     assert create_time(proc.pid) is None
     assert proc_name(proc.pid) == "unknown"
+
+
+class _Refusing:
+    """A member this process may not signal (another user's process, for an unprivileged
+    drain): psutil raises AccessDenied."""
+
+    pid = 4_000_000
+
+    def create_time(self) -> float:
+        return 1.0
+
+    def send_signal(self, sig) -> None:
+        raise psutil.AccessDenied(self.pid)
+
+
+def test_each_member_is_signalled_once_under_its_recorded_create_time():
+    """`sent` holds each member signalled, under the create time the scan recorded. A member
+    signalled before (its pid, and a create time within psutil's rounding of it, up to the
+    tolerance itself) is not signalled again; a record of another pid born at the same
+    instant does not stand for it. A member gone since the scan is skipped and the members
+    after it still get the signal; one that refuses is named in the problems."""
+    import signal
+
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    gone, first, second = (psutil.Process(p.pid) for p in procs)
+    procs[0].kill()
+    procs[0].wait()
+    try:
+        created = {first.pid: 0.05, second.pid: 7.0}  # as recorded by the scan
+        tree = ProcessTree((gone, first, second, _Refusing()), created)
+        sent, problems = signal_tree(tree, signal.SIGCONT)
+        assert sent == {(first.pid, 0.05), (second.pid, 7.0)}
+        assert len(problems) == 1 and problems[0].startswith(f"pid {_Refusing.pid}: not permitted")
+        already = {(first.pid, 0.1), (os.getpid(), 7.0)}  # 0.1 - 0.05: exactly the tolerance
+        sent, _ = signal_tree(ProcessTree((first, second), created), signal.SIGCONT, already)
+        assert sent == {(second.pid, 7.0)}
+        sent, _ = signal_tree(ProcessTree((first, second), created), signal.SIGCONT, {(first.pid, 0.5)})
+        assert sent == {(first.pid, 0.05), (second.pid, 7.0)}  # 0.45 s apart: another process
+    finally:
+        for proc in procs[1:]:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_drain_reaches_its_root_only_under_the_roots_own_create_time(tmp_path):
+    """`signal_and_wait` of a root given with another create time (its pid reused since the
+    task was recorded) signals nothing and leaves the process running; with its own create
+    time the root gets the signal and is gone."""
+    import signal
+
+    target = start_target(tmp_path)
+    try:
+        (root,) = target.pids
+        other = signal_and_wait(root, target.created[root] + 10.0, (), signal.SIGTERM, 0.5)
+        assert other.sent == frozenset() and other.gone and target.left() == [root]
+        done = signal_and_wait(root, target.created[root], (), signal.SIGTERM, 10.0)
+        assert [pid for pid, _ in done.sent] == [root] and done.gone
+        assert target.signals()[(root, "SIGTERM")] == 1
+    finally:
+        target.cleanup()
