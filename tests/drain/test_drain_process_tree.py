@@ -297,7 +297,25 @@ def test_a_drain_reaches_its_root_only_under_the_roots_own_create_time(tmp_path)
         other = signal_and_wait(root, target.created[root] + 10.0, (), signal.SIGTERM, 0.5)
         assert other.sent == frozenset() and other.gone and target.left() == [root]
         done = signal_and_wait(root, target.created[root], (), signal.SIGTERM, 10.0)
-        assert [pid for pid, _ in done.sent] == [root] and done.gone
+        assert done.sent == {(root, target.created[root])} and done.left == () and done.gone
+        assert done.problems == () and done.seen == ((root, target.created[root]),)
+        assert 0.0 <= done.seconds < 10.0
         assert target.signals()[(root, "SIGTERM")] == 1
+    finally:
+        target.cleanup()
+
+
+def test_a_drain_that_runs_out_of_time_names_the_processes_left(tmp_path):
+    """The root exits on SIGTERM, its child ignores it: once the time is up the wait returns
+    with the child named as left (pid, create time), both signalled once, nothing gone."""
+    import signal
+
+    target = start_target(tmp_path, "--children", "1", "--deaf-children")
+    try:
+        root, child = target.pids
+        waited = signal_and_wait(root, target.created[root], (), signal.SIGTERM, 0.5)
+        assert waited.left == ((child, target.created[child]),) and not waited.gone
+        assert waited.sent == {(root, target.created[root]), (child, target.created[child])}
+        assert waited.seconds >= 0.5 and target.left() == [child]
     finally:
         target.cleanup()
