@@ -15,10 +15,14 @@ from test_drain_hardening import drain_argv, nothing_written
 
 from market_pipeline.hardware.process_tree import (
     Newcomers,
+    NoSuchProcessError,
     ProcessTree,
+    ProtectedProcessError,
     create_time,
     kernel_thread,
+    open_process,
     proc_name,
+    refusal,
     running,
     signal_and_wait,
     signal_tree,
@@ -319,3 +323,65 @@ def test_a_drain_that_runs_out_of_time_names_the_processes_left(tmp_path):
         assert waited.seconds >= 0.5 and target.left() == [child]
     finally:
         target.cleanup()
+
+
+def test_a_pid_that_names_no_drainable_process_is_refused_with_its_reason(tmp_path):
+    """What the drain CLI says of a bad target: not a positive integer, PID 1, a pid no
+    process has (reaped), one whose process has exited but is not reaped yet (a zombie);
+    a live process whose name holds a parenthesis is no kernel thread and opens."""
+    import shutil
+
+    for bad in (0, -1, True, "7"):
+        with pytest.raises(NoSuchProcessError, match=rf"^pid must be a positive integer, got {bad!r}$"):
+            open_process(bad)
+    with pytest.raises(ProtectedProcessError, match="^pid 1 is PID 1"):
+        open_process(1)
+    reaped = subprocess.Popen(["true"])
+    reaped.wait()
+    with pytest.raises(NoSuchProcessError, match=rf"^no process with pid {reaped.pid}$"):
+        open_process(reaped.pid)
+    zombie = subprocess.Popen(["true"])
+    try:
+        while psutil.Process(zombie.pid).status() != psutil.STATUS_ZOMBIE:
+            pass
+        with pytest.raises(
+            NoSuchProcessError, match=rf"^no process with pid {zombie.pid} \(it has exited\)$"
+        ):
+            open_process(zombie.pid)
+    finally:
+        zombie.wait()
+    odd = tmp_path / "a) b"
+    shutil.copy(shutil.which("sleep"), odd)
+    named = subprocess.Popen([str(odd), "60"])
+    try:
+        while proc_name(named.pid) != "a) b":
+            pass
+        assert not kernel_thread(named.pid) and refusal(named.pid) is None
+        assert open_process(named.pid).pid == named.pid
+    finally:
+        named.kill()
+        named.wait()
+
+
+@pytest.mark.skipif(not kernel_thread(2), reason="pid 2 is no kernel thread here")
+def test_a_kernel_thread_is_refused_by_its_name():
+    assert refusal(2) == f"pid 2 is a kernel thread ({psutil.Process(2).name()}): refusing to drain it"
+
+
+def test_known_members_past_a_gone_one_are_found_and_this_process_never_is():
+    """Members known from before: one gone (reaped) does not hide those after it, this
+    process is never a member even when named, and a member reaped since the scan is not
+    alive."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        me = psutil.Process()
+        born = psutil.Process(live.pid).create_time()
+        known = [(gone.pid, 1.0), (os.getpid(), me.create_time()), (live.pid, born)]
+        tree = task_tree(gone.pid, 1.0, known)
+        assert _pids(tree) == [live.pid] and tree.alive
+    finally:
+        live.kill()
+        live.wait()
+    assert not tree.alive
