@@ -365,7 +365,11 @@ def test_a_pid_that_names_no_drainable_process_is_refused_with_its_reason(tmp_pa
 
 @pytest.mark.skipif(not kernel_thread(2), reason="pid 2 is no kernel thread here")
 def test_a_kernel_thread_is_refused_by_its_name():
+    """A kernel thread is never a drain's target, nor a member of a task's tree, even when
+    named as the root or known from before."""
     assert refusal(2) == f"pid 2 is a kernel thread ({psutil.Process(2).name()}): refusing to drain it"
+    kthreadd = psutil.Process(2).create_time()
+    assert task_tree(2, kthreadd).members == () and task_tree(2, None, [(2, kthreadd)]).members == ()
 
 
 def test_known_members_past_a_gone_one_are_found_and_this_process_never_is():
