@@ -460,9 +460,8 @@ def test_a_failed_scale_down_drain_warns_at_the_tick_that_gives_the_node_back(st
 
 
 def _book(rows: list[tuple]) -> pl.DataFrame:
-    return pl.DataFrame(
-        rows, schema=["pool_id", "resource_class", "price", "previous"], orient="row"
-    ).with_columns(source=pl.lit("tick"))
+    schema = {"pool_id": pl.Utf8, "resource_class": pl.Utf8, "price": pl.Float64, "previous": pl.Float64}
+    return pl.DataFrame(rows, schema=schema, orient="row").with_columns(source=pl.lit("tick"))
 
 
 def test_a_step_that_cannot_reach_the_window_lands_on_the_nearer_end_of_all_promises(config) -> None:
@@ -556,3 +555,56 @@ def test_a_step_that_just_reaches_the_window_stays_the_steps_own(config, previou
         up + 1e-6
     )
     assert offending_prices(frame)["promise"].to_list() == ["band"]
+
+
+def test_a_broken_price_promise_is_named_by_its_rule_and_the_columns_it_compares(config) -> None:
+    """The check's summary and table name each failed rule with the columns it compares, as
+    the price book spells them: a guaranteed A10 price under price_min (0.3) fails the price
+    against its bound's bottom, one over the cap (0.728) its bound's top against the price,
+    and a missing price fails the not-null rule on `price`."""
+    a10 = "A10@cn-hangzhou-a"
+    pair = "expect_column_pair_values_a_to_be_greater_than_b"
+    for price, failed in (
+        (0.2, [(pair, "price,bound_low")]),
+        (5.0, [(pair, "bound_high,price")]),
+    ):
+        report = price_rules(promise_frame(_book([(a10, "guaranteed", price, None)]), config))
+        assert [(r.expectation, r.column) for r in report.failed] == failed
+        assert [r.column for r in report.rules] == [
+            "price",
+            "price,bound_low",
+            "bound_high,price",
+            "price,band_low",
+            "band_high,price",
+            "price,step_low",
+            "step_high,price",
+        ]
+    missing = price_rules(promise_frame(_book([(a10, "guaranteed", None, None)]), config))
+    assert ("expect_column_values_to_not_be_null", "price") in [
+        (r.expectation, r.column) for r in missing.failed
+    ]
+
+
+@pytest.mark.parametrize(
+    "ahead",
+    [("A10@cn-hangzhou-a", "guaranteed", 0.5, None), ("nowhere", "guaranteed", 1.0, None)],
+    ids=["first-publications", "unknown-pools"],
+)
+def test_a_price_after_a_hundred_others_is_held_to_every_promise(config, ahead) -> None:
+    """A long book is checked to its last row: after a hundred prices published for the first
+    time (no price in force) or of unknown pools (no band, no step), an A10 drainable price
+    of 0.45 stepping from 0.45 under a guaranteed 0.5 (band 0.2..0.4) still breaks its band."""
+    a10 = "A10@cn-hangzhou-a"
+    frame = promise_frame(
+        _book([ahead] * 100 + [(a10, "guaranteed", 0.5, 0.5), (a10, "drainable", 0.45, 0.45)]), config
+    )
+    offending = offending_prices(frame)
+    last = offending.filter(pl.col("resource") == f"{a10}/drainable")
+    assert last["promise"].to_list() == ["band"]
+    assert (last["low"][0], last["high"][0]) == (pytest.approx(0.2 - 1e-6), pytest.approx(0.4 + 1e-6))
+
+
+def test_an_empty_price_book_names_no_broken_promise(config) -> None:
+    """Before the first publication there is nothing to break: the operator's table is empty."""
+    frame = promise_frame(_book([]), config)
+    assert frame.is_empty() and offending_prices(frame).is_empty()
