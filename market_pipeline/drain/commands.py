@@ -280,13 +280,15 @@ def _close_stale_drains(
 def _drain_decision(args: argparse.Namespace, config: MarketPipelineConfig) -> dict[str, Any]:
     from market_pipeline.drain.service import execute_decision
     from market_pipeline.hardware import make_adapter
-    from market_pipeline.warehouse import open_warehouse
+    from market_pipeline.warehouse.profile import configured_warehouse
 
-    if not Path(config.warehouse_path).exists():  # refused without creating a warehouse
+    # the embedded default's file is refused, not created, when it is missing; the cluster
+    # profile's decisions live in its lake and control state, which the configured warehouse opens
+    if config.warehouse.backend == "duckdb" and not Path(config.warehouse_path).exists():
         raise ValueError(
             f"no drain decision with id {args.decision_id!r}: no warehouse at {config.warehouse_path}"
         )
-    warehouse = open_warehouse(config.warehouse_path, migrate=True)
+    warehouse = configured_warehouse(config, migrate=True)
     report = execute_decision(warehouse, make_adapter(config), config, args.decision_id)
     return report.to_json()
 

@@ -154,7 +154,9 @@ def test_drain_cli_rejects_a_pid_on_another_backend(home, capsys):
     assert "--pid needs --backend local-process" in captured.err
 
 
-def test_drain_cli_plans_then_executes_a_decision(home, monkeypatch, capsys):
+def _plan_then_execute(monkeypatch, capsys) -> None:
+    """An operator plans drains (`drain-plan`), then executes the one allowed decision by its id
+    (`drain --decision-id`) on a local-process fleet of one idle task: it ends terminated."""
     hardware = pytest.importorskip("market_pipeline.hardware")
     if not hasattr(hardware, "make_adapter"):
         pytest.skip("the backend factory (hardware/__init__.py) is not wired yet")
@@ -183,3 +185,26 @@ def test_drain_cli_plans_then_executes_a_decision(home, monkeypatch, capsys):
         assert result["outcome"] == "terminated" and result["decision_id"] == decision["decision_id"]
     finally:
         adapter.kill_task(task.task_id)
+
+
+def test_drain_cli_plans_then_executes_a_decision(home, monkeypatch, capsys):
+    _plan_then_execute(monkeypatch, capsys)
+
+
+@pytest.mark.postgres
+def test_drain_cli_executes_a_decision_the_cluster_profile_stored(
+    home, monkeypatch, capsys, lake, control_url
+):
+    """On the cluster profile the plan is stored in the lake and the control PostgreSQL, and
+    `drain --decision-id` finds it there (it once opened the embedded file, missing here, and
+    refused with "no warehouse"); no embedded warehouse file is made."""
+    for key, value in {
+        "WAREHOUSE__BACKEND": "ducklake",
+        "WAREHOUSE__CATALOG_URL": lake.catalog,
+        "WAREHOUSE__DATA_PATH": lake.data_path,
+        "CONTROL__BACKEND": "postgres",
+        "CONTROL__URL": control_url,
+    }.items():
+        monkeypatch.setenv(f"MP__{key}", value)
+    _plan_then_execute(monkeypatch, capsys)
+    assert not (home / "var" / "warehouse.duckdb").exists()
