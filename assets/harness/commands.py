@@ -63,7 +63,11 @@ def _register_scale(bench_sub: argparse._SubParsersAction) -> None:
         help="node list CSV of the fleet (default: the Alibaba spot trace's 4,278 nodes under ../shared/data)",
     )
     whole.add_argument(
-        "--lanes", type=int, default=2, help="independent cells ticking side by side (default 2)"
+        "--lanes",
+        type=int,
+        default=None,
+        help="independent cells ticking side by side (default: twice the largest worker count, "
+        "at most 8, so that every count is measured saturated)",
     )
     whole.add_argument("--ticks", type=int, default=2, help="ticks per lane (default 2)")
     whole.add_argument(
@@ -147,10 +151,12 @@ def _scale(args: argparse.Namespace) -> int:
         workers = bench_counts(args.workers, args.rounds, most=8)
     except ValueError as exc:
         return input_error(exc)
-    if not (1 <= args.lanes <= 8 and 1 <= args.ticks <= 100):
-        return input_error(
-            f"--lanes must be in 1..8 and --ticks in 1..100, got {args.lanes} and {args.ticks}"
-        )
+    # Throughput is measured saturated: each lane is a chain (a tick's runs, a run's steps, one
+    # after another, with the broker's hand-offs between them), so with as many lanes as
+    # workers a worker idles in every hand-off of its lane; two lanes a worker keep it fed.
+    lanes = args.lanes if args.lanes is not None else min(8, 2 * max(workers))
+    if not (1 <= lanes <= 8 and 1 <= args.ticks <= 100):
+        return input_error(f"--lanes must be in 1..8 and --ticks in 1..100, got {lanes} and {args.ticks}")
     fleet = Path(args.fleet_source) if args.fleet_source else SPOT_FLEET
     if not fleet.is_file():
         return input_error(f"--fleet-source: no node list at {fleet}")
@@ -164,7 +170,7 @@ def _scale(args: argparse.Namespace) -> int:
     settings = WholeTickSettings(
         fleet_source=str(fleet.resolve()),
         workers=workers,
-        lanes=args.lanes,
+        lanes=lanes,
         ticks=args.ticks,
         rounds=args.rounds,
         admin_url=admin,
