@@ -34,14 +34,19 @@ class SystemClock:
 class AdvancingClock:
     """For a fleet that keeps its own time (the simulated twin): waiting moves the fleet's
     clock forward instead of sleeping, so the task sees its notice pass while the drain
-    takes no wall time. Timestamps stay on the wall clock plus the time waited so far."""
+    takes no wall time. Timestamps stay on the wall clock: the moment the clock was made,
+    plus the time waited since. Only waiting moves it, never the wall time the drain's own
+    work takes: a deadline read off a clock that also counted the wall time would shorten
+    the last wait by however long the adapter calls happened to take, and the same drain
+    would end the task a second earlier or later from run to run."""
 
     def __init__(self, advance: Callable[[float], None]) -> None:
         self._advance = advance
+        self._started = datetime.now(timezone.utc)
         self._waited = 0.0
 
     def now(self) -> datetime:
-        return datetime.now(timezone.utc) + timedelta(seconds=self._waited)
+        return self._started + timedelta(seconds=self._waited)
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
