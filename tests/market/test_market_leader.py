@@ -17,7 +17,8 @@ from market_pipeline.lab.market.generate import random_problem
 from market_pipeline.market.errors import InstanceError
 from market_pipeline.market.problem import MarketProblem
 from market_pipeline.market.report import SolverSettings
-from market_pipeline.market.solve import solve_equilibrium
+from market_pipeline.market.solve import resolve_device, solve_equilibrium
+from market_pipeline.market.workspace import pooled_bytes
 
 
 def _small_problem(seed: int, m: int, capacities, band=None) -> MarketProblem:
@@ -148,6 +149,16 @@ def test_subsampled_warm_start_reaches_the_same_equilibrium():
     np.testing.assert_allclose(staged.prices, direct.prices, rtol=1e-6)
     # the global phase ran on the subsample, and the report says what it searched
     assert staged.starts >= 2 and staged.screened_prices > 0
+
+
+def test_a_solve_keeps_its_working_memory_on_its_own_device_for_the_next() -> None:
+    """The (N, M) buffers a solve needed stay pooled for the next solve of that width on the
+    device it ran on: what ``bench solver`` reports as ``workspace_bytes`` (at least one
+    float64 N x M array), and on a GPU what keeps the next tick from allocating again."""
+    problem = random_problem(100, 13, seed=1)
+    report = solve_equilibrium(problem, device="cpu")
+    assert report.device == "cpu" and report.converged
+    assert pooled_bytes(13, resolve_device("cpu")) >= 8 * 100 * 13
 
 
 def test_a_market_no_larger_than_the_coarse_threshold_is_solved_whole() -> None:
