@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -16,7 +17,8 @@ from market_pipeline.lab.market.generate import random_problem
 from market_pipeline.market.errors import InstanceError
 from market_pipeline.market.problem import MarketProblem
 from market_pipeline.market.report import SolverSettings
-from market_pipeline.market.solve import solve_equilibrium
+from market_pipeline.market.solve import resolve_device, solve_equilibrium
+from market_pipeline.market.workspace import pooled_bytes
 
 
 def _small_problem(seed: int, m: int, capacities, band=None) -> MarketProblem:
@@ -147,6 +149,51 @@ def test_subsampled_warm_start_reaches_the_same_equilibrium():
     np.testing.assert_allclose(staged.prices, direct.prices, rtol=1e-6)
     # the global phase ran on the subsample, and the report says what it searched
     assert staged.starts >= 2 and staged.screened_prices > 0
+
+
+def test_a_solve_keeps_its_working_memory_on_its_own_device_for_the_next() -> None:
+    """The (N, M) buffers a solve needed stay pooled for the next solve of that width on the
+    device it ran on: what ``bench solver`` reports as ``workspace_bytes`` (at least one
+    float64 N x M array), and on a GPU what keeps the next tick from allocating again."""
+    problem = random_problem(100, 13, seed=1)
+    report = solve_equilibrium(problem, device="cpu")
+    assert report.device == "cpu" and report.converged
+    assert pooled_bytes(13, resolve_device("cpu")) >= 8 * 100 * 13
+
+
+def test_a_market_no_larger_than_the_coarse_threshold_is_solved_whole() -> None:
+    """The coarse pass is for markets above ``coarse_threshold`` tenants: a cold solve of a
+    market of exactly that size searches the market itself, so its report (prices, leader and
+    follower iterations, the search's starts and screened prices) is the one the default
+    settings give, whatever subsample size the staged path would have used."""
+    problem = random_problem(64, 3, seed=4)
+    plain = solve_equilibrium(problem)
+    at_threshold = solve_equilibrium(problem, settings=SolverSettings(coarse_threshold=64, coarse_tenants=64))
+    assert plain.converged and at_threshold.converged
+    np.testing.assert_array_equal(at_threshold.prices, plain.prices)
+    seen = {
+        k: getattr(at_threshold, k)
+        for k in ("iterations", "follower_iterations", "starts", "screened_prices")
+    }
+    assert seen == {k: getattr(plain, k) for k in seen}
+
+
+@pytest.mark.parametrize("max_iterations", [2, 4])
+def test_a_staged_solve_spends_the_coarse_pass_from_its_iteration_budget(max_iterations: int) -> None:
+    """``max_iterations`` is what one start may spend, the coarse pass on the subsample
+    included: a staged cold solve (one start, no global phase) that runs out reports exactly
+    that many leader iterations and falls back, not the budget again on top of the coarse pass."""
+    problem = random_problem(600, 6, seed=5)
+    settings = SolverSettings(
+        coarse_threshold=100, coarse_tenants=64, global_phase=False, max_iterations=max_iterations
+    )
+    report = solve_equilibrium(problem, settings=settings)
+    assert report.status == "fallback" and report.fallback_reason.startswith("no convergence within")
+    assert report.iterations == max_iterations
+    unlimited = solve_equilibrium(problem, settings=dataclasses.replace(settings, max_iterations=500))
+    assert (
+        unlimited.converged and unlimited.iterations > max_iterations
+    )  # the budget, not the solve, ended it
 
 
 def test_a_warm_solve_from_its_own_optimum_holds_still() -> None:
@@ -336,6 +383,28 @@ def test_a_fallback_at_the_optimum_reports_the_optimums_capacity_price(followers
     np.testing.assert_array_equal(report.prices, optimum.prices)
     np.testing.assert_allclose(report.capacity_price, optimum.capacity_price, rtol=1e-6, atol=1e-9)
     assert report.leader_stationarity <= 1e-8
+
+
+def test_a_tick_refused_while_oversold_reports_the_oversold_capacity_price_a_certified_one_does(
+    followers_off_by,
+) -> None:
+    """A surge beyond the step oversells resources even at the highest price the step allows;
+    the certified tick reports their capacity price as the price box's penalty. The same tick
+    refused (its followers off) keeps the prices in force and reports, for the same oversold
+    resources under the same box, the same capacity price, not a different penalty's."""
+    problem = random_problem(200, 6, seed=3)
+    first = solve_equilibrium(problem)
+    surged = problem.with_demand_scale(1.3)
+    tick = solve_equilibrium(surged, last_prices=first.prices, max_step=0.05)
+    assert tick.status == "capacity_infeasible"
+    oversold = [surged.resources.index(name) for name in tick.oversold]
+    assert oversold and np.all(tick.capacity_price[oversold] > tick.prices.max())  # no price clears them
+    followers_off_by(1.0)
+    refused = solve_equilibrium(surged, last_prices=first.prices, max_step=0.05)
+    assert refused.status == "fallback" and "followers' KKT residual" in refused.fallback_reason
+    np.testing.assert_array_equal(refused.prices, first.prices)
+    assert sorted(refused.oversold) == sorted(tick.oversold)
+    np.testing.assert_allclose(refused.capacity_price[oversold], tick.capacity_price[oversold], rtol=1e-9)
 
 
 def test_followers_within_tolerance_are_accepted(followers_off_by) -> None:

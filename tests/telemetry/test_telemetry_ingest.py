@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import warnings
 from datetime import timedelta
 from pathlib import Path
@@ -366,3 +367,46 @@ def test_telemetry_ingests_on_a_lake_number_and_replace_as_on_a_file(lake, tmp_p
     second = ingest_samples(store, two_hours(), source="file:a", policy=POLICY)
     assert second.ingest_id == first.ingest_id + 1
     assert counts(store) == {"clean": 32, "quarantined": 0, "raw": 32}
+
+
+def _ingest_at_the_start_line(lake, source: str, start, out) -> None:  # noqa: ANN001 - a Barrier, a Queue
+    store = open_warehouse(Path("unused.duckdb"), migrate=False, lake=lake)
+    store.query("SELECT 1")  # attached before the start line
+    start.wait(timeout=120)
+    report = ingest_samples(store, two_hours(), source=source, policy=POLICY)
+    out.put((source, report.ingest_id, report.clean, report.quarantined, report.by_reason))
+
+
+@pytest.mark.postgres
+def test_telemetry_two_ingests_at_once_on_a_lake_lose_nothing_and_deliver_each_key_once(
+    lake,  # noqa: ANN001
+    tmp_path: Path,
+) -> None:
+    """Two machines ingest the same samples from two sources into one DuckLake at the same
+    moment: the ingests take turns, so each gets its own id, one delivers every key and the
+    other quarantines every key as already delivered (none clean twice, none lost), and the
+    ledger adds up for both."""
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Barrier(2), ctx.Queue()
+    procs = [
+        ctx.Process(target=_ingest_at_the_start_line, args=(lake, source, start, out))
+        for source in ("file:a", "file:b")
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=240)
+        assert proc.exitcode == 0, f"ingest {proc.name} exited {proc.exitcode}"
+    reports = sorted((out.get(timeout=10) for _ in procs), key=lambda r: r[1])
+    assert [r[1] for r in reports] == [1, 2]  # one id each, in the order they committed
+    first, second = reports
+    assert first[2:] == (32, 0, {})
+    assert second[2:] == (0, 32, {"key:already_ingested": 32})
+    assert counts(store) == {"clean": 32, "quarantined": 32, "raw": 64}
+    assert store.query("SELECT count(DISTINCT (node_id, gpu_uuid, ts)) FROM telemetry_clean").item() == 32
+    ledger = store.query(
+        "SELECT source, ingest_id, sum(rows_in) AS n, sum(clean) AS c, sum(quarantined) AS q"
+        " FROM telemetry_ingests GROUP BY ALL ORDER BY ingest_id"
+    ).rows()
+    assert ledger == [(first[0], 1, 32, 32, 0), (second[0], 2, 32, 0, 32)]
