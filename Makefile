@@ -67,7 +67,8 @@ lint: $(VENV)/.installed
 # the scoped modules runs against only the tests that reach its function, one process each,
 # niced. `make mutate` is incremental: it runs the mutants not yet run or whose function
 # changed, re-runs the survivors (a new test may kill them) and prints the score;
-# `make mutate MUTANTS='market_pipeline.tick.promises.*'` runs the uncaught mutants of a chosen set.
+# `make mutate MUTANTS='market_pipeline.tick.promises.*'` runs the uncaught mutants of a chosen set
+# (on a fresh machine, with no mutants/ yet, mutmut first generates them and runs the set whole).
 # `make mutate-full` starts afresh and fails below 95%: the scheduled CI job (MUTATE=1 bash .ci/run).
 MUTANTS ?=
 MUTATE_JOBS ?= 2
@@ -75,6 +76,8 @@ MUTMUT := nice -n 10 $(VENV)/bin/mutmut
 mutate: $(VENV)/.installed
 	@mkdir -p var; : > var/mutmut.log; \
 	if [ -z "$(MUTANTS)" ]; then $(MUTMUT) run --max-children $(MUTATE_JOBS) >> var/mutmut.log 2>&1 \
+		|| { tail -40 var/mutmut.log; exit 1; }; \
+	elif [ ! -d mutants ]; then $(MUTMUT) run --max-children $(MUTATE_JOBS) $(MUTANTS) >> var/mutmut.log 2>&1 \
 		|| { tail -40 var/mutmut.log; exit 1; }; fi; \
 	pending="$$($(PY) .ci/mutation_score.py --pending $(or $(MUTANTS),'*'))"; \
 	if [ -n "$$pending" ]; then $(MUTMUT) run --max-children $(MUTATE_JOBS) $$pending >> var/mutmut.log 2>&1 \
