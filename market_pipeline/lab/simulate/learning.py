@@ -149,6 +149,16 @@ class ResponseLearner:
             if f.elasticity is not None and f.method != "none"
         }
 
+    def observed(self, hour: float) -> dict[str, tuple[float, float]]:
+        """Per fit the data spoke in, the low end of its observed prices and its elasticity's
+        lower bound at the hour (`ResponseFit.observed_at`, as `tick_response_observed`)."""
+        out = {}
+        for k, f in self.fits.items():
+            seen = f.observed_at(hour) if f.elasticity is not None else None
+            if seen is not None:
+                out[k] = seen
+        return out
+
     def running(self) -> set[str]:
         """The resources whose experiment runs: fitted, and the interval not yet narrow."""
         return {
@@ -187,6 +197,7 @@ class ResponseLearner:
             result.prices(),
             moved.prices(),
             level_prices=self.list_prices,  # the simulator's tenants are calibrated at the list price
+            observed=self.observed(hour),
         )
         self.experiment_log.append(
             {
