@@ -106,15 +106,15 @@ class ResponseFit:
             return None
         return elasticity_at_hour(self.elasticity, self.elasticity_cos, self.elasticity_sin, hour)
 
-    def observed_at(self, hour: float) -> tuple[float, float] | None:
-        """(the low end of the observed prices, the elasticity's lower bound at the hour on the
-        daily cycle): what the tick may take the data to show of spend below its prices
-        (`tick.response.observed_budget`); None where the data did not speak (no rows, or the
-        prior alone)."""
-        if self.price_low is None or self.elasticity_low is None or self.method not in DATA_METHODS:
+    def observed_at(self, hour: float, bound: str = "lower_bound") -> tuple[float, float] | None:
+        """(the low end of the observed prices, the elasticity at the hour on the daily cycle:
+        its interval's lower bound, or with `bound` "central" its estimate): what the tick may
+        take the data to show of spend below its prices (`tick.response.observed_budget`);
+        None where the data did not speak (no rows, or the prior alone)."""
+        e = self.elasticity if bound == "central" else self.elasticity_low
+        if self.price_low is None or e is None or self.method not in DATA_METHODS:
             return None
-        low = elasticity_at_hour(self.elasticity_low, self.elasticity_cos, self.elasticity_sin, hour)
-        return self.price_low, low
+        return self.price_low, elasticity_at_hour(e, self.elasticity_cos, self.elasticity_sin, hour)
 
     @property
     def key(self) -> str:

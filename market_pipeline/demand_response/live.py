@@ -155,11 +155,13 @@ def tick_response_observed(
     config: MarketPipelineConfig, store, now: datetime
 ) -> tuple[dict[str, float], dict[str, str], dict[str, tuple[float, float]]]:
     """`tick_response`'s two, and per fit the data spoke in the low end of the prices it observed
-    demand at with its elasticity's lower bound at `now`'s hour (`ResponseFit.observed_at`, for
-    `run_market_tick(observed=...)`; left out where the row has no `price_low`, as rows
-    fitted before it was recorded)."""
+    demand at with its elasticity at `now`'s hour (`ResponseFit.observed_at`, the bound
+    `demand_response.observed_budget` names; for `run_market_tick(observed=...)`); empty where
+    that is "off", and left out where the row has no `price_low` (rows fitted before it was
+    recorded)."""
     if not config.demand_response.enabled:
         return {}, {}, {}
+    bound = config.demand_response.observed_budget
     fits = fit_at(store, now)
     response, running, low = {}, {}, {}
     for r in fits.iter_rows(named=True):
@@ -171,7 +173,7 @@ def tick_response_observed(
                 float(r.get("elasticity_sin") or 0.0),
                 now.hour + now.minute / 60.0,
             )
-            if r.get("price_low") is not None and r["elasticity_low"] is not None:
+            if bound != "off" and r.get("price_low") is not None and r["elasticity_low"] is not None:
                 fit = ResponseFit(
                     r["pool_id"],
                     r["resource_class"],
@@ -184,7 +186,7 @@ def tick_response_observed(
                     elasticity_sin=float(r.get("elasticity_sin") or 0.0),
                     price_low=float(r["price_low"]),
                 )
-                seen = fit.observed_at(now.hour + now.minute / 60.0)
+                seen = fit.observed_at(now.hour + now.minute / 60.0, bound)
                 if seen is not None:
                     low[key] = seen
         if r["experiment"] == RUNNING and config.demand_response.experiments:

@@ -163,6 +163,7 @@ def test_the_fit_records_the_low_end_of_the_prices_it_observed_and_only_a_data_f
     assert fit.price_low == pytest.approx(float(np.exp(np.quantile(np.log(prices), 0.1))), rel=1e-9)
     assert prices.min() < fit.price_low < np.median(prices)
     assert fit.observed_at(3.0) == (fit.price_low, pytest.approx(fit.elasticity_low))
+    assert fit.observed_at(3.0, "central") == (fit.price_low, pytest.approx(fit.elasticity))
     wider = _fit(frame, level=0.95)
     assert wider.price_low == pytest.approx(float(np.exp(np.quantile(np.log(prices), 0.025))), rel=1e-9)
     still = synthetic_history(HistoryParams(1.0, days=7, step_minutes=60, dither=0.0, lean=0.0))

@@ -142,10 +142,17 @@ def test_the_tick_reads_the_fit_and_the_running_experiments(refit):
 
 def test_the_tick_reads_where_each_fit_observed_demand(refit):
     """The refit stores the low end of the prices it saw (the 10th percentile at the 80% level);
-    the tick reads it back with the elasticity's lower bound at its hour, for fits the data
-    spoke in only (the unfitted pools' prior rows offer nothing)."""
+    with `observed_budget` on, the tick reads it back with the elasticity's lower bound (or its
+    estimate) at its hour, for fits the data spoke in only (the unfitted pools' prior rows offer
+    nothing); off (the default), nothing."""
     config, store, now, pool_id, rows = refit
-    response, running, observed = tick_response_observed(config, store, now)
+    assert tick_response_observed(config, store, now)[2] == {}  # the default: off
+
+    def reading(bound):
+        dr = config.demand_response.model_copy(update={"observed_budget": bound})
+        return tick_response_observed(config.model_copy(update={"demand_response": dr}), store, now)
+
+    response, running, observed = reading("lower_bound")
     assert (response, running) == tick_response(config, store, now)
     key = f"{pool_id}/drainable"
     row = rows.filter((pl.col("pool_id") == pool_id) & (pl.col("resource_class") == "drainable")).row(
@@ -166,6 +173,8 @@ def test_the_tick_reads_where_each_fit_observed_demand(refit):
     )
     assert observed[key] == (pytest.approx(row["price_low"]), pytest.approx(low_at_hour))
     assert set(observed) == {key}  # the other pools' rows are the prior alone
+    central = reading("central")[2]
+    assert central[key] == (pytest.approx(row["price_low"]), pytest.approx(response[key]))
 
 
 def test_a_running_experiment_keeps_its_id_across_refits(refit):

@@ -242,6 +242,7 @@ def learning_strategy(inputs: RunInputs) -> StackelbergPricing:
         lag_hours=dr.lag_hours,
         daily_cycle=dr.daily_cycle,
         structure_alpha=dr.structure_alpha,
+        observed_budget=dr.observed_budget,
     )
     return strategy
 
