@@ -10,7 +10,7 @@ import polars as pl
 from assets.lib.metadata import ROW_COUNT, table_metadata
 from assets.lib.resources import FleetAdapterResource, WarehouseResource
 from assets.market.checks import FORECAST_CHECK_SPECS, forecast_check_results
-from market_pipeline.demand_response.live import run_experiments, tick_response
+from market_pipeline.demand_response.live import run_experiments, tick_response_observed
 from market_pipeline.fleet.demand import demand_on_grid
 from market_pipeline.forecast.operator import operator_metadata, operator_rows
 from market_pipeline.forecast.plotting import plot_forecast_png
@@ -139,7 +139,8 @@ def equilibrium_prices(
     )
     market = config.market
     resolve_due = global_resolve_due(now, market.global_resolve_minutes, config.loop.tick_minutes)
-    response, running = tick_response(config, store, now)  # the demand-response fit, its experiments
+    # the demand-response fit, its experiments, the low end of the prices each fit observed
+    response, running, observed = tick_response_observed(config, store, now)
     pools = pool_tick_inputs(config, store, now, in_force, serving)
     tick = run_market_tick(
         pools,
@@ -149,9 +150,10 @@ def equilibrium_prices(
         global_resolve=resolve_due,
         switch_threshold=market.global_switch_threshold,
         response=response,
+        observed=observed,
     )
     tick, experiments = run_experiments(
-        config, tick, pools, inputs.problem, response, running, now, config.loop.shadow_mode
+        config, tick, pools, inputs.problem, response, running, now, config.loop.shadow_mode, observed
     )
     record = solve_record(tick.report, now, shadow=config.loop.shadow_mode)
     solve_id = record["solve_id"][0]

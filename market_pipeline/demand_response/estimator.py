@@ -46,7 +46,7 @@ all call `fit_elasticity`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from scipy import sparse, stats
@@ -64,6 +64,9 @@ MIN_PRICE_SPREAD = 1e-4  # residual log-price std below which the price says not
 # (split evenly over the terms tested); chosen on tuning seeds of the synthetic benchmark and
 # judged on others (`structure_benchmark`, docs/history/demand_response_tuning.md)
 STRUCTURE_ALPHA = 0.10
+
+
+DATA_METHODS = ("fe-ols", "fe-ols+prior")  # fits the data spoke in
 
 
 class DemandResponseInputError(ValueError):
@@ -93,12 +96,25 @@ class ResponseFit:
     lag_hours: float = 0.0  # the distributed lag's window in this fit (0: the price now only)
     elasticity_cos: float = 0.0  # the daily cycle: e(h) = e + cos_ * cos(2 pi h / 24) + sin_ * sin(...)
     elasticity_sin: float = 0.0
+    # the low end of the prices the fit used (their (1 - level) / 2 quantile): down to there
+    # the data speak for the curve
+    price_low: float | None = None
 
     def at_hour(self, hour: float) -> float | None:
         """The elasticity at an hour of the day (UTC), never below 0."""
         if self.elasticity is None:
             return None
         return elasticity_at_hour(self.elasticity, self.elasticity_cos, self.elasticity_sin, hour)
+
+    def observed_at(self, hour: float, bound: str = "lower_bound") -> tuple[float, float] | None:
+        """(the low end of the observed prices, the elasticity at the hour on the daily cycle:
+        its interval's lower bound, or with `bound` "central" its estimate): what the tick may
+        take the data to show of spend below its prices (`tick.response.observed_budget`);
+        None where the data did not speak (no rows, or the prior alone)."""
+        e = self.elasticity if bound == "central" else self.elasticity_low
+        if self.price_low is None or e is None or self.method not in DATA_METHODS:
+            return None
+        return self.price_low, elasticity_at_hour(e, self.elasticity_cos, self.elasticity_sin, hour)
 
     @property
     def key(self) -> str:
@@ -187,9 +203,14 @@ def fit_elasticity(
             full = fit_with(keep_lag, keep_cycle)
     elif not isinstance(full, _Ols) and want_lag:  # too few rows for the lag: the price now only
         full = fit_with(False, want_cycle)
-    if not isinstance(full, _Ols):
-        return full
-    return full.to_fit(base, prior, level, lag_hours if full.lag else 0.0)
+    fit = (
+        full
+        if not isinstance(full, _Ols)
+        else full.to_fit(base, prior, level, lag_hours if full.lag else 0.0)
+    )
+    # the low end of the observed prices at the interval's level: a tail the fit hardly saw
+    # (the experiments' last dither below) does not yet speak for the curve there
+    return replace(fit, price_low=float(np.exp(np.quantile(x, (1 - level) / 2)))) if x.size else fit
 
 
 def lagged_mean(ts: np.ndarray, x: np.ndarray, window_s: float) -> tuple[np.ndarray, np.ndarray]:

@@ -180,6 +180,7 @@ def dither_cost(
     tick_prices: np.ndarray,
     moved_prices: np.ndarray,
     level_prices: np.ndarray | None = None,
+    observed: dict[str, tuple[float, float]] | None = None,
 ) -> float:
     """The profit per hour the loop's own model (the tenants calibrated to `response` at the
     reference prices, or at `level_prices` as `run_market_tick`'s) says the experiment prices give up against the tick's: the cost the
@@ -188,7 +189,7 @@ def dither_cost(
 
     mid = promises.band_mid()
     anchor = level_anchor(list_prices, problem.resources.resource_class, mid, level_prices)
-    calibrated = calibrated_to_response(problem, anchor, response)
+    calibrated = calibrated_to_response(problem, anchor, response, observed)
     return model_profit(calibrated, tick_prices) - model_profit(calibrated, moved_prices)
 
 

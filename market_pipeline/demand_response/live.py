@@ -35,6 +35,7 @@ FIT_SCHEMA = {
     "elasticity_cos": pl.Float64,
     "elasticity_sin": pl.Float64,
     "lag_hours": pl.Float64,
+    "price_low": pl.Float64,
     "interval_level": pl.Float64,
     "std_error": pl.Float64,
     "data_std_error": pl.Float64,
@@ -146,10 +147,23 @@ def tick_response(
     """(elasticity per "<pool>/<class>" at `now`'s hour of day, on its fitted daily cycle;
     experiment id per running "<pool>/<class>") from the latest refit; empty where the demand
     response is disabled or nothing was fitted yet."""
+    response, running, _ = tick_response_observed(config, store, now)
+    return response, running
+
+
+def tick_response_observed(
+    config: MarketPipelineConfig, store, now: datetime
+) -> tuple[dict[str, float], dict[str, str], dict[str, tuple[float, float]]]:
+    """`tick_response`'s two, and per fit the data spoke in the low end of the prices it observed
+    demand at with its elasticity at `now`'s hour (`ResponseFit.observed_at`, the bound
+    `demand_response.observed_budget` names; for `run_market_tick(observed=...)`); empty where
+    that is "off", and left out where the row has no `price_low` (rows fitted before it was
+    recorded)."""
     if not config.demand_response.enabled:
-        return {}, {}
+        return {}, {}, {}
+    bound = config.demand_response.observed_budget
     fits = fit_at(store, now)
-    response, running = {}, {}
+    response, running, low = {}, {}, {}
     for r in fits.iter_rows(named=True):
         key = f"{r['pool_id']}/{r['resource_class']}"
         if r["elasticity"] is not None and r["method"] != "none":
@@ -159,9 +173,25 @@ def tick_response(
                 float(r.get("elasticity_sin") or 0.0),
                 now.hour + now.minute / 60.0,
             )
+            if bound != "off" and r.get("price_low") is not None and r["elasticity_low"] is not None:
+                fit = ResponseFit(
+                    r["pool_id"],
+                    r["resource_class"],
+                    float(r["elasticity"]),
+                    float(r["elasticity_low"]),
+                    r["elasticity_high"],
+                    int(r["observations"] or 0),
+                    method=r["method"],
+                    elasticity_cos=float(r.get("elasticity_cos") or 0.0),
+                    elasticity_sin=float(r.get("elasticity_sin") or 0.0),
+                    price_low=float(r["price_low"]),
+                )
+                seen = fit.observed_at(now.hour + now.minute / 60.0, bound)
+                if seen is not None:
+                    low[key] = seen
         if r["experiment"] == RUNNING and config.demand_response.experiments:
             running[key] = r["experiment_id"]
-    return response, running
+    return response, running, low
 
 
 def run_experiments(
@@ -173,6 +203,7 @@ def run_experiments(
     running: dict[str, str],
     now: datetime,
     shadow: bool,
+    observed: dict[str, tuple[float, float]] | None = None,
 ) -> tuple[MarketTick, pl.DataFrame]:
     """The tick to publish (the experiment prices, or in shadow mode the tick's own) and the
     experiment rows, each with the profit per hour the model says its dither gives up."""
@@ -185,7 +216,9 @@ def run_experiments(
     cost = 0.0
     if problem is not None and steps:
         lists = np.array([p.list_price for p in pools for _ in (GUARANTEED, DRAINABLE)])
-        cost = dither_cost(problem, lists, promises, response, tick.prices(), moved.prices())
+        cost = dither_cost(
+            problem, lists, promises, response, tick.prices(), moved.prices(), observed=observed
+        )
     rows = [
         _experiment_row(s, running[s.key], now, settings.amplitude, not shadow, cost / len(steps))
         for s in steps

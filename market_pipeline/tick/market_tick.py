@@ -162,6 +162,7 @@ def run_market_tick(
     switch_threshold: float = 1e-3,
     response: Mapping[str, float] | None = None,
     level_prices: np.ndarray | None = None,
+    observed: Mapping[str, tuple[float, float]] | None = None,
 ) -> MarketTick:
     """One tick over every pool; `problem`'s resources are the pools' (guaranteed, drainable)
     pairs in `pools` order, or None where no market is modelled (the list prices are the
@@ -176,7 +177,10 @@ def run_market_tick(
     The fit's curve passes through the demand `problem`'s population buys at `level_prices`,
     the prices its level is stated at: by default the live calibration's reference (the list
     price, drainable at the middle of the band, `tick.pricing`); the simulator's tenants are
-    calibrated at the list price of both classes and pass it."""
+    calibrated at the list price of both classes and pass it. `observed` (per key, the low end of
+    the prices the fit observed demand at and its elasticity's lower bound,
+    `ResponseFit.observed_at`) keeps the representative's budget from contradicting the spend
+    the data show there (`tick.response.observed_budget`)."""
     pools = tuple(pools)
     in_force = np.array([v for p in pools for v in (p.in_force_guaranteed, p.in_force_drainable)])
     report: SolveReport | None = None
@@ -195,7 +199,7 @@ def run_market_tick(
             lists = np.array([p.list_price for p in pools for _ in (GUARANTEED, DRAINABLE)])
             mid = promises.band_mid()
             anchor = level_anchor(lists, problem.resources.resource_class, mid, level_prices)
-            problem = calibrated_to_response(problem, anchor, response)
+            problem = calibrated_to_response(problem, anchor, response, observed)
         bounded = _within_promises(problem, pools, promises)
         report = solve_equilibrium(bounded, last_prices=in_force, max_step=promises.max_step, settings=solver)
         solved, status, converged = (

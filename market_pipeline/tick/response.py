@@ -63,10 +63,16 @@ def level_anchor(
 
 
 def calibrated_to_response(
-    problem: MarketProblem, reference: np.ndarray, elasticity: Mapping[str, float]
+    problem: MarketProblem,
+    reference: np.ndarray,
+    elasticity: Mapping[str, float],
+    observed: Mapping[str, tuple[float, float]] | None = None,
 ) -> MarketProblem:
     """`problem` with every resource named in `elasticity` (key "<pool>/<class>") answering its
-    price with that elasticity at the reference price, at the demand the population buys there."""
+    price with that elasticity at the reference price, at the demand the population buys there.
+    `observed` (per key, the low end of the prices the fit observed demand at and the lower
+    bound of its elasticity's interval) lifts the representative's budget to the spend the
+    data show there (`observed_budget`)."""
     res = problem.resources
     fitted = [
         (r, float(elasticity[response_key(res.pool[r], res.resource_class[r])]))
@@ -86,6 +92,12 @@ def calibrated_to_response(
     for r, _ in fitted:
         weight[:, r] = 0.0  # the claims no longer answer this resource's price
     budgets = claims_budget(problem, reference, per_tenant)
+    if observed:
+        for r, _ in fitted:
+            seen = observed.get(response_key(res.pool[r], res.resource_class[r]))
+            if seen is not None and np.isfinite(budgets[r]):
+                low, e_low = seen
+                budgets[r] = max(budgets[r], observed_budget(float(reference[r]), float(d0[r]), e_low, low))
     return MarketProblem(
         res, response_population(res, reference, d0, fitted, problem.tenants, weight, budgets=budgets)
     )
@@ -103,6 +115,20 @@ def claims_budget(problem: MarketProblem, reference: np.ndarray, per_tenant: np.
     money = (mult * np.where(np.isfinite(budget), budget, 0.0)) @ share
     unbounded = (mult * ~np.isfinite(budget)) @ (share > 0)  # a tenant without a limit
     return np.where((money > 0) & (unbounded == 0), money, np.nan)
+
+
+def observed_budget(reference: float, d0: float, elasticity_low: float, price_low: float) -> float:
+    """The spend the data show at the low end of the prices they cover: on the representative's
+    curve (`response_population`'s, d(p) = d0 (2 (reference / p)^(e / 2) - 1)) at the
+    elasticity's lower bound, at `price_low` (`ResponseFit.price_low`) where that lies below the
+    reference; reference x d0 otherwise. A budget below it would contradict what the tenants
+    were seen to buy (at the fit's interval level); below `price_low` the data say nothing and
+    the claims' budget still binds. At a lower bound <= 1 spend does not grow as the price
+    falls: reference x d0 or less."""
+    e = min(max(elasticity_low, ELASTICITY_FLOOR), ELASTICITY_CEILING)
+    if not (np.isfinite(price_low) and 0 < price_low < reference):
+        return reference * d0
+    return price_low * d0 * (2.0 * (reference / price_low) ** (e / 2.0) - 1.0)
 
 
 def response_population(

@@ -317,6 +317,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         # NULL for a tick no Dagster run published (a direct write, a test)
         ("ALTER TABLE market_ticks ADD COLUMN IF NOT EXISTS tick_seconds DOUBLE",),
     ),
+    Migration(
+        446,
+        "demand response: the low end of the prices each fit observed demand at",
+        # the tick keeps the fitted representative's budget at its spend there (NULL: the
+        # claims' budget alone, as every row fitted before)
+        ("ALTER TABLE demand_response ADD COLUMN IF NOT EXISTS price_low DOUBLE",),
+    ),
 )
 
 

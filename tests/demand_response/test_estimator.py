@@ -151,3 +151,21 @@ def test_a_kept_cycle_is_shrunk_by_the_prior():
     )
     assert abs(shrunk.elasticity_cos) < abs(raw.elasticity_cos)
     assert abs(shrunk.elasticity_sin) < abs(raw.elasticity_sin)
+
+
+def test_the_fit_records_the_low_end_of_the_prices_it_observed_and_only_a_data_fit_offers_it():
+    """`price_low` is the (1 - level) / 2 quantile of the prices of the rows the fit used (rows
+    without a log left out); `observed_at` offers it with the interval's lower bound where the
+    data spoke, and nothing where the prior alone speaks."""
+    frame = synthetic_history(HistoryParams(2.0, days=7, step_minutes=60, seed=4, dither=0.05))
+    prices = frame["price"].to_numpy()
+    fit = _fit(frame)
+    assert fit.price_low == pytest.approx(float(np.exp(np.quantile(np.log(prices), 0.1))), rel=1e-9)
+    assert prices.min() < fit.price_low < np.median(prices)
+    assert fit.observed_at(3.0) == (fit.price_low, pytest.approx(fit.elasticity_low))
+    assert fit.observed_at(3.0, "central") == (fit.price_low, pytest.approx(fit.elasticity))
+    wider = _fit(frame, level=0.95)
+    assert wider.price_low == pytest.approx(float(np.exp(np.quantile(np.log(prices), 0.025))), rel=1e-9)
+    still = synthetic_history(HistoryParams(1.0, days=7, step_minutes=60, dither=0.0, lean=0.0))
+    prior_only = _fit(still, priors={"A100@synthetic/drainable": (2.0, 1.0)})
+    assert prior_only.method == "prior" and prior_only.observed_at(3.0) is None

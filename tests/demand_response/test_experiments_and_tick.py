@@ -175,6 +175,64 @@ def test_the_fitted_representative_keeps_the_claims_budget():
     )  # e <= 1: none
 
 
+def test_observed_spend_lifts_the_representatives_budget_down_to_the_lowest_observed_price():
+    """The claims' money runs out 10% above their spend at the reference, but the fit (e = 3,
+    its interval's lower bound 3 too) observed demand down to 0.6 x the reference: there the
+    representative buys what the fitted curve says (spend 1.8x the claims' money), and only
+    below that price does the money bind (at the spend observed there). A lowest observed
+    price at or above the reference, or a lower bound of 1 (spend does not grow as the price
+    falls), leaves the claims' budget as it was."""
+    from market_pipeline.tick.response import observed_budget, response_population
+
+    res, ref, d0 = MARKET.resources, MARKET.reference, MARKET.base_demand
+    fitted = list(enumerate(np.array([0.2, 2.0, 0.2, 2.0])))
+    tight = MarketProblem(res, response_population(res, ref, d0, fitted, budgets=1.1 * ref * d0))
+    key = "A100@grid/drainable"
+    low = ref.copy()
+    low[1] *= 0.6
+    observed = calibrated_to_response(tight, ref, {key: 3.0}, {key: (float(low[1]), 3.0)})
+    claims_only = calibrated_to_response(tight, ref, {key: 3.0})
+    curve = d0[1] * (2 * (1 / 0.6) ** 1.5 - 1)  # the representative's: d0 (2 (p0 / p)^(e / 2) - 1)
+    assert demand_at(observed, low)[1] == pytest.approx(curve, rel=1e-3)  # the fitted curve
+    assert demand_at(claims_only, low)[1] == pytest.approx(1.1 * ref[1] * d0[1] / low[1], rel=1e-3)
+    assert demand_at(observed, low)[1] > 1.7 * demand_at(claims_only, low)[1]
+    half = ref.copy()
+    half[1] *= 0.5
+    spend = observed_budget(float(ref[1]), float(d0[1]), 3.0, float(low[1]))
+    assert spend == pytest.approx(low[1] * curve, rel=1e-9)
+    assert demand_at(observed, half)[1] == pytest.approx(spend / half[1], rel=1e-3)  # money binds below
+    assert demand_at(observed, ref)[1] == pytest.approx(d0[1], rel=1e-6)  # the level is kept
+    above = calibrated_to_response(tight, ref, {key: 3.0}, {key: (float(ref[1] * 1.2), 3.0)})
+    assert demand_at(above, half)[1] == pytest.approx(demand_at(claims_only, half)[1], rel=1e-9)
+    unsure = calibrated_to_response(tight, ref, {key: 3.0}, {key: (float(low[1]), 1.0)})
+    assert demand_at(unsure, half)[1] == pytest.approx(demand_at(claims_only, half)[1], rel=1e-9)
+
+
+def test_the_tick_sells_deeper_where_spend_was_observed_at_a_deeper_price():
+    """Claims whose money binds at the reference, a fit of e = 3 on the drainable classes: with
+    the claims' budget the spend is flat below the reference and the tick keeps the drainable
+    price up; where the fit observed demand at the band's floor, the deeper price sells more
+    and the tick prices drainable lower."""
+    res, ref, d0 = MARKET.resources, MARKET.reference, MARKET.base_demand
+    fitted = list(enumerate(np.array([0.2, 2.0, 0.2, 2.0])))
+    tight = MarketProblem(res, response_population_tight(res, ref, d0, fitted))
+    problem = MARKET.with_capacity(tight, 4.0 * d0)  # room for either class to sell more
+    inputs = pool_inputs(MARKET, ref, d0, d0, PROMISES)
+    response = {"A100@grid/drainable": 3.0, "T4@grid/drainable": 3.0}
+    floor = {k: (float(min(res.price_min)), 3.0) for k in response}
+    claims = run_market_tick(inputs, problem, PROMISES, response=response)
+    observed = run_market_tick(inputs, problem, PROMISES, response=response, observed=floor)
+    assert np.all(observed.prices()[1::2] < claims.prices()[1::2] * 0.99)
+    sold = demand_at(problem, observed.prices())[1::2]
+    assert np.all(sold > demand_at(problem, claims.prices())[1::2])
+
+
+def response_population_tight(res, ref, d0, fitted):
+    from market_pipeline.tick.response import response_population
+
+    return response_population(res, ref, d0, fitted, budgets=1.0 * ref * d0)
+
+
 def test_the_posterior_interval_stops_an_experiment_the_claims_and_data_decide():
     """Wide data (a rigid class at its cap) but claims of 0.2 +- 0.3: the posterior's high end
     is below 1, the price is the cap whatever, and a dither that can only go down stops."""

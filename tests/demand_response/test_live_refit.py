@@ -10,7 +10,13 @@ import polars as pl
 import pytest
 
 from market_pipeline.config import load_config
-from market_pipeline.demand_response.live import refit_rows, run_experiments, tick_response
+from market_pipeline.demand_response.history import warehouse_history
+from market_pipeline.demand_response.live import (
+    refit_rows,
+    run_experiments,
+    tick_response,
+    tick_response_observed,
+)
 from market_pipeline.lab.demand_response.synthetic import HistoryParams, synthetic_history
 from market_pipeline.lab.demand_response.truth import grid_market
 from market_pipeline.lab.demand_response.truth_grid import pool_inputs
@@ -132,6 +138,43 @@ def test_the_tick_reads_the_fit_and_the_running_experiments(refit):
         update={"demand_response": config.demand_response.model_copy(update={"enabled": False})}
     )
     assert tick_response(off, store, now) == ({}, {})
+
+
+def test_the_tick_reads_where_each_fit_observed_demand(refit):
+    """The refit stores the low end of the prices it saw (the 10th percentile at the 80% level);
+    with `observed_budget` on, the tick reads it back with the elasticity's lower bound (or its
+    estimate) at its hour, for fits the data spoke in only (the unfitted pools' prior rows offer
+    nothing); off (the default), nothing."""
+    config, store, now, pool_id, rows = refit
+    assert tick_response_observed(config, store, now)[2] == {}  # the default: off
+
+    def reading(bound):
+        dr = config.demand_response.model_copy(update={"observed_budget": bound})
+        return tick_response_observed(config.model_copy(update={"demand_response": dr}), store, now)
+
+    response, running, observed = reading("lower_bound")
+    assert (response, running) == tick_response(config, store, now)
+    key = f"{pool_id}/drainable"
+    row = rows.filter((pl.col("pool_id") == pool_id) & (pl.col("resource_class") == "drainable")).row(
+        0, named=True
+    )
+    history = warehouse_history(store, now - timedelta(days=config.demand_response.history_days), now)
+    prices = history.filter((pl.col("pool_id") == pool_id) & (pl.col("resource_class") == "drainable"))[
+        "price"
+    ]
+    assert row["price_low"] == pytest.approx(
+        float(np.exp(np.quantile(np.log(prices.to_numpy()), 0.1))), rel=1e-9
+    )
+    angle = 2 * math.pi * (now.hour + now.minute / 60) / 24
+    low_at_hour = (
+        row["elasticity_low"]
+        + row["elasticity_cos"] * math.cos(angle)
+        + row["elasticity_sin"] * math.sin(angle)
+    )
+    assert observed[key] == (pytest.approx(row["price_low"]), pytest.approx(low_at_hour))
+    assert set(observed) == {key}  # the other pools' rows are the prior alone
+    central = reading("central")[2]
+    assert central[key] == (pytest.approx(row["price_low"]), pytest.approx(response[key]))
 
 
 def test_a_running_experiment_keeps_its_id_across_refits(refit):

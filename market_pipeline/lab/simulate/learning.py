@@ -57,6 +57,7 @@ class ResponseLearner:
         lag_hours: float = 0.0,
         daily_cycle: bool = False,
         structure_alpha: float = STRUCTURE_ALPHA,
+        observed_budget: str = "off",
     ) -> None:
         self.keys = [response_key(p, c) for p in pool_ids for c in (GUARANTEED, DRAINABLE)]
         self.pool = [p for p in pool_ids for _ in (GUARANTEED, DRAINABLE)]
@@ -69,6 +70,7 @@ class ResponseLearner:
         self.refit_every, self.settings, self.promises = refit_every, experiments, promises
         # the live config's `demand_response`
         self.lag_hours, self.daily_cycle, self.structure_alpha = lag_hours, daily_cycle, structure_alpha
+        self.observed_budget = observed_budget  # `demand_response.observed_budget`
         self.ts: list[float] = []
         self.prices: list[np.ndarray] = []
         self.demand: list[np.ndarray] = []
@@ -149,6 +151,19 @@ class ResponseLearner:
             if f.elasticity is not None and f.method != "none"
         }
 
+    def observed(self, hour: float) -> dict[str, tuple[float, float]]:
+        """Per fit the data spoke in, the low end of its observed prices and its elasticity at the
+        hour (`ResponseFit.observed_at`, as `tick_response_observed`; none while
+        `observed_budget` is "off")."""
+        out: dict[str, tuple[float, float]] = {}
+        if self.observed_budget == "off":
+            return out
+        for k, f in self.fits.items():
+            seen = f.observed_at(hour, self.observed_budget) if f.elasticity is not None else None
+            if seen is not None:
+                out[k] = seen
+        return out
+
     def running(self) -> set[str]:
         """The resources whose experiment runs: fitted, and the interval not yet narrow."""
         return {
@@ -187,6 +202,7 @@ class ResponseLearner:
             result.prices(),
             moved.prices(),
             level_prices=self.list_prices,  # the simulator's tenants are calibrated at the list price
+            observed=self.observed(hour),
         )
         self.experiment_log.append(
             {

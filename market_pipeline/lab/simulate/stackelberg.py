@@ -121,6 +121,7 @@ class StackelbergPricing:
     def decide(self, view: MarketView) -> PriceDecision:
         hour = int(((self.epoch_s + view.time_s) % 86_400) // 3600)
         response: dict[str, float] = {}
+        observed: dict[str, tuple[float, float]] = {}
         if self.learner is not None:
             self.learner.observe(
                 view.tick,
@@ -131,13 +132,20 @@ class StackelbergPricing:
             )
             self.learner.maybe_refit(view.tick)
             response = self.learner.response(hour)
+            observed = self.learner.observed(hour)
         median, upper = self._index_forecast(view)
         capacity = np.maximum(self._capacities(view), median * self._demand_at_max * (1.0 + 1e-3))
         population = self.model.population if self.learner is not None else self.model.population_at(hour)
         problem = MarketProblem(resource_set(self.pools, capacity), population).with_demand_scale(median)
         inputs = self._pool_inputs(view, problem, upper / median)
         tick = run_market_tick(
-            inputs, problem, self.promises, self.solver, response=response, level_prices=self.level_prices
+            inputs,
+            problem,
+            self.promises,
+            self.solver,
+            response=response,
+            level_prices=self.level_prices,
+            observed=observed,
         )
         if self.learner is not None and view.bought is not None:  # not in the opening rounds
             tick = self.learner.experiment(view.tick, hour, tick, inputs, problem, response)
@@ -234,6 +242,7 @@ def learning_strategy(inputs: RunInputs) -> StackelbergPricing:
         lag_hours=dr.lag_hours,
         daily_cycle=dr.daily_cycle,
         structure_alpha=dr.structure_alpha,
+        observed_budget=dr.observed_budget,
     )
     return strategy
 
