@@ -728,3 +728,32 @@ def test_a_server_counts_each_of_its_trees_once_with_its_workers():
     spent = [report for _, reports in servers for report in reports]
     assert abs(counted - sum(map(sum, spent))) < 0.06, (counted, spent)
     assert server_cpu_seconds(name) == 0.0 and server_cpu_seconds("no-such-server-here") == 0.0
+
+
+def test_a_member_that_ends_as_its_time_is_read_does_not_hide_the_rest(monkeypatch):
+    """This process's own tree, with two children that burned CPU: one of them ends (killed
+    and reaped) just as its time is read; the other's time is still counted, on top of this
+    process's own."""
+    kids = [_start_burning("grandchild", 1) for _ in range(2)]
+    pids = [proc.pid for proc, _ in kids]
+    real_cpu_times, gone = psutil.Process.cpu_times, []
+
+    def cpu_times(proc):
+        if proc.pid in pids and not gone:
+            gone.append(proc.pid)
+            os.kill(proc.pid, signal.SIGKILL)
+            kids[pids.index(proc.pid)][0].wait()
+        return real_cpu_times(proc)
+
+    try:
+        mine = sum(os.times()[:4])
+        monkeypatch.setattr(psutil.Process, "cpu_times", cpu_times)
+        counted = tree_cpu_seconds(os.getpid())
+        monkeypatch.undo()
+        (left,) = (spent for proc, spent in kids if proc.pid not in gone)
+        assert len(gone) == 1 and sum(left[0]) >= 0.1
+        assert counted >= mine + sum(left[0]) - 0.02, (counted, mine, left)
+    finally:
+        for proc, _ in kids:
+            proc.kill()
+            proc.communicate()
