@@ -398,7 +398,7 @@ def test_a_drain_reaches_its_root_only_under_the_roots_own_create_time(tmp_path)
         assert done.sent == {(root, target.created[root])} and done.left == () and done.gone
         # the root exits 0.3 s after its SIGTERM: the drain says so within a few polls of that,
         # not a second later
-        assert ended - (target.first("SIGTERM") + 0.3) < 0.45
+        assert ended - (target.first("SIGTERM") + 0.3) < 0.6  # a 1 s poll: 0.75 or more
         assert done.problems == () and done.seen == ((root, target.created[root]),)
         assert 0.0 <= done.seconds < 10.0
         assert target.signals()[(root, "SIGTERM")] == 1
@@ -579,14 +579,15 @@ def test_an_unprivileged_drain_names_the_process_it_may_not_signal():
         os.setresuid(NOBODY, NOBODY, 0)
         try:
             waited = signal_and_wait(
-                theirs.pid, ref[theirs.pid][1], [ref[ours.pid], ref[deaf.pid]], signal.SIGTERM, 1.0
+                theirs.pid, ref[theirs.pid][1], [ref[ours.pid], ref[deaf.pid]], signal.SIGTERM, 1.5
             )
         finally:
             os.setresuid(0, 0, 0)
         assert len(waited.problems) == 1, waited.problems
         assert waited.problems[0].startswith(f"pid {theirs.pid}: not permitted"), waited.problems
         assert waited.sent == {ref[ours.pid], ref[deaf.pid]}
-        assert waited.left == (ref[deaf.pid],) and not waited.gone
+        # the deaf member is left; so is theirs only where a loaded machine kept it from exiting
+        assert set(waited.left) - {ref[theirs.pid]} == {ref[deaf.pid]} and not waited.gone
         assert theirs.wait(timeout=10) == 0 and ours.wait(timeout=10) == -signal.SIGTERM
     finally:
         for proc in (theirs, ours, deaf):
@@ -617,7 +618,7 @@ def test_a_member_gone_before_it_is_let_run_again_does_not_keep_the_next_stopped
             return real_resume(proc)
 
         monkeypatch.setattr(psutil.Process, "resume", resume)
-        waited = signal_and_wait(killed.pid, ref[killed.pid][1], [ref[graceful.pid]], signal.SIGTERM, 1.0)
+        waited = signal_and_wait(killed.pid, ref[killed.pid][1], [ref[graceful.pid]], signal.SIGTERM, 5.0)
         monkeypatch.undo()
         assert resumed == [killed.pid, graceful.pid]
         assert waited.gone and waited.left == () and waited.sent == set(ref.values())
@@ -708,7 +709,7 @@ def test_a_tree_counts_itself_its_reaped_children_and_its_live_ones_all_the_way_
     # each part is large enough that leaving it out, or counting it twice, is seen
     assert max(s[2] for s in spent) >= 0.1 and max(s[3] for s in spent) >= 0.1  # the reaped child
     assert sorted(s[1] >= 0.1 for s in spent) == [False, False, True]  # the live child's system time
-    assert abs(counted - sum(map(sum, spent))) < 0.06, (counted, spent)
+    assert abs(counted - sum(map(sum, spent))) < 0.08, (counted, spent)
     assert tree_cpu_seconds(root.pid) == 0.0  # gone
 
 
@@ -726,7 +727,7 @@ def test_a_server_counts_each_of_its_trees_once_with_its_workers():
         for proc, _ in servers:
             proc.communicate(b"", timeout=60)
     spent = [report for _, reports in servers for report in reports]
-    assert abs(counted - sum(map(sum, spent))) < 0.06, (counted, spent)
+    assert abs(counted - sum(map(sum, spent))) < 0.08, (counted, spent)
     assert server_cpu_seconds(name) == 0.0 and server_cpu_seconds("no-such-server-here") == 0.0
 
 
