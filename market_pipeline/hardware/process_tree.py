@@ -28,24 +28,22 @@ from pathlib import Path
 
 import psutil
 
-PROC = Path("/proc")
 PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
 KTHREADD_PID = 2
 
 
 def kernel_thread(pid: int) -> bool:
     """Whether `pid` is a kernel thread (kthreadd or one of its children): the flags field
-    (9) of /proc/<pid>/stat carries PF_KTHREAD. Without /proc, pid 2 and its children."""
+    (9) of <procfs>/<pid>/stat carries PF_KTHREAD. The procfs is the one psutil reads
+    (`psutil.PROCFS_PATH`: an agent in a container may point it at the host's), so the
+    answer is about the process psutil would list and signal. Without that file (no such
+    process, or no procfs, where psutil cannot read a process either) only pid 2, kthreadd."""
     try:
-        raw = (PROC / str(pid) / "stat").read_text()
+        raw = (Path(psutil.PROCFS_PATH) / str(pid) / "stat").read_text()
         return bool(int(raw[raw.rindex(")") + 2 :].split()[6]) & PF_KTHREAD)
     except OSError:
-        pass
+        return pid == KTHREADD_PID
     except (ValueError, IndexError):
-        return False
-    try:
-        return pid == KTHREADD_PID or psutil.Process(pid).ppid() == KTHREADD_PID
-    except (psutil.NoSuchProcess, psutil.AccessDenied, OverflowError, ValueError):
         return False
 
 

@@ -8,10 +8,11 @@ that once had it.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 
 import psutil
 
-from market_pipeline.hardware.process_tree import PROC
+PROC = Path("/proc")
 
 
 def has_proc() -> bool:
