@@ -404,7 +404,7 @@ def test_hardening_spend_is_counted_by_the_utc_day_and_month_on_a_host_in_anothe
     """On a host whose clock is set to +05:30, "today" and "this month" of a tenant's spend are
     still the UTC day and month: the last UTC hour of yesterday (already today in Kolkata) is
     yesterday's spend, the last UTC hour of last month is neither, and the first UTC hour of
-    today counts."""
+    today counts, whatever the minute, second and microsecond of the moment asked."""
     import datetime as dt
 
     from market_pipeline.billing.balances import TenantSpend, tenant_spend
@@ -419,7 +419,8 @@ def test_hardening_spend_is_counted_by_the_utc_day_and_month_on_a_host_in_anothe
             (TENANT, dt.datetime(2026, 2, 28, 23, tzinfo=utc), "Usage", "100"),  # last month
         ],
     )
-    spend = tenant_spend(Warehouse(path), dt.datetime(2026, 3, 2, 12, tzinfo=utc))
+    # asked at any moment of the day, not only on the hour
+    spend = tenant_spend(Warehouse(path), dt.datetime(2026, 3, 2, 12, 34, 56, 789012, tzinfo=utc))
     assert spend[TENANT] == TenantSpend(balance=Decimal(5), spent_today=Decimal(3), spent_month=Decimal(13))
 
 
