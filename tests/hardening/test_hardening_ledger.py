@@ -374,3 +374,84 @@ def test_hardening_an_account_set_without_a_time_is_stamped_in_utc_on_any_host(t
     set_account(warehouse, Account("alpha", prepaid=True))
     stamp = warehouse.query("SELECT updated_at FROM billing_accounts").item()
     assert before - timedelta(seconds=1) <= stamp <= datetime.now(timezone.utc)
+
+
+# --- Mutation testing, issue 47 (third helper): spend days and posting stamps on any host ---
+
+
+def _hourly_invoice_lines(path: Path, rows: list[tuple[str, object, str, str]]) -> None:
+    """fct_invoice_lines as the billing rollup leaves them: (tenant, UTC hour, charge
+    category, billed cost), hourly grain."""
+    with duckdb.connect(str(path)) as con:
+        con.execute(
+            "CREATE TABLE fct_invoice_lines (tenant_id VARCHAR, period_grain VARCHAR,"
+            " period_start TIMESTAMPTZ, period_start_utc TIMESTAMP, charge_category VARCHAR,"
+            " billed_cost DECIMAL(38, 9))"
+        )
+        con.executemany(
+            "INSERT INTO fct_invoice_lines VALUES (?, 'hour', ?, ?, ?, ?)",
+            [
+                (t, hour, hour.replace(tzinfo=None), category, Decimal(cost))
+                for t, hour, category, cost in rows
+            ],
+        )
+
+
+@pytest.mark.usefixtures("host_in_kolkata")
+def test_hardening_spend_is_counted_by_the_utc_day_and_month_on_a_host_in_another_time_zone(
+    tmp_path: Path,
+) -> None:
+    """On a host whose clock is set to +05:30, "today" and "this month" of a tenant's spend are
+    still the UTC day and month: the last UTC hour of yesterday (already today in Kolkata) is
+    yesterday's spend, the last UTC hour of last month is neither, and the first UTC hour of
+    today counts, whatever the minute, second and microsecond of the moment asked."""
+    import datetime as dt
+
+    from market_pipeline.billing.balances import TenantSpend, tenant_spend
+
+    utc = dt.timezone.utc
+    path = build_warehouse(tmp_path / "w.duckdb")
+    _hourly_invoice_lines(
+        path,
+        [
+            (TENANT, dt.datetime(2026, 3, 2, 0, tzinfo=utc), "Usage", "3"),  # today's first UTC hour
+            (TENANT, dt.datetime(2026, 3, 1, 23, tzinfo=utc), "Usage", "10"),  # yesterday, this month
+            (TENANT, dt.datetime(2026, 2, 28, 23, tzinfo=utc), "Usage", "100"),  # last month
+        ],
+    )
+    # asked at any moment of the day, not only on the hour
+    spend = tenant_spend(Warehouse(path), dt.datetime(2026, 3, 2, 12, 34, 56, 789012, tzinfo=utc))
+    assert spend[TENANT] == TenantSpend(balance=Decimal(5), spent_today=Decimal(3), spent_month=Decimal(13))
+
+
+@pytest.mark.usefixtures("host_in_kolkata")
+def test_hardening_posted_usage_is_stamped_with_the_time_it_was_posted_at(tmp_path: Path) -> None:
+    """A posted window's ledger entries carry the time of the posting: the time the caller
+    gives, or, given none, the UTC instant of the posting, also on a host whose clock is set
+    to +05:30 (never its local wall time read as UTC); a repost restamps them."""
+    import datetime as dt
+
+    from market_pipeline.billing.balances import post_invoice_window
+
+    utc = dt.timezone.utc
+    start, end = dt.datetime(2026, 3, 2, 10, tzinfo=utc), dt.datetime(2026, 3, 2, 12, tzinfo=utc)
+    path = build_warehouse(tmp_path / "w.duckdb")
+    _hourly_invoice_lines(
+        path, [(TENANT, start, "Usage", "4"), (TENANT, start + dt.timedelta(hours=1), "Credit", "-1")]
+    )
+    warehouse = Warehouse(path)
+
+    def posted() -> list[tuple]:
+        return warehouse.query(
+            "SELECT kind, amount, recorded_at FROM billing_ledger WHERE reference = 'fct_invoice_lines'"
+            " ORDER BY kind"
+        ).rows()
+
+    at = dt.datetime(2026, 3, 2, 12, 5, tzinfo=utc)
+    assert post_invoice_window(warehouse, start, end, now=at) == 2
+    assert posted() == [("sla_credit", Decimal(1), at), ("usage", Decimal(-4), at)]
+    before = dt.datetime.now(utc)
+    assert post_invoice_window(warehouse, start, end) == 2
+    after = dt.datetime.now(utc)
+    stamps = [recorded_at for _, _, recorded_at in posted()]
+    assert len(stamps) == 2 and all(before - dt.timedelta(seconds=1) <= s <= after for s in stamps)
