@@ -1,7 +1,8 @@
 """`market-pipeline bench guarantee`: the rigid guarantee on a grid of weeks (JSON).
 
     market-pipeline bench guarantee [--data DIR] [--pods A.csv,B.csv] [--loads X.csv,Y.csv]
-        [--seeds 7] [--role judged|tuning] [--days 2] [--warmup-days 3] [--before] [--json OUT]
+        [--seeds 7] [--role judged|tuning] [--days 2] [--warmup-days 3] [--before] [--ceiling]
+        [--json OUT]
 
 Without `--pods`/`--loads` it runs the shared traces' weeks (the default openb sample with
 each shared Helios cluster), the weeks the hold's size was chosen on (`tuning`). Other openb
@@ -40,6 +41,12 @@ def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> 
     bench.add_argument("--days", type=float, default=2.0, help="measured days per week (default 2)")
     bench.add_argument("--warmup-days", type=float, default=3.0, help="unmeasured days before (default 3)")
     bench.add_argument("--before", action="store_true", help="also run with the guarantee off (the old rule)")
+    bench.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also run the clairvoyant leader (knows the tenants' true response): what the market "
+        "can earn on each week; a week whose only miss is revenue below that ceiling is beyond_ceiling",
+    )
     bench.add_argument("--workers", type=int, help="processes per week (default: CPUs)")
     bench.add_argument("--config", help="TOML config (default: shipped or MARKET_PIPELINE_CONFIG)")
     bench.add_argument("--json", help="also write the full report here")
@@ -68,7 +75,14 @@ def run_bench_guarantee(args: argparse.Namespace) -> int:
     weeks = [Week(p, ld, s, role) for p in pods for ld in loads for s in seeds]
     try:
         report = run_grid(
-            load_config(args.config), weeks, nodes, args.days, args.warmup_days, args.before, args.workers
+            load_config(args.config),
+            weeks,
+            nodes,
+            args.days,
+            args.warmup_days,
+            args.before,
+            args.workers,
+            args.ceiling,
         )
     except SimulationInputError as exc:
         return input_error(exc)

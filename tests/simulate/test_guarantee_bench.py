@@ -1,0 +1,75 @@
+"""`bench guarantee`'s verdict per week: every target met, or the revenue target beyond what the
+market earns on the week (the clairvoyant leader's ceiling) while the guarantee held, or a fail."""
+
+from __future__ import annotations
+
+import pytest
+from simulate_testkit import config, inputs, run
+
+from market_pipeline.lab.simulate.guarantee_bench import (
+    BEYOND_CEILING,
+    CEILING,
+    FAIL,
+    PASS,
+    judge,
+    table,
+    verdict,
+)
+
+
+def _row(**over) -> dict:
+    row = {
+        "revenue_vs_static": 1.08,
+        "elastic_cost_vs_static": 0.79,
+        "rigid_cost_vs_static": 1.04,
+        "rigid_ok": True,
+        "market_ok": False,
+        "breaches": 0,
+        "pass": False,
+        "ceiling": {"revenue_vs_static": 1.099, "rigid_breach_ticks": 41},
+    }
+    row.update(over)
+    return row
+
+
+def test_a_week_that_meets_every_target_passes_whatever_its_ceiling():
+    met = {"revenue_vs_static": 1.12, "market_ok": True, "pass": True}
+    assert verdict(_row(**met)) == PASS
+    assert verdict(_row(**met, ceiling=None)) == PASS
+
+
+def test_revenue_short_of_a_target_the_clairvoyant_leader_misses_too_is_beyond_the_ceiling():
+    assert verdict(_row()) == BEYOND_CEILING
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"ceiling": {"revenue_vs_static": 1.10, "rigid_breach_ticks": 0}},  # the target is reachable
+        {"ceiling": None},  # no ceiling run: nothing shows the target unreachable
+        {"rigid_ok": False},  # the guarantee did not hold
+        {"breaches": 1},  # a tick broke the rigid promise, or a price a price promise
+        {"elastic_cost_vs_static": 0.91},  # a cost target missed
+        {"rigid_cost_vs_static": 1.051},
+    ],
+)
+def test_a_miss_is_a_fail_unless_only_revenue_missed_below_the_ceiling_with_the_guarantee_kept(over):
+    assert verdict(_row(**over)) == FAIL
+
+
+def test_the_ceiling_is_the_clairvoyant_leaders_run_against_the_same_static_week():
+    run_inputs = inputs(strategies=("static", "stackelberg", CEILING), pods=300)
+    static, loop, best = (run(run_inputs, name) for name in ("static", "stackelberg", CEILING))
+    row = judge(config(), run_inputs, static, loop, best)
+    ceiling = row["ceiling"]
+    assert ceiling["revenue_vs_static"] == pytest.approx(best.metrics["revenue"] / static.metrics["revenue"])
+    assert ceiling["rigid_sla_violations"] == best.metrics["rigid_sla_violations"]
+    assert row["revenue_gap_to_ceiling"] == pytest.approx(
+        ceiling["revenue_vs_static"] - row["revenue_vs_static"]
+    )
+    assert row["verdict"] == verdict(row)
+    without = judge(config(), run_inputs, static, loop)
+    assert "ceiling" not in without and without["verdict"] in (PASS, FAIL)
+    lines = table({"weeks": [{"week": "w", "role": "judged", "after": row}]})
+    assert f"{ceiling['revenue_vs_static']:.3f} ({ceiling['rigid_breach_ticks']})" in lines[-1]
+    assert lines[-1].rstrip(" |").endswith(row["verdict"])
