@@ -30,7 +30,7 @@ def warn(twin: FleetTwin, task_id: str, deadline_seconds: float) -> Outcome:
         return task
     if task.drain_signal_ts is not None:
         return Outcome.success(f"already warned at {task.drain_signal_ts}")
-    task.drain_signal_ts = twin.clock
+    twin.signal_drain(task)
     twin.new_events.append(
         (twin.clock, task_id, "drain_signal", f"drain within {deadline_seconds:g}s", False)
     )

@@ -35,6 +35,7 @@ from market_pipeline.placement.guarantee import (
     closed_nodes,
     held_nodes,
     hold_limit,
+    keep_off_draining,
     open_outside,
 )
 from market_pipeline.placement.policies import PlacementPolicy
@@ -135,6 +136,9 @@ class FleetTwin:
         self.refused_tenants: dict[str, str] = {}
         # drained task id -> the job that runs the rest of its work if it is requeued
         self.requeueable: dict[str, Job] = {}
+        # running task id -> its node row, for tasks under a drain signal: while guaranteed
+        # tasks wait, newcomers keep off their nodes (`placement.guarantee.keep_off_draining`)
+        self.signalled: dict[str, int] = {}
 
     @classmethod
     def create(
@@ -256,12 +260,14 @@ class FleetTwin:
         newly arrived guaranteed one off them where it fits there, a waiting guaranteed one
         anywhere."""
         if job.resource_class == "drainable":
-            off, req = self._off_limits(ts), job.request()
+            off, req = keep_off_draining(self._off_limits(ts), self._draining()), job.request()
             if not open_outside(self.cap, req, off):
                 return False  # its GPU model is closed: the search would fail (still one attempt)
             placement = choose_outside(self.policy, self.cap, req, off)
         elif arrival:
-            placement = choose_arrival(self.policy, self.cap, job.request(), self._held(ts, but=job))
+            placement = choose_arrival(
+                self.policy, self.cap, job.request(), self._held(ts, but=job), self._draining()
+            )
         else:
             placement = self.policy.choose(self.cap, job.request())
         if placement is None:
@@ -270,6 +276,20 @@ class FleetTwin:
         del self.pending[list(map(id, self.pending)).index(id(job))]
         self._start(job, placement, ts)
         return True
+
+    def signal_drain(self, task: RunningTask) -> None:
+        """Mark a running task as under a drain signal at the clock (`operations.warn`)."""
+        task.drain_signal_ts = self.clock
+        self.signalled[task.job.task_id] = task.placement.node
+
+    def _draining(self) -> np.ndarray:
+        """(N,) the nodes being emptied by drains while guaranteed tasks wait: the nodes of
+        running tasks under a drain signal (none while no guaranteed task waits: a drain then
+        serves a scale-down, which cordons its node, or nothing waiting)."""
+        draining = np.zeros(self.cap.n_nodes, dtype=bool)
+        if self.signalled and next(self._guaranteed_pending(), None) is not None:
+            draining[list(self.signalled.values())] = True
+        return draining
 
     def _off_limits(self, ts: int) -> np.ndarray:
         """The nodes a drainable task keeps off: the held ones and, with `close_to_drainable`,
@@ -382,6 +402,8 @@ class FleetTwin:
         job = task.job
         self.cap.allocate(job.request(), task.placement)
         self.running[job.task_id] = task
+        if task.drain_signal_ts is not None:  # a state reload of a task under a drain signal
+            self.signalled[job.task_id] = task.placement.node
         share = GpuShare(
             job.task_id,
             job.tenant_id,
@@ -404,6 +426,7 @@ class FleetTwin:
 
     def finish(self, task_id: str, ts: int, event: str, reason: str, platform_fault: bool = False) -> None:
         task = self.running.pop(task_id)
+        self.signalled.pop(task_id, None)
         self.cap.release(task.job.request(), task.placement)
         self.load.remove(task.positions, task_id)
         self.new_events.append((ts, task_id, event, reason, platform_fault))

@@ -17,6 +17,9 @@ V100). Waiting guaranteed jobs may use held nodes. The held node fills as its jo
 waiting job takes it first (the queue scans guaranteed work first). A pool with no guaranteed
 work waiting holds nothing, so the rule costs nothing until rigid work waits.
 
+A node being emptied by drains for waiting guaranteed work keeps newcomers off until the drains
+are done (`keep_off_draining`): the room goes to the waiting work it is made for.
+
 While guaranteed work waits, its GPU model is closed to new drainable work (`closed_nodes`;
 in the simulator, the whole pool): drainable jobs, new or drained, wait until that backlog
 clears, so no room freed in the meantime goes to them. The held nodes still decide where new
@@ -121,6 +124,18 @@ def open_outside(cap: ClusterCapacity, req: PodRequest, off: np.ndarray) -> bool
     return bool((cap.schedulable & cap.model_allowed(req.models) & ~off).any())
 
 
+def keep_off_draining(off: np.ndarray, draining: np.ndarray) -> np.ndarray:
+    """`off` plus the nodes being emptied by drains for waiting guaranteed work (`draining`):
+    the nodes a newcomer, guaranteed or drainable, keeps off. A drain frees its node's GPUs
+    over minutes (warning, checkpoint, exit); a newcomer placed there meanwhile takes the room
+    the drain is making, and the job it was made for waits for the next control step's drains
+    (on `gpushare40/vcpDC/s7` of #46 a 0.47-GPU guaranteed arrival took a GPU of the node
+    being emptied for a waiting 8-GPU job 32 s into the drain; the job started 705 s after it
+    arrived, past its SLA wait, the only late rigid start of the week, against none under
+    static pricing). Waiting guaranteed work may land there, the job it is drained for first."""
+    return off | draining if draining.any() else off
+
+
 def choose_outside(
     policy: PlacementPolicy, cap: ClusterCapacity, req: PodRequest, held: np.ndarray
 ) -> Placement | None:
@@ -137,11 +152,19 @@ def choose_outside(
 
 
 def choose_arrival(
-    policy: PlacementPolicy, cap: ClusterCapacity, req: PodRequest, held: np.ndarray
+    policy: PlacementPolicy,
+    cap: ClusterCapacity,
+    req: PodRequest,
+    held: np.ndarray,
+    draining: np.ndarray | None = None,
 ) -> Placement | None:
     """The placement of a new guaranteed request: off the held nodes where it fits there,
-    else on a held node (it fits nowhere else, like the jobs the node is held for)."""
-    placement = choose_outside(policy, cap, req, held)
+    else on a held node (it fits nowhere else, like the jobs the node is held for); never on
+    a node being emptied for waiting work (`draining`, `keep_off_draining`)."""
+    none = np.zeros(cap.n_nodes, dtype=bool)
+    placement = choose_outside(
+        policy, cap, req, held if draining is None else keep_off_draining(held, draining)
+    )
     if placement is None and held.any():
-        placement = policy.choose(cap, req)
+        placement = choose_outside(policy, cap, req, none if draining is None else draining)
     return placement

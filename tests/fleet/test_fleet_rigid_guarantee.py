@@ -197,3 +197,31 @@ def test_a_hold_inside_the_closure_is_not_ranked_and_one_outside_it_is(monkeypat
     assert twin._held(EPOCH, but=late)[[r0, r1]].sum() == 1  # the late task's arrival, ranked
     off = twin._off_limits(EPOCH)
     assert len(ranked) == 2 and off[rows].all() and off.sum() == 3
+
+
+def test_newcomers_keep_off_the_node_being_drained_while_guaranteed_work_waits():
+    """Two nodes of one model, one GPU free on each; a whole-node guaranteed task waits, r0 is
+    held for it, and the drain planner warns r1's drainable tasks. A new one-GPU guaranteed
+    task fits r1's free GPU; it takes the held r0 instead (it fits nowhere else), and a new
+    drainable task waits: r1's room goes to the work it is being emptied for
+    (`placement.guarantee.keep_off_draining`). Once r1's tasks have exited it is open again."""
+    from market_pipeline.fleet import operations
+
+    twin, model, r0, r1, width = _one_gpu_free_on_two_nodes(False)
+    waiting = _job("waiting", model, width, "guaranteed")
+    twin.pending.append(waiting)
+    assert not twin._try_place(waiting, EPOCH) and twin._held(EPOCH)[r0]
+    on_r1 = sorted(t for t, task in twin.running.items() if task.placement.node == r1)
+    for task_id in on_r1:
+        assert operations.warn(twin, task_id, 30.0).ok
+    assert not twin._held(EPOCH)[r1] and twin._draining()[r1]
+    newcomer = _job("newcomer", model, 1, "guaranteed")
+    twin.pending.append(newcomer)
+    assert twin._try_place(newcomer, EPOCH, arrival=True)
+    assert twin.running["newcomer"].placement.node == r0
+    drainable = _job("drainable", model, 1, "drainable")
+    twin.pending.append(drainable)
+    assert not twin._try_place(drainable, EPOCH)  # r0 is full now, r1 is being drained
+    for task_id in on_r1:
+        twin.finish(task_id, EPOCH, "drained", "exited after SIGTERM")
+    assert not twin._draining().any() and not twin.signalled

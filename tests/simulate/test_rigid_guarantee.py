@@ -11,12 +11,12 @@ from simulate_testkit import config, inputs
 
 from market_pipeline.lab.simulate.engine import StrategyRun
 from market_pipeline.lab.simulate.guarantee import guarantee_check
-from market_pipeline.lab.simulate.jobs import DONE, QUEUED, RUNNING
+from market_pipeline.lab.simulate.jobs import DONE, DRAINING, QUEUED, RUNNING
 from market_pipeline.lab.simulate.metrics import StrategyResult
 from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID
 from market_pipeline.lab.simulate.runner import make_strategy
 from market_pipeline.lab.simulate.settings import EconomicAssumptions
-from market_pipeline.placement.capacity import ClusterCapacity, PodRequest
+from market_pipeline.placement.capacity import ClusterCapacity, Placement, PodRequest
 from market_pipeline.placement.guarantee import (
     choose_arrival,
     choose_outside,
@@ -289,3 +289,43 @@ def test_every_waiting_rigid_job_is_offered_drains_at_a_control_step():
     run._drain_for = spy  # type: ignore[method-assign]
     run._retry_drains(7500.0)
     assert offered == waiting
+
+
+def _start_on(run: StrategyRun, elastic: bool, pod: int, node: int, slots: tuple[int, ...]) -> int:
+    """A job running since 0 on the given GPUs of pool 0 (placed by hand, not by the policy)."""
+    job = run.jobs.add(
+        _tenant(run, elastic), 0, pod, ELASTIC if elastic else RIGID, run.pod_gpus[pod], 0.0, 36_000.0
+    )
+    placement = Placement(node, slots, 1000)
+    cluster = run.clusters[0]
+    cluster.cap.allocate(run.inputs.requests[pod], placement)
+    cluster._update(node)
+    run._start(job, placement, 0.0)
+    return job
+
+
+def test_a_newcomer_keeps_off_the_node_being_drained_for_a_waiting_rigid_job():
+    """Two 8-GPU nodes: node 0 runs one 1-GPU rigid job, node 1 two 2-GPU elastic jobs. An
+    8-GPU rigid job waits: node 0 is held for it (nearest to fitting), and the control step
+    drains node 1 (the only drainable room). A 1-GPU rigid job arriving during the drain
+    fits node 1's free GPUs; it lands on the held node 0 instead, and the waiting job starts
+    on node 1 the moment the drain is done. (Landing on node 1, it took the room the drain
+    made: the waiting job waited for the next control step's drains, past its SLA wait.)"""
+    economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)
+    run_inputs = inputs(days=0.5, fleet={"G2": (2, 8)}, strategies=("stackelberg",), economics=economics)
+    run = StrategyRun(run_inputs, make_strategy("stackelberg", run_inputs))
+    assert run.drainer is not None
+    one, two, eight = _pod(run, 1), _pod(run, 2), _pod(run, 8)
+    _start_on(run, False, one, 0, (0,))
+    victims = [_start_on(run, True, two, 1, slots) for slots in ((0, 1), (2, 3))]
+    t = 7200.0  # past the elastic jobs' landing cool-down
+    waiting = _submit(run, False, eight, t, 3600.0)
+    assert run.jobs.state[waiting] == QUEUED
+    run._control(t + 300.0)
+    assert all(run.jobs.state[v] == DRAINING for v in victims)
+    newcomer = _submit(run, False, one, t + 330.0, 3600.0)
+    assert run.jobs.state[newcomer] == RUNNING and run.jobs.placement[newcomer].node == 0
+    run._until(t + 300.0 + run.drainer.seconds)
+    assert run.jobs.state[waiting] == RUNNING and run.jobs.placement[waiting].node == 1
+    assert run.jobs.first_start[waiting] - t == pytest.approx(300.0 + run.drainer.seconds)
+    assert not run.clusters[0].drains_under_way.any()  # the node is open to newcomers again

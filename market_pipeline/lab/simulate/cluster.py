@@ -19,7 +19,7 @@ import numpy as np
 from market_pipeline.lab.simulate.inputs import FleetNodes, PodTable
 from market_pipeline.lab.simulate.tenants import Pool
 from market_pipeline.placement.capacity import MILLI, ClusterCapacity, Placement, PodRequest
-from market_pipeline.placement.guarantee import choose_outside
+from market_pipeline.placement.guarantee import choose_outside, keep_off_draining
 from market_pipeline.placement.policies import make_policy
 from market_pipeline.placement.typical import TypicalPods
 
@@ -137,6 +137,9 @@ class PoolCluster:
         # nodes closed to elastic work while rigid work waits (`placement.guarantee.closed_nodes`;
         # the held nodes are among them)
         self.closed = np.zeros(self.cap.n_nodes, dtype=bool)
+        # drains under way per node for waiting rigid jobs (`placement.guarantee.keep_off_draining`):
+        # newcomers keep off such a node until its drains are done
+        self.drains_under_way = np.zeros(self.cap.n_nodes, dtype=np.int64)
 
     def _update(self, row: int) -> None:
         free = self.cap.gpu_free[row].tolist()  # a handful of slots: Python beats numpy calls here
@@ -167,16 +170,25 @@ class PoolCluster:
             return bool(self.node_best[row] >= req.gpu_milli)
         return bool(self.node_full[row] >= req.num_gpu)
 
-    def place(self, req: PodRequest, elastic: bool = False, off_held: bool | None = None) -> Placement | None:
+    def place(
+        self, req: PodRequest, elastic: bool = False, off_held: bool | None = None, newcomer: bool = False
+    ) -> Placement | None:
         """Place `req` by the pool's policy; elastic work keeps off the whole-node reserve and
         the nodes closed to it while rigid work waits, and (like any request with `off_held`)
-        off the nodes held for waiting rigid jobs."""
+        off the nodes held for waiting rigid jobs. Newcomers (elastic work, `off_held` or
+        `newcomer`: not a waiting rigid job) keep off the nodes being emptied by drains for
+        waiting rigid jobs."""
         off_held = elastic if off_held is None else off_held
         room = self._room(req)
         if elastic and self.reserve and self.free_top <= self.reserve:
             room &= ~(self.top & (self.node_full == self.node_gpus))
         keep_off = (self.held | self.closed) if elastic else self.held
-        if off_held or elastic:
+        if not (off_held or elastic):
+            keep_off = np.zeros_like(keep_off)
+        if elastic or off_held or newcomer:
+            keep_off = keep_off_draining(keep_off, self.drains_under_way > 0)
+        off_any = bool(keep_off.any())
+        if off_any:
             room &= ~keep_off
         if self.fast is not None:  # off MIG the room test is BestFit's feasibility, exactly
             rows = np.flatnonzero(room)
@@ -190,7 +202,7 @@ class PoolCluster:
             self.policy_calls += 1
             placement = (
                 choose_outside(self.policy, self.cap, req, keep_off)
-                if off_held or elastic
+                if off_any
                 else self.policy.choose(self.cap, req)
             )
         if placement is not None:

@@ -78,6 +78,7 @@ class StrategyRun(RigidService):
         self.awaited: dict[int, set[int]] = {}  # rigid job -> victims still draining for it
         self.victim_of: dict[int, int] = {}
         self.parked: dict[int, list[int]] = {}  # rigid job -> its drained victims not yet re-placed
+        self.drain_room: dict[int, tuple[int, int]] = {}  # rigid job -> (pool, node) its drains empty
         self.history = list(inputs.index_history)
         self.pod_gpus = inputs.pods.gpus.tolist()
         self.pod_runtime = inputs.pods.runtime_s.tolist()
@@ -265,7 +266,7 @@ class StrategyRun(RigidService):
             if placement is None and self._spill(job, t):
                 return
             if placement is None and self.clusters[r].held.any():
-                placement = self.clusters[r].place(req)
+                placement = self.clusters[r].place(req, newcomer=True)
         else:
             placement = self._place(r, req, True)
         if placement is not None:
@@ -335,6 +336,7 @@ class StrategyRun(RigidService):
         r, cls, gpus = jobs.pool[job], jobs.cls[job], jobs.gpus[job]
         if cls == RIGID and jobs.state[job] == QUEUED:
             self.hold_stale[r] = True  # it may have been waiting (its queue entry is gone)
+            self._release_drain_room(job)  # it started before its drains were done
         jobs.placement[job] = placement
         jobs.state[job] = RUNNING
         jobs.run_start[job] = t

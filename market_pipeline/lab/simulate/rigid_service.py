@@ -6,8 +6,9 @@ first; the trace names no GPU model), off the nodes they hold for their own wait
 drainable jobs to drain, in its pool and then in those other pools. Both are tried at every
 control-loop tick while it waits (drains only there: the live drain planner runs at those
 ticks, not when a task arrives). The room a drain makes is held for the rigid job
-until every victim is out: drained jobs are re-placed only after it (best-fit would
-otherwise put a victim straight back on the node it was drained from).
+until every victim is out: newcomers keep off the node meanwhile
+(`placement.guarantee.keep_off_draining`), and drained jobs are re-placed only after it
+(best-fit would otherwise put a victim straight back on the node it was drained from).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class RigidService:
     awaited: dict[int, set[int]]
     victim_of: dict[int, int]
     parked: dict[int, list[int]]
+    drain_room: dict[int, tuple[int, int]]
     latent: list[bool]
     spilled: int
     control_step: int
@@ -121,6 +123,9 @@ class RigidService:
         if r != own:
             self._requeue(job, r)
         self.awaited[job] = set(plan.victims)
+        # newcomers keep off the node until its drains are done (`keep_off_draining`)
+        self.clusters[r].drains_under_way[plan.node_row] += 1
+        self.drain_room[job] = (r, plan.node_row)
         for victim in plan.victims:
             self.victim_of[victim] = job
             drainer.record_start(jobs, self.clusters[r], victim, t)
@@ -161,11 +166,20 @@ class RigidService:
                 self.parked.setdefault(waiting_for, []).append(victim)
                 return
             del self.awaited[waiting_for]
+            self._release_drain_room(waiting_for)
             self._place_awaited(waiting_for, t)  # the rigid job it made room for goes first
             victims = self.parked.pop(waiting_for, []) + victims
         self._scan(r, placement.node, t)
         for v in victims:  # drained jobs wait again (they may land anywhere but the room just made)
             self._place_or_queue(v, t)
+
+    def _release_drain_room(self, job: int) -> None:
+        """The drains planned for `job` are done, or it started elsewhere: newcomers may use
+        their node again."""
+        room = self.drain_room.pop(job, None)
+        if room is not None:
+            r, row = room
+            self.clusters[r].drains_under_way[row] -= 1
 
     def _place_awaited(self, job: int, t: float) -> None:
         """Its drains are done: place the rigid job before the queue scan can hand the room
