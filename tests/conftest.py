@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import uuid
 from collections.abc import Iterator
@@ -95,6 +96,30 @@ def fresh_postgres_database(prefix: str) -> Iterator[str]:
         with admin.cursor() as cursor:
             cursor.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin.close()
+
+
+@pytest.fixture(scope="session")
+def _migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty warehouse file with every migration applied, made once per test process."""
+    from market_pipeline.warehouse import open_warehouse
+
+    path = tmp_path_factory.mktemp("migrated_template") / "w.duckdb"
+    open_warehouse(path)
+    if path.with_name(path.name + ".wal").exists():  # the file alone must hold the schema
+        raise RuntimeError(f"{path} was left with a WAL beside it")
+    return path
+
+
+@pytest.fixture()
+def migrated_warehouse(_migrated_template: Path, tmp_path: Path) -> object:
+    """An empty, migrated warehouse of this test's own at tmp_path/w.duckdb: a copy of the
+    session's template, the file `open_warehouse` leaves (migrating one per test cost more
+    than many of the tests). Tests of the migrations themselves call `open_warehouse`."""
+    from market_pipeline.warehouse import Warehouse
+
+    path = tmp_path / "w.duckdb"
+    shutil.copyfile(_migrated_template, path)
+    return Warehouse(path)
 
 
 @pytest.fixture()

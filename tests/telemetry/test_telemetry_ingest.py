@@ -23,8 +23,8 @@ POLICY = ValidationPolicy(now=NOW)
 
 
 @pytest.fixture()
-def warehouse(tmp_path: Path) -> Warehouse:
-    return open_warehouse(tmp_path / "w.duckdb")
+def warehouse(migrated_warehouse: Warehouse) -> Warehouse:
+    return migrated_warehouse
 
 
 def counts(warehouse: Warehouse) -> dict[str, int]:
