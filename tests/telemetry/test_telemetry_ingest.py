@@ -386,18 +386,15 @@ def test_telemetry_two_ingests_at_once_on_a_lake_lose_nothing_and_deliver_each_k
     moment: the ingests take turns, so each gets its own id, one delivers every key and the
     other quarantines every key as already delivered (none clean twice, none lost), and the
     ledger adds up for both."""
-    store = open_warehouse(tmp_path / "unused.duckdb", migrate=False, lake=lake)
-    store.query("SELECT 1")  # the lake's catalog made, by one process: the two attach to it
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
     ctx = multiprocessing.get_context("spawn")
-    start, out = ctx.Barrier(3), ctx.Queue()  # the two ingests and this process
+    start, out = ctx.Barrier(2), ctx.Queue()
     procs = [
         ctx.Process(target=_ingest_at_the_start_line, args=(lake, source, start, out))
         for source in ("file:a", "file:b")
     ]
     for proc in procs:
         proc.start()
-    store.migrate()  # while the two start up; the start line is passed once it is done
-    start.wait(timeout=120)
     for proc in procs:
         proc.join(timeout=240)
         assert proc.exitcode == 0, f"ingest {proc.name} exited {proc.exitcode}"
