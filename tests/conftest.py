@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import uuid
 from collections.abc import Iterator
@@ -77,9 +78,10 @@ _hypothesis_settings.load_profile("repeatable")
 
 
 @contextlib.contextmanager
-def fresh_postgres_database(prefix: str) -> Iterator[str]:
-    """A new PostgreSQL database on 127.0.0.1:5432 (its libpq string), dropped afterwards;
-    skips the test when PostgreSQL is not running there."""
+def fresh_postgres_database(prefix: str, template: str | None = None) -> Iterator[str]:
+    """A new PostgreSQL database on 127.0.0.1:5432 (its libpq string), dropped afterwards; a
+    copy of the database `template` (its name) when one is given. Skips the test when
+    PostgreSQL is not running there."""
     psycopg2 = pytest.importorskip("psycopg2")
     try:
         admin = psycopg2.connect("host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3)
@@ -88,13 +90,37 @@ def fresh_postgres_database(prefix: str) -> Iterator[str]:
     admin.autocommit = True
     name = f"{prefix}{uuid.uuid4().hex[:12]}"
     with admin.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE {name}")
+        cursor.execute(f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
     try:
         yield f"host=127.0.0.1 port=5432 user=postgres dbname={name}"
     finally:
         with admin.cursor() as cursor:
             cursor.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin.close()
+
+
+@pytest.fixture(scope="session")
+def _migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty warehouse file with every migration applied, made once per test process."""
+    from market_pipeline.warehouse import open_warehouse
+
+    path = tmp_path_factory.mktemp("migrated_template") / "w.duckdb"
+    open_warehouse(path)
+    if path.with_name(path.name + ".wal").exists():  # the file alone must hold the schema
+        raise RuntimeError(f"{path} was left with a WAL beside it")
+    return path
+
+
+@pytest.fixture()
+def migrated_warehouse(_migrated_template: Path, tmp_path: Path) -> object:
+    """An empty, migrated warehouse of this test's own at tmp_path/w.duckdb: a copy of the
+    session's template, the file `open_warehouse` leaves (migrating one per test cost more
+    than many of the tests). Tests of the migrations themselves call `open_warehouse`."""
+    from market_pipeline.warehouse import Warehouse
+
+    path = tmp_path / "w.duckdb"
+    shutil.copyfile(_migrated_template, path)
+    return Warehouse(path)
 
 
 @pytest.fixture()
@@ -111,6 +137,54 @@ def lake(tmp_path: Path) -> Iterator[object]:
         pytest.skip(str(exc))
     with fresh_postgres_database("mp_lake_test_") as catalog:
         made = Lake(catalog, f"{tmp_path}/lake/")
+        try:
+            yield made
+        finally:
+            forget_instance(made)
+
+
+@pytest.fixture(scope="session")
+def _migrated_lake_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The name of a PostgreSQL database holding the catalog of a DuckLake with every migration
+    applied, made once per test process (migrating a lake takes seconds: one catalog
+    transaction per statement); dropped at the end. Its data path holds no file (the rows
+    the migrations write are inlined in the catalog)."""
+    from market_pipeline.warehouse import Lake, WarehouseError, open_warehouse
+    from market_pipeline.warehouse.lake import extension_directory, forget_instance
+
+    try:
+        extension_directory()
+    except WarehouseError as exc:
+        pytest.skip(str(exc))
+    data_path = tmp_path_factory.mktemp("lake_template")
+    with fresh_postgres_database("mp_lake_template_") as catalog:
+        template = Lake(catalog, f"{data_path}/lake/")
+        open_warehouse(data_path / "unused.duckdb", lake=template)
+        forget_instance(template)  # no connection may stay open on a template
+        if any(path.is_file() for path in data_path.rglob("*")):
+            raise RuntimeError(f"the migrated lake wrote data files under {data_path}")
+        yield catalog.rsplit("dbname=", 1)[1]
+
+
+@pytest.fixture()
+def migrated_lake(_migrated_lake_template: str, tmp_path: Path) -> Iterator[object]:
+    """A DuckLake of this test's own with every migration applied, as `lake` is after
+    `open_warehouse`: its catalog a copy of the session's template (PostgreSQL's CREATE DATABASE
+    ... TEMPLATE), pointed at a data path under tmp_path. Tests of the lake's migrations
+    themselves take `lake`."""
+    import psycopg2
+
+    from market_pipeline.warehouse import Lake
+    from market_pipeline.warehouse.lake import forget_instance
+
+    with fresh_postgres_database("mp_lake_test_", template=_migrated_lake_template) as catalog:
+        data_path = f"{tmp_path}/lake/"
+        with psycopg2.connect(catalog) as con, con.cursor() as cursor:  # commits on leaving
+            cursor.execute("UPDATE ducklake_metadata SET value = %s WHERE key = 'data_path'", [data_path])
+            if cursor.rowcount != 1:
+                raise RuntimeError("the lake template's catalog records no data_path")
+        con.close()
+        made = Lake(catalog, data_path)
         try:
             yield made
         finally:

@@ -16,9 +16,9 @@ from market_pipeline.warehouse import Lake, Warehouse
 
 @pytest.mark.postgres
 def test_dbt_billing_on_the_lake_bills_what_the_embedded_file_bills(
-    rated_warehouse: Warehouse, billing_config: MarketPipelineConfig, lake: Lake, tmp_path: Path
+    rated_warehouse: Warehouse, billing_config: MarketPipelineConfig, migrated_lake: Lake, tmp_path: Path
 ):
-    on_lake = build_scenario(tmp_path / "unused.duckdb", billing_config, scenario(), lake=lake)
+    on_lake = build_scenario(tmp_path / "unused.duckdb", billing_config, scenario(), lake=migrated_lake)
     # one ranged build over both hours (as the billing backfill runs), the file's hour by hour
     rate_hours(on_lake, [HourWindow(HOURS[0].start, HOURS[-1].end)])
     expected = invoice_snapshot(rated_warehouse)
@@ -42,14 +42,17 @@ def _rate_on_lake(catalog: str, data_path: str, out: object) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # three dbt builds on a lake (two at once), on shared cores
 def test_two_billing_builds_at_once_on_the_lake_then_a_retry_bill_each_second_once(
-    rated_warehouse: Warehouse, billing_config: MarketPipelineConfig, lake: Lake, tmp_path: Path
+    rated_warehouse: Warehouse, billing_config: MarketPipelineConfig, migrated_lake: Lake, tmp_path: Path
 ):
     import multiprocessing
 
-    on_lake = build_scenario(tmp_path / "unused.duckdb", billing_config, scenario(), lake=lake)
+    on_lake = build_scenario(tmp_path / "unused.duckdb", billing_config, scenario(), lake=migrated_lake)
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    builds = [ctx.Process(target=_rate_on_lake, args=(lake.catalog, lake.data_path, out)) for _ in range(2)]
+    builds = [
+        ctx.Process(target=_rate_on_lake, args=(migrated_lake.catalog, migrated_lake.data_path, out))
+        for _ in range(2)
+    ]
     for build in builds:
         build.start()
     results = [out.get(timeout=900) for _ in builds]

@@ -76,9 +76,9 @@ def _run_both(target, args_a: tuple, args_b: tuple) -> None:  # noqa: ANN001
         assert proc.exitcode == 0, f"writer {proc.name} exited {proc.exitcode}"
 
 
-def test_two_processes_rewriting_one_table_lose_nothing(lake: Lake, tmp_path: Path):
-    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
-    _run_both(_rewrite_own_pool, (lake, "a"), (lake, "b"))
+def test_two_processes_rewriting_one_table_lose_nothing(migrated_lake: Lake, tmp_path: Path):
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=migrated_lake)
+    _run_both(_rewrite_own_pool, (migrated_lake, "a"), (migrated_lake, "b"))
     counts = store.query(
         "SELECT pool_id, count(*) AS n, max(demand) AS last FROM demand_history GROUP BY 1 ORDER BY 1"
     ).rows()
@@ -87,8 +87,8 @@ def test_two_processes_rewriting_one_table_lose_nothing(lake: Lake, tmp_path: Pa
     assert solves == (2 * ROUNDS, 2 * ROUNDS)
 
 
-def test_two_runs_claiming_one_batch_take_each_decision_once(lake: Lake, tmp_path: Path):
-    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
+def test_two_runs_claiming_one_batch_take_each_decision_once(migrated_lake: Lake, tmp_path: Path):
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=migrated_lake)
     rows = [
         DecisionRow(f"d{i:03d}", DecisionKind.SCALE, "power_on", T0, True, False, pool_id="p", target=f"n{i}")
         for i in range(30)
@@ -96,7 +96,9 @@ def test_two_runs_claiming_one_batch_take_each_decision_once(lake: Lake, tmp_pat
     record_decisions(store, decisions_frame(rows))
     ids = [r.decision_id for r in rows]
     out = multiprocessing.get_context("spawn").Queue()
-    _run_both(_claim_all, (lake, "run-a", ids, out), (lake, "run-b", list(reversed(ids)), out))
+    _run_both(
+        _claim_all, (migrated_lake, "run-a", ids, out), (migrated_lake, "run-b", list(reversed(ids)), out)
+    )
     taken = dict(out.get(timeout=10) for _ in range(2))
     assert not set(taken["run-a"]) & set(taken["run-b"]), "a decision was claimed by both runs"
     assert set(taken["run-a"]) | set(taken["run-b"]) == set(ids)
@@ -132,9 +134,9 @@ def _publish_ticks(lake: Lake, writer: str, start) -> None:  # noqa: ANN001 - a 
         publish_prices(store, _prices(T0 + dt.timedelta(minutes=5 * round_), writer))
 
 
-def test_two_runs_publishing_one_ticks_prices_leave_one_price_per_key(lake: Lake, tmp_path: Path):
-    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
-    _run_both(_publish_ticks, (lake, "a"), (lake, "b"))
+def test_two_runs_publishing_one_ticks_prices_leave_one_price_per_key(migrated_lake: Lake, tmp_path: Path):
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=migrated_lake)
+    _run_both(_publish_ticks, (migrated_lake, "a"), (migrated_lake, "b"))
     per_key = store.query(
         "SELECT effective_from, pool_id, resource_class, count(*) AS n, count(DISTINCT solve_id) AS solves "
         "FROM price_book GROUP BY ALL ORDER BY ALL"
@@ -163,9 +165,9 @@ def _warn_drains(lake: Lake, writer: str, start) -> None:  # noqa: ANN001 - a Ba
         audit.append(DrainTransition(drain, 1, DrainState.WARNED, Phase.BEGIN, T0, task, "n1", "t1", warned))
 
 
-def test_two_workers_warning_at_once_give_each_warning_its_own_outbox_id(lake: Lake, tmp_path: Path):
-    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
-    _run_both(_warn_drains, (lake, "a"), (lake, "b"))
+def test_two_workers_warning_at_once_give_each_warning_its_own_outbox_id(migrated_lake: Lake, tmp_path: Path):
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=migrated_lake)
+    _run_both(_warn_drains, (migrated_lake, "a"), (migrated_lake, "b"))
     outbox = store.query("SELECT outbox_id, drain_id FROM drain_warning_outbox ORDER BY outbox_id")
     drains = sorted(f"{w}-{r}" for w in "ab" for r in range(ROUNDS))
     assert sorted(outbox["drain_id"].to_list()) == drains  # each warning once

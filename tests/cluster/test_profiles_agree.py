@@ -84,7 +84,7 @@ def _results(store: Warehouse) -> dict[str, list[tuple]]:
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_the_cluster_profile_bills_prices_and_decides_what_the_embedded_default_does(
-    lake: Lake, tmp_path: Path
+    migrated_lake: Lake, tmp_path: Path
 ):
     embedded = _results(_run_slice(tmp_path / "embedded", {}))
     on_lake = _results(
@@ -92,8 +92,8 @@ def test_the_cluster_profile_bills_prices_and_decides_what_the_embedded_default_
             tmp_path / "cluster",
             {
                 "MP__WAREHOUSE__BACKEND": "ducklake",
-                "MP__WAREHOUSE__CATALOG_URL": lake.catalog,
-                "MP__WAREHOUSE__DATA_PATH": lake.data_path,
+                "MP__WAREHOUSE__CATALOG_URL": migrated_lake.catalog,
+                "MP__WAREHOUSE__DATA_PATH": migrated_lake.data_path,
                 # the control state and the twin in the catalog's PostgreSQL
                 "MP__CONTROL__BACKEND": "postgres",
                 "MP__ADAPTER__STATE_STORE": "control",

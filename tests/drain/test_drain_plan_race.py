@@ -142,6 +142,6 @@ def test_two_plans_on_the_embedded_file_admit_one_drain_of_the_last_budget(tmp_p
 
 @pytest.mark.postgres
 def test_two_plans_on_the_cluster_profile_admit_one_drain_of_the_last_budget(
-    tmp_path: Path, lake: Lake, control_url: str
+    tmp_path: Path, migrated_lake: Lake, control_url: str
 ) -> None:
-    _race(tmp_path / "unused.duckdb", lake=lake, control_url=control_url)
+    _race(tmp_path / "unused.duckdb", lake=migrated_lake, control_url=control_url)

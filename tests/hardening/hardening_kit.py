@@ -7,8 +7,11 @@ status, so a test can assert "one line, non-zero, no traceback" for any argv.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
+import shutil
+import tempfile
 from pathlib import Path
 
 from market_pipeline.cli import INTERNAL_ERROR, main
@@ -18,10 +21,24 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 TENANT = "acme-research"
 OTHER = "cobalt-labs"
 USAGE_ROWS = 240
+_TEMPLATE_FOLDERS: list[tempfile.TemporaryDirectory] = []  # removed when the process ends
 
 
 def build_warehouse(path: Path) -> Path:
-    """A migrated warehouse with two tenants' ledger rows and a rated-usage table."""
+    """A migrated warehouse with two tenants' ledger rows and a rated-usage table at `path`: a
+    copy of one built once per process (migrating and seeding a file per test cost more than
+    the test). Each caller gets a file of its own to write to."""
+    shutil.copyfile(_seeded_template(), path)
+    return path
+
+
+@functools.cache
+def _seeded_template() -> Path:
+    """The warehouse `build_warehouse` copies, checkpointed (no WAL beside it), in a folder that
+    lives as long as this process."""
+    folder = tempfile.TemporaryDirectory(prefix="hardening-template-")
+    _TEMPLATE_FOLDERS.append(folder)
+    path = Path(folder.name) / "warehouse.duckdb"
     warehouse = open_warehouse(path)
     with warehouse.connect() as con:
         con.execute(
@@ -34,6 +51,7 @@ def build_warehouse(path: Path) -> Path:
             f" FROM range({USAGE_ROWS}) t(i) UNION ALL SELECT '{OTHER}', 1"
         )
         con.execute("CHECKPOINT")
+    assert not path.with_name(path.name + ".wal").exists()
     return path
 
 

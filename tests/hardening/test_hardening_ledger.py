@@ -81,8 +81,10 @@ from pathlib import Path
 from market_pipeline.billing.balances import record_payment
 from market_pipeline.billing.errors import BillingError
 from market_pipeline.warehouse import Warehouse
+# the six wait out each other's file lock: retried every 50 ms, not after up to a second
+warehouse = Warehouse(Path(sys.argv[1]), lock_retry_max_delay=0.05)
 try:
-    record_payment(Warehouse(Path(sys.argv[1])), sys.argv[2], Decimal(sys.argv[3]), "wire-c")
+    record_payment(warehouse, sys.argv[2], Decimal(sys.argv[3]), "wire-c")
 except BillingError as exc:
     print(exc, file=sys.stderr)
     sys.exit(2)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -24,7 +23,7 @@ from market_pipeline.decision_checks.prices import (
 from market_pipeline.decision_checks.solve import solve_verdict
 from market_pipeline.drain.limits import DrainLimits, DrainReason
 from market_pipeline.tick.live import TICK_SCHEMA, base_price_rows, price_frame, price_row
-from market_pipeline.warehouse import Warehouse, open_warehouse
+from market_pipeline.warehouse import Warehouse
 from market_pipeline.warehouse.readers import latest_plan, latest_uncordons, published_with_previous
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
@@ -36,8 +35,8 @@ def config():
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Warehouse:
-    return open_warehouse(tmp_path / "w.duckdb")
+def store(migrated_warehouse: Warehouse) -> Warehouse:
+    return migrated_warehouse
 
 
 def test_solve_is_certified_only_when_converged_within_tolerance() -> None:

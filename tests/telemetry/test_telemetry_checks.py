@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -22,7 +21,7 @@ from market_pipeline.telemetry.checks import (
 from market_pipeline.telemetry.ingest import ingest_samples
 from market_pipeline.telemetry.partitions import partition_window
 from market_pipeline.telemetry.rules import ValidationPolicy
-from market_pipeline.warehouse import Warehouse, open_warehouse
+from market_pipeline.warehouse import Warehouse
 
 WINDOW = partition_window("2024-01-01-00:00")
 NOW = WINDOW.end + timedelta(minutes=5)
@@ -30,8 +29,8 @@ TELEMETRY = TelemetryConfig()
 
 
 @pytest.fixture()
-def warehouse(tmp_path: Path) -> Warehouse:
-    store = open_warehouse(tmp_path / "w.duckdb")
+def warehouse(migrated_warehouse: Warehouse) -> Warehouse:
+    store = migrated_warehouse
     frame = fleet_samples(16 * 60, nodes=2, gpus_per_node=8)
     spoiled = frame.with_columns(
         pl.when(pl.int_range(pl.len()) < 12).then(float("nan")).otherwise(pl.col("power_w")).alias("power_w")

@@ -23,8 +23,8 @@ POLICY = ValidationPolicy(now=NOW)
 
 
 @pytest.fixture()
-def warehouse(tmp_path: Path) -> Warehouse:
-    return open_warehouse(tmp_path / "w.duckdb")
+def warehouse(migrated_warehouse: Warehouse) -> Warehouse:
+    return migrated_warehouse
 
 
 def counts(warehouse: Warehouse) -> dict[str, int]:
@@ -359,10 +359,10 @@ def test_telemetry_the_report_names_its_source_and_how_long_it_took(warehouse: W
     assert isinstance(report.seconds, float) and 0 < report.seconds <= took
 
 
-def test_telemetry_ingests_on_a_lake_number_and_replace_as_on_a_file(lake, tmp_path: Path) -> None:  # noqa: ANN001
+def test_telemetry_ingests_on_a_lake_number_and_replace_as_on_a_file(migrated_lake, tmp_path: Path) -> None:  # noqa: ANN001
     """On the cluster profile's DuckLake an ingest's id is one past the largest recorded (no
     sequences there): a second ingest of the source replaces the first's partitions."""
-    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=migrated_lake)
     first = ingest_samples(store, two_hours(), source="file:a", policy=POLICY)
     second = ingest_samples(store, two_hours(), source="file:a", policy=POLICY)
     assert second.ingest_id == first.ingest_id + 1
@@ -379,18 +379,18 @@ def _ingest_at_the_start_line(lake, source: str, start, out) -> None:  # noqa: A
 
 @pytest.mark.postgres
 def test_telemetry_two_ingests_at_once_on_a_lake_lose_nothing_and_deliver_each_key_once(
-    lake,  # noqa: ANN001
+    migrated_lake,  # noqa: ANN001
     tmp_path: Path,
 ) -> None:
     """Two machines ingest the same samples from two sources into one DuckLake at the same
     moment: the ingests take turns, so each gets its own id, one delivers every key and the
     other quarantines every key as already delivered (none clean twice, none lost), and the
     ledger adds up for both."""
-    store = open_warehouse(tmp_path / "unused.duckdb", lake=lake)
+    store = open_warehouse(tmp_path / "unused.duckdb", lake=migrated_lake)
     ctx = multiprocessing.get_context("spawn")
     start, out = ctx.Barrier(2), ctx.Queue()
     procs = [
-        ctx.Process(target=_ingest_at_the_start_line, args=(lake, source, start, out))
+        ctx.Process(target=_ingest_at_the_start_line, args=(migrated_lake, source, start, out))
         for source in ("file:a", "file:b")
     ]
     for proc in procs:

@@ -4,7 +4,6 @@ declares, and stays `<field>:missing` for every other source."""
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -22,7 +21,7 @@ from market_pipeline.telemetry.checks import clean_rules
 from market_pipeline.telemetry.ingest import ingest_samples
 from market_pipeline.telemetry.partitions import partition_window
 from market_pipeline.telemetry.rules import ValidationPolicy
-from market_pipeline.warehouse import Warehouse, open_warehouse
+from market_pipeline.warehouse import Warehouse
 
 WINDOW = partition_window("2024-01-01-00:00")
 NOW = WINDOW.end + timedelta(minutes=5)
@@ -36,8 +35,8 @@ def allocation_samples() -> pl.DataFrame:
 
 
 @pytest.fixture()
-def warehouse(tmp_path: Path) -> Warehouse:
-    return open_warehouse(tmp_path / "w.duckdb")
+def warehouse(migrated_warehouse: Warehouse) -> Warehouse:
+    return migrated_warehouse
 
 
 def test_slurm_declares_what_it_cannot_measure_and_other_backends_declare_nothing() -> None:

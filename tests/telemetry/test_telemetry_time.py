@@ -11,14 +11,14 @@ import pytest
 from market_pipeline.lab.telemetry.synthetic import FLEET_START, fleet_samples
 from market_pipeline.telemetry.ingest import ingest_samples
 from market_pipeline.telemetry.rules import ValidationPolicy
-from market_pipeline.warehouse import Warehouse, open_warehouse
+from market_pipeline.warehouse import Warehouse
 
 NOW = FLEET_START + timedelta(hours=6)
 
 
 @pytest.fixture()
-def warehouse(tmp_path: Path) -> Warehouse:
-    return open_warehouse(tmp_path / "w.duckdb")
+def warehouse(migrated_warehouse: Warehouse) -> Warehouse:
+    return migrated_warehouse
 
 
 def _text(frame: pl.DataFrame) -> pl.DataFrame:
