@@ -260,7 +260,9 @@ class FleetTwin:
         newly arrived guaranteed one off them where it fits there, a waiting guaranteed one
         anywhere."""
         if job.resource_class == "drainable":
-            off, req = keep_off_draining(self._off_limits(ts), self._draining()), job.request()
+            draining, off, req = self._draining(), self._off_limits(ts), job.request()
+            if draining is not None:
+                off = keep_off_draining(off, draining)
             if not open_outside(self.cap, req, off):
                 return False  # its GPU model is closed: the search would fail (still one attempt)
             placement = choose_outside(self.policy, self.cap, req, off)
@@ -282,13 +284,15 @@ class FleetTwin:
         task.drain_signal_ts = self.clock
         self.signalled[task.job.task_id] = task.placement.node
 
-    def _draining(self) -> np.ndarray:
+    def _draining(self) -> np.ndarray | None:
         """(N,) the nodes being emptied by drains while guaranteed tasks wait: the nodes of
-        running tasks under a drain signal (none while no guaranteed task waits: a drain then
-        serves a scale-down, which cordons its node, or nothing waiting)."""
+        running tasks under a drain signal. None where there is none, or no guaranteed task
+        waits (a drain then serves a scale-down, which cordons its node): the placement's hot
+        path then builds no mask."""
+        if not self.signalled or next(self._guaranteed_pending(), None) is None:
+            return None
         draining = np.zeros(self.cap.n_nodes, dtype=bool)
-        if self.signalled and next(self._guaranteed_pending(), None) is not None:
-            draining[list(self.signalled.values())] = True
+        draining[list(self.signalled.values())] = True
         return draining
 
     def _off_limits(self, ts: int) -> np.ndarray:

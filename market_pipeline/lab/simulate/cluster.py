@@ -140,6 +140,17 @@ class PoolCluster:
         # drains under way per node for waiting rigid jobs (`placement.guarantee.keep_off_draining`):
         # newcomers keep off such a node until its drains are done
         self.drains_under_way = np.zeros(self.cap.n_nodes, dtype=np.int64)
+        self.drains_total = 0
+
+    def begin_drains(self, row: int) -> None:
+        """Drains for a waiting rigid job start emptying node `row`."""
+        self.drains_under_way[row] += 1
+        self.drains_total += 1
+
+    def end_drains(self, row: int) -> None:
+        """The drains planned on node `row` for a job are done, or the job started elsewhere."""
+        self.drains_under_way[row] -= 1
+        self.drains_total -= 1
 
     def _update(self, row: int) -> None:
         free = self.cap.gpu_free[row].tolist()  # a handful of slots: Python beats numpy calls here
@@ -185,7 +196,7 @@ class PoolCluster:
         keep_off = (self.held | self.closed) if elastic else self.held
         if not (off_held or elastic):
             keep_off = np.zeros_like(keep_off)
-        if elastic or off_held or newcomer:
+        if self.drains_total and (elastic or off_held or newcomer):
             keep_off = keep_off_draining(keep_off, self.drains_under_way > 0)
         off_any = bool(keep_off.any())
         if off_any:

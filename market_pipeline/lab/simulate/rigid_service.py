@@ -124,7 +124,7 @@ class RigidService:
             self._requeue(job, r)
         self.awaited[job] = set(plan.victims)
         # newcomers keep off the node until its drains are done (`keep_off_draining`)
-        self.clusters[r].drains_under_way[plan.node_row] += 1
+        self.clusters[r].begin_drains(plan.node_row)
         self.drain_room[job] = (r, plan.node_row)
         for victim in plan.victims:
             self.victim_of[victim] = job
@@ -179,7 +179,7 @@ class RigidService:
         room = self.drain_room.pop(job, None)
         if room is not None:
             r, row = room
-            self.clusters[r].drains_under_way[row] -= 1
+            self.clusters[r].end_drains(row)
 
     def _place_awaited(self, job: int, t: float) -> None:
         """Its drains are done: place the rigid job before the queue scan can hand the room
