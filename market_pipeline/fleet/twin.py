@@ -139,6 +139,9 @@ class FleetTwin:
         # running task id -> its node row, for tasks under a drain signal: while guaranteed
         # tasks wait, newcomers keep off their nodes (`placement.guarantee.keep_off_draining`)
         self.signalled: dict[str, int] = {}
+        # (second, signals version), the draining mask then: `_draining` once per event second
+        self._signals = 0
+        self._draining_at: tuple[tuple[int, int], np.ndarray | None] | None = None
 
     @classmethod
     def create(
@@ -283,16 +286,24 @@ class FleetTwin:
         """Mark a running task as under a drain signal at the clock (`operations.warn`)."""
         task.drain_signal_ts = self.clock
         self.signalled[task.job.task_id] = task.placement.node
+        self._signals += 1
 
     def _draining(self) -> np.ndarray | None:
         """(N,) the nodes being emptied by drains while guaranteed tasks wait: the nodes of
         running tasks under a drain signal. None where there is none, or no guaranteed task
         waits (a drain then serves a scale-down, which cordons its node): the placement's hot
-        path then builds no mask."""
-        if not self.signalled or next(self._guaranteed_pending(), None) is None:
+        path then builds no mask. Computed once per event second and set of signals, as
+        `_held` (finding a pending guaranteed task scans the queue)."""
+        if not self.signalled:
             return None
-        draining = np.zeros(self.cap.n_nodes, dtype=bool)
-        draining[list(self.signalled.values())] = True
+        key = (self.clock, self._signals)
+        if self._draining_at is not None and self._draining_at[0] == key:
+            return self._draining_at[1]
+        draining = None
+        if next(self._guaranteed_pending(), None) is not None:
+            draining = np.zeros(self.cap.n_nodes, dtype=bool)
+            draining[list(self.signalled.values())] = True
+        self._draining_at = (key, draining)
         return draining
 
     def _off_limits(self, ts: int) -> np.ndarray:
@@ -408,6 +419,7 @@ class FleetTwin:
         self.running[job.task_id] = task
         if task.drain_signal_ts is not None:  # a state reload of a task under a drain signal
             self.signalled[job.task_id] = task.placement.node
+            self._signals += 1
         share = GpuShare(
             job.task_id,
             job.tenant_id,
@@ -430,7 +442,8 @@ class FleetTwin:
 
     def finish(self, task_id: str, ts: int, event: str, reason: str, platform_fault: bool = False) -> None:
         task = self.running.pop(task_id)
-        self.signalled.pop(task_id, None)
+        if self.signalled.pop(task_id, None) is not None:
+            self._signals += 1
         self.cap.release(task.job.request(), task.placement)
         self.load.remove(task.positions, task_id)
         self.new_events.append((ts, task_id, event, reason, platform_fault))
