@@ -175,10 +175,17 @@ def _plan_then_execute(monkeypatch, capsys) -> None:
     adapter = LocalProcessAdapter.from_config(load_config())
     task = adapter.launch_task(task_id="idle", options=WorkerOptions(util_pct=2, metrics_seconds=0.2))
     try:
-        time.sleep(1.0)
-        assert main(["drain-plan", "--json"]) == 0
-        plan = json.loads(capsys.readouterr().out)
-        [decision] = [d for d in plan["decisions"] if d["allowed"]]
+        # the task is a drain candidate once its samples show it under-used for the window:
+        # plan until it is (a loaded machine samples late), not after a fixed sleep
+        deadline = time.monotonic() + 60.0
+        while True:
+            time.sleep(1.0)
+            assert main(["drain-plan", "--json"]) == 0
+            plan = json.loads(capsys.readouterr().out)
+            allowed = [d for d in plan["decisions"] if d["allowed"]]
+            if allowed or time.monotonic() > deadline:
+                break
+        [decision] = allowed
         assert decision["task_id"] == "idle" and plan["written"] == 1
         assert main(["drain", "--decision-id", decision["decision_id"], "--json"]) == 0
         result = json.loads(capsys.readouterr().out)
