@@ -228,7 +228,8 @@ class RigidGuaranteeConfig(_Strict):
     nearest to fitting them, up to `hold_max_nodes_share` of the pool's nodes; drainable work
     is not placed there, and new guaranteed work only where it fits nowhere else; with
     `close_to_drainable`, drainable work is not placed on any node of the waiting work's GPU
-    model. The promise: against static pricing on the same week, market pricing
+    model; with `forecast_window_minutes`, the room forecast guaranteed arrivals need is kept
+    from drainable work before any waits. The promise: against static pricing on the same week, market pricing
     leaves no more rigid jobs past their SLA wait (`max_violations_vs_static`) and no more rigid
     jobs waiting (`max_waiting_vs_static`), judged on every simulated tick."""
 
@@ -237,6 +238,11 @@ class RigidGuaranteeConfig(_Strict):
     # while guaranteed work waits, new drainable work keeps off every node of its GPU model
     # (the simulator's pool; `placement.guarantee.closed_nodes`), not only off the held ones
     close_to_drainable: bool = True
+    # before any guaranteed work waits, the room for the guaranteed arrivals forecast within one
+    # SLA wait (`guardrails.task_drain.max_total_seconds`) is kept from new drainable work, the
+    # forecast being the arrivals per request shape over this trailing window
+    # (`placement.guarantee.reserved_nodes`); 0 turns the reserve off
+    forecast_window_minutes: float = Field(60.0, ge=0)
     max_violations_vs_static: float = Field(1.0, ge=0)
     max_waiting_vs_static: float = Field(1.0, ge=0)
 

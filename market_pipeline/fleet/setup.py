@@ -55,6 +55,8 @@ def build_setup(
         sample_interval_s=config.loop.sample_interval_seconds,
         hold_max_nodes_share=guarantee.hold_max_nodes_share if guarantee.enabled else 0.0,
         close_to_drainable=guarantee.enabled and guarantee.close_to_drainable,
+        reserve_window_s=round(60 * guarantee.forecast_window_minutes) if guarantee.enabled else 0,
+        reserve_horizon_s=round(config.guardrails.task_drain.max_total_seconds),
     )
     workload_params = workload_params or WorkloadParams(arrival_source=config.adapter.arrival_source)
     catalog = build_catalog(config)

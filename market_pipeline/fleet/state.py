@@ -13,7 +13,7 @@ from market_pipeline.fleet.catalog import FleetCatalog
 from market_pipeline.fleet.twin import FleetTwin, RunningTask, TwinParams
 from market_pipeline.fleet.workload import Job, WorkloadModel
 from market_pipeline.hardware.protocol import NodeState
-from market_pipeline.placement.capacity import Placement
+from market_pipeline.placement.capacity import Placement, PodRequest
 from market_pipeline.placement.policies import PlacementPolicy
 
 if TYPE_CHECKING:
@@ -45,6 +45,17 @@ def _placement(data: dict[str, Any]) -> Placement:
         int(data["mig_start"]),
         int(data["mig_slices"]),
         bool(data["mig_instance"]),
+    )
+
+
+def _request_json(t: float, req: PodRequest) -> list[Any]:
+    return [t, req.num_gpu, req.gpu_milli, req.cpu_milli, req.mem_mib, list(req.models)]
+
+
+def _request(data: list[Any]) -> tuple[float, PodRequest]:
+    t, num_gpu, gpu_milli, cpu_milli, mem_mib, models = data
+    return float(t), PodRequest(
+        int(num_gpu), int(gpu_milli), int(cpu_milli), int(mem_mib), tuple(map(str, models))
     )
 
 
@@ -117,6 +128,10 @@ def twin_to_state(twin: FleetTwin, workload_source: str, generation: int) -> dic
         "stats": dict(twin.stats),
         "refused_tenants": dict(twin.refused_tenants),
         "requeueable": {task_id: job.to_json() for task_id, job in twin.requeueable.items()},
+        # the guaranteed arrivals' forecast (`placement.guarantee.GuaranteedForecast`)
+        "guaranteed_arrivals": []
+        if twin.forecast is None
+        else [_request_json(t, req) for t, req in twin.forecast.records],
     }
 
 
@@ -165,6 +180,9 @@ def twin_from_state(
         twin.stats = Counter(state["stats"])
         twin.refused_tenants = {str(k): str(v) for k, v in state.get("refused_tenants", {}).items()}
         twin.requeueable = {str(k): Job.from_json(v) for k, v in state.get("requeueable", {}).items()}
+        if twin.forecast is not None:
+            for data in state.get("guaranteed_arrivals", []):
+                twin.forecast.record(*_request(data))
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         if isinstance(exc, TwinStateError):
             raise

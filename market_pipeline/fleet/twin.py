@@ -30,6 +30,7 @@ from market_pipeline.gpus.models import mig_profile_for_slices
 from market_pipeline.hardware.protocol import NodeState
 from market_pipeline.placement.capacity import MILLI, Placement, PodRequest
 from market_pipeline.placement.guarantee import (
+    GuaranteedForecast,
     choose_arrival,
     choose_outside,
     closed_nodes,
@@ -37,6 +38,7 @@ from market_pipeline.placement.guarantee import (
     hold_limit,
     keep_off_draining,
     open_outside,
+    reserved_nodes,
 )
 from market_pipeline.placement.policies import PlacementPolicy
 from market_pipeline.placement.queue import backfill
@@ -76,12 +78,20 @@ class TwinParams:
     # and, while guaranteed tasks are pending, drainable tasks keep off every node of their GPU
     # models (`placement.guarantee.closed_nodes`)
     close_to_drainable: bool = False
+    # and, before any guaranteed task waits, drainable tasks keep off the nodes the guaranteed
+    # arrivals forecast within `reserve_horizon_s` would take, the forecast being the arrivals
+    # per shape over the last `reserve_window_s` (`placement.guarantee.reserved_nodes`; 0: off),
+    # re-picked once per sample interval
+    reserve_window_s: int = 0
+    reserve_horizon_s: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.sample_interval_s <= BLOCK_SECONDS:
             raise ValueError(f"sample_interval_s must be in 1..{BLOCK_SECONDS}")
         if self.warm_join_s < 0 or self.provision_s < 0 or self.xid_rate_per_gpu_hour < 0:
             raise ValueError("join delays and the XID rate must be >= 0")
+        if self.reserve_window_s < 0 or self.reserve_horizon_s < 0:
+            raise ValueError("the guaranteed reserve's window and horizon must be >= 0")
 
 
 @dataclass
@@ -142,6 +152,13 @@ class FleetTwin:
         # (second, signals version), the draining mask then: `_draining` once per event second
         self._signals = 0
         self._draining_at: tuple[tuple[int, int], np.ndarray | None] | None = None
+        # the guaranteed arrivals' forecast and the nodes it reserves (sample interval, mask)
+        self.forecast = (
+            GuaranteedForecast(params.reserve_window_s)
+            if params.reserve_window_s > 0 and params.reserve_horizon_s > 0
+            else None
+        )
+        self._reserved_at: tuple[int, np.ndarray | None] | None = None
 
     @classmethod
     def create(
@@ -220,6 +237,8 @@ class FleetTwin:
                 if payload.tenant_id in self.refused_tenants:
                     self.stats["refused"] += 1
                     continue
+                if self.forecast is not None and payload.resource_class == "guaranteed":
+                    self.forecast.record(ts, payload.request())
                 self.pending.append(payload)
                 self._try_place(payload, ts, arrival=True)
             elif kind == "end":
@@ -307,7 +326,28 @@ class FleetTwin:
         return draining
 
     def _off_limits(self, ts: int) -> np.ndarray:
-        """The nodes a drainable task keeps off: the held ones and, with `close_to_drainable`,
+        """The nodes a drainable task keeps off: those of `_kept_for_waiting` and the nodes
+        reserved for the guaranteed arrivals forecast (`_reserved`)."""
+        off = self._kept_for_waiting(ts)
+        reserved = self._reserved(ts)
+        return off if reserved is None else off | reserved
+
+    def _reserved(self, ts: int) -> np.ndarray | None:
+        """The nodes kept from drainable tasks for the guaranteed arrivals forecast within
+        `reserve_horizon_s` (`placement.guarantee.reserved_nodes`), re-picked once per sample
+        interval (the simulator's once per control step) and whenever a guaranteed task takes
+        reserved room (`_start`), so the reserve stays whole. None: no reserve."""
+        if self.forecast is None:
+            return None
+        bucket = ts // self.params.sample_interval_s
+        if self._reserved_at is None or self._reserved_at[0] != bucket:
+            expected = self.forecast.expected(ts, self.params.reserve_horizon_s)
+            reserved = reserved_nodes(self.cap, expected) if expected else None
+            self._reserved_at = (bucket, reserved if reserved is not None and reserved.any() else None)
+        return self._reserved_at[1]
+
+    def _kept_for_waiting(self, ts: int) -> np.ndarray:
+        """The nodes a drainable task keeps off for pending guaranteed tasks: the held ones and, with `close_to_drainable`,
         every node of a pending guaranteed task's GPU model (once per event second, as
         `_held`). Where every node the hold could take is closed already (its tasks' models
         were closed this second), the hold adds nothing and is not ranked: the answer is the
@@ -398,6 +438,10 @@ class FleetTwin:
         )
 
     def _start(self, job: Job, placement: Placement, ts: int) -> None:
+        if job.resource_class == "guaranteed" and self._reserved_at is not None:
+            reserved = self._reserved_at[1]
+            if reserved is not None and reserved[placement.node]:
+                self._reserved_at = None  # it took reserved room: the reserve is re-picked whole
         node = self.catalog.nodes[placement.node]
         base = int(self.catalog.gpu_offsets[placement.node])
         spec = self.catalog.models[node.gpu_model]

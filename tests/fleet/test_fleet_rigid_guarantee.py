@@ -226,3 +226,38 @@ def test_newcomers_keep_off_the_node_being_drained_while_guaranteed_work_waits()
     for task_id in on_r1:
         twin.finish(task_id, EPOCH, "drained", "exited after SIGTERM")
     assert twin._draining() is None and not twin.signalled
+
+
+@pytest.mark.parametrize("window_s", [3600, 0])
+def test_a_drainable_task_keeps_off_the_node_reserved_for_forecast_guaranteed_arrivals(window_s):
+    """Two nodes of one model, r1 full, r0 with one GPU free, nothing pending. A one-GPU
+    guaranteed task arrived (the twin's event path records it), so one is forecast within the
+    horizon: r0, where it fits, is reserved, and a new drainable task waits; the next guaranteed
+    arrival takes r0's GPU. Without the reserve the drainable task takes it. The forecast
+    survives a state reload."""
+    from market_pipeline.fleet.state import twin_from_state, twin_to_state
+
+    twin, model, r0, r1, _ = _two_nodes_one_gpu_free(0.0)
+    twin.params = dataclasses.replace(twin.params, reserve_window_s=window_s, reserve_horizon_s=600)
+    twin.forecast = twin_module.GuaranteedForecast(window_s) if window_s else None
+    first = _job("first", model, 1, "guaranteed")
+    twin.push(EPOCH, "arrival", first.task_id, first)
+    twin._process_events_at(EPOCH)
+    assert twin.running["first"].placement.node == r0
+    twin.finish("first", EPOCH + 60, "end", "completed")
+    ts = EPOCH + 120
+    drainable = _job("drainable", model, 1, "drainable")
+    twin.pending.append(drainable)
+    assert twin._try_place(drainable, ts) is (window_s == 0)
+    if not window_s:
+        return
+    assert twin._reserved(ts)[[r0, r1]].tolist() == [True, False]
+    stored = twin_to_state(twin, "builtin", 1)
+    assert [row[1:3] for row in stored["guaranteed_arrivals"]] == [[1, 1000]]
+    setup = build_setup(load_config(environ={}))
+    reloaded = twin_from_state(stored, setup.catalog, setup.workload, BestFit(), twin.params, "test")
+    assert [req for _, req in reloaded.forecast.records] == [first.request()]
+    second = _job("second", model, 1, "guaranteed")
+    twin.push(ts, "arrival", second.task_id, second)
+    twin._process_events_at(ts)
+    assert twin.running["second"].placement.node == r0

@@ -329,3 +329,41 @@ def test_a_newcomer_keeps_off_the_node_being_drained_for_a_waiting_rigid_job():
     assert run.jobs.state[waiting] == RUNNING and run.jobs.placement[waiting].node == 1
     assert run.jobs.first_start[waiting] - t == pytest.approx(300.0 + run.drainer.seconds)
     assert not run.clusters[0].drains_under_way.any()  # the node is open to newcomers again
+
+
+@pytest.mark.parametrize("window_minutes", [60.0, 0.0])
+def test_elastic_work_keeps_off_the_node_reserved_for_forecast_rigid_arrivals(window_minutes):
+    """Two 8-GPU nodes, node 1 running seven 1-GPU elastic jobs, no rigid job waiting. An
+    8-GPU rigid job arrived in the last hour, so one is forecast within the SLA wait: the
+    control step reserves node 0, the only node it fits. A 2-GPU elastic job then waits
+    (elastic work tolerates delay), and the next 8-GPU rigid arrival starts at once on node 0.
+    Without the reserve the elastic job takes node 0 and the rigid arrival waits for drains."""
+    cfg = config()
+    guardrails = cfg.guardrails
+    promise = guardrails.rigid_guarantee.model_copy(update={"forecast_window_minutes": window_minutes})
+    cfg = cfg.model_copy(update={"guardrails": guardrails.model_copy(update={"rigid_guarantee": promise})})
+    economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)
+    run_inputs = inputs(days=0.5, fleet={"G2": (2, 8)}, strategies=("static",), economics=economics)
+    run = StrategyRun(dataclasses.replace(run_inputs, config=cfg), make_strategy("static", run_inputs))
+    one, two, eight = _pod(run, 1), _pod(run, 2), _pod(run, 8)
+    for slot in range(7):
+        _start_on(run, True, one, 1, (slot,))
+    t = 7200.0
+    run._arrive(_tenant(run, False), 0, eight, t - 1800.0)  # it runs on node 0, then ends
+    first = len(run.jobs) - 1
+    assert run.jobs.placement[first].node == 0
+    run._until(t - 1800.0 + run.pod_runtime[eight] + 1.0)
+    assert run.jobs.state[first] == DONE
+    run._control(t)
+    run._refresh_holds(0)  # re-picked when next asked, with the forecast of this control step
+    assert run.clusters[0].reserved.tolist() == ([True, False] if window_minutes else [False, False])
+    elastic = _submit(run, True, two, t + 1.0, 36_000.0)
+    rigid = _submit(run, False, eight, t + 2.0, 3600.0)
+    if window_minutes:
+        assert run.jobs.state[elastic] == QUEUED
+        assert run.jobs.state[rigid] == RUNNING and run.jobs.placement[rigid].node == 0
+        run._arrive(_tenant(run, True), 0, one, t + 3.0)
+        assert len(run.forecasts[0].records) == 1  # the rigid arrival is recorded; elastic ones are not
+    else:
+        assert run.jobs.placement[elastic].node == 0
+        assert run.jobs.state[rigid] == QUEUED

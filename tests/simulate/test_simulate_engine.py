@@ -32,9 +32,13 @@ def test_simulate_revenue_is_billed_gpu_hours_times_price():
     list_price = np.array([p.prices.list_price for p in scenario.pools])
     capacity = np.array([p.gpus for p in scenario.pools], dtype=float)
     tick_hours = scenario.settings.tick_seconds / 3600.0
-    expected = float((meter.utilization * capacity * list_price).sum() * tick_hours)
+    # static pricing posts each pool's list price to both classes; a job pays the price of the
+    # pool it bought in, also where it spilled to run on another pool
+    expected = float((meter.billed_by_pool.sum(axis=1) * list_price).sum())
     assert result.metrics["revenue"] == pytest.approx(expected, rel=1e-9)
     assert meter.billed_gpu_hours.sum() == pytest.approx(meter.allocated_gpu_hours.sum())  # no drains
+    running = float((meter.utilization * capacity).sum() * tick_hours)  # counted where jobs run
+    assert running == pytest.approx(meter.allocated_gpu_hours.sum(), rel=1e-9)
     # every job is accounted for
     jobs = strategy_run.jobs
     assert set(jobs.state) <= {QUEUED, RUNNING, DONE}

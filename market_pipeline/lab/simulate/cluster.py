@@ -137,6 +137,9 @@ class PoolCluster:
         # nodes closed to elastic work while rigid work waits (`placement.guarantee.closed_nodes`;
         # the held nodes are among them)
         self.closed = np.zeros(self.cap.n_nodes, dtype=bool)
+        # nodes kept from elastic work for the pool's forecast rigid arrivals
+        # (`placement.guarantee.reserved_nodes`, re-picked every control step and when rigid work takes it)
+        self.reserved = np.zeros(self.cap.n_nodes, dtype=bool)
         # drains under way per node for waiting rigid jobs (`placement.guarantee.keep_off_draining`):
         # newcomers keep off such a node until its drains are done
         self.drains_under_way = np.zeros(self.cap.n_nodes, dtype=np.int64)
@@ -184,8 +187,9 @@ class PoolCluster:
     def place(
         self, req: PodRequest, elastic: bool = False, off_held: bool | None = None, newcomer: bool = False
     ) -> Placement | None:
-        """Place `req` by the pool's policy; elastic work keeps off the whole-node reserve and
-        the nodes closed to it while rigid work waits, and (like any request with `off_held`)
+        """Place `req` by the pool's policy; elastic work keeps off the whole-node reserve, the
+        nodes reserved for forecast rigid arrivals and the nodes closed to it while rigid work
+        waits, and (like any request with `off_held`)
         off the nodes held for waiting rigid jobs. Newcomers (elastic work, `off_held` or
         `newcomer`: not a waiting rigid job) keep off the nodes being emptied by drains for
         waiting rigid jobs."""
@@ -193,7 +197,7 @@ class PoolCluster:
         room = self._room(req)
         if elastic and self.reserve and self.free_top <= self.reserve:
             room &= ~(self.top & (self.node_full == self.node_gpus))
-        keep_off = (self.held | self.closed) if elastic else self.held
+        keep_off = (self.held | self.closed | self.reserved) if elastic else self.held
         if not (off_held or elastic):
             keep_off = np.zeros_like(keep_off)
         if self.drains_total and (elastic or off_held or newcomer):

@@ -10,7 +10,8 @@ policy or waits in its pool's queue (rigid jobs first, then elastic; within a cl
 request shape, oldest first); whenever capacity frees up the queue is retried. While rigid
 jobs wait in a pool, the oldest hold the nodes nearest to fitting them and elastic jobs, new
 or drained, are not placed in that pool at all (`placement.guarantee`, the rigid guarantee:
-the held nodes and `closed_nodes`). A rigid job
+the held nodes and `closed_nodes`); before any waits, the nodes the pool's forecast rigid
+arrivals would take are kept from elastic work (`reserved_nodes`). A rigid job
 that does not fit spills to another pool or waits for drains (`rigid_service`), both tried
 every control-loop tick (drains only there, as the live drain planner runs). Billing integrates each class's running GPUs times the posted
 price; a drained job stops paying at its drain signal.
@@ -39,8 +40,18 @@ from market_pipeline.lab.simulate.rigid_service import FINISH, RigidService
 from market_pipeline.lab.simulate.run_inputs import RunInputs
 from market_pipeline.lab.simulate.tenants import best_response
 from market_pipeline.placement.capacity import Placement, PodRequest
-from market_pipeline.placement.guarantee import closed_nodes, held_nodes, hold_limit
+from market_pipeline.placement.guarantee import (
+    GuaranteedForecast,
+    closed_nodes,
+    held_nodes,
+    hold_limit,
+    reserved_nodes,
+)
 from market_pipeline.placement.queue import backfill
+
+# a rigid job that takes reserved room re-picks its pool's reserve at most this often (seconds);
+# re-picking on every take cost 3x the run's time on gpushare100/vcLJZ (28,804 picks a day)
+REPICK_S = 60.0
 
 
 class StrategyRun(RigidService):
@@ -102,6 +113,14 @@ class StrategyRun(RigidService):
         ]
         self.hold_stale = [True] * len(self.clusters)  # the pool's waiting rigid work changed
         self.close_to_elastic = guarantee.enabled and guarantee.close_to_drainable
+        # per pool, its rigid arrivals' forecast: the room it expects within one SLA wait is
+        # kept from elastic work (`placement.guarantee.reserved_nodes`), re-picked every control step
+        window_s = 60.0 * guarantee.forecast_window_minutes if guarantee.enabled else 0.0
+        self.forecasts = [GuaranteedForecast(window_s) for _ in self.clusters] if window_s > 0 else None
+        self.expected: list[list[PodRequest]] = [[] for _ in self.clusters]  # at the last control step
+        self.reserve_stale = [False] * len(self.clusters)  # a rigid job took reserved room since
+        self.reserve_picked = [-np.inf] * len(self.clusters)  # when each pool's reserve was picked
+        self.now = 0.0  # the time of the last control step or job start
 
     # -- event loop ---------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> StrategyResult:
@@ -160,8 +179,13 @@ class StrategyRun(RigidService):
         planner runs; prices change only every pricing tick): waiting rigid jobs try the
         other pools, then the drain guardrail."""
         self._until(t)
+        self.now = t
         self.control_step += 1
         self.hold_stale = [True] * len(self.clusters)  # capacity moved since: re-pick the held nodes
+        if self.forecasts is not None:
+            for r, forecast in enumerate(self.forecasts):
+                self.expected[r] = forecast.expected(t, self.inputs.sla_wait_s)
+                self.reserve_stale[r] = True
         self._retry_spill(t)
         if self.drainer is not None:
             self._retry_drains(t)
@@ -250,6 +274,8 @@ class StrategyRun(RigidService):
         cls = ELASTIC if self.inputs.model.elastic[tenant] else RIGID
         job = self.jobs.add(tenant, pool, pod, cls, self.pod_gpus[pod], t, self.pod_runtime[pod])
         self.bought[2 * pool + cls] += self.pod_gpus[pod]
+        if cls == RIGID and self.forecasts is not None:
+            self.forecasts[pool].record(t, self.inputs.requests[pod])
         self._place_or_queue(job, t)
 
     def _place_or_queue(self, job: int, t: float) -> None:
@@ -282,11 +308,19 @@ class StrategyRun(RigidService):
         return self.clusters[r].place(req, elastic)
 
     def _refresh_holds(self, r: int) -> None:
-        """Re-pick pool r's held nodes if its waiting rigid work changed since."""
+        """Re-pick pool r's held nodes if its waiting rigid work changed since, and its
+        reserved ones (for the rigid arrivals forecast at the last control step) if a control
+        step passed, or a rigid job took reserved room a minute or more after the last pick
+        (`REPICK_S`, the twin's sample interval: at most once a minute between control steps)."""
+        cluster = self.clusters[r]
+        if self.reserve_stale[r]:
+            self.reserve_stale[r] = False
+            if self.expected[r] or cluster.reserved.any():
+                cluster.reserved = reserved_nodes(cluster.cap, self.expected[r])
+                self.reserve_picked[r] = self.now
         if not self.hold_stale[r]:
             return
         self.hold_stale[r] = False
-        cluster = self.clusters[r]
         waiting = self._oldest_rigid(r, self.hold_limits[r])
         if waiting:
             cluster.held = held_nodes(cluster.cap, waiting, self.hold_limits[r])
@@ -337,6 +371,13 @@ class StrategyRun(RigidService):
         if cls == RIGID and jobs.state[job] == QUEUED:
             self.hold_stale[r] = True  # it may have been waiting (its queue entry is gone)
             self._release_drain_room(job)  # it started before its drains were done
+        self.now = t
+        if (
+            cls == RIGID
+            and self.clusters[r].reserved[placement.node]
+            and t - self.reserve_picked[r] >= REPICK_S
+        ):
+            self.reserve_stale[r] = True  # it took reserved room: the reserve is re-picked whole
         jobs.placement[job] = placement
         jobs.state[job] = RUNNING
         jobs.run_start[job] = t

@@ -1,0 +1,84 @@
+"""The room kept for forecast guaranteed arrivals (`placement.guarantee.reserved_nodes`,
+`GuaranteedForecast`): counted in nodes where a guaranteed shape's GPU share, cores and memory
+fit together, not in free GPUs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from market_pipeline.placement.capacity import ClusterCapacity, PodRequest
+from market_pipeline.placement.guarantee import GuaranteedForecast, choose_outside, reserved_nodes
+from market_pipeline.placement.policies import BestFit
+
+CORES = 64_000
+
+
+def _fragmented() -> ClusterCapacity:
+    """Three 8-GPU, 64-core nodes: node 0 has a half GPU free on every GPU but under a core;
+    node 1 has 63 cores but no GPU share; node 2 has four whole GPUs and 63.6 cores."""
+    cap = ClusterCapacity.build([f"n{i}" for i in range(3)], ["G2"] * 3, [8] * 3, [CORES] * 3, [256_000] * 3)
+    for node, jobs, req in (
+        (0, 8, PodRequest(1, 500, 7_900, 1_000)),
+        (1, 8, PodRequest(1, 1000, 100, 1_000)),
+        (2, 4, PodRequest(1, 1000, 100, 1_000)),
+    ):
+        cap.schedulable[:] = np.arange(3) == node
+        for _ in range(jobs):
+            cap.allocate(req, BestFit().choose(cap, req))
+    cap.schedulable[:] = True
+    return cap
+
+
+def test_the_reserve_is_the_node_where_a_guaranteed_shape_fits_whole_not_where_gpus_are_free():
+    cap = _fragmented()
+    rigid = PodRequest(1, 500, 12_000, 46_000)  # half a GPU, 12 cores, 46 GiB
+    assert cap.free_gpus(np.arange(3)) == 8.0  # 4 GPUs free on node 0 in halves, 4 whole on node 2
+    assert reserved_nodes(cap, [rigid]).tolist() == [False, False, True]
+    # two expected jobs pack onto the same node: the reserve does not take a node per job
+    assert reserved_nodes(cap, [rigid, rigid]).tolist() == [False, False, True]
+    # node 2's cores take five; the sixth fits nowhere and keeps the node nearest to fitting it
+    # (node 0 lacks 11.2 of 12 cores, node 1 the whole GPU share), which frees as its jobs end
+    assert reserved_nodes(cap, [rigid] * 6).tolist() == [True, False, True]
+    # nodes kept from drainable work already are not counted again
+    assert reserved_nodes(cap, [rigid], off=np.array([False, False, True])).tolist() == [True, False, False]
+    assert not reserved_nodes(cap, []).any()
+    # a drainable job that fits only the reserved node waits; without the reserve it takes it
+    small = PodRequest(1, 500, 1_000, 1_000)
+    assert BestFit().choose(cap, small).node == 2
+    assert choose_outside(BestFit(), cap, small, reserved_nodes(cap, [rigid])) is None
+    before = (cap.gpu_free.copy(), cap.cpu_free.copy(), cap.mem_free.copy())
+    reserved_nodes(cap, [rigid] * 6)
+    assert all((a == b).all() for a, b in zip(before, (cap.gpu_free, cap.cpu_free, cap.mem_free)))
+
+
+def test_a_whole_node_guaranteed_shape_reserves_an_empty_node_and_respects_its_gpu_model():
+    cap = ClusterCapacity.build(["a", "b", "c"], ["G2", "G2", "T4"], [8, 8, 8], [CORES] * 3, [256_000] * 3)
+    one = PodRequest(1, 1000, 1_000, 1_000)
+    cap.allocate(one, BestFit().choose(cap, one))  # best fit: node a now has 7 free
+    whole = PodRequest(8, 1000, 8_000, 8_000, ("G2",))
+    assert reserved_nodes(cap, [whole]).tolist() == [False, True, False]
+    assert reserved_nodes(cap, [whole, whole]).tolist() == [True, True, False]  # a: nearest to fitting
+    assert not reserved_nodes(cap, [PodRequest(8, 1000, 8_000, 8_000, ("A100",))]).any()  # no such node
+
+
+def test_the_forecast_expects_the_recent_rate_in_the_latest_arrivals_shapes():
+    forecast = GuaranteedForecast(window_s=3600.0)
+    half = PodRequest(1, 500, 12_000, 46_000)
+    for k in range(7):  # seven half-GPU arrivals in the hour
+        forecast.record(100.0 * k, PodRequest(1, 500, 12_000 + k, 46_000))
+    forecast.record(650.0, PodRequest(8, 1000, 64_000, 0))  # and one whole-node arrival
+    # 8 arrivals x 600/3600 = 1.33: two expected, the latest two, largest first
+    assert [(r.num_gpu, r.cpu_milli) for r in forecast.expected(1_000.0, 600.0)] == [(8, 64_000), (1, 12_006)]
+    assert [r.num_gpu for r in forecast.expected(1_000.0, 3_600.0)] == [8] + [1] * 7  # all of them
+    assert forecast.expected(1_000.0, 0.0) == []
+    # arrivals older than the window no longer count: at 3,750 s six remain, one expected
+    assert forecast.expected(3_750.0, 600.0) == [PodRequest(8, 1000, 64_000, 0)]
+    assert len(forecast.records) == 6
+    assert forecast.expected(10_000.0, 600.0) == [] and not forecast.records
+    bounded = GuaranteedForecast(window_s=3600.0, max_records=3)
+    for k in range(5):
+        bounded.record(float(k), half)
+    assert len(bounded.records) == 3
+    with pytest.raises(ValueError):
+        GuaranteedForecast(window_s=0.0)
