@@ -335,8 +335,10 @@ class FleetTwin:
     def _reserved(self, ts: int) -> np.ndarray | None:
         """The nodes kept from drainable tasks for the guaranteed arrivals forecast within
         `reserve_horizon_s` (`placement.guarantee.reserved_nodes`), re-picked once per sample
-        interval (the simulator's once per control step) and whenever a guaranteed task takes
-        reserved room (`_start`), so the reserve stays whole. None: no reserve."""
+        interval, when a drainable task asks (the simulator re-picks at each control step and
+        when rigid work takes reserved room, at most once a minute): guaranteed arrivals in
+        between take room from it, which keeps more from drainable work until the next pick.
+        None: no reserve."""
         if self.forecast is None:
             return None
         bucket = ts // self.params.sample_interval_s
@@ -438,10 +440,6 @@ class FleetTwin:
         )
 
     def _start(self, job: Job, placement: Placement, ts: int) -> None:
-        if job.resource_class == "guaranteed" and self._reserved_at is not None:
-            reserved = self._reserved_at[1]
-            if reserved is not None and reserved[placement.node]:
-                self._reserved_at = None  # it took reserved room: the reserve is re-picked whole
         node = self.catalog.nodes[placement.node]
         base = int(self.catalog.gpu_offsets[placement.node])
         spec = self.catalog.models[node.gpu_model]
