@@ -29,6 +29,16 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="session")
+def run_tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this run that its xdist workers share (each worker's base temp folder is
+    one of its subfolders), for what one worker builds and the others reuse under a file
+    lock; in a run without workers, the run's own base temp folder (its parent holds earlier
+    runs' folders, whose builds must not be reused)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _sigterm_reaches_children() -> None:
     """Children this suite spawns must die on SIGTERM, however the suite was launched.
