@@ -63,14 +63,21 @@ def _no_config_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The order the tests are handed out in: under mutmut quickest first, under xdist the
+    modules of the slow tests first; a plain run keeps the collected order."""
+    if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
+        _quickest_first(items)
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
+        _slow_modules_first(items)
+
+
+def _quickest_first(items: list[pytest.Item]) -> None:
     """Under mutmut (`make mutate`), quickest tests first. Each mutant runs the tests that
     reach its function, with `-x`, in no fixed order; a mutant of the config's validation
     reaches some fifty tests across nine files, and one slow test first cost 30-40 s a mutant
     on the shared machine. Ordered by the time mutmut recorded for each (its stats file in
     the mutants/ copy the tests run from), a killed mutant stops at the first quick test that
-    fails. Outside mutmut the order is untouched."""
-    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
-        return
+    fails."""
     import json
 
     try:
@@ -78,6 +85,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     except (OSError, ValueError, KeyError):
         return
     items.sort(key=lambda item: durations.get(item.nodeid, float("inf")))
+
+
+def _slow_modules_first(items: list[pytest.Item]) -> None:
+    """The xdist workers (`--dist loadscope --no-loadscope-reorder`, pyproject's addopts) take
+    whole modules, in the order of their first test here: every module holding a test marked
+    `slow` (a minute or two each: the demo, the whole-tick bench, the live Slurm loop, the
+    billing builds on the lake) goes first, the rest in the collected order. Handed out in
+    file order and in chunks (`--dist load`), a long test that came up late could leave the
+    other worker idle for up to about a minute; started first, the long modules end while
+    the many short ones still balance the two workers. Every worker sorts alike (a stable sort of the same
+    collection), as xdist requires; a module's own tests keep their order."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)
 
 
 # Property tests draw the same examples on every run: CI must not turn red by chance.
