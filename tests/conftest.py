@@ -6,11 +6,20 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# pytest keeps each test module it rewrites (for its assert messages) as bytecode under
+# __pycache__ and reads it back on the next run; where the environment sets
+# PYTHONDONTWRITEBYTECODE (this machine's shells do) nothing was kept, and both xdist
+# workers rewrote the ~290 test modules again on every run (collecting took 24-26 s, 13 s
+# with the bytecode kept). The suite's own processes write bytecode (the __pycache__
+# folders are git-ignored); the processes they start still follow the environment.
+sys.dont_write_bytecode = False
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
