@@ -6,11 +6,20 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# pytest keeps each test module it rewrites (for its assert messages) as bytecode under
+# __pycache__ and reads it back on the next run; where the environment sets
+# PYTHONDONTWRITEBYTECODE (this machine's shells do) nothing was kept, and both xdist
+# workers rewrote the ~290 test modules again on every run (collecting took 24-26 s, 13 s
+# with the bytecode kept). The suite's own processes write bytecode (the __pycache__
+# folders are git-ignored); the processes they start still follow the environment.
+sys.dont_write_bytecode = False
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -27,6 +36,16 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not present")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def run_tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this run that its xdist workers share (each worker's base temp folder is
+    one of its subfolders), for what one worker builds and the others reuse under a file
+    lock; in a run without workers, the run's own base temp folder (its parent holds earlier
+    runs' folders, whose builds must not be reused)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -53,14 +72,21 @@ def _no_config_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The order the tests are handed out in: under mutmut quickest first, under xdist the
+    modules of the slow tests first; a plain run keeps the collected order."""
+    if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
+        _quickest_first(items)
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
+        _slow_modules_first(items)
+
+
+def _quickest_first(items: list[pytest.Item]) -> None:
     """Under mutmut (`make mutate`), quickest tests first. Each mutant runs the tests that
     reach its function, with `-x`, in no fixed order; a mutant of the config's validation
     reaches some fifty tests across nine files, and one slow test first cost 30-40 s a mutant
     on the shared machine. Ordered by the time mutmut recorded for each (its stats file in
     the mutants/ copy the tests run from), a killed mutant stops at the first quick test that
-    fails. Outside mutmut the order is untouched."""
-    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
-        return
+    fails."""
     import json
 
     try:
@@ -68,6 +94,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     except (OSError, ValueError, KeyError):
         return
     items.sort(key=lambda item: durations.get(item.nodeid, float("inf")))
+
+
+def _slow_modules_first(items: list[pytest.Item]) -> None:
+    """The xdist workers (`--dist loadscope --no-loadscope-reorder`, pyproject's addopts) take
+    whole modules, in the order of their first test here: every module holding a test marked
+    `slow` (a minute or two each: the demo, the whole-tick bench, the live Slurm loop, the
+    billing builds on the lake) goes first, the rest in the collected order. Handed out in
+    file order and in chunks (`--dist load`), a long test that came up late could leave the
+    other worker idle for up to about a minute; started first, the long modules end while
+    the many short ones still balance the two workers. Every worker sorts alike (a stable sort of the same
+    collection), as xdist requires; a module's own tests keep their order."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)
 
 
 # Property tests draw the same examples on every run: CI must not turn red by chance.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import dagster as dg
+import pytest
 from billing_testkit import HOURS, LOW_TIERS, invoice_snapshot, price_book, scenario
 
 from assets.billing.assets import billing_assets
@@ -28,6 +29,7 @@ class ScriptedFleetResource(FleetAdapterResource):
         return load_config(environ={"MP__BILLING__COMMITMENT_TIERS": LOW_TIERS})
 
 
+@pytest.mark.slow
 def test_billing_job_meters_rates_and_checks_a_partition_range(tmp_path):
     path = tmp_path / "warehouse.duckdb"
     warehouse = open_warehouse(path)

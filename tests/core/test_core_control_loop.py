@@ -16,6 +16,8 @@ import pytest
 from market_pipeline.warehouse import Warehouse
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# every test reads the demo the module runs once: about two minutes on the shared cores
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

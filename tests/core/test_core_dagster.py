@@ -139,6 +139,7 @@ def _assert_slice_landed(
         assert staged[0] == metered and staged[1] > 0
 
 
+@pytest.mark.slow
 def test_slice_on_sqlite_storage(project_home, tmp_path):
     home = tmp_path / "dagster_home"
     home.mkdir()

@@ -141,6 +141,7 @@ def test_two_plans_on_the_embedded_file_admit_one_drain_of_the_last_budget(tmp_p
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_two_plans_on_the_cluster_profile_admit_one_drain_of_the_last_budget(
     tmp_path: Path, migrated_lake: Lake, control_url: str
 ) -> None:

@@ -17,6 +17,7 @@ def warehouse(tmp_path: Path) -> Path:
     return build_warehouse(tmp_path / "warehouse.duckdb")
 
 
+@pytest.mark.slow  # some 120 attacks, each query in a spawned process
 def test_hardening_attack_list_is_refused_without_a_trace(tmp_path: Path) -> None:
     counts = run_attacks(tmp_path / "attacks", timeout_seconds=1.0)
     assert counts["not_refused"] == []

@@ -21,6 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_a_two_step_soak_loses_nothing_and_repeats_nothing():
     psycopg2 = pytest.importorskip("psycopg2")
     from assets.harness.soak import PG_ADMIN_URL

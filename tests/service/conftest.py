@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 from filelock import FileLock
@@ -19,10 +20,10 @@ def service_config() -> MarketPipelineConfig:
 
 
 @pytest.fixture(scope="session")
-def service_warehouse(tmp_path_factory: pytest.TempPathFactory, service_config) -> Warehouse:
+def service_warehouse(run_tmp_path: Path, service_config) -> Warehouse:
     """Built once for the whole run, shared by the xdist workers (the first builds it under a
     file lock, the others wait and reuse it); treat as read-only (copy it to write)."""
-    shared = tmp_path_factory.getbasetemp().parent / "service-warehouse"
+    shared = run_tmp_path / "service-warehouse"
     shared.mkdir(exist_ok=True)
     path, built = shared / "warehouse.duckdb", shared / "built"
     with FileLock(str(shared / "build.lock")):

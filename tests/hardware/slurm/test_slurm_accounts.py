@@ -70,6 +70,7 @@ def test_each_tenant_is_an_account_and_a_job_of_an_unknown_account_is_rejected(
     assert adapter.terminate_task(task.task_id, 10).ok
 
 
+@pytest.mark.slow
 def test_per_job_gpu_accounting_in_sacct_agrees_with_the_backends_metering(
     cluster: LocalCluster, adapter: SlurmAdapter
 ) -> None:

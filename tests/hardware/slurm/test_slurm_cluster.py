@@ -227,6 +227,7 @@ def test_a_job_that_vanishes_mid_drain_is_gone(cluster: LocalCluster, adapter: S
     assert adapter.cordon("node99").status is OutcomeStatus.GONE
 
 
+@pytest.mark.slow  # Slurm's own power-saving cadence: 15-30 s of waiting
 def test_a_node_powers_down_and_up_through_the_shipped_programs(
     cluster: LocalCluster, adapter: SlurmAdapter
 ) -> None:
@@ -312,6 +313,7 @@ def test_a_job_that_completed_is_not_requeued(cluster: LocalCluster, adapter: Sl
     assert outcome.status is OutcomeStatus.UNSUPPORTED and "completed" in outcome.detail
 
 
+@pytest.mark.slow
 def test_the_drain_guardrail_holds_the_tenant_cap_and_the_disruption_budget_on_real_jobs(
     cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
