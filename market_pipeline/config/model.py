@@ -229,7 +229,8 @@ class RigidGuaranteeConfig(_Strict):
     is not placed there, and new guaranteed work only where it fits nowhere else; with
     `close_to_drainable`, drainable work is not placed on any node of the waiting work's GPU
     model; with `forecast_window_minutes`, the room forecast guaranteed arrivals need is kept
-    from drainable work before any waits. The promise: against static pricing on the same week, market pricing
+    from drainable work before any waits, and with `empty_nodes_kept`, empty nodes for
+    whole-node guaranteed work. The promise: against static pricing on the same week, market pricing
     leaves no more rigid jobs past their SLA wait (`max_violations_vs_static`) and no more rigid
     jobs waiting (`max_waiting_vs_static`), judged on every simulated tick."""
 
@@ -243,6 +244,10 @@ class RigidGuaranteeConfig(_Strict):
     # forecast being the arrivals per request shape over this trailing window
     # (`placement.guarantee.reserved_nodes`); 0 turns the reserve off
     forecast_window_minutes: float = Field(60.0, ge=0)
+    # and the last this many empty largest nodes of a GPU model are kept from new drainable
+    # work for whole-node guaranteed arrivals, in models with at least 10x as many largest
+    # nodes (`placement.guarantee.kept_empty`); 0 turns it off
+    empty_nodes_kept: int = Field(1, ge=0)
     max_violations_vs_static: float = Field(1.0, ge=0)
     max_waiting_vs_static: float = Field(1.0, ge=0)
 

@@ -57,6 +57,7 @@ def build_setup(
         close_to_drainable=guarantee.enabled and guarantee.close_to_drainable,
         reserve_window_s=round(60 * guarantee.forecast_window_minutes) if guarantee.enabled else 0,
         reserve_horizon_s=round(config.guardrails.task_drain.max_total_seconds),
+        empty_nodes_kept=guarantee.empty_nodes_kept if guarantee.enabled else 0,
     )
     workload_params = workload_params or WorkloadParams(arrival_source=config.adapter.arrival_source)
     catalog = build_catalog(config)

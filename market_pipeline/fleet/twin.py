@@ -37,6 +37,8 @@ from market_pipeline.placement.guarantee import (
     held_nodes,
     hold_limit,
     keep_off_draining,
+    kept_empty,
+    largest_nodes,
     open_outside,
     reserved_nodes,
 )
@@ -84,14 +86,17 @@ class TwinParams:
     # re-picked once per sample interval
     reserve_window_s: int = 0
     reserve_horizon_s: int = 0
+    # and drainable tasks keep off the last this many empty largest nodes of a GPU model, kept
+    # for whole-node guaranteed arrivals (`placement.guarantee.kept_empty`; 0: off)
+    empty_nodes_kept: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.sample_interval_s <= BLOCK_SECONDS:
             raise ValueError(f"sample_interval_s must be in 1..{BLOCK_SECONDS}")
         if self.warm_join_s < 0 or self.provision_s < 0 or self.xid_rate_per_gpu_hour < 0:
             raise ValueError("join delays and the XID rate must be >= 0")
-        if self.reserve_window_s < 0 or self.reserve_horizon_s < 0:
-            raise ValueError("the guaranteed reserve's window and horizon must be >= 0")
+        if self.reserve_window_s < 0 or self.reserve_horizon_s < 0 or self.empty_nodes_kept < 0:
+            raise ValueError("the guaranteed reserve's window, horizon and empty nodes must be >= 0")
 
 
 @dataclass
@@ -159,6 +164,7 @@ class FleetTwin:
             else None
         )
         self._reserved_at: tuple[int, np.ndarray | None] | None = None
+        self._largest = largest_nodes(self.cap)  # per GPU model, its nodes with the most GPUs
 
     @classmethod
     def create(
@@ -326,11 +332,16 @@ class FleetTwin:
         return draining
 
     def _off_limits(self, ts: int) -> np.ndarray:
-        """The nodes a drainable task keeps off: those of `_kept_for_waiting` and the nodes
-        reserved for the guaranteed arrivals forecast (`_reserved`)."""
+        """The nodes a drainable task keeps off: those of `_kept_for_waiting`, the nodes
+        reserved for the guaranteed arrivals forecast (`_reserved`) and the last empty largest
+        nodes of each GPU model (`placement.guarantee.kept_empty`, on the capacity as it is:
+        a task placed this second may have taken the one before last)."""
         off = self._kept_for_waiting(ts)
         reserved = self._reserved(ts)
-        return off if reserved is None else off | reserved
+        off = off if reserved is None else off | reserved
+        if self.params.empty_nodes_kept:
+            off = off | kept_empty(self.cap, self.params.empty_nodes_kept, self._largest)
+        return off
 
     def _reserved(self, ts: int) -> np.ndarray | None:
         """The nodes kept from drainable tasks for the guaranteed arrivals forecast within

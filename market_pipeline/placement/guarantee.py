@@ -30,10 +30,12 @@ kept from drainable work (`reserved_nodes`, sized by `GuaranteedForecast`): the 
 within one SLA wait, in the shapes recent arrivals had, are placed virtually, best fit, and the
 nodes they land on (or, where none fits, the nodes nearest to fitting them) take no new drainable
 work. A guaranteed arrival then finds a node that has its GPU share, cores and memory together,
-where fragmentation would otherwise strand them on different nodes.
+where fragmentation would otherwise strand them on different nodes. Whole-node guaranteed jobs
+are too rare for that forecast: the last `keep` empty largest nodes of a GPU model are kept
+from drainable work for them (`kept_empty`).
 
 The simulator (`lab.simulate.cluster.PoolCluster`, `lab.simulate.engine`) and the fleet's digital twin
-(`fleet.twin`) both call `held_nodes`; the twin places drainable jobs through `choose_outside`
+(`fleet.twin`) both call `held_nodes`, `reserved_nodes` and `kept_empty`; the twin places drainable jobs through `choose_outside`
 and new guaranteed jobs through `choose_arrival`. The simulator's pools apply the same order
 pool by pool: the job's pool off the held nodes, the pools it may spill to off theirs, then a
 held node of its own pool.
@@ -179,6 +181,62 @@ def reserved_nodes(
         reserved[node] = True
         spent[node] = True  # kept whole for this one: the next expected job looks elsewhere
     return reserved
+
+
+# an empty-node reserve costs at most this share of a GPU model's largest nodes (small pools keep none)
+EMPTY_RESERVE_FACTOR = 10
+
+
+def largest_nodes(cap: ClusterCapacity) -> np.ndarray:
+    """(N,) bool: the nodes with the most GPUs of their GPU model (fixed for a fleet)."""
+    gpus = cap.present.sum(axis=1)
+    most = np.zeros(len(cap.model_names) or 1, dtype=gpus.dtype)
+    np.maximum.at(most, cap.model_code, gpus)
+    return (gpus == most[cap.model_code]) & (gpus > 0)
+
+
+def kept_empty(
+    cap: ClusterCapacity, keep: int, largest: np.ndarray | None = None, empty: np.ndarray | None = None
+) -> np.ndarray:
+    """(N,) bool: the largest nodes kept from new drainable work for whole-node guaranteed
+    arrivals, per GPU model with at least `EMPTY_RESERVE_FACTOR` x `keep` largest nodes
+    (`largest_nodes`): its empty ones (every GPU free) while no more than `keep` are empty,
+    and where fewer than `keep` are, as many more of its largest nodes nearest to empty (the
+    fewest GPU milli in use, then the most free cores, then the lowest row), which empty as
+    their jobs end. Drainable work may take an empty node only while more than `keep` are.
+
+    A whole-node guaranteed job (openb: 8-GPU LS pods) needs an empty node, and a node shared
+    with guaranteed work, or with drainable work whose tenants have used their daily drain
+    cap, cannot be emptied; such jobs are too rare for the arrivals' forecast
+    (`GuaranteedForecast`, the last hour's mix) to expect one. At ~88-90% utilisation an
+    8-GPU LS pod found every node shared (openb + Helios, 7 days, seed 1: 7 late starts,
+    waits up to 6.5 h, all 8-GPU; one empty node kept: none in seeds 0-3). Keeping only the
+    empty ones, the reserve was gone once a whole-node job took the last: on
+    `gpushare80/vcTJs/s7` of #46 (549 8-GPU `G2` nodes) the next 8-GPU arrival found none
+    and waited for drains. `largest` and `empty` may be given where the caller keeps them
+    (the simulator's per-node counters)."""
+    kept = np.zeros(cap.n_nodes, dtype=bool)
+    if keep <= 0 or cap.n_nodes == 0:
+        return kept
+    largest = largest_nodes(cap) if largest is None else largest
+    if empty is None:
+        empty = (np.where(cap.present, cap.gpu_free, MILLI) >= MILLI).all(axis=1)
+    ours = largest & cap.schedulable
+    for code in np.unique(cap.model_code[ours]):
+        model = cap.model_code == code
+        if (largest & model).sum() < EMPTY_RESERVE_FACTOR * keep:
+            continue
+        free = ours & model & empty
+        missing = keep - int(free.sum())
+        if missing < 0:
+            continue
+        kept |= free
+        if missing:
+            rows = np.flatnonzero(ours & model & ~empty)
+            used = np.where(cap.present[rows], MILLI - cap.gpu_free[rows], 0).sum(axis=1)
+            order = np.lexsort((rows, -cap.cpu_free[rows], used))  # the last key sorts first
+            kept[rows[order[:missing]]] = True
+    return kept
 
 
 def closed_nodes(cap: ClusterCapacity, waiting: Iterable[PodRequest]) -> np.ndarray:

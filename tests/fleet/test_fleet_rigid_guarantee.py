@@ -48,8 +48,10 @@ def _two_nodes_one_gpu_free(hold_share: float) -> tuple[FleetTwin, str, int, int
     r0, r1 of one model with at least 4 GPUs are schedulable: r1 full of drainable one-GPU
     tasks, r0 with one GPU free. Returns (twin, model, r0, r1, r0's width in GPUs)."""
     setup = build_setup(load_config(environ={}))
-    # the hold alone: the closure of the whole GPU model is tested on its own below
-    params = dataclasses.replace(setup.params, hold_max_nodes_share=hold_share, close_to_drainable=False)
+    # the hold alone: the closure of the whole GPU model and the empty-node reserve are tested on their own below
+    params = dataclasses.replace(
+        setup.params, hold_max_nodes_share=hold_share, close_to_drainable=False, empty_nodes_kept=0
+    )
     twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
     gpus = twin.cap.present.sum(axis=1)
     model = next(m for m in twin.cap.model_names if (gpus[twin.cap.model_allowed((m,))] >= 4).sum() >= 2)
@@ -110,7 +112,9 @@ def _one_gpu_free_on_two_nodes(close: bool, **params) -> tuple[FleetTwin, str, i
     Returns (twin, model, r0, r1, the nodes' width in GPUs); its policy counts its searches."""
     setup = build_setup(load_config(environ={}))
     assert setup.params.close_to_drainable  # the shipped config closes them
-    replaced = dataclasses.replace(setup.params, hold_max_nodes_share=1.0, close_to_drainable=close, **params)
+    replaced = dataclasses.replace(
+        setup.params, hold_max_nodes_share=1.0, close_to_drainable=close, empty_nodes_kept=0, **params
+    )
     twin = FleetTwin(setup.catalog, setup.workload, _CountingBestFit(), replaced, setup.seed, EPOCH)
     gpus = twin.cap.present.sum(axis=1)
     model = next(m for m in twin.cap.model_names if (gpus[twin.cap.model_allowed((m,))] >= 4).sum() >= 2)
@@ -261,3 +265,33 @@ def test_a_drainable_task_keeps_off_the_node_reserved_for_forecast_guaranteed_ar
     twin.push(ts, "arrival", second.task_id, second)
     twin._process_events_at(ts)
     assert twin.running["second"].placement.node == r0
+
+
+@pytest.mark.parametrize("keep", [1, 0])
+def test_a_drainable_task_keeps_off_the_last_empty_node_kept_for_whole_node_guaranteed_work(keep):
+    """A GPU model with ten or more largest nodes, of which only r_full (full of drainable
+    one-GPU tasks) and r_empty (empty) are schedulable. With `empty_nodes_kept` = 1 (the
+    shipped config) a new drainable task waits rather than take r_empty, and a guaranteed
+    whole-node arrival starts there at once; with 0 the drainable task takes it."""
+    setup = build_setup(load_config(environ={}))
+    assert setup.params.empty_nodes_kept == 1
+    params = dataclasses.replace(setup.params, empty_nodes_kept=keep, reserve_window_s=0)
+    twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
+    gpus = twin.cap.present.sum(axis=1)
+    model = next(
+        m for m in twin.cap.model_names if (twin.cap.model_allowed((m,)) & (gpus == gpus.max())).sum() >= 10
+    )
+    r_full, r_empty = np.flatnonzero(twin.cap.model_allowed((model,)) & (gpus == gpus.max()))[:2]
+    twin.cap.schedulable[:] = np.arange(twin.cap.n_nodes) == r_full
+    for k in range(int(gpus[r_full])):
+        job = _job(f"full-{k}", model, 1, "drainable")
+        twin._start(job, BestFit().choose(twin.cap, job.request()), EPOCH)
+    twin.cap.schedulable[[r_full, r_empty]] = True
+    drainable = _job("drainable", model, 1, "drainable")
+    twin.pending.append(drainable)
+    assert twin._try_place(drainable, EPOCH + 60) is (keep == 0)
+    if keep:
+        whole = _job("whole", model, int(gpus[r_empty]), "guaranteed")
+        twin.push(EPOCH + 60, "arrival", whole.task_id, whole)
+        twin._process_events_at(EPOCH + 60)
+        assert twin.running["whole"].placement.node == r_empty

@@ -7,8 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from market_pipeline.placement.capacity import ClusterCapacity, PodRequest
-from market_pipeline.placement.guarantee import GuaranteedForecast, choose_outside, reserved_nodes
+from market_pipeline.placement.capacity import ClusterCapacity, Placement, PodRequest
+from market_pipeline.placement.guarantee import (
+    GuaranteedForecast,
+    choose_outside,
+    kept_empty,
+    largest_nodes,
+    reserved_nodes,
+)
 from market_pipeline.placement.policies import BestFit
 
 CORES = 64_000
@@ -82,3 +88,44 @@ def test_the_forecast_expects_the_recent_rate_in_the_latest_arrivals_shapes():
     assert len(bounded.records) == 3
     with pytest.raises(ValueError):
         GuaranteedForecast(window_s=0.0)
+
+
+def _nodes(*groups: tuple[str, int, int]) -> ClusterCapacity:
+    """(model, count, GPUs per node) groups of nodes, in that order."""
+    models = [m for m, n, _ in groups for _ in range(n)]
+    gpus = [g for _, n, g in groups for _ in range(n)]
+    n = len(models)
+    return ClusterCapacity.build([f"n{i}" for i in range(n)], models, gpus, [CORES] * n, [256_000] * n)
+
+
+def _fill(cap: ClusterCapacity, rows) -> None:
+    one = PodRequest(1, 1000, 100, 1_000)
+    schedulable = cap.schedulable.copy()
+    for row in rows:
+        cap.schedulable[:] = np.arange(cap.n_nodes) == row
+        cap.allocate(one, BestFit().choose(cap, one))
+    cap.schedulable[:] = schedulable
+
+
+def test_the_last_empty_largest_node_of_a_model_is_kept_from_drainable_work():
+    # G2: ten 8-GPU nodes and two 4-GPU ones (not its largest); T4: nine 8-GPU nodes
+    cap = _nodes(("G2", 10, 8), ("G2", 2, 4), ("T4", 9, 8))
+    assert largest_nodes(cap)[:12].tolist() == [True] * 10 + [False] * 2
+    _fill(cap, range(8))  # one GPU used on G2 nodes 0-7: nodes 8 and 9 empty
+    assert not kept_empty(cap, 1).any()  # two empty: drainable work may take one
+    _fill(cap, [8])
+    kept = kept_empty(cap, 1)
+    assert np.flatnonzero(kept).tolist() == [9]  # the last empty 8-GPU G2 node, not the 4-GPU ones
+    assert choose_outside(BestFit(), cap, PodRequest(1, 1000, 100, 1_000), kept).node != 9
+    assert not kept_empty(cap, 0).any()  # 0 turns it off
+    assert not kept_empty(cap, 2)[:12].any()  # keeping 2 needs 20 largest G2 nodes: G2 keeps none
+    _fill(cap, range(12, 20))  # T4: nine largest nodes, under ten: one empty left, not kept
+    assert not kept[12:].any() and not kept_empty(cap, 1)[12:].any()
+    # node 9 cordoned (not capacity), no G2 node is empty: the one nearest to empty is kept
+    # (the fewest GPUs in use, then the most free cores), and it empties as its jobs end
+    cap.schedulable[9] = False
+    _fill(cap, [1, 2] + [k for k in range(9) if k not in (3, 5)])  # nodes 3 and 5: one GPU in use
+    assert np.flatnonzero(kept_empty(cap, 1)).tolist() == [3]  # a tie on GPUs and cores: the lower row
+    cores = PodRequest(0, 0, 4_000, 1_000)
+    cap.allocate(cores, Placement(3, (), 0))  # four more cores in use on node 3: node 5 is nearer
+    assert np.flatnonzero(kept_empty(cap, 1)).tolist() == [5]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from market_pipeline.config import MarketPipelineConfig, load_config
 from market_pipeline.lab.simulate.engine import RunInputs, StrategyRun
 from market_pipeline.lab.simulate.metrics import StrategyResult
@@ -14,6 +16,14 @@ FLEET = {"A10": (6, 4), "G2": (6, 8)}
 
 def config() -> MarketPipelineConfig:
     return load_config(environ={})
+
+
+def with_guarantee(run_inputs: RunInputs, **update: object) -> RunInputs:
+    """`run_inputs` with `[guardrails.rigid_guarantee]` changed by `update`."""
+    cfg = run_inputs.config
+    promise = cfg.guardrails.rigid_guarantee.model_copy(update=update)
+    guardrails = cfg.guardrails.model_copy(update={"rigid_guarantee": promise})
+    return dataclasses.replace(run_inputs, config=cfg.model_copy(update={"guardrails": guardrails}))
 
 
 def inputs(

@@ -82,7 +82,7 @@ def _one_pool_run(enabled: bool, close_to_drainable: bool = True) -> StrategyRun
         update={"enabled": enabled, "close_to_drainable": close_to_drainable}
     )
     cfg = cfg.model_copy(update={"guardrails": guardrails.model_copy(update={"rigid_guarantee": promise})})
-    economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)
+    economics = EconomicAssumptions(tenants_per_class=4)
     run_inputs = inputs(days=0.5, fleet={"G2": (2, 8)}, strategies=("static",), economics=economics)
     run_inputs = dataclasses.replace(run_inputs, config=cfg)
     return StrategyRun(run_inputs, make_strategy("static", run_inputs))
@@ -160,7 +160,7 @@ def test_a_new_rigid_job_that_may_run_elsewhere_leaves_the_held_node_to_the_wait
     """Pool 0 (G2): 15 of its 16 GPUs busy, the node with the free GPU held for a waiting
     8-GPU rigid job that fits nowhere else. A new 1-GPU rigid job that fits the other pool goes
     there; the held GPU stays for the waiting job (before, the newcomer took it)."""
-    economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)
+    economics = EconomicAssumptions(tenants_per_class=4)
     run_inputs = inputs(
         days=0.5, fleet={"G2": (2, 8), "T4": (2, 4)}, strategies=("static",), economics=economics
     )
@@ -244,7 +244,7 @@ def test_a_rigid_job_the_pools_churn_starts_before_the_next_control_step_drains_
     on arrival: where one elastic job ends 100 s later, the rigid job starts then and nobody is
     drained (drained on arrival, one of that tenant's daily drains went on a wait the churn
     ended anyway). Where none ends, the next step drains for it, within its SLA wait."""
-    economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)
+    economics = EconomicAssumptions(tenants_per_class=4)
     run_inputs = inputs(days=0.5, fleet={"G2": (1, 8)}, strategies=("stackelberg",), economics=economics)
     run = StrategyRun(run_inputs, make_strategy("stackelberg", run_inputs))
     assert run.drainer is not None and run.control_s == 300.0
@@ -272,7 +272,7 @@ def test_every_waiting_rigid_job_is_offered_drains_at_a_control_step():
     """Five 1-GPU rigid jobs of one shape wait in a full pool. Their drains come only from
     the control steps, so each step offers them to every waiting job, not only to the first
     four of its shape (as when arrivals drained at once and the step only retried)."""
-    economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)
+    economics = EconomicAssumptions(tenants_per_class=4)
     run_inputs = inputs(days=0.5, fleet={"G2": (1, 8)}, strategies=("stackelberg",), economics=economics)
     run = StrategyRun(run_inputs, make_strategy("stackelberg", run_inputs))
     one = _pod(run, 1)
@@ -311,7 +311,7 @@ def test_a_newcomer_keeps_off_the_node_being_drained_for_a_waiting_rigid_job():
     fits node 1's free GPUs; it lands on the held node 0 instead, and the waiting job starts
     on node 1 the moment the drain is done. (Landing on node 1, it took the room the drain
     made: the waiting job waited for the next control step's drains, past its SLA wait.)"""
-    economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)
+    economics = EconomicAssumptions(tenants_per_class=4)
     run_inputs = inputs(days=0.5, fleet={"G2": (2, 8)}, strategies=("stackelberg",), economics=economics)
     run = StrategyRun(run_inputs, make_strategy("stackelberg", run_inputs))
     assert run.drainer is not None
@@ -342,7 +342,7 @@ def test_elastic_work_keeps_off_the_node_reserved_for_forecast_rigid_arrivals(wi
     guardrails = cfg.guardrails
     promise = guardrails.rigid_guarantee.model_copy(update={"forecast_window_minutes": window_minutes})
     cfg = cfg.model_copy(update={"guardrails": guardrails.model_copy(update={"rigid_guarantee": promise})})
-    economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)
+    economics = EconomicAssumptions(tenants_per_class=4)
     run_inputs = inputs(days=0.5, fleet={"G2": (2, 8)}, strategies=("static",), economics=economics)
     run = StrategyRun(dataclasses.replace(run_inputs, config=cfg), make_strategy("static", run_inputs))
     one, two, eight = _pod(run, 1), _pod(run, 2), _pod(run, 8)

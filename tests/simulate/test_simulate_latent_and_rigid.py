@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from simulate_testkit import FLEET, config, inputs
+from simulate_testkit import FLEET, config, inputs, with_guarantee
 
 from market_pipeline.lab.simulate.arrivals import initial_population
 from market_pipeline.lab.simulate.cluster import PoolCluster
@@ -222,8 +222,9 @@ def test_a_rigid_job_spills_to_another_model_and_pays_its_own_pools_price():
 
 
 def test_drains_hold_the_room_for_the_rigid_job():
-    economics = EconomicAssumptions(tenants_per_class=4, rigid_reserve_nodes=0)  # every node may fill
+    economics = EconomicAssumptions(tenants_per_class=4)
     run_inputs = inputs(days=0.5, fleet={"G2": (10, 8)}, strategies=("stackelberg",), economics=economics)
+    run_inputs = with_guarantee(run_inputs, empty_nodes_kept=0)  # every node may fill
     run = StrategyRun(run_inputs, make_strategy("stackelberg", run_inputs))
     half, whole = _pod(run_inputs, 4), _pod(run_inputs, 8)
     elastic, rigid = _tenant(run_inputs, True), _tenant(run_inputs, False)
@@ -258,8 +259,14 @@ def test_elastic_work_leaves_the_last_whole_node_to_rigid_work():
     free = PoolCluster(pool, run_inputs.nodes, "best_fit", run_inputs.typical, list(run_inputs.requests), 0)
     for _ in range(73):
         assert free.place(one, elastic=True) is not None  # without the reserve it is taken
-    kept.release(one, taken[0])
-    assert kept.free_top == 0 and kept.place(one, elastic=True) is not None  # a partly used node is fine
+    # no node is empty now: the one nearest to empty is kept, and the others take elastic work
+    for placement in taken[:2] + taken[8:9]:
+        kept.release(one, placement)
+    nearest, other = taken[0].node, taken[8].node
+    assert nearest != other and taken[1].node == nearest
+    assert kept.free_top == 0 and kept.place(one, elastic=True).node == other
+    assert kept.place(one, elastic=True) is None  # node `nearest`, six GPUs in use, empties for rigid work
+    assert kept.place(one).node == nearest  # rigid work may use it
     small = inputs(days=0.5, fleet={"G2": (9, 8)}, strategies=("static",))
     assert (
         PoolCluster(small.pools[0], small.nodes, "best_fit", small.typical, list(small.requests), 1).reserve

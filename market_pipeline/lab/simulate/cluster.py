@@ -19,11 +19,15 @@ import numpy as np
 from market_pipeline.lab.simulate.inputs import FleetNodes, PodTable
 from market_pipeline.lab.simulate.tenants import Pool
 from market_pipeline.placement.capacity import MILLI, ClusterCapacity, Placement, PodRequest
-from market_pipeline.placement.guarantee import choose_outside, keep_off_draining
+from market_pipeline.placement.guarantee import (
+    EMPTY_RESERVE_FACTOR,
+    choose_outside,
+    keep_off_draining,
+    kept_empty,
+    largest_nodes,
+)
 from market_pipeline.placement.policies import make_policy
 from market_pipeline.placement.typical import TypicalPods
-
-RESERVE_POOL_FACTOR = 10  # a whole-node reserve costs at most 1/10 of a pool's largest nodes
 
 
 def pod_requests(pods: PodTable) -> list[PodRequest]:
@@ -123,14 +127,13 @@ class PoolCluster:
         self.node_best = self.cap.gpu_free.max(axis=1)
         self.node_free = self.cap.gpu_free.sum(axis=1).astype(np.int64)
         self.policy_calls = 0
-        # Whole-node headroom for rigid work: while no more than `reserve` of the pool's
-        # largest nodes are entirely free, elastic jobs may not take one. A rigid whole-node
-        # job (openb: 8-GPU LS pods) needs an empty node, and a node shared with rigid work,
-        # or with drainable work whose tenants hit their daily drain cap, cannot be emptied.
+        # Whole-node headroom for rigid work (`placement.guarantee.kept_empty`): while no more
+        # than `reserve` of the pool's largest nodes are empty, elastic jobs may not take one.
+        # The count of empty largest nodes, kept in step, skips the call where it keeps none.
         self.node_gpus = self.cap.present.sum(axis=1)
-        self.top = self.node_gpus == (self.node_gpus.max() if self.cap.n_nodes else 0)
+        self.top = largest_nodes(self.cap)
         # only where that is at most a tenth of the pool's largest nodes (small pools keep none)
-        self.reserve = int(reserve_nodes) if self.top.sum() >= RESERVE_POOL_FACTOR * reserve_nodes else 0
+        self.reserve = int(reserve_nodes) if self.top.sum() >= EMPTY_RESERVE_FACTOR * reserve_nodes else 0
         self.free_top = int((self.top & (self.node_full == self.node_gpus)).sum())
         # nodes held for this pool's waiting rigid jobs (`placement.guarantee`): no elastic job there
         self.held = np.zeros(self.cap.n_nodes, dtype=bool)
@@ -187,7 +190,8 @@ class PoolCluster:
     def place(
         self, req: PodRequest, elastic: bool = False, off_held: bool | None = None, newcomer: bool = False
     ) -> Placement | None:
-        """Place `req` by the pool's policy; elastic work keeps off the whole-node reserve, the
+        """Place `req` by the pool's policy; elastic work keeps off the empty nodes kept for
+        whole-node rigid work (`kept_empty`), the
         nodes reserved for forecast rigid arrivals and the nodes closed to it while rigid work
         waits, and (like any request with `off_held`)
         off the nodes held for waiting rigid jobs. Newcomers (elastic work, `off_held` or
@@ -195,8 +199,8 @@ class PoolCluster:
         waiting rigid jobs."""
         off_held = elastic if off_held is None else off_held
         room = self._room(req)
-        if elastic and self.reserve and self.free_top <= self.reserve:
-            room &= ~(self.top & (self.node_full == self.node_gpus))
+        if elastic and self.reserve and self.free_top <= self.reserve:  # else none is kept
+            room &= ~kept_empty(self.cap, self.reserve, self.top, self.node_full == self.node_gpus)
         keep_off = (self.held | self.closed | self.reserved) if elastic else self.held
         if not (off_held or elastic):
             keep_off = np.zeros_like(keep_off)

@@ -60,6 +60,7 @@ class StrategyRun(RigidService):
         self.strategy = strategy
         s = inputs.settings
         self.tick_s = s.tick_seconds
+        guarantee = inputs.config.guardrails.rigid_guarantee
         self.clusters = [
             PoolCluster(
                 p,
@@ -67,7 +68,7 @@ class StrategyRun(RigidService):
                 s.placement_policy,
                 inputs.typical,
                 list(inputs.requests),
-                s.economics.rigid_reserve_nodes,
+                guarantee.empty_nodes_kept if guarantee.enabled else 0,
             )
             for p in inputs.pools
         ]
@@ -106,7 +107,6 @@ class StrategyRun(RigidService):
         self.epoch_s = inputs.epoch.timestamp()
         self.bought = np.zeros(2 * len(inputs.pools))  # GPUs requested this tick per resource
         self.bought_last: np.ndarray | None = None
-        guarantee = inputs.config.guardrails.rigid_guarantee
         self.hold_limits = [
             hold_limit(c.node_count(), guarantee.hold_max_nodes_share if guarantee.enabled else 0.0)
             for c in self.clusters

@@ -100,15 +100,6 @@ class EconomicAssumptions:
     utilization_threshold: float = 0.85  # the usual utilisation-pricing rule: a premium from 85%
     utilization_doubling: float = 0.15  # ... and doubles the price 15 points above it
     packing_efficiency: float = 0.95  # share of a pool the engine may sell (fragmentation)
-    # Empty largest nodes per pool kept for rigid whole-node jobs (`cluster.PoolCluster`):
-    # elastic work may not take the last this many entirely free ones, in pools with at
-    # least 10x as many such nodes (openb: G2, G3, V100M32, T4, P100) (the shipped config's
-    # pools keep `warm_nodes` = 1 for the same reason). Without it, at ~88-90% utilisation
-    # an 8-GPU LS pod can find every node shared with rigid work or with elastic work whose
-    # tenants have used their daily drain cap (openb + Helios, 7 days, seed 1: 7 violations,
-    # waits up to 6.5 h, all 8-GPU; with 1: none in seeds 0-3). Same rule for every
-    # strategy; it only binds when at most this many whole nodes are free.
-    rigid_reserve_nodes: int = 1
 
     def __post_init__(self) -> None:
         checks = {
@@ -128,7 +119,6 @@ class EconomicAssumptions:
             "utilization_threshold": 0 < self.utilization_threshold < 1,
             "utilization_doubling": self.utilization_doubling > 0,
             "packing_efficiency": 0 < self.packing_efficiency <= 1,
-            "rigid_reserve_nodes": self.rigid_reserve_nodes >= 0,
         }
         for name, ok in checks.items():
             if not ok:
