@@ -165,6 +165,7 @@ class FleetTwin:
         )
         self._reserved_at: tuple[int, np.ndarray | None] | None = None
         self._largest = largest_nodes(self.cap)  # per GPU model, its nodes with the most GPUs
+        self._kept_at: tuple[int, np.ndarray | None] | None = None  # (second, `_kept_empty`)
 
     @classmethod
     def create(
@@ -302,6 +303,10 @@ class FleetTwin:
             placement = self.policy.choose(self.cap, job.request())
         if placement is None:
             return False
+        if job.resource_class == "drainable" and self._largest[placement.node]:
+            row = placement.node  # an empty largest node taken: the kept ones are re-picked
+            if (self.cap.gpu_free[row][self.cap.present[row]] >= MILLI).all():
+                self._kept_at = None
         # by identity: `list.remove` compares every job ahead of it field by field
         del self.pending[list(map(id, self.pending)).index(id(job))]
         self._start(job, placement, ts)
@@ -339,9 +344,20 @@ class FleetTwin:
         off = self._kept_for_waiting(ts)
         reserved = self._reserved(ts)
         off = off if reserved is None else off | reserved
-        if self.params.empty_nodes_kept:
-            off = off | kept_empty(self.cap, self.params.empty_nodes_kept, self._largest)
-        return off
+        kept = self._kept_empty(ts)
+        return off if kept is None else off | kept
+
+    def _kept_empty(self, ts: int) -> np.ndarray | None:
+        """The largest nodes kept for whole-node guaranteed arrivals
+        (`placement.guarantee.kept_empty`), once per event second, as `_held`: a drainable
+        task that takes an empty largest node meanwhile asks again (`_try_place`), so the
+        last one is never handed out on a stale answer. None: none is kept."""
+        if not self.params.empty_nodes_kept:
+            return None
+        if self._kept_at is None or self._kept_at[0] != ts:
+            kept = kept_empty(self.cap, self.params.empty_nodes_kept, self._largest)
+            self._kept_at = (ts, kept if kept.any() else None)
+        return self._kept_at[1]
 
     def _reserved(self, ts: int) -> np.ndarray | None:
         """The nodes kept from drainable tasks for the guaranteed arrivals forecast within

@@ -222,15 +222,15 @@ def kept_empty(
     if empty is None:
         empty = (np.where(cap.present, cap.gpu_free, MILLI) >= MILLI).all(axis=1)
     ours = largest & cap.schedulable
-    for code in np.unique(cap.model_code[ours]):
-        model = cap.model_code == code
-        if (largest & model).sum() < EMPTY_RESERVE_FACTOR * keep:
-            continue
+    codes, n_models = cap.model_code, max(len(cap.model_names), 1)
+    big = np.bincount(codes[largest], minlength=n_models)
+    free_count = np.bincount(codes[ours & empty], minlength=n_models)
+    # one vector test finds the models where the rule binds (none, while each has spare empty nodes)
+    for code in np.flatnonzero((big >= EMPTY_RESERVE_FACTOR * keep) & (free_count <= keep)):
+        model = codes == code
         free = ours & model & empty
-        missing = keep - int(free.sum())
-        if missing < 0:
-            continue
         kept |= free
+        missing = keep - int(free_count[code])
         if missing:
             rows = np.flatnonzero(ours & model & ~empty)
             used = np.where(cap.present[rows], MILLI - cap.gpu_free[rows], 0).sum(axis=1)

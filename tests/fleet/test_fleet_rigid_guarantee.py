@@ -295,3 +295,26 @@ def test_a_drainable_task_keeps_off_the_last_empty_node_kept_for_whole_node_guar
         twin.push(EPOCH + 60, "arrival", whole.task_id, whole)
         twin._process_events_at(EPOCH + 60)
         assert twin.running["whole"].placement.node == r_empty
+
+
+def test_a_second_drainable_task_in_the_same_second_keeps_off_the_last_empty_node():
+    """Two empty nodes of a model with ten or more: a whole-node drainable task may take one
+    (two are empty), and a drainable task placed in the same second must then leave the last
+    one, though the kept nodes are worked out once per second."""
+    setup = build_setup(load_config(environ={}))
+    params = dataclasses.replace(setup.params, reserve_window_s=0)
+    twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
+    gpus = twin.cap.present.sum(axis=1)
+    model = next(
+        m for m in twin.cap.model_names if (twin.cap.model_allowed((m,)) & (gpus == gpus.max())).sum() >= 10
+    )
+    r_a, r_b = np.flatnonzero(twin.cap.model_allowed((model,)) & (gpus == gpus.max()))[:2]
+    twin.cap.schedulable[:] = False
+    twin.cap.schedulable[[r_a, r_b]] = True
+    ts = EPOCH + 60
+    whole, small = _job("whole", model, int(gpus[r_a]), "drainable"), _job("small", model, 1, "drainable")
+    twin.pending.extend([whole, small])
+    assert twin._try_place(whole, ts)
+    assert not twin._try_place(small, ts)
+    (last,) = {int(r_a), int(r_b)} - {twin.running["whole"].placement.node}
+    assert np.flatnonzero(twin._kept_empty(ts)).tolist() == [last]
