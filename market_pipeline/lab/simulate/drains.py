@@ -26,13 +26,13 @@ from market_pipeline.drain.limits import (
     LedgerEntry,
 )
 from market_pipeline.drain.plan import decision_id_for
+from market_pipeline.drain.room import MAX_NODES_TRIED, RoomCandidate, room_victims
 from market_pipeline.drain.score import DrainHistory, candidate_order, drainability_score
 from market_pipeline.hardware.protocol import ResourceClass, TaskInfo, TaskKind
 from market_pipeline.lab.simulate.cluster import PoolCluster
 from market_pipeline.lab.simulate.jobs import RUNNING, Jobs
-from market_pipeline.placement.capacity import MILLI, PodRequest
+from market_pipeline.placement.capacity import PodRequest
 
-MAX_NODES_TRIED = 8
 MIN_SCORE = 0.4  # the planner's default SelectionPolicy.min_score
 
 
@@ -186,54 +186,27 @@ class DrainController:
 def _victims_on_node(
     jobs: Jobs, cluster: PoolCluster, row: int, running: list[int], req: PodRequest
 ) -> tuple[int, ...] | None:
-    """Drainable jobs on the node whose removal lets `req` fit (GPU and CPU), fewest GPUs."""
+    """Drainable jobs on the node whose removal lets `req` fit (GPU, CPU, memory), fewest
+    GPUs (`drain.room.room_victims`, the live planner's search too); None when none is needed."""
     cap = cluster.cap
-    free = cap.gpu_free[row].astype(np.int64)
-    present = cap.present[row]
-    reclaim = np.zeros_like(free)
-    on_gpu: dict[int, list[int]] = {}
+    candidates = []
     for job in running:
         placement = jobs.placement[job]
         assert placement is not None
-        for g in placement.gpus:
-            reclaim[g] += placement.milli
-            on_gpu.setdefault(g, []).append(job)
-    chosen: set[int] = set()
-    if req.num_gpu == 0:
-        pass
-    elif req.fractional:
-        room = present & (free + reclaim >= req.gpu_milli)
-        if not room.any():
-            return None
-        if (present & (free >= req.gpu_milli)).any():
-            pass  # GPU room exists; only CPU or memory can be short
-        else:
-            slot = int(np.flatnonzero(room)[np.argmin(reclaim[room])])
-            got = int(free[slot])
-            for job in sorted(on_gpu.get(slot, []), key=lambda j: -jobs.gpus[j]):
-                if got >= req.gpu_milli:
-                    break
-                chosen.add(job)
-                got += jobs.placement[job].milli  # type: ignore[union-attr]
-    else:
-        full = present & (free + reclaim == MILLI)
-        if int(full.sum()) < req.num_gpu:
-            return None
-        slots = np.flatnonzero(full)
-        slots = slots[np.argsort(reclaim[slots], kind="stable")][: req.num_gpu]
-        for slot in slots:
-            chosen.update(on_gpu.get(int(slot), []))
-    cpu = int(cap.cpu_free[row]) + sum(_cpu(jobs, cluster, j) for j in chosen)
-    mem = int(cap.mem_free[row]) + sum(_mem(jobs, cluster, j) for j in chosen)
-    for job in sorted(set(running) - chosen, key=lambda j: jobs.gpus[j]):
-        if cpu >= req.cpu_milli and mem >= req.mem_mib:
-            break
-        chosen.add(job)
-        cpu += _cpu(jobs, cluster, job)
-        mem += _mem(jobs, cluster, job)
-    if cpu < req.cpu_milli or mem < req.mem_mib or not chosen:
-        return None
-    return tuple(sorted(chosen))
+        candidates.append(
+            RoomCandidate(
+                job,
+                placement.gpus,
+                placement.milli,
+                jobs.gpus[job],
+                _cpu(jobs, cluster, job),
+                _mem(jobs, cluster, job),
+            )
+        )
+    victims = room_victims(
+        cap.gpu_free[row], cap.present[row], int(cap.cpu_free[row]), int(cap.mem_free[row]), candidates, req
+    )
+    return victims or None
 
 
 def _cpu(jobs: Jobs, cluster: PoolCluster, job: int) -> int:
