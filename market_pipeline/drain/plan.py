@@ -1,8 +1,8 @@
 """Which tasks to drain this tick: triggers, ordering and limits -> drain decisions.
 
 The triggers are disruption methods (`drain.triggers.DRAIN_METHODS`), most urgent
-first: pool pressure, operator requests, the billing budget guard, the scaler's scale-down,
-under-use. Each triggered task gets one decision, approved or blocked with its reasons; an
+first: pool pressure, room for waiting guaranteed tasks, operator requests, the billing budget
+guard, the scaler's scale-down, under-use. Each triggered task gets one decision, approved or blocked with its reasons; an
 approval counts against the caps of the decisions after it and consumes from the tick's one
 disruption budget (`disruption_budget`), which the scaler's methods consume from as well.
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 import polars as pl
 
-from market_pipeline.disruption.budget import DisruptionBudget, run_methods
+from market_pipeline.disruption.budget import DisruptionBudget, PoolBudget, run_methods
 from market_pipeline.drain.limits import (
     DrainLedger,
     DrainLimits,
@@ -35,7 +35,7 @@ from market_pipeline.drain.score import (
     task_utilisation,
 )
 from market_pipeline.drain.triggers import DRAIN_METHODS
-from market_pipeline.hardware.protocol import NodeInfo, NodeState, TaskInfo
+from market_pipeline.hardware.protocol import NodeInfo, NodeState, TaskInfo, WaitingTask
 from market_pipeline.warehouse.decision_inputs import DrainInputs
 from market_pipeline.warehouse.decisions import DecisionAction, DecisionKind, DecisionRow
 from market_pipeline.warehouse.decisions import decisions_frame as warehouse_decisions_frame
@@ -83,6 +83,8 @@ class PlanningInputs:
     manual_task_ids: Sequence[str] = ()
     # tenant -> why: tenants a budget guard blocked, grace period over (drain.budget)
     budget_blocked_tenants: Mapping[str, str] = field(default_factory=dict)
+    # guaranteed tasks waiting for capacity (`drain.triggers.GuaranteedWaiting` makes room)
+    waiting: Sequence[WaitingTask] = ()
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,7 @@ class _Batch:
         self.manual_task_ids = inputs.manual_task_ids
         self.budget_blocked_tenants = inputs.budget_blocked_tenants
         self.scale_down_nodes = inputs.scale_down_nodes
+        self.nodes, self.waiting, self.fleet_now = inputs.nodes, inputs.waiting, inputs.fleet_now
         self.ledger = DrainLedger(list(inputs.ledger.entries))
         self.ledger_now = inputs.ledger_now or inputs.fleet_now
         self.gpus_on = {pool: gpus for pool, (_, gpus) in pool_capacity(inputs.nodes).items()}
@@ -168,16 +171,9 @@ class _Batch:
 
     def consider(self, task: TaskInfo, reason: DrainReason, trigger: str, budget: DisruptionBudget) -> bool:
         self.chosen.add(task.task_id)
-        blockers = self.limits.task_blockers(
-            task, reason, fleet_now=self.inputs.fleet_now, ledger_now=self.ledger_now, ledger=self.ledger
-        )
         pool = budget.pool(task.pool_id)
-        over = pool.blocker(reason, task.node_id)
-        blockers.extend([over] if over else [])
+        blockers = self._blockers(task, reason, pool, self.ledger)
         score = self.scores[task.task_id]
-        # an operator's or a budget drain is not about how cheap the task is to drain
-        if reason not in SCORE_EXEMPT and score.score < self.policy.min_score:
-            blockers.append(f"low_score: drainability {score.score:.2f} < {self.policy.min_score:.2f}")
         decision = DrainDecision(
             decision_id=decision_id_for(task, reason, self.ledger_now, self.policy.tick_minutes),
             task=task,
@@ -195,6 +191,51 @@ class _Batch:
             self.ledger.add(decision.ledger_entry())
             pool.consume(task.node_id)
         return decision.allowed
+
+    def blockers_of_all(
+        self, tasks: Sequence[TaskInfo], reason: DrainReason, budget: DisruptionBudget
+    ) -> list[str]:
+        """Why `consider` would block one of `tasks` handed to it in this order (empty: it
+        would approve them all), each approval counted against the next, nothing recorded:
+        a method that drains all or nothing asks this first."""
+        trial = DrainLedger(list(self.ledger.entries))
+        trial_pools = {
+            pool_id: replace(budget.pool(pool_id), disrupting=set(budget.pool(pool_id).disrupting))
+            for pool_id in {t.pool_id for t in tasks}
+        }
+        for task in tasks:
+            pool = trial_pools[task.pool_id]
+            found = self._blockers(task, reason, pool, trial)
+            if found:
+                return found
+            trial.add(
+                LedgerEntry(
+                    decision_id_for(task, reason, self.ledger_now, self.policy.tick_minutes),
+                    task.task_id,
+                    task.tenant_id,
+                    task.pool_id,
+                    task.node_id,
+                    self.ledger_now,
+                )
+            )
+            pool.consume(task.node_id)
+        return []
+
+    def _blockers(
+        self, task: TaskInfo, reason: DrainReason, pool: PoolBudget, ledger: DrainLedger
+    ) -> list[str]:
+        """Every limit on one drain: the task limits against `ledger`, the pool's share of the
+        tick's budget, and the drainability score (a drain for pressure must be cheap)."""
+        blockers = self.limits.task_blockers(
+            task, reason, fleet_now=self.inputs.fleet_now, ledger_now=self.ledger_now, ledger=ledger
+        )
+        over = pool.blocker(reason, task.node_id)
+        blockers.extend([over] if over else [])
+        score = self.scores[task.task_id]
+        # an operator's or a budget drain is not about how cheap the task is to drain
+        if reason not in SCORE_EXEMPT and score.score < self.policy.min_score:
+            blockers.append(f"low_score: drainability {score.score:.2f} < {self.policy.min_score:.2f}")
+        return blockers
 
 
 def plan_drains(

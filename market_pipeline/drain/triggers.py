@@ -1,7 +1,8 @@
 """The drain planner's triggers: one disruption method per reason (`disruption_budget`).
 
-Run in this order, most urgent first: pool pressure, operator requests, the billing budget
-guard, the scaler's scale-down, under-use. Each method walks its own candidates (the tasks
+Run in this order, most urgent first: pool pressure, room for waiting guaranteed tasks (the
+rigid guarantee), operator requests, the billing budget guard, the scaler's scale-down,
+under-use. Each method walks its own candidates (the tasks
 in the planner's order, lowest priority and most drainable first) and hands each triggered
 task to the pass, which decides it against the task limits and the tick's one budget; an
 approval consumes from that budget before the next candidate, of this method or a later one.
@@ -9,13 +10,20 @@ approval consumes from that budget before the next candidate, of this method or 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
+import numpy as np
+
 from market_pipeline.disruption.budget import DisruptionBudget, DisruptionMethod, DisruptionReason
+from market_pipeline.drain.room import MAX_NODES_TRIED, RoomCandidate, room_victims
 from market_pipeline.drain.score import UtilisationStats, is_under_used
-from market_pipeline.hardware.protocol import TaskInfo
+from market_pipeline.hardware.protocol import NodeInfo, NodeState, ResourceClass, TaskInfo, WaitingTask
+from market_pipeline.placement.capacity import MILLI, PodRequest
+
+MAX_WAITING = 64  # waiting guaranteed tasks one pass makes room for, oldest first
 
 
 class DrainPolicy(Protocol):
@@ -50,10 +58,20 @@ class DrainPass(Protocol):
     def budget_blocked_tenants(self) -> Mapping[str, str]: ...
     @property
     def scale_down_nodes(self) -> Sequence[str]: ...
+    @property
+    def nodes(self) -> Sequence[NodeInfo]: ...
+    @property
+    def waiting(self) -> Sequence[WaitingTask]: ...  # guaranteed tasks waiting for capacity
+    @property
+    def fleet_now(self) -> datetime: ...
 
     def consider(
         self, task: TaskInfo, reason: DisruptionReason, trigger: str, budget: DisruptionBudget
     ) -> bool: ...
+
+    def blockers_of_all(
+        self, tasks: Sequence[TaskInfo], reason: DisruptionReason, budget: DisruptionBudget
+    ) -> list[str]: ...  # why `consider` would block one of them, handed in order; nothing recorded
 
 
 @dataclass(frozen=True)
@@ -82,6 +100,117 @@ class Pressure:
                     break
                 if plan.consider(task, self.reason, trigger, budget):
                     freed += task.gpus
+
+
+@dataclass(frozen=True)
+class GuaranteedWaiting:
+    """Room for guaranteed tasks waiting for capacity (the rigid guarantee, #46), as the
+    simulator makes it (`lab.simulate.drains`): for each waiting task, oldest first (at most
+    `MAX_WAITING`), the ON, uncordoned node of its GPU model where draining the fewest GPUs of
+    drainable tasks makes room (`drain.room.room_victims`, the simulator's search). A node's
+    victims are handed to the pass only when every one of them would be approved (no partial
+    drains); a blocked node gives way to the next cheapest (at most `MAX_NODES_TRIED`). The
+    reason is pressure, the simulator's drains' reason, under the same limits and budget.
+
+    What the live fleet does not tell: CPU and memory per node, so the search treats both as
+    unconstrained (GPU room only). The free milli of a GPU is 1000 less what its running
+    tasks hold; a task with an open drain counts as gone (its room is on the way), so a
+    waiting task whose room is being drained already waits without a second drain. A task
+    that fits somewhere already needs no drain; the node whose room one waiting task takes
+    (free or drained) is not offered to a later one in the same pass."""
+
+    reason: DisruptionReason = DisruptionReason.PRESSURE
+
+    def compute(self, plan: DrainPass, budget: DisruptionBudget) -> None:
+        waiting = sorted(plan.waiting, key=lambda w: (w.waiting_since, w.task_id))[:MAX_WAITING]
+        if not waiting:
+            return
+        rank = {t.task_id: i for i, t in enumerate(plan.ordered)}
+        on_node: dict[str, list[TaskInfo]] = {}
+        for task in plan.running:
+            on_node.setdefault(task.node_id, []).append(task)
+        eligible: dict[str, bool] = {}
+
+        def usable(task: TaskInfo) -> bool:
+            """Drainable and allowed now on its own (do-not-drain, cool-down, tenant cap,
+            budget, score: the simulator's pre-filter); a node's victims are checked together
+            again before any is handed to the pass."""
+            if (
+                task.task_id in plan.chosen
+                or task.task_id not in rank
+                or task.resource_class is not ResourceClass.DRAINABLE
+            ):
+                return False
+            if task.task_id not in eligible:
+                eligible[task.task_id] = not plan.blockers_of_all([task], self.reason, budget)
+            return eligible[task.task_id]
+
+        taken: set[str] = set()
+        for want in waiting:
+            req = PodRequest(want.num_gpu, want.gpu_milli)
+            options = []
+            for node in plan.nodes:
+                if (
+                    node.state is NodeState.ON
+                    and not node.cordoned
+                    and node.gpu_model == want.gpu_model
+                    and node.gpus >= want.num_gpu
+                    and node.node_id not in taken
+                ):
+                    victims = _node_victims(node, on_node.get(node.node_id, []), rank, usable, req)
+                    if victims is not None:
+                        options.append((sum(v.gpus for v in victims), node.node_id, victims))
+            options.sort(key=lambda o: (o[0], o[1]))  # a room free already drains nothing: first
+            wait_s = (plan.fleet_now - want.waiting_since).total_seconds()
+            for _, node_id, victims in options[:MAX_NODES_TRIED]:
+                if plan.blockers_of_all(victims, self.reason, budget):
+                    continue
+                trigger = (
+                    f"guaranteed task {want.task_id} waits {wait_s:.0f} s for "
+                    f"{want.num_gpu}x{want.gpu_milli} {want.gpu_model}: room on node {node_id}"
+                )
+                for victim in victims:
+                    plan.consider(victim, self.reason, trigger, budget)
+                taken.add(node_id)
+                break
+
+
+def _node_victims(
+    node: NodeInfo,
+    tasks: Sequence[TaskInfo],
+    rank: Mapping[str, int],
+    usable: Callable[[TaskInfo], bool],
+    req: PodRequest,
+) -> tuple[TaskInfo, ...] | None:
+    """The usable tasks on `node` to drain for `req`, in the planner's order; `()` when it fits
+    already, None when draining them all would not make room. Slots: the GPUs its tasks hold
+    (by uuid; a live uuid tells no position), the usable tasks' first in the planner's order
+    so that where slots tie the search drains the most drainable first and a multi-GPU task's
+    GPUs together; then its remaining GPUs, whole and free. A task with an open drain
+    (running, not in the planner's order) holds nothing."""
+    candidates = sorted((t for t in tasks if usable(t)), key=lambda t: rank[t.task_id])
+    picked = {t.task_id for t in candidates}
+    slot_of: dict[str, int] = {}
+    for task in [*candidates, *(t for t in tasks if t.task_id not in picked)]:
+        for uuid in task.gpu_uuids:
+            slot_of.setdefault(uuid, len(slot_of))
+    free = np.full(max(node.gpus, len(slot_of)), MILLI, dtype=np.int64)
+    for task in tasks:
+        if task.task_id in rank:
+            for uuid in task.gpu_uuids:
+                free[slot_of[uuid]] -= task.gpu_milli
+    found = room_victims(
+        np.clip(free, 0, MILLI),
+        np.ones(free.shape, dtype=bool),
+        0,  # CPU and memory: not known per live node, unconstrained (the request asks none)
+        0,
+        [
+            RoomCandidate(i, tuple(slot_of[u] for u in t.gpu_uuids), t.gpu_milli, t.gpus)
+            for i, t in enumerate(candidates)
+        ],
+        req,
+    )
+    return None if found is None else tuple(candidates[i] for i in found)
 
 
 @dataclass(frozen=True)
@@ -149,6 +278,7 @@ class UnderUsed:
 
 DRAIN_METHODS: tuple[DisruptionMethod[DrainPass], ...] = (
     Pressure(),
+    GuaranteedWaiting(),
     Manual(),
     BudgetGuard(),
     ScaleDown(),

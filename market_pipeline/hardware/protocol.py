@@ -179,6 +179,32 @@ class TaskInfo:
         return len(self.gpu_uuids) * self.gpu_milli / 1000.0
 
 
+@dataclass(frozen=True)
+class WaitingTask:
+    """A guaranteed (rigid) task waiting for capacity: what the drain planner makes room for
+    (`drain.triggers.GuaranteedWaiting`). `gpu_milli` is per GPU, as in TaskInfo."""
+
+    task_id: str
+    tenant_id: str
+    gpu_model: str
+    num_gpu: int
+    gpu_milli: int
+    mem_mib: int
+    waiting_since: datetime
+    cpu_milli: int = 0
+
+    def __post_init__(self) -> None:
+        if (
+            self.num_gpu < 1
+            or not 0 < self.gpu_milli <= 1000
+            or (self.num_gpu > 1 and self.gpu_milli != 1000)
+        ):
+            raise ValueError(
+                f"waiting task {self.task_id}: {self.num_gpu} GPU(s) of {self.gpu_milli} milli is no request "
+                "(one GPU of 1..1000 milli, or whole GPUs)"
+            )
+
+
 @runtime_checkable
 class NodeAdapter(Protocol):
     """What the control loop may do to the fleet; backends: simulated, local-process, nvml, dcgm."""

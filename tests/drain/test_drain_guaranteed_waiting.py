@@ -1,0 +1,165 @@
+"""The live drain planner makes room for waiting guaranteed tasks (`GuaranteedWaiting`, #46):
+the cheapest node's drainable tasks, all of them allowed or none."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from drain_testkit import T0, make_task, node, samples_for
+
+from market_pipeline.disruption.budget import BudgetRule
+from market_pipeline.drain.limits import DrainLedger, DrainLimits, DrainReason, LedgerEntry
+from market_pipeline.drain.plan import PlanningInputs, SelectionPolicy, plan_drains
+from market_pipeline.hardware.protocol import ResourceClass, WaitingTask
+
+GUARANTEED = ResourceClass.GUARANTEED
+
+# pressure never fires (allocation cannot exceed 100%): only the waiting tasks make drains
+POLICY = SelectionPolicy(under_use_util_pct=20, under_use_minutes=5, pressure_util_pct=100, min_score=0.4)
+LIMITS = DrainLimits(
+    tenant_max_drains_per_day=4,
+    landing_cooldown_minutes=15,
+    budgets=(BudgetRule(percent=100),),
+    decision_ttl_seconds=900,
+)
+
+
+def waiting(task_id="rigid-1", num_gpu=2, gpu_milli=1000, waited_s=240, model="A100-80GB") -> WaitingTask:
+    return WaitingTask(
+        task_id=task_id,
+        tenant_id="rigid",
+        gpu_model=model,
+        num_gpu=num_gpu,
+        gpu_milli=gpu_milli,
+        mem_mib=0,
+        waiting_since=T0 - timedelta(seconds=waited_s),
+    )
+
+
+def plan(tasks, nodes, wait, ledger=None):
+    inputs = PlanningInputs(
+        fleet_now=T0,
+        tasks=tasks,
+        nodes=nodes,
+        samples=samples_for({}),
+        ledger=ledger or DrainLedger(),
+        shadow=False,
+        waiting=wait,
+    )
+    return plan_drains(inputs, POLICY, LIMITS)
+
+
+def full(node_id, *sizes, tenant="t1", **kw):
+    """Tasks filling a 4-GPU node, one per size (GPUs)."""
+    return [
+        make_task(f"{node_id}-{i}", node=node_id, gpus=g, tenant=tenant, **kw) for i, g in enumerate(sizes)
+    ]
+
+
+def test_it_drains_the_tasks_in_the_way_on_the_cheapest_node() -> None:
+    # n1: a 2-GPU and two 1-GPU tasks (two GPUs: drain one 2-GPU task); n2: one 4-GPU task
+    tasks = full("n1", 2, 1, 1) + full("n2", 4)
+    decisions = plan(tasks, [node("n1", gpus=4), node("n2", gpus=4)], [waiting(num_gpu=2)])
+    assert [(d.task.task_id, d.reason, d.allowed) for d in decisions] == [
+        ("n1-0", DrainReason.PRESSURE, True)
+    ]
+    assert decisions[0].task.node_id == "n1"
+    assert (
+        "guaranteed task rigid-1 waits 240 s for 2x1000 A100-80GB: room on node n1" in decisions[0].reasons[0]
+    )
+
+
+def test_every_task_on_the_slots_it_needs_is_drained() -> None:
+    tasks = full("n2", 1, 1, 1, 1)
+    decisions = plan(tasks, [node("n2", gpus=4)], [waiting(num_gpu=3)])
+    assert sorted(d.task.task_id for d in decisions) == ["n2-0", "n2-1", "n2-2"]
+    assert all(d.allowed and d.task.node_id == "n2" for d in decisions)
+
+
+def test_a_fractional_request_drains_the_share_it_needs() -> None:
+    quarter = [make_task(f"q{i}", node="n1", gpus=1, gpu_milli=250) for i in range(4)]
+    for i, task in enumerate(quarter):  # four quarters on one GPU
+        quarter[i] = task.__class__(**{**task.__dict__, "gpu_uuids": ("n1-gpu0",)})
+    decisions = plan(quarter, [node("n1", gpus=1)], [waiting(num_gpu=1, gpu_milli=500)])
+    assert len(decisions) == 2 and all(d.allowed for d in decisions)
+
+
+def test_no_drain_where_the_room_is_free_already() -> None:
+    tasks = full("n1", 1, 1)  # two of four GPUs free
+    assert plan(tasks, [node("n1", gpus=4)], [waiting(num_gpu=2)]) == []
+
+
+def test_no_drain_for_a_request_no_node_can_hold() -> None:
+    tasks = full("n1", 4)
+    assert plan(tasks, [node("n1", gpus=4)], [waiting(num_gpu=8)]) == []
+    assert plan(tasks, [node("n1", gpus=4)], [waiting(num_gpu=2, model="H100")]) == []
+
+
+def test_no_partial_drain_when_a_victim_is_protected() -> None:
+    tasks = [
+        make_task("free-to-go", node="n1", gpus=2),
+        make_task("protected", node="n1", gpus=2, do_not_drain=True),
+    ]
+    assert plan(tasks, [node("n1", gpus=4)], [waiting(num_gpu=4)]) == []
+
+
+def test_guaranteed_work_is_never_drained_for_it() -> None:
+    tasks = [
+        make_task("elastic", node="n1", gpus=2),
+        make_task("rigid-0", node="n1", gpus=2, resource_class=GUARANTEED),
+    ]
+    assert plan(tasks, [node("n1", gpus=4)], [waiting(num_gpu=4)]) == []
+
+
+def test_no_partial_drain_when_the_tenant_cap_would_be_passed() -> None:
+    # tenant t1 has 3 drains today, cap 4: one more is allowed, the two this room needs are not
+    ledger = DrainLedger(
+        [
+            LedgerEntry(f"d{i}", f"old{i}", "t1", "p1", "n9", T0 - timedelta(hours=2), "drained")
+            for i in range(3)
+        ]
+    )
+    tasks = full("n1", 2, 2)
+    assert plan(tasks, [node("n1", gpus=4)], [waiting(num_gpu=4)], ledger) == []
+    # the same room where the cap still has two drains left
+    assert len(plan(tasks, [node("n1", gpus=4)], [waiting(num_gpu=4)], DrainLedger(ledger.entries[:2]))) == 2
+
+
+def test_a_blocked_node_gives_way_to_the_next_cheapest() -> None:
+    # n1 is cheaper (one 2-GPU task) but its tenant's cap is used up; n2 needs two tasks drained
+    ledger = DrainLedger(
+        [
+            LedgerEntry(f"d{i}", f"old{i}", "capped", "p1", "n9", T0 - timedelta(hours=2), "drained")
+            for i in range(4)
+        ]
+    )
+    tasks = full("n1", 2, 2, tenant="capped") + full("n2", 1, 1, 1, 1)
+    decisions = plan(tasks, [node("n1", gpus=4), node("n2", gpus=4)], [waiting(num_gpu=2)], ledger)
+    assert {d.task.node_id for d in decisions} == {"n2"} and len(decisions) == 2
+    assert all(d.allowed for d in decisions)
+
+
+def test_the_oldest_waiting_task_is_served_first() -> None:
+    # one node can be emptied this pass (budget: one disrupted node): the oldest task gets it
+    limits = DrainLimits(4, 15, (BudgetRule(nodes=1),), 900)
+    tasks = full("n1", 4) + full("n2", 4)
+    wait = [waiting("young", num_gpu=4, waited_s=60), waiting("old", num_gpu=4, waited_s=600)]
+    inputs = PlanningInputs(
+        fleet_now=T0,
+        tasks=tasks,
+        nodes=[node("n1", gpus=4), node("n2", gpus=4)],
+        samples=samples_for({}),
+        ledger=DrainLedger(),
+        shadow=False,
+        waiting=wait,
+    )
+    decisions = plan_drains(inputs, POLICY, limits)
+    assert len(decisions) == 1 and decisions[0].allowed
+    assert "guaranteed task old waits 600 s" in decisions[0].reasons[0]
+
+
+def test_a_room_being_drained_is_not_drained_twice() -> None:
+    # n1's task has an open drain (this tick's ledger): the waiting task's room is on the way
+    tasks = full("n1", 4) + full("n2", 4)
+    ledger = DrainLedger([LedgerEntry("d0", "n1-0", "t1", "p1", "n1", T0 - timedelta(minutes=1))])
+    assert plan(tasks, [node("n1", gpus=4), node("n2", gpus=4)], [waiting(num_gpu=4)], ledger) == []
