@@ -36,6 +36,7 @@ from market_pipeline.hardware.protocol import (
     ResourceClass,
     TaskInfo,
     TaskKind,
+    WaitingTask,
     empty_samples,
 )
 
@@ -319,6 +320,29 @@ class SimulatedAdapter:
                         task.job.num_gpu * task.job.gpu_milli / 1000
                     )
             return out
+
+        return self._with_twin(build, mutate=False)
+
+    def waiting_guaranteed(self, limit: int = 64) -> list[WaitingTask]:
+        """The pending guaranteed jobs, oldest first (at most `limit`): what the drain
+        planner makes room for (`drain.triggers.GuaranteedWaiting`)."""
+
+        def build(twin: FleetTwin) -> list[WaitingTask]:
+            rigid = [job for job in twin.pending if job.resource_class == ResourceClass.GUARANTEED.value]
+            rigid.sort(key=lambda job: (job.arrival_ts, job.task_id))
+            return [
+                WaitingTask(
+                    task_id=job.task_id,
+                    tenant_id=job.tenant_id,
+                    gpu_model=job.gpu_model,
+                    num_gpu=job.num_gpu,
+                    gpu_milli=job.gpu_milli,
+                    mem_mib=job.mem_mib,
+                    cpu_milli=job.cpu_milli,
+                    waiting_since=_datetime(job.arrival_ts),
+                )
+                for job in rigid[: max(limit, 0)]
+            ]
 
         return self._with_twin(build, mutate=False)
 

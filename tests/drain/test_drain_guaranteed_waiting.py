@@ -10,6 +10,8 @@ from drain_testkit import T0, make_task, node, samples_for
 from market_pipeline.disruption.budget import BudgetRule
 from market_pipeline.drain.limits import DrainLedger, DrainLimits, DrainReason, LedgerEntry
 from market_pipeline.drain.plan import PlanningInputs, SelectionPolicy, plan_drains
+from market_pipeline.drain.service import waiting_guaranteed
+from market_pipeline.drain.triggers import MAX_WAITING
 from market_pipeline.hardware.protocol import ResourceClass, WaitingTask
 
 GUARANTEED = ResourceClass.GUARANTEED
@@ -163,3 +165,15 @@ def test_a_room_being_drained_is_not_drained_twice() -> None:
     tasks = full("n1", 4) + full("n2", 4)
     ledger = DrainLedger([LedgerEntry("d0", "n1-0", "t1", "p1", "n1", T0 - timedelta(minutes=1))])
     assert plan(tasks, [node("n1", gpus=4), node("n2", gpus=4)], [waiting(num_gpu=4)], ledger) == []
+
+
+def test_waiting_tasks_come_from_a_backend_that_knows_them_and_none_from_others() -> None:
+    class Bare:  # Slurm, local-process, NVML: no such method
+        pass
+
+    class Twin:
+        def waiting_guaranteed(self, limit: int) -> list[WaitingTask]:
+            return [waiting(f"w{i}") for i in range(limit + 5)][:limit]
+
+    assert waiting_guaranteed(Bare()) == ()
+    assert len(waiting_guaranteed(Twin())) == MAX_WAITING

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from market_pipeline.config import load_config
 from market_pipeline.fleet.state import TwinStateError
 from market_pipeline.fleet.twin_adapter import SampleWindowExpired, SimulatedAdapter
+from market_pipeline.fleet.workload import Job
 from market_pipeline.hardware import AdapterBackendError, backend_class, make_adapter
 from market_pipeline.hardware.protocol import (
     REQUIRED_SAMPLE_COLUMNS,
@@ -222,3 +224,39 @@ def test_fleet_batch_writes_the_state_at_checkpoints_and_at_the_end(tmp_path: Pa
     assert adapter.store.peek_generation() == after_checkpoint + 1
     seen = {n.node_id: n.cordoned for n in _adapter(tmp_path).list_nodes()}
     assert all(seen[n] for n in nodes)
+
+
+def test_fleet_waiting_guaranteed_lists_the_pending_guaranteed_jobs_oldest_first(tmp_path: Path) -> None:
+    adapter = _adapter(tmp_path)
+    start = int(EPOCH.timestamp())
+    template = Job.from_json(
+        {
+            **{name: 0 for name in Job.__dataclass_fields__},
+            "task_id": "x",
+            "tenant_id": "t",
+            "gpu_model": "A100-80GB",
+            "num_gpu": 1,
+            "gpu_milli": 1000,
+            "qos": "LS",
+            "kind": "training",
+            "resource_class": "guaranteed",
+            "do_not_drain": False,
+            "checkpointable": True,
+            "ignores_sigterm": False,
+        }
+    )
+    pending = [
+        replace(template, task_id="young", arrival_ts=start + 300, num_gpu=2, mem_mib=4096),
+        replace(template, task_id="elastic", arrival_ts=start, resource_class="drainable"),
+        replace(template, task_id="old", arrival_ts=start + 60, gpu_milli=500),
+    ]
+
+    def queue(twin) -> None:
+        twin.pending.extend(pending)
+
+    adapter._with_twin(queue, mutate=True)
+    waiting = adapter.waiting_guaranteed()
+    assert [w.task_id for w in waiting] == ["old", "young"]
+    assert waiting[0].waiting_since == EPOCH + timedelta(seconds=60) and waiting[0].gpu_milli == 500
+    assert (waiting[1].num_gpu, waiting[1].mem_mib) == (2, 4096)
+    assert [w.task_id for w in adapter.waiting_guaranteed(limit=1)] == ["old"]
