@@ -5,7 +5,7 @@ how many nodes each node pool may still have disrupted for each reason (the most
 active budget, less the nodes already disrupting), and hands that mapping to its methods in
 order (emptiness, drift, consolidation, ...); every method that disrupts a node consumes from
 it. Here the methods are the scaler's (scale-down, node health) and the task-drain planner's
-(pressure, room for waiting guaranteed tasks, operator, budget guard, scale-down drains,
+(room for waiting guaranteed tasks, pressure, operator, budget guard, scale-down drains,
 under-used): both consume one `DisruptionBudget` built once per tick, so a scale-down and a
 drain decided in the same tick cannot together exceed it.
 

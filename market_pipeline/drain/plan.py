@@ -1,7 +1,7 @@
 """Which tasks to drain this tick: triggers, ordering and limits -> drain decisions.
 
 The triggers are disruption methods (`drain.triggers.DRAIN_METHODS`), most urgent
-first: pool pressure, room for waiting guaranteed tasks, operator requests, the billing budget
+first: room for waiting guaranteed tasks, pool pressure, operator requests, the billing budget
 guard, the scaler's scale-down, under-use. Each triggered task gets one decision, approved or blocked with its reasons; an
 approval counts against the caps of the decisions after it and consumes from the tick's one
 disruption budget (`disruption_budget`), which the scaler's methods consume from as well.

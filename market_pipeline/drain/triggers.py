@@ -1,7 +1,7 @@
 """The drain planner's triggers: one disruption method per reason (`disruption_budget`).
 
-Run in this order, most urgent first: pool pressure, room for waiting guaranteed tasks (the
-rigid guarantee), operator requests, the billing budget guard, the scaler's scale-down,
+Run in this order, most urgent first: room for waiting guaranteed tasks (the rigid guarantee:
+a promise, and the only method that drains where the room is needed), pool pressure, operator requests, the billing budget guard, the scaler's scale-down,
 under-use. Each method walks its own candidates (the tasks
 in the planner's order, lowest priority and most drainable first) and hands each triggered
 task to the pass, which decides it against the task limits and the tick's one budget; an
@@ -277,8 +277,8 @@ class UnderUsed:
 
 
 DRAIN_METHODS: tuple[DisruptionMethod[DrainPass], ...] = (
-    Pressure(),
     GuaranteedWaiting(),
+    Pressure(),
     Manual(),
     BudgetGuard(),
     ScaleDown(),

@@ -136,9 +136,10 @@ def test_methods_run_in_order_each_consuming_from_the_same_budget() -> None:
     budget = DisruptionBudget((BudgetRule(nodes=2),), T0, {"p1": 10})
     run_methods([Takes("a"), Takes("a"), Takes("b"), Takes("c")], seen, budget)
     assert seen == [("a", 1), ("a", 1), ("b", 2), ("c", 2)]  # a node already disrupting is free; c is over
+    assert [type(m).__name__ for m in DRAIN_METHODS[:2]] == ["GuaranteedWaiting", "Pressure"]
     assert [m.reason for m in DRAIN_METHODS] == [
-        DisruptionReason.PRESSURE,
         DisruptionReason.PRESSURE,  # room for waiting guaranteed tasks: the simulator's reason
+        DisruptionReason.PRESSURE,
         DisruptionReason.MANUAL,
         DisruptionReason.BUDGET,
         DisruptionReason.SCALE_DOWN,

@@ -177,3 +177,34 @@ def test_waiting_tasks_come_from_a_backend_that_knows_them_and_none_from_others(
 
     assert waiting_guaranteed(Bare()) == ()
     assert len(waiting_guaranteed(Twin())) == MAX_WAITING
+
+
+def test_the_room_for_a_waiting_guaranteed_task_comes_before_pressure_on_a_budget_of_one_node() -> None:
+    """Two full 4-GPU nodes, allocation 100%: pool pressure (threshold 92%) and a waiting
+    guaranteed task both want a drain, and the budget allows one node. The waiting task's
+    node gets it (its method runs first); pressure's lowest-priority-first pick, on the other
+    node, is refused by the budget. Pressure first, the budget went where no room was needed
+    (the default demo's twin: every room drain refused by `pool_budget`)."""
+    limits = DrainLimits(
+        tenant_max_drains_per_day=4,
+        landing_cooldown_minutes=15,
+        budgets=(BudgetRule(nodes=1),),
+        decision_ttl_seconds=900,
+    )
+    policy = SelectionPolicy(under_use_util_pct=20, under_use_minutes=5, pressure_util_pct=92, min_score=0.4)
+    # n1: the cheapest room for one GPU; n2: one 4-GPU task of the lowest priority
+    tasks = full("n1", 1, 1, 1, 1, priority=5) + full("n2", 4, priority=0)
+    inputs = PlanningInputs(
+        fleet_now=T0,
+        tasks=tasks,
+        nodes=[node("n1", gpus=4), node("n2", gpus=4)],
+        samples=samples_for({}),
+        ledger=DrainLedger(),
+        shadow=False,
+        waiting=[waiting(num_gpu=1)],
+    )
+    decisions = plan_drains(inputs, policy, limits)
+    approved = [d for d in decisions if d.allowed]
+    assert approved[0].task.task_id == "n1-0" and "guaranteed task rigid-1 waits" in approved[0].reasons[0]
+    assert {d.task.node_id for d in decisions if d.allowed} == {"n1"}
+    assert any(not d.allowed and d.task.node_id == "n2" for d in decisions)  # pressure's pick, over budget
