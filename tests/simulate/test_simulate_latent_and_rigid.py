@@ -259,14 +259,8 @@ def test_elastic_work_leaves_the_last_whole_node_to_rigid_work():
     free = PoolCluster(pool, run_inputs.nodes, "best_fit", run_inputs.typical, list(run_inputs.requests), 0)
     for _ in range(73):
         assert free.place(one, elastic=True) is not None  # without the reserve it is taken
-    # no node is empty now: the one nearest to empty is kept, and the others take elastic work
-    for placement in taken[:2] + taken[8:9]:
-        kept.release(one, placement)
-    nearest, other = taken[0].node, taken[8].node
-    assert nearest != other and taken[1].node == nearest
-    assert kept.free_top == 0 and kept.place(one, elastic=True).node == other
-    assert kept.place(one, elastic=True) is None  # node `nearest`, six GPUs in use, empties for rigid work
-    assert kept.place(one).node == nearest  # rigid work may use it
+    kept.release(one, taken[0])
+    assert kept.free_top == 0 and kept.place(one, elastic=True) is not None  # a partly used node is fine
     small = inputs(days=0.5, fleet={"G2": (9, 8)}, strategies=("static",))
     assert (
         PoolCluster(small.pools[0], small.nodes, "best_fit", small.typical, list(small.requests), 1).reserve
