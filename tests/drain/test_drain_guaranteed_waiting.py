@@ -38,7 +38,7 @@ def waiting(task_id="rigid-1", num_gpu=2, gpu_milli=1000, waited_s=240, model="A
     )
 
 
-def plan(tasks, nodes, wait, ledger=None):
+def plan(tasks, nodes, wait, ledger=None, policy=POLICY, limits=LIMITS):
     inputs = PlanningInputs(
         fleet_now=T0,
         tasks=tasks,
@@ -48,7 +48,7 @@ def plan(tasks, nodes, wait, ledger=None):
         shadow=False,
         waiting=wait,
     )
-    return plan_drains(inputs, POLICY, LIMITS)
+    return plan_drains(inputs, policy, limits)
 
 
 def full(node_id, *sizes, tenant="t1", **kw):
@@ -146,16 +146,7 @@ def test_the_oldest_waiting_task_is_served_first() -> None:
     limits = DrainLimits(4, 15, (BudgetRule(nodes=1),), 900)
     tasks = full("n1", 4) + full("n2", 4)
     wait = [waiting("young", num_gpu=4, waited_s=60), waiting("old", num_gpu=4, waited_s=600)]
-    inputs = PlanningInputs(
-        fleet_now=T0,
-        tasks=tasks,
-        nodes=[node("n1", gpus=4), node("n2", gpus=4)],
-        samples=samples_for({}),
-        ledger=DrainLedger(),
-        shadow=False,
-        waiting=wait,
-    )
-    decisions = plan_drains(inputs, POLICY, limits)
+    decisions = plan(tasks, [node("n1", gpus=4), node("n2", gpus=4)], wait, limits=limits)
     assert len(decisions) == 1 and decisions[0].allowed
     assert "guaranteed task old waits 600 s" in decisions[0].reasons[0]
 
@@ -194,16 +185,9 @@ def test_the_room_for_a_waiting_guaranteed_task_comes_before_pressure_on_a_budge
     policy = SelectionPolicy(under_use_util_pct=20, under_use_minutes=5, pressure_util_pct=92, min_score=0.4)
     # n1: the cheapest room for one GPU; n2: one 4-GPU task of the lowest priority
     tasks = full("n1", 1, 1, 1, 1, priority=5) + full("n2", 4, priority=0)
-    inputs = PlanningInputs(
-        fleet_now=T0,
-        tasks=tasks,
-        nodes=[node("n1", gpus=4), node("n2", gpus=4)],
-        samples=samples_for({}),
-        ledger=DrainLedger(),
-        shadow=False,
-        waiting=[waiting(num_gpu=1)],
+    decisions = plan(
+        tasks, [node("n1", gpus=4), node("n2", gpus=4)], [waiting(num_gpu=1)], policy=policy, limits=limits
     )
-    decisions = plan_drains(inputs, policy, limits)
     approved = [d for d in decisions if d.allowed]
     assert approved[0].task.task_id == "n1-0" and "guaranteed task rigid-1 waits" in approved[0].reasons[0]
     assert {d.task.node_id for d in decisions if d.allowed} == {"n1"}
