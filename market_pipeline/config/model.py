@@ -245,9 +245,9 @@ class RigidGuaranteeConfig(_Strict):
     # (`placement.guarantee.reserved_nodes`); 0 turns the reserve off
     forecast_window_minutes: float = Field(60.0, ge=0)
     # and the last this many empty largest nodes of a GPU model are kept from new drainable
-    # work for whole-node guaranteed arrivals, in models with at least 10x as many largest
-    # nodes (`placement.guarantee.kept_empty`); 0 turns it off
-    empty_nodes_kept: int = Field(1, ge=0)
+    # work for whole-node guaranteed arrivals, at most one per 10 of its largest nodes
+    # (`placement.guarantee.kept_empty`); 0 turns it off
+    empty_nodes_kept: int = Field(2, ge=0)
     max_violations_vs_static: float = Field(1.0, ge=0)
     max_waiting_vs_static: float = Field(1.0, ge=0)
 

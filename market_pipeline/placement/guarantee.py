@@ -183,7 +183,7 @@ def reserved_nodes(
     return reserved
 
 
-# an empty-node reserve costs at most this share of a GPU model's largest nodes (small pools keep none)
+# an empty-node reserve keeps at most one node per this many of a GPU model's largest nodes (small pools keep none)
 EMPTY_RESERVE_FACTOR = 10
 
 
@@ -199,9 +199,11 @@ def kept_empty(
     cap: ClusterCapacity, keep: int, largest: np.ndarray | None = None, empty: np.ndarray | None = None
 ) -> np.ndarray:
     """(N,) bool: the empty largest nodes (every GPU free) kept from new drainable work for
-    whole-node guaranteed arrivals: per GPU model with at least `EMPTY_RESERVE_FACTOR` x `keep`
-    largest nodes (`largest_nodes`), its empty schedulable ones while no more than `keep` are
-    empty. Drainable work may take an empty node only while more than `keep` are.
+    whole-node guaranteed arrivals: per GPU model, its empty schedulable largest nodes
+    (`largest_nodes`) while no more than its keep are empty, the keep being `keep` capped at one
+    per `EMPTY_RESERVE_FACTOR` largest nodes (a model with fewer than that many keeps none; one
+    with 17 keeps at most one). Drainable work may take an empty node only while more than the
+    model's keep are.
 
     A whole-node guaranteed job (openb: 8-GPU LS pods) needs an empty node, and a node shared
     with guaranteed work, or with drainable work whose tenants have used their daily drain
@@ -225,8 +227,9 @@ def kept_empty(
     codes, n_models = cap.model_code, max(len(cap.model_names), 1)
     big = np.bincount(codes[largest], minlength=n_models)
     free_count = np.bincount(codes[free], minlength=n_models)
+    keeps = np.minimum(keep, big // EMPTY_RESERVE_FACTOR)
     # one vector test finds the models where the rule binds (none, while each has spare empty nodes)
-    for code in np.flatnonzero((big >= EMPTY_RESERVE_FACTOR * keep) & (free_count <= keep)):
+    for code in np.flatnonzero((keeps > 0) & (free_count <= keeps)):
         kept |= free & (codes == code)
     return kept
 

@@ -270,11 +270,12 @@ def test_a_drainable_task_keeps_off_the_node_reserved_for_forecast_guaranteed_ar
 @pytest.mark.parametrize("keep", [1, 0])
 def test_a_drainable_task_keeps_off_the_last_empty_node_kept_for_whole_node_guaranteed_work(keep):
     """A GPU model with ten or more largest nodes, of which only r_full (full of drainable
-    one-GPU tasks) and r_empty (empty) are schedulable. With `empty_nodes_kept` = 1 (the
-    shipped config) a new drainable task waits rather than take r_empty, and a guaranteed
-    whole-node arrival starts there at once; with 0 the drainable task takes it."""
+    one-GPU tasks) and r_empty (empty) are schedulable. With `empty_nodes_kept` = 1 (what the
+    shipped 2 keeps in a model with 10-19 largest nodes) a new drainable task waits rather than
+    take r_empty, and a guaranteed whole-node arrival starts there at once; with 0 the drainable
+    task takes it."""
     setup = build_setup(load_config(environ={}))
-    assert setup.params.empty_nodes_kept == 1
+    assert setup.params.empty_nodes_kept == 2
     params = dataclasses.replace(setup.params, empty_nodes_kept=keep, reserve_window_s=0)
     twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
     gpus = twin.cap.present.sum(axis=1)

@@ -90,6 +90,21 @@ def test_the_forecast_expects_the_recent_rate_in_the_latest_arrivals_shapes():
         GuaranteedForecast(window_s=0.0)
 
 
+@pytest.mark.parametrize(("largest", "kept"), [(20, 2), (17, 1), (10, 1), (9, 0)])
+def test_a_model_keeps_at_most_one_empty_node_per_ten_of_its_largest(largest, kept):
+    """`empty_nodes_kept` = 2: a model with 20 largest nodes keeps its last two empty ones; one
+    with 10-19 (openb's T4 has 17) keeps one, not none; one with 9 keeps none."""
+    cap = _nodes(("G2", largest, 8), ("G2", 3, 4))
+    _fill(cap, range(largest - 3))  # three largest nodes empty, and the three 4-GPU ones
+    assert not kept_empty(cap, 2).any()  # three empty: drainable work may take one
+    _fill(cap, [largest - 3])  # two left
+    # both kept where the model keeps two; where it keeps one, two empty leave one to take
+    assert np.flatnonzero(kept_empty(cap, 2)).tolist() == ([largest - 2, largest - 1] if kept == 2 else [])
+    _fill(cap, [largest - 2])  # one left: kept wherever the model keeps any
+    assert np.flatnonzero(kept_empty(cap, 2)).tolist() == ([largest - 1] if kept else [])
+    assert np.flatnonzero(kept_empty(cap, 1)).tolist() == ([largest - 1] if kept else [])
+
+
 def _nodes(*groups: tuple[str, int, int]) -> ClusterCapacity:
     """(model, count, GPUs per node) groups of nodes, in that order."""
     models = [m for m, n, _ in groups for _ in range(n)]
@@ -118,7 +133,8 @@ def test_the_last_empty_largest_node_of_a_model_is_kept_from_drainable_work():
     assert np.flatnonzero(kept).tolist() == [9]  # the last empty 8-GPU G2 node, not the 4-GPU ones
     assert choose_outside(BestFit(), cap, PodRequest(1, 1000, 100, 1_000), kept).node != 9
     assert not kept_empty(cap, 0).any()  # 0 turns it off
-    assert not kept_empty(cap, 2)[:12].any()  # keeping 2 needs 20 largest G2 nodes: G2 keeps none
+    # keeping 2 needs 20 largest G2 nodes: with ten, G2 keeps one, as with 1
+    assert np.flatnonzero(kept_empty(cap, 2)).tolist() == [9]
     _fill(cap, range(12, 20))  # T4: nine largest nodes, under ten: one empty left, not kept
     assert not kept[12:].any() and not kept_empty(cap, 1)[12:].any()
     cap.schedulable[9] = False  # a cordoned node is not capacity: nothing left to keep

@@ -266,6 +266,18 @@ def test_elastic_work_leaves_the_last_whole_node_to_rigid_work():
         PoolCluster(small.pools[0], small.nodes, "best_fit", small.typical, list(small.requests), 1).reserve
         == 0
     )
+    # at most one kept per ten largest nodes: asked for two, 17 nodes keep one and 20 keep two
+    for nodes, reserve in ((17, 1), (20, 2)):
+        pool_inputs = inputs(days=0.5, fleet={"G2": (nodes, 8)}, strategies=("static",))
+        cluster = PoolCluster(
+            pool_inputs.pools[0],
+            pool_inputs.nodes,
+            "best_fit",
+            pool_inputs.typical,
+            list(pool_inputs.requests),
+            2,
+        )
+        assert cluster.reserve == reserve
 
 
 def test_rigid_price_index_holds_the_static_mix_fixed():

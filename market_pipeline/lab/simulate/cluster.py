@@ -132,8 +132,8 @@ class PoolCluster:
         # The count of empty largest nodes, kept in step, skips the call where it keeps none.
         self.node_gpus = self.cap.present.sum(axis=1)
         self.top = largest_nodes(self.cap)
-        # only where that is at most a tenth of the pool's largest nodes (small pools keep none)
-        self.reserve = int(reserve_nodes) if self.top.sum() >= EMPTY_RESERVE_FACTOR * reserve_nodes else 0
+        # at most one per EMPTY_RESERVE_FACTOR of the pool's largest nodes (small pools keep none)
+        self.reserve = min(int(reserve_nodes), int(self.top.sum()) // EMPTY_RESERVE_FACTOR)
         self.free_top = int((self.top & (self.node_full == self.node_gpus)).sum())
         # nodes held for this pool's waiting rigid jobs (`placement.guarantee`): no elastic job there
         self.held = np.zeros(self.cap.n_nodes, dtype=bool)
