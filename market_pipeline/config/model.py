@@ -248,6 +248,10 @@ class RigidGuaranteeConfig(_Strict):
     # work for whole-node guaranteed arrivals, at most one per 10 of its largest nodes
     # (`placement.guarantee.kept_empty`); 0 turns it off
     empty_nodes_kept: int = Field(2, ge=0)
+    # drains for a waiting rigid job are planned at the latest control step from which they still
+    # end within its SLA wait (`guardrails.task_drain.max_total_seconds`), not at the first, unless
+    # it needs a whole node (`placement.guarantee.drain_due`); false: at the first step
+    drain_at_latest_step: bool = True
     max_violations_vs_static: float = Field(1.0, ge=0)
     max_waiting_vs_static: float = Field(1.0, ge=0)
 

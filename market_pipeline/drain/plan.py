@@ -36,6 +36,7 @@ from market_pipeline.drain.score import (
 )
 from market_pipeline.drain.triggers import DRAIN_METHODS
 from market_pipeline.hardware.protocol import NodeInfo, NodeState, TaskInfo, WaitingTask
+from market_pipeline.placement.guarantee import drain_after_seconds
 from market_pipeline.warehouse.decision_inputs import DrainInputs
 from market_pipeline.warehouse.decisions import DecisionAction, DecisionKind, DecisionRow
 from market_pipeline.warehouse.decisions import decisions_frame as warehouse_decisions_frame
@@ -54,10 +55,20 @@ class SelectionPolicy:
     min_score: float = 0.4
     sample_interval_seconds: float = 60.0
     tick_minutes: float = 5.0
+    # a waiting guaranteed task is drained for once it has waited this long, or at once where it
+    # needs a whole node (`placement.guarantee.drain_due`); 0: at the first pass
+    guaranteed_drain_after_seconds: float = 0.0
 
     @classmethod
     def from_config(cls, config: MarketPipelineConfig, min_score: float = 0.4) -> "SelectionPolicy":
         section = config.guardrails.task_drain
+        guarantee = config.guardrails.rigid_guarantee
+        after = 0.0
+        if guarantee.enabled and guarantee.drain_at_latest_step:
+            drain_s = (
+                section.warn_seconds + section.checkpoint_timeout_seconds + section.terminate_timeout_seconds
+            )
+            after = drain_after_seconds(section.max_total_seconds, drain_s, 60.0 * config.loop.tick_minutes)
         return cls(
             section.under_use_util_pct,
             section.under_use_minutes,
@@ -65,6 +76,7 @@ class SelectionPolicy:
             min_score,
             float(config.loop.sample_interval_seconds),
             float(config.loop.tick_minutes),
+            after,
         )
 
 

@@ -22,6 +22,7 @@ from market_pipeline.drain.room import MAX_NODES_TRIED, RoomCandidate, room_vict
 from market_pipeline.drain.score import UtilisationStats, is_under_used
 from market_pipeline.hardware.protocol import NodeInfo, NodeState, ResourceClass, TaskInfo, WaitingTask
 from market_pipeline.placement.capacity import MILLI, PodRequest
+from market_pipeline.placement.guarantee import drain_due
 
 MAX_WAITING = 64  # waiting guaranteed tasks one pass makes room for, oldest first
 
@@ -35,6 +36,8 @@ class DrainPolicy(Protocol):
     def under_use_minutes(self) -> float: ...
     @property
     def sample_interval_seconds(self) -> float: ...
+    @property
+    def guaranteed_drain_after_seconds(self) -> float: ...
 
 
 class DrainPass(Protocol):
@@ -113,7 +116,9 @@ class GuaranteedWaiting:
     reason is pressure, the simulator's drains' reason, under the same limits and budget.
 
     What the live fleet does not tell: CPU and memory per node, so the search treats both as
-    unconstrained (GPU room only). The free milli of a GPU is 1000 less what its running
+    unconstrained (GPU room only). A task is drained for only once it is due
+    (`placement.guarantee.drain_due`: it has waited `policy.guaranteed_drain_after_seconds`, or
+    it needs a whole node of its GPU model), as the simulator's control steps do. The free milli of a GPU is 1000 less what its running
     tasks hold; a task with an open drain counts as gone (its room is on the way), so a
     waiting task whose room is being drained already waits without a second drain. A task
     that fits somewhere already needs no drain; the node whose room one waiting task takes
@@ -122,7 +127,23 @@ class GuaranteedWaiting:
     reason: DisruptionReason = DisruptionReason.PRESSURE
 
     def compute(self, plan: DrainPass, budget: DisruptionBudget) -> None:
-        waiting = sorted(plan.waiting, key=lambda w: (w.waiting_since, w.task_id))[:MAX_WAITING]
+        largest: dict[str, int] = {}
+        for node in plan.nodes:
+            largest[node.gpu_model] = max(largest.get(node.gpu_model, 0), int(node.gpus))
+        after = plan.policy.guaranteed_drain_after_seconds
+        waiting = sorted(
+            (
+                w
+                for w in plan.waiting
+                if drain_due(
+                    (plan.fleet_now - w.waiting_since).total_seconds(),
+                    w.num_gpu,
+                    largest.get(w.gpu_model, 0),
+                    after,
+                )
+            ),
+            key=lambda w: (w.waiting_since, w.task_id),
+        )[:MAX_WAITING]
         if not waiting:
             return
         rank = {t.task_id: i for i, t in enumerate(plan.ordered)}

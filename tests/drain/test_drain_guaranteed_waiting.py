@@ -3,6 +3,7 @@ the cheapest node's drainable tasks, all of them allowed or none."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 from drain_testkit import T0, make_task, node, samples_for
@@ -192,3 +193,34 @@ def test_the_room_for_a_waiting_guaranteed_task_comes_before_pressure_on_a_budge
     assert approved[0].task.task_id == "n1-0" and "guaranteed task rigid-1 waits" in approved[0].reasons[0]
     assert {d.task.node_id for d in decisions if d.allowed} == {"n1"}
     assert any(not d.allowed and d.task.node_id == "n2" for d in decisions)  # pressure's pick, over budget
+
+
+def test_a_task_churn_may_still_serve_is_drained_for_only_when_a_later_pass_would_be_late() -> None:
+    """With `drain_at_latest_step` (the shipped config: 600 s SLA wait, 120 s drains, 5-minute
+    passes, so 180 s), a 2-GPU task on 4-GPU nodes that has waited 60 s is left to the pool's
+    churn this pass; at 240 s it is drained for. A 4-GPU task (a whole node) is drained for at
+    once: churn rarely empties a node."""
+    from market_pipeline.config import load_config
+
+    policy = SelectionPolicy.from_config(load_config())
+    assert policy.guaranteed_drain_after_seconds == 180.0
+    policy = dataclasses.replace(policy, pressure_util_pct=100)  # only the waiting tasks drain
+    tasks = full("n1", 2, 1, 1) + full("n2", 4)
+    nodes = [node("n1", gpus=4), node("n2", gpus=4)]
+    assert plan(tasks, nodes, [waiting(num_gpu=2, waited_s=60)], policy=policy) == []
+    assert [
+        d.task.task_id for d in plan(tasks, nodes, [waiting(num_gpu=2, waited_s=240)], policy=policy)
+    ] == ["n1-0"]
+    whole = plan(tasks, nodes, [waiting(num_gpu=4, waited_s=10)], policy=policy)
+    assert sum(d.task.gpus for d in whole) == 4 and all(d.allowed for d in whole)
+
+
+def test_draining_at_the_first_pass_is_a_setting() -> None:
+    from market_pipeline.config import load_config
+
+    config = load_config()
+    guarantee = config.guardrails.rigid_guarantee.model_copy(update={"drain_at_latest_step": False})
+    config = config.model_copy(
+        update={"guardrails": config.guardrails.model_copy(update={"rigid_guarantee": guarantee})}
+    )
+    assert SelectionPolicy.from_config(config).guaranteed_drain_after_seconds == 0.0

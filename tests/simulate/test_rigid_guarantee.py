@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from simulate_testkit import config, inputs
+from simulate_testkit import config, inputs, with_guarantee
 
 from market_pipeline.lab.simulate.engine import StrategyRun
 from market_pipeline.lab.simulate.guarantee import guarantee_check
@@ -289,6 +289,36 @@ def test_every_waiting_rigid_job_is_offered_drains_at_a_control_step():
     run._drain_for = spy  # type: ignore[method-assign]
     run._retry_drains(7500.0)
     assert offered == waiting
+
+
+@pytest.mark.parametrize("latest", [True, False])
+def test_a_partial_node_rigid_job_is_drained_for_at_the_latest_step_still_in_time(latest):
+    """One 8-GPU node full of 1-GPU elastic jobs; a 1-GPU rigid job arrives 150 s before a
+    control step. With `drain_at_latest_step` (600 s SLA wait, 120 s drains, 300 s steps: due
+    after 180 s) that step leaves it to the pool's churn, and the next one, at 450 s of waiting,
+    drains for it: it starts at 570 s, within its SLA wait. Off, the first step drains for it
+    (a drain the churn may have made needless, spending one of the tenant's daily drains)."""
+    economics = EconomicAssumptions(tenants_per_class=4)
+    run_inputs = with_guarantee(
+        inputs(days=0.5, fleet={"G2": (1, 8)}, strategies=("stackelberg",), economics=economics),
+        drain_at_latest_step=latest,
+    )
+    run = StrategyRun(run_inputs, make_strategy("stackelberg", run_inputs))
+    assert run.control_s == 300.0 and run.drain_after_s == (180.0 if latest else 0.0)
+    one = _pod(run, 1)
+    [_submit(run, True, one, 0.0, 36_000.0) for _ in range(8)]
+    arrived = 7350.0  # past the elastic jobs' landing cool-down
+    rigid = _submit(run, False, one, arrived, 3600.0)
+    assert run.jobs.state[rigid] == QUEUED
+    run._control(7500.0)
+    assert run.meter.drains == (0 if latest else 1)
+    run._control(7800.0)
+    assert run.meter.drains == 1
+    run._until(8400.0)
+    assert run.jobs.state[rigid] == RUNNING
+    step = 7800.0 if latest else 7500.0
+    assert run.jobs.first_start[rigid] - arrived == pytest.approx(step - arrived + run.drainer.seconds)
+    assert run.jobs.first_start[rigid] - arrived <= run.inputs.sla_wait_s
 
 
 def _start_on(run: StrategyRun, elastic: bool, pod: int, node: int, slots: tuple[int, ...]) -> int:

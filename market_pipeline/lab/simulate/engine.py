@@ -43,6 +43,7 @@ from market_pipeline.placement.capacity import Placement, PodRequest
 from market_pipeline.placement.guarantee import (
     GuaranteedForecast,
     closed_nodes,
+    drain_after_seconds,
     held_nodes,
     hold_limit,
     reserved_nodes,
@@ -103,6 +104,14 @@ class StrategyRun(RigidService):
         # the live control loop's cadence: waiting rigid jobs retry spill and drains this often
         self.control_s = 60.0 * min(inputs.config.loop.tick_minutes, s.tick_minutes)
         self.control_step = 0
+        # a waiting rigid job's drains are planned at the latest control step still in time, or
+        # at once where it needs a whole node (`placement.guarantee.drain_due`)
+        self.drain_after_s = (
+            drain_after_seconds(inputs.sla_wait_s, self.drainer.seconds, self.control_s)
+            if self.drainer is not None and guarantee.enabled and guarantee.drain_at_latest_step
+            else 0.0
+        )
+        self.largest_gpus = [int(c.node_gpus.max(initial=0)) for c in self.clusters]
         self.spilled = 0  # rigid jobs placed on another pool than the one they were drawn for
         self.epoch_s = inputs.epoch.timestamp()
         self.bought = np.zeros(2 * len(inputs.pools))  # GPUs requested this tick per resource

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from market_pipeline.lab.simulate.jobs import DRAINING, QUEUED
 from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID
+from market_pipeline.placement.guarantee import drain_due
 
 if TYPE_CHECKING:
     from market_pipeline.placement.capacity import Placement
@@ -45,6 +46,8 @@ class RigidService:
     _no_room: dict[tuple[int, int, int], int]
     hold_stale: list[bool]
     hold_limits: list[int]
+    drain_after_s: float
+    largest_gpus: list[int]
 
     def _start(self, job: int, placement: "Placement", t: float) -> None: ...
     def _stop(self, job: int) -> None: ...
@@ -195,14 +198,20 @@ class RigidService:
         self._start(job, placement, t)
 
     def _retry_drains(self, t: float) -> None:
-        """At a control step, every rigid job still waiting tries the drain guardrail (a
-        request shape whose search failed is skipped for the rest of the step, `_no_room`).
-        This is the only way in: the live drain planner runs at control-loop ticks and a
-        task's arrival does not call it, so a job the pool's own churn starts before the next
-        step is drained for by nobody."""
+        """At a control step, every rigid job still waiting that is due (`placement.guarantee.
+        drain_due`: a later step would be too late, or it needs a whole node) tries the drain
+        guardrail (a request shape whose search failed is skipped for the rest of the step,
+        `_no_room`). This is the only way in: the live drain planner runs at control-loop ticks
+        and a task's arrival does not call it, so a job the pool's own churn starts before its
+        drains are due is drained for by nobody."""
         jobs = self.jobs
         for r, (rigid, _) in enumerate(self.queues):
+            largest = self.largest_gpus[r]
             for key in list(rigid):
                 for job in list(rigid.get(key, ())):
-                    if jobs.state[job] == QUEUED and job not in self.awaited:
+                    if (
+                        jobs.state[job] == QUEUED
+                        and job not in self.awaited
+                        and drain_due(t - jobs.arrival[job], key[0], largest, self.drain_after_s)
+                    ):
                         self._drain_for(job, t)
