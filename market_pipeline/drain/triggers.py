@@ -118,11 +118,12 @@ class GuaranteedWaiting:
     What the live fleet does not tell: CPU and memory per node, so the search treats both as
     unconstrained (GPU room only). A task is drained for only once it is due
     (`placement.guarantee.drain_due`: it has waited `policy.guaranteed_drain_after_seconds`, or
-    it needs a whole node of its GPU model), as the simulator's control steps do. The free milli of a GPU is 1000 less what its running
-    tasks hold; a task with an open drain counts as gone (its room is on the way), so a
-    waiting task whose room is being drained already waits without a second drain. A task
-    that fits somewhere already needs no drain; the node whose room one waiting task takes
-    (free or drained) is not offered to a later one in the same pass."""
+    it needs a whole node of its GPU model), as the simulator's control steps do. The free
+    milli of a GPU is 1000 less what its running tasks hold; a task with an open drain counts
+    as gone (its room is on the way), so a waiting task whose room is being drained already
+    waits without a second drain. A task that fits somewhere already needs no drain; the node
+    whose room one waiting task takes (free or drained) is not offered to a later one in the
+    same pass."""
 
     reason: DisruptionReason = DisruptionReason.PRESSURE
 
