@@ -210,3 +210,29 @@ def test_bench_guarantee_rejects_bad_input_naming_it(tmp_path, capsys, change, m
     err = capsys.readouterr().err
     assert err.startswith("error:") and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "g.json").exists()
+
+
+def test_bench_guarantee_moves_its_window_off_a_gap_in_the_load_with_load_start_day(tmp_path, capsys):
+    """The gap's refusal names `--load-start-day`; `bench guarantee` takes it and runs there."""
+    data = tmp_path / "data"
+    (data / "alibaba-gpu-2023").mkdir(parents=True)
+    (data / "helios-earth").mkdir()
+    pods, nodes, load = _write_traces(tmp_path, pods=80)
+    (data / "alibaba-gpu-2023" / "openb_pod_list_default.csv").write_text(pods.read_text())
+    (data / "alibaba-gpu-2023" / "openb_node_list_gpu_node.csv").write_text(nodes.read_text())
+    lines = load.read_text().splitlines()
+    for i in range(1440, 1440 + 7 * 60):  # seven idle hours from day 1: an outage, not idleness
+        stamp = lines[1 + i].split(",")[0]
+        lines[1 + i] = f"{stamp},0,0,100"
+    (data / "helios-earth" / "vcA.csv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "g.json"
+    args = ["bench", "guarantee", "--data", str(data), "--days", "0.25", "--warmup-days", "0.25"]
+    args += ["--workers", "1", "--json", str(out)]
+    assert main([*args, "--load-start-day", "1.25"]) == 2
+    err = capsys.readouterr().err
+    assert "gap at day 1.00" in err and "--load-start-day" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    assert main([*args, "--load-start-day", "2.0"]) == 0
+    report = json.loads(out.read_text())
+    assert report["summary"]["load_start_day"] == 2.0
+    assert [w["week"] for w in report["weeks"]] == ["default/vcA/s7"]

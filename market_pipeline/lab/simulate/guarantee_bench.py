@@ -156,10 +156,17 @@ def run_week(
     before: bool,
     workers: int | None,
     ceiling: bool = False,
+    load_start_day: float = SimulationSettings.load_start_day,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     strategies = ("static", "stackelberg", CEILING) if ceiling else ("static", "stackelberg")
-    settings = SimulationSettings(days=days, warmup_days=warmup_days, seed=week.seed, strategies=strategies)
+    settings = SimulationSettings(
+        days=days,
+        warmup_days=warmup_days,
+        seed=week.seed,
+        strategies=strategies,
+        load_start_day=load_start_day,
+    )
     pods, nodes = load_pods(week.pods), load_nodes(nodes_file, config)
     load = load_helios([week.load], settings.tick_minutes)
     row: dict[str, Any] = {"week": week.name, "role": week.role}
@@ -197,9 +204,17 @@ def run_grid(
     before: bool,
     workers: int | None = None,
     ceiling: bool = False,
+    load_start_day: float = SimulationSettings.load_start_day,
 ) -> dict[str, Any]:
-    rows = [run_week(config, w, nodes, days, warmup_days, before, workers, ceiling) for w in weeks]
-    summary: dict[str, Any] = {"days": days, "warmup_days": warmup_days, "weeks": len(rows)}
+    rows = [
+        run_week(config, w, nodes, days, warmup_days, before, workers, ceiling, load_start_day) for w in weeks
+    ]
+    summary: dict[str, Any] = {
+        "days": days,
+        "warmup_days": warmup_days,
+        "load_start_day": load_start_day,
+        "weeks": len(rows),
+    }
     for role in ("tuning", "judged"):
         mine = [r for r in rows if r["role"] == role]
         if not mine:

@@ -1,8 +1,8 @@
 """`market-pipeline bench guarantee`: the rigid guarantee on a grid of weeks (JSON).
 
     market-pipeline bench guarantee [--data DIR] [--pods A.csv,B.csv] [--loads X.csv,Y.csv]
-        [--seeds 7] [--role judged|tuning] [--days 2] [--warmup-days 3] [--before] [--ceiling]
-        [--json OUT]
+        [--seeds 7] [--role judged|tuning] [--days 2] [--warmup-days 3] [--load-start-day 14]
+        [--before] [--ceiling] [--json OUT]
 
 Without `--pods`/`--loads` it runs the shared traces' weeks (the default openb sample with
 each shared Helios cluster), the weeks the hold's size was chosen on (`tuning`). Other openb
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from market_pipeline.cli.support import input_error
 from market_pipeline.lab.simulate.errors import SimulationInputError
+from market_pipeline.lab.simulate.settings import SimulationSettings
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -40,6 +41,14 @@ def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> 
     )
     bench.add_argument("--days", type=float, default=2.0, help="measured days per week (default 2)")
     bench.add_argument("--warmup-days", type=float, default=3.0, help="unmeasured days before (default 3)")
+    bench.add_argument(
+        "--load-start-day",
+        type=float,
+        default=SimulationSettings.load_start_day,
+        help="first measured day of each load trace (default 14); the warm-up days come before "
+        "it, the days before those are forecast history. A trace with a gap inside that window "
+        "is refused: choose another day",
+    )
     bench.add_argument("--before", action="store_true", help="also run with the guarantee off (the old rule)")
     bench.add_argument(
         "--ceiling",
@@ -83,6 +92,7 @@ def run_bench_guarantee(args: argparse.Namespace) -> int:
             args.before,
             args.workers,
             args.ceiling,
+            args.load_start_day,
         )
     except SimulationInputError as exc:
         return input_error(exc)
