@@ -397,3 +397,32 @@ def test_elastic_work_keeps_off_the_node_reserved_for_forecast_rigid_arrivals(wi
     else:
         assert run.jobs.placement[elastic].node == 0
         assert run.jobs.state[rigid] == QUEUED
+
+
+def test_a_waiting_rigid_job_that_may_run_elsewhere_is_not_kept_there_by_an_older_one_that_may_not():
+    """Pool 0 (G2, 8 GPUs) and pool 1 (T4, 4 GPUs) full. Two 1-GPU rigid jobs wait in pool 0:
+    the older may run only there, the newer on T4 too. T4's jobs end; at the next control step
+    the newer one spills to T4 (before, only the head of each GPU shape's queue tried the other
+    pools, and a head that may go nowhere kept every job behind it waiting)."""
+    economics = EconomicAssumptions(tenants_per_class=4)
+    run_inputs = inputs(
+        days=0.5, fleet={"G2": (1, 8), "T4": (1, 4)}, strategies=("static",), economics=economics
+    )
+    pods = run_inputs.pods
+    pinned, free = (int(p) for p in np.flatnonzero((pods.num_gpu == 1) & (pods.gpu_milli == 1000))[:2])
+    spill = [list(row) for row in run_inputs.spill]
+    spill[0][pinned], spill[0][free] = (), (1,)  # the first may run only on G2 (say, its pod names it)
+    run_inputs = dataclasses.replace(run_inputs, spill=tuple(tuple(row) for row in spill))
+    run = StrategyRun(run_inputs, make_strategy("static", run_inputs))
+    tenant = _tenant(run, True)
+    for pool, jobs, runtime in ((0, 8, 36_000.0), (1, 4, 100.0)):  # both pools full; T4's end at 100 s
+        for _ in range(jobs):
+            job = run.jobs.add(tenant, pool, free, ELASTIC, 1.0, 0.0, runtime)
+            run._place_or_queue(job, 0.0)
+    assert run.clusters[0].free_gpus() == 0.0 and run.clusters[1].free_gpus() == 0.0
+    older = _submit(run, False, pinned, 10.0, 3600.0)
+    newer = _submit(run, False, free, 20.0, 3600.0)
+    assert run.jobs.state[older] == run.jobs.state[newer] == QUEUED
+    run._control(300.0)
+    assert run.jobs.state[newer] == RUNNING and run.jobs.pool[newer] == 1  # spilled past the older one
+    assert run.jobs.state[older] == QUEUED and run.jobs.pool[older] == 0

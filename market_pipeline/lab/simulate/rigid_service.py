@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from market_pipeline.lab.simulate.jobs import DRAINING, QUEUED
 from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID
 from market_pipeline.placement.guarantee import drain_due
+from market_pipeline.placement.queue import backfill
 
 if TYPE_CHECKING:
     from market_pipeline.placement.capacity import Placement
@@ -80,17 +81,43 @@ class RigidService:
         return False
 
     def _retry_spill(self, t: float) -> None:
-        """Rigid jobs still waiting at a tick start try the other pools again (the head of
-        each request shape's queue; no drain is under way for them)."""
+        """Rigid jobs still waiting at a control step try the other pools again, oldest first,
+        by the queue's backfill rule (`placement.queue.backfill`): a job that may run nowhere
+        else (its pod names this GPU model), or whose request has just failed to find room in
+        the pools it may go to, is passed over, not waited on. Each request (shape, cores,
+        memory, GPU models) is searched once per step until it fails: jobs asking for the same
+        find the same room. (Trying only the head of each GPU shape's queue kept a job that may
+        run on `P100` waiting behind hundreds that may run only on a `V100`, while `P100` had
+        room: `gpuspec33/vcTJs/s197` of #46.)"""
+        if not self.inputs.spill:
+            return
         for r, (rigid, _) in enumerate(self.queues):
-            for key in list(rigid):
-                queue = rigid[key]
-                job = queue[0]
-                if job in self.awaited or not self._spill_from_queue(job, r, t):
-                    continue
-                queue.popleft()
-                if not queue:
-                    del rigid[key]
+            if rigid:
+                self._spill_waiting(r, rigid, t)
+
+    def _spill_waiting(self, r: int, rigid: dict[tuple[int, int], deque], t: float) -> None:
+        """Pool r's waiting rigid jobs, oldest first, each that may run elsewhere spilled where
+        the pools it may go to have room (`_retry_spill`)."""
+        jobs, requests, targets = self.jobs, self.inputs.requests, self.inputs.spill[r]
+        failed: set[Any] = set()  # requests that found no room at this step
+
+        def may_fit(entry: tuple[float, int, tuple[int, int]]) -> bool:
+            job = entry[1]
+            pod = jobs.pod[job]
+            return bool(targets[pod]) and job not in self.awaited and requests[pod] not in failed
+
+        def place(entry: tuple[float, int, tuple[int, int]]) -> bool:
+            _, job, key = entry
+            if not self._spill_from_queue(job, r, t):
+                failed.add(requests[jobs.pod[job]])
+                return False
+            queue = rigid[key]
+            queue.remove(job)
+            if not queue:
+                del rigid[key]
+            return True
+
+        backfill(sorted((jobs.arrival[j], j, key) for key, q in rigid.items() for j in q), may_fit, place)
 
     def _spill_from_queue(self, job: int, r: int, t: float) -> bool:
         gpus = self.jobs.gpus[job]
