@@ -11,10 +11,12 @@ from market_pipeline.lab.simulate.guarantee_bench import (
     CEILING,
     FAIL,
     PASS,
+    PREMIUM,
     judge,
     table,
     verdict,
 )
+from market_pipeline.lab.simulate.runner import make_strategy
 
 
 def _row(**over) -> dict:
@@ -73,3 +75,38 @@ def test_the_ceiling_is_the_clairvoyant_leaders_run_against_the_same_static_week
     lines = table({"weeks": [{"week": "w", "role": "judged", "after": row}]})
     assert f"{ceiling['revenue_vs_static']:.3f} ({ceiling['rigid_breach_ticks']})" in lines[-1]
     assert lines[-1].rstrip(" |").endswith(row["verdict"])
+
+
+def test_the_premium_yardstick_is_static_pricing_with_only_the_guaranteed_class_at_its_cap():
+    """`premium`: the guaranteed price at the cap over list, the drainable price at list, no
+    drains; static pricing otherwise."""
+    run_inputs = inputs(strategies=("static", "stackelberg", PREMIUM), pods=300)
+    strategy = make_strategy(PREMIUM, run_inputs)
+    posted = strategy.decide(None).prices  # the view is not read: the prices are fixed
+    cap = config().market.guaranteed_price_cap
+    for r, pool in enumerate(run_inputs.pools):
+        assert posted[2 * r] == pytest.approx(min(cap * pool.prices.list_price, pool.prices.price_max))
+        assert posted[2 * r + 1] == pool.prices.list_price
+    assert strategy.drains is False
+    static, premium = run(run_inputs, "static"), run(run_inputs, PREMIUM)
+    assert premium.metrics["drains"] == 0
+    assert premium.metrics["rigid_cost_per_gpu_hour"] == pytest.approx(
+        cap * static.metrics["rigid_cost_per_gpu_hour"], rel=0.02
+    )
+
+
+def test_the_premium_yardstick_is_reported_beside_the_verdict_not_in_it():
+    run_inputs = inputs(strategies=("static", "stackelberg", PREMIUM), pods=300)
+    static, loop, premium = (run(run_inputs, name) for name in ("static", "stackelberg", PREMIUM))
+    row = judge(config(), run_inputs, static, loop, None, premium)
+    assert row["premium_only"]["rigid_sla_violations"] == premium.metrics["rigid_sla_violations"]
+    assert row["premium_only"]["revenue_vs_static"] == pytest.approx(
+        premium.metrics["revenue"] / static.metrics["revenue"]
+    )
+    assert row["verdict"] == judge(config(), run_inputs, static, loop)["verdict"]
+    lines = table({"weeks": [{"week": "w", "role": "judged", "after": row}]})
+    assert f"| {row['premium_only']['rigid_breach_ticks']} | {row['verdict']} |" in lines[-1]
+    plain = table(
+        {"weeks": [{"week": "w", "role": "judged", "after": judge(config(), run_inputs, static, loop)}]}
+    )
+    assert f"| - | {row['verdict']} |" in plain[-1]

@@ -213,7 +213,8 @@ def test_bench_guarantee_rejects_bad_input_naming_it(tmp_path, capsys, change, m
 
 
 def test_bench_guarantee_moves_its_window_off_a_gap_in_the_load_with_load_start_day(tmp_path, capsys):
-    """The gap's refusal names `--load-start-day`; `bench guarantee` takes it and runs there."""
+    """The gap's refusal names `--load-start-day`; `bench guarantee` takes it and runs there
+    (here with the premium-only yardstick beside the week)."""
     data = tmp_path / "data"
     (data / "alibaba-gpu-2023").mkdir(parents=True)
     (data / "helios-earth").mkdir()
@@ -232,7 +233,14 @@ def test_bench_guarantee_moves_its_window_off_a_gap_in_the_load_with_load_start_
     err = capsys.readouterr().err
     assert "gap at day 1.00" in err and "--load-start-day" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
-    assert main([*args, "--load-start-day", "2.0"]) == 0
+    assert main([*args, "--load-start-day", "2.0", "--premium-only"]) == 0
     report = json.loads(out.read_text())
     assert report["summary"]["load_start_day"] == 2.0
     assert [w["week"] for w in report["weeks"]] == ["default/vcA/s7"]
+    premium = report["weeks"][0]["after"]["premium_only"]  # static plus the premium, beside the verdict
+    assert set(premium) == {
+        "revenue_vs_static",
+        "rigid_sla_violations",
+        "rigid_waiting_at_end",
+        "rigid_breach_ticks",
+    }

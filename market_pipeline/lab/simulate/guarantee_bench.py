@@ -20,6 +20,12 @@ the rigid promise held and even the clairvoyant leader earns less than the reven
 so the guarantee wins and the row says what it cost (`revenue_gap_to_ceiling`). A week
 where the clairvoyant leader reaches the target and the loop does not is a plain `fail`.
 
+With `--premium-only` each week also runs static pricing plus the guaranteed premium and
+nothing else (`pricing.PremiumPricing`): its rigid figures and breach ticks against static
+(`premium_only`) say how much of a week's rigid result the premium alone makes, where a pool is
+full of rigid work that may run nowhere else and no drainable price or drain reaches it. The
+verdict does not read it.
+
 The weeks are split by role: the shared traces' weeks (the default pod sample with the four
 shared Helios clusters) are where the hold's size was chosen (`tuning`); weeks from other
 pod samples and clusters are `judged`.
@@ -42,6 +48,7 @@ from market_pipeline.lab.simulate.settings import SimulationSettings
 
 TARGETS = {"revenue_vs_static": 1.10, "elastic_cost_vs_static": 0.90, "rigid_cost_vs_static": 1.05}
 CEILING = "clairvoyant"  # the leader that knows the tenants' true response
+PREMIUM = "premium"  # static pricing plus the guaranteed premium, nothing else
 PASS, BEYOND_CEILING, FAIL = "pass", "beyond_ceiling", "fail"
 
 
@@ -76,9 +83,13 @@ def judge(
     static: StrategyResult,
     stack: StrategyResult,
     ceiling: StrategyResult | None = None,
+    premium: StrategyResult | None = None,
 ) -> dict[str, Any]:
     """One week's figures against the targets; with `ceiling` (the clairvoyant leader's run),
-    what the market could earn on the week and the verdict that follows (`verdict`)."""
+    what the market could earn on the week and the verdict that follows (`verdict`); with
+    `premium` (static pricing plus the guaranteed premium, `pricing.PremiumPricing`), what the
+    premium alone does to rigid work on the week (`premium_only`; the verdict does not read
+    it)."""
     promise = config.guardrails.rigid_guarantee
     check = guarantee_check(static, stack, promise)
     row: dict[str, Any] = {
@@ -121,6 +132,13 @@ def judge(
         row["revenue_gap_to_ceiling"] = (row["ceiling"]["revenue_vs_static"] or 0.0) - (
             row["revenue_vs_static"] or 0.0
         )
+    if premium is not None:
+        row["premium_only"] = {
+            "revenue_vs_static": _ratio(premium, static, "revenue"),
+            "rigid_sla_violations": premium.metrics["rigid_sla_violations"],
+            "rigid_waiting_at_end": premium.metrics["rigid_waiting_at_end"],
+            "rigid_breach_ticks": guarantee_check(static, premium, promise)["breach_ticks"],
+        }
     row["verdict"] = verdict(row)
     return row
 
@@ -157,9 +175,10 @@ def run_week(
     workers: int | None,
     ceiling: bool = False,
     load_start_day: float = SimulationSettings.load_start_day,
+    premium: bool = False,
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    strategies = ("static", "stackelberg", CEILING) if ceiling else ("static", "stackelberg")
+    strategies = ("static", "stackelberg") + ((CEILING,) if ceiling else ()) + ((PREMIUM,) if premium else ())
     settings = SimulationSettings(
         days=days,
         warmup_days=warmup_days,
@@ -190,7 +209,14 @@ def run_week(
         )
         inputs = build_inputs(cfg, run_settings, pods, nodes, load)
         results, _ = run_strategies(inputs, workers=workers)
-        row[label] = judge(config, inputs, results["static"], results["stackelberg"], results.get(CEILING))
+        row[label] = judge(
+            config,
+            inputs,
+            results["static"],
+            results["stackelberg"],
+            results.get(CEILING),
+            results.get(PREMIUM),
+        )
     row["seconds"] = round(time.perf_counter() - started, 1)
     return row
 
@@ -205,9 +231,11 @@ def run_grid(
     workers: int | None = None,
     ceiling: bool = False,
     load_start_day: float = SimulationSettings.load_start_day,
+    premium: bool = False,
 ) -> dict[str, Any]:
     rows = [
-        run_week(config, w, nodes, days, warmup_days, before, workers, ceiling, load_start_day) for w in weeks
+        run_week(config, w, nodes, days, warmup_days, before, workers, ceiling, load_start_day, premium)
+        for w in weeks
     ]
     summary: dict[str, Any] = {
         "days": days,
@@ -240,8 +268,8 @@ def run_grid(
 def table(report: dict[str, Any]) -> list[str]:
     """The grid as markdown rows (the docs and the report quote it)."""
     lines = [
-        "| week | role | rev x | el cost x | rig cost x | rigid SLA viol. (static/market) | rigid waiting (static/market) | breach ticks | ceiling rev x (its breach ticks) | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| week | role | rev x | el cost x | rig cost x | rigid SLA viol. (static/market) | rigid waiting (static/market) | breach ticks | ceiling rev x (its breach ticks) | premium-only breach ticks | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["weeks"]:
         for label in ("before", "after"):
@@ -253,7 +281,8 @@ def table(report: dict[str, Any]) -> list[str]:
                 f"{a['elastic_cost_vs_static']:.3f} | {a['rigid_cost_vs_static']:.3f} | "
                 f"{a['rigid_sla_violations'][0]}/{a['rigid_sla_violations'][1]} | "
                 f"{a['rigid_waiting_at_end'][0]}/{a['rigid_waiting_at_end'][1]} | {a['breaches']} | "
-                f"{_ceiling_cell(a.get('ceiling'))} | {a.get('verdict', PASS if a['pass'] else FAIL)} |"
+                f"{_ceiling_cell(a.get('ceiling'))} | {_premium_cell(a.get('premium_only'))} | "
+                f"{a.get('verdict', PASS if a['pass'] else FAIL)} |"
             )
     return lines
 
@@ -262,3 +291,7 @@ def _ceiling_cell(ceiling: dict[str, Any] | None) -> str:
     if ceiling is None:
         return "-"
     return f"{ceiling['revenue_vs_static']:.3f} ({ceiling['rigid_breach_ticks']})"
+
+
+def _premium_cell(premium: dict[str, Any] | None) -> str:
+    return "-" if premium is None else str(premium["rigid_breach_ticks"])

@@ -2,7 +2,7 @@
 
     market-pipeline bench guarantee [--data DIR] [--pods A.csv,B.csv] [--loads X.csv,Y.csv]
         [--seeds 7] [--role judged|tuning] [--days 2] [--warmup-days 3] [--load-start-day 14]
-        [--before] [--ceiling] [--json OUT]
+        [--before] [--ceiling] [--premium-only] [--json OUT]
 
 Without `--pods`/`--loads` it runs the shared traces' weeks (the default openb sample with
 each shared Helios cluster), the weeks the hold's size was chosen on (`tuning`). Other openb
@@ -56,6 +56,12 @@ def register_bench(bench_sub: argparse._SubParsersAction, data_default: str) -> 
         help="also run the clairvoyant leader (knows the tenants' true response): what the market "
         "can earn on each week; a week whose only miss is revenue below that ceiling is beyond_ceiling",
     )
+    bench.add_argument(
+        "--premium-only",
+        action="store_true",
+        help="also run static pricing plus the guaranteed premium and nothing else: what the premium "
+        "alone does to rigid work on each week (reported, not judged)",
+    )
     bench.add_argument("--workers", type=int, help="processes per week (default: CPUs)")
     bench.add_argument("--config", help="TOML config (default: shipped or MARKET_PIPELINE_CONFIG)")
     bench.add_argument("--json", help="also write the full report here")
@@ -93,6 +99,7 @@ def run_bench_guarantee(args: argparse.Namespace) -> int:
             args.workers,
             args.ceiling,
             args.load_start_day,
+            args.premium_only,
         )
     except SimulationInputError as exc:
         return input_error(exc)

@@ -2,6 +2,10 @@
 of a tick and posts one price per resource (pool x class) for the tick.
 
 - `static`: the list price, for both classes, always; no drains.
+- `premium` (a yardstick, `bench guarantee --premium-only`): static pricing with the
+  guaranteed class at its capped price (`guaranteed_max`, the cap over list the market's
+  guaranteed price sits at) and nothing else: the drainable class at list, no drains. What the
+  premium alone does to rigid work, beside what the market's drainable prices and drains do.
 - `utilization` (the common surge rule the market is measured against): when a pool's demand (running + pending GPUs) passes 85% of
   its capacity the price rises exponentially (doubling 15 points above the threshold),
   capped by the guaranteed price cap; one price for both classes; no drains.
@@ -66,6 +70,26 @@ class StaticPricing:
 
     def __init__(self, pools: tuple[Pool, ...]) -> None:
         self._prices = list_price_vector(pools)
+
+    def decide(self, view: MarketView) -> PriceDecision:
+        return PriceDecision(self._prices.copy())
+
+
+class PremiumPricing:
+    """Static pricing plus the guaranteed premium, nothing else (the module's `premium`).
+
+    On `gpuspec33/vcpDC/s101` and `gpuspec33/vc6YE/s227` of #46 it breaks the per-tick rigid
+    promise on the same ticks as the learning market, with the same weekly counts: the `V100`
+    pools there are full of rigid work that may run nowhere else, the premium thins their
+    arrivals (common random numbers), and which jobs then start first moves the late counts
+    either way."""
+
+    name = "premium"
+    drains = False
+
+    def __init__(self, pools: tuple[Pool, ...]) -> None:
+        self._prices = list_price_vector(pools)
+        self._prices[0::2] = [p.prices.guaranteed_max for p in pools]
 
     def decide(self, view: MarketView) -> PriceDecision:
         return PriceDecision(self._prices.copy())

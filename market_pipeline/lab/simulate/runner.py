@@ -22,7 +22,12 @@ from market_pipeline.lab.simulate.errors import SimulationInputError
 from market_pipeline.lab.simulate.inputs import FleetNodes, LoadProfile, PodTable
 from market_pipeline.lab.simulate.learning import requested_at_list
 from market_pipeline.lab.simulate.metrics import StrategyResult
-from market_pipeline.lab.simulate.pricing import PricingStrategy, StaticPricing, UtilizationPricing
+from market_pipeline.lab.simulate.pricing import (
+    PremiumPricing,
+    PricingStrategy,
+    StaticPricing,
+    UtilizationPricing,
+)
 from market_pipeline.lab.simulate.settings import SimulationSettings, pool_prices
 from market_pipeline.lab.simulate.stackelberg import StackelbergPricing, learning_strategy
 from market_pipeline.lab.simulate.tenants import (
@@ -163,6 +168,8 @@ def make_strategy(name: str, inputs: RunInputs) -> PricingStrategy:
         return StaticPricing(inputs.pools)
     if name == "utilization":
         return UtilizationPricing(inputs.pools, inputs.settings.economics)
+    if name == "premium":  # static plus the guaranteed premium: a yardstick
+        return PremiumPricing(inputs.pools)
     if name == "clairvoyant":  # the same tick on the true population, hour by hour
         return StackelbergPricing(
             inputs.model, inputs.pools, inputs.config, inputs.settings, epoch=inputs.epoch, name="clairvoyant"

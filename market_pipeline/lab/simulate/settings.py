@@ -16,7 +16,7 @@ from market_pipeline.gpus.catalog import load_gpu_catalog, unpriced_model_messag
 from market_pipeline.lab.simulate.errors import SimulationInputError
 from market_pipeline.tick.promises import Promises
 
-STRATEGY_NAMES = ("static", "utilization", "stackelberg", "clairvoyant", "claims")
+STRATEGY_NAMES = ("static", "utilization", "stackelberg", "clairvoyant", "claims", "premium")
 DEFAULT_STRATEGIES = ("static", "utilization", "stackelberg")
 PLACEMENT_NAMES = ("round_robin", "best_fit", "fragment_aware")
 
