@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -192,18 +193,29 @@ def test_simulate_cli_rejects_a_pod_list_without_columns(tmp_path, capsys):
     assert "missing columns" in capsys.readouterr().err
 
 
+def _shared_traces(folder: Path, pods: int, edit_load: Callable[[list[str]], None] | None = None) -> Path:
+    """`_write_traces` laid out as the shared traces folder `bench guarantee --data` reads
+    (the default openb sample and node list, one Helios cluster `vcA`); `edit_load` may change
+    the load file's lines (header first) before they are written."""
+    data = folder / "data"
+    (data / "alibaba-gpu-2023").mkdir(parents=True)
+    (data / "helios-earth").mkdir()
+    pod_list, nodes, load = _write_traces(folder, pods=pods)
+    (data / "alibaba-gpu-2023" / "openb_pod_list_default.csv").write_text(pod_list.read_text())
+    (data / "alibaba-gpu-2023" / "openb_node_list_gpu_node.csv").write_text(nodes.read_text())
+    lines = load.read_text().splitlines()
+    if edit_load is not None:
+        edit_load(lines)
+    (data / "helios-earth" / "vcA.csv").write_text("\n".join(lines) + "\n")
+    return data
+
+
 @pytest.mark.parametrize(
     "change, message",
     [(["--pods", "missing.csv"], "missing.csv"), (["--seeds", "7,x"], "--seeds")],
 )
 def test_bench_guarantee_rejects_bad_input_naming_it(tmp_path, capsys, change, message):
-    data = tmp_path / "data"
-    (data / "alibaba-gpu-2023").mkdir(parents=True)
-    (data / "helios-earth").mkdir()
-    pods, nodes, load = _write_traces(tmp_path, pods=50)
-    (data / "alibaba-gpu-2023" / "openb_pod_list_default.csv").write_text(pods.read_text())
-    (data / "alibaba-gpu-2023" / "openb_node_list_gpu_node.csv").write_text(nodes.read_text())
-    (data / "helios-earth" / "vcA.csv").write_text(load.read_text())
+    data = _shared_traces(tmp_path, pods=50)
     value = str(tmp_path / change[1]) if change[1].endswith(".csv") else change[1]
     args = ["bench", "guarantee", "--data", str(data), change[0], value, "--json", str(tmp_path / "g.json")]
     assert main(args) == 2
@@ -215,17 +227,12 @@ def test_bench_guarantee_rejects_bad_input_naming_it(tmp_path, capsys, change, m
 def test_bench_guarantee_moves_its_window_off_a_gap_in_the_load_with_load_start_day(tmp_path, capsys):
     """The gap's refusal names `--load-start-day`; `bench guarantee` takes it and runs there
     (here with the premium-only yardstick beside the week)."""
-    data = tmp_path / "data"
-    (data / "alibaba-gpu-2023").mkdir(parents=True)
-    (data / "helios-earth").mkdir()
-    pods, nodes, load = _write_traces(tmp_path, pods=80)
-    (data / "alibaba-gpu-2023" / "openb_pod_list_default.csv").write_text(pods.read_text())
-    (data / "alibaba-gpu-2023" / "openb_node_list_gpu_node.csv").write_text(nodes.read_text())
-    lines = load.read_text().splitlines()
-    for i in range(1440, 1440 + 7 * 60):  # seven idle hours from day 1: an outage, not idleness
-        stamp = lines[1 + i].split(",")[0]
-        lines[1 + i] = f"{stamp},0,0,100"
-    (data / "helios-earth" / "vcA.csv").write_text("\n".join(lines) + "\n")
+
+    def outage(lines: list[str]) -> None:  # seven idle hours from day 1: an outage, not idleness
+        for i in range(1440, 1440 + 7 * 60):
+            lines[1 + i] = f"{lines[1 + i].split(',')[0]},0,0,100"
+
+    data = _shared_traces(tmp_path, pods=80, edit_load=outage)
     out = tmp_path / "g.json"
     args = ["bench", "guarantee", "--data", str(data), "--days", "0.25", "--warmup-days", "0.25"]
     args += ["--workers", "1", "--json", str(out)]
