@@ -35,8 +35,8 @@ def fleet_inventory(
     tasks = adapter.list_tasks()
     # Only backends with a queue (the simulated fleet) can say what waits for capacity.
     pending_summary = getattr(adapter, "pending_summary", None)
-    pending = {model: row["gpus"] for model, row in (pending_summary() if pending_summary else {}).items()}
-    snapshot = pool_snapshot(fleet.config(), nodes, tasks, pending, observed_at)
+    queue = pending_summary() if pending_summary else {}
+    snapshot = pool_snapshot(fleet.config(), nodes, tasks, queue, observed_at)
     write_fleet_inventory(
         warehouse.get(),
         observed_at,

@@ -114,7 +114,9 @@ def perturb_tick(
         if g_key not in running and d_key not in running:
             records.append(r)
             continue
-        window = guaranteed_window(p.in_force_guaranteed, p.list_price, p.price_min, p.price_max, promises)
+        window = guaranteed_window(
+            p.in_force_guaranteed, p.list_price, p.price_min, p.price_max, promises, p.guarantee_reach
+        )
         low, low_by = window.low, window.low_by
         if r.shielded or not r.certified:  # the shield's price is the floor of any experiment
             low, low_by = max(low, r.guaranteed), "backlog shield"

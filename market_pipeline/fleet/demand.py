@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from market_pipeline.config import MarketPipelineConfig
-from market_pipeline.hardware.protocol import NodeInfo, NodeState, TaskInfo
+from market_pipeline.hardware.protocol import NodeInfo, NodeState, ResourceClass, TaskInfo
 
 DEMAND_SCHEMA = {
     "pool_id": pl.Utf8,
@@ -30,26 +30,35 @@ def pool_snapshot(
     config: MarketPipelineConfig,
     nodes: Sequence[NodeInfo],
     tasks: Sequence[TaskInfo],
-    pending_gpus_by_model: Mapping[str, float],
+    queue: Mapping[str, Mapping[str, float]],
     ts: datetime,
 ) -> pl.DataFrame:
-    """One row per configured pool: running, pending and powered GPUs at `ts`."""
+    """One row per configured pool at `ts`: running, pending and powered GPUs, and for the
+    rigid guarantee the GPUs drainable tasks hold and those guaranteed jobs wait for.
+
+    `queue` is the adapter's queue per GPU model (`pending_summary`: "gpus" asked by every
+    waiting job, "guaranteed_gpus" by the guaranteed ones; empty where the backend has none).
+    A queue reported per GPU model is split evenly over that model's pools."""
     pools_of_model: dict[str, list[str]] = {}
     for pool in config.pools:
         pools_of_model.setdefault(pool.gpu_model, []).append(pool.pool_id)
     rows = []
     for pool in config.pools:
-        running = sum(t.gpus for t in tasks if t.pool_id == pool.pool_id)
-        # A queue reported per GPU model is split evenly over that model's pools.
-        pending = pending_gpus_by_model.get(pool.gpu_model, 0.0) / len(pools_of_model[pool.gpu_model])
+        mine = [t for t in tasks if t.pool_id == pool.pool_id]
+        waiting = queue.get(pool.gpu_model, {})
+        share = 1.0 / len(pools_of_model[pool.gpu_model])
         gpus_on = sum(n.gpus for n in nodes if n.pool_id == pool.pool_id and n.state is NodeState.ON)
         rows.append(
             {
                 "ts": ts,
                 "pool_id": pool.pool_id,
-                "running_gpus": float(running),
-                "pending_gpus": float(pending),
+                "running_gpus": float(sum(t.gpus for t in mine)),
+                "pending_gpus": float(waiting.get("gpus", 0.0)) * share,
                 "gpus_on": int(gpus_on),
+                "drainable_running_gpus": float(
+                    sum(t.gpus for t in mine if t.resource_class == ResourceClass.DRAINABLE)
+                ),
+                "guaranteed_pending_gpus": float(waiting.get("guaranteed_gpus", 0.0)) * share,
             }
         )
     return pl.DataFrame(
@@ -60,6 +69,8 @@ def pool_snapshot(
             "running_gpus": pl.Float64,
             "pending_gpus": pl.Float64,
             "gpus_on": pl.Int32,
+            "drainable_running_gpus": pl.Float64,
+            "guaranteed_pending_gpus": pl.Float64,
         },
     )
 

@@ -295,14 +295,20 @@ class SimulatedAdapter:
 
     def pending_summary(self) -> dict[str, dict[str, float]]:
         """Jobs waiting for capacity, per GPU model: count and GPUs asked (demand not served);
-        for the rigid guarantee also the guaranteed jobs waiting, the longest such wait
-        (seconds) and the GPUs drainable tasks hold on that model."""
+        for the rigid guarantee also the guaranteed jobs waiting, the GPUs they ask, the
+        longest such wait (seconds) and the GPUs drainable tasks hold on that model."""
 
         def build(twin: FleetTwin) -> dict[str, dict[str, float]]:
             out: dict[str, dict[str, float]] = {}
 
             def row(model: str) -> dict[str, float]:
-                empty = {"jobs": 0.0, "gpus": 0.0, "guaranteed_jobs": 0.0, "guaranteed_oldest_wait_s": 0.0}
+                empty = {
+                    "jobs": 0.0,
+                    "gpus": 0.0,
+                    "guaranteed_jobs": 0.0,
+                    "guaranteed_gpus": 0.0,
+                    "guaranteed_oldest_wait_s": 0.0,
+                }
                 return out.setdefault(model, {**empty, "drainable_running_gpus": 0.0})
 
             for job in twin.pending:
@@ -311,6 +317,7 @@ class SimulatedAdapter:
                 r["gpus"] += job.num_gpu * job.gpu_milli / 1000
                 if job.resource_class == "guaranteed":
                     r["guaranteed_jobs"] += 1
+                    r["guaranteed_gpus"] += job.num_gpu * job.gpu_milli / 1000
                     r["guaranteed_oldest_wait_s"] = max(
                         r["guaranteed_oldest_wait_s"], twin.clock - job.arrival_ts
                     )

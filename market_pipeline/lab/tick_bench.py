@@ -39,7 +39,7 @@ from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.fleet.demand import pool_snapshot
 from market_pipeline.fleet.twin_adapter import SimulatedAdapter
 from market_pipeline.market.resources import DRAINABLE, GUARANTEED
-from market_pipeline.tick import Promises, run_market_tick
+from market_pipeline.tick import Promises, guarantee_reach, run_market_tick
 from market_pipeline.tick.live import list_prices, pool_tick_input
 from market_pipeline.tick.pricing import build_market_problem, resource_name, solver_settings
 from market_pipeline.tick.state import global_resolve_due
@@ -115,12 +115,12 @@ def _run_epoch(
         now = epoch + timedelta(minutes=k * settings.tick_minutes)
         adapter.advance(now)
         nodes = adapter.list_nodes()
-        pending = {model: row["gpus"] for model, row in adapter.pending_summary().items()}
-        snapshot = pool_snapshot(config, nodes, adapter.list_tasks(), pending, now)
-        serving, fleet_gpus, observed = {}, {}, {}
+        snapshot = pool_snapshot(config, nodes, adapter.list_tasks(), adapter.pending_summary(), now)
+        serving, fleet_gpus, observed, reach = {}, {}, {}, {}
         for r in snapshot.iter_rows(named=True):
             demand = r["running_gpus"] + r["pending_gpus"]
             serving[r["pool_id"]] = float(r["gpus_on"])
+            reach[r["pool_id"]] = guarantee_reach(r["drainable_running_gpus"], r["guaranteed_pending_gpus"])
             observed[r["pool_id"]] = (demand, r["pending_gpus"])
             history[r["pool_id"]].append(demand)
         for node in nodes:
@@ -147,6 +147,7 @@ def _run_epoch(
                 observed=observed.get(p.pool_id),
                 forecast_upper=upper.get(p.pool_id),
                 has_evidence=p.pool_id in typical,
+                reach=reach[p.pool_id],
             )
             for p in config.pools
         ]

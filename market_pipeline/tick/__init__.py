@@ -10,7 +10,13 @@ from market_pipeline.tick.market_tick import (
     PoolTickRecord,
     run_market_tick,
 )
-from market_pipeline.tick.promises import PriceWindow, Promises, drainable_window, guaranteed_window
+from market_pipeline.tick.promises import (
+    PriceWindow,
+    Promises,
+    drainable_window,
+    guarantee_reach,
+    guaranteed_window,
+)
 
 __all__ = [
     "AS_SOLVED",
@@ -21,6 +27,7 @@ __all__ = [
     "Promises",
     "PriceWindow",
     "drainable_window",
+    "guarantee_reach",
     "guaranteed_window",
     "run_market_tick",
 ]

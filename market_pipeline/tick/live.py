@@ -18,12 +18,13 @@ from market_pipeline.market.resources import DRAINABLE, GUARANTEED
 from market_pipeline.tick.certificate import backlog_params_from_config
 from market_pipeline.tick.market_tick import AS_SOLVED, HOLD_PREFIX, MarketTick, PoolTickInput
 from market_pipeline.tick.pricing import mid_band_discount, resource_name
-from market_pipeline.tick.promises import Promises, guaranteed_window
+from market_pipeline.tick.promises import Promises, guarantee_reach, guaranteed_window
 from market_pipeline.tick.state import capacity_horizon_minutes
 from market_pipeline.warehouse import Warehouse
 from market_pipeline.warehouse.readers import (
     fleet_gpus_by_pool,
     forecast_upper_by_pool,
+    guarantee_backing_by_pool,
     last_certified_prices,
     latest_demand_by_pool,
     typical_demand_by_pool,
@@ -88,6 +89,7 @@ def pool_tick_inputs(
     demand and backlog now, the forecast's upper quantile over the horizon the policy needs
     (`capacity_horizon_minutes`: an hour with the default settings)."""
     demand = latest_demand_by_pool(store, now)
+    backing = guarantee_backing_by_pool(store, now)
     upper = forecast_upper_by_pool(store, now, capacity_horizon_minutes(config))
     reachable = fleet_gpus_by_pool(store)
     evidence = typical_demand_by_pool(store, now)  # pools with demand observed since the first snapshot
@@ -101,6 +103,7 @@ def pool_tick_inputs(
             observed=demand.get(pool.pool_id),
             forecast_upper=upper.get(pool.pool_id),
             has_evidence=pool.pool_id in evidence,
+            reach=guarantee_reach(*backing[pool.pool_id]) if pool.pool_id in backing else 1.0,
         )
         for pool in config.pools
     ]
@@ -116,10 +119,12 @@ def pool_tick_input(
     observed: tuple[float, float] | None,
     forecast_upper: float | None,
     has_evidence: bool,
+    reach: float = 1.0,
 ) -> PoolTickInput:
     """One pool's tick input from what the loop observed: powered GPUs, the pool's GPUs in the
-    fleet, (demand, pending) now, the forecast's upper quantile, and whether any demand was
-    ever observed (without, the pool holds its prices: a cold start has nothing to price on).
+    fleet, (demand, pending) now, the forecast's upper quantile, whether any demand was
+    ever observed (without, the pool holds its prices: a cold start has nothing to price on),
+    and the share of the guaranteed premium its guarantee backs (`guarantee_reach`).
     The live loop reads these from the warehouse; `bench ticks` from the twin it drives."""
     pool = config.pool_by_id[pool_id]
     now_demand, pending = observed or (0.0, 0.0)
@@ -140,6 +145,7 @@ def pool_tick_input(
         forecast_price=g,  # the demand history (so the forecast) was observed at the prices in force
         backlog=backlog_params_from_config(config, pool_id),
         hold_reason=None if has_evidence else NO_EVIDENCE,
+        guarantee_reach=reach,
     )
 
 

@@ -75,8 +75,15 @@ class PoolTickInput:
     # Why the pool holds the prices in force instead of the solver's (None: it prices). A pool
     # with no evidence yet (no demand ever observed: a cold start) has nothing to price on.
     hold_reason: str | None = None
+    # The share of the guaranteed cap's premium the pool's guarantee backs now
+    # (`promises.guarantee_reach`: 1 where no guaranteed work waits).
+    guarantee_reach: float = 1.0
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.guarantee_reach) and 0.0 <= self.guarantee_reach <= 1.0):
+            raise MarketTickError(
+                f"pool {self.pool_id}: guarantee_reach must be in [0, 1], got {self.guarantee_reach!r}"
+            )
         for name in ("list_price", "in_force_guaranteed", "in_force_drainable", "node_gpus"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -299,8 +306,9 @@ def _within_promises(
     high = np.array(res.price_max, dtype=np.float64)
     low = np.array(res.price_min, dtype=np.float64)
     for i, p in enumerate(pools):
-        high[2 * i] = min(high[2 * i], promises.guaranteed_ceiling(p.list_price, p.price_max))
-        high[2 * i + 1] = min(high[2 * i + 1], promises.drainable_ceiling(p.list_price, p.price_max))
+        reach = p.guarantee_reach
+        high[2 * i] = min(high[2 * i], promises.guaranteed_ceiling(p.list_price, p.price_max, reach))
+        high[2 * i + 1] = min(high[2 * i + 1], promises.drainable_ceiling(p.list_price, p.price_max, reach))
         low[2 * i] = min(max(low[2 * i], p.price_min), high[2 * i])
         low[2 * i + 1] = min(low[2 * i + 1], high[2 * i + 1])
     return MarketProblem(replace(res, price_min=low, price_max=high), problem.tenants)
@@ -309,7 +317,9 @@ def _within_promises(
 def _pool_tick(
     p: PoolTickInput, solver_g: float, solver_d: float, promises: Promises, status: str, note: str = ""
 ) -> PoolTickRecord:
-    window = guaranteed_window(p.in_force_guaranteed, p.list_price, p.price_min, p.price_max, promises)
+    window = guaranteed_window(
+        p.in_force_guaranteed, p.list_price, p.price_min, p.price_max, promises, p.guarantee_reach
+    )
     if p.hold_reason is not None:
         equilibrium, clipped = window.clip(p.in_force_guaranteed)
         solver_d = p.in_force_drainable

@@ -3,7 +3,9 @@
 - the max step: a price moves at most `max_price_step` (a share) from the price in force per
   tick, the first solve included (the price in force is then the base price);
 - the guaranteed cap: the guaranteed price never exceeds `guaranteed_price_cap` times the
-  pool's list price (the promise to rigid tenants);
+  pool's list price (the promise to rigid tenants); of that premium over list a pool charges
+  only the share its guarantee can back this tick (`guarantee_reach`): none where guaranteed
+  work waits and no drainable work in the pool could be drained for it;
 - the drainable band: the drainable price sits `drainable_discount_min..max` below the
   guaranteed price of the same pool and tick;
 - the pool's price bounds (`price_min`, `price_max`).
@@ -58,13 +60,18 @@ class Promises:
             discount_max=market.drainable_discount_max,
         )
 
-    def guaranteed_ceiling(self, list_price: float, price_max: float) -> float:
-        """The highest guaranteed price a pool may publish: its cap over list, or `price_max`."""
-        return min(price_max, self.guaranteed_cap * list_price)
+    def guaranteed_ceiling(self, list_price: float, price_max: float, reach: float = 1.0) -> float:
+        """The highest guaranteed price a pool may publish: its cap over list, or `price_max`;
+        with `reach` below 1 (`guarantee_reach`) only that share of the cap's premium over list
+        (a pool with no premium to back asks list, or `price_max` where that is lower)."""
+        capped = min(price_max, self.guaranteed_cap * list_price)
+        if reach >= 1.0:
+            return capped
+        return min(capped, list_price + reach * max(capped - list_price, 0.0))
 
-    def drainable_ceiling(self, list_price: float, price_max: float) -> float:
+    def drainable_ceiling(self, list_price: float, price_max: float, reach: float = 1.0) -> float:
         """The highest drainable price: the narrowest discount below the guaranteed ceiling."""
-        return self.guaranteed_ceiling(list_price, price_max) * (1 - self.discount_min)
+        return self.guaranteed_ceiling(list_price, price_max, reach) * (1 - self.discount_min)
 
     def drainable_floor(self, price_min: float) -> float:
         """The lowest drainable price: the widest discount below the pool's `price_min`."""
@@ -112,14 +119,37 @@ class PriceWindow:
         return price, None
 
 
+def guarantee_reach(drainable_running_gpus: float, guaranteed_waiting_gpus: float) -> float:
+    """The share of the guaranteed premium a pool's guarantee backs now, in [0, 1].
+
+    Rigid tenants pay the premium for assured access: drainable work is drained to make room
+    for them. With no guaranteed work waiting the promise holds (reach 1). While guaranteed
+    work waits, drains can serve at most the GPUs drainable work holds in the pool, so the
+    premium backs that share of the waiting GPUs: a pool overloaded by guaranteed work alone
+    (nothing to drain) charges list, and its tenants pay nothing for a promise nobody can keep
+    (the guarantee wins over the premium's revenue, #46)."""
+    if not (guaranteed_waiting_gpus > 0):
+        return 1.0
+    return float(min(1.0, max(drainable_running_gpus, 0.0) / guaranteed_waiting_gpus))
+
+
 def guaranteed_window(
-    in_force: float, list_price: float, price_min: float, price_max: float, promises: Promises
+    in_force: float,
+    list_price: float,
+    price_min: float,
+    price_max: float,
+    promises: Promises,
+    reach: float = 1.0,
 ) -> PriceWindow:
-    """The guaranteed price's window: step from the price in force, the cap and the bounds."""
-    ceiling, ceiling_by = (
-        promises.guaranteed_ceiling(list_price, price_max),
-        ("guaranteed cap" if promises.guaranteed_cap * list_price < price_max else "price_max"),
-    )
+    """The guaranteed price's window: step from the price in force, the cap (the share
+    `reach` of its premium) and the bounds."""
+    ceiling = promises.guaranteed_ceiling(list_price, price_max, reach)
+    if reach < 1.0 and ceiling < promises.guaranteed_ceiling(list_price, price_max) * (1 - _TOL):
+        ceiling_by = "guarantee reach"
+    elif promises.guaranteed_cap * list_price < price_max:
+        ceiling_by = "guaranteed cap"
+    else:
+        ceiling_by = "price_max"
     return _window(in_force, promises, price_min, "price_min", ceiling, ceiling_by)
 
 

@@ -86,6 +86,20 @@ def latest_demand_by_pool(store: Warehouse, before: datetime) -> dict[str, tuple
     return {r["pool_id"]: (float(r["demand"]), float(r["pending"])) for r in frame.iter_rows(named=True)}
 
 
+def guarantee_backing_by_pool(store: Warehouse, before: datetime) -> dict[str, tuple[float, float]]:
+    """Per pool, from its latest demand snapshot before `before` that observed them, the GPUs
+    drainable tasks held and those waiting guaranteed jobs asked for (what the rigid
+    guarantee can back, `tick.promises.guarantee_reach`). Pools never observed so are absent."""
+    frame = store.query(
+        "SELECT pool_id, arg_max(drainable_running_gpus, ts) AS drainable, "
+        "arg_max(guaranteed_pending_gpus, ts) AS waiting FROM pool_demand_snapshots "
+        "WHERE ts < ? AND drainable_running_gpus IS NOT NULL AND guaranteed_pending_gpus IS NOT NULL "
+        "GROUP BY pool_id",
+        [before],
+    )
+    return {r["pool_id"]: (float(r["drainable"]), float(r["waiting"])) for r in frame.iter_rows(named=True)}
+
+
 def forecast_upper_by_pool(store: Warehouse, origin: datetime, horizon_min: int) -> dict[str, float | None]:
     """Per pool, the latest forecast's (made at or before `origin`) highest q90 up to
     `horizon_min` ahead."""

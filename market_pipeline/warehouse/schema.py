@@ -88,6 +88,17 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(
+        4,
+        "pool demand snapshots: the drainable work running and the guaranteed work waiting",
+        (
+            # What the rigid guarantee can back in a pool (`tick.promises.guarantee_reach`):
+            # drains make room from drainable work for waiting guaranteed work. Null on rows
+            # written before: not observed, read as a guarantee with nothing waiting.
+            "ALTER TABLE pool_demand_snapshots ADD COLUMN drainable_running_gpus DOUBLE",
+            "ALTER TABLE pool_demand_snapshots ADD COLUMN guaranteed_pending_gpus DOUBLE",
+        ),
+    ),
+    Migration(
         400,
         "demand forecasts and solve reports",
         (

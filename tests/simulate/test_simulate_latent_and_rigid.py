@@ -16,7 +16,7 @@ from market_pipeline.lab.simulate.errors import SimulationInputError
 from market_pipeline.lab.simulate.jobs import QUEUED, RUNNING
 from market_pipeline.lab.simulate.metrics import Meter
 from market_pipeline.lab.simulate.opening import opening_jobs, opening_prices
-from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID, PriceDecision, StaticPricing
+from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID, MarketView, PriceDecision, StaticPricing
 from market_pipeline.lab.simulate.report import rigid_price_index, target_checks
 from market_pipeline.lab.simulate.runner import make_strategy
 from market_pipeline.lab.simulate.settings import EconomicAssumptions, pool_prices
@@ -290,3 +290,62 @@ def test_rigid_price_index_holds_the_static_mix_fixed():
     assert checks["rigid_cost_vs_static"]["pass"] is False  # the mix moved to the dear pool
     assert checks["rigid_price_index_vs_static"]["pass"] is True
     assert rigid_price_index(stack, {"extra": {}}) is None
+
+
+class _Recording:
+    """A strategy that posts the list prices and keeps every view it was shown."""
+
+    name, drains = "recording", False
+
+    def __init__(self, pools) -> None:
+        self.prices = list_price_vector(pools)
+        self.views: list = []
+
+    def decide(self, view) -> PriceDecision:
+        self.views.append(view)
+        return PriceDecision(self.prices.copy())
+
+
+def test_the_opening_view_shows_what_the_list_snapshot_leaves_waiting():
+    """A pool the list-price snapshot overloads opens with that work waiting, as static
+    pricing's run places it (before, the view held the whole snapshot running and nothing
+    waiting: guaranteed work the pool could not serve looked served, #46)."""
+    base = inputs(days=0.25, economics=EconomicAssumptions(tenants_per_class=4))
+    model, lists = base.model, list_price_vector(base.pools)
+    crowded = dataclasses.replace(
+        base, initial=initial_population(model, base.pods, model.base_demand * 8.0, seed=0)
+    )
+    recorder = _Recording(base.pools)
+    StrategyRun(crowded, recorder)._place_initial(lists)
+    static = StrategyRun(crowded, StaticPricing(base.pools))
+    static._place_initial(lists)
+    opening = recorder.views[0]
+    np.testing.assert_allclose(opening.allocated, static.meter.allocated())
+    np.testing.assert_allclose(opening.pending, static.meter.waiting())
+    assert opening.pending[:, RIGID].sum() > 0  # guaranteed work waits from the start
+    gpus = base.pods.gpus[crowded.initial.pod]
+    assert opening.allocated.sum() + opening.pending.sum() == pytest.approx(gpus.sum())
+
+
+def test_the_market_asks_no_premium_where_guaranteed_work_waits_with_nothing_to_drain():
+    """Pool 0 is full of guaranteed work and as much again waits. With no drainable work
+    there, no drain can serve it: the guaranteed price is list (`guarantee_reach` 0). With
+    drainable work holding as many GPUs as wait, the same backlog is priced over list."""
+    run_inputs = inputs(days=0.25, economics=EconomicAssumptions(tenants_per_class=4))
+    pools = run_inputs.pools
+    lists = list_price_vector(pools)
+    capacity = np.array([p.gpus for p in pools], dtype=float)
+    in_force = lists.copy()
+    in_force[0::2] *= 1.04  # the cap, where an overloaded pool's guaranteed price sits
+
+    def guaranteed_price(drainable_share: float) -> float:
+        allocated = np.zeros((len(pools), 2))
+        allocated[:, RIGID] = 0.5 * capacity
+        allocated[0] = [(1 - drainable_share) * capacity[0], drainable_share * capacity[0]]
+        pending = np.zeros_like(allocated)
+        pending[0, RIGID] = capacity[0]
+        view = MarketView(0, 0.0, capacity, allocated, pending, np.ones(48), in_force.copy())
+        return float(make_strategy("claims", run_inputs).decide(view).prices[0])
+
+    assert guaranteed_price(0.0) == pytest.approx(lists[0])
+    assert guaranteed_price(1.0) > lists[0] * 1.01

@@ -15,6 +15,7 @@ from market_pipeline.tick import (
     PoolTickInput,
     Promises,
     drainable_window,
+    guarantee_reach,
     guaranteed_window,
     run_market_tick,
 )
@@ -359,3 +360,79 @@ def test_the_promises_are_the_configured_ones() -> None:
     }
     promises = Promises.from_config(load_config(DEFAULT_CONFIG_PATH, environ=overrides))
     assert promises == Promises(max_step=0.1, guaranteed_cap=1.2, discount_min=0.3, discount_max=0.5)
+
+
+def test_guarantee_reach_is_the_share_of_waiting_guaranteed_gpus_drains_could_free() -> None:
+    assert guarantee_reach(0.0, 0.0) == 1.0  # nothing waits: the promise holds, the premium stands
+    assert guarantee_reach(5.0, 0.0) == 1.0
+    assert guarantee_reach(0.0, 26.0) == 0.0  # guaranteed work waits and nothing could be drained
+    assert guarantee_reach(-1e-15, 26.0) == 0.0  # float dust is no drainable work
+    assert guarantee_reach(13.0, 26.0) == pytest.approx(0.5)
+    assert guarantee_reach(40.0, 26.0) == 1.0
+    with pytest.raises(MarketTickError, match="guarantee_reach"):
+        pool(guarantee_reach=1.5)
+
+
+def test_a_pool_whose_guarantee_backs_no_premium_publishes_its_guaranteed_price_at_list() -> None:
+    """Guaranteed work waits where nothing could be drained for it (#46: `V100` pools full of
+    work pinned to them). The shield, which publishes the cap for a backlog no price drains,
+    stops at list; half backed, half the premium; the drainable band follows."""
+    capped = short_pool_record()
+    assert capped.guaranteed == pytest.approx(2.0 * 1.04)
+    unbacked = short_pool_record(guarantee_reach=0.0)
+    assert unbacked.guaranteed == pytest.approx(2.0)
+    assert "guarantee reach" in unbacked.guaranteed_reason
+    assert unbacked.drainable <= 2.0 * (1 - 0.2) * (1 + 1e-12)
+    assert short_pool_record(guarantee_reach=0.5).guaranteed == pytest.approx(2.0 * 1.02)
+    promises = Promises(guaranteed_cap=1.04)
+    assert promises.guaranteed_ceiling(2.0, 2.05, 0.5) == pytest.approx(2.025)  # price_max binds first
+    assert promises.guaranteed_ceiling(2.0, 1.5, 0.0) == 1.5  # never above price_max
+
+
+def test_the_live_inputs_read_what_the_guarantee_can_back_off_the_latest_snapshot(tmp_path) -> None:
+    """The fleet inventory records per pool the GPUs drainable tasks hold and those waiting
+    guaranteed jobs ask for; the live tick's inputs turn the latest into the pool's reach.
+    Snapshots written before the columns existed (null) read as nothing waiting."""
+    from datetime import datetime, timedelta, timezone
+
+    from market_pipeline.fleet.demand import pool_snapshot
+    from market_pipeline.hardware.protocol import NodeInfo, NodeState, ResourceClass, TaskInfo, TaskKind
+    from market_pipeline.tick.live import pool_tick_inputs, prices_in_force
+    from market_pipeline.warehouse import open_warehouse
+
+    config = load_config()
+    first, second = config.pools[0], config.pools[1]
+    store = open_warehouse(tmp_path / "w.duckdb")
+    now = datetime(2026, 3, 2, 12, tzinfo=timezone.utc)
+
+    def task(task_id: str, gpus: int, resource_class: ResourceClass) -> TaskInfo:
+        return TaskInfo(
+            task_id=task_id,
+            tenant_id="t1",
+            pool_id=first.pool_id,
+            node_id="n1",
+            gpu_uuids=tuple(f"g{i}-{task_id}" for i in range(gpus)),
+            gpu_milli=1000,
+            kind=TaskKind.TRAINING,
+            qos="BE",
+            priority=0,
+            resource_class=resource_class,
+            started_at=now - timedelta(hours=1),
+        )
+
+    nodes = [NodeInfo("n1", first.pool_id, first.gpu_model, first.zone, 8, NodeState.ON)]
+    tasks = [task("d", 2, ResourceClass.DRAINABLE), task("g", 6, ResourceClass.GUARANTEED)]
+    queue = {first.gpu_model: {"gpus": 12.0, "guaranteed_gpus": 8.0}}
+    snapshot = pool_snapshot(config, nodes, tasks, queue, now - timedelta(minutes=5))
+    row = snapshot.filter(snapshot["pool_id"] == first.pool_id).row(0, named=True)
+    pools_of_model = sum(p.gpu_model == first.gpu_model for p in config.pools)
+    assert row["running_gpus"] == 8.0 and row["drainable_running_gpus"] == 2.0
+    assert row["guaranteed_pending_gpus"] == pytest.approx(8.0 / pools_of_model)
+    store.append("pool_demand_snapshots", snapshot)
+    old = snapshot.select("ts", "pool_id", "running_gpus", "pending_gpus", "gpus_on").with_columns(
+        (snapshot["ts"] - timedelta(minutes=5)).alias("ts")
+    )
+    store.append("pool_demand_snapshots", old)  # an older row without the columns
+    inputs = {p.pool_id: p for p in pool_tick_inputs(config, store, now, prices_in_force(config, store), {})}
+    assert inputs[first.pool_id].guarantee_reach == pytest.approx(2.0 / (8.0 / pools_of_model))
+    assert inputs[second.pool_id].guarantee_reach == 1.0  # nothing waits there

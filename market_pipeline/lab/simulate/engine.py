@@ -27,15 +27,15 @@ from itertools import islice
 
 import numpy as np
 
-from market_pipeline.lab.simulate.arrivals import buy_ratio, candidates, split
+from market_pipeline.lab.simulate.arrivals import InitialJobs, buy_ratio, candidates, split
 from market_pipeline.lab.simulate.cluster import PoolCluster
 from market_pipeline.lab.simulate.deferral import DeferredDemand
 from market_pipeline.lab.simulate.drains import DrainController
 from market_pipeline.lab.simulate.inputs import expected_sm_share
 from market_pipeline.lab.simulate.jobs import DONE, DRAINING, QUEUED, RUNNING, Jobs
 from market_pipeline.lab.simulate.metrics import Meter, StrategyResult, summarize
-from market_pipeline.lab.simulate.opening import opening_jobs, opening_prices, stock_by_class
-from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID, MarketView, PricingStrategy
+from market_pipeline.lab.simulate.opening import opening_jobs, opening_prices
+from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID, MarketView, PricingStrategy, StaticPricing
 from market_pipeline.lab.simulate.rigid_service import FINISH, RigidService
 from market_pipeline.lab.simulate.run_inputs import RunInputs
 from market_pipeline.lab.simulate.tenants import best_response
@@ -256,11 +256,14 @@ class StrategyRun(RigidService):
         `settings.opening` "list", the list-price snapshot for every strategy); return those
         prices (the first tick's last prices)."""
         inputs = self.inputs
-        held = stock_by_class(inputs.model, inputs.initial, inputs.pods.gpus, len(inputs.pools))
         history = np.asarray(self.history, dtype=np.float64)
         prices = list_prices.copy()
-        if inputs.settings.opening == "own":
-            prices = opening_prices(self.strategy, self.capacity, held, history, list_prices)
+        if inputs.settings.opening == "own" and not isinstance(self.strategy, StaticPricing):
+            # the list-price snapshot as static pricing's run places it: what runs, what waits
+            steady = StrategyRun(inputs, StaticPricing(inputs.pools))
+            steady._place_jobs(inputs.initial)
+            held, waiting = steady.meter.allocated(), steady.meter.waiting()
+            prices = opening_prices(self.strategy, self.capacity, held, history, list_prices, waiting)
         init = opening_jobs(
             inputs.model,
             inputs.pods,
@@ -270,6 +273,11 @@ class StrategyRun(RigidService):
             inputs.initial,
             list_prices,
         )
+        self._place_jobs(init)
+        return prices
+
+    def _place_jobs(self, init: InitialJobs) -> None:
+        """Place a snapshot of running jobs (each with its runtime left) at time 0."""
         self.opening_jobs = int(init.tenant.size)
         for j, r, pod, left in zip(
             init.tenant.tolist(), init.pool.tolist(), init.pod.tolist(), init.remaining_s.tolist()
@@ -277,7 +285,6 @@ class StrategyRun(RigidService):
             cls = ELASTIC if self.inputs.model.elastic[j] else RIGID
             job = self.jobs.add(j, r, pod, cls, self.pod_gpus[pod], 0.0, left)
             self._place_or_queue(job, 0.0)
-        return prices
 
     def _arrive(self, tenant: int, pool: int, pod: int, t: float) -> None:
         cls = ELASTIC if self.inputs.model.elastic[tenant] else RIGID

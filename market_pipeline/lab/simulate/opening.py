@@ -7,9 +7,13 @@ list price for every strategy would measure a repricing strategy mostly while it
 jobs relaxes from static's steady state towards its own (days to weeks), i.e. the transition,
 not the strategy. So each run draws its snapshot at the demand of its own opening prices:
 
-1. the strategy posts prices for a view of the list-price steady state (the GPUs the
-   list-price snapshot holds per pool and class, nothing waiting), repeated until its
-   prices settle (its per-tick step limit applies to each round);
+1. the strategy posts prices for a view of the list-price steady state (the list-price
+   snapshot placed as static pricing's run places it: the GPUs its jobs hold per pool and
+   class, and those of the jobs it leaves waiting, where a pool is overloaded), repeated
+   until its prices settle (its per-tick step limit applies to each round). Before round
+   thirteen of #46 the view held the whole snapshot and nothing waiting: a pool overloaded by
+   guaranteed work looked served, and its guaranteed price opened with a premium its
+   guarantee could not back (`tick.promises.guarantee_reach`);
 2. the snapshot is drawn at the tenants' best response to those prices, at the history's
    mean load index, from per-(tenant, pool) generators, so that a cell whose demand is
    unchanged draws the same jobs in every run.
@@ -24,19 +28,11 @@ from __future__ import annotations
 import numpy as np
 
 from market_pipeline.lab.simulate.arrivals import InitialJobs, initial_population
-from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID, MarketView, PricingStrategy
+from market_pipeline.lab.simulate.pricing import MarketView, PricingStrategy
 from market_pipeline.lab.simulate.tenants import TenantModel, best_response
 
 OPENING_ROUNDS = 12  # step-limited rounds (25% per round reaches any price in the band)
 SETTLED = 1e-3  # relative price change that ends the rounds
-
-
-def stock_by_class(model: TenantModel, initial: InitialJobs, gpus: np.ndarray, pools: int) -> np.ndarray:
-    """(R, 2) GPUs the snapshot's jobs hold per pool and class (RIGID, ELASTIC)."""
-    out = np.zeros((pools, 2))
-    cls = np.where(model.elastic[initial.tenant], ELASTIC, RIGID)
-    np.add.at(out, (initial.pool, cls), gpus[initial.pod])
-    return out
 
 
 def opening_prices(
@@ -45,11 +41,14 @@ def opening_prices(
     held: np.ndarray,
     history: np.ndarray,
     list_prices: np.ndarray,
+    waiting: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The strategy's settled prices for the list-price steady state `held` (R, 2)."""
+    """The strategy's settled prices for the list-price steady state: `held` (R, 2) GPUs
+    running, `waiting` (R, 2) GPUs left waiting (None: nothing)."""
     prices = list_prices.copy()
+    pending = np.zeros_like(held) if waiting is None else waiting
     for _ in range(OPENING_ROUNDS):
-        view = MarketView(0, 0.0, capacity, held, np.zeros_like(held), history, prices.copy())
+        view = MarketView(0, 0.0, capacity, held, pending, history, prices.copy())
         posted = np.asarray(strategy.decide(view).prices, dtype=np.float64)
         moved = float(np.max(np.abs(posted - prices) / np.maximum(prices, 1e-12)))
         prices = posted

@@ -39,7 +39,7 @@ from market_pipeline.market.followers import solve_followers
 from market_pipeline.market.problem import MarketProblem
 from market_pipeline.market.resources import DRAINABLE, GUARANTEED
 from market_pipeline.market.solve import demand_at
-from market_pipeline.tick import PoolTickInput, Promises, run_market_tick
+from market_pipeline.tick import PoolTickInput, Promises, guarantee_reach, run_market_tick
 from market_pipeline.tick.certificate import BacklogParams
 from market_pipeline.tick.pricing import solver_settings
 
@@ -186,6 +186,7 @@ class StackelbergPricing:
                     in_force_drainable=float(view.last_prices[d]),
                     forecast_price=float(view.last_prices[g]),
                     backlog=self.params[r],
+                    guarantee_reach=guarantee_reach(view.allocated[r, ELASTIC], view.pending[r, RIGID]),
                 )
             )
         return out
