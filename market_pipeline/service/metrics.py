@@ -1,7 +1,7 @@
 """`/metrics` in the Prometheus text format (prometheus-client), read from the warehouse at
 scrape time (through the gate's cache: a scrape while nothing changed opens nothing).
 
-Families (all prefixed `mp_`): published prices, certificate margins, the latest solve's
+Families (all prefixed `mp_`): published prices, the guarantee's reach per pool, certificate margins, the latest solve's
 status and seconds, the latest tick's time and latency (and its p95 over 100 ticks), promise breaches of the latest tick, decisions
 and drain outcomes by reason, telemetry quarantine per source, GPU and pool utilisation, and
 the webhook jobs by state. A family whose table the warehouse does not hold yet is left out.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from datetime import datetime, timezone
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
@@ -19,13 +20,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from market_pipeline.service.context import ServiceContext
-from market_pipeline.tick import Promises
+from market_pipeline.tick import Promises, guarantee_reach
 from market_pipeline.warehouse import WarehouseError
 from market_pipeline.warehouse import service_readers as readers
+from market_pipeline.warehouse.readers import guarantee_backing_by_pool
 
 log = logging.getLogger(__name__)
 router = APIRouter()
 EPS = 1e-9
+LATEST = datetime(9999, 1, 1, tzinfo=timezone.utc)  # every snapshot is before it
 
 
 def _ts(value: object) -> float:
@@ -59,6 +62,15 @@ class WarehouseCollector:
         for row in readers.prices_now(wh).iter_rows(named=True):
             price.add_metric([row["pool_id"], row["resource_class"]], row["price"])
         yield price
+        reach = GaugeMetricFamily(
+            "mp_guarantee_reach",
+            "Share of the guaranteed premium the pool's guarantee backs, from the latest snapshot "
+            "(1: no guaranteed work waits; 0: it waits with no drainable work to drain for it)",
+            labels=["pool"],
+        )
+        for pool, (drainable, waiting) in sorted(guarantee_backing_by_pool(wh, LATEST).items()):
+            reach.add_metric([pool], guarantee_reach(drainable, waiting))
+        yield reach
         ticks = readers.tick_reasons(wh, None, limit=6 * max(1, len(self.context.config.pools)))
         if ticks.is_empty():
             return

@@ -55,6 +55,8 @@ def test_metrics_carry_the_warehouse_numbers(served):
         "mp_solve_status"
     }  # no solve in the kit
     assert samples[("mp_pool_gpu_utilisation", (("pool", A100),))] == pytest.approx(4 / 8)  # last snapshot
+    # last snapshot: 2 guaranteed GPUs wait, drainable work holds 1: half the premium is backed
+    assert samples[("mp_guarantee_reach", (("pool", A100),))] == pytest.approx(0.5)
     # the latest tick's latency, and the p95 of those recorded (two: 30 s, then 12.5 s)
     assert samples[("mp_tick_latency_seconds", ())] == 12.5
     assert samples[("mp_tick_latency_p95_seconds", ())] == 30.0

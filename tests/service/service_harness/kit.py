@@ -74,6 +74,8 @@ def _snapshots() -> pl.DataFrame:
                 "running_gpus": float(2 + (i + k) % 5),
                 "pending_gpus": float(i % 2),
                 "gpus_on": 8,
+                "drainable_running_gpus": 1.0,
+                "guaranteed_pending_gpus": 2.0 * (i % 2),
             }
             for i in range(8)
             for k, pool in enumerate(POOLS)
