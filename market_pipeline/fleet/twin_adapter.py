@@ -29,6 +29,7 @@ from market_pipeline.fleet.store import TwinStore, configured_blobs
 from market_pipeline.fleet.twin import FleetTwin, TwinParams
 from market_pipeline.fleet.workload import WorkloadParams
 from market_pipeline.hardware.protocol import (
+    PENDING_FIELDS,
     GpuInfo,
     NodeInfo,
     Outcome,
@@ -302,14 +303,7 @@ class SimulatedAdapter:
             out: dict[str, dict[str, float]] = {}
 
             def row(model: str) -> dict[str, float]:
-                empty = {
-                    "jobs": 0.0,
-                    "gpus": 0.0,
-                    "guaranteed_jobs": 0.0,
-                    "guaranteed_gpus": 0.0,
-                    "guaranteed_oldest_wait_s": 0.0,
-                }
-                return out.setdefault(model, {**empty, "drainable_running_gpus": 0.0})
+                return out.setdefault(model, dict.fromkeys(PENDING_FIELDS, 0.0))
 
             for job in twin.pending:
                 r = row(job.gpu_model)

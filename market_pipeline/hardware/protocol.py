@@ -179,6 +179,19 @@ class TaskInfo:
         return len(self.gpu_uuids) * self.gpu_milli / 1000.0
 
 
+# The row a backend with a queue reports per GPU model (`pending_summary`): jobs waiting and
+# the GPUs they ask; of them the guaranteed ones, their GPUs and the longest wait (seconds);
+# the GPUs drainable tasks hold on that model (what drains could free for them).
+PENDING_FIELDS = (
+    "jobs",
+    "gpus",
+    "guaranteed_jobs",
+    "guaranteed_gpus",
+    "guaranteed_oldest_wait_s",
+    "drainable_running_gpus",
+)
+
+
 @dataclass(frozen=True)
 class WaitingTask:
     """A guaranteed (rigid) task waiting for capacity: what the drain planner makes room for

@@ -4,6 +4,7 @@
 |---|---|
 | list_nodes / list_gpus | `sinfo --json`: GRES type -> model, `zone_<zone>` feature -> zone, GPU = node + GRES index |
 | list_tasks | `squeue --json`, RUNNING jobs: node, GPUs (GRES IDX), tenant = account, start, class |
+| pending_summary | `squeue --json`, PENDING jobs: GPUs asked (`tres_per_node`/`tres_per_job`) per GRES type -> model, class, wait |
 | read_samples | per-GPU allocation (the jobs' GRES indices, `gres_used`), logged at each read |
 | cordon / uncordon | `scontrol update nodename=N state=drain reason=...` / `state=resume` |
 | warn_task / checkpoint_task | `scancel --signal=USR1 --batch` / `--signal=USR2 --batch` |
@@ -38,6 +39,7 @@ import polars as pl
 
 from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, pool_id
 from market_pipeline.hardware.protocol import (
+    PENDING_FIELDS,
     TASK_EVENT_SCHEMA,
     GpuInfo,
     NodeInfo,
@@ -236,6 +238,41 @@ class SlurmAdapter:
         if self.samples.due(now):
             self.samples.append(self._allocation(nodes, tasks, now))
         return tasks
+
+    def pending_summary(self) -> dict[str, dict[str, float]]:
+        """Jobs waiting for GPUs (PENDING, asking for some), per GPU model, in the rows the
+        simulated fleet's queue reports (`FleetTwinAdapter.pending_summary`): the count and
+        GPUs asked, the guaranteed jobs, their GPUs and longest wait (seconds since submission),
+        and the GPUs drainable tasks hold on that model. What the fleet inventory records per
+        pool: the pending demand, the rigid guarantee's check and what it can back
+        (`tick.promises.guarantee_reach`). A request naming no GRES type counts for the model
+        the cluster's GPU nodes share; where they have several, it is left out (nothing says
+        which model's queue it is in)."""
+        nodes, tasks = self._read()
+        models = {self._model(n) for n in nodes}
+        only = next(iter(models)) if len(models) == 1 else None
+        now = datetime.now(timezone.utc)
+        out: dict[str, dict[str, float]] = {}
+        for job in self.slurm_jobs():
+            if job.state != "PENDING" or job.requested_gpus <= 0:
+                continue
+            model = self.namer(job.requested_gpu_type) if job.requested_gpu_type else only
+            if model is None:
+                continue
+            row = out.setdefault(model, dict.fromkeys(PENDING_FIELDS, 0.0))
+            row["jobs"] += 1
+            row["gpus"] += job.requested_gpus
+            if self.drainable not in {job.partition, job.qos}:
+                waited = (now - job.submit_time).total_seconds() if job.submit_time else 0.0
+                row["guaranteed_jobs"] += 1
+                row["guaranteed_gpus"] += job.requested_gpus
+                row["guaranteed_oldest_wait_s"] = max(row["guaranteed_oldest_wait_s"], waited)
+        model_of = {n.name: self._model(n) for n in nodes}
+        for task in tasks:
+            model = model_of.get(task.node_id)
+            if task.resource_class == ResourceClass.DRAINABLE and model in out:
+                out[model]["drainable_running_gpus"] += task.gpus
+        return out
 
     def _remember(self, tasks: Sequence[TaskInfo]) -> None:
         with self.journal.edit() as journal:

@@ -188,6 +188,11 @@ class SlurmJob:
     gpu_type: str
     gpu_indices: tuple[int, ...]
     comment: dict[str, str]
+    # what the job asks for (a pending job holds nothing yet): GPUs in all, their GRES type
+    # ("" where the request names none), and when it was submitted
+    requested_gpus: int = 0
+    requested_gpu_type: str = ""
+    submit_time: datetime | None = None
 
     @property
     def gpu_ids(self) -> tuple[str, ...]:
@@ -206,8 +211,35 @@ def _time(value: Any) -> datetime | None:
     return datetime.fromtimestamp(seconds, timezone.utc) if seconds > 0 else None
 
 
+def requested_gpus(raw: Mapping[str, Any]) -> tuple[int, str]:
+    """(GPUs, GRES type) a job asks for: `tres_per_job`, else `tres_per_node` times its node
+    count. Slurm writes `gres:gpu:a100:2` (22.05) or `gres/gpu:a100:2` (23.02 on); a request
+    without a type is `gres:gpu:2`."""
+    per_job = _gpu_request(str(raw.get("tres_per_job") or ""))
+    if per_job is not None:
+        return per_job
+    per_node = _gpu_request(str(raw.get("tres_per_node") or ""))
+    if per_node is None:
+        return 0, ""
+    nodes = raw.get("node_count")
+    count = nodes.get("number") if isinstance(nodes, Mapping) else nodes  # 23.02 on: {"number": n}
+    return per_node[0] * max(int(count or 1), 1), per_node[1]
+
+
+def _gpu_request(text: str) -> tuple[int, str] | None:
+    """(GPUs, type) of the GPU items of a TRES request (`gres:gpu:a100:2`, `gres/gpu:2`)."""
+    for item in split_gres(text):
+        for prefix in ("gres:", "gres/"):
+            item = item.removeprefix(prefix)
+        found = [g for g in parse_gres(item.replace("=", ":")) if g.name == "gpu"]
+        if found:
+            return sum(g.count for g in found), found[0].type
+    return None
+
+
 def parse_squeue_job(raw: Mapping[str, Any]) -> SlurmJob:
     detail = [g for item in raw.get("gres_detail") or () for g in parse_gres(str(item)) if g.name == "gpu"]
+    asked, asked_type = requested_gpus(raw)
     return SlurmJob(
         job_id=str(raw["job_id"]),
         name=str(raw.get("name") or ""),
@@ -223,6 +255,9 @@ def parse_squeue_job(raw: Mapping[str, Any]) -> SlurmJob:
         gpu_type=detail[0].type if detail else "",
         gpu_indices=tuple(i for g in detail for i in g.indices),
         comment=parse_comment(str(raw.get("comment") or "")),
+        requested_gpus=asked,
+        requested_gpu_type=asked_type,
+        submit_time=_time(raw.get("submit_time")),
     )
 
 

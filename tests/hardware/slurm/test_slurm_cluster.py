@@ -141,6 +141,53 @@ def test_a_tenants_jobs_run_with_their_gpus_class_and_allocation(
         assert adapter.terminate_task(task.task_id, KILL_WAIT + 5).ok
 
 
+def test_the_queue_reports_what_waits_per_gpu_model_and_what_drains_could_free(
+    cluster: LocalCluster, adapter: SlurmAdapter
+) -> None:
+    """Both `A100-80GB` nodes busy (a guaranteed and a drainable 2-GPU job): a guaranteed
+    1-GPU job and a drainable 1-GPU job pend. The queue row of the model counts both, the
+    guaranteed one apart with its wait, and the 2 GPUs drainable work holds there: what the
+    fleet inventory records for the guarantee's check and reach."""
+    ids = submit(
+        cluster.client(),
+        [
+            JobSpec("delta-vision", "a100_80gb", 2, 60, drainable=False),
+            JobSpec("acme-research", "a100_80gb", 2, 60, drainable=True),
+        ],
+        cluster.home / "jobs",
+    )
+    try:
+        wait_for(
+            lambda: len([t for t in adapter.list_tasks() if t.pool_id.startswith("A100")]) == 2,
+            30,
+            "both running",
+        )
+        ids += submit(
+            cluster.client(),
+            [
+                JobSpec("delta-vision", "a100_80gb", 1, 60, drainable=False),
+                JobSpec("acme-research", "a100_80gb", 1, 60, drainable=True),
+            ],
+            cluster.home / "jobs",
+        )
+        row = wait_for(
+            lambda: (
+                adapter.pending_summary().get("A100-80GB", {}).get("jobs") == 2
+                and adapter.pending_summary()["A100-80GB"]
+            ),
+            30,
+            "two jobs pending",
+        )
+        assert (row["gpus"], row["guaranteed_jobs"], row["guaranteed_gpus"]) == (2.0, 1.0, 1.0)
+        assert 0.0 <= row["guaranteed_oldest_wait_s"] < 60.0
+        assert row["drainable_running_gpus"] == 2.0
+        assert "H800" not in adapter.pending_summary()  # nothing waits there
+    finally:
+        for job_id in ids:
+            cluster.client().cancel(job_id)
+        wait_for(lambda: not any(t.pool_id.startswith("A100") for t in adapter.list_tasks()), 30, "jobs gone")
+
+
 def test_drain_warns_checkpoints_terminates_and_the_requeued_job_resumes_elsewhere(
     cluster: LocalCluster, adapter: SlurmAdapter
 ) -> None:

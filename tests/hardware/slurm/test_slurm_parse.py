@@ -11,6 +11,7 @@ from market_pipeline.hardware.slurm.parse import (
     parse_node,
     parse_sacct,
     parse_squeue_job,
+    requested_gpus,
 )
 
 
@@ -158,3 +159,18 @@ def test_sample_log_reads_a_window_and_stays_bounded(tmp_path) -> None:  # noqa:
     assert (tmp_path / "s.jsonl").stat().st_size <= 4000 + 300  # cut to its newer half past the bound
     window = log.read(t0 + timedelta(minutes=30), t0 + timedelta(minutes=35))
     assert window["ts"].to_list() == [t0 + timedelta(minutes=m) for m in range(30, 35)]
+
+
+def test_a_jobs_gpu_request_reads_either_slurm_release_and_its_node_count() -> None:
+    """A pending job holds no GPUs yet: what it asks for is in `tres_per_node` (times its
+    nodes) or `tres_per_job`, written `gres:gpu:...` by 22.05 and `gres/gpu:...` from 23.02."""
+    assert requested_gpus({"tres_per_node": "gres:gpu:a100_80gb:2", "node_count": 1}) == (2, "a100_80gb")
+    assert requested_gpus({"tres_per_node": "gres/gpu:3", "node_count": {"number": 2}}) == (6, "")
+    assert requested_gpus({"tres_per_job": "gres/gpu:h800:4", "tres_per_node": "gres/gpu:1"}) == (4, "h800")
+    assert requested_gpus({"tres_per_node": "gres:shard:2"}) == (0, "")  # not a GPU request
+    assert requested_gpus({}) == (0, "")
+    job = parse_squeue_job(
+        {"job_id": 7, "job_state": "PENDING", "tres_per_node": "gres:gpu:h800:1", "submit_time": 1796597613}
+    )
+    assert (job.requested_gpus, job.requested_gpu_type, job.gpu_indices) == (1, "h800", ())
+    assert job.submit_time is not None and job.submit_time.year == 2026
