@@ -252,6 +252,12 @@ class RigidGuaranteeConfig(_Strict):
     # end within its SLA wait (`guardrails.task_drain.max_total_seconds`), not at the first, unless
     # it needs a whole node (`placement.guarantee.drain_due`); false: at the first step
     drain_at_latest_step: bool = True
+    # a pool's guaranteed price carries only the share of the cap's premium its guarantee can
+    # back (`tick.promises.guarantee_reach`: drainable GPUs running over guaranteed GPUs
+    # waiting, 1 while none wait): a pool overloaded by guaranteed work alone asks list. Off by
+    # default: on the tuning weeks of #46 the premium's thinning of such pools' arrivals served
+    # rigid work better than list did (docs/history/rigid_guarantee_round_thirteen.md)
+    premium_follows_reach: bool = False
     max_violations_vs_static: float = Field(1.0, ge=0)
     max_waiting_vs_static: float = Field(1.0, ge=0)
 

@@ -3,9 +3,10 @@
 - the max step: a price moves at most `max_price_step` (a share) from the price in force per
   tick, the first solve included (the price in force is then the base price);
 - the guaranteed cap: the guaranteed price never exceeds `guaranteed_price_cap` times the
-  pool's list price (the promise to rigid tenants); of that premium over list a pool charges
-  only the share its guarantee can back this tick (`guarantee_reach`): none where guaranteed
-  work waits and no drainable work in the pool could be drained for it;
+  pool's list price (the promise to rigid tenants); with `guardrails.rigid_guarantee.
+  premium_follows_reach`, of that premium over list a pool charges only the share its
+  guarantee can back this tick (`guarantee_reach`): none where guaranteed work waits and no
+  drainable work in the pool could be drained for it;
 - the drainable band: the drainable price sits `drainable_discount_min..max` below the
   guaranteed price of the same pool and tick;
 - the pool's price bounds (`price_min`, `price_max`).
@@ -39,6 +40,9 @@ class Promises:
     guaranteed_cap: float = 1.04
     discount_min: float = 0.2
     discount_max: float = 0.6
+    # the guaranteed premium follows what the pool's guarantee can back (`guarantee_reach`;
+    # config `guardrails.rigid_guarantee.premium_follows_reach`); off: the cap alone
+    premium_follows_reach: bool = False
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.max_step) and self.max_step > 0):
@@ -58,14 +62,16 @@ class Promises:
             guaranteed_cap=market.guaranteed_price_cap if guaranteed_cap is None else guaranteed_cap,
             discount_min=market.drainable_discount_min,
             discount_max=market.drainable_discount_max,
+            premium_follows_reach=config.guardrails.rigid_guarantee.premium_follows_reach,
         )
 
     def guaranteed_ceiling(self, list_price: float, price_max: float, reach: float = 1.0) -> float:
         """The highest guaranteed price a pool may publish: its cap over list, or `price_max`;
-        with `reach` below 1 (`guarantee_reach`) only that share of the cap's premium over list
-        (a pool with no premium to back asks list, or `price_max` where that is lower)."""
+        with `reach` below 1 (`guarantee_reach`) and `premium_follows_reach`, only that share of
+        the cap's premium over list (a pool with no premium to back asks list, or `price_max`
+        where that is lower)."""
         capped = min(price_max, self.guaranteed_cap * list_price)
-        if reach >= 1.0:
+        if reach >= 1.0 or not self.premium_follows_reach:
             return capped
         return min(capped, list_price + reach * max(capped - list_price, 0.0))
 

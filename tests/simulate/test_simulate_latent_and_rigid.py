@@ -328,10 +328,13 @@ def test_the_opening_view_shows_what_the_list_snapshot_leaves_waiting():
 
 
 def test_the_market_asks_no_premium_where_guaranteed_work_waits_with_nothing_to_drain():
-    """Pool 0 is full of guaranteed work and as much again waits. With no drainable work
-    there, no drain can serve it: the guaranteed price is list (`guarantee_reach` 0). With
-    drainable work holding as many GPUs as wait, the same backlog is priced over list."""
-    run_inputs = inputs(days=0.25, economics=EconomicAssumptions(tenants_per_class=4))
+    """With `premium_follows_reach`: pool 0 is full of guaranteed work and as much again
+    waits. With no drainable work there, no drain can serve it: the guaranteed price is list
+    (`guarantee_reach` 0). With drainable work holding as many GPUs as wait, the same backlog
+    is priced over list."""
+    run_inputs = with_guarantee(
+        inputs(days=0.25, economics=EconomicAssumptions(tenants_per_class=4)), premium_follows_reach=True
+    )
     pools = run_inputs.pools
     lists = list_price_vector(pools)
     capacity = np.array([p.gpus for p in pools], dtype=float)
@@ -349,3 +352,5 @@ def test_the_market_asks_no_premium_where_guaranteed_work_waits_with_nothing_to_
 
     assert guaranteed_price(0.0) == pytest.approx(lists[0])
     assert guaranteed_price(1.0) > lists[0] * 1.01
+    run_inputs = with_guarantee(run_inputs, premium_follows_reach=False)  # the default: the cap alone
+    assert guaranteed_price(0.0) > lists[0] * 1.01

@@ -45,11 +45,12 @@ def pool(**changes) -> PoolTickInput:
     return PoolTickInput(**{**base, **changes})
 
 
-def short_pool_record(**changes):
+def short_pool_record(follows_reach: bool = False, **changes):
     """The tick's record of a pool serving 64 GPUs while 90 are wanted and 26 wait, under a
     guaranteed cap of 1.04 x list: no price within the promises certifies it."""
     short = pool(forecast_upper_gpus=90.0, demand_gpus=90.0, backlog_gpus=26.0, **changes)
-    return run_market_tick([short], None, Promises(guaranteed_cap=1.04)).pools[0]
+    promises = Promises(guaranteed_cap=1.04, premium_follows_reach=follows_reach)
+    return run_market_tick([short], None, promises).pools[0]
 
 
 def config_pools(
@@ -374,17 +375,20 @@ def test_guarantee_reach_is_the_share_of_waiting_guaranteed_gpus_drains_could_fr
 
 
 def test_a_pool_whose_guarantee_backs_no_premium_publishes_its_guaranteed_price_at_list() -> None:
-    """Guaranteed work waits where nothing could be drained for it (#46: `V100` pools full of
-    work pinned to them). The shield, which publishes the cap for a backlog no price drains,
-    stops at list; half backed, half the premium; the drainable band follows."""
-    capped = short_pool_record()
+    """With `premium_follows_reach`: guaranteed work waits where nothing could be drained for
+    it (#46: `V100` pools full of work pinned to them). The shield, which publishes the cap for
+    a backlog no price drains, stops at list; half backed, half the premium; the drainable
+    band follows."""
+    capped = short_pool_record(follows_reach=True)
     assert capped.guaranteed == pytest.approx(2.0 * 1.04)
-    unbacked = short_pool_record(guarantee_reach=0.0)
+    unbacked = short_pool_record(follows_reach=True, guarantee_reach=0.0)
     assert unbacked.guaranteed == pytest.approx(2.0)
     assert "guarantee reach" in unbacked.guaranteed_reason
     assert unbacked.drainable <= 2.0 * (1 - 0.2) * (1 + 1e-12)
-    assert short_pool_record(guarantee_reach=0.5).guaranteed == pytest.approx(2.0 * 1.02)
-    promises = Promises(guaranteed_cap=1.04)
+    assert short_pool_record(follows_reach=True, guarantee_reach=0.5).guaranteed == pytest.approx(2.0 * 1.02)
+    # off (the default): the cap alone, whatever the reach
+    assert short_pool_record(guarantee_reach=0.0).guaranteed == pytest.approx(2.0 * 1.04)
+    promises = Promises(guaranteed_cap=1.04, premium_follows_reach=True)
     assert promises.guaranteed_ceiling(2.0, 2.05, 0.5) == pytest.approx(2.025)  # price_max binds first
     assert promises.guaranteed_ceiling(2.0, 1.5, 0.0) == 1.5  # never above price_max
 
