@@ -241,6 +241,8 @@ def run_grid(
         "days": days,
         "warmup_days": warmup_days,
         "load_start_day": load_start_day,
+        # the guaranteed premium's rule the market ran under (config, `tick.promises`)
+        "premium_follows_reach": config.guardrails.rigid_guarantee.premium_follows_reach,
         "weeks": len(rows),
     }
     for role in ("tuning", "judged"):
