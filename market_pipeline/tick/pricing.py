@@ -37,6 +37,9 @@ from market_pipeline.market.resources import DRAINABLE, GUARANTEED, ResourceSet
 from market_pipeline.market.solve import demand_at
 from market_pipeline.tick.promises import Promises
 
+# Share of a pool the drainable class is always sold against: it is never sold out by rule.
+DRAINABLE_CAPACITY_FLOOR = 0.02
+
 # The calibration may raise or lower a pool's configured valuation by at most this factor:
 # beyond it the claims no longer describe the load and need reconfiguring (the per-tick max
 # price step bounds how fast prices follow either way).
@@ -116,6 +119,27 @@ def build_market_problem(
             problem.resources, value_scaled(problem.tenants, np.array([scale_by_pool[p] for p in pools]))
         )
     return PricingInputs(problem, dict(zip(names, pools)), dict(zip(names, classes)), scale_by_pool)
+
+
+def drainable_capacity(
+    usable: np.ndarray, guaranteed_now: np.ndarray, guaranteed_expected: np.ndarray
+) -> np.ndarray:
+    """Per pool, the GPUs the drainable class is sold against: the pool's usable GPUs less the
+    guaranteed class's claim on them, and never under `DRAINABLE_CAPACITY_FLOOR` of the pool.
+    The claim is the more of what guaranteed work holds and waits for now and what the
+    tenants are expected to hold at the prices in force (the forecast's median, at most the
+    pool).
+
+    Guaranteed work may drain drainable work to make room, but only as far as the drain
+    guardrail lets it (the landing cool-down, each tenant's daily cap): drainable work sold
+    into the room the guaranteed class is about to take back is room its arrivals wait for.
+    Counting only what guaranteed work holds now sold that room after every lull (#46, round
+    fourteen: on `gpuspec20/vcTJs/s11` a `T4` burst of 1-GPU guaranteed jobs met 40-60
+    drainable jobs, 2-12 of them drainable under the guardrail)."""
+    usable = np.asarray(usable, dtype=np.float64)
+    expected = np.minimum(np.maximum(np.asarray(guaranteed_expected, dtype=np.float64), 0.0), usable)
+    claim = np.maximum(np.asarray(guaranteed_now, dtype=np.float64), expected)
+    return np.maximum(usable - claim, DRAINABLE_CAPACITY_FLOOR * usable)
 
 
 def mid_band_discount(config: MarketPipelineConfig) -> float:

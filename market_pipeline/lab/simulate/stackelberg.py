@@ -41,13 +41,12 @@ from market_pipeline.market.resources import DRAINABLE, GUARANTEED
 from market_pipeline.market.solve import demand_at
 from market_pipeline.tick import PoolTickInput, Promises, guarantee_reach, run_market_tick
 from market_pipeline.tick.certificate import BacklogParams
-from market_pipeline.tick.pricing import solver_settings
+from market_pipeline.tick.pricing import drainable_capacity, solver_settings
 
 if TYPE_CHECKING:
     from market_pipeline.lab.simulate.run_inputs import RunInputs
 
 MIN_INDEX = 1e-3
-DRAINABLE_CAPACITY_FLOOR = 0.02  # share of the pool: the drainable class is never sold out by rule
 
 
 class StackelbergPricing:
@@ -134,10 +133,18 @@ class StackelbergPricing:
             response = self.learner.response(hour)
             observed = self.learner.observed(hour)
         median, upper = self._index_forecast(view)
-        capacity = np.maximum(self._capacities(view), median * self._demand_at_max * (1.0 + 1e-3))
         population = self.model.population if self.learner is not None else self.model.population_at(hour)
+        # what the tenants buy at the prices in force (the forecast's median): the guaranteed
+        # class's expected claim on each pool, and the base of the forecast's upper quantile
+        in_force = np.asarray(view.last_prices, dtype=np.float64)
+        at_in_force = np.nan_to_num(
+            demand_at(MarketProblem(resource_set(self.pools), population).with_demand_scale(median), in_force)
+        )
+        capacity = np.maximum(
+            self._capacities(view, at_in_force[0::2]), median * self._demand_at_max * (1.0 + 1e-3)
+        )
         problem = MarketProblem(resource_set(self.pools, capacity), population).with_demand_scale(median)
-        inputs = self._pool_inputs(view, problem, upper / median)
+        inputs = self._pool_inputs(view, at_in_force, upper / median)
         tick = run_market_tick(
             inputs,
             problem,
@@ -163,10 +170,9 @@ class StackelbergPricing:
         }
         return PriceDecision(tick.prices(), info)
 
-    def _pool_inputs(self, view: MarketView, problem: MarketProblem, spread: float) -> list[PoolTickInput]:
+    def _pool_inputs(self, view: MarketView, at_in_force: np.ndarray, spread: float) -> list[PoolTickInput]:
         """Each pool's fixed fleet, its demand and backlog now, and the forecast's upper quantile
-        of what the tenants buy at the prices in force."""
-        at_in_force = np.nan_to_num(demand_at(problem, np.asarray(view.last_prices, dtype=np.float64)))
+        of what the tenants buy at the prices in force (`at_in_force`, at the median)."""
         out = []
         for r, pool in enumerate(self.pools):
             g, d = 2 * r, 2 * r + 1
@@ -191,10 +197,13 @@ class StackelbergPricing:
             )
         return out
 
-    def _capacities(self, view: MarketView) -> np.ndarray:
+    def _capacities(self, view: MarketView, guaranteed_expected: np.ndarray) -> np.ndarray:
+        """Guaranteed: the usable pool. Drainable: what the guaranteed class's claim leaves of it
+        (`tick.pricing.drainable_capacity`, the live tick's rule): the rigid GPUs running and
+        waiting now, or those the tenants are expected to hold, whichever is more."""
         usable = self.efficiency * view.capacity
         rigid = view.allocated[:, RIGID] + view.pending[:, RIGID]
-        drainable = np.maximum(usable - rigid, DRAINABLE_CAPACITY_FLOOR * usable)
+        drainable = drainable_capacity(usable, rigid, guaranteed_expected)
         out = np.empty(2 * len(self.pools))
         out[0::2], out[1::2] = usable, drainable
         return out
