@@ -136,6 +136,8 @@ def equilibrium_prices(
         serving,
         readers.expected_demand_by_pool(store, now, FORECAST_HORIZON_MIN),
         readers.typical_demand_by_pool(store, now),
+        readers.guaranteed_claim_by_pool(store, now),
+        in_force,
     )
     market = config.market
     resolve_due = global_resolve_due(now, market.global_resolve_minutes, config.loop.tick_minutes)

@@ -116,10 +116,13 @@ def _run_epoch(
         adapter.advance(now)
         nodes = adapter.list_nodes()
         snapshot = pool_snapshot(config, nodes, adapter.list_tasks(), adapter.pending_summary(), now)
-        serving, fleet_gpus, observed, reach = {}, {}, {}, {}
+        serving, fleet_gpus, observed, reach, claim = {}, {}, {}, {}, {}
         for r in snapshot.iter_rows(named=True):
             demand = r["running_gpus"] + r["pending_gpus"]
             serving[r["pool_id"]] = float(r["gpus_on"])
+            claim[r["pool_id"]] = (
+                max(r["running_gpus"] - r["drainable_running_gpus"], 0.0) + r["guaranteed_pending_gpus"]
+            )
             reach[r["pool_id"]] = guarantee_reach(r["drainable_running_gpus"], r["guaranteed_pending_gpus"])
             observed[r["pool_id"]] = (demand, r["pending_gpus"])
             history[r["pool_id"]].append(demand)
@@ -136,7 +139,7 @@ def _run_epoch(
                 for p in config.pools
                 for cls in (GUARANTEED, DRAINABLE)
             }
-        inputs = build_market_problem(config, serving, expected, typical)
+        inputs = build_market_problem(config, serving, expected, typical, claim, in_force)
         pools = [
             pool_tick_input(
                 config,

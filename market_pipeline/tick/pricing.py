@@ -64,12 +64,20 @@ def build_market_problem(
     gpus_on_by_pool: Mapping[str, float],
     expected_demand_by_pool: Mapping[str, float] | None = None,
     typical_demand_by_pool: Mapping[str, float] | None = None,
+    guaranteed_now_by_pool: Mapping[str, float] | None = None,
+    in_force: Mapping[str, float] | None = None,
 ) -> PricingInputs:
     """The market for the next interval: capacity = powered GPUs x 1 h per pool, tenants
     sized to ``typical_demand_by_pool`` (the pool's usual load: at the list prices they buy it
     with `market.reference_elasticity`, so the list price is the equilibrium of a typical
     hour) and their valuation calibrated to ``expected_demand_by_pool`` (GPUs wanted next
-    hour). Pools left out of either keep the configured claims for that step."""
+    hour). Pools left out of either keep the configured claims for that step.
+
+    With ``guaranteed_now_by_pool`` (the GPUs guaranteed work holds and waits for now), a
+    pool's drainable class is sold against what the guaranteed class's claim leaves
+    (`drainable_capacity`, the simulator's rule too), the expected claim read at the prices
+    ``in_force`` (by resource name; the reference prices where absent). Pools left out keep
+    the whole pool for both classes."""
     if not config.tenants:
         raise ValueError("tenants: the configuration registers no tenant claims to price against")
     names: list[str] = []
@@ -118,7 +126,32 @@ def build_market_problem(
         problem = MarketProblem(
             problem.resources, value_scaled(problem.tenants, np.array([scale_by_pool[p] for p in pools]))
         )
+    if guaranteed_now_by_pool:
+        reference = reference_prices(config, pools, classes)
+        prices = np.array(
+            [float((in_force or {}).get(name, ref)) for name, ref in zip(names, reference)], dtype=np.float64
+        )
+        problem = with_guaranteed_claim(problem, guaranteed_now_by_pool, prices)
     return PricingInputs(problem, dict(zip(names, pools)), dict(zip(names, classes)), scale_by_pool)
+
+
+def with_guaranteed_claim(
+    problem: MarketProblem, guaranteed_now_by_pool: Mapping[str, float], prices: np.ndarray
+) -> MarketProblem:
+    """The problem with each listed pool's drainable capacity after the guaranteed class's
+    claim (`drainable_capacity`): what guaranteed work holds and waits for now, or what the
+    tenants buy of the guaranteed class at `prices` (resource order), whichever is more."""
+    res = problem.resources
+    expected = np.nan_to_num(demand_at(problem, prices))
+    capacity = res.capacity.astype(np.float64).copy()
+    guaranteed = {p: r for r, (p, c) in enumerate(zip(res.pool, res.resource_class)) if c == GUARANTEED}
+    for d, (pool_id, cls) in enumerate(zip(res.pool, res.resource_class)):
+        g = guaranteed.get(pool_id)
+        if cls != DRAINABLE or g is None or pool_id not in guaranteed_now_by_pool:
+            continue
+        now = max(float(guaranteed_now_by_pool[pool_id]), 0.0)
+        capacity[d] = float(drainable_capacity(capacity[g : g + 1], np.array([now]), expected[g : g + 1])[0])
+    return MarketProblem(dataclasses.replace(res, capacity=capacity), problem.tenants)
 
 
 def drainable_capacity(

@@ -100,6 +100,21 @@ def guarantee_backing_by_pool(store: Warehouse, before: datetime) -> dict[str, t
     return {r["pool_id"]: (float(r["drainable"]), float(r["waiting"])) for r in frame.iter_rows(named=True)}
 
 
+def guaranteed_claim_by_pool(store: Warehouse, before: datetime) -> dict[str, float]:
+    """Per pool, from its latest demand snapshot before `before` that observed the classes, the
+    GPUs guaranteed work holds and waits for (running less drainable, plus the guaranteed
+    queue): the guaranteed class's claim on the pool now (`tick.pricing.drainable_capacity`).
+    Pools never observed so are absent."""
+    frame = store.query(
+        "SELECT pool_id, arg_max(greatest(running_gpus - drainable_running_gpus, 0) "
+        "+ guaranteed_pending_gpus, ts) AS claim FROM pool_demand_snapshots "
+        "WHERE ts < ? AND drainable_running_gpus IS NOT NULL AND guaranteed_pending_gpus IS NOT NULL "
+        "GROUP BY pool_id",
+        [before],
+    )
+    return {r["pool_id"]: float(r["claim"]) for r in frame.iter_rows(named=True)}
+
+
 def forecast_upper_by_pool(store: Warehouse, origin: datetime, horizon_min: int) -> dict[str, float | None]:
     """Per pool, the latest forecast's (made at or before `origin`) highest q90 up to
     `horizon_min` ahead."""

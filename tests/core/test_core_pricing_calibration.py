@@ -99,3 +99,48 @@ def test_at_a_pools_typical_load_the_list_price_is_the_equilibrium(config):
     assert np.allclose(prices[1.0][guaranteed] / listed[guaranteed], 1.0, atol=0.05)
     assert np.all(prices[0.5][guaranteed] < 0.95 * listed[guaranteed])
     assert np.all(prices[1.5][guaranteed] > 1.05 * listed[guaranteed])
+
+
+def test_drainable_capacity_leaves_the_guaranteed_claim_now_or_expected():
+    """Drainable work is sold against the pool less the guaranteed class's claim: the more of
+    what it holds and waits for now and what it is expected to hold, the expectation at most
+    the pool, never under the floor share."""
+    from market_pipeline.tick.pricing import DRAINABLE_CAPACITY_FLOOR, drainable_capacity
+
+    usable = np.array([100.0, 100.0, 100.0, 100.0])
+    now = np.array([30.0, 30.0, 0.0, 120.0])
+    expected = np.array([10.0, 60.0, 500.0, 0.0])
+    out = drainable_capacity(usable, now, expected)
+    np.testing.assert_allclose(out[:2], [70.0, 40.0])  # now binds, then the expectation
+    assert out[2] == pytest.approx(DRAINABLE_CAPACITY_FLOOR * 100.0)  # expected above the pool
+    assert out[3] == pytest.approx(DRAINABLE_CAPACITY_FLOOR * 100.0)  # overloaded now
+
+
+def test_live_problem_sells_drainable_work_what_the_guaranteed_claim_leaves(config):
+    """A pool with a reported guaranteed claim sells its drainable class what the claim leaves
+    (the simulator's rule); the expected claim is the guaranteed demand at the prices in
+    force. Pools without a report keep the whole pool for both classes."""
+    typical = {p.pool_id: 400.0 for p in config.pools}
+    plain = build_market_problem(config, _capacity(config), typical, typical)
+    first, second = config.pools[0].pool_id, config.pools[1].pool_id
+    claimed = build_market_problem(config, _capacity(config), typical, typical, {first: 50.0})
+    names = plain.problem.resource_names
+    cap = dict(zip(names, claimed.problem.resources.capacity))
+    base = dict(zip(names, plain.problem.resources.capacity))
+    reference = reference_prices(
+        config, [plain.pool_of_resource[n] for n in names], [plain.class_of_resource[n] for n in names]
+    )
+    expected = dict(zip(names, demand_at(plain.problem, reference)))
+    g, d = f"{first}/guaranteed", f"{first}/drainable"
+    assert cap[g] == base[g] == 1000.0
+    assert expected[g] > 50.0  # the expectation is the larger claim here
+    assert cap[d] == pytest.approx(1000.0 - expected[g])
+    assert cap[f"{second}/drainable"] == base[f"{second}/drainable"] == 1000.0
+    # a claim now above the expectation binds instead
+    heavy = build_market_problem(config, _capacity(config), typical, typical, {first: 900.0})
+    assert dict(zip(names, heavy.problem.resources.capacity))[d] == pytest.approx(100.0)
+    # the prices in force set the expectation: a dearer guaranteed class is expected to hold less
+    dear = build_market_problem(
+        config, _capacity(config), typical, typical, {first: 0.0}, {g: 2.0 * float(reference[names.index(g)])}
+    )
+    assert dict(zip(names, dear.problem.resources.capacity))[d] > cap[d]

@@ -75,3 +75,22 @@ def test_simulate_economics_validate(bad):
 
     with pytest.raises(SimulationInputError, match=next(iter(bad))):
         EconomicAssumptions(**bad)
+
+
+def test_simulate_drainable_capacity_leaves_the_expected_guaranteed_claim():
+    """The simulator's leader sells drainable work what the guaranteed class's claim leaves of
+    the pool (`tick.pricing.drainable_capacity`, the live tick's rule): after a lull, the rigid
+    GPUs the tenants are expected to hold, not only those rigid work holds now."""
+    scenario = inputs()
+    strategy = StackelbergPricing(scenario.model, scenario.pools, scenario.config, scenario.settings)
+    view = _view(scenario, 0.2)
+    usable = strategy.efficiency * view.capacity
+    rigid_now = view.allocated[:, 0] + view.pending[:, 0]
+    lull = strategy._capacities(view, np.zeros_like(usable))
+    np.testing.assert_allclose(lull[0::2], usable)
+    np.testing.assert_allclose(lull[1::2], usable - rigid_now)
+    expected = rigid_now + 0.25 * usable
+    ahead = strategy._capacities(view, expected)
+    np.testing.assert_allclose(ahead[1::2], usable - expected)
+    decision = strategy.decide(view)  # and the tick runs on it
+    assert decision.info["status"] in ("converged", "capacity_infeasible")

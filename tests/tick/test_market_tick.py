@@ -440,3 +440,11 @@ def test_the_live_inputs_read_what_the_guarantee_can_back_off_the_latest_snapsho
     inputs = {p.pool_id: p for p in pool_tick_inputs(config, store, now, prices_in_force(config, store), {})}
     assert inputs[first.pool_id].guarantee_reach == pytest.approx(2.0 / (8.0 / pools_of_model))
     assert inputs[second.pool_id].guarantee_reach == 1.0  # nothing waits there
+    # the guaranteed class's claim now (`tick.pricing.drainable_capacity`): running less
+    # drainable, plus the guaranteed queue, off the same snapshot
+    from market_pipeline.warehouse.readers import guaranteed_claim_by_pool
+
+    claim = guaranteed_claim_by_pool(store, now)
+    assert claim[first.pool_id] == pytest.approx(6.0 + 8.0 / pools_of_model)
+    assert claim[second.pool_id] == 0.0
+    assert guaranteed_claim_by_pool(store, now - timedelta(minutes=5)) == {}  # only null rows before
