@@ -258,6 +258,12 @@ class RigidGuaranteeConfig(_Strict):
     # default: on the tuning weeks of #46 the premium's thinning of such pools' arrivals served
     # rigid work better than list did (docs/history/rigid_guarantee_round_thirteen.md)
     premium_follows_reach: bool = False
+    # The drainable class is sold what the guaranteed class's claim leaves of each pool: what
+    # guaranteed work holds and waits for now, and with this on, what the tenants are expected
+    # to hold at the prices in force where that is more (`tick.pricing.drainable_capacity`;
+    # the live tick and the simulator's leader). Off, drainable work may be sold the room a
+    # guaranteed burst is about to need, and only drains (within their guardrail) win it back.
+    drainable_leaves_expected_claim: bool = True
     max_violations_vs_static: float = Field(1.0, ge=0)
     max_waiting_vs_static: float = Field(1.0, ge=0)
 

@@ -76,7 +76,8 @@ def build_market_problem(
     With ``guaranteed_now_by_pool`` (the GPUs guaranteed work holds and waits for now), a
     pool's drainable class is sold against what the guaranteed class's claim leaves
     (`drainable_capacity`, the simulator's rule too), the expected claim read at the prices
-    ``in_force`` (by resource name; the reference prices where absent). Pools left out keep
+    ``in_force`` (by resource name; the reference prices where absent) where
+    `guardrails.rigid_guarantee.drainable_leaves_expected_claim` is on. Pools left out keep
     the whole pool for both classes."""
     if not config.tenants:
         raise ValueError("tenants: the configuration registers no tenant claims to price against")
@@ -131,18 +132,20 @@ def build_market_problem(
         prices = np.array(
             [float((in_force or {}).get(name, ref)) for name, ref in zip(names, reference)], dtype=np.float64
         )
-        problem = with_guaranteed_claim(problem, guaranteed_now_by_pool, prices)
+        expect = config.guardrails.rigid_guarantee.drainable_leaves_expected_claim
+        problem = with_guaranteed_claim(problem, guaranteed_now_by_pool, prices if expect else None)
     return PricingInputs(problem, dict(zip(names, pools)), dict(zip(names, classes)), scale_by_pool)
 
 
 def with_guaranteed_claim(
-    problem: MarketProblem, guaranteed_now_by_pool: Mapping[str, float], prices: np.ndarray
+    problem: MarketProblem, guaranteed_now_by_pool: Mapping[str, float], prices: np.ndarray | None
 ) -> MarketProblem:
     """The problem with each listed pool's drainable capacity after the guaranteed class's
     claim (`drainable_capacity`): what guaranteed work holds and waits for now, or what the
-    tenants buy of the guaranteed class at `prices` (resource order), whichever is more."""
+    tenants buy of the guaranteed class at `prices` (resource order), whichever is more
+    (`prices` None: the claim now alone)."""
     res = problem.resources
-    expected = np.nan_to_num(demand_at(problem, prices))
+    expected = np.zeros(res.size) if prices is None else np.nan_to_num(demand_at(problem, prices))
     capacity = res.capacity.astype(np.float64).copy()
     guaranteed = {p: r for r, (p, c) in enumerate(zip(res.pool, res.resource_class)) if c == GUARANTEED}
     for d, (pool_id, cls) in enumerate(zip(res.pool, res.resource_class)):

@@ -144,3 +144,10 @@ def test_live_problem_sells_drainable_work_what_the_guaranteed_claim_leaves(conf
         config, _capacity(config), typical, typical, {first: 0.0}, {g: 2.0 * float(reference[names.index(g)])}
     )
     assert dict(zip(names, dear.problem.resources.capacity))[d] > cap[d]
+    # with the expected claim off, the claim now alone
+    rigid = config.guardrails.rigid_guarantee.model_copy(update={"drainable_leaves_expected_claim": False})
+    off = config.model_copy(
+        update={"guardrails": config.guardrails.model_copy(update={"rigid_guarantee": rigid})}
+    )
+    now_only = build_market_problem(off, _capacity(off), typical, typical, {first: 50.0})
+    assert dict(zip(names, now_only.problem.resources.capacity))[d] == pytest.approx(950.0)

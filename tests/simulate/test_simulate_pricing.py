@@ -94,3 +94,23 @@ def test_simulate_drainable_capacity_leaves_the_expected_guaranteed_claim():
     np.testing.assert_allclose(ahead[1::2], usable - expected)
     decision = strategy.decide(view)  # and the tick runs on it
     assert decision.info["status"] in ("converged", "capacity_infeasible")
+    # the tick hands `_capacities` the guaranteed demand expected at the prices in force; with
+    # `drainable_leaves_expected_claim` off, none (the claim now alone)
+    rigid = scenario.config.guardrails.rigid_guarantee.model_copy(
+        update={"drainable_leaves_expected_claim": False}
+    )
+    guardrails = scenario.config.guardrails.model_copy(update={"rigid_guarantee": rigid})
+    off_config = scenario.config.model_copy(update={"guardrails": guardrails})
+    seen = {}
+    for label, config in (("on", scenario.config), ("off", off_config)):
+        s = StackelbergPricing(scenario.model, scenario.pools, config, scenario.settings)
+        real = s._capacities
+
+        def spy(v, expected, real=real, label=label):
+            seen[label] = np.asarray(expected).copy()
+            return real(v, expected)
+
+        s._capacities = spy
+        s.decide(view)
+    assert np.all(seen["on"] > 0)
+    np.testing.assert_allclose(seen["off"], 0.0)

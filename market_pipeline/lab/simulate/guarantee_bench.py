@@ -243,6 +243,8 @@ def run_grid(
         "load_start_day": load_start_day,
         # the guaranteed premium's rule the market ran under (config, `tick.promises`)
         "premium_follows_reach": config.guardrails.rigid_guarantee.premium_follows_reach,
+        # whether drainable work left the guaranteed claim expected, not only the claim now
+        "drainable_leaves_expected_claim": config.guardrails.rigid_guarantee.drainable_leaves_expected_claim,
         "weeks": len(rows),
     }
     for role in ("tuning", "judged"):

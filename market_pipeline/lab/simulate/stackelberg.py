@@ -73,6 +73,8 @@ class StackelbergPricing:
         self.solver = solver_settings(config)  # the live pipeline's solver settings
         self.promises = Promises.from_config(config, guaranteed_cap=settings.economics.guaranteed_cap)
         self.efficiency = settings.economics.packing_efficiency
+        # the drainable class leaves the guaranteed claim expected at the prices in force too
+        self.expect_claim = config.guardrails.rigid_guarantee.drainable_leaves_expected_claim
         # where the tenants' level is stated: `simulate.tenants` calibrates both classes at the
         # list price, so a fitted response curve passes through the demand there
         self.level_prices = list_price_vector(pools)
@@ -140,9 +142,8 @@ class StackelbergPricing:
         at_in_force = np.nan_to_num(
             demand_at(MarketProblem(resource_set(self.pools), population).with_demand_scale(median), in_force)
         )
-        capacity = np.maximum(
-            self._capacities(view, at_in_force[0::2]), median * self._demand_at_max * (1.0 + 1e-3)
-        )
+        expected = at_in_force[0::2] if self.expect_claim else np.zeros(len(self.pools))
+        capacity = np.maximum(self._capacities(view, expected), median * self._demand_at_max * (1.0 + 1e-3))
         problem = MarketProblem(resource_set(self.pools, capacity), population).with_demand_scale(median)
         inputs = self._pool_inputs(view, at_in_force, upper / median)
         tick = run_market_tick(
