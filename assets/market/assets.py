@@ -187,6 +187,11 @@ def equilibrium_prices(
             "demand_response_fitted": len(response),
             "price_experiments": experiments.height,
             "shadow_mode": config.loop.shadow_mode,
+            # per pool, the GPUs the drainable class was sold against: what the guaranteed
+            # claim left (`tick.pricing.drainable_capacity`)
+            "drainable_sold_against_gpus": dg.MetadataValue.json(
+                {pool: round(gpus, 2) for pool, gpus in inputs.drainable_capacity_by_pool().items()}
+            ),
             **fallback,
             ROW_COUNT: rows.height,
             "tick": table_metadata(

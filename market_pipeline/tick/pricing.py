@@ -58,6 +58,14 @@ class PricingInputs:
     class_of_resource: dict[str, str]
     demand_scale_by_pool: dict[str, float]  # the valuation factor applied (1 = the claims as configured)
 
+    def drainable_capacity_by_pool(self) -> dict[str, float]:
+        """Per pool, the GPUs its drainable class is sold against (`drainable_capacity`)."""
+        return {
+            self.pool_of_resource[name]: float(capacity)
+            for name, capacity in zip(self.problem.resource_names, self.problem.resources.capacity)
+            if self.class_of_resource[name] == DRAINABLE
+        }
+
 
 def build_market_problem(
     config: MarketPipelineConfig,

@@ -136,6 +136,8 @@ def test_live_problem_sells_drainable_work_what_the_guaranteed_claim_leaves(conf
     assert expected[g] > 50.0  # the expectation is the larger claim here
     assert cap[d] == pytest.approx(1000.0 - expected[g])
     assert cap[f"{second}/drainable"] == base[f"{second}/drainable"] == 1000.0
+    sold = claimed.drainable_capacity_by_pool()  # what the asset's metadata shows per pool
+    assert sold[first] == pytest.approx(cap[d]) and sold[second] == 1000.0
     # a claim now above the expectation binds instead
     heavy = build_market_problem(config, _capacity(config), typical, typical, {first: 900.0})
     assert dict(zip(names, heavy.problem.resources.capacity))[d] == pytest.approx(100.0)
