@@ -116,40 +116,47 @@ def test_drainable_capacity_leaves_the_guaranteed_claim_now_or_expected():
     assert out[3] == pytest.approx(DRAINABLE_CAPACITY_FLOOR * 100.0)  # overloaded now
 
 
+def _expected_claim(config, on: bool):
+    rigid = config.guardrails.rigid_guarantee.model_copy(update={"drainable_leaves_expected_claim": on})
+    return config.model_copy(
+        update={"guardrails": config.guardrails.model_copy(update={"rigid_guarantee": rigid})}
+    )
+
+
 def test_live_problem_sells_drainable_work_what_the_guaranteed_claim_leaves(config):
-    """A pool with a reported guaranteed claim sells its drainable class what the claim leaves
-    (the simulator's rule); the expected claim is the guaranteed demand at the prices in
-    force. Pools without a report keep the whole pool for both classes."""
+    """A pool with a reported guaranteed claim sells its drainable class what the claim now
+    leaves (the simulator's rule); pools without a report keep the whole pool for both
+    classes. With `drainable_leaves_expected_claim` the claim is at least the guaranteed
+    demand expected at the prices in force."""
+    assert not config.guardrails.rigid_guarantee.drainable_leaves_expected_claim  # the default
     typical = {p.pool_id: 400.0 for p in config.pools}
     plain = build_market_problem(config, _capacity(config), typical, typical)
     first, second = config.pools[0].pool_id, config.pools[1].pool_id
-    claimed = build_market_problem(config, _capacity(config), typical, typical, {first: 50.0})
     names = plain.problem.resource_names
-    cap = dict(zip(names, claimed.problem.resources.capacity))
+    g, d = f"{first}/guaranteed", f"{first}/drainable"
     base = dict(zip(names, plain.problem.resources.capacity))
+    now_only = build_market_problem(config, _capacity(config), typical, typical, {first: 50.0})
+    now_cap = dict(zip(names, now_only.problem.resources.capacity))
+    assert now_cap[g] == base[g] == 1000.0 and now_cap[d] == pytest.approx(950.0)
+    assert now_cap[f"{second}/drainable"] == base[f"{second}/drainable"] == 1000.0
+    sold = now_only.drainable_capacity_by_pool()  # what the asset's metadata shows per pool
+    assert sold[first] == pytest.approx(950.0) and sold[second] == 1000.0
+
+    on = _expected_claim(config, True)
+    claimed = build_market_problem(on, _capacity(on), typical, typical, {first: 50.0})
+    cap = dict(zip(names, claimed.problem.resources.capacity))
     reference = reference_prices(
         config, [plain.pool_of_resource[n] for n in names], [plain.class_of_resource[n] for n in names]
     )
     expected = dict(zip(names, demand_at(plain.problem, reference)))
-    g, d = f"{first}/guaranteed", f"{first}/drainable"
-    assert cap[g] == base[g] == 1000.0
     assert expected[g] > 50.0  # the expectation is the larger claim here
     assert cap[d] == pytest.approx(1000.0 - expected[g])
-    assert cap[f"{second}/drainable"] == base[f"{second}/drainable"] == 1000.0
-    sold = claimed.drainable_capacity_by_pool()  # what the asset's metadata shows per pool
-    assert sold[first] == pytest.approx(cap[d]) and sold[second] == 1000.0
+    assert cap[f"{second}/drainable"] == 1000.0
     # a claim now above the expectation binds instead
-    heavy = build_market_problem(config, _capacity(config), typical, typical, {first: 900.0})
+    heavy = build_market_problem(on, _capacity(on), typical, typical, {first: 900.0})
     assert dict(zip(names, heavy.problem.resources.capacity))[d] == pytest.approx(100.0)
     # the prices in force set the expectation: a dearer guaranteed class is expected to hold less
     dear = build_market_problem(
-        config, _capacity(config), typical, typical, {first: 0.0}, {g: 2.0 * float(reference[names.index(g)])}
+        on, _capacity(on), typical, typical, {first: 0.0}, {g: 2.0 * float(reference[names.index(g)])}
     )
     assert dict(zip(names, dear.problem.resources.capacity))[d] > cap[d]
-    # with the expected claim off, the claim now alone
-    rigid = config.guardrails.rigid_guarantee.model_copy(update={"drainable_leaves_expected_claim": False})
-    off = config.model_copy(
-        update={"guardrails": config.guardrails.model_copy(update={"rigid_guarantee": rigid})}
-    )
-    now_only = build_market_problem(off, _capacity(off), typical, typical, {first: 50.0})
-    assert dict(zip(names, now_only.problem.resources.capacity))[d] == pytest.approx(950.0)

@@ -244,7 +244,7 @@ def test_bench_guarantee_moves_its_window_off_a_gap_in_the_load_with_load_start_
     report = json.loads(out.read_text())
     assert report["summary"]["load_start_day"] == 2.0
     assert report["summary"]["premium_follows_reach"] is False  # the default: the cap alone
-    assert report["summary"]["drainable_leaves_expected_claim"] is True  # the default
+    assert report["summary"]["drainable_leaves_expected_claim"] is False  # the default
     assert [w["week"] for w in report["weeks"]] == ["default/vcA/s7"]
     premium = report["weeks"][0]["after"]["premium_only"]  # static plus the premium, beside the verdict
     assert set(premium) == {

@@ -79,8 +79,9 @@ def test_simulate_economics_validate(bad):
 
 def test_simulate_drainable_capacity_leaves_the_expected_guaranteed_claim():
     """The simulator's leader sells drainable work what the guaranteed class's claim leaves of
-    the pool (`tick.pricing.drainable_capacity`, the live tick's rule): after a lull, the rigid
-    GPUs the tenants are expected to hold, not only those rigid work holds now."""
+    the pool (`tick.pricing.drainable_capacity`, the live tick's rule): the rigid GPUs held and
+    waiting now, and with `drainable_leaves_expected_claim`, after a lull, those the tenants
+    are expected to hold."""
     scenario = inputs()
     strategy = StackelbergPricing(scenario.model, scenario.pools, scenario.config, scenario.settings)
     view = _view(scenario, 0.2)
@@ -94,15 +95,15 @@ def test_simulate_drainable_capacity_leaves_the_expected_guaranteed_claim():
     np.testing.assert_allclose(ahead[1::2], usable - expected)
     decision = strategy.decide(view)  # and the tick runs on it
     assert decision.info["status"] in ("converged", "capacity_infeasible")
-    # the tick hands `_capacities` the guaranteed demand expected at the prices in force; with
-    # `drainable_leaves_expected_claim` off, none (the claim now alone)
+    # with `drainable_leaves_expected_claim` the tick hands `_capacities` the guaranteed demand
+    # expected at the prices in force; off (the default), none: the claim now alone
     rigid = scenario.config.guardrails.rigid_guarantee.model_copy(
-        update={"drainable_leaves_expected_claim": False}
+        update={"drainable_leaves_expected_claim": True}
     )
     guardrails = scenario.config.guardrails.model_copy(update={"rigid_guarantee": rigid})
-    off_config = scenario.config.model_copy(update={"guardrails": guardrails})
+    on_config = scenario.config.model_copy(update={"guardrails": guardrails})
     seen = {}
-    for label, config in (("on", scenario.config), ("off", off_config)):
+    for label, config in (("on", on_config), ("off", scenario.config)):
         s = StackelbergPricing(scenario.model, scenario.pools, config, scenario.settings)
         real = s._capacities
 
