@@ -12,7 +12,7 @@ jobs wait in a pool, the oldest hold the nodes nearest to fitting them and elast
 or drained, are not placed in that pool at all (`placement.guarantee`, the rigid guarantee:
 the held nodes and `closed_nodes`); before any waits, the nodes the pool's forecast rigid
 arrivals would take are kept from elastic work (`reserved_nodes`). A rigid job
-that does not fit spills to another pool or waits for drains (`rigid_service`), both tried
+that does not fit spills to another pool or waits for drains (`_spill`, `_drain_for`), both tried
 every control-loop tick (drains only there, as the live drain planner runs). Billing integrates each class's running GPUs times the posted
 price; a drained job stops paying at its drain signal.
 """
@@ -24,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from itertools import islice
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,6 @@ from market_pipeline.lab.simulate.jobs import DONE, DRAINING, QUEUED, RUNNING, J
 from market_pipeline.lab.simulate.metrics import Meter, StrategyResult, summarize
 from market_pipeline.lab.simulate.opening import opening_jobs, opening_prices
 from market_pipeline.lab.simulate.pricing import ELASTIC, RIGID, MarketView, PricingStrategy, StaticPricing
-from market_pipeline.lab.simulate.rigid_service import FINISH, RigidService
 from market_pipeline.lab.simulate.run_inputs import RunInputs
 from market_pipeline.lab.simulate.tenants import best_response
 from market_pipeline.placement.capacity import Placement, PodRequest
@@ -44,6 +44,7 @@ from market_pipeline.placement.guarantee import (
     GuaranteedForecast,
     closed_nodes,
     drain_after_seconds,
+    drain_due,
     held_nodes,
     hold_limit,
     reserved_nodes,
@@ -54,8 +55,10 @@ from market_pipeline.placement.queue import backfill
 # re-picking on every take cost 3x the run's time on gpushare100/vcLJZ (28,804 picks a day)
 REPICK_S = 60.0
 
+FINISH, DRAIN_DONE = 0, 1  # the heap's event kinds
 
-class StrategyRun(RigidService):
+
+class StrategyRun:
     def __init__(self, inputs: RunInputs, strategy: PricingStrategy) -> None:
         self.inputs = inputs
         self.strategy = strategy
@@ -506,6 +509,199 @@ class StrategyRun(RigidService):
             return True
 
         backfill(sorted((jobs.arrival[j], j, key) for key, q in groups.items() for j in q), may_fit, place)
+
+    # -- rigid jobs that cannot be placed at once: spill, then drains ---------------------------
+    # A rigid job whose pool is full tries the other pools its pod fits (`RunInputs.spill`:
+    # nearest list price first; the trace names no GPU model), off the nodes they hold for their
+    # own waiting rigid jobs; failing that, the task-drain guardrail looks for drainable jobs to
+    # drain, in its pool and then in those other pools. Both are tried at every control-loop
+    # tick while it waits (drains only there: the live drain planner runs at those ticks, not
+    # when a task arrives). The room a drain makes is held for the rigid job until every victim
+    # is out: newcomers keep off the node meanwhile (`placement.guarantee.keep_off_draining`),
+    # and drained jobs are re-placed only after it (best-fit would otherwise put a victim
+    # straight back on the node it was drained from).
+    def _spill(self, job: int, t: float) -> bool:
+        """Place a rigid job whose own pool is full on another pool its pod fits (nearest list
+        price first). It runs (and counts towards utilisation) there and pays the price of the
+        pool it bought in: the platform substituted the hardware, the tenant's offer stands.
+        Elastic work waits in its pool instead: it is delay tolerant."""
+        jobs = self.jobs
+        if not self.inputs.spill:
+            return False
+        req = self.inputs.requests[jobs.pod[job]]
+        for r in self.inputs.spill[jobs.pool[job]][jobs.pod[job]]:
+            # not on the nodes held for that pool's own waiting rigid work (no queue jumping)
+            self._refresh_holds(r)
+            placement = self.clusters[r].place(req, off_held=True)
+            if placement is not None:
+                jobs.pool[job] = r
+                self.spilled += 1
+                self._start(job, placement, t)
+                return True
+        return False
+
+    def _retry_spill(self, t: float) -> None:
+        """Rigid jobs still waiting at a control step try the other pools again, oldest first,
+        by the queue's backfill rule (`placement.queue.backfill`): a job that may run nowhere
+        else (its pod names this GPU model), or whose request has just failed to find room in
+        the pools it may go to, is passed over, not waited on. Each request (shape, cores,
+        memory, GPU models) is searched once per step until it fails: jobs asking for the same
+        find the same room. (Trying only the head of each GPU shape's queue kept a job that may
+        run on `P100` waiting behind hundreds that may run only on a `V100`, while `P100` had
+        room: `gpuspec33/vcTJs/s197` of #46.)"""
+        if not self.inputs.spill:
+            return
+        for r, (rigid, _) in enumerate(self.queues):
+            if rigid:
+                self._spill_waiting(r, rigid, t)
+
+    def _spill_waiting(self, r: int, rigid: dict[tuple[int, int], deque], t: float) -> None:
+        """Pool r's waiting rigid jobs, oldest first, each that may run elsewhere spilled where
+        the pools it may go to have room (`_retry_spill`)."""
+        jobs, requests, targets = self.jobs, self.inputs.requests, self.inputs.spill[r]
+        failed: set[Any] = set()  # requests that found no room at this step
+
+        def may_fit(entry: tuple[float, int, tuple[int, int]]) -> bool:
+            job = entry[1]
+            pod = jobs.pod[job]
+            return bool(targets[pod]) and job not in self.awaited and requests[pod] not in failed
+
+        def place(entry: tuple[float, int, tuple[int, int]]) -> bool:
+            _, job, key = entry
+            if not self._spill_from_queue(job, r, t):
+                failed.add(requests[jobs.pod[job]])
+                return False
+            queue = rigid[key]
+            queue.remove(job)
+            if not queue:
+                del rigid[key]
+            return True
+
+        backfill(sorted((jobs.arrival[j], j, key) for key, q in rigid.items() for j in q), may_fit, place)
+
+    def _spill_from_queue(self, job: int, r: int, t: float) -> bool:
+        gpus = self.jobs.gpus[job]
+        if not self._spill(job, t):
+            return False
+        self.hold_stale[r] = True  # it left pool r's queue
+        self.meter.pending(r, RIGID, -gpus)
+        return True
+
+    # -- drains ---------------------------------------------------------------------------------
+    def _drain_for(self, job: int, t: float) -> bool:
+        """Plan drains that make room for a waiting rigid job (its own pool first, then the
+        pools it may spill to); True when drains are under way."""
+        jobs, drainer = self.jobs, self.drainer
+        assert drainer is not None
+        if job in self.awaited:
+            return True
+        req = self.inputs.requests[jobs.pod[job]]
+        own = jobs.pool[job]
+        plan = None
+        others = self.inputs.spill[own][jobs.pod[job]] if self.inputs.spill else ()
+        # its own pool first, then the pools it may spill to (the pod names no GPU model)
+        for r in (own, *others):
+            key = (r, req.num_gpu, req.gpu_milli)
+            if self._no_room.get(key) == self.control_step:  # nothing drainable for it until the next step
+                continue
+            plan = drainer.plan(jobs, self.clusters[r], self.node_jobs[r], req, t)
+            if plan is not None:
+                break
+            self._no_room[key] = self.control_step
+        if plan is None:
+            return False
+        if r != own:
+            self._requeue(job, r)
+        self.awaited[job] = set(plan.victims)
+        # newcomers keep off the node until its drains are done (`keep_off_draining`)
+        self.clusters[r].begin_drains(plan.node_row)
+        self.drain_room[job] = (r, plan.node_row)
+        for victim in plan.victims:
+            self.victim_of[victim] = job
+            drainer.record_start(jobs, self.clusters[r], victim, t)
+            self._stop(victim)
+            jobs.state[victim] = DRAINING
+            jobs.epoch[victim] += 1  # its finish event is void now
+            jobs.remaining[victim] = max(jobs.remaining[victim] - (t - jobs.run_start[victim]), 1.0)
+            jobs.drains[victim] += 1
+            self.meter.change(r, t, ELASTIC, bill=-jobs.gpus[victim], latent=self.latent[jobs.tenant[victim]])
+            self.meter.drains += 1
+            self.meter.work_lost_gpu_hours += jobs.gpus[victim] * drainer.seconds / 3600.0
+            self._push(t + drainer.seconds, DRAIN_DONE, victim)
+        return True
+
+    def _requeue(self, job: int, r: int) -> None:
+        """Move a waiting rigid job to pool r's queue (drains make its room there)."""
+        self._dequeue(job)
+        self.jobs.pool[job] = r
+        self.spilled += 1
+        self._enqueue(job)
+
+    def _drain_done(self, victim: int, t: float) -> None:
+        jobs, drainer = self.jobs, self.drainer
+        assert drainer is not None
+        r = jobs.pool[victim]
+        placement = jobs.placement[victim]
+        assert placement is not None
+        self.clusters[r].release(self.inputs.requests[jobs.pod[victim]], placement)
+        jobs.placement[victim] = None
+        self.meter.change(r, t, ELASTIC, alloc=-jobs.gpus[victim], used=-self.pod_use[jobs.pod[victim]])
+        drainer.record_done(jobs, victim)
+        waiting_for = self.victim_of.pop(victim, None)
+        left = self.awaited.get(waiting_for) if waiting_for is not None else None
+        victims = [victim]
+        if left is not None:
+            left.discard(victim)
+            if left:  # hold the freed room (and the victim) until every victim is out
+                self.parked.setdefault(waiting_for, []).append(victim)
+                return
+            del self.awaited[waiting_for]
+            self._release_drain_room(waiting_for)
+            self._place_awaited(waiting_for, t)  # the rigid job it made room for goes first
+            victims = self.parked.pop(waiting_for, []) + victims
+        self._scan(r, placement.node, t)
+        for v in victims:  # drained jobs wait again (they may land anywhere but the room just made)
+            self._place_or_queue(v, t)
+
+    def _release_drain_room(self, job: int) -> None:
+        """The drains planned for `job` are done, or it started elsewhere: newcomers may use
+        their node again."""
+        room = self.drain_room.pop(job, None)
+        if room is not None:
+            r, row = room
+            self.clusters[r].end_drains(row)
+
+    def _place_awaited(self, job: int, t: float) -> None:
+        """Its drains are done: place the rigid job before the queue scan can hand the room
+        to another waiting job (which would send it back to plan drains again)."""
+        jobs = self.jobs
+        if jobs.state[job] != QUEUED:
+            return
+        r, req = jobs.pool[job], self.inputs.requests[jobs.pod[job]]
+        placement = self.clusters[r].place(req)
+        if placement is None:
+            return
+        self._dequeue(job)
+        self._start(job, placement, t)
+
+    def _retry_drains(self, t: float) -> None:
+        """At a control step, every rigid job still waiting that is due (`placement.guarantee.
+        drain_due`: a later step would be too late, or it needs a whole node) tries the drain
+        guardrail (a request shape whose search failed is skipped for the rest of the step,
+        `_no_room`). This is the only way in: the live drain planner runs at control-loop ticks
+        and a task's arrival does not call it, so a job the pool's own churn starts before its
+        drains are due is drained for by nobody."""
+        jobs = self.jobs
+        for r, (rigid, _) in enumerate(self.queues):
+            largest = self.largest_gpus[r]
+            for key in list(rigid):
+                for job in list(rigid.get(key, ())):
+                    if (
+                        jobs.state[job] == QUEUED
+                        and job not in self.awaited
+                        and drain_due(t - jobs.arrival[job], key[0], largest, self.drain_after_s)
+                    ):
+                        self._drain_for(job, t)
 
     # -- result ---------------------------------------------------------------------------------
     def _result(self, seconds: float) -> StrategyResult:
