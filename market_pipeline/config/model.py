@@ -252,6 +252,12 @@ class RigidGuaranteeConfig(_Strict):
     # end within its SLA wait (`guardrails.task_drain.max_total_seconds`), not at the first, unless
     # it needs a whole node (`placement.guarantee.drain_due`); false: at the first step
     drain_at_latest_step: bool = True
+    # which due waiting guaranteed jobs a control step drains for, and in what order
+    # (`placement.guarantee.drain_order`): `oldest_first`, all, oldest first (round fourteen);
+    # `after_in_time`, those drains can still start within their SLA wait first, then the late
+    # ones; `never`, only those still in time (chosen on the tuning weeks of #46, round fifteen:
+    # docs/history/rigid_guarantee_round_fifteen.md)
+    late_drains: Literal["oldest_first", "after_in_time", "never"] = "never"
     # a pool's guaranteed price carries only the share of the cap's premium its guarantee can
     # back (`tick.promises.guarantee_reach`: drainable GPUs running over guaranteed GPUs
     # waiting, 1 while none wait): a pool overloaded by guaranteed work alone asks list. Off by

@@ -10,6 +10,7 @@ disruption budget (`disruption_budget`), which the scaler's methods consume from
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -58,16 +59,21 @@ class SelectionPolicy:
     # a waiting guaranteed task is drained for once it has waited this long, or at once where it
     # needs a whole node (`placement.guarantee.drain_due`); 0: at the first pass
     guaranteed_drain_after_seconds: float = 0.0
+    # ... and is still in time while it has waited at most this long (its SLA wait less the
+    # drain's time); which due tasks a pass drains for, in what order
+    # (`placement.guarantee.drain_order`)
+    guaranteed_in_time_seconds: float = math.inf
+    late_drains: str = "oldest_first"
 
     @classmethod
     def from_config(cls, config: MarketPipelineConfig, min_score: float = 0.4) -> "SelectionPolicy":
         section = config.guardrails.task_drain
         guarantee = config.guardrails.rigid_guarantee
         after = 0.0
+        drain_s = (
+            section.warn_seconds + section.checkpoint_timeout_seconds + section.terminate_timeout_seconds
+        )
         if guarantee.enabled and guarantee.drain_at_latest_step:
-            drain_s = (
-                section.warn_seconds + section.checkpoint_timeout_seconds + section.terminate_timeout_seconds
-            )
             after = drain_after_seconds(section.max_total_seconds, drain_s, 60.0 * config.loop.tick_minutes)
         return cls(
             section.under_use_util_pct,
@@ -77,6 +83,8 @@ class SelectionPolicy:
             float(config.loop.sample_interval_seconds),
             float(config.loop.tick_minutes),
             after,
+            section.max_total_seconds - drain_s,
+            guarantee.late_drains if guarantee.enabled else "oldest_first",
         )
 
 

@@ -36,7 +36,7 @@ from market_pipeline.drain.store import (
     mark_decision_executed,
     write_decisions,
 )
-from market_pipeline.drain.triggers import MAX_WAITING
+from market_pipeline.drain.triggers import MAX_WAITING_READ
 from market_pipeline.hardware.protocol import NodeAdapter, WaitingTask, adapter_now
 from market_pipeline.warehouse import Warehouse, telemetry_store
 from market_pipeline.warehouse.control import ControlStore
@@ -114,7 +114,7 @@ def waiting_guaranteed(adapter: NodeAdapter) -> tuple[WaitingTask, ...]:
     """The guaranteed tasks waiting for capacity, from a backend that knows them (the twin's
     `waiting_guaranteed`; an optional method, so Slurm, local-process and NVML need none)."""
     read = getattr(adapter, "waiting_guaranteed", None)
-    return tuple(read(limit=MAX_WAITING)) if callable(read) else ()
+    return tuple(read(limit=MAX_WAITING_READ)) if callable(read) else ()
 
 
 def tick_budget(

@@ -22,9 +22,12 @@ from market_pipeline.drain.room import MAX_NODES_TRIED, RoomCandidate, room_vict
 from market_pipeline.drain.score import UtilisationStats, is_under_used
 from market_pipeline.hardware.protocol import NodeInfo, NodeState, ResourceClass, TaskInfo, WaitingTask
 from market_pipeline.placement.capacity import MILLI, PodRequest
-from market_pipeline.placement.guarantee import drain_due
+from market_pipeline.placement.guarantee import drain_due, drain_order
 
-MAX_WAITING = 64  # waiting guaranteed tasks one pass makes room for, oldest first
+MAX_WAITING = 64  # waiting guaranteed tasks one pass makes room for, in `drain_order`
+# waiting guaranteed tasks one pass reads from the fleet, oldest first: enough that the ones
+# still in time are seen behind a backlog of late ones (`placement.guarantee.drain_order`)
+MAX_WAITING_READ = 2048
 
 
 class DrainPolicy(Protocol):
@@ -38,6 +41,10 @@ class DrainPolicy(Protocol):
     def sample_interval_seconds(self) -> float: ...
     @property
     def guaranteed_drain_after_seconds(self) -> float: ...
+    @property
+    def guaranteed_in_time_seconds(self) -> float: ...
+    @property
+    def late_drains(self) -> str: ...
 
 
 class DrainPass(Protocol):
@@ -108,9 +115,9 @@ class Pressure:
 @dataclass(frozen=True)
 class GuaranteedWaiting:
     """Room for guaranteed tasks waiting for capacity (the rigid guarantee, #46), as the
-    simulator makes it (`lab.simulate.drains`): for each waiting task, oldest first (at most
-    `MAX_WAITING`), the ON, uncordoned node of its GPU model where draining the fewest GPUs of
-    drainable tasks makes room (`drain.room.room_victims`, the simulator's search). A node's
+    simulator makes it (`lab.simulate.drains`): for each due waiting task, in the order
+    `placement.guarantee.drain_order` gives (at most `MAX_WAITING`), the ON, uncordoned node of
+    its GPU model where draining the fewest GPUs of drainable tasks makes room (`drain.room.room_victims`, the simulator's search). A node's
     victims are handed to the pass only when every one of them would be approved (no partial
     drains); a blocked node gives way to the next cheapest (at most `MAX_NODES_TRIED`). The
     reason is pressure, the simulator's drains' reason, under the same limits and budget.
@@ -132,7 +139,7 @@ class GuaranteedWaiting:
         for node in plan.nodes:
             largest[node.gpu_model] = max(largest.get(node.gpu_model, 0), int(node.gpus))
         after = plan.policy.guaranteed_drain_after_seconds
-        waiting = sorted(
+        due = sorted(
             (
                 w
                 for w in plan.waiting
@@ -144,7 +151,13 @@ class GuaranteedWaiting:
                 )
             ),
             key=lambda w: (w.waiting_since, w.task_id),
-        )[:MAX_WAITING]
+        )
+        order = drain_order(
+            [(plan.fleet_now - w.waiting_since).total_seconds() for w in due],
+            plan.policy.guaranteed_in_time_seconds,
+            plan.policy.late_drains,
+        )
+        waiting = [due[i] for i in order][:MAX_WAITING]
         if not waiting:
             return
         rank = {t.task_id: i for i, t in enumerate(plan.ordered)}

@@ -262,6 +262,26 @@ def drain_due(waited_s: float, num_gpu: int, largest_node_gpus: int, after_s: fl
     return waited_s >= after_s or (largest_node_gpus > 0 and num_gpu >= largest_node_gpus)
 
 
+def drain_order(waited_s: Sequence[float], in_time_s: float, late_drains: str) -> list[int]:
+    """The order in which one control step plans drains for the due waiting guaranteed jobs
+    given oldest first (`waited_s`, seconds each has waited): their positions. A job is still in
+    time while drains planned now end within its SLA wait (it has waited at most `in_time_s`, the
+    SLA wait less the drain's time); later it is late whatever is drained.
+
+    `late_drains`: `oldest_first`, every due job in the given order; `after_in_time`, the jobs
+    still in time first, then the late ones; `never`, the jobs still in time only. The drain
+    budget (a drainable tenant's daily cap, the pool's disruption budget) and the drainable work
+    a closed pool keeps are finite: on a pool overloaded by pinned guaranteed work, drains spent
+    on jobs already hours late serve no SLA and leave none for the next arrival that could still
+    start in time."""
+    if late_drains == "oldest_first":
+        return list(range(len(waited_s)))
+    in_time = [i for i, w in enumerate(waited_s) if w <= in_time_s]
+    if late_drains == "never":
+        return in_time
+    return in_time + [i for i, w in enumerate(waited_s) if w > in_time_s]
+
+
 def closed_nodes(cap: ClusterCapacity, waiting: Iterable[PodRequest]) -> np.ndarray:
     """(N,) bool: the nodes closed to new drainable work while `waiting` (guaranteed requests)
     wait: every schedulable node of a GPU model one of them may run on (the simulator's pool,

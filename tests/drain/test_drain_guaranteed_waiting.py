@@ -12,7 +12,7 @@ from market_pipeline.disruption.budget import BudgetRule
 from market_pipeline.drain.limits import DrainLedger, DrainLimits, DrainReason, LedgerEntry
 from market_pipeline.drain.plan import PlanningInputs, SelectionPolicy, plan_drains
 from market_pipeline.drain.service import waiting_guaranteed
-from market_pipeline.drain.triggers import MAX_WAITING
+from market_pipeline.drain.triggers import MAX_WAITING_READ
 from market_pipeline.hardware.protocol import ResourceClass, WaitingTask
 
 GUARANTEED = ResourceClass.GUARANTEED
@@ -168,7 +168,7 @@ def test_waiting_tasks_come_from_a_backend_that_knows_them_and_none_from_others(
             return [waiting(f"w{i}") for i in range(limit + 5)][:limit]
 
     assert waiting_guaranteed(Bare()) == ()
-    assert len(waiting_guaranteed(Twin())) == MAX_WAITING
+    assert len(waiting_guaranteed(Twin())) == MAX_WAITING_READ
 
 
 def test_the_room_for_a_waiting_guaranteed_task_comes_before_pressure_on_a_budget_of_one_node() -> None:
@@ -224,3 +224,57 @@ def test_draining_at_the_first_pass_is_a_setting() -> None:
         update={"guardrails": config.guardrails.model_copy(update={"rigid_guarantee": guarantee})}
     )
     assert SelectionPolicy.from_config(config).guaranteed_drain_after_seconds == 0.0
+
+
+def _late_drains(mode: str) -> SelectionPolicy:
+    from market_pipeline.config import load_config
+
+    config = load_config()
+    guarantee = config.guardrails.rigid_guarantee.model_copy(update={"late_drains": mode})
+    config = config.model_copy(
+        update={"guardrails": config.guardrails.model_copy(update={"rigid_guarantee": guarantee})}
+    )
+    return dataclasses.replace(SelectionPolicy.from_config(config), pressure_util_pct=100)
+
+
+def test_a_task_still_in_time_gets_the_one_room_before_tasks_already_late() -> None:
+    """Budget for one node; one waiting task late by an hour, one that a drain now still starts
+    within its SLA wait (600 s less a 120 s drain: in time up to 480 s of waiting). With
+    `after_in_time` the room goes to the one still in time; with `never` the late one gets
+    none even where room is left; `oldest_first` keeps the oldest first."""
+    limits = DrainLimits(4, 15, (BudgetRule(nodes=1),), 900)
+    tasks = full("n1", 4) + full("n2", 4)
+    nodes = [node("n1", gpus=4), node("n2", gpus=4)]
+    wait = [waiting("late", num_gpu=4, waited_s=3600), waiting("in-time", num_gpu=4, waited_s=300)]
+
+    def served(mode: str, budget: DrainLimits = limits) -> list[str]:
+        decisions = plan(tasks, nodes, wait, policy=_late_drains(mode), limits=budget)
+        return [d.reasons[0].split()[3] for d in decisions if d.allowed]
+
+    assert served("after_in_time") == ["in-time"]
+    assert served("oldest_first") == ["late"]
+    assert served("never", LIMITS) == ["in-time"]  # room for both, none drained for the late one
+    assert sorted(served("after_in_time", LIMITS)) == ["in-time", "late"]
+
+
+def test_the_fleet_is_read_far_enough_to_see_tasks_in_time_behind_a_late_backlog() -> None:
+    """100 late tasks and one in time: the planner sees it (the read is not cut at the 64 a
+    pass plans for) and, with `after_in_time`, plans for it first."""
+
+    class Twin:
+        def waiting_guaranteed(self, limit: int) -> list[WaitingTask]:
+            late = [waiting(f"late-{i:03d}", num_gpu=4, waited_s=7200 - i) for i in range(100)]
+            return (late + [waiting("in-time", num_gpu=4, waited_s=300)])[:limit]
+
+    wait = list(waiting_guaranteed(Twin()))
+    assert wait[-1].task_id == "in-time"
+    limits = DrainLimits(4, 15, (BudgetRule(nodes=1),), 900)
+    tasks = full("n1", 4) + full("n2", 4)
+    decisions = plan(
+        tasks,
+        [node("n1", gpus=4), node("n2", gpus=4)],
+        wait,
+        policy=_late_drains("after_in_time"),
+        limits=limits,
+    )
+    assert [d.reasons[0].split()[3] for d in decisions if d.allowed] == ["in-time"]

@@ -268,6 +268,20 @@ def test_a_rigid_job_the_pools_churn_starts_before_the_next_control_step_drains_
     assert run.jobs.first_start[rigid] - t == pytest.approx(300.0 + run.drainer.seconds)
 
 
+def _offered_drains(run: StrategyRun, t: float) -> list[int]:
+    """The waiting rigid jobs a control step at `t` offers drains to, in order."""
+    offered: list[int] = []
+    plan = run._drain_for
+
+    def spy(job: int, now: float) -> bool:
+        offered.append(job)
+        return plan(job, now)
+
+    run._drain_for = spy  # type: ignore[method-assign]
+    run._retry_drains(t)
+    return offered
+
+
 def test_every_waiting_rigid_job_is_offered_drains_at_a_control_step():
     """Five 1-GPU rigid jobs of one shape wait in a full pool. Their drains come only from
     the control steps, so each step offers them to every waiting job, not only to the first
@@ -279,16 +293,31 @@ def test_every_waiting_rigid_job_is_offered_drains_at_a_control_step():
     [_submit(run, True, one, 0.0, 36_000.0) for _ in range(8)]
     waiting = [_submit(run, False, one, 7200.0 + k, 3600.0) for k in range(5)]
     assert all(run.jobs.state[j] == QUEUED for j in waiting) and run.meter.drains == 0
-    offered: list[int] = []
-    plan = run._drain_for
+    assert _offered_drains(run, 7500.0) == waiting
 
-    def spy(job: int, t: float) -> bool:
-        offered.append(job)
-        return plan(job, t)
 
-    run._drain_for = spy  # type: ignore[method-assign]
-    run._retry_drains(7500.0)
-    assert offered == waiting
+@pytest.mark.parametrize(
+    ("mode", "order"),
+    [("oldest_first", ["late", "in_time"]), ("after_in_time", ["in_time", "late"]), ("never", ["in_time"])],
+)
+def test_a_control_step_drains_first_for_the_rigid_job_still_in_time(mode, order):
+    """A full pool; one rigid job has waited an hour (late whatever is drained), one 200 s
+    (due, and drains now still start it within its 600 s SLA wait). `late_drains` decides
+    whom the step's drains are offered to, in what order (`placement.guarantee.drain_order`,
+    the live planner's order too)."""
+    economics = EconomicAssumptions(tenants_per_class=4)
+    run_inputs = with_guarantee(
+        inputs(days=0.5, fleet={"G2": (1, 8)}, strategies=("stackelberg",), economics=economics),
+        late_drains=mode,
+    )
+    run = StrategyRun(run_inputs, make_strategy("stackelberg", run_inputs))
+    one = _pod(run, 1)
+    [_submit(run, True, one, 0.0, 36_000.0) for _ in range(8)]
+    jobs = {
+        "late": _submit(run, False, one, 3900.0, 3600.0),
+        "in_time": _submit(run, False, one, 7300.0, 3600.0),
+    }
+    assert _offered_drains(run, 7500.0) == [jobs[name] for name in order]
 
 
 @pytest.mark.parametrize("latest", [True, False])

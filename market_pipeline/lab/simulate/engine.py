@@ -45,6 +45,7 @@ from market_pipeline.placement.guarantee import (
     closed_nodes,
     drain_after_seconds,
     drain_due,
+    drain_order,
     held_nodes,
     hold_limit,
     reserved_nodes,
@@ -114,6 +115,10 @@ class StrategyRun:
             if self.drainer is not None and guarantee.enabled and guarantee.drain_at_latest_step
             else 0.0
         )
+        # a due job is still in time while drains planned now end within its SLA wait; which
+        # jobs are drained for, in what order (`placement.guarantee.drain_order`)
+        self.drain_in_time_s = inputs.sla_wait_s - (self.drainer.seconds if self.drainer is not None else 0.0)
+        self.late_drains = guarantee.late_drains if guarantee.enabled else "oldest_first"
         self.largest_gpus = [int(c.node_gpus.max(initial=0)) for c in self.clusters]
         self.spilled = 0  # rigid jobs placed on another pool than the one they were drawn for
         self.epoch_s = inputs.epoch.timestamp()
@@ -692,16 +697,18 @@ class StrategyRun:
         and a task's arrival does not call it, so a job the pool's own churn starts before its
         drains are due is drained for by nobody."""
         jobs = self.jobs
-        for r, (rigid, _) in enumerate(self.queues):
-            largest = self.largest_gpus[r]
-            for key in list(rigid):
-                for job in list(rigid.get(key, ())):
-                    if (
-                        jobs.state[job] == QUEUED
-                        and job not in self.awaited
-                        and drain_due(t - jobs.arrival[job], key[0], largest, self.drain_after_s)
-                    ):
-                        self._drain_for(job, t)
+        due = [
+            job
+            for r, (rigid, _) in enumerate(self.queues)
+            for key in list(rigid)
+            for job in rigid[key]
+            if job not in self.awaited
+            and drain_due(t - jobs.arrival[job], key[0], self.largest_gpus[r], self.drain_after_s)
+        ]
+        for i in drain_order([t - jobs.arrival[j] for j in due], self.drain_in_time_s, self.late_drains):
+            job = due[i]
+            if jobs.state[job] == QUEUED and job not in self.awaited:
+                self._drain_for(job, t)
 
     # -- result ---------------------------------------------------------------------------------
     def _result(self, seconds: float) -> StrategyResult:
