@@ -70,11 +70,15 @@ def main() -> None:
             os.write(write, f"{os.getpid()} ".encode())
             return _idle()
     for _ in range(args.orphans):
-        if os.fork() == 0:
+        middle = os.fork()
+        if middle == 0:
             if os.fork() == 0:
                 os.write(write, f"{os.getpid()} ".encode())
                 return _idle()
             os._exit(0)  # the middle process: its child is re-parented to PID 1
+        # reaped before "ready", as a daemonising double fork does: once it is gone, the orphan
+        # has its new parent (on a loaded host it could still be the middle one's child)
+        os.waitpid(middle, 0)
     pids = [str(root)]
     while len(pids) < 1 + args.children * (2 if args.grandchildren else 1) + args.orphans:
         pids += os.read(read, 4096).decode().split()
