@@ -103,7 +103,7 @@ def _slow_modules_first(items: list[pytest.Item]) -> None:
     billing builds on the lake) goes first, the rest in the collected order. Handed out in
     file order and in chunks (`--dist load`), a long test that came up late could leave the
     other worker idle for up to about a minute; started first, the long modules end while
-    the many short ones still balance the two workers. Every worker sorts alike (a stable sort of the same
+    the many short ones still balance the workers. Every worker sorts alike (a stable sort of the same
     collection), as xdist requires; a module's own tests keep their order."""
     slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
     items.sort(key=lambda item: item.path not in slow)
