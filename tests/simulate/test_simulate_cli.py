@@ -225,8 +225,9 @@ def test_bench_guarantee_rejects_bad_input_naming_it(tmp_path, capsys, change, m
 
 
 def test_bench_guarantee_moves_its_window_off_a_gap_in_the_load_with_load_start_day(tmp_path, capsys):
-    """The gap's refusal names `--load-start-day`; `bench guarantee` takes it and runs there
-    (here with the premium-only yardstick beside the week)."""
+    """The gap's refusal names the nearest `--load-start-day` whose window (warm-up included)
+    has none, a whole day where one serves; `bench guarantee` takes it and runs there (here
+    with the premium-only yardstick beside the week)."""
 
     def outage(lines: list[str]) -> None:  # seven idle hours from day 1: an outage, not idleness
         for i in range(1440, 1440 + 7 * 60):
@@ -238,7 +239,8 @@ def test_bench_guarantee_moves_its_window_off_a_gap_in_the_load_with_load_start_
     args += ["--workers", "1", "--json", str(out)]
     assert main([*args, "--load-start-day", "1.25"]) == 2
     err = capsys.readouterr().err
-    assert "gap at day 1.00" in err and "--load-start-day" in err and len(err.strip().splitlines()) == 1
+    assert "gap at day 1.00" in err and len(err.strip().splitlines()) == 1
+    assert err.strip().endswith("the nearest window without one: --load-start-day 2")
     assert not out.exists()
     assert main([*args, "--load-start-day", "2.0", "--premium-only"]) == 0
     report = json.loads(out.read_text())

@@ -52,9 +52,12 @@ def test_simulate_long_zero_demand_is_a_gap(tmp_path):
     load = load_helios([a], step_minutes=60)
     assert load.gap_steps == 7
     np.testing.assert_allclose(np.nanmean(load.factor()), 1.0)
-    with pytest.raises(SimulationInputError, match="gap at day 0.04"):
+    # the refusal names the nearest start without a gap: no whole day serves, so the step
+    with pytest.raises(SimulationInputError, match=r"gap at day 0.04 .*--load-start-day 0.333333$"):
         load.window(0, 4)
     np.testing.assert_allclose(load.window(8, 4), 1.0)
+    with pytest.raises(SimulationInputError, match=r"no window of 0.5 days in the trace is free of gaps$"):
+        load.window(0, 12)
     short = _helios(tmp_path / "b.csv", [5] * 60 + [0] * 120 + [5] * 60, [0] * 240, [10] * 240)
     assert load_helios([short], step_minutes=60).gap_steps == 0  # two idle hours are idleness
 

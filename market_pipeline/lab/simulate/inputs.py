@@ -151,8 +151,10 @@ class LoadProfile:
             raise SimulationInputError(f"load {self.source}: the demand is zero throughout")
         return self.ratio / mean
 
-    def window(self, start_step: int, steps: int) -> np.ndarray:
-        """The load index over [start_step, start_step + steps); a gap there is an error."""
+    def window(self, start_step: int, steps: int, lead_steps: int = 0) -> np.ndarray:
+        """The load index over [start_step, start_step + steps); a gap there is an error that
+        names the nearest `--load-start-day` whose window has none. The measured days start
+        `lead_steps` (the warm-up) after the window does."""
         if start_step < 0 or start_step + steps > self.ratio.size:
             raise SimulationInputError(
                 f"load {self.source}: window of {steps} steps from step {start_step} exceeds the "
@@ -164,9 +166,25 @@ class LoadProfile:
             day = first * self.step_minutes / 1440.0
             raise SimulationInputError(
                 f"load {self.source}: the trace has a gap at day {day:.2f} inside the "
-                "simulated window; choose another --load-start-day"
+                f"simulated window; {self._gap_free_start(start_step, steps, lead_steps)}"
             )
         return window
+
+    def _gap_free_start(self, start_step: int, steps: int, lead_steps: int) -> str:
+        """Where a window of `steps` has no gap, nearest `start_step`, as the advice of the gap's
+        refusal: a whole day where one serves (ties go later), else the nearest step."""
+        gaps = np.concatenate([[0], np.cumsum(np.isnan(self.ratio))])
+        starts = np.arange(self.ratio.size - steps + 1)
+        free = starts[gaps[starts + steps] == gaps[starts]]
+        if free.size == 0:
+            days = steps * self.step_minutes / 1440.0
+            return f"no window of {days:g} days in the trace is free of gaps"
+        per_day = 1440.0 / self.step_minutes
+        measured = (free + lead_steps) / per_day  # each window's first measured day
+        whole = free[np.isclose(measured, np.round(measured))]
+        pool = whole if whole.size else free
+        best = pool[np.lexsort((-pool, np.abs(pool - start_step)))[0]]
+        return f"the nearest window without one: --load-start-day {(best + lead_steps) / per_day:g}"
 
 
 def expected_sm_share(pods: PodTable) -> np.ndarray:

@@ -63,7 +63,7 @@ def load_window(load: LoadProfile, settings: SimulationSettings, fleet_gpus: int
         )
     per_day = 1440 // settings.tick_minutes
     start = int(round(settings.load_start_day * per_day)) - settings.warmup_ticks
-    index = load.window(start, settings.warmup_ticks + settings.ticks)
+    index = load.window(start, settings.warmup_ticks + settings.ticks, settings.warmup_ticks)
     history = load.factor()[:start]
     seen = history[~np.isnan(history)]
     initial = float(seen.mean()) if seen.size else float(index[0])
