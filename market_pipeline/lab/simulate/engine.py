@@ -99,6 +99,11 @@ class StrategyRun:
         self.history = list(inputs.index_history)
         self.pod_gpus = inputs.pods.gpus.tolist()
         self.pod_runtime = inputs.pods.runtime_s.tolist()
+        # each pod's allowed GPU models as a small int, and one request per such set: what
+        # closing a pool to drainable work reads of its waiting rigid jobs (`_refresh_holds`)
+        model_sets = {models: i for i, models in enumerate(dict.fromkeys(r.models for r in inputs.requests))}
+        self.pod_model_set = [model_sets[r.models] for r in inputs.requests]
+        self.model_set_request = {model_sets[r.models]: r for r in inputs.requests}
         self.pod_use = (inputs.pods.gpus * expected_sm_share(inputs.pods)).tolist()  # used GPUs per job
         self.deferred = DeferredDemand(inputs.model.elastic, 3600.0 * s.economics.elastic_patience_hours)
         self.latent = inputs.model.latent_mask.tolist()
@@ -351,9 +356,9 @@ class StrategyRun:
         elif cluster.held.any():
             cluster.held[:] = False
         if self.close_to_elastic and self.queues[r][RIGID]:
-            requests, pods = self.inputs.requests, self.jobs.pod
-            shapes = {requests[pods[j]] for q in self.queues[r][RIGID].values() for j in q}
-            cluster.closed = closed_nodes(cluster.cap, shapes)
+            sets, pods = self.pod_model_set, self.jobs.pod
+            waiting = {sets[pods[j]] for q in self.queues[r][RIGID].values() for j in q}
+            cluster.closed = closed_nodes(cluster.cap, [self.model_set_request[i] for i in waiting])
         elif cluster.closed.any():
             cluster.closed[:] = False
 
