@@ -110,3 +110,20 @@ def test_the_premium_yardstick_is_reported_beside_the_verdict_not_in_it():
         {"weeks": [{"week": "w", "role": "judged", "after": judge(config(), run_inputs, static, loop)}]}
     )
     assert f"| - | {row['verdict']} |" in plain[-1]
+
+
+def test_a_ratio_without_a_static_base_is_n_a_in_the_table_and_misses_its_target():
+    """A class static pricing sold no GPU-hour on the week (a held-out week once ended its
+    17-minute run on a formatting error here): its ratio is None, the table says `n/a`, and the
+    target it stands for is not met."""
+    run_inputs = inputs(strategies=("static", "stackelberg", CEILING), pods=300)
+    static, loop, best = (run(run_inputs, name) for name in ("static", "stackelberg", CEILING))
+    static.metrics["rigid_cost_per_gpu_hour"] = 0.0
+    best.metrics["revenue"] = None
+    row = judge(config(), run_inputs, static, loop, best)
+    assert row["rigid_cost_vs_static"] is None and row["ceiling"]["revenue_vs_static"] is None
+    assert not row["market_ok"] and row["verdict"] == FAIL
+    (line,) = table({"weeks": [{"week": "w", "role": "judged", "after": row}]})[2:]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[4] == "n/a" and cells[8].startswith("n/a (")
+    assert cells[2] == f"{row['revenue_vs_static']:.3f}" and cells[-1] == FAIL

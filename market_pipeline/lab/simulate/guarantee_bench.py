@@ -281,8 +281,8 @@ def table(report: dict[str, Any]) -> list[str]:
             if a is None:
                 continue
             lines.append(
-                f"| {r['week']} {label} | {r['role']} | {a['revenue_vs_static']:.3f} | "
-                f"{a['elastic_cost_vs_static']:.3f} | {a['rigid_cost_vs_static']:.3f} | "
+                f"| {r['week']} {label} | {r['role']} | {_times(a['revenue_vs_static'])} | "
+                f"{_times(a['elastic_cost_vs_static'])} | {_times(a['rigid_cost_vs_static'])} | "
                 f"{a['rigid_sla_violations'][0]}/{a['rigid_sla_violations'][1]} | "
                 f"{a['rigid_waiting_at_end'][0]}/{a['rigid_waiting_at_end'][1]} | {a['breaches']} | "
                 f"{_ceiling_cell(a.get('ceiling'))} | {_premium_cell(a.get('premium_only'))} | "
@@ -291,10 +291,16 @@ def table(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _times(ratio: float | None) -> str:
+    """A ratio against static pricing; `n/a` where static's figure is zero (`_ratio`), as
+    where static pricing sold a class no GPU-hour on the week."""
+    return "n/a" if ratio is None else f"{ratio:.3f}"
+
+
 def _ceiling_cell(ceiling: dict[str, Any] | None) -> str:
     if ceiling is None:
         return "-"
-    return f"{ceiling['revenue_vs_static']:.3f} ({ceiling['rigid_breach_ticks']})"
+    return f"{_times(ceiling['revenue_vs_static'])} ({ceiling['rigid_breach_ticks']})"
 
 
 def _premium_cell(premium: dict[str, Any] | None) -> str:
