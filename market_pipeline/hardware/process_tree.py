@@ -161,10 +161,23 @@ class Newcomers:
     it was not in the process table when the drain began, it is in the group and session
     of a member, and its parent is PID 1 or outside that session (where re-parenting puts
     an orphan; a process started by the shell that shares the task's group has its
-    parent inside the session)."""
+    parent inside the session). With `created` (each of those pids' create time then), a
+    pid that was in the table but now names a process with another create time is born
+    since too: the kernel reuses pids, and on a busy host (32,768 pids by default) an orphan
+    can get one that a process held when the drain began."""
 
     before: frozenset[int]  # pids in the process table when the drain began
     groups: frozenset[tuple[int, int]]  # (pgid, sid) of the task's members
+    created: dict[int, float] | None = field(default=None, compare=False)  # None: pids alone tell
+
+    @classmethod
+    def now(cls) -> "Newcomers":
+        """The process table as a drain begins: its pids and their create times."""
+        created = {}
+        for proc in psutil.process_iter(["create_time"]):
+            if proc.info["create_time"] is not None:
+                created[proc.pid] = float(proc.info["create_time"])
+        return cls(frozenset(created), frozenset(), created)
 
 
 def _descendants(proc: psutil.Process) -> list[psutil.Process]:
@@ -252,12 +265,18 @@ def _members_led_by(leader: int, protected: frozenset[int]) -> list[psutil.Proce
 
 def _orphans_born_since(spec: Newcomers, found: dict[int, psutil.Process]) -> list[psutil.Process]:
     orphans = []
-    for pid in set(psutil.pids()) - spec.before - found.keys():  # the few born since
+    pids = set(psutil.pids()) - found.keys()
+    if spec.created is None:
+        pids -= spec.before  # the few born since
+    for pid in pids:
         ids = _group_and_session(pid)
         if ids not in spec.groups:
             continue
         try:
             proc = psutil.Process(pid)
+            then = spec.created.get(pid) if spec.created is not None else None
+            if then is not None and abs(proc.create_time() - then) <= CREATE_TIME_TOLERANCE:
+                continue  # there when the drain began, not a reused pid
             parent = proc.ppid()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
@@ -321,14 +340,14 @@ def signal_and_wait(
     started = time.monotonic()
     deadline = started + timeout_seconds
     seen: dict[int, float] = {int(p): float(c) for p, c in known}
-    spec = Newcomers(frozenset(psutil.pids()), frozenset())
+    spec = Newcomers.now()
 
     def scan() -> ProcessTree:
         nonlocal spec
         tree = task_tree(root_pid, root_create_time, seen.items(), spec)
         seen.update(tree.created)
         groups = {_group_and_session(p.pid) for p in tree.members}
-        spec = Newcomers(spec.before, spec.groups | {g for g in groups if None not in g})
+        spec = Newcomers(spec.before, spec.groups | {g for g in groups if None not in g}, spec.created)
         return tree
 
     sent: set[Member] = set()

@@ -220,7 +220,7 @@ def _orphan_born_during_a_drain(tmp_path) -> dict:
     shares this process's group and session and double-forks an orphan, then a sibling this
     process starts in that group and session. What the task's tree holds, with and without
     the drain's newcomers."""
-    before = frozenset(psutil.pids())
+    start = Newcomers.now()  # the process table as the drain began: pids and create times
     outsiders = [subprocess.Popen(["sleep", "60"], start_new_session=True) for _ in range(24)]
     target = start_target(tmp_path, "--orphans", "1")
     sibling = subprocess.Popen(["sleep", "60"])
@@ -238,7 +238,28 @@ def _orphan_born_during_a_drain(tmp_path) -> dict:
             "root_refused": refusal(root),
             "without_newcomers": _pids(task_tree(root, target.created[root])),
             "with_newcomers": _pids(
-                task_tree(root, target.created[root], (), Newcomers(before, frozenset({ids})))
+                task_tree(
+                    root, target.created[root], (), Newcomers(start.before, frozenset({ids}), start.created)
+                )
+            ),
+            # the orphan under a pid a process held when the drain began (the kernel reuses
+            # pids): with the create times it is still born since; by pids alone it is not
+            "reused_pid": _pids(
+                task_tree(
+                    root,
+                    target.created[root],
+                    (),
+                    Newcomers(
+                        start.before | {orphan},
+                        frozenset({ids}),
+                        {**start.created, orphan: target.created[orphan] - 60.0},
+                    ),
+                )
+            ),
+            "reused_pid_by_pids_alone": _pids(
+                task_tree(
+                    root, target.created[root], (), Newcomers(start.before | {orphan}, frozenset({ids}))
+                )
             ),
         }
     finally:
@@ -313,6 +334,8 @@ def test_an_orphan_born_during_the_drain_is_the_tasks_a_sibling_from_the_shell_i
     assert host["orphan_parent"] == 1 and not host["root_leads"]
     assert host["without_newcomers"] == [host["root"]]  # no newcomers asked for
     assert host["with_newcomers"] == sorted([host["root"], host["orphan"]])
+    assert host["reused_pid"] == host["with_newcomers"]
+    assert host["reused_pid_by_pids_alone"] == [host["root"]]
     inside = _in_a_container(_orphan_born_during_a_drain, tmp_path / "container")
     if "unavailable" in inside:
         pytest.skip(f"no pid namespace on this host ({inside['unavailable']}): the container case")
@@ -321,6 +344,7 @@ def test_an_orphan_born_during_the_drain_is_the_tasks_a_sibling_from_the_shell_i
     assert not inside["root_is_a_kernel_thread"] and inside["root_refused"] is None
     assert inside["without_newcomers"] == [inside["root"]]
     assert inside["with_newcomers"] == sorted([inside["root"], inside["orphan"]])
+    assert inside["reused_pid"] == inside["with_newcomers"]
 
 
 def test_the_running_probe_knows_a_process_by_its_pid_and_its_create_time():
