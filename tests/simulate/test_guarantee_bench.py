@@ -127,3 +127,33 @@ def test_a_ratio_without_a_static_base_is_n_a_in_the_table_and_misses_its_target
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[4] == "n/a" and cells[8].startswith("n/a (")
     assert cells[2] == f"{row['revenue_vs_static']:.3f}" and cells[-1] == FAIL
+
+
+def test_an_elastic_cost_without_static_sales_is_taken_at_statics_posted_prices_on_the_markets_hours():
+    """A week whose guaranteed work fills the fleet under static prices: static pricing sold no
+    drainable GPU-hour, yet it posted a drainable price in every pool. The market's drainable
+    cost is then read against what static asks for the same GPU-hours, pool by pool (a held-out
+    week once counted `n/a` as a miss here), and the table marks that base."""
+    run_inputs = inputs(strategies=("static", "stackelberg"), pods=300)
+    static, loop = (run(run_inputs, name) for name in ("static", "stackelberg"))
+    sold = judge(config(), run_inputs, static, loop)
+    assert sold["elastic_cost_base"] == "static_sales" and sold["elastic_cost_vs_static"] is not None
+    for key in ("elastic_cost_per_gpu_hour", "trace_elastic_cost_per_gpu_hour"):
+        static.metrics[key] = None
+    hours = loop.extra["trace_elastic_gpu_hours_by_pool"]
+    assert sum(hours) > 0
+    posted = static.series["prices"].reshape(-1, len(run_inputs.pools), 2)[:, :, 1].mean(axis=0)
+    asked = sum(h * p for h, p in zip(hours, posted, strict=True)) / sum(hours)
+    row = judge(config(), run_inputs, static, loop)
+    assert row["elastic_cost_base"] == "static_list_at_market_hours"
+    assert row["elastic_cost_vs_static"] == pytest.approx(
+        loop.metrics["trace_elastic_cost_per_gpu_hour"] / asked
+    )
+    (line,) = table({"weeks": [{"week": "w", "role": "judged", "after": row}]})[2:]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3] == f"{row['elastic_cost_vs_static']:.3f} (list)"
+    # neither run sold a drainable GPU-hour: no base, and the target is not met
+    loop.extra["trace_elastic_gpu_hours_by_pool"] = [0.0] * len(hours)
+    none = judge(config(), run_inputs, static, loop)
+    assert none["elastic_cost_vs_static"] is None and none["elastic_cost_base"] is None
+    assert not none["market_ok"]

@@ -38,11 +38,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from market_pipeline.config import MarketPipelineConfig
 from market_pipeline.lab.simulate.guarantee import guarantee_check
 from market_pipeline.lab.simulate.inputs import load_helios, load_nodes, load_pods
 from market_pipeline.lab.simulate.job_grid import promise_breaches
 from market_pipeline.lab.simulate.metrics import StrategyResult
+from market_pipeline.lab.simulate.pricing import ELASTIC
 from market_pipeline.lab.simulate.runner import build_inputs, run_strategies
 from market_pipeline.lab.simulate.settings import SimulationSettings
 
@@ -77,6 +80,33 @@ def _elastic_key(stack: StrategyResult) -> str:
     )
 
 
+# What an elastic cost ratio is taken against (`elastic_cost_ratio`).
+BASE_STATIC_SALES = "static_sales"
+BASE_STATIC_LIST = "static_list_at_market_hours"
+
+
+def elastic_cost_ratio(stack: StrategyResult, static: StrategyResult) -> tuple[float | None, str | None]:
+    """The drainable tenants' cost per GPU-hour under `stack` against static pricing, and its
+    base. Against static's own sales where it sold drainable GPU-hours (`static_sales`). Where
+    it sold none (a week whose guaranteed work fills the fleet under static prices), static's
+    price is still posted: the base is then what static pricing asks for the GPU-hours the
+    market sold, pool by pool, at its posted drainable prices (`static_list_at_market_hours`;
+    a Paasche index at the market's basket). None where neither run sold any."""
+    key = _elastic_key(stack)
+    ratio = _ratio(stack, static, key)
+    if ratio is not None:
+        return ratio, BASE_STATIC_SALES
+    cost = stack.metrics.get(key)
+    hours_key = "trace_elastic_gpu_hours_by_pool" if key.startswith("trace_") else "elastic_gpu_hours_by_pool"
+    hours = np.asarray(stack.extra.get(hours_key, ()), dtype=float)
+    prices = np.asarray(static.series.get("prices", ()), dtype=float)
+    if cost is None or hours.size == 0 or hours.sum() <= 0 or prices.size == 0:
+        return None, None
+    posted = prices.reshape(-1, hours.size, 2)[:, :, ELASTIC].mean(axis=0)
+    base = float((hours * posted).sum() / hours.sum())
+    return (float(cost) / base, BASE_STATIC_LIST) if base > 0 else (None, None)
+
+
 def judge(
     config: MarketPipelineConfig,
     inputs: Any,
@@ -92,9 +122,11 @@ def judge(
     it)."""
     promise = config.guardrails.rigid_guarantee
     check = guarantee_check(static, stack, promise)
+    elastic_cost, elastic_base = elastic_cost_ratio(stack, static)
     row: dict[str, Any] = {
         "revenue_vs_static": _ratio(stack, static, "revenue"),
-        "elastic_cost_vs_static": _ratio(stack, static, _elastic_key(stack)),
+        "elastic_cost_vs_static": elastic_cost,
+        "elastic_cost_base": elastic_base,
         "rigid_cost_vs_static": _ratio(stack, static, "rigid_cost_per_gpu_hour"),
         "rigid_sla_violations": [
             static.metrics["rigid_sla_violations"],
@@ -125,7 +157,7 @@ def judge(
     if ceiling is not None:
         row["ceiling"] = {
             "revenue_vs_static": _ratio(ceiling, static, "revenue"),
-            "elastic_cost_vs_static": _ratio(ceiling, static, _elastic_key(ceiling)),
+            "elastic_cost_vs_static": elastic_cost_ratio(ceiling, static)[0],
             "rigid_sla_violations": ceiling.metrics["rigid_sla_violations"],
             "rigid_breach_ticks": guarantee_check(static, ceiling, promise)["breach_ticks"],
         }
@@ -282,7 +314,7 @@ def table(report: dict[str, Any]) -> list[str]:
                 continue
             lines.append(
                 f"| {r['week']} {label} | {r['role']} | {_times(a['revenue_vs_static'])} | "
-                f"{_times(a['elastic_cost_vs_static'])} | {_times(a['rigid_cost_vs_static'])} | "
+                f"{_elastic_cell(a)} | {_times(a['rigid_cost_vs_static'])} | "
                 f"{a['rigid_sla_violations'][0]}/{a['rigid_sla_violations'][1]} | "
                 f"{a['rigid_waiting_at_end'][0]}/{a['rigid_waiting_at_end'][1]} | {a['breaches']} | "
                 f"{_ceiling_cell(a.get('ceiling'))} | {_premium_cell(a.get('premium_only'))} | "
@@ -295,6 +327,13 @@ def _times(ratio: float | None) -> str:
     """A ratio against static pricing; `n/a` where static's figure is zero (`_ratio`), as
     where static pricing sold a class no GPU-hour on the week."""
     return "n/a" if ratio is None else f"{ratio:.3f}"
+
+
+def _elastic_cell(row: dict[str, Any]) -> str:
+    """The elastic cost ratio, marked `(list)` where static pricing sold no drainable GPU-hour
+    and its posted prices at the market's basket are the base (`elastic_cost_ratio`)."""
+    cell = _times(row["elastic_cost_vs_static"])
+    return f"{cell} (list)" if row.get("elastic_cost_base") == BASE_STATIC_LIST else cell
 
 
 def _ceiling_cell(ceiling: dict[str, Any] | None) -> str:

@@ -101,6 +101,7 @@ class Meter:
         self.sla_violations_by_pool: dict[str, int] = {}
         self.thinning_overflow = 0
         self.latent_revenue, self.latent_billed_gpu_hours = 0.0, 0.0
+        self.latent_billed_by_pool = np.zeros(self.pools)
 
     def pending(self, r: int, cls: int, gpus: float) -> None:
         left = self.pending_now[r][cls] + gpus
@@ -141,6 +142,7 @@ class Meter:
         latent = np.array(self.latent_bill_area)
         self.latent_revenue += float((latent * prices.reshape(-1, 2)[:, 1]).sum()) / 3600.0
         self.latent_billed_gpu_hours += float(latent.sum()) / 3600.0
+        self.latent_billed_by_pool += latent / 3600.0
         self.latent_bill_area = [0.0] * self.pools
         self.alloc_area = [[0.0, 0.0] for _ in range(self.pools)]
         self.bill_area = [[0.0, 0.0] for _ in range(self.pools)]
@@ -247,6 +249,13 @@ def summarize(
         **extra,
         "rigid_gpu_hours_by_pool": meter.billed_by_pool[:, RIGID].tolist(),
         "rigid_revenue_by_pool": meter.revenue_by_pool[:, RIGID].tolist(),
+        # the elastic class's billed GPU-hours per pool, all and the trace's own tenants (the
+        # latent twins left out): the basket at which static's posted prices are read where
+        # static pricing sold no drainable GPU-hour (`guarantee_bench.elastic_cost_ratio`)
+        "elastic_gpu_hours_by_pool": meter.billed_by_pool[:, ELASTIC].tolist(),
+        "trace_elastic_gpu_hours_by_pool": np.maximum(
+            meter.billed_by_pool[:, ELASTIC] - meter.latent_billed_by_pool, 0.0
+        ).tolist(),
     }
     if meter.sla_violations_by_gpus:
         extra = {
