@@ -83,15 +83,27 @@ def _elastic_key(stack: StrategyResult) -> str:
 # What an elastic cost ratio is taken against (`elastic_cost_ratio`).
 BASE_STATIC_SALES = "static_sales"
 BASE_STATIC_LIST = "static_list_at_market_hours"
+NONE_SOLD = "none_sold"  # neither run sold a drainable GPU-hour: the target has nothing to judge
+
+
+def _sold(result: StrategyResult) -> bool:
+    return bool(result.metrics.get("elastic_cost_per_gpu_hour"))
 
 
 def elastic_cost_ratio(stack: StrategyResult, static: StrategyResult) -> tuple[float | None, str | None]:
     """The drainable tenants' cost per GPU-hour under `stack` against static pricing, and its
-    base. Against static's own sales where it sold drainable GPU-hours (`static_sales`). Where
-    it sold none (a week whose guaranteed work fills the fleet under static prices), static's
-    price is still posted: the base is then what static pricing asks for the GPU-hours the
-    market sold, pool by pool, at its posted drainable prices (`static_list_at_market_hours`;
-    a Paasche index at the market's basket). None where neither run sold any."""
+    base:
+    - `static_sales`: static's own cost per GPU-hour, where both sold drainable GPU-hours;
+    - `static_list_at_market_hours`: where static sold none (a week whose guaranteed work fills
+      the fleet under static prices), static's price is still posted; the base is what static
+      asks for the GPU-hours the market sold, pool by pool, at those prices (a Paasche index at
+      the market's basket);
+    - `none_sold` (ratio None): neither run sold one, so no drainable tenant paid anything on
+      the week under either price (`gpushare60/vcdI0/s293`: guaranteed work waited in every
+      pool on every tick, each closed to drainable work);
+    - None (ratio None): the market sold none where static sold some, a miss."""
+    if not _sold(stack):
+        return None, (None if _sold(static) else NONE_SOLD)
     key = _elastic_key(stack)
     ratio = _ratio(stack, static, key)
     if ratio is not None:
@@ -105,6 +117,14 @@ def elastic_cost_ratio(stack: StrategyResult, static: StrategyResult) -> tuple[f
     posted = prices.reshape(-1, hours.size, 2)[:, :, ELASTIC].mean(axis=0)
     base = float((hours * posted).sum() / hours.sum())
     return (float(cost) / base, BASE_STATIC_LIST) if base > 0 else (None, None)
+
+
+def _elastic_met(ratio: float | None, base: str | None) -> bool:
+    """The elastic cost target: met at or under its ratio, and where nothing was sold to
+    judge (`none_sold`); a ratio with no base otherwise is a miss."""
+    if base == NONE_SOLD:
+        return True
+    return ratio is not None and ratio <= TARGETS["elastic_cost_vs_static"]
 
 
 def judge(
@@ -127,6 +147,7 @@ def judge(
         "revenue_vs_static": _ratio(stack, static, "revenue"),
         "elastic_cost_vs_static": elastic_cost,
         "elastic_cost_base": elastic_base,
+        "elastic_cost_met": _elastic_met(elastic_cost, elastic_base),
         "rigid_cost_vs_static": _ratio(stack, static, "rigid_cost_per_gpu_hour"),
         "rigid_sla_violations": [
             static.metrics["rigid_sla_violations"],
@@ -149,7 +170,7 @@ def judge(
     )
     row["market_ok"] = bool(
         (row["revenue_vs_static"] or 0) >= TARGETS["revenue_vs_static"]
-        and (row["elastic_cost_vs_static"] or 9) <= TARGETS["elastic_cost_vs_static"]
+        and row["elastic_cost_met"]
         and (row["rigid_cost_vs_static"] or 9) <= TARGETS["rigid_cost_vs_static"]
     )
     row["breaches"] = check["breach_ticks"] + row["price_promise_breaches"]
@@ -183,9 +204,10 @@ def verdict(row: dict[str, Any]) -> str:
     if row["pass"]:
         return PASS
     ceiling = row.get("ceiling")
-    costs_met = (row["elastic_cost_vs_static"] or 9) <= TARGETS["elastic_cost_vs_static"] and (
-        row["rigid_cost_vs_static"] or 9
-    ) <= TARGETS["rigid_cost_vs_static"]
+    costs_met = (
+        _elastic_met(row["elastic_cost_vs_static"], row.get("elastic_cost_base"))
+        and (row["rigid_cost_vs_static"] or 9) <= TARGETS["rigid_cost_vs_static"]
+    )
     if (
         ceiling is not None
         and row["rigid_ok"]
@@ -331,7 +353,10 @@ def _times(ratio: float | None) -> str:
 
 def _elastic_cell(row: dict[str, Any]) -> str:
     """The elastic cost ratio, marked `(list)` where static pricing sold no drainable GPU-hour
-    and its posted prices at the market's basket are the base (`elastic_cost_ratio`)."""
+    and its posted prices at the market's basket are the base, `none sold` where neither run
+    sold one (`elastic_cost_ratio`)."""
+    if row.get("elastic_cost_base") == NONE_SOLD:
+        return "none sold"
     cell = _times(row["elastic_cost_vs_static"])
     return f"{cell} (list)" if row.get("elastic_cost_base") == BASE_STATIC_LIST else cell
 
