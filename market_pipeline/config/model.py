@@ -230,9 +230,10 @@ class RigidGuaranteeConfig(_Strict):
     `close_to_drainable`, drainable work is not placed on any node of the waiting work's GPU
     model; with `forecast_window_minutes`, the room forecast guaranteed arrivals need is kept
     from drainable work before any waits, and with `empty_nodes_kept`, empty nodes for
-    whole-node guaranteed work. The promise: against static pricing on the same week, market pricing
-    leaves no more rigid jobs past their SLA wait (`max_violations_vs_static`) and no more rigid
-    jobs waiting (`max_waiting_vs_static`), judged on every simulated tick."""
+    whole-node guaranteed work (refilled as whole-node jobs take them, `refill_empty_nodes`).
+    The promise: against static pricing on the same week, market pricing leaves no more rigid
+    jobs past their SLA wait (`max_violations_vs_static`) and no more rigid jobs waiting
+    (`max_waiting_vs_static`), judged on every simulated tick."""
 
     enabled: bool = True
     hold_max_nodes_share: float = Field(1.0, ge=0, le=1)
@@ -248,6 +249,12 @@ class RigidGuaranteeConfig(_Strict):
     # work for whole-node guaranteed arrivals, at most one per 10 of its largest nodes
     # (`placement.guarantee.kept_empty`); 0 turns it off
     empty_nodes_kept: int = Field(2, ge=0)
+    # while fewer of a model's largest nodes are empty than that keep, as many of its largest
+    # nodes with no guaranteed work, nearest to empty, take no new drainable work either, so
+    # churn refills the stock whole-node bursts take (`placement.guarantee.refilling_nodes`;
+    # chosen on the tuning weeks of #46, round seventeen:
+    # docs/history/rigid_guarantee_round_seventeen.md)
+    refill_empty_nodes: bool = True
     # drains for a waiting rigid job are planned at the latest control step from which they still
     # end within its SLA wait (`guardrails.task_drain.max_total_seconds`), not at the first, unless
     # it needs a whole node (`placement.guarantee.drain_due`); false: at the first step

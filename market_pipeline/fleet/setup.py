@@ -58,6 +58,7 @@ def build_setup(
         reserve_window_s=round(60 * guarantee.forecast_window_minutes) if guarantee.enabled else 0,
         reserve_horizon_s=round(config.guardrails.task_drain.max_total_seconds),
         empty_nodes_kept=guarantee.empty_nodes_kept if guarantee.enabled else 0,
+        refill_empty_nodes=guarantee.enabled and guarantee.refill_empty_nodes,
     )
     workload_params = workload_params or WorkloadParams(arrival_source=config.adapter.arrival_source)
     catalog = build_catalog(config)

@@ -40,6 +40,7 @@ from market_pipeline.placement.guarantee import (
     kept_empty,
     largest_nodes,
     open_outside,
+    refilling_nodes,
     reserved_nodes,
 )
 from market_pipeline.placement.policies import PlacementPolicy
@@ -89,6 +90,10 @@ class TwinParams:
     # and drainable tasks keep off the last this many empty largest nodes of a GPU model, kept
     # for whole-node guaranteed arrivals (`placement.guarantee.kept_empty`; 0: off)
     empty_nodes_kept: int = 0
+    # and, while fewer are empty than that, as many largest nodes running no guaranteed task,
+    # nearest to empty, keep drainable tasks off too, so churn refills them
+    # (`placement.guarantee.refilling_nodes`)
+    refill_empty_nodes: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.sample_interval_s <= BLOCK_SECONDS:
@@ -166,6 +171,9 @@ class FleetTwin:
         self._reserved_at: tuple[int, np.ndarray | None] | None = None
         self._largest = largest_nodes(self.cap)  # per GPU model, its nodes with the most GPUs
         self._kept_at: tuple[int, np.ndarray | None] | None = None  # (second, `_kept_empty`)
+        # guaranteed tasks running per node (`_refilling`: a node running one is not refilled)
+        self.guaranteed_on = np.zeros(self.cap.n_nodes, dtype=np.int64)
+        self._refill_at: tuple[int, np.ndarray | None] | None = None  # (second, `_refilling`)
 
     @classmethod
     def create(
@@ -306,7 +314,7 @@ class FleetTwin:
         if job.resource_class == "drainable" and self._largest[placement.node]:
             row = placement.node  # an empty largest node taken: the kept ones are re-picked
             if (self.cap.gpu_free[row][self.cap.present[row]] >= MILLI).all():
-                self._kept_at = None
+                self._kept_at = self._refill_at = None
         # by identity: `list.remove` compares every job ahead of it field by field
         del self.pending[list(map(id, self.pending)).index(id(job))]
         self._start(job, placement, ts)
@@ -338,14 +346,17 @@ class FleetTwin:
 
     def _off_limits(self, ts: int) -> np.ndarray:
         """The nodes a drainable task keeps off: those of `_kept_for_waiting`, the nodes
-        reserved for the guaranteed arrivals forecast (`_reserved`) and the last empty largest
+        reserved for the guaranteed arrivals forecast (`_reserved`), the last empty largest
         nodes of each GPU model (`placement.guarantee.kept_empty`, on the capacity as it is:
-        a task placed this second may have taken the one before last)."""
+        a task placed this second may have taken the one before last) and the nodes refilling
+        them (`_refilling`)."""
         off = self._kept_for_waiting(ts)
         reserved = self._reserved(ts)
         off = off if reserved is None else off | reserved
         kept = self._kept_empty(ts)
-        return off if kept is None else off | kept
+        off = off if kept is None else off | kept
+        refill = self._refilling(ts)
+        return off if refill is None else off | refill
 
     def _kept_empty(self, ts: int) -> np.ndarray | None:
         """The largest nodes kept for whole-node guaranteed arrivals
@@ -358,6 +369,19 @@ class FleetTwin:
             kept = kept_empty(self.cap, self.params.empty_nodes_kept, self._largest)
             self._kept_at = (ts, kept if kept.any() else None)
         return self._kept_at[1]
+
+    def _refilling(self, ts: int) -> np.ndarray | None:
+        """The largest nodes that refill the empty ones kept for whole-node guaranteed arrivals
+        (`placement.guarantee.refilling_nodes`), once per event second, as `_kept_empty`. None:
+        none (the rule is off, or every GPU model has its keep of empty nodes)."""
+        if not (self.params.refill_empty_nodes and self.params.empty_nodes_kept):
+            return None
+        if self._refill_at is None or self._refill_at[0] != ts:
+            refill = refilling_nodes(
+                self.cap, self.params.empty_nodes_kept, self.guaranteed_on > 0, self._largest
+            )
+            self._refill_at = (ts, refill if refill.any() else None)
+        return self._refill_at[1]
 
     def _reserved(self, ts: int) -> np.ndarray | None:
         """The nodes kept from drainable tasks for the guaranteed arrivals forecast within
@@ -486,6 +510,8 @@ class FleetTwin:
         job = task.job
         self.cap.allocate(job.request(), task.placement)
         self.running[job.task_id] = task
+        if job.resource_class == "guaranteed":
+            self.guaranteed_on[task.placement.node] += 1
         if task.drain_signal_ts is not None:  # a state reload of a task under a drain signal
             self.signalled[job.task_id] = task.placement.node
             self._signals += 1
@@ -511,6 +537,8 @@ class FleetTwin:
 
     def finish(self, task_id: str, ts: int, event: str, reason: str, platform_fault: bool = False) -> None:
         task = self.running.pop(task_id)
+        if task.job.resource_class == "guaranteed":
+            self.guaranteed_on[task.placement.node] -= 1
         if self.signalled.pop(task_id, None) is not None:
             self._signals += 1
         self.cap.release(task.job.request(), task.placement)

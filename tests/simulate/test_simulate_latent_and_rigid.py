@@ -354,3 +354,39 @@ def test_the_market_asks_no_premium_where_guaranteed_work_waits_with_nothing_to_
     assert guaranteed_price(1.0) > lists[0] * 1.01
     run_inputs = with_guarantee(run_inputs, premium_follows_reach=False)  # the default: the cap alone
     assert guaranteed_price(0.0) > lists[0] * 1.01
+
+
+@pytest.mark.parametrize("refill", [True, False])
+def test_the_empty_nodes_whole_node_jobs_took_are_refilled_from_a_node_without_rigid_work(refill):
+    """`G2` with 20 nodes of 8 GPUs keeps two empty for whole-node rigid work (rule 6). Two
+    whole-node rigid jobs take them; a drainable job then ends on a node of drainable work
+    alone. With `refill_empty_nodes` that node, the nearest to empty without rigid work, takes
+    no new drainable job (it waits), so churn empties it; a rigid job may still land there.
+    Without, the drainable job takes the room at once. The per-node count of rigid jobs,
+    which decides what may refill, follows their starts and ends."""
+    run_inputs = inputs(days=0.5, fleet={"G2": (20, 8)}, strategies=("static",))
+    run_inputs = with_guarantee(run_inputs, empty_nodes_kept=2, refill_empty_nodes=refill)
+    run = StrategyRun(run_inputs, make_strategy("static", run_inputs))
+    cluster = run.clusters[0]
+    half, whole, one = _pod(run_inputs, 4), _pod(run_inputs, 8), _pod(run_inputs, 1)
+    elastic, rigid = _tenant(run_inputs, True), _tenant(run_inputs, False)
+    drainable = [_add(run, elastic, 0, half, 0.0) for _ in range(36)]  # 18 nodes, two each
+    assert all(run.jobs.state[j] == RUNNING for j in drainable) and cluster.free_top == 2
+    assert _add(run, elastic, 0, half, 0.0) in run.queues[0][ELASTIC][(4, 1000)]  # the two are kept
+    whole_jobs = [_add(run, rigid, 0, whole, 0.0) for _ in range(2)]
+    assert all(run.jobs.state[j] == RUNNING for j in whole_jobs) and cluster.free_top == 0
+    assert cluster.rigid_jobs.sum() == 2 and cluster.rigid_jobs.max() == 1
+    ended = drainable[0]
+    node = run.jobs.placement[ended].node
+    run._finish(ended, 60.0)  # the queued drainable job is offered the room first
+    newcomer = _add(run, elastic, 0, half, 60.0)
+    placed = [j for j in (drainable[-1] + 1, newcomer) if run.jobs.state[j] == RUNNING]
+    if refill:
+        assert placed == [] and cluster.node_free[node] == 4000  # kept for churn to empty
+        guaranteed = _add(run, rigid, 0, one, 60.0)
+        assert run.jobs.placement[guaranteed].node == node  # best fit: the only room there is
+        assert cluster.rigid_jobs[node] == 1
+    else:
+        assert len(placed) == 1 and run.jobs.placement[placed[0]].node == node
+    run._finish(whole_jobs[0], 120.0)
+    assert cluster.rigid_jobs.sum() == (2 if refill else 1)

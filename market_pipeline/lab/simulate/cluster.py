@@ -25,6 +25,7 @@ from market_pipeline.placement.guarantee import (
     keep_off_draining,
     kept_empty,
     largest_nodes,
+    refilling_nodes,
 )
 from market_pipeline.placement.policies import make_policy
 from market_pipeline.placement.typical import TypicalPods
@@ -100,6 +101,7 @@ class PoolCluster:
         typical: TypicalPods | None,
         requests: list[PodRequest],
         reserve_nodes: int = 0,
+        refill_reserve: bool = False,
     ) -> None:
         rows = pool.node_rows
         models = tuple(nodes.models[i] for i in rows)
@@ -135,6 +137,11 @@ class PoolCluster:
         # at most one per EMPTY_RESERVE_FACTOR of the pool's largest nodes (small pools keep none)
         self.reserve = min(int(reserve_nodes), int(self.top.sum()) // EMPTY_RESERVE_FACTOR)
         self.free_top = int((self.top & (self.node_full == self.node_gpus)).sum())
+        # while fewer are empty, the largest nodes without rigid work nearest to empty take no
+        # elastic job either (`placement.guarantee.refilling_nodes`): rigid jobs per node,
+        # kept in step by the engine as rigid jobs start and end
+        self.refill_reserve = refill_reserve
+        self.rigid_jobs = np.zeros(self.cap.n_nodes, dtype=np.int64)
         # nodes held for this pool's waiting rigid jobs (`placement.guarantee`): no elastic job there
         self.held = np.zeros(self.cap.n_nodes, dtype=bool)
         # nodes closed to elastic work while rigid work waits (`placement.guarantee.closed_nodes`;
@@ -191,7 +198,7 @@ class PoolCluster:
         self, req: PodRequest, elastic: bool = False, off_held: bool | None = None, newcomer: bool = False
     ) -> Placement | None:
         """Place `req` by the pool's policy; elastic work keeps off the empty nodes kept for
-        whole-node rigid work (`kept_empty`), the
+        whole-node rigid work (`kept_empty`) and the nodes refilling them (`refilling_nodes`), the
         nodes reserved for forecast rigid arrivals and the nodes closed to it while rigid work
         waits, and (like any request with `off_held`)
         off the nodes held for waiting rigid jobs. Newcomers (elastic work, `off_held` or
@@ -200,7 +207,12 @@ class PoolCluster:
         off_held = elastic if off_held is None else off_held
         room = self._room(req)
         if elastic and self.reserve and self.free_top <= self.reserve:  # else none is kept
-            room &= ~kept_empty(self.cap, self.reserve, self.top, self.node_full == self.node_gpus)
+            empty = self.node_full == self.node_gpus
+            room &= ~kept_empty(self.cap, self.reserve, self.top, empty)
+            if self.refill_reserve and self.free_top < self.reserve:
+                room &= ~refilling_nodes(
+                    self.cap, self.reserve, self.rigid_jobs > 0, self.top, empty, self.node_free
+                )
         keep_off = (self.held | self.closed | self.reserved) if elastic else self.held
         if not (off_held or elastic):
             keep_off = np.zeros_like(keep_off)

@@ -74,6 +74,7 @@ class StrategyRun:
                 inputs.typical,
                 list(inputs.requests),
                 guarantee.empty_nodes_kept if guarantee.enabled else 0,
+                guarantee.enabled and guarantee.refill_empty_nodes,
             )
             for p in inputs.pools
         ]
@@ -430,11 +431,15 @@ class StrategyRun:
         )
         if cls == ELASTIC and self.drainer is not None:
             self.node_jobs[r].setdefault(placement.node, set()).add(job)
+        elif cls == RIGID:
+            self.clusters[r].rigid_jobs[placement.node] += 1
 
     def _stop(self, job: int) -> None:
         """Take a running job off its GPUs' books (not off the capacity)."""
         jobs = self.jobs
         placement = jobs.placement[job]
+        if jobs.cls[job] == RIGID and placement is not None:
+            self.clusters[jobs.pool[job]].rigid_jobs[placement.node] -= 1
         if jobs.cls[job] == ELASTIC and self.drainer is not None and placement is not None:
             members = self.node_jobs[jobs.pool[job]].get(placement.node)
             if members is not None:
