@@ -222,6 +222,33 @@ def largest_nodes(cap: ClusterCapacity) -> np.ndarray:
     return (gpus == most[cap.model_code]) & (gpus > 0)
 
 
+@dataclass(frozen=True)
+class _EmptyStock:
+    """The whole-node stock of a capacity, per GPU model, as `kept_empty` and `refilling_nodes`
+    both read it: its largest nodes, its empty ones (every GPU free), the empty schedulable
+    largest nodes (`free`), each model's keep (`keep` capped at one per
+    `EMPTY_RESERVE_FACTOR` largest nodes) and how many of its largest nodes are free."""
+
+    largest: np.ndarray
+    empty: np.ndarray
+    free: np.ndarray
+    keeps: np.ndarray
+    free_count: np.ndarray
+
+    @classmethod
+    def of(
+        cls, cap: ClusterCapacity, keep: int, largest: np.ndarray | None, empty: np.ndarray | None
+    ) -> _EmptyStock:
+        largest = largest_nodes(cap) if largest is None else largest
+        if empty is None:
+            empty = (np.where(cap.present, cap.gpu_free, MILLI) >= MILLI).all(axis=1)
+        free = largest & empty & cap.schedulable
+        n_models = max(len(cap.model_names), 1)
+        big = np.bincount(cap.model_code[largest], minlength=n_models)
+        keeps = np.minimum(keep, big // EMPTY_RESERVE_FACTOR)
+        return cls(largest, empty, free, keeps, np.bincount(cap.model_code[free], minlength=n_models))
+
+
 def kept_empty(
     cap: ClusterCapacity, keep: int, largest: np.ndarray | None = None, empty: np.ndarray | None = None
 ) -> np.ndarray:
@@ -245,19 +272,12 @@ def kept_empty(
     kept = np.zeros(cap.n_nodes, dtype=bool)
     if keep <= 0 or cap.n_nodes == 0:
         return kept
-    largest = largest_nodes(cap) if largest is None else largest
-    if empty is None:
-        empty = (np.where(cap.present, cap.gpu_free, MILLI) >= MILLI).all(axis=1)
-    free = largest & empty & cap.schedulable
-    if not free.any():
+    stock = _EmptyStock.of(cap, keep, largest, empty)
+    if not stock.free.any():
         return kept
-    codes, n_models = cap.model_code, max(len(cap.model_names), 1)
-    big = np.bincount(codes[largest], minlength=n_models)
-    free_count = np.bincount(codes[free], minlength=n_models)
-    keeps = np.minimum(keep, big // EMPTY_RESERVE_FACTOR)
     # one vector test finds the models where the rule binds (none, while each has spare empty nodes)
-    for code in np.flatnonzero((keeps > 0) & (free_count <= keeps)):
-        kept |= free & (codes == code)
+    for code in np.flatnonzero((stock.keeps > 0) & (stock.free_count <= stock.keeps)):
+        kept |= stock.free & (cap.model_code == code)
     return kept
 
 
@@ -289,20 +309,16 @@ def refilling_nodes(
     refill = np.zeros(cap.n_nodes, dtype=bool)
     if keep <= 0 or cap.n_nodes == 0:
         return refill
-    largest = largest_nodes(cap) if largest is None else largest
-    if empty is None:
-        empty = (np.where(cap.present, cap.gpu_free, MILLI) >= MILLI).all(axis=1)
-    codes, n_models = cap.model_code, max(len(cap.model_names), 1)
-    keeps = np.minimum(keep, np.bincount(codes[largest], minlength=n_models) // EMPTY_RESERVE_FACTOR)
-    short = keeps - np.bincount(codes[largest & empty & cap.schedulable], minlength=n_models)
-    models = np.flatnonzero((keeps > 0) & (short > 0))
+    stock = _EmptyStock.of(cap, keep, largest, empty)
+    short = stock.keeps - stock.free_count
+    models = np.flatnonzero((stock.keeps > 0) & (short > 0))
     if models.size == 0:
         return refill
     if free_milli is None:
         free_milli = np.where(cap.present, cap.gpu_free, 0).sum(axis=1)
-    candidates = largest & ~empty & ~guaranteed & cap.schedulable
+    candidates = stock.largest & ~stock.empty & ~guaranteed & cap.schedulable
     for code in models:
-        rows = np.flatnonzero(candidates & (codes == code))
+        rows = np.flatnonzero(candidates & (cap.model_code == code))
         if rows.size:
             refill[rows[np.argsort(-free_milli[rows], kind="stable")][: short[code]]] = True
     return refill

@@ -267,6 +267,26 @@ def test_a_drainable_task_keeps_off_the_node_reserved_for_forecast_guaranteed_ar
     assert twin.running["second"].placement.node == r0
 
 
+def _twin_on_a_large_model(**params: object) -> tuple[FleetTwin, str, np.ndarray, np.ndarray]:
+    """The default setup's twin, with `params` changed (the guaranteed reserve off), a GPU model
+    with ten or more largest nodes (rule 6 keeps one empty there), those nodes' rows and the
+    GPUs of every node."""
+    setup = build_setup(load_config(environ={}))
+    twin = FleetTwin(
+        setup.catalog,
+        setup.workload,
+        BestFit(),
+        dataclasses.replace(setup.params, reserve_window_s=0, **params),
+        setup.seed,
+        EPOCH,
+    )
+    gpus = twin.cap.present.sum(axis=1)
+    model = next(
+        m for m in twin.cap.model_names if (twin.cap.model_allowed((m,)) & (gpus == gpus.max())).sum() >= 10
+    )
+    return twin, model, np.flatnonzero(twin.cap.model_allowed((model,)) & (gpus == gpus.max())), gpus
+
+
 @pytest.mark.parametrize("keep", [1, 0])
 def test_a_drainable_task_keeps_off_the_last_empty_node_kept_for_whole_node_guaranteed_work(keep):
     """A GPU model with ten or more largest nodes, of which only r_full (full of drainable
@@ -274,15 +294,9 @@ def test_a_drainable_task_keeps_off_the_last_empty_node_kept_for_whole_node_guar
     shipped 2 keeps in a model with 10-19 largest nodes) a new drainable task waits rather than
     take r_empty, and a guaranteed whole-node arrival starts there at once; with 0 the drainable
     task takes it."""
-    setup = build_setup(load_config(environ={}))
-    assert setup.params.empty_nodes_kept == 2
-    params = dataclasses.replace(setup.params, empty_nodes_kept=keep, reserve_window_s=0)
-    twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
-    gpus = twin.cap.present.sum(axis=1)
-    model = next(
-        m for m in twin.cap.model_names if (twin.cap.model_allowed((m,)) & (gpus == gpus.max())).sum() >= 10
-    )
-    r_full, r_empty = np.flatnonzero(twin.cap.model_allowed((model,)) & (gpus == gpus.max()))[:2]
+    assert build_setup(load_config(environ={})).params.empty_nodes_kept == 2
+    twin, model, largest, gpus = _twin_on_a_large_model(empty_nodes_kept=keep)
+    r_full, r_empty = largest[:2]
     twin.cap.schedulable[:] = np.arange(twin.cap.n_nodes) == r_full
     for k in range(int(gpus[r_full])):
         job = _job(f"full-{k}", model, 1, "drainable")
@@ -302,14 +316,8 @@ def test_a_second_drainable_task_in_the_same_second_keeps_off_the_last_empty_nod
     """Two empty nodes of a model with ten or more: a whole-node drainable task may take one
     (two are empty), and a drainable task placed in the same second must then leave the last
     one, though the kept nodes are worked out once per second."""
-    setup = build_setup(load_config(environ={}))
-    params = dataclasses.replace(setup.params, reserve_window_s=0)
-    twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
-    gpus = twin.cap.present.sum(axis=1)
-    model = next(
-        m for m in twin.cap.model_names if (twin.cap.model_allowed((m,)) & (gpus == gpus.max())).sum() >= 10
-    )
-    r_a, r_b = np.flatnonzero(twin.cap.model_allowed((model,)) & (gpus == gpus.max()))[:2]
+    twin, model, largest, gpus = _twin_on_a_large_model()
+    r_a, r_b = largest[:2]
     twin.cap.schedulable[:] = False
     twin.cap.schedulable[[r_a, r_b]] = True
     ts = EPOCH + 60
@@ -331,17 +339,9 @@ def test_with_no_empty_node_left_a_node_without_guaranteed_work_refills_it_and_d
     empty (r_drain, the only one) refills the stock: a new drainable task keeps off it and
     lands on r_guar, though best fit would take r_drain, the fuller; without, it takes
     r_drain. The twin counts the guaranteed tasks per node as they start and end."""
-    setup = build_setup(load_config(environ={}))
-    assert setup.params.refill_empty_nodes
-    params = dataclasses.replace(
-        setup.params, empty_nodes_kept=1, reserve_window_s=0, refill_empty_nodes=refill
-    )
-    twin = FleetTwin(setup.catalog, setup.workload, BestFit(), params, setup.seed, EPOCH)
-    gpus = twin.cap.present.sum(axis=1)
-    model = next(
-        m for m in twin.cap.model_names if (twin.cap.model_allowed((m,)) & (gpus == gpus.max())).sum() >= 10
-    )
-    r_drain, r_guar = np.flatnonzero(twin.cap.model_allowed((model,)) & (gpus == gpus.max()))[:2]
+    assert build_setup(load_config(environ={})).params.refill_empty_nodes
+    twin, model, largest, _ = _twin_on_a_large_model(empty_nodes_kept=1, refill_empty_nodes=refill)
+    r_drain, r_guar = largest[:2]
     twin.cap.schedulable[:] = False
     for row, tasks in ((r_drain, ("drainable", "drainable")), (r_guar, ("guaranteed",))):
         twin.cap.schedulable[row] = True
