@@ -71,6 +71,18 @@ def _no_config_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name, raising=False)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each xdist worker leads a process group of its own. A drain of a root that leads
+    neither its group nor its session takes as the task's every orphan born during the
+    drain in that group and session (`hardware.process_tree.Newcomers`): with the workers in
+    one group, a drain test on one worker took and killed the orphan that a process-tree test
+    on another had just double-forked (`assert [6104] == [6104, 6106]`, reproduced with two
+    suites side by side in one group). Tests in one worker run one at a time."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        with contextlib.suppress(OSError):  # already a group leader
+            os.setpgid(0, 0)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The order the tests are handed out in: under mutmut quickest first, under xdist the
     modules of the slow tests first; a plain run keeps the collected order."""

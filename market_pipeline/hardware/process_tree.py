@@ -164,7 +164,13 @@ class Newcomers:
     parent inside the session). With `created` (each of those pids' create time then), a
     pid that was in the table but now names a process with another create time is born
     since too: the kernel reuses pids, and on a busy host (32,768 pids by default) an orphan
-    can get one that a process held when the drain began."""
+    can get one that a process held when the drain began.
+
+    The rule cannot tell the task's orphan from another job's where the root leads neither
+    its group nor its session and other jobs share both (jobs started in the background by
+    one script, with no job control): an orphan such a job double-forks during the drain is
+    taken as the task's. The local-process backend launches each task in a session of its
+    own, where the group and session are the task's alone."""
 
     before: frozenset[int]  # pids in the process table when the drain began
     groups: frozenset[tuple[int, int]]  # (pgid, sid) of the task's members
