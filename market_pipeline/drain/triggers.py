@@ -86,7 +86,10 @@ class DrainPass(Protocol):
 
 @dataclass(frozen=True)
 class Pressure:
-    """Free GPUs in a pool whose allocation is above the threshold until it is back under."""
+    """Free GPUs in a pool whose allocation is above the threshold until it is back under. A
+    task an earlier method considered this pass is not handed to the pass again (one decision
+    per task); a drain for a waiting guaranteed task frees nothing here, its room is that
+    task's."""
 
     reason: DisruptionReason = DisruptionReason.PRESSURE
 
@@ -105,7 +108,7 @@ class Pressure:
                 f"pool {pool_id} allocation {allocated[pool_id] / capacity:.0%} "
                 f"> {plan.policy.pressure_util_pct:g}%"
             )
-            for task in (t for t in plan.ordered if t.pool_id == pool_id):
+            for task in (t for t in plan.ordered if t.pool_id == pool_id and t.task_id not in plan.chosen):
                 if freed >= need:
                     break
                 if plan.consider(task, self.reason, trigger, budget):

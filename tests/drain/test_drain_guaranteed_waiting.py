@@ -195,6 +195,22 @@ def test_the_room_for_a_waiting_guaranteed_task_comes_before_pressure_on_a_budge
     assert any(not d.allowed and d.task.node_id == "n2" for d in decisions)  # pressure's pick, over budget
 
 
+def test_a_task_drained_for_a_waiting_task_is_not_handed_to_pressure_again() -> None:
+    """One full 4-GPU node, allocation 100%: the waiting task's room and pool pressure
+    (threshold 92%) both pick its one drainable task. It gets one decision, the room's, not a
+    second one with the same decision id from pressure (seen on real Slurm daemons); the room
+    drain does not count as relieving pressure (the waiting task takes the room)."""
+    policy = SelectionPolicy(under_use_util_pct=20, under_use_minutes=5, pressure_util_pct=92, min_score=0.4)
+    decisions = plan(full("n1", 4), [node("n1", gpus=4)], [waiting(num_gpu=1)], policy=policy)
+    assert [(d.task.task_id, d.allowed) for d in decisions] == [("n1-0", True)]
+    assert "guaranteed task rigid-1 waits" in decisions[0].reasons[0]
+    # with a second drainable task there, pressure still wants it: the room frees nothing for it
+    tasks = full("n1", 2, 2)
+    decisions = plan(tasks, [node("n1", gpus=4)], [waiting(num_gpu=2)], policy=policy)
+    assert len({d.decision_id for d in decisions}) == len(decisions) == 2
+    assert [d.reasons[0].split(":")[1].strip().split()[0] for d in decisions] == ["guaranteed", "pool"]
+
+
 def test_a_task_churn_may_still_serve_is_drained_for_only_when_a_later_pass_would_be_late() -> None:
     """With `drain_at_latest_step` (the shipped config: 600 s SLA wait, 120 s drains, 5-minute
     passes, so 180 s), a 2-GPU task on 4-GPU nodes that has waited 60 s is left to the pool's
