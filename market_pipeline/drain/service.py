@@ -111,8 +111,8 @@ def gather_planning_inputs(
 
 
 def waiting_guaranteed(adapter: NodeAdapter) -> tuple[WaitingTask, ...]:
-    """The guaranteed tasks waiting for capacity, from a backend that knows them (the twin's
-    `waiting_guaranteed`; an optional method, so Slurm, local-process and NVML need none)."""
+    """The guaranteed tasks waiting for capacity, from a backend with a queue (the twin's and
+    Slurm's `waiting_guaranteed`; an optional method: local-process and NVML have no queue)."""
     read = getattr(adapter, "waiting_guaranteed", None)
     return tuple(read(limit=MAX_WAITING_READ)) if callable(read) else ()
 

@@ -160,7 +160,7 @@ def test_a_room_being_drained_is_not_drained_twice() -> None:
 
 
 def test_waiting_tasks_come_from_a_backend_that_knows_them_and_none_from_others() -> None:
-    class Bare:  # Slurm, local-process, NVML: no such method
+    class Bare:  # local-process, NVML: no queue, no such method
         pass
 
     class Twin:

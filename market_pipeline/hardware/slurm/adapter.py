@@ -4,7 +4,8 @@
 |---|---|
 | list_nodes / list_gpus | `sinfo --json`: GRES type -> model, `zone_<zone>` feature -> zone, GPU = node + GRES index |
 | list_tasks | `squeue --json`, RUNNING jobs: node, GPUs (GRES IDX), tenant = account, start, class |
-| pending_summary | `squeue --json`, PENDING jobs: GPUs asked (`tres_per_node`/`tres_per_job`) per GRES type -> model, class, wait |
+| pending_summary | `squeue --json`, jobs PENDING for capacity (reason `Resources`, `Priority`, ...): GPUs asked (`tres_per_node`/`tres_per_job`) per GRES type -> model, class, wait |
+| waiting_guaranteed | the same guaranteed jobs, oldest first, one waiting task per node asked: what the live drain planner makes room for |
 | read_samples | per-GPU allocation (the jobs' GRES indices, `gres_used`), logged at each read |
 | cordon / uncordon | `scontrol update nodename=N state=drain reason=...` / `state=resume` |
 | warn_task / checkpoint_task | `scancel --signal=USR1 --batch` / `--signal=USR2 --batch` |
@@ -49,6 +50,7 @@ from market_pipeline.hardware.protocol import (
     ResourceClass,
     TaskInfo,
     TaskKind,
+    WaitingTask,
 )
 from market_pipeline.hardware.slurm.client import (
     SlurmClient,
@@ -240,25 +242,18 @@ class SlurmAdapter:
         return tasks
 
     def pending_summary(self) -> dict[str, dict[str, float]]:
-        """Jobs waiting for GPUs (PENDING, asking for some), per GPU model, in the rows the
+        """Jobs waiting for GPUs (pending for capacity, asking for some), per GPU model, in the rows the
         simulated fleet's queue reports (`FleetTwinAdapter.pending_summary`): the count and
         GPUs asked, the guaranteed jobs, their GPUs and longest wait (seconds since submission),
         and the GPUs drainable tasks hold on that model. What the fleet inventory records per
         pool: the pending demand, the rigid guarantee's check and what it can back
-        (`tick.promises.guarantee_reach`). A request naming no GRES type counts for the model
-        the cluster's GPU nodes share; where they have several, it is left out (nothing says
-        which model's queue it is in)."""
+        (`tick.promises.guarantee_reach`). A job held, or waiting on a dependency, a begin
+        time or its account's limits, is no demand waiting for capacity and is left out; the
+        model as `_waiting_for_gpus` reads it."""
         nodes, tasks = self._read()
-        models = {self._model(n) for n in nodes}
-        only = next(iter(models)) if len(models) == 1 else None
         now = datetime.now(timezone.utc)
         out: dict[str, dict[str, float]] = {}
-        for job in self.slurm_jobs():
-            if job.state != "PENDING" or job.requested_gpus <= 0:
-                continue
-            model = self.namer(job.requested_gpu_type) if job.requested_gpu_type else only
-            if model is None:
-                continue
+        for job, model in self._waiting_for_gpus(nodes):
             row = out.setdefault(model, dict.fromkeys(PENDING_FIELDS, 0.0))
             row["jobs"] += 1
             row["gpus"] += job.requested_gpus
@@ -272,6 +267,58 @@ class SlurmAdapter:
             model = model_of.get(task.node_id)
             if task.resource_class == ResourceClass.DRAINABLE and model in out:
                 out[model]["drainable_running_gpus"] += task.gpus
+        return out
+
+    def waiting_guaranteed(self, limit: int = 64) -> list[WaitingTask]:
+        """The guaranteed jobs pending for capacity, oldest submission first (at most `limit`
+        tasks): what the live drain planner makes room for (`drain.triggers.GuaranteedWaiting`),
+        as the simulated fleet's queue reports its own. A job asking for several nodes is one
+        waiting task per node (`<job id>#<k>`), each asking the job's GPUs per node
+        (`tres_per_job` spread evenly, rounded up), so that the planner makes room on as many
+        nodes. Slurm has no GPU fraction (each asks whole GPUs), and CPU and memory are not
+        read: the live room search counts GPU room only. The model as in `pending_summary`."""
+        now = datetime.now(timezone.utc)
+        rigid = [
+            (job, model)
+            for job, model in self._waiting_for_gpus([n for n in self.slurm_nodes() if n.gpus])
+            if self.drainable not in {job.partition, job.qos}
+        ]
+        rigid.sort(
+            key=lambda jm: (jm[0].submit_time or now, int(jm[0].job_id) if jm[0].job_id.isdigit() else 0)
+        )
+        out: list[WaitingTask] = []
+        for job, model in rigid:
+            per_node = -(-job.requested_gpus // job.requested_nodes)
+            for k in range(job.requested_nodes):
+                if len(out) >= max(limit, 0):
+                    return out
+                out.append(
+                    WaitingTask(
+                        task_id=job.job_id if job.requested_nodes == 1 else f"{job.job_id}#{k}",
+                        tenant_id=job.account,
+                        gpu_model=model,
+                        num_gpu=per_node,
+                        gpu_milli=1000,
+                        mem_mib=0,
+                        waiting_since=job.submit_time or now,
+                    )
+                )
+        return out
+
+    def _waiting_for_gpus(self, nodes: Sequence[SlurmNode]) -> list[tuple[SlurmJob, str]]:
+        """(job, GPU model) of each job pending for capacity (`SlurmJob.waits_for_capacity`)
+        that asks for GPUs. A request naming no GRES type counts for the model the cluster's
+        GPU nodes share; where they have several, it is left out (nothing says which model's
+        queue it is in)."""
+        models = {self._model(n) for n in nodes}
+        only = next(iter(models)) if len(models) == 1 else None
+        out = []
+        for job in self.slurm_jobs():
+            if not job.waits_for_capacity or job.requested_gpus <= 0:
+                continue
+            model = self.namer(job.requested_gpu_type) if job.requested_gpu_type else only
+            if model:
+                out.append((job, model))
         return out
 
     def _remember(self, tasks: Sequence[TaskInfo]) -> None:

@@ -168,7 +168,13 @@ class SlurmClient:
 
     # -- reads ------------------------------------------------------------------------------
     def sinfo_nodes(self) -> list[dict[str, Any]]:
-        return self.run_json(["sinfo", "--json"]).get("nodes", [])
+        """Every node, one record each: `sinfo --json`'s "nodes" (22.05, 23.02). From 23.11
+        `sinfo --json` prints groups of nodes ("sinfo") instead, and the records are
+        `scontrol --json show nodes`' (which 22.05 does not have)."""
+        out = self.run_json(["sinfo", "--json"])
+        if "nodes" in out:
+            return out["nodes"]
+        return self.run_json(["scontrol", "--json", "show", "nodes"]).get("nodes", [])
 
     def squeue_jobs(self) -> list[dict[str, Any]]:
         return self.run_json(["squeue", "--json"]).get("jobs", [])

@@ -4,6 +4,11 @@
 Slurm has no GPU UUID: a GPU is named by its node and GRES index (`gpu:h800:2(IDX:0-1)` on
 node3 is `node3:gpu0` and `node3:gpu1`; not `/`, which telemetry reads as a MIG instance of a GPU). A node's pool is its GPU's GRES type (resolved to
 a configured model by the caller) and the zone its `zone_<zone>` feature names.
+
+Both JSON dialects are read: 22.05's (a state is a string, with the flags apart in
+`state_flags`; a time or count a plain number; a comment and the features strings) and that
+of 23.02 on (a state is a list, base state first and its flags after; a time or count is
+`{"set": true, "number": N}`; a job's comment is `{"job": ...}`; the features are lists).
 """
 
 from __future__ import annotations
@@ -27,6 +32,43 @@ POWERING_UP_FLAGS = frozenset({"POWERING_UP", "POWER_UP"})
 DRAIN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED"})
 # Job states whose job still holds (or may hold) its GPUs.
 HOLDING_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING"})
+# Why a pending job waits, where the wait is for capacity: free resources (`Resources`), jobs
+# ahead of it (`Priority`), nodes it asks for that are down, drained or reserved
+# (`ReqNodeNotAvail, ...`), or no reason yet (`None`: the scheduler has not tried it since it
+# was submitted). A job held, waiting on a dependency, a begin time or a limit of its account
+# does not wait for capacity: no drain would start it.
+CAPACITY_REASONS = ("Resources", "Priority", "ReqNodeNotAvail", "Nodes_required_for_job_are_DOWN", "None")
+
+
+def _number(value: Any) -> int | None:
+    """A count or a unix time as either dialect writes it: N, "N" or {"set": true, "number": N}
+    (None where unset)."""
+    if isinstance(value, Mapping):
+        value = value.get("number") if value.get("set", True) else None
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _state(value: Any) -> tuple[str, frozenset[str]]:
+    """(base state, flags) of a state either dialect writes: "MIXED" or ["MIXED", "DRAIN"]."""
+    if not isinstance(value, (list, tuple)):
+        return str(value or ""), frozenset()
+    items = [str(v) for v in value]
+    return (items[0] if items else ""), frozenset(v.upper() for v in items[1:])
+
+
+def _text(value: Any, key: str = "job") -> str:
+    """A string field either dialect writes: "a,b", ["a", "b"] or {key: "..."}."""
+    if isinstance(value, Mapping):
+        return str(value.get(key) or "")
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value or "")
+
 
 _GRES_ITEM = re.compile(
     r"(?P<name>[^:,()]+)(?::(?P<type>[^:,()]+))?(?::(?P<count>\d+))?(?:\((?P<extra>[^)]*)\))?"
@@ -144,15 +186,15 @@ def _zone(features: str) -> str:
 def parse_node(raw: Mapping[str, Any]) -> SlurmNode:
     gpus = [g for g in parse_gres(str(raw.get("gres", ""))) if g.name == "gpu"]
     used = [g for g in parse_gres(str(raw.get("gres_used", ""))) if g.name == "gpu"]
-    state = str(raw.get("state", "unknown")).lower()
+    state, flags = _state(raw.get("state", "unknown"))
     return SlurmNode(
         name=str(raw["name"]),
-        state=state,
-        flags=frozenset(str(f).upper() for f in raw.get("state_flags") or ()),
+        state=(state or "unknown").lower(),
+        flags=flags | frozenset(str(f).upper() for f in raw.get("state_flags") or ()),
         gpu_type=gpus[0].type if gpus else "",
         gpus=sum(g.count for g in gpus),
         used_indices=frozenset(i for g in used for i in g.indices),
-        zone=_zone(str(raw.get("active_features") or raw.get("features") or "")),
+        zone=_zone(_text(raw.get("active_features") or raw.get("features"), "active")),
         reason=str(raw.get("reason") or ""),
         partitions=tuple(raw.get("partitions") or ()),
     )
@@ -189,10 +231,20 @@ class SlurmJob:
     gpu_indices: tuple[int, ...]
     comment: dict[str, str]
     # what the job asks for (a pending job holds nothing yet): GPUs in all, their GRES type
-    # ("" where the request names none), and when it was submitted
+    # ("" where the request names none), on how many nodes, when it was submitted, and why a
+    # pending job waits (squeue's reason)
     requested_gpus: int = 0
     requested_gpu_type: str = ""
     submit_time: datetime | None = None
+    requested_nodes: int = 1
+    state_reason: str = ""
+
+    @property
+    def waits_for_capacity(self) -> bool:
+        """Pending for free resources or jobs ahead of it (`CAPACITY_REASONS`), not held,
+        nor waiting on a dependency, a begin time or a limit of its account."""
+        reason = self.state_reason
+        return self.state == "PENDING" and (not reason or reason.startswith(CAPACITY_REASONS))
 
     @property
     def gpu_ids(self) -> tuple[str, ...]:
@@ -204,11 +256,8 @@ class SlurmJob:
 
 
 def _time(value: Any) -> datetime | None:
-    try:
-        seconds = int(value)
-    except (TypeError, ValueError):
-        return None
-    return datetime.fromtimestamp(seconds, timezone.utc) if seconds > 0 else None
+    seconds = _number(value)
+    return datetime.fromtimestamp(seconds, timezone.utc) if seconds is not None and seconds > 0 else None
 
 
 def requested_gpus(raw: Mapping[str, Any]) -> tuple[int, str]:
@@ -221,9 +270,12 @@ def requested_gpus(raw: Mapping[str, Any]) -> tuple[int, str]:
     per_node = _gpu_request(str(raw.get("tres_per_node") or ""))
     if per_node is None:
         return 0, ""
-    nodes = raw.get("node_count")
-    count = nodes.get("number") if isinstance(nodes, Mapping) else nodes  # 23.02 on: {"number": n}
-    return per_node[0] * max(int(count or 1), 1), per_node[1]
+    return per_node[0] * node_count(raw), per_node[1]
+
+
+def node_count(raw: Mapping[str, Any]) -> int:
+    """How many nodes a job asks for (`node_count`; 23.02 on: {"number": n}), at least 1."""
+    return max(_number(raw.get("node_count")) or 1, 1)
 
 
 def _gpu_request(text: str) -> tuple[int, str] | None:
@@ -243,7 +295,7 @@ def parse_squeue_job(raw: Mapping[str, Any]) -> SlurmJob:
     return SlurmJob(
         job_id=str(raw["job_id"]),
         name=str(raw.get("name") or ""),
-        state=str(raw.get("job_state") or "").upper(),
+        state=_state(raw.get("job_state") or "")[0].upper(),
         node=str(raw.get("nodes") or ""),
         account=str(raw.get("account") or ""),
         partition=str(raw.get("partition") or ""),
@@ -251,13 +303,15 @@ def parse_squeue_job(raw: Mapping[str, Any]) -> SlurmJob:
         start_time=_time(raw.get("start_time")),
         end_time=_time(raw.get("end_time")),
         requeue=bool(raw.get("requeue")),
-        restarts=int(raw.get("restart_cnt") or 0),
+        restarts=_number(raw.get("restart_cnt")) or 0,
         gpu_type=detail[0].type if detail else "",
         gpu_indices=tuple(i for g in detail for i in g.indices),
-        comment=parse_comment(str(raw.get("comment") or "")),
+        comment=parse_comment(_text(raw.get("comment"))),
         requested_gpus=asked,
         requested_gpu_type=asked_type,
         submit_time=_time(raw.get("submit_time")),
+        requested_nodes=node_count(raw),
+        state_reason=str(raw.get("state_reason") or ""),
     )
 
 
@@ -338,14 +392,6 @@ def parse_jobcomp(lines: Iterable[str]) -> list[JobRun]:
     return runs
 
 
-def _epoch(value: Any) -> datetime | None:
-    if isinstance(value, dict):  # newer Slurm: {"set": true, "number": N}
-        value = value.get("number") if value.get("set", True) else None
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        return None
-    return datetime.fromtimestamp(value, timezone.utc)
-
-
 def allocated_gpus(tres: Any) -> int:
     """GPUs in a job's allocated TRES (`gres/gpu`, any type): sacct's per-job GPU accounting."""
     if not isinstance(tres, dict):
@@ -366,9 +412,9 @@ def parse_sacct(jobs: Iterable[Any]) -> list[JobRun]:
         if not isinstance(job, dict) or "job_id" not in job:
             continue
         times = job.get("time") if isinstance(job.get("time"), dict) else {}
-        start, end = _epoch(times.get("start")), _epoch(times.get("end"))
+        start, end = _time(times.get("start")), _time(times.get("end"))
         state = job.get("state") if isinstance(job.get("state"), dict) else {}
-        current = str(state.get("current", "")).upper()
+        current = _state(state.get("current", ""))[0].upper()
         if start is None or end is None or end < start or current in {"RUNNING", "PENDING"}:
             continue
         key = (str(job["job_id"]), start)

@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 
 from market_pipeline.billing.metering import HourWindow, meter_window
-from market_pipeline.config import load_config
+from market_pipeline.config import MarketPipelineConfig, load_config
 from market_pipeline.drain.executor import DrainExecutor, DrainRequest
 from market_pipeline.drain.protocol import InMemoryAuditStore
 from market_pipeline.drain.recovery import requeue_drained
@@ -96,6 +96,19 @@ def timing() -> DrainTiming:
         verify_timeout_seconds=10.0,
         poll_seconds=0.1,
     )
+
+
+def quick_drains(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> tuple[MarketPipelineConfig, SlurmAdapter]:
+    """The config with drains quick enough for a test (no landing cool-down, a 1 s warning, short
+    checkpoint and terminate waits) and an adapter of the cluster under it."""
+    for key, value in (("LANDING_COOLDOWN_MINUTES", "0"), ("WARN_SECONDS", "1")):
+        monkeypatch.setenv(f"MP__GUARDRAILS__TASK_DRAIN__{key}", value)
+    monkeypatch.setenv("MP__GUARDRAILS__TASK_DRAIN__CHECKPOINT_TIMEOUT_SECONDS", "5")
+    monkeypatch.setenv("MP__GUARDRAILS__TASK_DRAIN__TERMINATE_TIMEOUT_SECONDS", str(KILL_WAIT + 5))
+    config = load_config()
+    return config, SlurmAdapter.for_cluster(cluster, config, poll_seconds=0.1)
 
 
 def test_a_tenants_jobs_run_with_their_gpus_class_and_allocation(
@@ -185,6 +198,71 @@ def test_the_queue_reports_what_waits_per_gpu_model_and_what_drains_could_free(
     finally:
         for job_id in ids:
             cluster.client().cancel(job_id)
+        wait_for(lambda: not any(t.pool_id.startswith("A100") for t in adapter.list_tasks()), 30, "jobs gone")
+
+
+def test_a_waiting_guaranteed_job_gets_room_drained_for_it_and_starts_there(
+    cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rigid guarantee on real daemons: both `A100-80GB` nodes busy (a guaranteed and a
+    drainable 2-GPU job), a guaranteed job asking a whole node pends for resources, and
+    another is held by its tenant. The queue reports the first as a waiting guaranteed task,
+    never the held one (no drain would start it), nor the held one in the model's queue
+    row; the live drain planner drains the drainable job in its way (not the guaranteed
+    one), and the waiting job starts on the node that freed."""
+    from market_pipeline.drain.service import execute_decision, plan_and_record
+    from market_pipeline.warehouse import open_warehouse
+
+    config, adapter = quick_drains(cluster, monkeypatch)
+    client, jobs = cluster.client(), cluster.home / "jobs"
+    rigid, elastic = run_jobs(
+        cluster,
+        adapter,
+        JobSpec("delta-vision", "a100_80gb", 2, 120, drainable=False),
+        JobSpec("acme-research", "a100_80gb", 2, 120, drainable=True),
+    )
+    ids = [split_task_id(t.task_id)[0] for t in (rigid, elastic)]
+    try:
+        held = client.submit(
+            ["--hold", *JobSpec("ember-ai", "a100_80gb", 1, 30, drainable=False).sbatch_args(jobs)]
+        )
+        ids.append(held)
+        [waiting_id] = submit(client, [JobSpec("delta-vision", "a100_80gb", 2, 30, drainable=False)], jobs)
+        ids.append(waiting_id)
+        [waiting] = wait_for(
+            lambda: [w for w in adapter.waiting_guaranteed() if w.task_id == waiting_id] or None,
+            30,
+            "the guaranteed job waiting",
+        )
+        assert (waiting.tenant_id, waiting.gpu_model, waiting.num_gpu, waiting.gpu_milli) == (
+            "delta-vision",
+            "A100-80GB",
+            2,
+            1000,
+        )
+        assert held not in {w.task_id for w in adapter.waiting_guaranteed()}
+        row = adapter.pending_summary()["A100-80GB"]
+        assert (row["jobs"], row["guaranteed_jobs"], row["guaranteed_gpus"]) == (1.0, 1.0, 2.0)
+
+        store = open_warehouse(tmp_path / "w.duckdb")
+        decisions, _, _ = plan_and_record(store, adapter, config, wall_now=datetime.now(UTC))
+        [decision] = [d for d in decisions if d.allowed]
+        assert decision.task.task_id == elastic.task_id, decisions
+        assert f"guaranteed task {waiting_id} waits" in decision.reasons[0]
+        report = execute_decision(store, adapter, config, decision.decision_id, lease_dir=tmp_path)
+        assert report.outcome in ("terminated", "killed"), report
+        started = wait_for(
+            lambda: next(
+                (t for t in adapter.list_tasks() if split_task_id(t.task_id)[0] == waiting_id), None
+            ),
+            30,
+            "the guaranteed job running",
+        )
+        assert started.node_id == elastic.node_id
+        assert rigid.task_id in {t.task_id for t in adapter.list_tasks()}  # never drained
+    finally:
+        for job_id in ids:
+            client.cancel(job_id)
         wait_for(lambda: not any(t.pool_id.startswith("A100") for t in adapter.list_tasks()), 30, "jobs gone")
 
 
@@ -370,12 +448,7 @@ def test_the_drain_guardrail_holds_the_tenant_cap_and_the_disruption_budget_on_r
     from market_pipeline.warehouse import open_warehouse
 
     monkeypatch.setenv("MP__GUARDRAILS__TASK_DRAIN__TENANT_MAX_DRAINS_PER_DAY", "1")
-    for key, value in (("LANDING_COOLDOWN_MINUTES", "0"), ("WARN_SECONDS", "1")):
-        monkeypatch.setenv(f"MP__GUARDRAILS__TASK_DRAIN__{key}", value)
-    monkeypatch.setenv("MP__GUARDRAILS__TASK_DRAIN__CHECKPOINT_TIMEOUT_SECONDS", "5")
-    monkeypatch.setenv("MP__GUARDRAILS__TASK_DRAIN__TERMINATE_TIMEOUT_SECONDS", str(KILL_WAIT + 5))
-    config = load_config()
-    adapter = SlurmAdapter.for_cluster(cluster, config, poll_seconds=0.1)
+    config, adapter = quick_drains(cluster, monkeypatch)
     # each job fills its node (2 GPUs), so the three land on three nodes
     tasks = run_jobs(
         cluster,

@@ -1,4 +1,4 @@
-"""The slurm backend's readers and error classes on what Slurm 22.05 prints (no daemons)."""
+"""The slurm backend's readers and error classes on what Slurm prints, 22.05 and the JSON of 23.02 on (no daemons)."""
 
 from __future__ import annotations
 
@@ -52,20 +52,24 @@ def test_down_and_failing_nodes_are_reported_not_acted_on() -> None:
     assert parse_node(_node(state_flags=["DRAIN"])).drained
 
 
+def _running_job(**overrides: object) -> dict:
+    """A running job as `squeue --json` (22.05) prints it: the fields the backend reads."""
+    raw = {
+        "job_id": 42,
+        "job_state": "RUNNING",
+        "nodes": "node3",
+        "account": "acme-research",
+        "partition": "drainable",
+        "start_time": 1796411686,
+        "requeue": True,
+        "gres_detail": ["gpu:h800:2(IDX:4-5)"],
+        "comment": "kind=training;checkpoint=3",
+    }
+    return raw | overrides
+
+
 def test_running_job_carries_tenant_gpus_class_and_checkpoint_count() -> None:
-    job = parse_squeue_job(
-        {
-            "job_id": 42,
-            "job_state": "RUNNING",
-            "nodes": "node3",
-            "account": "acme-research",
-            "partition": "drainable",
-            "start_time": 1796411686,
-            "requeue": True,
-            "gres_detail": ["gpu:h800:2(IDX:4-5)"],
-            "comment": "kind=training;checkpoint=3",
-        }
-    )
+    job = parse_squeue_job(_running_job())
     assert job.gpu_ids == ("node3:gpu4", "node3:gpu5")
     assert job.account == "acme-research" and job.requeue and job.holds_gpus
     assert job.comment == {"kind": "training", "checkpoint": "3"}
@@ -174,3 +178,87 @@ def test_a_jobs_gpu_request_reads_either_slurm_release_and_its_node_count() -> N
     )
     assert (job.requested_gpus, job.requested_gpu_type, job.gpu_indices) == (1, "h800", ())
     assert job.submit_time is not None and job.submit_time.year == 2026
+
+
+def _newer(value: int) -> dict:
+    """A time or count as Slurm writes it from 23.02 on."""
+    return {"set": True, "infinite": False, "number": value}
+
+
+def test_the_json_of_slurm_23_02_on_reads_as_22_05s() -> None:
+    """From 23.02 a state is a list (base state first, its flags after), a time or count is
+    `{"set": ..., "number": N}`, a job's comment is `{"job": ...}` and a node's features are
+    lists: each record reads as the same record in 22.05's JSON does."""
+    extra = {"submit_time": 1796411600, "restart_cnt": 1, "tres_per_node": "gres:gpu:h800:2", "node_count": 1}
+    old = parse_squeue_job(_running_job(**extra))
+    new = parse_squeue_job(
+        _running_job(
+            job_state=["RUNNING"],
+            start_time=_newer(1796411686),
+            submit_time=_newer(1796411600),
+            restart_cnt=_newer(1),
+            comment={"administrator": "", "job": "kind=training;checkpoint=3", "system": ""},
+            tres_per_node="gres/gpu:h800:2",
+            node_count=_newer(1),
+        )
+    )
+    assert new == old and new.holds_gpus and new.restarts == 1 and new.comment["checkpoint"] == "3"
+    assert parse_squeue_job({"job_id": 1, "start_time": {"set": False, "number": 0}}).start_time is None
+    node = parse_node(
+        _node(state=["IDLE", "DRAIN", "POWERED_DOWN"], active_features=["zone_cn-beijing-b", "nvlink"])
+        | {"state_flags": None}
+    )
+    assert (node.state, node.zone, node.drained, node.powered_off) == ("idle", "cn-beijing-b", True, True)
+    assert parse_node(_node(state=["DOWN", "NOT_RESPONDING"])).unknown_condition == "state DOWN"
+    newer_sacct = _sacct_job(21, "COMPLETED", 1796434030, 1796434034, 2)
+    newer_sacct["state"]["current"] = ["COMPLETED"]
+    newer_sacct["time"] |= {"start": _newer(1796434030), "end": _newer(1796434034)}
+    [run] = parse_sacct([newer_sacct])
+    assert (run.state, run.seconds, run.gpus) == ("COMPLETED", 4.0, 2)
+
+
+def test_a_pending_job_waits_for_capacity_only_for_resources_or_the_jobs_ahead() -> None:
+    """Resources, priority, nodes unavailable, or no reason yet (not tried by the scheduler):
+    a drain could start it. Held, a dependency, a begin time or an account limit: none could."""
+
+    def pending(reason: str, **extra: object) -> bool:
+        raw = {"job_id": 7, "job_state": ["PENDING"], "state_reason": reason} | extra
+        return parse_squeue_job(raw).waits_for_capacity
+
+    for reason in ("Resources", "Priority", "ReqNodeNotAvail, UnavailableNodes:node[1-2]", "None", ""):
+        assert pending(reason), reason
+    for reason in (
+        "JobHeldUser",
+        "JobHeldAdmin",
+        "Dependency",
+        "BeginTime",
+        "AssocGrpGRES",
+        "QOSMaxGRESPerUser",
+    ):
+        assert not pending(reason), reason
+    running = parse_squeue_job({"job_id": 8, "job_state": "RUNNING", "state_reason": "None"})
+    assert not running.waits_for_capacity
+    job = parse_squeue_job({"job_id": 9, "tres_per_node": "gres/gpu:a100:4", "node_count": _newer(3)})
+    assert (job.requested_gpus, job.requested_nodes) == (12, 3)
+
+
+def test_the_nodes_come_from_sinfo_or_where_it_prints_groups_from_scontrol() -> None:
+    """22.05 and 23.02 list every node in `sinfo --json`'s "nodes"; from 23.11 sinfo prints
+    groups of nodes ("sinfo"), and the records are `scontrol --json show nodes`'."""
+    from market_pipeline.hardware.slurm.client import SlurmClient
+
+    class Replies(SlurmClient):
+        def __init__(self, replies: dict[str, dict]) -> None:
+            super().__init__(None)
+            self.replies, self.asked = replies, []
+
+        def run_json(self, argv):  # noqa: ANN001, ANN202
+            self.asked.append(argv[0])
+            return self.replies[argv[0]]
+
+    nodes = [_node() | {"state": ["MIXED"], "state_flags": None}]
+    older = Replies({"sinfo": {"nodes": nodes}})
+    assert older.sinfo_nodes() == nodes and older.asked == ["sinfo"]
+    newer = Replies({"sinfo": {"sinfo": [{"nodes": {"nodes": ["node3"]}}]}, "scontrol": {"nodes": nodes}})
+    assert newer.sinfo_nodes() == nodes and newer.asked == ["sinfo", "scontrol"]
+    assert parse_node(newer.sinfo_nodes()[0]).state == "mixed"
