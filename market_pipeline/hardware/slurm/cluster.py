@@ -207,8 +207,16 @@ class LocalCluster:
                     os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
             last = group.gpus_per_node - 1
             gres.append(f"NodeName={name} Name=gpu Type={group.gres_type} File={devices}/gpu[0-{last}]")
-        lines.append(f"PartitionName={GUARANTEED_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
-        lines.append(f"PartitionName={DRAINABLE_PARTITION} Nodes=ALL MaxTime=INFINITE State=UP")
+        # The guaranteed partition's jobs are scheduled before any drainable one (a higher
+        # PriorityTier): the room a drain frees for a waiting guaranteed job goes to it, not
+        # to drainable work queued before it. No preemption (PreemptType stays none): drains
+        # go through the guardrail.
+        lines.append(
+            f"PartitionName={GUARANTEED_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=2"
+        )
+        lines.append(
+            f"PartitionName={DRAINABLE_PARTITION} Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1"
+        )
         self.conf.write_text("\n".join(lines) + "\n")
         (home / "etc" / "gres.conf").write_text("\n".join(gres) + "\n")
         for action in ("suspend", "resume"):

@@ -205,11 +205,13 @@ def test_a_waiting_guaranteed_job_gets_room_drained_for_it_and_starts_there(
     cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The rigid guarantee on real daemons: both `A100-80GB` nodes busy (a guaranteed and a
-    drainable 2-GPU job), a guaranteed job asking a whole node pends for resources, and
-    another is held by its tenant. The queue reports the first as a waiting guaranteed task,
-    never the held one (no drain would start it), nor the held one in the model's queue
-    row; the live drain planner drains the drainable job in its way (not the guaranteed
-    one), and the waiting job starts on the node that freed."""
+    drainable 2-GPU job), a drainable job asking a whole node queues, then a guaranteed one,
+    and another guaranteed job is held by its tenant. The queue reports the waiting
+    guaranteed job as a waiting task, never the held one (no drain would start it), nor
+    the held one in the model's queue row; the live drain planner drains the drainable job
+    in its way (not the guaranteed one), and the waiting job, not the drainable one queued
+    before it (the guaranteed partition's higher PriorityTier), starts on the node that
+    freed."""
     from market_pipeline.drain.service import execute_decision, plan_and_record
     from market_pipeline.warehouse import open_warehouse
 
@@ -227,6 +229,8 @@ def test_a_waiting_guaranteed_job_gets_room_drained_for_it_and_starts_there(
             ["--hold", *JobSpec("ember-ai", "a100_80gb", 1, 30, drainable=False).sbatch_args(jobs)]
         )
         ids.append(held)
+        [queued_id] = submit(client, [JobSpec("ember-ai", "a100_80gb", 2, 30, drainable=True)], jobs)
+        ids.append(queued_id)
         [waiting_id] = submit(client, [JobSpec("delta-vision", "a100_80gb", 2, 30, drainable=False)], jobs)
         ids.append(waiting_id)
         [waiting] = wait_for(
@@ -242,7 +246,7 @@ def test_a_waiting_guaranteed_job_gets_room_drained_for_it_and_starts_there(
         )
         assert held not in {w.task_id for w in adapter.waiting_guaranteed()}
         row = adapter.pending_summary()["A100-80GB"]
-        assert (row["jobs"], row["guaranteed_jobs"], row["guaranteed_gpus"]) == (1.0, 1.0, 2.0)
+        assert (row["jobs"], row["guaranteed_jobs"], row["guaranteed_gpus"]) == (2.0, 1.0, 2.0)
 
         store = open_warehouse(tmp_path / "w.duckdb")
         decisions, _, _ = plan_and_record(store, adapter, config, wall_now=datetime.now(UTC))
@@ -259,6 +263,7 @@ def test_a_waiting_guaranteed_job_gets_room_drained_for_it_and_starts_there(
             "the guaranteed job running",
         )
         assert started.node_id == elastic.node_id
+        assert queued_id not in {split_task_id(t.task_id)[0] for t in adapter.list_tasks()}
         assert rigid.task_id in {t.task_id for t in adapter.list_tasks()}  # never drained
     finally:
         for job_id in ids:
