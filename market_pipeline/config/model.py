@@ -243,8 +243,9 @@ class RigidGuaranteeConfig(_Strict):
     # before any guaranteed work waits, the room for the guaranteed arrivals forecast within one
     # SLA wait (`guardrails.task_drain.max_total_seconds`) is kept from new drainable work, the
     # forecast being the arrivals per request shape over this trailing window
-    # (`placement.guarantee.reserved_nodes`); 0 turns the reserve off
-    forecast_window_minutes: float = Field(60.0, ge=0)
+    # (`placement.guarantee.reserved_nodes`); 0 turns the reserve off. Four hours since round
+    # eighteen of #46 (one before): after a lull, the last hour expects nothing of the next wave
+    forecast_window_minutes: float = Field(240.0, ge=0)
     # and the last this many empty largest nodes of a GPU model are kept from new drainable
     # work for whole-node guaranteed arrivals, at most one per 10 of its largest nodes
     # (`placement.guarantee.kept_empty`); 0 turns it off

@@ -117,10 +117,15 @@ class GuaranteedForecast:
     forecast of the next one). Counted over all shapes, not per shape: rounding up per shape
     would expect every shape seen in the window, and on a small pool at 30% load reserve half
     its nodes from drainable work for jobs that mostly do not come. Bounded: at most
-    `max_records` arrivals are kept."""
+    `max_records` arrivals are kept, by default `RECORDS_PER_HOUR` for each hour of the window
+    (or part of one), so that a longer window does not lower the rate a busy pool can show."""
 
-    def __init__(self, window_s: float, max_records: int = 4096) -> None:
-        if not window_s > 0 or max_records < 1:
+    RECORDS_PER_HOUR = 4096
+
+    def __init__(self, window_s: float, max_records: int | None = None) -> None:
+        if max_records is None and window_s > 0:
+            max_records = self.RECORDS_PER_HOUR * math.ceil(window_s / 3600.0)
+        if not window_s > 0 or max_records is None or max_records < 1:
             raise ValueError("the forecast needs a positive window and room for one record")
         self.window_s = float(window_s)
         self.records: deque[tuple[float, PodRequest]] = deque(maxlen=max_records)

@@ -91,6 +91,18 @@ def test_the_forecast_expects_the_recent_rate_in_the_latest_arrivals_shapes():
         GuaranteedForecast(window_s=0.0)
 
 
+def test_a_longer_window_keeps_as_many_arrivals_an_hour_as_an_hour_long_one():
+    """A busy pool's 5,000 arrivals over four hours: a four-hour window keeps them all (4,096 a
+    started hour of window), and expects 5,000 x 600/14,400 = 209 within an SLA wait; kept to
+    one hour's 4,096 records, the rate would read 171."""
+    forecast = GuaranteedForecast(window_s=4 * 3600.0)
+    for k in range(5_000):
+        forecast.record(k * 2.88, PodRequest(1, 1000, 1_000, 1_000))
+    assert forecast.records.maxlen == 4 * 4096 and len(forecast.records) == 5_000
+    assert len(forecast.expected(5_000 * 2.88, 600.0)) == 209
+    assert GuaranteedForecast(window_s=90 * 60.0).records.maxlen == 2 * 4096
+
+
 @pytest.mark.parametrize(("largest", "kept"), [(20, 2), (17, 1), (10, 1), (9, 0)])
 def test_a_model_keeps_at_most_one_empty_node_per_ten_of_its_largest(largest, kept):
     """`empty_nodes_kept` = 2: a model with 20 largest nodes keeps its last two empty ones; one
