@@ -13,11 +13,12 @@ from assets.lib.metadata import ROW_COUNT, table_metadata
 from assets.lib.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.action_batches import batch_rows
 from market_pipeline.drain.service import (
+    close_to_drainable,
     decision_rows,
     outcome_summary,
     plan_and_record,
 )
-from market_pipeline.hardware.protocol import adapter_now
+from market_pipeline.hardware.protocol import DrainableClosure, adapter_now
 from market_pipeline.scaling.live import SCALE_KIND
 from market_pipeline.tick.state import tick_origin
 from market_pipeline.warehouse.decisions import DecisionAction
@@ -46,6 +47,11 @@ def drain_requests(
     # asset): its tasks would be drained only to land on it again.
     returning = {r["target"] for r in batch_rows(store, SCALE_KIND, now, (DecisionAction.UNCORDON,))}
     cordoned = [n.node_id for n in adapter.list_nodes() if n.cordoned and n.node_id not in returning]
+    # rule 4 of the rigid guarantee where the backend starts work itself (Slurm): no drainable
+    # job starts on a GPU model guaranteed work waits on
+    closure = close_to_drainable(adapter, config)
+    if closure is not None and closure.failed:
+        context.log.warning("drainable jobs not deferred: %s", "; ".join(closure.failed))
     decisions, written, source = plan_and_record(
         store, adapter, config, wall_now=now, scale_down_nodes=cordoned
     )
@@ -73,8 +79,21 @@ def drain_requests(
             "by_trigger": dg.MetadataValue.json(by_trigger),
             "decision_table": table_metadata(decision_rows(decisions)),
             "outcomes_24h": dg.MetadataValue.json(recent),
+            **closure_metadata(closure),
         }
     )
+
+
+def closure_metadata(closure: DrainableClosure | None) -> dict[str, object]:
+    """What rule 4's pass did on a backend with a queue of its own (none: nothing to add)."""
+    if closure is None:
+        return {}
+    return {
+        "closed_to_drainable": dg.MetadataValue.json(list(closure.closed_models)),
+        "drainable_deferred": len(closure.deferred),
+        "drainable_released": len(closure.released),
+        "drainable_deferral_failures": len(closure.failed),
+    }
 
 
 drain_assets = [drain_requests]

@@ -218,6 +218,20 @@ class WaitingTask:
             )
 
 
+@dataclass(frozen=True)
+class DrainableClosure:
+    """One pass of rule 4 of the rigid guarantee on a backend with a queue of its own (Slurm):
+    the GPU models closed to drainable work because guaranteed work waits there, the pending
+    drainable jobs kept from starting on them (deferred, or their deferral renewed) and those
+    let go again where their model opened. In shadow mode nothing is acted on and `deferred`
+    lists what would have been."""
+
+    closed_models: tuple[str, ...] = ()
+    deferred: tuple[str, ...] = ()
+    released: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()  # "<job id>: <why>" for each job the backend refused
+
+
 @runtime_checkable
 class NodeAdapter(Protocol):
     """What the control loop may do to the fleet; backends: simulated, local-process, nvml, dcgm."""

@@ -384,6 +384,14 @@ def closed_nodes(cap: ClusterCapacity, waiting: Iterable[PodRequest]) -> np.ndar
     return closed
 
 
+def closed_models(waiting_models: Iterable[str]) -> frozenset[str]:
+    """Rule 4 where the backend places work itself (Slurm, `SlurmAdapter.close_to_drainable`):
+    the GPU models closed to new drainable work, every one a guaranteed job waits for
+    capacity on. `closed_nodes` is the same rule over the capacity the fleet's twin and the
+    simulator place on."""
+    return frozenset(m for m in waiting_models if m)
+
+
 def held_nodes(cap: ClusterCapacity, waiting: Sequence[PodRequest], max_nodes: int) -> np.ndarray:
     """(N,) bool: the nodes held for `waiting` (guaranteed requests, oldest first), one per
     request, each the not yet held node nearest to fitting it, at most `max_nodes`.

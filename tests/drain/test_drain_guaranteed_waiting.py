@@ -8,12 +8,13 @@ from datetime import timedelta
 
 from drain_testkit import T0, make_task, node, samples_for
 
+from market_pipeline.config import MarketPipelineConfig, load_config
 from market_pipeline.disruption.budget import BudgetRule
 from market_pipeline.drain.limits import DrainLedger, DrainLimits, DrainReason, LedgerEntry
 from market_pipeline.drain.plan import PlanningInputs, SelectionPolicy, plan_drains
-from market_pipeline.drain.service import waiting_guaranteed
+from market_pipeline.drain.service import close_to_drainable, waiting_guaranteed
 from market_pipeline.drain.triggers import MAX_WAITING_READ
-from market_pipeline.hardware.protocol import ResourceClass, WaitingTask
+from market_pipeline.hardware.protocol import DrainableClosure, ResourceClass, WaitingTask
 
 GUARANTEED = ResourceClass.GUARANTEED
 
@@ -169,6 +170,47 @@ def test_waiting_tasks_come_from_a_backend_that_knows_them_and_none_from_others(
 
     assert waiting_guaranteed(Bare()) == ()
     assert len(waiting_guaranteed(Twin())) == MAX_WAITING_READ
+
+
+def test_rule_4_closes_the_models_guaranteed_work_waits_on_for_a_lease_of_two_ticks() -> None:
+    """A backend that starts work itself (Slurm) is told the GPU models guaranteed tasks wait
+    on, a lease of two control ticks, and whether to act (not in shadow mode); a backend
+    without the method (the twin applies the rule in its own placement, local-process and
+    NVML have no queue), or the rule switched off, gets nothing."""
+
+    class Queue:
+        def __init__(self) -> None:
+            self.calls: list[tuple[frozenset[str], float, bool]] = []
+
+        def waiting_guaranteed(self, limit: int) -> list[WaitingTask]:
+            return [
+                waiting("w1", model="A100-80GB"),
+                waiting("w2", model="H800"),
+                waiting("w3", model="H800"),
+            ]
+
+        def close_to_drainable(self, models, lease_seconds: float, *, act: bool) -> DrainableClosure:
+            self.calls.append((frozenset(models), lease_seconds, act))
+            return DrainableClosure(tuple(sorted(models)))
+
+    def config(**overrides: str) -> MarketPipelineConfig:
+        return load_config(environ={f"MP__{k}": v for k, v in overrides.items()})
+
+    queue = Queue()
+    closure = close_to_drainable(queue, config(LOOP__TICK_MINUTES="5"))
+    assert closure == DrainableClosure(("A100-80GB", "H800"))
+    assert queue.calls == [(frozenset({"A100-80GB", "H800"}), 600.0, True)]
+    close_to_drainable(queue, config(LOOP__TICK_MINUTES="2", LOOP__SHADOW_MODE="true"))
+    assert queue.calls[-1] == (frozenset({"A100-80GB", "H800"}), 240.0, False)
+    assert close_to_drainable(queue, config(GUARDRAILS__RIGID_GUARANTEE__CLOSE_TO_DRAINABLE="false")) is None
+    assert close_to_drainable(queue, config(GUARDRAILS__RIGID_GUARANTEE__ENABLED="false")) is None
+    assert len(queue.calls) == 2
+
+    class Twin:
+        def waiting_guaranteed(self, limit: int) -> list[WaitingTask]:
+            return [waiting()]
+
+    assert close_to_drainable(Twin(), config()) is None
 
 
 def test_the_room_for_a_waiting_guaranteed_task_comes_before_pressure_on_a_budget_of_one_node() -> None:

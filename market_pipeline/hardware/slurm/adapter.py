@@ -6,6 +6,7 @@
 | list_tasks | `squeue --json`, RUNNING jobs: node, GPUs (GRES IDX), tenant = account, start, class |
 | pending_summary | `squeue --json`, jobs PENDING for capacity (reason `Resources`, `Priority`, ...): GPUs asked (`tres_per_node`/`tres_per_job`) per GRES type -> model, class, wait |
 | waiting_guaranteed | the same guaranteed jobs, oldest first, one waiting task per node asked: what the live drain planner makes room for |
+| close_to_drainable | `scontrol update jobid=J StartTime=...`: pending drainable jobs of a GPU model where guaranteed work waits start no sooner than one lease ahead (rule 4 of the rigid guarantee) |
 | read_samples | per-GPU allocation (the jobs' GRES indices, `gres_used`), logged at each read |
 | cordon / uncordon | `scontrol update nodename=N state=drain reason=...` / `state=resume` |
 | warn_task / checkpoint_task | `scancel --signal=USR1 --batch` / `--signal=USR2 --batch` |
@@ -31,7 +32,7 @@ as cordoned and OFF with the reason, and no operation acts on them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ from market_pipeline.hardware.naming import DeviceModelNamer, identity_namer, po
 from market_pipeline.hardware.protocol import (
     PENDING_FIELDS,
     TASK_EVENT_SCHEMA,
+    DrainableClosure,
     GpuInfo,
     NodeInfo,
     NodeState,
@@ -84,6 +86,10 @@ MAX_JOBCOMP_BYTES = 256 * 1024 * 1024
 FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
 EVENT_ORDER = {"start": 0, "drain_signal": 1, "drained": 2, "end": 2, "failed": 2}
 REQUEUED_STATES = frozenset({"PENDING", "REQUEUED", "PREEMPTED", "REQUEUE_HOLD", "REQUEUE_FED"})
+# pending drainable jobs one rule 4 pass acts on (one scontrol each): the oldest first
+MAX_DEFERRALS = 256
+# a begin time within this of the one we gave a job is still ours (Slurm keeps whole seconds)
+BEGIN_SLACK_SECONDS = 2.0
 
 
 def task_id_of(job: SlurmJob | JobRun) -> str:
@@ -283,9 +289,7 @@ class SlurmAdapter:
             for job, model in self._waiting_for_gpus([n for n in self.slurm_nodes() if n.gpus])
             if self.drainable not in {job.partition, job.qos}
         ]
-        rigid.sort(
-            key=lambda jm: (jm[0].submit_time or now, int(jm[0].job_id) if jm[0].job_id.isdigit() else 0)
-        )
+        rigid.sort(key=lambda jm: (jm[0].submit_time or now, _job_number(jm[0].job_id)))
         out: list[WaitingTask] = []
         for job, model in rigid:
             per_node = -(-job.requested_gpus // job.requested_nodes)
@@ -307,19 +311,90 @@ class SlurmAdapter:
 
     def _waiting_for_gpus(self, nodes: Sequence[SlurmNode]) -> list[tuple[SlurmJob, str]]:
         """(job, GPU model) of each job pending for capacity (`SlurmJob.waits_for_capacity`)
-        that asks for GPUs. A request naming no GRES type counts for the model the cluster's
-        GPU nodes share; where they have several, it is left out (nothing says which model's
-        queue it is in)."""
+        that asks for GPUs, and of each drainable job our rule 4 pass deferred (it waits for
+        the guaranteed backlog of its model: still demand). A request naming no GRES type
+        counts for the model the cluster's GPU nodes share; where they have several, it is left
+        out (nothing says which model's queue it is in)."""
+        deferred = self.journal.read()["deferred"]
+        return [
+            (job, model)
+            for job, model in self._asking_gpus(nodes)
+            if job.waits_for_capacity or (job.job_id in deferred and job.state == "PENDING")
+        ]
+
+    def _asking_gpus(self, nodes: Sequence[SlurmNode]) -> list[tuple[SlurmJob, str]]:
+        """(job, GPU model) of each job that asks for GPUs, the model as `_waiting_for_gpus`
+        reads it."""
         models = {self._model(n) for n in nodes}
         only = next(iter(models)) if len(models) == 1 else None
         out = []
         for job in self.slurm_jobs():
-            if not job.waits_for_capacity or job.requested_gpus <= 0:
+            if job.requested_gpus <= 0:
                 continue
             model = self.namer(job.requested_gpu_type) if job.requested_gpu_type else only
             if model:
                 out.append((job, model))
         return out
+
+    def close_to_drainable(
+        self, models: Collection[str], lease_seconds: float, *, act: bool = True
+    ) -> DrainableClosure:
+        """Rule 4 of the rigid guarantee on Slurm's own queue: while guaranteed work waits for
+        capacity on a GPU model (`models`), drainable work is not started there. Slurm's
+        backfill hands room freed piecemeal (one GPU of a node a waiting guaranteed job needs
+        whole) to whatever pending job fits it, a drainable one included, whatever the
+        partitions' priority tiers say: each pending drainable job asking for such a model
+        gets a begin time one lease ahead (`scontrol update StartTime=`), renewed every pass
+        while the model stays closed. Where the model opened, the jobs this rule deferred get
+        their begin time back (now). A lease, not a hold: if the control loop stops, every
+        deferral lapses within one lease.
+
+        Only our own deferrals are renewed or undone (the journal): a job held by its tenant,
+        waiting on a dependency or on a begin time its tenant set, or whose begin time was
+        changed since, is left alone. A drainable job naming no GRES type on a cluster of
+        several GPU models is not deferred (nothing says which model it lands on). At most
+        `MAX_DEFERRALS` jobs are acted on a pass, the oldest first. `act` False (shadow mode):
+        nothing is changed, and `deferred` lists the jobs that would have been."""
+        now = datetime.now(timezone.utc)
+        closed = frozenset(models)
+        ours: dict[str, str] = self.journal.read()["deferred"]
+        defer, release = [], []
+        for job, model in self._asking_gpus([n for n in self.slurm_nodes() if n.gpus]):
+            if job.state != "PENDING" or self.drainable not in {job.partition, job.qos}:
+                continue
+            mine = job.job_id in ours and _begins_at(job, ours[job.job_id])
+            if model in closed and (mine or job.waits_for_capacity):
+                defer.append(job)
+            elif mine:
+                release.append(job)
+        defer.sort(key=lambda j: (j.submit_time or now, _job_number(j.job_id)))
+        defer = defer[:MAX_DEFERRALS]
+        if not act:
+            return DrainableClosure(tuple(sorted(closed)), tuple(j.job_id for j in defer))
+        until = now + timedelta(seconds=lease_seconds)
+        done: dict[str, str] = {}
+        released, failed = [], []
+        for job, moment in [(j, until) for j in defer] + [(j, now) for j in release]:
+            try:
+                self.client.set_begin(job.job_id, moment)
+            except SlurmUnavailable:
+                raise
+            except SlurmError as exc:  # it started, ended or was cancelled since the read
+                failed.append(f"{job.job_id}: {exc}")
+                continue
+            if moment is until:
+                done[job.job_id] = _slurm_second(until).isoformat()
+            else:
+                released.append(job.job_id)
+        pending = {j.job_id for j in self.slurm_jobs() if j.state == "PENDING"}
+        with self.journal.edit() as journal:
+            kept = {
+                k: v
+                for k, v in journal["deferred"].items()
+                if k in pending and k not in released and k not in {j.job_id for j in defer}
+            }
+            journal["deferred"] = kept | done
+        return DrainableClosure(tuple(sorted(closed)), tuple(done), tuple(released), tuple(failed))
 
     def _remember(self, tasks: Sequence[TaskInfo]) -> None:
         with self.journal.edit() as journal:
@@ -692,6 +767,23 @@ class SlurmAdapter:
         return self._act(
             lambda: self.client.update_node(node_id, "power_up"), f"{node_id} powering up", started
         )
+
+
+def _slurm_second(moment: datetime) -> datetime:
+    """A time to the whole second, as Slurm keeps a begin time."""
+    return moment.replace(microsecond=0)
+
+
+def _begins_at(job: SlurmJob, recorded: str) -> bool:
+    """Whether a job's begin time is still the one our deferral gave it (`recorded`, ISO)."""
+    if job.eligible_time is None:
+        return False
+    gap = abs((job.eligible_time - datetime.fromisoformat(recorded)).total_seconds())
+    return gap <= BEGIN_SLACK_SECONDS
+
+
+def _job_number(job_id: str) -> int:
+    return int(job_id) if job_id.isdigit() else 0
 
 
 def _event(ts: datetime, task_id: str, event: str, reason: str, fault: bool = False) -> dict[str, Any]:

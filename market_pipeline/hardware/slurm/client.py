@@ -222,6 +222,10 @@ class SlurmClient:
     def requeue(self, job_id: str) -> None:
         self.run(["scontrol", "requeue", job_id])
 
+    def set_begin(self, job_id: str, moment: datetime) -> None:
+        """A pending job's begin time (`scontrol update StartTime=...`): it is not started before."""
+        self.run(["scontrol", "update", f"jobid={job_id}", f"StartTime={_slurm_time(moment)}"])
+
     def submit(self, argv: Sequence[str]) -> str:
         """`sbatch --parsable ...`: the new job's id."""
         out = self.run(["sbatch", "--parsable", *argv]).strip()

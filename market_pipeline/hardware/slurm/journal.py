@@ -3,8 +3,10 @@
 Slurm forgets a finished job's GPUs (its GRES indices) once it ends, and knows nothing of
 the drains we ran. The journal keeps, per run of a job (task id `<job id>@<start>`), the
 attributes seen while it ran (so ended runs can be metered), the warning times (the billing
-grace starts there) and which runs our drains ended. Bounded: the oldest runs beyond
-`MAX_RUNS` are dropped.
+grace starts there) and which runs our drains ended; and, per pending drainable job, the begin
+time our rule 4 pass gave it (`SlurmAdapter.close_to_drainable`), so that only our own
+deferrals are renewed or let go. Bounded: the oldest runs beyond `MAX_RUNS` are dropped, and a
+deferral is dropped once its job no longer waits.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ MAX_RUNS = 100_000
 
 
 def _empty() -> dict[str, Any]:
-    return {"runs": {}, "drain_signals": {}, "drained": {}}
+    return {"runs": {}, "drain_signals": {}, "drained": {}, "deferred": {}}
 
 
 class Journal:

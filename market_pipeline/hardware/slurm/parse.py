@@ -238,13 +238,25 @@ class SlurmJob:
     submit_time: datetime | None = None
     requested_nodes: int = 1
     state_reason: str = ""
+    # when a pending job may start (its begin time; squeue's `eligible_time`, None where unset)
+    eligible_time: datetime | None = None
 
     @property
     def waits_for_capacity(self) -> bool:
         """Pending for free resources or jobs ahead of it (`CAPACITY_REASONS`), not held,
-        nor waiting on a dependency, a begin time or a limit of its account."""
+        nor waiting on a dependency, a begin time or a limit of its account. A begin time
+        still ahead counts whatever the reason says: right after `scontrol update
+        StartTime=...` squeue reports the reason `None` until the scheduler's next pass."""
         reason = self.state_reason
-        return self.state == "PENDING" and (not reason or reason.startswith(CAPACITY_REASONS))
+        return (
+            self.state == "PENDING"
+            and (not reason or reason.startswith(CAPACITY_REASONS))
+            and not self.deferred_at(datetime.now(timezone.utc))
+        )
+
+    def deferred_at(self, now: datetime) -> bool:
+        """Whether a begin time keeps the job from starting at `now`."""
+        return self.eligible_time is not None and self.eligible_time > now
 
     @property
     def gpu_ids(self) -> tuple[str, ...]:
@@ -312,6 +324,7 @@ def parse_squeue_job(raw: Mapping[str, Any]) -> SlurmJob:
         submit_time=_time(raw.get("submit_time")),
         requested_nodes=node_count(raw),
         state_reason=str(raw.get("state_reason") or ""),
+        eligible_time=_time(raw.get("eligible_time")),
     )
 
 

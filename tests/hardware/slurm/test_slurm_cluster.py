@@ -25,7 +25,13 @@ from market_pipeline.drain.executor import DrainExecutor, DrainRequest
 from market_pipeline.drain.protocol import InMemoryAuditStore
 from market_pipeline.drain.recovery import requeue_drained
 from market_pipeline.drain.steps import DrainTiming
-from market_pipeline.hardware.protocol import NodeState, OutcomeStatus, ResourceClass, TaskInfo
+from market_pipeline.hardware.protocol import (
+    DrainableClosure,
+    NodeState,
+    OutcomeStatus,
+    ResourceClass,
+    TaskInfo,
+)
 from market_pipeline.hardware.slurm.adapter import SlurmAdapter, split_task_id
 from market_pipeline.hardware.slurm.client import SlurmUnavailable
 from market_pipeline.hardware.slurm.cluster import ClusterSpec, LocalCluster, NodeGroup, missing_binaries
@@ -265,6 +271,84 @@ def test_a_waiting_guaranteed_job_gets_room_drained_for_it_and_starts_there(
         assert started.node_id == elastic.node_id
         assert queued_id not in {split_task_id(t.task_id)[0] for t in adapter.list_tasks()}
         assert rigid.task_id in {t.task_id for t in adapter.list_tasks()}  # never drained
+    finally:
+        for job_id in ids:
+            client.cancel(job_id)
+        wait_for(lambda: not any(t.pool_id.startswith("A100") for t in adapter.list_tasks()), 30, "jobs gone")
+
+
+def test_drainable_work_keeps_off_a_model_where_guaranteed_work_waits_and_comes_back_after(
+    cluster: LocalCluster, adapter: SlurmAdapter
+) -> None:
+    """Rule 4 of the rigid guarantee on Slurm's own queue. One `A100-80GB` node runs a
+    guaranteed 2-GPU job, the other a short and a long drainable 1-GPU job; a guaranteed
+    2-GPU job waits, then a drainable 1-GPU job, and another drainable one whose tenant set
+    its own begin time. Without the rule Slurm's backfill starts the pending drainable job
+    on the GPU the short one frees, which the waiting guaranteed job cannot use alone. With
+    it (`drain.service.close_to_drainable`, the `drain_requests` asset's pass) the model is
+    closed, the pending drainable job is deferred one lease (two control ticks) and does not
+    start there, it still counts as waiting demand, and the tenant's own begin time is left
+    alone. Once the guaranteed job has started (the long job ended) the model opens and the
+    deferred job's begin time is back to now."""
+    from market_pipeline.drain.service import close_to_drainable
+
+    config = load_config()
+    client, jobs = cluster.client(), cluster.home / "jobs"
+    rigid = run_jobs(cluster, adapter, JobSpec("delta-vision", "a100_80gb", 2, 120, drainable=False))
+    short, long = run_jobs(
+        cluster,
+        adapter,
+        JobSpec("acme-research", "a100_80gb", 1, 8, drainable=True),
+        JobSpec("acme-research", "a100_80gb", 1, 120, drainable=True),
+    )
+    ids = [split_task_id(t.task_id)[0] for t in (*rigid, short, long)]
+    try:
+        [waiting_id] = submit(client, [JobSpec("delta-vision", "a100_80gb", 2, 30, drainable=False)], jobs)
+        [queued_id] = submit(client, [JobSpec("ember-ai", "a100_80gb", 1, 30, drainable=True)], jobs)
+        later = client.submit(
+            ["--begin=now+3600", *JobSpec("ember-ai", "a100_80gb", 1, 30, drainable=True).sbatch_args(jobs)]
+        )
+        ids += [waiting_id, queued_id, later]
+        wait_for(lambda: any(w.task_id == waiting_id for w in adapter.waiting_guaranteed()), 30, "it waits")
+        shadow = adapter.close_to_drainable({"A100-80GB"}, 600.0, act=False)  # shadow mode: told, not done
+        assert shadow.deferred == (queued_id,) and not shadow.released
+        assert all(
+            j.eligible_time is None or j.eligible_time <= datetime.now(UTC)
+            for j in adapter.slurm_jobs()
+            if j.job_id == queued_id
+        )
+        before = datetime.now(UTC)
+        closure = close_to_drainable(adapter, config)
+        assert closure is not None and closure.closed_models == ("A100-80GB",)
+        assert closure.deferred == (queued_id,) and not closure.failed, closure
+        lease = 2 * config.loop.tick_minutes * 60
+        begin = {j.job_id: j.eligible_time for j in adapter.slurm_jobs()}
+        assert begin[queued_id] is not None
+        assert abs((begin[queued_id] - before).total_seconds() - lease) <= 3
+        # the short job ends and frees one GPU: nothing starts there
+        wait_for(
+            lambda: short.task_id not in {t.task_id for t in adapter.list_tasks()} or None,
+            30,
+            "the short job ending",
+        )
+        time.sleep(6)  # three of the scheduler's passes (sched_interval, bf_interval = 2 s)
+        running = {split_task_id(t.task_id)[0] for t in adapter.list_tasks()}
+        assert queued_id not in running and waiting_id not in running
+        row = adapter.pending_summary()["A100-80GB"]
+        assert (row["jobs"], row["guaranteed_jobs"]) == (2.0, 1.0)  # the deferred job is still demand
+        # the long job ends: the guaranteed job starts, the model opens, the deferral is undone
+        client.cancel(split_task_id(long.task_id)[0])
+        wait_for(
+            lambda: waiting_id in {split_task_id(t.task_id)[0] for t in adapter.list_tasks()} or None,
+            30,
+            "the guaranteed job running",
+        )
+        reopened = close_to_drainable(adapter, config)
+        assert reopened is not None and reopened.closed_models == () and reopened.released == (queued_id,)
+        after = {j.job_id: j.eligible_time for j in adapter.slurm_jobs()}
+        assert after[queued_id] is not None and after[queued_id] <= datetime.now(UTC)
+        assert after[later] == begin[later] and after[later] > datetime.now(UTC) + timedelta(minutes=50)
+        assert close_to_drainable(adapter, config) == DrainableClosure()  # nothing of ours left
     finally:
         for job_id in ids:
             client.cancel(job_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 
 from market_pipeline.hardware.slurm.client import SlurmNotFound, SlurmUnavailable, classify
@@ -236,6 +237,14 @@ def test_a_pending_job_waits_for_capacity_only_for_resources_or_the_jobs_ahead()
         "QOSMaxGRESPerUser",
     ):
         assert not pending(reason), reason
+    # a begin time ahead: not yet eligible, whatever the reason says (right after `scontrol
+    # update StartTime=` squeue still reports `None`); one passed: eligible, in either dialect
+    ahead = int(time.time()) + 600
+    assert not pending("None", eligible_time=ahead) and not pending("Resources", eligible_time=_newer(ahead))
+    assert pending("Resources", eligible_time=int(time.time()) - 60)
+    assert parse_squeue_job(
+        {"job_id": 7, "eligible_time": _newer(ahead)}
+    ).eligible_time == datetime.fromtimestamp(ahead, timezone.utc)
     running = parse_squeue_job({"job_id": 8, "job_state": "RUNNING", "state_reason": "None"})
     assert not running.waits_for_capacity
     job = parse_squeue_job({"job_id": 9, "tres_per_node": "gres/gpu:a100:4", "node_count": _newer(3)})
