@@ -358,11 +358,13 @@ class SlurmAdapter:
         now = datetime.now(timezone.utc)
         closed = frozenset(models)
         ours: dict[str, str] = self.journal.read()["deferred"]
-        defer, release = [], []
+        defer, release, changed = [], [], set()
         for job, model in self._asking_gpus([n for n in self.slurm_nodes() if n.gpus]):
             if job.state != "PENDING" or self.drainable not in {job.partition, job.qos}:
                 continue
             mine = job.job_id in ours and _begins_at(job, ours[job.job_id])
+            if job.job_id in ours and not mine:
+                changed.add(job.job_id)  # its begin time was set since: no longer ours
             if model in closed and (mine or job.waits_for_capacity):
                 defer.append(job)
             elif mine:
@@ -388,11 +390,8 @@ class SlurmAdapter:
                 released.append(job.job_id)
         pending = {j.job_id for j in self.slurm_jobs() if j.state == "PENDING"}
         with self.journal.edit() as journal:
-            kept = {
-                k: v
-                for k, v in journal["deferred"].items()
-                if k in pending and k not in released and k not in {j.job_id for j in defer}
-            }
+            acted = {j.job_id for j in defer} | set(released) | changed
+            kept = {k: v for k, v in journal["deferred"].items() if k in pending and k not in acted}
             journal["deferred"] = kept | done
         return DrainableClosure(tuple(sorted(closed)), tuple(done), tuple(released), tuple(failed))
 
