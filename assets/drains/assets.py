@@ -12,13 +12,9 @@ import dagster as dg
 from assets.lib.metadata import ROW_COUNT, table_metadata
 from assets.lib.resources import FleetAdapterResource, WarehouseResource
 from market_pipeline.action_batches import batch_rows
-from market_pipeline.drain.service import (
-    close_to_drainable,
-    decision_rows,
-    outcome_summary,
-    plan_and_record,
-)
-from market_pipeline.hardware.protocol import DrainableClosure, adapter_now
+from market_pipeline.drain.queue_rules import close_to_drainable, keep_off_drainable
+from market_pipeline.drain.service import decision_rows, outcome_summary, plan_and_record
+from market_pipeline.hardware.protocol import DrainableClosure, DrainableKeptOff, adapter_now
 from market_pipeline.scaling.live import SCALE_KIND
 from market_pipeline.tick.state import tick_origin
 from market_pipeline.warehouse.decisions import DecisionAction
@@ -52,6 +48,11 @@ def drain_requests(
     closure = close_to_drainable(adapter, config)
     if closure is not None and closure.failed:
         context.log.warning("drainable jobs not deferred: %s", "; ".join(closure.failed))
+    # rule 6 there: the empty nodes kept for whole-node guaranteed work (and those refilling
+    # them) take no new drainable work
+    kept_off = keep_off_drainable(adapter, config)
+    if kept_off is not None and kept_off.refused:
+        context.log.warning("no node kept from drainable work: %s", kept_off.refused)
     decisions, written, source = plan_and_record(
         store, adapter, config, wall_now=now, scale_down_nodes=cordoned
     )
@@ -80,6 +81,7 @@ def drain_requests(
             "decision_table": table_metadata(decision_rows(decisions)),
             "outcomes_24h": dg.MetadataValue.json(recent),
             **closure_metadata(closure),
+            **kept_off_metadata(kept_off),
         }
     )
 
@@ -93,6 +95,17 @@ def closure_metadata(closure: DrainableClosure | None) -> dict[str, object]:
         "drainable_deferred": len(closure.deferred),
         "drainable_released": len(closure.released),
         "drainable_deferral_failures": len(closure.failed),
+    }
+
+
+def kept_off_metadata(kept_off: DrainableKeptOff | None) -> dict[str, object]:
+    """What rule 6's pass did on a backend with a queue of its own (none: nothing to add)."""
+    if kept_off is None:
+        return {}
+    return {
+        "kept_from_drainable": dg.MetadataValue.json(list(kept_off.kept)),
+        "given_back_to_drainable": len(kept_off.returned),
+        "kept_from_drainable_refused": kept_off.refused or "-",
     }
 
 

@@ -37,8 +37,7 @@ from market_pipeline.drain.store import (
     write_decisions,
 )
 from market_pipeline.drain.triggers import MAX_WAITING_READ
-from market_pipeline.hardware.protocol import DrainableClosure, NodeAdapter, WaitingTask, adapter_now
-from market_pipeline.placement.guarantee import closed_models
+from market_pipeline.hardware.protocol import NodeAdapter, WaitingTask, adapter_now
 from market_pipeline.warehouse import Warehouse, telemetry_store
 from market_pipeline.warehouse.control import ControlStore
 from market_pipeline.warehouse.readers import table_exists
@@ -116,27 +115,6 @@ def waiting_guaranteed(adapter: NodeAdapter) -> tuple[WaitingTask, ...]:
     Slurm's `waiting_guaranteed`; an optional method: local-process and NVML have no queue)."""
     read = getattr(adapter, "waiting_guaranteed", None)
     return tuple(read(limit=MAX_WAITING_READ)) if callable(read) else ()
-
-
-# a rule 4 deferral lasts this many control ticks unless renewed: a stopped loop's lapse
-CLOSURE_LEASE_TICKS = 2
-
-
-def close_to_drainable(adapter: NodeAdapter, config: MarketPipelineConfig) -> DrainableClosure | None:
-    """Rule 4 of the rigid guarantee (`close_to_drainable`) on a backend that starts work
-    itself (Slurm's `close_to_drainable`; an optional method: the fleet's twin applies the
-    rule in its own placement, and local-process and NVML have no queue): the GPU models
-    guaranteed work waits on take no new drainable work this tick and the next
-    (`CLOSURE_LEASE_TICKS`, renewed every tick while it waits). None where the backend has no
-    such queue or the rule is off. In shadow mode nothing is acted on; the closure says what
-    would have been deferred."""
-    close = getattr(adapter, "close_to_drainable", None)
-    guarantee = config.guardrails.rigid_guarantee
-    if not callable(close) or not (guarantee.enabled and guarantee.close_to_drainable):
-        return None
-    models = closed_models(w.gpu_model for w in waiting_guaranteed(adapter))
-    lease = CLOSURE_LEASE_TICKS * config.loop.tick_minutes * 60.0
-    return close(models, lease, act=not config.loop.shadow_mode)
 
 
 def tick_budget(

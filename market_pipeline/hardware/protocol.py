@@ -232,6 +232,19 @@ class DrainableClosure:
     failed: tuple[str, ...] = ()  # "<job id>: <why>" for each job the backend refused
 
 
+@dataclass(frozen=True)
+class DrainableKeptOff:
+    """One pass of rules 5 and 6 of the rigid guarantee on a backend that starts work itself
+    (Slurm): the nodes kept from new drainable work for the guaranteed arrivals to come (the
+    empty largest nodes kept for whole-node work and those refilling them), those given back
+    to drainable work this pass, and why nothing was applied where nothing could be (`refused`:
+    one line). In shadow mode nothing is applied and `kept` lists what would have been."""
+
+    kept: tuple[str, ...] = ()
+    returned: tuple[str, ...] = ()
+    refused: str = ""
+
+
 @runtime_checkable
 class NodeAdapter(Protocol):
     """What the control loop may do to the fleet; backends: simulated, local-process, nvml, dcgm."""

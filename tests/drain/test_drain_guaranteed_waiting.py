@@ -12,7 +12,8 @@ from market_pipeline.config import MarketPipelineConfig, load_config
 from market_pipeline.disruption.budget import BudgetRule
 from market_pipeline.drain.limits import DrainLedger, DrainLimits, DrainReason, LedgerEntry
 from market_pipeline.drain.plan import PlanningInputs, SelectionPolicy, plan_drains
-from market_pipeline.drain.service import close_to_drainable, waiting_guaranteed
+from market_pipeline.drain.queue_rules import close_to_drainable
+from market_pipeline.drain.service import waiting_guaranteed
 from market_pipeline.drain.triggers import MAX_WAITING_READ
 from market_pipeline.hardware.protocol import DrainableClosure, ResourceClass, WaitingTask
 

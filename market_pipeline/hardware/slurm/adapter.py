@@ -7,6 +7,7 @@
 | pending_summary | `squeue --json`, jobs PENDING for capacity (reason `Resources`, `Priority`, ...): GPUs asked (`tres_per_node`/`tres_per_job`) per GRES type -> model, class, wait |
 | waiting_guaranteed | the same guaranteed jobs, oldest first, one waiting task per node asked: what the live drain planner makes room for |
 | close_to_drainable | `scontrol update jobid=J StartTime=...`: pending drainable jobs of a GPU model where guaranteed work waits start no sooner than one lease ahead (rule 4 of the rigid guarantee) |
+| keep_drainable_off | `scontrol update PartitionName=<drainable> Nodes=...`: the nodes kept for guaranteed arrivals (rule 6's empty nodes and those refilling them) leave the drainable partition's list, and go back when no longer kept |
 | read_samples | per-GPU allocation (the jobs' GRES indices, `gres_used`), logged at each read |
 | cordon / uncordon | `scontrol update nodename=N state=drain reason=...` / `state=resume` |
 | warn_task / checkpoint_task | `scancel --signal=USR1 --batch` / `--signal=USR2 --batch` |
@@ -44,6 +45,7 @@ from market_pipeline.hardware.protocol import (
     PENDING_FIELDS,
     TASK_EVENT_SCHEMA,
     DrainableClosure,
+    DrainableKeptOff,
     GpuInfo,
     NodeInfo,
     NodeState,
@@ -394,6 +396,73 @@ class SlurmAdapter:
             kept = {k: v for k, v in journal["deferred"].items() if k in pending and k not in acted}
             journal["deferred"] = kept | done
         return DrainableClosure(tuple(sorted(closed)), tuple(done), tuple(released), tuple(failed))
+
+    def keep_drainable_off(self, node_ids: Collection[str], *, act: bool = True) -> DrainableKeptOff:
+        """Rules 5 and 6 of the rigid guarantee on Slurm's own queue: the nodes the policy keeps
+        from new drainable work (`drain.service.keep_off_drainable`: the empty largest nodes kept
+        for whole-node guaranteed work and those refilling them) leave the drainable
+        partition's node list (`scontrol update PartitionName=<drainable> Nodes=...`). No
+        pending or newly submitted drainable job starts there, the drainable jobs running there
+        run on, and the guaranteed partition keeps the nodes. Nodes no longer kept go back;
+        with none kept, the partition's list as found (`Nodes=ALL` here) is restored. One
+        command a pass, and only when the list changes.
+
+        Why the partition and not each pending job (rule 4's begin times): a kept node is
+        there for the guaranteed job not yet submitted, and the drainable job submitted between
+        two passes is the one that would take it; the partition's list keeps it off at
+        submission. Only our own change is undone: the journal keeps the list as found and the
+        one we set, and where the partition's list is no longer the one we set (an operator's
+        update, `scontrol reconfigure`), theirs is taken as found and nothing of ours is put
+        back. Where drainable work is a QOS, not a partition, nothing is applied and `refused`
+        says so. Not a lease: while the loop is stopped the kept nodes stay off drainable work;
+        turning the rules off (`empty_nodes_kept` 0) gives them back at the next pass. `act`
+        False (shadow mode): nothing is changed, and `kept` lists what would be kept off."""
+        part = self.drainable
+        try:
+            found = self.client.partition_nodes(part)
+        except SlurmUnavailable:
+            raise
+        except SlurmNotFound:
+            return DrainableKeptOff(
+                refused=f"drainable work is not a Slurm partition (no partition {part}): "
+                "no node is kept from it"
+            )
+        nodes = self.slurm_nodes()
+        order = [n.name for n in nodes]
+        members = {n.name for n in nodes if part in n.partitions}
+        ours: dict[str, Any] = self.journal.read()["kept_off"]
+        if ours and ours.get("applied") != found:
+            ours = {}  # the list was changed since by someone else: theirs is the definition now
+        removed = set(ours.get("removed", ()))
+        base = members | removed  # the partition's nodes, ours given back
+        asked = set(node_ids)
+        kept = [n for n in order if n in asked and n in base]
+        returned = [n for n in order if n in removed and n not in asked]
+        if not act:
+            return DrainableKeptOff(tuple(kept))
+        remaining = [n for n in order if n in base and n not in asked]
+        try:
+            if kept and not remaining:
+                return DrainableKeptOff(
+                    refused=f"every node of partition {part} would be kept from drainable work: none is"
+                )
+            if kept:
+                applied = found
+                if set(remaining) != members:
+                    self.client.set_partition_nodes(part, ",".join(remaining))
+                    applied = self.client.partition_nodes(part)
+                state = {"found": ours.get("found", found), "applied": applied, "removed": kept}
+            else:
+                if ours:
+                    self.client.set_partition_nodes(part, ours["found"])
+                state = {}
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:
+            return DrainableKeptOff(refused=str(exc))
+        with self.journal.edit() as journal:
+            journal["kept_off"] = state
+        return DrainableKeptOff(tuple(kept), tuple(returned))
 
     def _remember(self, tasks: Sequence[TaskInfo]) -> None:
         with self.journal.edit() as journal:

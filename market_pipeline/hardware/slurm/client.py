@@ -226,6 +226,17 @@ class SlurmClient:
         """A pending job's begin time (`scontrol update StartTime=...`): it is not started before."""
         self.run(["scontrol", "update", f"jobid={job_id}", f"StartTime={_slurm_time(moment)}"])
 
+    def partition_nodes(self, partition: str) -> str:
+        """The node list a partition is defined with (`scontrol -o show partition`: its `Nodes=`
+        as Slurm prints it, `ALL` or a host list); `SlurmNotFound` where no such partition is."""
+        text = self.run(["scontrol", "-o", "show", "partition"])  # one named but missing: exit 1, no stderr
+        return parse_partition_nodes(partition, text)
+
+    def set_partition_nodes(self, partition: str, nodes: str) -> None:
+        """A partition's node list (`scontrol update PartitionName=P Nodes=...`): running jobs
+        stay where they run, pending ones of the partition may start only on these nodes."""
+        self.run(["scontrol", "update", f"PartitionName={partition}", f"Nodes={nodes}"])
+
     def submit(self, argv: Sequence[str]) -> str:
         """`sbatch --parsable ...`: the new job's id."""
         out = self.run(["sbatch", "--parsable", *argv]).strip()
@@ -235,3 +246,14 @@ class SlurmClient:
 def _slurm_time(moment: datetime) -> str:
     """A time as the Slurm CLIs read it (local time of the machine, to the second)."""
     return moment.astimezone().replace(tzinfo=None).isoformat(timespec="seconds")
+
+
+def parse_partition_nodes(partition: str, text: str) -> str:
+    """`Nodes=` of one partition's `scontrol -o show partition` line (pure: testable without
+    Slurm). `AllocNodes=` and the like are other keys; a missing partition is `SlurmNotFound`."""
+    for line in text.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if fields.get("PartitionName") == partition:
+            nodes = fields.get("Nodes", "")
+            return "" if nodes == "(null)" else nodes
+    raise SlurmNotFound(f"scontrol show partition: partition {partition} does not exist")

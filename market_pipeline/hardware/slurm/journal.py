@@ -5,7 +5,9 @@ the drains we ran. The journal keeps, per run of a job (task id `<job id>@<start
 attributes seen while it ran (so ended runs can be metered), the warning times (the billing
 grace starts there) and which runs our drains ended; and, per pending drainable job, the begin
 time our rule 4 pass gave it (`SlurmAdapter.close_to_drainable`), so that only our own
-deferrals are renewed or let go. Bounded: the oldest runs beyond `MAX_RUNS` are dropped, and a
+deferrals are renewed or let go; and the drainable partition's node list as found and as our
+rules 5 and 6 pass set it (`SlurmAdapter.keep_drainable_off`), so that only our own change is
+undone. Bounded: the oldest runs beyond `MAX_RUNS` are dropped, and a
 deferral is dropped once its job no longer waits.
 """
 
@@ -23,7 +25,7 @@ MAX_RUNS = 100_000
 
 
 def _empty() -> dict[str, Any]:
-    return {"runs": {}, "drain_signals": {}, "drained": {}, "deferred": {}}
+    return {"runs": {}, "drain_signals": {}, "drained": {}, "deferred": {}, "kept_off": {}}
 
 
 class Journal:

@@ -290,7 +290,7 @@ def test_drainable_work_keeps_off_a_model_where_guaranteed_work_waits_and_comes_
     start there, it still counts as waiting demand, and the tenant's own begin time is left
     alone. Once the guaranteed job has started (the long job ended) the model opens and the
     deferred job's begin time is back to now."""
-    from market_pipeline.drain.service import close_to_drainable
+    from market_pipeline.drain.queue_rules import close_to_drainable
 
     config = load_config()
     client, jobs = cluster.client(), cluster.home / "jobs"

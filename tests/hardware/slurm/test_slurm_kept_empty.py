@@ -1,0 +1,166 @@
+"""Rule 6 of the rigid guarantee on real Slurm daemons: the empty nodes kept for whole-node
+guaranteed work, and the nodes refilling them, take no new drainable work.
+
+A local cluster of ten `A100-80GB` nodes of 2 GPUs (a model keeps one empty node per ten of
+its largest nodes: fewer than ten keep none), started once for this module. Skipped, with the
+reason, where the Slurm binaries are not installed (`.ci/run` installs them) or the suite does
+not run as root (slurmd must).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import pytest
+
+from market_pipeline.config import load_config
+from market_pipeline.drain.queue_rules import keep_off_drainable
+from market_pipeline.hardware.protocol import DrainableKeptOff
+from market_pipeline.hardware.slurm.adapter import SlurmAdapter, split_task_id
+from market_pipeline.hardware.slurm.cluster import (
+    DRAINABLE_PARTITION,
+    ClusterSpec,
+    LocalCluster,
+    NodeGroup,
+    missing_binaries,
+)
+from market_pipeline.hardware.slurm.workload import JobSpec, submit
+
+pytestmark = [
+    pytest.mark.skipif(bool(missing_binaries()), reason=f"Slurm not installed: missing {missing_binaries()}"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="the local Slurm cluster runs slurmd, which needs root"),
+]
+T = TypeVar("T")
+NODES = 10
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    spec = ClusterSpec(
+        groups=(NodeGroup("a100_80gb", "cn-hangzhou-a", NODES, 2, 4),),
+        kill_wait_seconds=2,
+        min_job_age_seconds=120,
+    )
+    local = LocalCluster(tmp_path_factory.mktemp("slurm-kept"), spec)
+    local.up()
+    yield local
+    local.down()
+
+
+def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"{what} not within {timeout}s")
+
+
+def running_on(adapter: SlurmAdapter) -> dict[str, str]:
+    """job id -> the node it runs on."""
+    return {split_task_id(t.task_id)[0]: t.node_id for t in adapter.list_tasks()}
+
+
+def drainable_nodes(adapter: SlurmAdapter) -> set[str]:
+    return {n.name for n in adapter.slurm_nodes() if DRAINABLE_PARTITION in n.partitions}
+
+
+def cancel_all(cluster: LocalCluster, adapter: SlurmAdapter, ids: list[str]) -> None:
+    client = cluster.client()
+    for job_id in ids:
+        client.cancel(job_id)
+    wait_for(lambda: not adapter.list_tasks() or None, 30, "every job gone")
+
+
+def test_the_last_empty_node_is_kept_for_whole_node_work_and_churn_refills_it(
+    cluster: LocalCluster, adapter: SlurmAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nine nodes run a drainable 2-GPU job each; the tenth is the model's last empty node.
+    The pass (`drain.queue_rules.keep_off_drainable`, the `drain_requests` asset's) takes it
+    out of the drainable partition: a drainable 1-GPU job submitted next does not start there
+    (without the rule it would, at once), and a whole-node guaranteed job does. With no empty
+    node left, the next pass keeps a node running no guaranteed work from new drainable work
+    (the refill); once its job ends, the pending drainable job still does not take it: it is the
+    kept empty node now. Turning the rule off gives the partition its list back, and
+    the pending drainable job starts."""
+    config = load_config()
+    client, jobs = cluster.client(), cluster.home / "jobs"
+    ids = submit(client, [JobSpec("acme-research", "a100_80gb", 2, 300, drainable=True)] * (NODES - 1), jobs)
+    try:
+        placed = wait_for(
+            lambda: (r := running_on(adapter)).keys() >= set(ids) and r, 30, "nine jobs running"
+        )
+        [empty] = sorted({n.name for n in adapter.slurm_nodes()} - set(placed.values()))
+        found = client.partition_nodes(DRAINABLE_PARTITION)  # `Nodes=ALL` in slurm.conf, as Slurm lists it
+        assert found == f"node[1-{NODES}]"
+
+        shadow = adapter.keep_drainable_off([empty], act=False)  # shadow mode: told, not done
+        assert shadow == DrainableKeptOff(kept=(empty,))
+        assert empty in drainable_nodes(adapter)
+
+        kept = keep_off_drainable(adapter, config)
+        assert kept == DrainableKeptOff(kept=(empty,)), kept
+        assert drainable_nodes(adapter) == {n.name for n in adapter.slurm_nodes()} - {empty}
+        assert keep_off_drainable(adapter, config) == kept  # the same list: nothing to change
+
+        [queued] = submit(client, [JobSpec("ember-ai", "a100_80gb", 1, 300, drainable=True)], jobs)
+        ids.append(queued)
+        time.sleep(6)  # three of the scheduler's passes (sched_interval, bf_interval = 2 s)
+        assert queued not in running_on(adapter)
+        [rigid] = submit(client, [JobSpec("delta-vision", "a100_80gb", 2, 300, drainable=False)], jobs)
+        ids.append(rigid)
+        assert wait_for(lambda: running_on(adapter).get(rigid), 30, "the guaranteed job running") == empty
+
+        # no empty node left: the refill keeps the first node with no guaranteed work off drainable work
+        refill = keep_off_drainable(adapter, config)
+        assert refill is not None and refill.returned == (empty,) and len(refill.kept) == 1, refill
+        [refilling] = refill.kept
+        assert refilling != empty and refilling not in drainable_nodes(adapter)
+        [victim] = [job for job, node in running_on(adapter).items() if node == refilling]
+        client.cancel(victim)
+        wait_for(lambda: refilling not in running_on(adapter).values() or None, 30, "its job ending")
+        time.sleep(6)
+        assert queued not in running_on(adapter)
+        assert keep_off_drainable(adapter, config) == DrainableKeptOff(kept=(refilling,))
+
+        # the rule off: what it kept goes back, the partition's own definition with it
+        monkeypatch.setenv("MP__GUARDRAILS__RIGID_GUARANTEE__EMPTY_NODES_KEPT", "0")
+        off = keep_off_drainable(adapter, load_config())
+        assert off == DrainableKeptOff(returned=(refilling,))
+        assert client.partition_nodes(DRAINABLE_PARTITION) == found
+        assert wait_for(lambda: running_on(adapter).get(queued), 30, "the drainable job running") == refilling
+        assert keep_off_drainable(adapter, load_config()) == DrainableKeptOff()
+    finally:
+        cancel_all(cluster, adapter, ids)
+        client.set_partition_nodes(DRAINABLE_PARTITION, "ALL")
+
+
+def test_a_partition_list_changed_since_is_the_operators_and_is_not_put_back(
+    cluster: LocalCluster, adapter: SlurmAdapter
+) -> None:
+    """Where the drainable partition's list is no longer the one our pass set (an operator's
+    `scontrol update`), the next pass takes theirs as the partition's own and does not restore
+    the list it found before."""
+    client = cluster.client()
+    names = [n.name for n in adapter.slurm_nodes()]
+    try:
+        assert adapter.keep_drainable_off([names[-1]]).kept == (names[-1],)
+        client.set_partition_nodes(DRAINABLE_PARTITION, ",".join(names[:5]))  # the operator's
+        assert adapter.keep_drainable_off([]) == DrainableKeptOff()
+        assert drainable_nodes(adapter) == set(names[:5])
+    finally:
+        client.set_partition_nodes(DRAINABLE_PARTITION, "ALL")
+
+
+def test_drainable_work_as_a_qos_is_one_line_and_nothing_is_changed(cluster: LocalCluster) -> None:
+    """Where drainable work is a QOS, not a partition, no node list can keep it off a node:
+    the pass says so in one line and changes nothing."""
+    adapter = SlurmAdapter.for_cluster(cluster, load_config(), poll_seconds=0.1)
+    adapter.drainable = "preemptible"
+    refused = adapter.keep_drainable_off([adapter.slurm_nodes()[0].name])
+    assert refused.kept == () and "not a Slurm partition (no partition preemptible)" in refused.refused
+    assert cluster.client().partition_nodes(DRAINABLE_PARTITION) == f"node[1-{NODES}]"
