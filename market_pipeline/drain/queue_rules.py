@@ -6,10 +6,12 @@ places the work, the rules act on its queue instead, once a control tick, from t
 `drain_requests` asset, through two optional adapter methods:
 - rule 4, `close_to_drainable`: while guaranteed work waits on a GPU model, the pending
   drainable jobs asking for it start no sooner than a lease ahead;
-- rule 6, `keep_off_drainable`: the empty largest nodes kept for whole-node guaranteed work,
-  and the nodes refilling that stock, take no new drainable work.
+- rules 5 and 6, `keep_off_drainable`: the nodes the guaranteed arrivals forecast within one
+  SLA wait would take, the empty largest nodes kept for whole-node guaranteed work, and the
+  nodes refilling that stock, take no new drainable work.
 
-The node set is the shared policy's (`kept_empty`, `refilling_nodes`) on the fleet's inventory
+The node set is the shared policy's (`GuaranteedForecast`, `reserved_nodes`, `kept_empty`,
+`refilling_nodes`) on the fleet's inventory
 as the adapter reports it; only applying it is the backend's. Local-process and NVML have no
 queue, the twin applies the rules itself: for them both passes return None.
 """
@@ -17,6 +19,7 @@ queue, the twin applies the rules itself: for them both passes return None.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,14 +29,22 @@ from market_pipeline.hardware.protocol import (
     DrainableClosure,
     DrainableKeptOff,
     GpuInfo,
+    GuaranteedArrival,
     NodeAdapter,
     NodeInfo,
     NodeState,
     ResourceClass,
     TaskInfo,
+    adapter_now,
 )
-from market_pipeline.placement.capacity import ClusterCapacity
-from market_pipeline.placement.guarantee import closed_models, kept_empty, refilling_nodes
+from market_pipeline.placement.capacity import MILLI, ClusterCapacity, PodRequest
+from market_pipeline.placement.guarantee import (
+    GuaranteedForecast,
+    closed_models,
+    kept_empty,
+    refilling_nodes,
+    reserved_nodes,
+)
 
 if TYPE_CHECKING:
     from market_pipeline.config import MarketPipelineConfig
@@ -61,42 +72,67 @@ def close_to_drainable(adapter: NodeAdapter, config: MarketPipelineConfig) -> Dr
 
 
 def keep_off_drainable(adapter: NodeAdapter, config: MarketPipelineConfig) -> DrainableKeptOff | None:
-    """Rule 6 of the rigid guarantee (`empty_nodes_kept`, `refill_empty_nodes`) on a backend
-    that starts work itself (Slurm's `keep_drainable_off`; an optional method): the nodes
-    `kept_for_whole_node_work` picks on the fleet as it is now take no new drainable work until
-    a later pass gives them back. With the rule off (or the guarantee disabled) the set is
-    empty, so the backend gives back whatever an earlier pass kept. None where the backend has
-    no such queue. In shadow mode nothing is applied; the answer says what would be kept."""
+    """Rules 5 and 6 of the rigid guarantee (`forecast_window_minutes`; `empty_nodes_kept`,
+    `refill_empty_nodes`) on a backend that starts work itself (Slurm's `keep_drainable_off`;
+    an optional method): the nodes `kept_for_arrivals` and `whole_node_stock` pick on
+    the fleet as it is now take no new drainable work until a later pass gives them back.
+    With the rules off (or the guarantee disabled) the set is empty, so the backend gives back
+    whatever an earlier pass kept. None where the backend has no such queue. In shadow mode
+    nothing is applied; the answer says what would be kept."""
     keep_off = getattr(adapter, "keep_drainable_off", None)
     if not callable(keep_off):
         return None
-    nodes = kept_for_whole_node_work(
-        adapter.list_nodes(), adapter.list_gpus(), adapter.list_tasks(), config.guardrails.rigid_guarantee
-    )
-    return keep_off(nodes, act=not config.loop.shadow_mode)
+    guarantee = config.guardrails.rigid_guarantee
+    nodes, gpus, tasks = adapter.list_nodes(), adapter.list_gpus(), adapter.list_tasks()
+    cap, guaranteed = inventory_capacity(nodes, gpus, tasks)
+    kept = whole_node_stock(cap, guaranteed, guarantee)
+    window_s = 60.0 * guarantee.forecast_window_minutes
+    arrivals = getattr(adapter, "guaranteed_arrivals", None)
+    if guarantee.enabled and window_s > 0 and callable(arrivals):
+        now = adapter_now(adapter)
+        horizon_s = config.guardrails.task_drain.max_total_seconds
+        kept |= kept_for_arrivals(cap, arrivals(now - timedelta(seconds=window_s)), now, window_s, horizon_s)
+    return keep_off(tuple(cap.node_ids[i] for i in np.flatnonzero(kept)), act=not config.loop.shadow_mode)
 
 
-def kept_for_whole_node_work(
-    nodes: Sequence[NodeInfo],
-    gpus: Sequence[GpuInfo],
-    tasks: Sequence[TaskInfo],
-    guarantee: RigidGuaranteeConfig,
-) -> tuple[str, ...]:
-    """The nodes rule 6 keeps from new drainable work on a fleet's inventory: per GPU model,
-    its last empty largest nodes (`placement.guarantee.kept_empty`) and, while fewer than the
-    keep are empty, the largest nodes running no guaranteed work nearest to empty
-    (`placement.guarantee.refilling_nodes`), in the order `nodes` lists them. The inventory
+def kept_for_arrivals(
+    cap: ClusterCapacity,
+    arrivals: Sequence[GuaranteedArrival],
+    now: datetime,
+    window_s: float,
+    horizon_s: float,
+) -> np.ndarray:
+    """(N,) bool: the nodes rule 5 keeps from new drainable work for the guaranteed arrivals
+    forecast within `horizon_s` (one SLA wait): the arrivals of the trailing `window_s`
+    (`GuaranteedForecast`, the naive rate of a Poisson stream, the latest shapes as they
+    came), placed virtually, best fit, on the room free now (`placement.guarantee.
+    reserved_nodes`), as the twin and the simulator keep it. A job asking several nodes is one
+    arrival per node; Slurm asks whole GPUs of one model (any, where it names none)."""
+    if window_s <= 0 or horizon_s <= 0 or not arrivals or cap.n_nodes == 0:
+        return np.zeros(cap.n_nodes, dtype=bool)
+    forecast = GuaranteedForecast(window_s)
+    for arrival in sorted(arrivals, key=lambda a: a.arrived_at):
+        models = (arrival.gpu_model,) if arrival.gpu_model else ()
+        req = PodRequest(arrival.num_gpu, MILLI, models=models)
+        for _ in range(arrival.nodes):
+            forecast.record(arrival.arrived_at.timestamp(), req)
+    return reserved_nodes(cap, forecast.expected(now.timestamp(), horizon_s))
+
+
+def whole_node_stock(
+    cap: ClusterCapacity, guaranteed: np.ndarray, guarantee: RigidGuaranteeConfig
+) -> np.ndarray:
+    """(N,) bool: per GPU model, its last empty largest nodes (`placement.guarantee.kept_empty`)
+    and, while fewer than the keep are empty, the largest nodes running no guaranteed work
+    (`guaranteed`) nearest to empty (`placement.guarantee.refilling_nodes`). The inventory
     knows GPUs only (a backend reports no free CPU or memory per node), and that is all these
     two rules read: a GPU is free where no running task holds any of it."""
-    if not (guarantee.enabled and guarantee.empty_nodes_kept > 0):
-        return ()
-    cap, guaranteed = inventory_capacity(nodes, gpus, tasks)
-    if cap.n_nodes == 0:
-        return ()
+    if not (guarantee.enabled and guarantee.empty_nodes_kept > 0) or cap.n_nodes == 0:
+        return np.zeros(cap.n_nodes, dtype=bool)
     kept = kept_empty(cap, guarantee.empty_nodes_kept)
     if guarantee.refill_empty_nodes:
         kept |= refilling_nodes(cap, guarantee.empty_nodes_kept, guaranteed)
-    return tuple(cap.node_ids[i] for i in np.flatnonzero(kept))
+    return kept
 
 
 def inventory_capacity(

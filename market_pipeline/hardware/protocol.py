@@ -233,10 +233,24 @@ class DrainableClosure:
 
 
 @dataclass(frozen=True)
+class GuaranteedArrival:
+    """One guaranteed job's arrival as a backend with a queue of its own saw it (Slurm): when
+    it came, the GPU model it asks for ("" where it names none) and the whole GPUs it asks on
+    each of its `nodes` nodes. What rule 5's forecast of the guaranteed arrivals reads."""
+
+    job_id: str
+    arrived_at: datetime
+    gpu_model: str
+    num_gpu: int
+    nodes: int = 1
+
+
+@dataclass(frozen=True)
 class DrainableKeptOff:
     """One pass of rules 5 and 6 of the rigid guarantee on a backend that starts work itself
     (Slurm): the nodes kept from new drainable work for the guaranteed arrivals to come (the
-    empty largest nodes kept for whole-node work and those refilling them), those given back
+    room the forecast arrivals take, the empty largest nodes kept for whole-node work and
+    those refilling them), those given back
     to drainable work this pass, and why nothing was applied where nothing could be (`refused`:
     one line). In shadow mode nothing is applied and `kept` lists what would have been."""
 

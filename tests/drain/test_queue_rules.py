@@ -4,15 +4,22 @@ nodes kept from new drainable work, picked by the shared policy on the fleet's i
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
 
 import pytest
 from drain_testkit import T0
 
 from market_pipeline.config import MarketPipelineConfig, load_config
-from market_pipeline.drain.queue_rules import inventory_capacity, keep_off_drainable, kept_for_whole_node_work
+from market_pipeline.drain.queue_rules import (
+    inventory_capacity,
+    keep_off_drainable,
+    kept_for_arrivals,
+    whole_node_stock,
+)
 from market_pipeline.hardware.protocol import (
     DrainableKeptOff,
     GpuInfo,
+    GuaranteedArrival,
     NodeInfo,
     NodeState,
     ResourceClass,
@@ -22,6 +29,12 @@ from market_pipeline.hardware.protocol import (
 from market_pipeline.hardware.slurm.client import SlurmNotFound, parse_partition_nodes
 
 GUARANTEE = load_config().guardrails.rigid_guarantee
+
+
+def kept_for_whole_node_work(nodes, gpus, tasks, guarantee) -> tuple[str, ...]:  # noqa: ANN001
+    """Rule 6's nodes on an inventory, by id."""
+    cap, guaranteed = inventory_capacity(nodes, gpus, tasks)
+    return tuple(cap.node_ids[i] for i in whole_node_stock(cap, guaranteed, guarantee).nonzero()[0])
 
 
 def fleet(n: int, gpus: int = 8, model: str = "A100-80GB") -> tuple[list[NodeInfo], list[GpuInfo]]:
@@ -86,6 +99,36 @@ def test_the_inventory_reads_each_gpu_held_and_nodes_without_gpus_are_left_out()
     assert cap.node_ids == (nodes[0].node_id, nodes[1].node_id)
     assert cap.gpu_free.tolist() == [[1000, 500, 500, 1000], [0, 1000, 1000, 1000]]
     assert guaranteed.tolist() == [False, True]
+
+
+def test_the_forecast_arrivals_keep_the_node_they_would_fit_best() -> None:
+    """Rule 5 on an inventory: four guaranteed 2-GPU arrivals in the last four hours expect one
+    within the 10-minute SLA wait (4 x 600 / 14,400, rounded up), placed best fit: the node
+    with the fewest free GPUs that still fits two, of the model they ask for. Arrivals older
+    than the window expect nothing; a model no node has keeps nothing."""
+    a100, a100_gpus = fleet(3)
+    h800, h800_gpus = fleet(1, model="H800")
+    nodes, gpus = a100 + h800, a100_gpus + h800_gpus
+    tasks = [task(a100[0].node_id, 0, 7), task(a100[1].node_id, 0, 6), task(a100[2].node_id, 0, 4)]
+    cap, _ = inventory_capacity(nodes, gpus, tasks)
+
+    def arrivals(model: str, hours_ago: float, count: int = 4) -> list[GuaranteedArrival]:
+        return [
+            GuaranteedArrival(f"j{i}", T0 - timedelta(hours=hours_ago, minutes=i), model, 2)
+            for i in range(count)
+        ]
+
+    kept = kept_for_arrivals(cap, arrivals("A100-80GB", 1), T0, 4 * 3600, 600)
+    assert [cap.node_ids[i] for i in kept.nonzero()[0]] == [a100[1].node_id]  # 2 free: the best fit
+    assert not kept_for_arrivals(cap, arrivals("A100-80GB", 5), T0, 4 * 3600, 600).any()
+    assert not kept_for_arrivals(cap, arrivals("A100-80GB", 1), T0, 0, 600).any()
+    kept = kept_for_arrivals(cap, arrivals("H800", 1), T0, 4 * 3600, 600)
+    assert [cap.node_ids[i] for i in kept.nonzero()[0]] == [h800[0].node_id]
+    assert not kept_for_arrivals(cap, arrivals("B200", 1), T0, 4 * 3600, 600).any()
+    # two nodes a job asks count as two arrivals: 8 x 600 / 14,400 rounds up to one still
+    many = [dataclasses.replace(a, nodes=2) for a in arrivals("A100-80GB", 1)]
+    assert kept_for_arrivals(cap, many, T0, 4 * 3600, 600).sum() == 1
+    assert kept_for_arrivals(cap, many * 4, T0, 4 * 3600, 1800).sum() == 3  # 32 x 1800 / 14,400 = 4 expected
 
 
 def test_the_pass_hands_the_backend_its_nodes_or_says_nothing_where_it_has_no_queue() -> None:

@@ -7,7 +7,8 @@
 | pending_summary | `squeue --json`, jobs PENDING for capacity (reason `Resources`, `Priority`, ...): GPUs asked (`tres_per_node`/`tres_per_job`) per GRES type -> model, class, wait |
 | waiting_guaranteed | the same guaranteed jobs, oldest first, one waiting task per node asked: what the live drain planner makes room for |
 | close_to_drainable | `scontrol update jobid=J StartTime=...`: pending drainable jobs of a GPU model where guaranteed work waits start no sooner than one lease ahead (rule 4 of the rigid guarantee) |
-| keep_drainable_off | `scontrol update PartitionName=<drainable> Nodes=...`: the nodes kept for guaranteed arrivals (rule 6's empty nodes and those refilling them) leave the drainable partition's list, and go back when no longer kept |
+| guaranteed_arrivals | `squeue --json` guaranteed jobs by submission, and the journal's runs of those squeue forgot: what rule 5's forecast of guaranteed arrivals reads |
+| keep_drainable_off | `scontrol update PartitionName=<drainable> Nodes=...`: the nodes kept for guaranteed arrivals (rule 5's room for the forecast arrivals, rule 6's empty nodes and those refilling them) leave the drainable partition's list, and go back when no longer kept |
 | read_samples | per-GPU allocation (the jobs' GRES indices, `gres_used`), logged at each read |
 | cordon / uncordon | `scontrol update nodename=N state=drain reason=...` / `state=resume` |
 | warn_task / checkpoint_task | `scancel --signal=USR1 --batch` / `--signal=USR2 --batch` |
@@ -47,6 +48,7 @@ from market_pipeline.hardware.protocol import (
     DrainableClosure,
     DrainableKeptOff,
     GpuInfo,
+    GuaranteedArrival,
     NodeInfo,
     NodeState,
     Outcome,
@@ -311,6 +313,45 @@ class SlurmAdapter:
                 )
         return out
 
+    def guaranteed_arrivals(self, since: datetime) -> list[GuaranteedArrival]:
+        """The guaranteed jobs that arrived since `since`, the earliest first: what rule 5's
+        forecast reads (`drain.queue_rules.keep_off_drainable`). Those squeue still lists (pending,
+        running, or ended within the cluster's `MinJobAge`) at their submission; those it no
+        longer lists at the start of the run the journal saw (Slurm forgets an ended job, the
+        journal keeps its runs): a short job submitted and ended between two reads is missed.
+        One arrival per job, asking its GPUs per node (`tres_per_job` spread evenly, rounded
+        up) on each node it asks for; the model as `pending_summary` reads it."""
+        nodes = [n for n in self.slurm_nodes() if n.gpus]
+        jobs = self.slurm_jobs()
+        listed = {j.job_id for j in jobs}
+        out: dict[str, GuaranteedArrival] = {}
+        for job, model in self._asking_gpus(nodes, jobs):
+            if (
+                self.drainable in {job.partition, job.qos}
+                or job.submit_time is None
+                or job.submit_time < since
+            ):
+                continue
+            per_node = -(-job.requested_gpus // max(job.requested_nodes, 1))
+            out[job.job_id] = GuaranteedArrival(
+                job.job_id, job.submit_time, model, per_node, max(job.requested_nodes, 1)
+            )
+        model_of = {n.name: self._model(n) for n in nodes}
+        for record in self.journal.read()["runs"].values():
+            job_id = split_task_id(record["task_id"])[0]
+            if (
+                record["resource_class"] != ResourceClass.GUARANTEED.value
+                or job_id in listed
+                or job_id in out
+            ):
+                continue
+            started = datetime.fromisoformat(record["started_at"])
+            if started >= since and record["gpu_uuids"]:
+                out[job_id] = GuaranteedArrival(
+                    job_id, started, model_of.get(record["node_id"], ""), len(record["gpu_uuids"])
+                )
+        return sorted(out.values(), key=lambda a: (a.arrived_at, _job_number(a.job_id)))
+
     def _waiting_for_gpus(self, nodes: Sequence[SlurmNode]) -> list[tuple[SlurmJob, str]]:
         """(job, GPU model) of each job pending for capacity (`SlurmJob.waits_for_capacity`)
         that asks for GPUs, and of each drainable job our rule 4 pass deferred (it waits for
@@ -324,13 +365,15 @@ class SlurmAdapter:
             if job.waits_for_capacity or (job.job_id in deferred and job.state == "PENDING")
         ]
 
-    def _asking_gpus(self, nodes: Sequence[SlurmNode]) -> list[tuple[SlurmJob, str]]:
-        """(job, GPU model) of each job that asks for GPUs, the model as `_waiting_for_gpus`
-        reads it."""
+    def _asking_gpus(
+        self, nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob] | None = None
+    ) -> list[tuple[SlurmJob, str]]:
+        """(job, GPU model) of each job (of `jobs`, else squeue's) that asks for GPUs, the
+        model as `_waiting_for_gpus` reads it."""
         models = {self._model(n) for n in nodes}
         only = next(iter(models)) if len(models) == 1 else None
         out = []
-        for job in self.slurm_jobs():
+        for job in self.slurm_jobs() if jobs is None else jobs:
             if job.requested_gpus <= 0:
                 continue
             model = self.namer(job.requested_gpu_type) if job.requested_gpu_type else only

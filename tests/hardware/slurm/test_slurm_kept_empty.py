@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from typing import TypeVar
 
 import pytest
@@ -34,6 +35,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the local Slurm cluster runs slurmd, which needs root"),
 ]
 T = TypeVar("T")
+UTC = timezone.utc
 NODES = 10
 
 
@@ -86,7 +88,9 @@ def test_the_last_empty_node_is_kept_for_whole_node_work_and_churn_refills_it(
     node left, the next pass keeps a node running no guaranteed work from new drainable work
     (the refill); once its job ends, the pending drainable job still does not take it: it is the
     kept empty node now. Turning the rule off gives the partition its list back, and
-    the pending drainable job starts."""
+    the pending drainable job starts. (Rule 5, the room for the arrivals forecast, is off here:
+    the next test has it.)"""
+    monkeypatch.setenv("MP__GUARDRAILS__RIGID_GUARANTEE__FORECAST_WINDOW_MINUTES", "0")
     config = load_config()
     client, jobs = cluster.client(), cluster.home / "jobs"
     ids = submit(client, [JobSpec("acme-research", "a100_80gb", 2, 300, drainable=True)] * (NODES - 1), jobs)
@@ -137,6 +141,49 @@ def test_the_last_empty_node_is_kept_for_whole_node_work_and_churn_refills_it(
     finally:
         cancel_all(cluster, adapter, ids)
         client.set_partition_nodes(DRAINABLE_PARTITION, "ALL")
+
+
+def test_a_guaranteed_arrival_keeps_the_room_its_like_would_take_from_drainable_work(
+    cluster: LocalCluster, adapter: SlurmAdapter
+) -> None:
+    """Rule 5 on real daemons. Eight nodes run a drainable 2-GPU job each, and a guaranteed
+    1-GPU job arrives and starts on one of the two empty nodes. The forecast (one arrival in
+    four hours, so one within the 10-minute SLA wait, of its shape) keeps the free GPU beside
+    it, the best fit for a 1-GPU job, and rule 6 the last empty node: a drainable 1-GPU job
+    submitted next starts on neither. The arrival is read from squeue at its submission, and
+    that of a job squeue no longer lists from the journal's runs, at its start."""
+    config = load_config()
+    client, jobs = cluster.client(), cluster.home / "jobs"
+    since = datetime.now(UTC) - timedelta(seconds=2)
+    ids = submit(client, [JobSpec("acme-research", "a100_80gb", 2, 300, drainable=True)] * (NODES - 2), jobs)
+    try:
+        wait_for(lambda: running_on(adapter).keys() >= set(ids) or None, 30, "eight jobs running")
+        [rigid] = submit(client, [JobSpec("delta-vision", "a100_80gb", 1, 300, drainable=False)], jobs)
+        ids.append(rigid)
+        beside = wait_for(lambda: running_on(adapter).get(rigid), 30, "the guaranteed job running")
+        [arrival] = [a for a in adapter.guaranteed_arrivals(since) if a.job_id == rigid]
+        assert (arrival.gpu_model, arrival.num_gpu, arrival.nodes) == ("A100-80GB", 1, 1)
+        assert arrival.arrived_at >= since
+        # a run the journal saw of a job squeue has forgotten (ended past MinJobAge) still arrived
+        with adapter.journal.edit() as journal:
+            [seen] = [r for r in journal["runs"].values() if r["task_id"].startswith(f"{rigid}@")]
+            journal["runs"]["9999999@1"] = seen | {"task_id": "9999999@1"}
+        forgotten = [a for a in adapter.guaranteed_arrivals(since) if a.job_id == "9999999"]
+        assert [(a.gpu_model, a.num_gpu) for a in forgotten] == [("A100-80GB", 1)]
+        assert not [
+            a for a in adapter.guaranteed_arrivals(datetime.now(UTC)) if a.job_id in {rigid, "9999999"}
+        ]
+
+        [empty] = sorted({n.name for n in adapter.slurm_nodes()} - set(running_on(adapter).values()))
+        kept = keep_off_drainable(adapter, config)
+        assert kept is not None and set(kept.kept) == {beside, empty}, kept
+        [queued] = submit(client, [JobSpec("ember-ai", "a100_80gb", 1, 300, drainable=True)], jobs)
+        ids.append(queued)
+        time.sleep(6)  # three of the scheduler's passes
+        assert queued not in running_on(adapter)
+    finally:
+        adapter.keep_drainable_off([])  # the list as found, the journal cleared
+        cancel_all(cluster, adapter, ids)
 
 
 def test_a_partition_list_changed_since_is_the_operators_and_is_not_put_back(
