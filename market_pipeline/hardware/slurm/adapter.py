@@ -456,8 +456,9 @@ class SlurmAdapter:
         submission. Only our own change is undone: the journal keeps the list as found and the
         one we set, and where the partition's list is no longer the one we set (an operator's
         update, `scontrol reconfigure`), theirs is taken as found and nothing of ours is put
-        back. Where drainable work is a QOS, not a partition, nothing is applied and `refused`
-        says so. Not a lease: while the loop is stopped the kept nodes stay off drainable work;
+        back. Each GPU model keeps one of its largest nodes in the list whatever is asked: a
+        partition with no node that could run a job refuses it at submission. Where drainable
+        work is a QOS, not a partition, nothing is applied and `refused` says so. Not a lease: while the loop is stopped the kept nodes stay off drainable work;
         turning the rules off (`empty_nodes_kept` 0) gives them back at the next pass. `act`
         False (shadow mode): nothing is changed, and `kept` lists what would be kept off."""
         part = self.drainable
@@ -478,17 +479,27 @@ class SlurmAdapter:
             ours = {}  # the list was changed since by someone else: theirs is the definition now
         removed = set(ours.get("removed", ()))
         base = members | removed  # the partition's nodes, ours given back
-        asked = set(node_ids)
-        kept = [n for n in order if n in asked and n in base]
+        asked = set(node_ids) & base
+        # per GPU model, one of its largest nodes stays in the list: sbatch refuses a job its
+        # partition could never run, and a pending job its partition cannot hold no longer
+        # waits for capacity (squeue's reason turns to the partition's configuration)
+        largest: dict[str, list[SlurmNode]] = {}
+        for node in nodes:
+            if node.gpus and node.name in base:
+                group = largest.setdefault(self._model(node), [])
+                if group and node.gpus > group[0].gpus:
+                    group.clear()
+                if not group or node.gpus == group[0].gpus:
+                    group.append(node)
+        for group in largest.values():
+            if all(n.name in asked for n in group):
+                asked.discard(group[-1].name)
+        kept = [n for n in order if n in asked]
         returned = [n for n in order if n in removed and n not in asked]
         if not act:
             return DrainableKeptOff(tuple(kept))
         remaining = [n for n in order if n in base and n not in asked]
         try:
-            if kept and not remaining:
-                return DrainableKeptOff(
-                    refused=f"every node of partition {part} would be kept from drainable work: none is"
-                )
             if kept:
                 applied = found
                 if set(remaining) != members:

@@ -186,6 +186,26 @@ def test_a_guaranteed_arrival_keeps_the_room_its_like_would_take_from_drainable_
         cancel_all(cluster, adapter, ids)
 
 
+def test_a_model_keeps_one_of_its_largest_nodes_open_to_drainable_work(
+    cluster: LocalCluster, adapter: SlurmAdapter
+) -> None:
+    """Asked to keep every node of the model, the pass keeps all but its last largest one in
+    the drainable partition: sbatch accepts a drainable job of the model, and it runs there."""
+    client = cluster.client()
+    names = [n.name for n in adapter.slurm_nodes()]
+    ids: list[str] = []
+    try:
+        assert adapter.keep_drainable_off(names) == DrainableKeptOff(kept=tuple(names[:-1]))
+        assert drainable_nodes(adapter) == {names[-1]}
+        ids += submit(
+            client, [JobSpec("ember-ai", "a100_80gb", 2, 300, drainable=True)], cluster.home / "jobs"
+        )
+        assert wait_for(lambda: running_on(adapter).get(ids[0]), 30, "the drainable job running") == names[-1]
+    finally:
+        adapter.keep_drainable_off([])
+        cancel_all(cluster, adapter, ids)
+
+
 def test_a_partition_list_changed_since_is_the_operators_and_is_not_put_back(
     cluster: LocalCluster, adapter: SlurmAdapter
 ) -> None:
