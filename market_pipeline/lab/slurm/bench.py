@@ -3,7 +3,9 @@
 It starts a local cluster (4 nodes x 8 GPUs by default) in a temporary home, submits an
 openb-shaped workload (200 jobs, durations scaled down) and, while the jobs run:
 - times `list_tasks` and `read_samples` (median, p95) next to a bare `squeue --json`
-  (the baseline: what one CLI round trip costs);
+  (the baseline: what one CLI round trip costs), and every fifth poll the rigid guarantee's
+  passes on the queue (`drain.queue_rules`: rule 4's, and rules 5 and 6's, in shadow mode so
+  that the workload runs as submitted);
 - drains the drainable jobs of one node through the real drain executor (warning, checkpoint,
   SIGTERM, release check), measuring warning -> released against the notice (`KillWait`);
 - requeues the drained jobs and measures requeue -> running again;
@@ -27,6 +29,7 @@ from market_pipeline.billing.metering import HourWindow, meter_window
 from market_pipeline.config.model import MarketPipelineConfig
 from market_pipeline.drain.executor import DrainExecutor, DrainRequest
 from market_pipeline.drain.protocol import InMemoryAuditStore
+from market_pipeline.drain.queue_rules import close_to_drainable, keep_off_drainable
 from market_pipeline.drain.recovery import ENDED_BY_DRAIN, requeue_drained
 from market_pipeline.drain.steps import DrainTiming
 from market_pipeline.hardware.protocol import ResourceClass
@@ -103,9 +106,19 @@ def _bench(
     list_s: list[float] = []
     samples_s: list[float] = []
     squeue_s: list[float] = []
+    rules_s: list[float] = []
+    kept: list[int] = []
+    shadow = config.model_copy(update={"loop": config.loop.model_copy(update={"shadow_mode": True})})
+
+    def rules() -> None:
+        close_to_drainable(adapter, shadow)
+        answer = keep_off_drainable(adapter, shadow)
+        kept.append(len(answer.kept) if answer is not None else 0)
 
     def poll() -> list:
         _timed(cluster.client().squeue_jobs, squeue_s)
+        if len(squeue_s) % 5 == 1:
+            _timed(rules, rules_s)
         tasks = _timed(adapter.list_tasks, list_s)
         now = datetime.now(UTC)
         _timed(
@@ -248,6 +261,10 @@ def _bench(
         "read_samples_median_s": _median(samples_s),
         "read_samples_p95_s": _p95(samples_s),
         "baseline_squeue_json_median_s": _median(squeue_s),
+        "guarantee_queue_passes_median_s": _median(rules_s),
+        "guarantee_queue_passes_p95_s": _p95(rules_s),
+        "guarantee_queue_passes": len(rules_s),
+        "nodes_kept_from_drainable_max": max(kept, default=0),
         "polls": len(list_s),
         "kill_wait_s": kill_wait,
         "drained_node": target,
