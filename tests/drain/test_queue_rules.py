@@ -7,7 +7,7 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
-from drain_testkit import T0
+from drain_testkit import T0, make_task
 
 from market_pipeline.config import MarketPipelineConfig, load_config
 from market_pipeline.drain.queue_rules import (
@@ -24,7 +24,6 @@ from market_pipeline.hardware.protocol import (
     NodeState,
     ResourceClass,
     TaskInfo,
-    TaskKind,
 )
 from market_pipeline.hardware.slurm.client import SlurmNotFound, parse_partition_nodes
 
@@ -47,18 +46,10 @@ def fleet(n: int, gpus: int = 8, model: str = "A100-80GB") -> tuple[list[NodeInf
 def task(
     node: str, first: int, count: int, cls: ResourceClass = ResourceClass.DRAINABLE, milli: int = 1000
 ) -> TaskInfo:
-    return TaskInfo(
-        task_id=f"{node}:{first}",
-        tenant_id="t1",
-        pool_id="p1",
-        node_id=node,
-        gpu_uuids=tuple(f"{node}/{g}" for g in range(first, first + count)),
-        gpu_milli=milli,
-        kind=TaskKind.TRAINING,
-        qos="BE",
-        priority=0,
-        resource_class=cls,
-        started_at=T0,
+    """A task on `count` GPUs of `node` from slot `first` (their ids as `fleet` names them)."""
+    held = tuple(f"{node}/{g}" for g in range(first, first + count))
+    return dataclasses.replace(
+        make_task(f"{node}:{first}", node=node, gpu_milli=milli, resource_class=cls), gpu_uuids=held
     )
 
 

@@ -37,10 +37,12 @@ from market_pipeline.hardware.slurm.client import SlurmUnavailable
 from market_pipeline.hardware.slurm.cluster import ClusterSpec, LocalCluster, NodeGroup, missing_binaries
 from market_pipeline.hardware.slurm.workload import JobSpec, submit
 
-pytestmark = [
+# what every module on a local cluster needs (the others import it)
+NEEDS_SLURM = [
     pytest.mark.skipif(bool(missing_binaries()), reason=f"Slurm not installed: missing {missing_binaries()}"),
     pytest.mark.skipif(os.geteuid() != 0, reason="the local Slurm cluster runs slurmd, which needs root"),
 ]
+pytestmark = NEEDS_SLURM
 KILL_WAIT = 2
 T = TypeVar("T")
 UTC = timezone.utc
@@ -54,7 +56,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         min_job_age_seconds=120,
         suspend_timeout_seconds=2,
     )
-    local = LocalCluster(tmp_path_factory.mktemp("slurm"), spec)
+    yield from running_cluster(tmp_path_factory, "slurm", spec)
+
+
+def running_cluster(factory: pytest.TempPathFactory, name: str, spec: ClusterSpec) -> Iterator[LocalCluster]:
+    """A module's local cluster under a fresh temporary home, stopped after its tests."""
+    local = LocalCluster(factory.mktemp(name), spec)
     local.up()
     yield local
     local.down()

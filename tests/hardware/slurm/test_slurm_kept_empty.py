@@ -9,13 +9,16 @@ not run as root (slurmd must).
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from typing import TypeVar
 
 import pytest
+from test_slurm_cluster import (  # the one bounded poll of the Slurm tests
+    NEEDS_SLURM,
+    running_cluster,
+    wait_for,
+)
 
 from market_pipeline.config import load_config
 from market_pipeline.drain.queue_rules import keep_off_drainable
@@ -26,40 +29,18 @@ from market_pipeline.hardware.slurm.cluster import (
     ClusterSpec,
     LocalCluster,
     NodeGroup,
-    missing_binaries,
 )
 from market_pipeline.hardware.slurm.workload import JobSpec, submit
 
-pytestmark = [
-    pytest.mark.skipif(bool(missing_binaries()), reason=f"Slurm not installed: missing {missing_binaries()}"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="the local Slurm cluster runs slurmd, which needs root"),
-]
-T = TypeVar("T")
+pytestmark = NEEDS_SLURM
 UTC = timezone.utc
 NODES = 10
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    spec = ClusterSpec(
-        groups=(NodeGroup("a100_80gb", "cn-hangzhou-a", NODES, 2, 4),),
-        kill_wait_seconds=2,
-        min_job_age_seconds=120,
-    )
-    local = LocalCluster(tmp_path_factory.mktemp("slurm-kept"), spec)
-    local.up()
-    yield local
-    local.down()
-
-
-def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not within {timeout}s")
+    spec = ClusterSpec(groups=(NodeGroup("a100_80gb", "cn-hangzhou-a", NODES, 2, 4),), kill_wait_seconds=2)
+    yield from running_cluster(tmp_path_factory, "slurm-kept", spec)
 
 
 def running_on(adapter: SlurmAdapter) -> dict[str, str]:
