@@ -337,6 +337,14 @@ def test_the_loop_runs_live_on_slurm_and_drains_a_scaled_down_node_through_the_g
             assert cordons[a100]["target"] != guaranteed_task.node_id, scale
             assert not _drained(store)
     assert len(_drained(store)) == 1, _decisions(store)
+    # the rigid guarantee's passes on Slurm's queue ran in the drain plan (rules 4, 5 and 6): no
+    # guaranteed job waits; the guaranteed arrival's like is forecast within the SLA wait, and the
+    # free GPU beside it (the other A100 node is cordoned) is kept from drainable work
+    event = live.instance.get_latest_materialization_event(dg.AssetKey("drain_requests"))
+    assert event is not None and event.asset_materialization is not None
+    meta = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    assert meta["closed_to_drainable"] == [] and meta["kept_from_drainable_refused"] == "-", meta
+    assert meta["kept_from_drainable"] == [guaranteed_task.node_id], meta
 
     # telemetry: Slurm's allocation samples are clean, the fields it cannot measure not reported
     ingests = store.query("SELECT sum(clean) AS clean, sum(quarantined) AS q FROM telemetry_ingests").row(0)
