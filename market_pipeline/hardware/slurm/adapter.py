@@ -460,7 +460,9 @@ class SlurmAdapter:
         partition with no node that could run a job refuses it at submission. Where drainable
         work is a QOS, not a partition, nothing is applied and `refused` says so. Not a lease: while the loop is stopped the kept nodes stay off drainable work;
         turning the rules off (`empty_nodes_kept` 0) gives them back at the next pass. `act`
-        False (shadow mode): nothing is changed, and `kept` lists what would be kept off."""
+        False (shadow mode): `kept` lists what would be kept off and nothing is kept; what an
+        earlier pass kept is given back (the list as found), so that a loop switched to shadow
+        mode leaves the cluster as it found it."""
         part = self.drainable
         try:
             found = self.client.partition_nodes(part)
@@ -477,7 +479,7 @@ class SlurmAdapter:
         ours: dict[str, Any] = self.journal.read()["kept_off"]
         if ours and ours.get("applied") != found:
             ours = {}  # the list was changed since by someone else: theirs is the definition now
-        removed = set(ours.get("removed", ()))
+        removed = set(ours.get("removed", ())) & set(order)  # a node gone from the cluster is not given back
         base = members | removed  # the partition's nodes, ours given back
         asked = set(node_ids) & base
         # per GPU model, one of its largest nodes stays in the list: sbatch refuses a job its
@@ -494,11 +496,10 @@ class SlurmAdapter:
         for group in largest.values():
             if all(n.name in asked for n in group):
                 asked.discard(group[-1].name)
-        kept = [n for n in order if n in asked]
-        returned = [n for n in order if n in removed and n not in asked]
-        if not act:
-            return DrainableKeptOff(tuple(kept))
-        remaining = [n for n in order if n in base and n not in asked]
+        would_keep = [n for n in order if n in asked]
+        kept = would_keep if act else []  # shadow mode: what an earlier acting pass kept goes back
+        returned = [n for n in order if n in removed and n not in kept]
+        remaining = [n for n in order if n in base and n not in kept]
         try:
             if kept:
                 applied = found
@@ -516,7 +517,7 @@ class SlurmAdapter:
             return DrainableKeptOff(refused=str(exc))
         with self.journal.edit() as journal:
             journal["kept_off"] = state
-        return DrainableKeptOff(tuple(kept), tuple(returned))
+        return DrainableKeptOff(tuple(would_keep), tuple(returned))
 
     def _remember(self, tasks: Sequence[TaskInfo]) -> None:
         with self.journal.edit() as journal:

@@ -204,6 +204,25 @@ def test_a_partition_list_changed_since_is_the_operators_and_is_not_put_back(
         client.set_partition_nodes(DRAINABLE_PARTITION, "ALL")
 
 
+def test_shadow_mode_reports_what_it_would_keep_and_gives_back_what_was_kept(
+    cluster: LocalCluster, adapter: SlurmAdapter
+) -> None:
+    """A loop switched to shadow mode leaves the cluster as it found it: the pass says which
+    nodes it would keep, keeps none, and gives back those an acting pass kept."""
+    client = cluster.client()
+    names = [n.name for n in adapter.slurm_nodes()]
+    found = client.partition_nodes(DRAINABLE_PARTITION)
+    try:
+        assert adapter.keep_drainable_off(names[:2]).kept == tuple(names[:2])
+        assert drainable_nodes(adapter) == set(names[2:])
+        shadow = adapter.keep_drainable_off(names[1:3], act=False)
+        assert shadow == DrainableKeptOff(kept=tuple(names[1:3]), returned=tuple(names[:2]))
+        assert client.partition_nodes(DRAINABLE_PARTITION) == found
+        assert adapter.keep_drainable_off(names[1:3], act=False).returned == ()
+    finally:
+        client.set_partition_nodes(DRAINABLE_PARTITION, found)
+
+
 def test_drainable_work_as_a_qos_is_one_line_and_nothing_is_changed(cluster: LocalCluster) -> None:
     """Where drainable work is a QOS, not a partition, no node list can keep it off a node:
     the pass says so in one line and changes nothing."""
