@@ -6,7 +6,7 @@
 | list_tasks | `squeue --json`, RUNNING jobs: node, GPUs (GRES IDX), tenant = account, start, class |
 | pending_summary | `squeue --json`, jobs PENDING for capacity (reason `Resources`, `Priority`, ...): GPUs asked (`tres_per_node`/`tres_per_job`) per GRES type -> model, class, wait |
 | waiting_guaranteed | the same guaranteed jobs, oldest first, one waiting task per node asked: what the live drain planner makes room for |
-| close_to_drainable | `scontrol update jobid=J StartTime=...`: pending drainable jobs of a GPU model where guaranteed work waits start no sooner than one lease ahead (rule 4 of the rigid guarantee) |
+| close_to_drainable | `scontrol update jobid=J StartTime=...`: pending drainable jobs of a GPU model where guaranteed work waits start no sooner than one lease ahead (rule 4 of the rigid guarantee); the closure published next to slurm.conf for the shipped job_submit plugin (`job_submit.lua`), which gives a drainable job submitted in between the same begin time |
 | guaranteed_arrivals | `squeue --json` guaranteed jobs by submission, and the journal's runs of those squeue forgot: what rule 5's forecast of guaranteed arrivals reads |
 | keep_drainable_off | `scontrol update PartitionName=<drainable> Nodes=...`: the nodes kept for guaranteed arrivals (rule 5's room for the forecast arrivals, rule 6's empty nodes and those refilling them) leave the drainable partition's list, and go back when no longer kept |
 | read_samples | per-GPU allocation (the jobs' GRES indices, `gres_used`), logged at each read |
@@ -33,6 +33,7 @@ as cordoned and OFF with the reason, and no operation acts on them.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta, timezone
@@ -92,6 +93,8 @@ EVENT_ORDER = {"start": 0, "drain_signal": 1, "drained": 2, "end": 2, "failed": 
 REQUEUED_STATES = frozenset({"PENDING", "REQUEUED", "PREEMPTED", "REQUEUE_HOLD", "REQUEUE_FED"})
 # pending drainable jobs one rule 4 pass acts on (one scontrol each): the oldest first
 MAX_DEFERRALS = 256
+# rule 4's closure, published next to slurm.conf for the job_submit plugin (job_submit.lua)
+CLOSURE_FILE = "market-pipeline-closure"
 # a begin time within this of the one we gave a job is still ours (Slurm keeps whole seconds)
 BEGIN_SLACK_SECONDS = 2.0
 
@@ -354,15 +357,25 @@ class SlurmAdapter:
 
     def _waiting_for_gpus(self, nodes: Sequence[SlurmNode]) -> list[tuple[SlurmJob, str]]:
         """(job, GPU model) of each job pending for capacity (`SlurmJob.waits_for_capacity`)
-        that asks for GPUs, and of each drainable job our rule 4 pass deferred (it waits for
-        the guaranteed backlog of its model: still demand). A request naming no GRES type
+        that asks for GPUs, and of each drainable job our rule 4 pass deferred, or the
+        job_submit plugin did at submission (it waits for the guaranteed backlog of its model:
+        still demand). A request naming no GRES type
         counts for the model the cluster's GPU nodes share; where they have several, it is left
         out (nothing says which model's queue it is in)."""
-        deferred = self.journal.read()["deferred"]
+        journal = self.journal.read()
+        deferred, published = journal["deferred"], journal["published_until"]
+
+        def ours(job: SlurmJob) -> bool:  # our pass's deferral, or the job_submit plugin's
+            if job.job_id in deferred:
+                return True
+            return (
+                bool(published) and self.drainable in {job.partition, job.qos} and _begins_at(job, published)
+            )
+
         return [
             (job, model)
             for job, model in self._asking_gpus(nodes)
-            if job.waits_for_capacity or (job.job_id in deferred and job.state == "PENDING")
+            if job.waits_for_capacity or (job.state == "PENDING" and ours(job))
         ]
 
     def _asking_gpus(
@@ -396,18 +409,24 @@ class SlurmAdapter:
 
         Only our own deferrals are renewed or undone (the journal): a job held by its tenant,
         waiting on a dependency or on a begin time its tenant set, or whose begin time was
-        changed since, is left alone. A drainable job naming no GRES type on a cluster of
+        changed since, is left alone; a begin time the job_submit plugin gave at submission
+        (`job_submit.lua`: the lease end this pass publishes next to slurm.conf,
+        `closure_file`) is ours. A drainable job naming no GRES type on a cluster of
         several GPU models is not deferred (nothing says which model it lands on). At most
         `MAX_DEFERRALS` jobs are acted on a pass, the oldest first. `act` False (shadow mode):
         nothing is changed, and `deferred` lists the jobs that would have been."""
         now = datetime.now(timezone.utc)
         closed = frozenset(models)
-        ours: dict[str, str] = self.journal.read()["deferred"]
+        journal = self.journal.read()
+        ours: dict[str, str] = journal["deferred"]
+        published = journal["published_until"]  # the lease the job_submit plugin gave new jobs
+        nodes = [n for n in self.slurm_nodes() if n.gpus]
         defer, release, changed = [], [], set()
-        for job, model in self._asking_gpus([n for n in self.slurm_nodes() if n.gpus]):
+        for job, model in self._asking_gpus(nodes):
             if job.state != "PENDING" or self.drainable not in {job.partition, job.qos}:
                 continue
             mine = job.job_id in ours and _begins_at(job, ours[job.job_id])
+            mine = mine or (job.job_id not in ours and bool(published) and _begins_at(job, published))
             if job.job_id in ours and not mine:
                 changed.add(job.job_id)  # its begin time was set since: no longer ours
             if model in closed and (mine or job.waits_for_capacity):
@@ -421,6 +440,11 @@ class SlurmAdapter:
         until = now + timedelta(seconds=lease_seconds)
         done: dict[str, str] = {}
         released, failed = [], []
+        types = sorted({n.gpu_type for n in nodes if self._model(n) in closed})
+        try:
+            self._publish_closure(until, types)
+        except OSError as exc:
+            failed.append(f"closure file: {exc}")
         for job, moment in [(j, until) for j in defer] + [(j, now) for j in release]:
             try:
                 self.client.set_begin(job.job_id, moment)
@@ -434,11 +458,29 @@ class SlurmAdapter:
             else:
                 released.append(job.job_id)
         pending = {j.job_id for j in self.slurm_jobs() if j.state == "PENDING"}
-        with self.journal.edit() as journal:
+        with self.journal.edit() as edited:
             acted = {j.job_id for j in defer} | set(released) | changed
-            kept = {k: v for k, v in journal["deferred"].items() if k in pending and k not in acted}
-            journal["deferred"] = kept | done
+            kept = {k: v for k, v in edited["deferred"].items() if k in pending and k not in acted}
+            edited["deferred"] = kept | done
+            edited["published_until"] = _slurm_second(until).isoformat() if types else ""
         return DrainableClosure(tuple(sorted(closed)), tuple(done), tuple(released), tuple(failed))
+
+    @property
+    def closure_file(self) -> Path:
+        """Where rule 4's closure is published for the job_submit plugin (`job_submit.lua`):
+        `market-pipeline-closure` next to slurm.conf, where the plugin looks for it."""
+        conf = self.client.conf or Path("/etc/slurm/slurm.conf")
+        return Path(conf).parent / CLOSURE_FILE
+
+    def _publish_closure(self, until: datetime, gres_types: Sequence[str]) -> None:
+        """The closure the job_submit plugin reads (`job_submit.lua`): until when, the drainable
+        class and the GRES types closed. Atomic; with no type closed, the lease is void at once."""
+        lease_end = int(_slurm_second(until).timestamp()) if gres_types else 0
+        lines = [f"until {lease_end}", f"class {self.drainable}", *(f"type {t}" for t in gres_types)]
+        target = self.closure_file
+        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        os.replace(tmp, target)
 
     def keep_drainable_off(self, node_ids: Collection[str], *, act: bool = True) -> DrainableKeptOff:
         """Rules 5 and 6 of the rigid guarantee on Slurm's own queue: the nodes the policy keeps

@@ -38,6 +38,7 @@ from market_pipeline.hardware.slurm.client import SlurmClient, SlurmError
 BINARIES = ("munged", "slurmctld", "slurmd", "sinfo", "squeue", "scontrol", "scancel", "sbatch")
 ACCOUNTING_BINARIES = ("slurmdbd", "sacctmgr", "sacct", "mariadbd", "mariadb-install-db", "mariadb-admin")
 POWER_SCRIPT = Path(__file__).with_name("power_local.sh")
+JOB_SUBMIT_SCRIPT = Path(__file__).with_name("job_submit.lua")
 ZONE_FEATURE_PREFIX = "zone_"
 DRAINABLE_PARTITION = "drainable"
 GUARANTEED_PARTITION = "guaranteed"
@@ -181,6 +182,8 @@ class LocalCluster:
             ),
             "JobAcctGatherType=jobacct_gather/none",
             "JobCompType=jobcomp/filetxt",
+            # rule 4 of the rigid guarantee at submission (the shipped job_submit.lua)
+            "JobSubmitPlugins=lua",
             f"JobCompLoc={home}/log/jobcomp.txt",
             f"SuspendProgram={home}/bin/suspend",
             f"ResumeProgram={home}/bin/resume",
@@ -218,6 +221,9 @@ class LocalCluster:
             f"PartitionName={DRAINABLE_PARTITION} Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1"
         )
         self.conf.write_text("\n".join(lines) + "\n")
+        shutil.copyfile(
+            JOB_SUBMIT_SCRIPT, home / "etc" / "job_submit.lua"
+        )  # slurmctld reads it beside slurm.conf
         (home / "etc" / "gres.conf").write_text("\n".join(gres) + "\n")
         for action in ("suspend", "resume"):
             script = home / "bin" / action

@@ -25,7 +25,14 @@ MAX_RUNS = 100_000
 
 
 def _empty() -> dict[str, Any]:
-    return {"runs": {}, "drain_signals": {}, "drained": {}, "deferred": {}, "kept_off": {}}
+    return {
+        "runs": {},
+        "drain_signals": {},
+        "drained": {},
+        "deferred": {},
+        "kept_off": {},
+        "published_until": "",
+    }
 
 
 class Journal:

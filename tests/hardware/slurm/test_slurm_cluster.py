@@ -295,8 +295,10 @@ def test_drainable_work_keeps_off_a_model_where_guaranteed_work_waits_and_comes_
     it (`drain.service.close_to_drainable`, the `drain_requests` asset's pass) the model is
     closed, the pending drainable job is deferred one lease (two control ticks) and does not
     start there, it still counts as waiting demand, and the tenant's own begin time is left
-    alone. Once the guaranteed job has started (the long job ended) the model opens and the
-    deferred job's begin time is back to now."""
+    alone. A drainable job submitted before the next pass gets the same begin time at
+    submission from the shipped job_submit plugin (the pass publishes the closure next to
+    slurm.conf), a drainable job of an open model none. Once the guaranteed job has started (the
+    long job ended) the model opens and the deferred jobs' begin times are back to now."""
     from market_pipeline.drain.queue_rules import close_to_drainable
 
     config = load_config()
@@ -332,6 +334,14 @@ def test_drainable_work_keeps_off_a_model_where_guaranteed_work_waits_and_comes_
         begin = {j.job_id: j.eligible_time for j in adapter.slurm_jobs()}
         assert begin[queued_id] is not None
         assert abs((begin[queued_id] - before).total_seconds() - lease) <= 3
+        # a drainable job submitted before the next pass: the job_submit plugin (job_submit.lua)
+        # gives it the published lease's begin time at submission; a guaranteed one is untouched
+        [fresh] = submit(client, [JobSpec("ember-ai", "a100_80gb", 1, 30, drainable=True)], jobs)
+        [other] = submit(client, [JobSpec("ember-ai", "h800", 1, 5, drainable=True)], jobs)
+        ids += [fresh, other]
+        begin = {j.job_id: j.eligible_time for j in adapter.slurm_jobs()}
+        assert begin[fresh] is not None and abs((begin[fresh] - begin[queued_id]).total_seconds()) <= 1
+        assert begin[other] is None or begin[other] <= datetime.now(UTC) + timedelta(seconds=2)
         # the short job ends and frees one GPU: nothing starts there
         wait_for(
             lambda: short.task_id not in {t.task_id for t in adapter.list_tasks()} or None,
@@ -341,8 +351,9 @@ def test_drainable_work_keeps_off_a_model_where_guaranteed_work_waits_and_comes_
         time.sleep(6)  # three of the scheduler's passes (sched_interval, bf_interval = 2 s)
         running = {split_task_id(t.task_id)[0] for t in adapter.list_tasks()}
         assert queued_id not in running and waiting_id not in running
+        assert fresh not in running
         row = adapter.pending_summary()["A100-80GB"]
-        assert (row["jobs"], row["guaranteed_jobs"]) == (2.0, 1.0)  # the deferred job is still demand
+        assert (row["jobs"], row["guaranteed_jobs"]) == (3.0, 1.0)  # the deferred jobs are still demand
         # the long job ends: the guaranteed job starts, the model opens, the deferral is undone
         client.cancel(split_task_id(long.task_id)[0])
         wait_for(
@@ -351,7 +362,12 @@ def test_drainable_work_keeps_off_a_model_where_guaranteed_work_waits_and_comes_
             "the guaranteed job running",
         )
         reopened = close_to_drainable(adapter, config)
-        assert reopened is not None and reopened.closed_models == () and reopened.released == (queued_id,)
+        assert reopened is not None and reopened.closed_models == ()
+        assert set(reopened.released) == {queued_id, fresh}  # the plugin's deferral is the pass's too
+        [after_open] = submit(client, [JobSpec("ember-ai", "a100_80gb", 1, 5, drainable=True)], jobs)
+        ids.append(after_open)
+        begins = {j.job_id: j.eligible_time for j in adapter.slurm_jobs()}[after_open]
+        assert begins is None or begins <= datetime.now(UTC) + timedelta(seconds=2)  # the lease is void
         after = {j.job_id: j.eligible_time for j in adapter.slurm_jobs()}
         assert after[queued_id] is not None and after[queued_id] <= datetime.now(UTC)
         assert after[later] == begin[later] and after[later] > datetime.now(UTC) + timedelta(minutes=50)
