@@ -48,8 +48,8 @@ def drain_requests(
     closure = close_to_drainable(adapter, config)
     if closure is not None and closure.failed:
         context.log.warning("drainable jobs not deferred: %s", "; ".join(closure.failed))
-    # rule 6 there: the empty nodes kept for whole-node guaranteed work (and those refilling
-    # them) take no new drainable work
+    # rules 5 and 6 there: the room for the forecast guaranteed arrivals, the empty nodes kept
+    # for whole-node guaranteed work and those refilling them take no new drainable work
     kept_off = keep_off_drainable(adapter, config)
     if kept_off is not None and kept_off.refused:
         context.log.warning("no node kept from drainable work: %s", kept_off.refused)
@@ -80,33 +80,28 @@ def drain_requests(
             "by_trigger": dg.MetadataValue.json(by_trigger),
             "decision_table": table_metadata(decision_rows(decisions)),
             "outcomes_24h": dg.MetadataValue.json(recent),
-            **closure_metadata(closure),
-            **kept_off_metadata(kept_off),
+            **queue_rules_metadata(closure, kept_off),
         }
     )
 
 
-def closure_metadata(closure: DrainableClosure | None) -> dict[str, object]:
-    """What rule 4's pass did on a backend with a queue of its own (none: nothing to add)."""
-    if closure is None:
-        return {}
-    return {
-        "closed_to_drainable": dg.MetadataValue.json(list(closure.closed_models)),
-        "drainable_deferred": len(closure.deferred),
-        "drainable_released": len(closure.released),
-        "drainable_deferral_failures": len(closure.failed),
-    }
-
-
-def kept_off_metadata(kept_off: DrainableKeptOff | None) -> dict[str, object]:
-    """What rule 6's pass did on a backend with a queue of its own (none: nothing to add)."""
-    if kept_off is None:
-        return {}
-    return {
-        "kept_from_drainable": dg.MetadataValue.json(list(kept_off.kept)),
-        "given_back_to_drainable": len(kept_off.returned),
-        "kept_from_drainable_refused": kept_off.refused or "-",
-    }
+def queue_rules_metadata(
+    closure: DrainableClosure | None, kept_off: DrainableKeptOff | None
+) -> dict[str, object]:
+    """What the guarantee's passes did on a backend with a queue of its own (Slurm): rule 4's
+    closure, and the nodes rules 5 and 6 keep from drainable work. A backend without one
+    (the twin, local processes) ran neither: nothing to add."""
+    out: dict[str, object] = {}
+    if closure is not None:
+        out["closed_to_drainable"] = dg.MetadataValue.json(list(closure.closed_models))
+        out["drainable_deferred"] = len(closure.deferred)
+        out["drainable_released"] = len(closure.released)
+        out["drainable_deferral_failures"] = len(closure.failed)
+    if kept_off is not None:
+        out["kept_from_drainable"] = dg.MetadataValue.json(list(kept_off.kept))
+        out["given_back_to_drainable"] = len(kept_off.returned)
+        out["kept_from_drainable_refused"] = kept_off.refused or "-"
+    return out
 
 
 drain_assets = [drain_requests]

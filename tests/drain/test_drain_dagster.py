@@ -190,7 +190,16 @@ def test_drain_end_to_end_under_used_worker(local_config, instance):
         task_id="busy", tenant_id="ember-ai", options=WorkerOptions(util_pct=95, metrics_seconds=0.2)
     )
     try:
-        time.sleep(1.0)  # a few utilisation samples
+        # a few utilisation samples of each (waited for, not slept: on busy shared cores the
+        # workers' first samples came later than a fixed second, and no drain was decided)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            now = datetime.now(timezone.utc)
+            seen = adapter.read_samples(now - timedelta(minutes=1), now + timedelta(minutes=1))
+            counts = seen["task_id"].value_counts() if seen.height else None
+            if counts is not None and counts.height >= 2 and counts["count"].min() >= 5:
+                break
+            time.sleep(0.2)
         res = resources(local_config)
         result = dg.materialize([drain_requests], resources=res, instance=instance)
         assert result.success
